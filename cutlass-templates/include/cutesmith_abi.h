@@ -1,0 +1,162 @@
+/*
+ * cutesmith kernel ABI, version 1.
+ *
+ * Every kernel cutesmith compiles (a built-in template instance, a model's reply, a
+ * hand edit) is a shared object exporting the three entry points declared at the end of
+ * this file. The harness (the `cutesmith worker` process) owns all device memory: it
+ * fills a cs_problem with device pointers, leading dimensions, batch strides, scalars,
+ * op parameters and a workspace of the size the kernel asked for, then calls
+ * cutesmith_launch on its own stream. A kernel never allocates, frees or synchronizes
+ * device memory itself, and never calls cuBLAS, cuBLASLt or cuDNN.
+ *
+ * This header is the single source of truth for the Rust side: src/abi/bindings.rs is
+ * generated from it by bindgen (see tests/suite/abi.rs, which regenerates the bindings
+ * and fails on any difference). Change the two together and bump CS_ABI_VERSION.
+ *
+ * Semantics by family (row-major unless a layout field says otherwise):
+ *   CS_FAMILY_GEMM:        D[b] = alpha * A[b] (m x k) * B[b] (k x n) + beta * C[b]
+ *   CS_FAMILY_GEMM_BIAS_ACT: D[b] = act(alpha * A[b] * B[b] + beta * C[b] + bias (n))
+ *   CS_FAMILY_ACTIVATION:  D = act(A), elementwise over m rows of n elements (lda, ldd)
+ *   CS_FAMILY_SOFTMAX:     D = softmax over each of the m rows of A (n elements each)
+ * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts.
+ */
+#ifndef CUTESMITH_ABI_H
+#define CUTESMITH_ABI_H
+
+#include <stdint.h>
+
+#define CS_ABI_VERSION 1
+
+#ifdef __CUDACC__
+#include <cuda_runtime_api.h>
+typedef cudaStream_t cs_stream_t;
+#else
+/* The same type the CUDA runtime calls cudaStream_t, without its headers. */
+typedef struct CUstream_st *cs_stream_t;
+#endif
+
+#ifdef __cplusplus
+#define CS_EXTERN_C extern "C"
+#else
+#define CS_EXTERN_C
+#endif
+#define CS_EXPORT CS_EXTERN_C __attribute__((visibility("default")))
+
+/* Which computation a kernel performs. */
+typedef enum cs_family {
+  CS_FAMILY_GEMM = 0,
+  CS_FAMILY_GEMM_BIAS_ACT = 1,
+  CS_FAMILY_ACTIVATION = 2,
+  CS_FAMILY_SOFTMAX = 3
+} cs_family;
+
+/* Element types of operands and results. */
+typedef enum cs_dtype {
+  CS_DTYPE_F32 = 0,
+  CS_DTYPE_F16 = 1,
+  CS_DTYPE_BF16 = 2,
+  CS_DTYPE_F64 = 3
+} cs_dtype;
+
+/* Storage order of a matrix operand: ROW means the second index is contiguous. */
+typedef enum cs_layout {
+  CS_LAYOUT_ROW = 0,
+  CS_LAYOUT_COL = 1
+} cs_layout;
+
+/* Elementwise function for CS_FAMILY_ACTIVATION and CS_FAMILY_GEMM_BIAS_ACT. */
+typedef enum cs_activation {
+  CS_ACT_IDENTITY = 0,
+  CS_ACT_RELU = 1,
+  CS_ACT_LEAKY_RELU = 2, /* slope in act_alpha */
+  CS_ACT_GELU_ERF = 3,
+  CS_ACT_GELU_TANH = 4,
+  CS_ACT_SILU = 5,
+  CS_ACT_SIGMOID = 6,
+  CS_ACT_TANH = 7
+} cs_activation;
+
+/* Return codes of the entry points other than CUDA's own (cudaError_t values). */
+typedef enum cs_status {
+  CS_OK = 0,
+  /* The kernel does not handle this problem (shape, layout, dtype, alignment). */
+  CS_ERR_UNSUPPORTED = 100001,
+  /* The workspace given is smaller than cutesmith_workspace_bytes asked for. */
+  CS_ERR_WORKSPACE = 100002,
+  /* The problem's abi_version is not the one the kernel was built for. */
+  CS_ERR_ABI_VERSION = 100003
+} cs_status;
+
+/* One problem instance: everything a launch needs, owned by the harness. */
+typedef struct cs_problem {
+  uint32_t abi_version; /* CS_ABI_VERSION */
+  int32_t family;       /* cs_family */
+
+  /* Dimensions: GEMM m x n x k over `batch` independent problems; activation and
+   * softmax use m rows of n elements and leave k = 0, batch = 1. */
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  int64_t batch;
+
+  /* Element types: A and B operands, C and D (C is read, D written), accumulation. */
+  int32_t dtype_ab;
+  int32_t dtype_cd;
+  int32_t dtype_acc;
+
+  /* Storage order of A, B, C and D (cs_layout). */
+  int32_t layout_a;
+  int32_t layout_b;
+  int32_t layout_cd;
+
+  /* Device pointers. c and bias may be NULL when unused. */
+  const void *a;
+  const void *b;
+  const void *c;
+  void *d;
+  const void *bias;
+
+  /* Leading dimensions in elements (distance between rows of a row-major operand,
+   * between columns of a column-major one). */
+  int64_t lda;
+  int64_t ldb;
+  int64_t ldc;
+  int64_t ldd;
+
+  /* Batch strides in elements (0 broadcasts one operand to every batch). */
+  int64_t batch_stride_a;
+  int64_t batch_stride_b;
+  int64_t batch_stride_c;
+  int64_t batch_stride_d;
+
+  /* Scalars of the GEMM epilogue. */
+  float alpha;
+  float beta;
+
+  /* Op parameters: the activation (cs_activation) and its scalar (leaky slope). */
+  int32_t activation;
+  float act_alpha;
+
+  /* Scratch memory provided by the harness: zeroed once when allocated, kept between
+   * launches. A kernel that keeps counters there resets them itself (a
+   * cudaMemsetAsync on the given stream is allowed). */
+  void *workspace;
+  uint64_t workspace_bytes;
+
+  /* Device facts the harness read, so a kernel can size a persistent grid. */
+  int32_t sm_count;
+  int32_t reserved0;
+} cs_problem;
+
+/* The ABI version this shared object was compiled against (CS_ABI_VERSION). */
+CS_EXPORT uint32_t cutesmith_abi_version(void);
+
+/* Bytes of workspace the launch of `problem` needs, written to *bytes.
+ * Returns CS_OK or CS_ERR_UNSUPPORTED. Pointers in `problem` may be NULL here. */
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem *problem, uint64_t *bytes);
+
+/* Enqueue the computation on `stream` and return without synchronizing.
+ * Returns CS_OK, a cs_status, or the cudaError_t of a failed launch. */
+CS_EXPORT int32_t cutesmith_launch(const cs_problem *problem, cs_stream_t stream);
+
+#endif /* CUTESMITH_ABI_H */

@@ -1,0 +1,320 @@
+//! The command line: flags parsed by clap, each subcommand run, and its exit code.
+//!
+//! Exit codes: 0 ok; 1 the goal was not met (a kernel failed to compile); 2 an error
+//! (a missing tool, a bad flag, an unreadable file).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+use crate::doctor::DoctorReport;
+use crate::error::{Error, Result};
+use crate::toolchain::cache::CompileCache;
+use crate::toolchain::compile::{self, CompileOptions, CompileOutcome, CompileRequest, CompileStatus};
+use crate::toolchain::{self, setup, Toolchain, ToolchainOptions};
+use crate::workload::Workload;
+
+/// Exit code: everything asked for was done.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: the tool worked but the goal was not met (a compile failed).
+pub const EXIT_GOAL_NOT_MET: i32 = 1;
+/// Exit code: an error stopped the command.
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cutesmith",
+    version,
+    about = "Writes, checks and optimizes CuTe GPU kernels for one workload",
+    after_help = "Exit codes: 0 ok, 1 goal not met (e.g. a kernel failed to compile), 2 error."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// nvcc to use (else $CUTESMITH_NVCC, $CUDA_HOME, PATH, /usr/local/cuda, the cache).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub nvcc: Option<PathBuf>,
+    /// CUDA installation whose bin/nvcc to use.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cuda_home: Option<PathBuf>,
+    /// CUTLASS checkout or include directory (else $CUTLASS_DIR, the system, the cache).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cutlass_dir: Option<PathBuf>,
+    /// Config file (else ./cutesmith.toml, ~/.config/cutesmith/config.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Never install a missing toolkit; stop and say how instead.
+    #[arg(long, global = true, env = "CUTESMITH_NO_INSTALL")]
+    pub no_install: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Install the pinned CUDA 13.0 compiler and CUTLASS 4.2 headers into the user cache.
+    Setup {
+        /// Reinstall even if the cache already holds a complete toolkit.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Report the toolchain, GPU, vendor libraries and model endpoint found.
+    Doctor {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the workload specs.
+    Workloads {
+        /// Directory of workload specs.
+        #[arg(long, default_value = "workloads")]
+        dir: PathBuf,
+    },
+    /// Compile kernel sources to shared objects; print resources, SASS facts or diagnostics.
+    Compile(CompileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// Kernel sources (.cu); several compile in parallel.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Target architecture.
+    #[arg(long, default_value = "sm_90a")]
+    pub arch: String,
+    /// Preprocessor definitions (NAME or NAME=VALUE), e.g. strategy parameters.
+    #[arg(short = 'D', long = "define", value_name = "NAME[=VALUE]")]
+    pub defines: Vec<String>,
+    /// Extra nvcc flag (repeatable).
+    #[arg(long = "nvcc-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    pub nvcc_flags: Vec<String>,
+    /// Seconds before nvcc is killed.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// Compile even if the cache holds this input.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Parallel nvcc processes (default: one per core).
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+    /// Print the full diagnostics list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn toolchain_options(g: &GlobalArgs, config: &Config) -> ToolchainOptions {
+    ToolchainOptions {
+        nvcc: g.nvcc.clone().or_else(|| config.toolchain.nvcc.clone()),
+        cuda_home: g.cuda_home.clone().or_else(|| config.toolchain.cuda_home.clone()),
+        cutlass_dir: g.cutlass_dir.clone().or_else(|| config.toolchain.cutlass_dir.clone()),
+    }
+}
+
+/// Finds the toolchain; when none is found and installing is allowed, installs the
+/// pinned one into the cache first, saying so.
+pub fn ensure_toolchain(opts: &ToolchainOptions, no_install: bool) -> Result<Toolchain> {
+    match Toolchain::discover(opts) {
+        Ok(tc) => Ok(tc),
+        Err(Error::ToolMissing { what, hint }) if !no_install && !explicitly_named(opts) => {
+            eprintln!("cutesmith: {what} not found; installing the pinned toolkit (as `cutesmith setup` does)");
+            setup::install(&toolchain::cache_toolkit_dir(), false, &mut |m| eprintln!("cutesmith: {m}"))
+                .map_err(|e| Error::Setup(format!("{e}\n(before installing: {what} not found: {hint})")))?;
+            Toolchain::discover(opts)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// When the user named a path, a missing tool there is their mistake: do not paper over
+/// it with an install.
+fn explicitly_named(opts: &ToolchainOptions) -> bool {
+    opts.nvcc.is_some()
+        || opts.cuda_home.is_some()
+        || opts.cutlass_dir.is_some()
+        || std::env::var_os("CUTESMITH_NVCC").is_some()
+        || std::env::var_os("CUTLASS_DIR").is_some()
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    let config = Config::load(cli.global.config.as_deref())?;
+    let opts = toolchain_options(&cli.global, &config);
+    match cli.command {
+        Command::Setup { force } => cmd_setup(&opts, force),
+        Command::Doctor { json } => {
+            let report = DoctorReport::gather(&opts, &config);
+            if json {
+                println!("{}", to_json(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(if report.can_compile() { EXIT_OK } else { EXIT_ERROR })
+        }
+        Command::Workloads { dir } => {
+            let workloads = Workload::load_dir(&dir)?;
+            for w in &workloads {
+                println!("{}", w.summary_line());
+            }
+            eprintln!("{} workloads in {}", workloads.len(), dir.display());
+            Ok(EXIT_OK)
+        }
+        Command::Compile(args) => cmd_compile(&opts, cli.global.no_install, args),
+    }
+}
+
+fn cmd_setup(opts: &ToolchainOptions, force: bool) -> Result<i32> {
+    if !force {
+        if let Ok(tc) = Toolchain::discover(opts) {
+            if tc.nvcc.source != toolchain::Source::Cache {
+                println!(
+                    "toolchain already present: nvcc {} ({}), CUTLASS {} ({}); nothing to install \
+                     (use --force to install the pinned one into the cache anyway)",
+                    tc.nvcc.version,
+                    tc.nvcc.source,
+                    tc.cutlass.version,
+                    tc.cutlass.source
+                );
+                return Ok(EXIT_OK);
+            }
+        }
+    }
+    let dir = toolchain::cache_toolkit_dir();
+    match setup::install(&dir, force, &mut |m| println!("{m}"))? {
+        setup::SetupOutcome::AlreadyPresent { nvcc, cutlass } => println!(
+            "already installed: {} and {}",
+            nvcc.display(),
+            cutlass.display()
+        ),
+        setup::SetupOutcome::Installed { dir, seconds } => {
+            println!("installed into {} in {seconds:.0} s", dir.display())
+        }
+    }
+    let tc = Toolchain::discover(opts)?;
+    println!(
+        "nvcc {} ({}), CUTLASS {} ({})",
+        tc.nvcc.version,
+        tc.nvcc.path.display(),
+        tc.cutlass.version,
+        tc.cutlass.include.display()
+    );
+    Ok(EXIT_OK)
+}
+
+fn cmd_compile(opts: &ToolchainOptions, no_install: bool, args: CompileArgs) -> Result<i32> {
+    let tc = ensure_toolchain(opts, no_install)?;
+    let options = CompileOptions {
+        arch: args.arch.clone(),
+        defines: args.defines.clone(),
+        extra_flags: args.nvcc_flags.clone(),
+        timeout_secs: args.timeout,
+        use_cache: !args.no_cache,
+        sass: true,
+    };
+    let requests = args
+        .files
+        .iter()
+        .map(|f| CompileRequest::from_file(f, options.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let cache = CompileCache::default_location();
+    let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
+    if requests.len() > 1 {
+        eprintln!("compiling {} files, {jobs} at a time", requests.len());
+    } else {
+        eprintln!("compiling {} with nvcc {} ...", args.files[0].display(), tc.nvcc.version);
+    }
+    let start = std::time::Instant::now();
+    let results = compile::compile_many(&tc, &cache, &requests, jobs, &|i, r| {
+        if requests.len() > 1 {
+            let what = match r {
+                Ok(o) if o.ok() => "ok",
+                Ok(_) => "FAILED",
+                Err(_) => "ERROR",
+            };
+            eprintln!("  {}: {what}", args.files[i].display());
+        }
+    });
+    let mut code = EXIT_OK;
+    for (file, result) in args.files.iter().zip(results) {
+        let outcome = result?;
+        if args.json {
+            println!("{}", to_json(&outcome)?);
+        } else {
+            print!("{}", render_outcome(&file.display().to_string(), &outcome));
+        }
+        if !outcome.ok() {
+            code = EXIT_GOAL_NOT_MET;
+        }
+    }
+    eprintln!("done in {:.2} s", start.elapsed().as_secs_f64());
+    Ok(code)
+}
+
+/// The text `cutesmith compile` prints for one outcome.
+pub fn render_outcome(file: &str, o: &CompileOutcome) -> String {
+    let mut s = String::new();
+    let how = if o.cached {
+        "cache hit, no nvcc run".to_string()
+    } else {
+        format!("nvcc {:.1} s", o.nvcc_seconds)
+    };
+    match o.status {
+        CompileStatus::Success => {
+            s.push_str(&format!("{file}: compiled ({how})\n"));
+            if let Some(so) = &o.shared_object {
+                s.push_str(&format!("  shared object: {}\n", so.display()));
+            }
+            s.push_str("  resources:\n");
+            if o.resources.is_empty() {
+                s.push_str("    (no kernel entry in the ptxas report)\n");
+            }
+            for r in &o.resources {
+                s.push_str(&format!("    {}\n", r.report_line()));
+            }
+            match (&o.sass, &o.sass_note) {
+                (Some(sass), _) => s.push_str(&format!("  SASS: {}\n", sass.summary_line())),
+                (None, Some(note)) => s.push_str(&format!("  SASS: {note}\n")),
+                (None, None) => {}
+            }
+            if !o.condensed.is_empty() {
+                s.push_str("  warnings:\n");
+                for l in o.condensed.lines() {
+                    s.push_str(&format!("    {l}\n"));
+                }
+            }
+        }
+        CompileStatus::Failed | CompileStatus::TimedOut => {
+            let what = if o.status == CompileStatus::TimedOut { "timed out" } else { "FAILED" };
+            s.push_str(&format!("{file}: {what} ({how})\n"));
+            if let Some((f, l)) = &o.primary_location {
+                s.push_str(&format!("  fix here: {f}:{l}\n"));
+            }
+            for l in o.condensed.lines() {
+                s.push_str(&format!("  {l}\n"));
+            }
+        }
+    }
+    s.push_str(&format!("  full log: {}\n", o.log_path.display()));
+    s
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string_pretty(v).map_err(|e| Error::Format {
+        context: "JSON output".into(),
+        message: e.to_string(),
+    })
+}

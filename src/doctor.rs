@@ -1,0 +1,127 @@
+//! `cutesmith doctor`: what this machine has for cutesmith, each item with where it was
+//! found and its version, and what to do about anything missing.
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::gpu::{self, DeviceInfo, LibraryInfo};
+use crate::toolchain::{self, ExtraTools, Toolchain, ToolchainOptions};
+
+/// Everything doctor found.
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    pub toolchain: std::result::Result<Toolchain, String>,
+    pub extra: ExtraTools,
+    pub devices: std::result::Result<Vec<DeviceInfo>, String>,
+    pub libraries: Vec<LibraryInfo>,
+    pub model: String,
+    pub cache_dir: String,
+}
+
+impl DoctorReport {
+    /// Looks at everything; never fails (each missing piece is part of the report).
+    pub fn gather(opts: &ToolchainOptions, config: &Config) -> DoctorReport {
+        DoctorReport {
+            toolchain: Toolchain::discover(opts).map_err(|e| e.to_string()),
+            extra: toolchain::find_extra_tools(opts),
+            devices: gpu::devices().map_err(|e| e.to_string()),
+            libraries: gpu::libraries(),
+            model: config.model_summary(),
+            cache_dir: toolchain::cache_dir().display().to_string(),
+        }
+    }
+
+    /// True when kernels can be compiled (nvcc and CUTLASS found).
+    pub fn can_compile(&self) -> bool {
+        self.toolchain.is_ok()
+    }
+
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<18} {v}\n"));
+        match &self.toolchain {
+            Ok(tc) => {
+                line(
+                    "nvcc",
+                    format!("{} ({}, {})", tc.nvcc.version, tc.nvcc.path.display(), tc.nvcc.source),
+                );
+                line(
+                    "CUTLASS",
+                    format!(
+                        "{} ({}, {})",
+                        tc.cutlass.version,
+                        tc.cutlass.include.display(),
+                        tc.cutlass.source
+                    ),
+                );
+                line(
+                    "CUTLASS util",
+                    tc.cutlass
+                        .util_include
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "not found (tools/util/include)".into()),
+                );
+                line("ABI header", tc.abi_include.join("cutesmith_abi.h").display().to_string());
+            }
+            Err(e) => line("toolchain", format!("MISSING: {e}")),
+        }
+        for (name, t) in [
+            ("cuobjdump", &self.extra.cuobjdump),
+            ("ncu", &self.extra.ncu),
+            ("compute-sanitizer", &self.extra.compute_sanitizer),
+        ] {
+            line(
+                name,
+                match t {
+                    Some(t) => format!("{} ({}, {})", t.version, t.path.display(), t.source),
+                    None => "not found".into(),
+                },
+            );
+        }
+        match &self.devices {
+            Ok(devs) => {
+                for d in devs {
+                    line(
+                        &format!("GPU {}", d.ordinal),
+                        format!(
+                            "{}, compute capability {}.{} ({}), {} SMs, {:.1} GiB, L2 {:.0} MiB, \
+                             {} KiB smem/block opt-in, driver CUDA {}.{}",
+                            d.name,
+                            d.compute_capability.0,
+                            d.compute_capability.1,
+                            d.arch(),
+                            d.sm_count,
+                            d.memory_bytes as f64 / (1u64 << 30) as f64,
+                            d.l2_bytes as f64 / (1u64 << 20) as f64,
+                            d.smem_per_block_optin / 1024,
+                            d.driver_cuda_version / 1000,
+                            (d.driver_cuda_version % 1000) / 10
+                        ),
+                    );
+                }
+            }
+            Err(e) => line("GPU", format!("no CUDA device ({e})")),
+        }
+        for lib in &self.libraries {
+            line(
+                lib.name,
+                match &lib.path {
+                    Some(p) => format!(
+                        "{} ({})",
+                        lib.version.clone().unwrap_or_else(|| "unversioned".into()),
+                        p.display()
+                    ),
+                    None => "not found".into(),
+                },
+            );
+        }
+        line("model", self.model.clone());
+        line("cache", self.cache_dir.clone());
+        if self.toolchain.is_err() {
+            s.push_str(&format!("\nto compile kernels: {}\n", toolchain::SETUP_HINT));
+        }
+        s
+    }
+}

@@ -1,0 +1,17 @@
+//! cutesmith: an agent that writes, checks and optimizes CuTe GPU kernels.
+//!
+//! The data path reads straight through the modules:
+//! workload ([`workload`]) -> source -> shared object ([`toolchain`]) -> device facts
+//! ([`gpu`]) -> report ([`doctor`], [`cli`]). Every kernel implements the C ABI in
+//! `cutlass-templates/include/cutesmith_abi.h`, mirrored in [`abi`].
+
+pub mod abi;
+pub mod cli;
+pub mod config;
+pub mod doctor;
+pub mod error;
+pub mod gpu;
+pub mod toolchain;
+pub mod workload;
+
+pub use error::{Error, Result};

@@ -1,0 +1,192 @@
+//! Running a subprocess the way every tool call in cutesmith must: in its own process
+//! group, with a wall-clock timeout that kills the whole group, and with captured output
+//! capped so a runaway tool cannot fill memory.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// What a finished (or killed) subprocess left behind.
+#[derive(Debug, Clone)]
+pub struct ProcessOutput {
+    /// Exit status; `None` when the process was killed for running past its timeout.
+    pub status: Option<ExitStatus>,
+    /// Captured standard output, at most the cap, lossily decoded.
+    pub stdout: String,
+    /// Captured standard error, at most the cap, lossily decoded.
+    pub stderr: String,
+    /// True when the timeout fired and the process group was killed.
+    pub timed_out: bool,
+    /// True when either stream was longer than the cap and was cut.
+    pub truncated: bool,
+    /// Wall-clock time from spawn to exit.
+    pub elapsed: Duration,
+}
+
+impl ProcessOutput {
+    /// True when the process ran to completion and exited with status 0.
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Standard output and standard error, one after the other.
+    pub fn combined(&self) -> String {
+        let mut s = self.stdout.clone();
+        if !s.is_empty() && !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s.push_str(&self.stderr);
+        s
+    }
+}
+
+/// Default cap on each captured stream: CuTe template backtraces run to megabytes.
+pub const DEFAULT_OUTPUT_CAP: usize = 8 << 20;
+
+/// Runs `cmd` to completion or until `timeout`, killing its whole process group then.
+///
+/// Standard input is closed; both output streams are captured up to `cap` bytes each
+/// (the rest is read and dropped so the child never blocks on a full pipe).
+pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOutput> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let pid = child.id() as i32;
+    let out_reader = child.stdout.take().map(|s| reader_thread(s, cap));
+    let err_reader = child.stderr.take().map(|s| reader_thread(s, cap));
+
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) => {}
+            Err(source) => {
+                kill_group(pid);
+                return Err(Error::Spawn { program, source });
+            }
+        }
+        if start.elapsed() >= timeout {
+            timed_out = true;
+            kill_group(pid);
+            // Reap the child so it does not linger as a zombie.
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    };
+    // The group may still hold grandchildren (nvcc's cicc, ptxas): end them too.
+    kill_group(pid);
+    let elapsed = start.elapsed();
+    let (stdout, t1) = join_reader(out_reader);
+    let (stderr, t2) = join_reader(err_reader);
+    Ok(ProcessOutput {
+        status,
+        stdout,
+        stderr,
+        timed_out,
+        truncated: t1 || t2,
+        elapsed,
+    })
+}
+
+/// Sends SIGKILL to every process of the group led by `pid`.
+pub fn kill_group(pid: i32) {
+    if pid > 0 {
+        // SAFETY: kill(2) with a negative pid addresses a process group; it touches no
+        // memory of ours and its failure (ESRCH: the group is gone) is harmless.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+type Reader = std::thread::JoinHandle<(Vec<u8>, bool)>;
+
+fn reader_thread<R: Read + Send + 'static>(mut stream: R, cap: usize) -> Reader {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut truncated = false;
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = cap.saturating_sub(kept.len());
+                    if n > room {
+                        truncated = true;
+                    }
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        (kept, truncated)
+    })
+}
+
+fn join_reader(reader: Option<Reader>) -> (String, bool) {
+    match reader.map(|r| r.join()) {
+        Some(Ok((bytes, truncated))) => (String::from_utf8_lossy(&bytes).into_owned(), truncated),
+        _ => (String::new(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_both_streams_and_status() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2; exit 3"]);
+        let out = run(cmd, Duration::from_secs(10), 1024).unwrap();
+        assert_eq!(out.stdout, "out\n");
+        assert_eq!(out.stderr, "err\n");
+        assert_eq!(out.status.unwrap().code(), Some(3));
+        assert!(!out.timed_out);
+        assert!(!out.success());
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("survived");
+        let mut cmd = Command::new("sh");
+        // A grandchild that would write the marker after 2 s if it survived the kill.
+        cmd.arg("-c").arg(format!(
+            "(sleep 2; touch {}) & sleep 30",
+            marker.display()
+        ));
+        let out = run(cmd, Duration::from_millis(300), 1024).unwrap();
+        assert!(out.timed_out);
+        assert!(out.status.is_none());
+        assert!(out.elapsed < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(!marker.exists(), "a grandchild outlived the group kill");
+    }
+
+    #[test]
+    fn output_is_capped() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "yes x | head -c 100000"]);
+        let out = run(cmd, Duration::from_secs(10), 1000).unwrap();
+        assert_eq!(out.stdout.len(), 1000);
+        assert!(out.truncated);
+    }
+
+    #[test]
+    fn missing_program_is_a_spawn_error() {
+        let cmd = Command::new("/nonexistent/cutesmith-no-such-tool");
+        let err = run(cmd, Duration::from_secs(1), 10).unwrap_err();
+        assert!(err.to_string().contains("could not run"));
+    }
+}

@@ -1,0 +1,2 @@
+//! The ptxas resource report (`-Xptxas -v`): registers, shared memory, stack and spills
+//! per kernel.

@@ -1,0 +1,116 @@
+//! The `cutesmith` binary as a user runs it: exit codes, what it prints, and the errors
+//! that say what to do.
+
+use std::process::{Command, Output};
+
+use super::common::{fixture, line_of, root, toolchain};
+
+fn cutesmith(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn doctor_reports_the_toolchain_with_versions() {
+    if toolchain().is_none() {
+        return;
+    }
+    let o = cutesmith(&["doctor"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("nvcc") && t.contains("13.0"), "{t}");
+    assert!(t.contains("CUTLASS") && t.contains("4.2.0"), "{t}");
+    assert!(t.contains("GPU"), "{t}");
+    assert!(t.contains("model"), "{t}");
+    let json = cutesmith(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(v["toolchain"]["Ok"]["nvcc"]["version"].as_str().unwrap().starts_with("13.0"));
+}
+
+#[test]
+fn missing_toolchain_names_the_fix() {
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["compile", "--no-install", "--nvcc", "/nonexistent/nvcc"])
+        .arg(root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"))
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("cutesmith setup"), "{t}");
+    assert!(t.contains("/nonexistent/nvcc"), "{t}");
+}
+
+#[test]
+fn compile_failure_exits_1_and_points_at_the_line() {
+    if toolchain().is_none() {
+        return;
+    }
+    let path = fixture("kernels/simple_error.cu");
+    let o = cutesmith(&["compile", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    let line = line_of(&path, "// BROKEN:");
+    assert!(t.contains(&format!("fix here: simple_error.cu:{line}")), "{t}");
+    assert!(t.contains("full log:"), "{t}");
+}
+
+#[test]
+fn compile_prints_resources_and_sass_then_hits_the_cache() {
+    if toolchain().is_none() {
+        return;
+    }
+    let gemm = "cutlass-templates/gemm_sm90_tma_wgmma.cu";
+    let first = cutesmith(&["compile", gemm]);
+    let t = text(&first);
+    assert_eq!(first.status.code(), Some(0), "{t}");
+    assert!(t.contains("regs"), "{t}");
+    assert!(t.contains("HGMMA"), "{t}");
+    let start = std::time::Instant::now();
+    let second = cutesmith(&["compile", gemm]);
+    let t2 = text(&second);
+    assert_eq!(second.status.code(), Some(0), "{t2}");
+    assert!(t2.contains("cache hit"), "{t2}");
+    assert!(start.elapsed().as_secs_f64() < 1.0, "{:?}", start.elapsed());
+}
+
+#[test]
+fn workloads_lists_every_spec() {
+    let o = cutesmith(&["workloads"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    let specs = std::fs::read_dir(root().join("workloads"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
+        .count();
+    assert!(specs >= 20, "only {specs} specs");
+    assert!(t.contains(&format!("{specs} workloads")), "{t}");
+    assert!(t.contains("gemm_bf16_4096"), "{t}");
+}
+
+#[test]
+fn a_malformed_workload_names_file_field_and_allowed_values() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf17\"\n[[shapes]]\nm = 1\nn = 1\nk = 1\n",
+    )
+    .unwrap();
+    let o = cutesmith(&["workloads", "--dir", dir.path().to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("bad.toml"), "{t}");
+    assert!(t.contains("dtype"), "{t}");
+    assert!(t.contains("bf16"), "{t}");
+}

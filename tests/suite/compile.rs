@@ -1,0 +1,155 @@
+//! The compile stage against the real nvcc: CuTe Hopper kernels compile to shared objects
+//! whose SASS uses WGMMA and TMA, broken kernels give parsed diagnostics at the right
+//! line, and the content-addressed cache makes a repeat compile free.
+
+use std::time::Instant;
+
+use cutesmith::toolchain::cache::CompileCache;
+use cutesmith::toolchain::compile::{self, CompileOptions, CompileRequest, CompileStatus, CONDENSED_MAX_BYTES};
+
+use super::common::{fixture, line_of, root, toolchain};
+
+fn request(path: &std::path::Path) -> CompileRequest {
+    CompileRequest::from_file(path, CompileOptions::default()).unwrap()
+}
+
+/// Every template under cutlass-templates/ compiles with its default strategy, together
+/// with the broken fixture, in parallel; then each repeat is a cache hit under a second.
+#[test]
+fn templates_compile_and_broken_kernel_gives_the_right_line() {
+    let Some(tc) = toolchain() else { return };
+    let cache = CompileCache::default_location();
+    let mut templates: Vec<_> = std::fs::read_dir(root().join("cutlass-templates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    templates.sort();
+    assert!(!templates.is_empty(), "no templates found");
+    let broken = fixture("kernels/broken_cute.cu");
+    let mut requests: Vec<CompileRequest> = templates.iter().map(|p| request(p)).collect();
+    requests.push(request(&broken));
+
+    let results = compile::compile_many(&tc, &cache, &requests, compile::default_jobs(), &|_, _| {});
+    let outcomes: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+
+    for (path, o) in templates.iter().zip(&outcomes) {
+        assert_eq!(o.status, CompileStatus::Success, "{} failed:\n{}", path.display(), o.condensed);
+        let so = o.shared_object.as_ref().unwrap();
+        assert!(so.is_file(), "{} has no shared object", path.display());
+        assert!(!o.resources.is_empty(), "{}: no ptxas report", path.display());
+        assert_eq!(o.spill_bytes(), 0, "{} spills", path.display());
+        let sass = o.sass.as_ref().expect("SASS summary");
+        assert!(sass.totals().instructions > 0);
+    }
+    // The Hopper GEMM uses the Hopper paths.
+    let gemm = templates
+        .iter()
+        .position(|p| p.ends_with("gemm_sm90_tma_wgmma.cu"))
+        .expect("the raw CuTe Hopper GEMM template");
+    let totals = outcomes[gemm].sass.as_ref().unwrap().totals();
+    assert!(totals.hgmma > 0, "no HGMMA in the Hopper GEMM's SASS");
+    assert!(totals.utmaldg > 0, "no TMA loads in the Hopper GEMM's SASS");
+
+    let bad = outcomes.last().unwrap();
+    assert_eq!(bad.status, CompileStatus::Failed);
+    let want = line_of(&broken, "// BROKEN:");
+    assert_eq!(
+        bad.primary_location,
+        Some(("broken_cute.cu".to_string(), want)),
+        "condensed:\n{}",
+        bad.condensed
+    );
+    assert!(bad.condensed.len() <= CONDENSED_MAX_BYTES, "{} bytes", bad.condensed.len());
+    assert!(bad.condensed.contains(&format!("broken_cute.cu:{want}")), "{}", bad.condensed);
+    let full = std::fs::read_to_string(&bad.log_path).unwrap();
+    assert!(full.len() > bad.condensed.len(), "the full log must be kept");
+    assert!(full.contains("error"));
+    assert!(bad.shared_object.is_none());
+
+    // Repeats: no nvcc run, well under a second each.
+    for req in &requests {
+        let t = Instant::now();
+        let again = compile::compile(&tc, &cache, req).unwrap();
+        assert!(again.cached, "{} was not a cache hit", req.file_name);
+        assert!(t.elapsed().as_secs_f64() < 1.0, "cache hit took {:?}", t.elapsed());
+    }
+}
+
+const TINY: &str = r#"
+#include <cutesmith_abi.h>
+__global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }
+CS_EXPORT uint32_t cutesmith_abi_version(void) { return CS_ABI_VERSION; }
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem*, uint64_t* b) { *b = 0; return CS_OK; }
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* p, cs_stream_t s) {
+  int n = (int)p->n; scale<<<(n + 255) / 256, 256, 0, s>>>((float*)p->d, n); return (int32_t)cudaGetLastError();
+}
+"#;
+
+/// A fresh cache misses and runs nvcc; the same input hits; any change to the source or
+/// the flags misses again.
+#[test]
+fn cache_is_keyed_by_content_and_flags() {
+    let Some(tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::new(dir.path());
+    let req = CompileRequest {
+        source: TINY.to_string(),
+        file_name: "tiny.cu".into(),
+        options: CompileOptions::default(),
+    };
+    let first = compile::compile(&tc, &cache, &req).unwrap();
+    assert!(first.ok(), "{}", first.condensed);
+    assert!(!first.cached);
+    assert!(first.nvcc_seconds > 0.0);
+    assert_eq!(first.resources.len(), 1);
+    assert!(first.resources[0].name.contains("scale"));
+    assert!(first.shared_object.as_ref().unwrap().starts_with(dir.path()));
+
+    let second = compile::compile(&tc, &cache, &req).unwrap();
+    assert!(second.cached);
+    assert_eq!(second.key, first.key);
+
+    let mut changed = req.clone();
+    changed.options.defines.push("CS_UNUSED=1".into());
+    let third = compile::compile(&tc, &cache, &changed).unwrap();
+    assert!(!third.cached);
+    assert_ne!(third.key, first.key);
+
+    let mut edited = req.clone();
+    edited.source.push_str("\n// an edit\n");
+    assert!(!compile::compile(&tc, &cache, &edited).unwrap().cached);
+}
+
+/// A compile that runs past its limit is killed and reported as timed out, not cached.
+#[test]
+fn a_compile_past_its_limit_is_killed() {
+    let Some(tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::new(dir.path());
+    let mut req = request(&root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"));
+    req.options.timeout_secs = 2;
+    let t = Instant::now();
+    let o = compile::compile(&tc, &cache, &req).unwrap();
+    assert_eq!(o.status, CompileStatus::TimedOut);
+    assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+    assert!(o.condensed.contains("killed"));
+    assert!(cache.lookup(&o.key).is_none(), "a timeout must not be cached");
+}
+
+/// A plain (non-CuTe) error is parsed to its file and line too.
+#[test]
+fn a_simple_error_points_at_its_line() {
+    let Some(tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::new(dir.path());
+    let path = fixture("kernels/simple_error.cu");
+    let o = compile::compile(&tc, &cache, &request(&path)).unwrap();
+    assert_eq!(o.status, CompileStatus::Failed);
+    let want = line_of(&path, "// BROKEN:");
+    assert_eq!(o.primary_location, Some(("simple_error.cu".to_string(), want)));
+    let first = o.diagnostics.first().unwrap();
+    assert_eq!(first.file, "simple_error.cu");
+    assert_eq!(first.line, Some(want));
+}

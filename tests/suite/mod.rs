@@ -1,0 +1,5 @@
+//! The integration suites, one file per concern.
+mod abi;
+mod cli;
+mod common;
+mod compile;
