@@ -11,7 +11,9 @@ use crate::config::Config;
 use crate::doctor::DoctorReport;
 use crate::error::{Error, Result};
 use crate::toolchain::cache::CompileCache;
-use crate::toolchain::compile::{self, CompileOptions, CompileOutcome, CompileRequest, CompileStatus};
+use crate::toolchain::compile::{
+    self, CompileOptions, CompileOutcome, CompileRequest, CompileStatus,
+};
 use crate::toolchain::{self, setup, Toolchain, ToolchainOptions};
 use crate::workload::Workload;
 
@@ -121,8 +123,14 @@ pub fn run(cli: Cli) -> i32 {
 fn toolchain_options(g: &GlobalArgs, config: &Config) -> ToolchainOptions {
     ToolchainOptions {
         nvcc: g.nvcc.clone().or_else(|| config.toolchain.nvcc.clone()),
-        cuda_home: g.cuda_home.clone().or_else(|| config.toolchain.cuda_home.clone()),
-        cutlass_dir: g.cutlass_dir.clone().or_else(|| config.toolchain.cutlass_dir.clone()),
+        cuda_home: g
+            .cuda_home
+            .clone()
+            .or_else(|| config.toolchain.cuda_home.clone()),
+        cutlass_dir: g
+            .cutlass_dir
+            .clone()
+            .or_else(|| config.toolchain.cutlass_dir.clone()),
     }
 }
 
@@ -133,8 +141,14 @@ pub fn ensure_toolchain(opts: &ToolchainOptions, no_install: bool) -> Result<Too
         Ok(tc) => Ok(tc),
         Err(Error::ToolMissing { what, hint }) if !no_install && !explicitly_named(opts) => {
             eprintln!("cutesmith: {what} not found; installing the pinned toolkit (as `cutesmith setup` does)");
-            setup::install(&toolchain::cache_toolkit_dir(), false, &mut |m| eprintln!("cutesmith: {m}"))
-                .map_err(|e| Error::Setup(format!("{e}\n(before installing: {what} not found: {hint})")))?;
+            setup::install(&toolchain::cache_toolkit_dir(), false, &mut |m| {
+                eprintln!("cutesmith: {m}")
+            })
+            .map_err(|e| {
+                Error::Setup(format!(
+                    "{e}\n(before installing: {what} not found: {hint})"
+                ))
+            })?;
             Toolchain::discover(opts)
         }
         Err(e) => Err(e),
@@ -163,10 +177,15 @@ fn dispatch(cli: Cli) -> Result<i32> {
             } else {
                 print!("{}", report.render());
             }
-            Ok(if report.can_compile() { EXIT_OK } else { EXIT_ERROR })
+            Ok(if report.can_compile() {
+                EXIT_OK
+            } else {
+                EXIT_ERROR
+            })
         }
         Command::Workloads { dir } => {
             let workloads = Workload::load_dir(&dir)?;
+            println!("{}", Workload::summary_header());
             for w in &workloads {
                 println!("{}", w.summary_line());
             }
@@ -184,10 +203,7 @@ fn cmd_setup(opts: &ToolchainOptions, force: bool) -> Result<i32> {
                 println!(
                     "toolchain already present: nvcc {} ({}), CUTLASS {} ({}); nothing to install \
                      (use --force to install the pinned one into the cache anyway)",
-                    tc.nvcc.version,
-                    tc.nvcc.source,
-                    tc.cutlass.version,
-                    tc.cutlass.source
+                    tc.nvcc.version, tc.nvcc.source, tc.cutlass.version, tc.cutlass.source
                 );
                 return Ok(EXIT_OK);
             }
@@ -235,7 +251,11 @@ fn cmd_compile(opts: &ToolchainOptions, no_install: bool, args: CompileArgs) -> 
     if requests.len() > 1 {
         eprintln!("compiling {} files, {jobs} at a time", requests.len());
     } else {
-        eprintln!("compiling {} with nvcc {} ...", args.files[0].display(), tc.nvcc.version);
+        eprintln!(
+            "compiling {} with nvcc {} ...",
+            args.files[0].display(),
+            tc.nvcc.version
+        );
     }
     let start = std::time::Instant::now();
     let results = compile::compile_many(&tc, &cache, &requests, jobs, &|i, r| {
@@ -298,7 +318,11 @@ pub fn render_outcome(file: &str, o: &CompileOutcome) -> String {
             }
         }
         CompileStatus::Failed | CompileStatus::TimedOut => {
-            let what = if o.status == CompileStatus::TimedOut { "timed out" } else { "FAILED" };
+            let what = if o.status == CompileStatus::TimedOut {
+                "timed out"
+            } else {
+                "FAILED"
+            };
             s.push_str(&format!("{file}: {what} ({how})\n"));
             if let Some((f, l)) = &o.primary_location {
                 s.push_str(&format!("  fix here: {f}:{l}\n"));

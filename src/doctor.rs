@@ -44,7 +44,12 @@ impl DoctorReport {
             Ok(tc) => {
                 line(
                     "nvcc",
-                    format!("{} ({}, {})", tc.nvcc.version, tc.nvcc.path.display(), tc.nvcc.source),
+                    format!(
+                        "{} ({}, {})",
+                        tc.nvcc.version,
+                        tc.nvcc.path.display(),
+                        tc.nvcc.source
+                    ),
                 );
                 line(
                     "CUTLASS",
@@ -63,7 +68,10 @@ impl DoctorReport {
                         .map(|p| p.display().to_string())
                         .unwrap_or_else(|| "not found (tools/util/include)".into()),
                 );
-                line("ABI header", tc.abi_include.join("cutesmith_abi.h").display().to_string());
+                line(
+                    "ABI header",
+                    tc.abi_include.join("cutesmith_abi.h").display().to_string(),
+                );
             }
             Err(e) => line("toolchain", format!("MISSING: {e}")),
         }
@@ -102,7 +110,7 @@ impl DoctorReport {
                     );
                 }
             }
-            Err(e) => line("GPU", format!("no CUDA device ({e})")),
+            Err(e) => line("GPU", e.clone()),
         }
         for lib in &self.libraries {
             line(
@@ -120,7 +128,10 @@ impl DoctorReport {
         line("model", self.model.clone());
         line("cache", self.cache_dir.clone());
         if self.toolchain.is_err() {
-            s.push_str(&format!("\nto compile kernels: {}\n", toolchain::SETUP_HINT));
+            s.push_str(&format!(
+                "\nto compile kernels: {}\n",
+                toolchain::SETUP_HINT
+            ));
         }
         s
     }

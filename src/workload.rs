@@ -72,7 +72,7 @@ pub enum WorkloadError {
         /// What is wrong and what is allowed.
         message: String,
     },
-    /// `find` was asked for a name that no file in the directory has.
+    /// [`Workload::find`] was asked for a name that no file in the directory has.
     #[error("no workload named \"{name}\" in {}; available: {}", dir.display(), if available.is_empty() { "(none)".to_string() } else { available.join(", ") })]
     NotFound {
         /// The name asked for.
@@ -88,6 +88,18 @@ pub enum WorkloadError {
 }
 
 type Result<T> = std::result::Result<T, WorkloadError>;
+
+/// Lets the CLI and the agent use `?` on workload calls: an unreadable file stays an
+/// I/O error, an unknown name is a usage error, a malformed spec keeps its full message.
+impl From<WorkloadError> for crate::error::Error {
+    fn from(e: WorkloadError) -> Self {
+        match e {
+            WorkloadError::Io { path, source } => crate::error::Error::Io { path, source },
+            e @ WorkloadError::NotFound { .. } => crate::error::Error::Usage(e.to_string()),
+            e => crate::error::Error::Workload(e.to_string()),
+        }
+    }
+}
 
 /// Which computation a kernel performs (`cs_family`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
@@ -739,7 +751,8 @@ pub enum RooflineClass {
 }
 
 /// A validated workload: a spec with its name, file, defaults and shapes resolved.
-/// Construct with [`Workload::load`], [`Workload::parse`], [`load_dir`] or [`find`].
+/// Construct with [`Workload::load`], [`Workload::parse`], [`Workload::load_dir`] or
+/// [`Workload::find`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     name: String,
@@ -787,6 +800,52 @@ impl Workload {
             text: None,
         }
         .run(spec)
+    }
+
+    /// Reads every `*.toml` in `dir`, sorted by name. Every broken spec is reported (as
+    /// [`WorkloadError::Many`] when more than one), not just the first.
+    pub fn load_dir(dir: impl AsRef<Path>) -> Result<Vec<Workload>> {
+        let dir = dir.as_ref();
+        let mut ok = Vec::new();
+        let mut errors = Vec::new();
+        for path in spec_files(dir)? {
+            match Workload::load(&path) {
+                Ok(w) => ok.push(w),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => {
+                ok.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(ok)
+            }
+            1 => Err(errors.remove(0)),
+            _ => Err(WorkloadError::Many(errors)),
+        }
+    }
+
+    /// Loads the workload called `name` from `dir` (`dir/name.toml`). A `name` that ends
+    /// in `.toml` or contains a path separator is taken as a path, so the CLI accepts both
+    /// `gemm_bf16_4096` and `workloads/gemm_bf16_4096.toml`. When nothing matches, the
+    /// error lists the names that exist.
+    pub fn find(dir: impl AsRef<Path>, name: &str) -> Result<Workload> {
+        let dir = dir.as_ref();
+        if name.ends_with(".toml") || name.contains('/') || name.contains('\\') {
+            return Workload::load(name);
+        }
+        let path = dir.join(format!("{name}.toml"));
+        if path.is_file() {
+            return Workload::load(path);
+        }
+        let available = spec_files(dir)?
+            .iter()
+            .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(str::to_string))
+            .collect();
+        Err(WorkloadError::NotFound {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            available,
+        })
     }
 
     /// The file stem; the key for `find`, run directories and reports.
@@ -1025,52 +1084,6 @@ fn si(x: f64, unit: &str) -> String {
         }
     }
     format!("{x} {unit}")
-}
-
-/// Reads every `*.toml` in `dir`, sorted by name. Every broken spec is reported (as
-/// [`WorkloadError::Many`] when more than one), not just the first.
-pub fn load_dir(dir: impl AsRef<Path>) -> Result<Vec<Workload>> {
-    let dir = dir.as_ref();
-    let mut ok = Vec::new();
-    let mut errors = Vec::new();
-    for path in spec_files(dir)? {
-        match Workload::load(&path) {
-            Ok(w) => ok.push(w),
-            Err(e) => errors.push(e),
-        }
-    }
-    match errors.len() {
-        0 => {
-            ok.sort_by(|a, b| a.name.cmp(&b.name));
-            Ok(ok)
-        }
-        1 => Err(errors.remove(0)),
-        _ => Err(WorkloadError::Many(errors)),
-    }
-}
-
-/// Loads the workload called `name` from `dir` (`dir/name.toml`). A `name` that ends
-/// in `.toml` or contains a path separator is taken as a path, so the CLI accepts both
-/// `gemm_bf16_4096` and `workloads/gemm_bf16_4096.toml`. When nothing matches, the
-/// error lists the names that exist.
-pub fn find(dir: impl AsRef<Path>, name: &str) -> Result<Workload> {
-    let dir = dir.as_ref();
-    if name.ends_with(".toml") || name.contains('/') || name.contains('\\') {
-        return Workload::load(name);
-    }
-    let path = dir.join(format!("{name}.toml"));
-    if path.is_file() {
-        return Workload::load(path);
-    }
-    let available = spec_files(dir)?
-        .iter()
-        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(str::to_string))
-        .collect();
-    Err(WorkloadError::NotFound {
-        name: name.to_string(),
-        dir: dir.to_path_buf(),
-        available,
-    })
 }
 
 /// The `*.toml` files directly in `dir`, sorted.
@@ -1766,7 +1779,7 @@ k = 4096
 
     #[test]
     fn every_shipped_spec_loads() {
-        let all = load_dir(dir()).unwrap_or_else(|e| panic!("{e}"));
+        let all = Workload::load_dir(dir()).unwrap_or_else(|e| panic!("{e}"));
         assert!(all.len() >= 34, "only {} workloads", all.len());
         let names: Vec<_> = all.iter().map(|w| w.name().to_string()).collect();
         let mut sorted = names.clone();
@@ -1797,7 +1810,7 @@ k = 4096
 
     #[test]
     fn headline_gemm_flops_and_bytes() {
-        let w = find(dir(), "gemm_bf16_4096").unwrap_or_else(|e| panic!("{e}"));
+        let w = Workload::find(dir(), "gemm_bf16_4096").unwrap_or_else(|e| panic!("{e}"));
         let h = *w.headline();
         assert_eq!(h, Shape::gemm(4096, 4096, 4096));
         assert_eq!(w.flops(&h), 137_438_953_472.0);
@@ -1860,7 +1873,7 @@ beta = 0.5
 
     #[test]
     fn activation_and_softmax_arithmetic() {
-        let w = find(dir(), "act_relu_bf16").unwrap_or_else(|e| panic!("{e}"));
+        let w = Workload::find(dir(), "act_relu_bf16").unwrap_or_else(|e| panic!("{e}"));
         let h = *w.headline();
         assert_eq!(h, Shape::rows(1, 1 << 28));
         assert_eq!(w.flops(&h), (1u64 << 28) as f64);
@@ -1870,14 +1883,14 @@ beta = 0.5
         let floor = w.roofline_floor_s(&h, 3.35e12, 6.7e13);
         assert!((floor - (1u64 << 30) as f64 / 3.35e12).abs() < 1e-12);
 
-        let s = find(dir(), "softmax_f32_4096x65536").unwrap_or_else(|e| panic!("{e}"));
+        let s = Workload::find(dir(), "softmax_f32_4096x65536").unwrap_or_else(|e| panic!("{e}"));
         let h = *s.headline();
         assert_eq!(h, Shape::rows(4096, 65536));
         assert_eq!(s.flops(&h), 5.0 * 4096.0 * 65536.0);
         assert_eq!(s.min_bytes(&h), 2.0 * 4.0 * 4096.0 * 65536.0);
         assert_eq!(s.tolerance().atol_at(&h), 1e-5 / 65536.0);
 
-        let l = find(dir(), "act_leaky_relu_f32").unwrap_or_else(|e| panic!("{e}"));
+        let l = Workload::find(dir(), "act_leaky_relu_f32").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(l.params().activation, Activation::LeakyRelu);
         assert!(l.params().act_alpha > 0.0);
     }
@@ -1896,8 +1909,8 @@ beta = 0.5
         assert!(!t.accepts(100.0, 105.0, &s));
         assert!(!t.accepts(f64::NAN, 1.0, &s));
         assert!(t.accepts(f64::NAN, f64::NAN, &s));
-        let tf = find(dir(), "gemm_tf32_4096").unwrap_or_else(|e| panic!("{e}"));
-        let f = find(dir(), "gemm_f32_4096").unwrap_or_else(|e| panic!("{e}"));
+        let tf = Workload::find(dir(), "gemm_tf32_4096").unwrap_or_else(|e| panic!("{e}"));
+        let f = Workload::find(dir(), "gemm_f32_4096").unwrap_or_else(|e| panic!("{e}"));
         assert!(tf.allow_tf32() && !f.allow_tf32());
         assert!(tf.tolerance().rtol > 100.0 * f.tolerance().rtol);
         assert_eq!(tf.compute_pipe(), ComputePipe::TensorTf32);
@@ -2117,19 +2130,22 @@ beta = 0.5
 
     #[test]
     fn find_lists_available_names() {
-        match find(dir(), "gemm_bf16_9999") {
+        match Workload::find(dir(), "gemm_bf16_9999") {
             Err(WorkloadError::NotFound { available, .. }) => {
                 assert!(available.iter().any(|n| n == "gemm_bf16_4096"));
             }
             other => panic!("expected NotFound, got {other:?}"),
         }
-        let e = find(dir(), "nope").map(|_| ()).unwrap_err().to_string();
+        let e = Workload::find(dir(), "nope")
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("no workload named \"nope\"") && e.contains("gemm_bf16_4096"),
             "{e}"
         );
         let by_path = dir().join("gemm_bf16_4096.toml");
-        let w = find(dir(), &by_path.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
+        let w = Workload::find(dir(), &by_path.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(w.name(), "gemm_bf16_4096");
     }
 

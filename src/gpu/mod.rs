@@ -125,10 +125,14 @@ fn find_library(name: &'static str, dirs: &[PathBuf]) -> LibraryInfo {
     let prefix = format!("lib{name}.so");
     let mut best: Option<(PathBuf, String)> = None;
     for dir in dirs {
-        let Ok(read) = std::fs::read_dir(dir) else { continue };
+        let Ok(read) = std::fs::read_dir(dir) else {
+            continue;
+        };
         for entry in read.flatten() {
             let file = entry.file_name().to_string_lossy().into_owned();
-            let Some(rest) = file.strip_prefix(&prefix) else { continue };
+            let Some(rest) = file.strip_prefix(&prefix) else {
+                continue;
+            };
             let version = rest.trim_start_matches('.').to_string();
             // Prefer the most specific version string (the real file, not a link).
             if best.as_ref().is_none_or(|(_, v)| version.len() > v.len()) {
@@ -141,7 +145,10 @@ fn find_library(name: &'static str, dirs: &[PathBuf]) -> LibraryInfo {
     }
     LibraryInfo {
         name,
-        version: best.as_ref().map(|(_, v)| v.clone()).filter(|v| !v.is_empty()),
+        version: best
+            .as_ref()
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty()),
         path: best.map(|(p, _)| p),
     }
 }
@@ -153,7 +160,12 @@ mod tests {
     #[test]
     fn finds_the_most_specific_library_file() {
         let dir = tempfile::tempdir().unwrap();
-        for f in ["libcublas.so", "libcublas.so.13", "libcublas.so.13.0.2.14", "libcublasLt.so.13"] {
+        for f in [
+            "libcublas.so",
+            "libcublas.so.13",
+            "libcublas.so.13.0.2.14",
+            "libcublasLt.so.13",
+        ] {
             std::fs::write(dir.path().join(f), b"").unwrap();
         }
         let dirs = vec![dir.path().to_path_buf()];

@@ -57,9 +57,11 @@ impl CompileCache {
     /// [`commit`]: CompileCache::commit
     pub fn stage(&self, key: &str) -> Result<PathBuf> {
         std::fs::create_dir_all(&self.root).at(&self.root)?;
-        let dir = self
-            .root
-            .join(format!(".staging-{key}-{}-{}", std::process::id(), unique()));
+        let dir = self.root.join(format!(
+            ".staging-{key}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
         std::fs::create_dir_all(&dir).at(&dir)?;
         Ok(dir)
     }

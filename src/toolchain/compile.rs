@@ -179,7 +179,11 @@ pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
 }
 
 /// Compiles one source, from the cache when it can.
-pub fn compile(tc: &Toolchain, cache: &CompileCache, req: &CompileRequest) -> Result<CompileOutcome> {
+pub fn compile(
+    tc: &Toolchain,
+    cache: &CompileCache,
+    req: &CompileRequest,
+) -> Result<CompileOutcome> {
     let key = cache_key(tc, req);
     if req.options.use_cache {
         if let Some(dir) = cache.lookup(&key) {
@@ -200,7 +204,8 @@ pub fn compile(tc: &Toolchain, cache: &CompileCache, req: &CompileRequest) -> Re
     };
     // A timeout depends on the machine's load, not only on the inputs: never cache it.
     if outcome.status == CompileStatus::TimedOut || !req.options.use_cache {
-        let keep = std::env::temp_dir().join(format!("cutesmith-compile-{key}-{}", std::process::id()));
+        let keep =
+            std::env::temp_dir().join(format!("cutesmith-compile-{key}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&keep);
         std::fs::rename(&staging, &keep).at(&keep)?;
         return Ok(relocate(outcome, &cache.entry_dir(&key), &keep));
@@ -274,7 +279,13 @@ fn sanitized_name(name: &str) -> String {
         .unwrap_or_default();
     let clean: String = base
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if clean.is_empty() || clean.starts_with('.') {
         return "kernel.cu".into();
@@ -307,6 +318,7 @@ fn run_nvcc(
     let args = nvcc_args(tc, &req.options);
     let mut cmd = Command::new(&tc.nvcc.path);
     cmd.current_dir(work.path())
+        .env("LIBRARY_PATH", library_path(&tc.nvcc.path))
         .args(&args)
         .arg(&src_name)
         .arg("-o")
@@ -430,6 +442,24 @@ fn run_nvcc(
     Ok(outcome)
 }
 
+/// `LIBRARY_PATH` for nvcc's link step: the toolkit's own `lib`/`lib64` first. The pip
+/// wheels keep `libcudart_static.a` in `lib/`, where their `nvcc.profile` does not look.
+fn library_path(nvcc: &Path) -> std::ffi::OsString {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(root) = nvcc.parent().and_then(Path::parent) {
+        for sub in ["lib", "lib64"] {
+            let d = root.join(sub);
+            if d.is_dir() {
+                dirs.push(d);
+            }
+        }
+    }
+    if let Some(existing) = std::env::var_os("LIBRARY_PATH") {
+        dirs.extend(std::env::split_paths(&existing));
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
 /// The last lines of a log that had no parsable diagnostic, capped like `condense`.
 fn condensed_tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
@@ -450,6 +480,14 @@ fn disassemble(tc: &Toolchain, so: &Path) -> std::result::Result<String, String>
     };
     let mut cmd = Command::new(&tool.path);
     cmd.arg("-sass").arg(so);
+    // cuobjdump runs nvdisasm, which the pip wheels put beside it.
+    if let Some(dir) = tool.path.parent() {
+        let mut path = vec![dir.to_path_buf()];
+        if let Some(existing) = std::env::var_os("PATH") {
+            path.extend(std::env::split_paths(&existing));
+        }
+        cmd.env("PATH", std::env::join_paths(path).unwrap_or_default());
+    }
     match process::run(cmd, Duration::from_secs(300), 64 << 20) {
         Ok(out) if out.success() => Ok(out.stdout),
         Ok(out) => Err(format!(

@@ -162,7 +162,7 @@ impl Toolchain {
             what: "CUTLASS headers (cute/tensor.hpp, cutlass/version.h)".into(),
             hint: SETUP_HINT.into(),
         })?;
-        let cuobjdump = find_beside_nvcc(&nvcc.path, "cuobjdump");
+        let cuobjdump = find_beside_nvcc(&nvcc, "cuobjdump");
         Ok(Toolchain {
             nvcc,
             cutlass,
@@ -188,7 +188,7 @@ impl Toolchain {
 pub fn find_extra_tools(opts: &ToolchainOptions) -> ExtraTools {
     let nvcc = find_nvcc(opts);
     let beside = |name: &str| match &nvcc {
-        Some(n) => find_beside_nvcc(&n.path, name),
+        Some(n) => find_beside_nvcc(n, name),
         None => find_on_system(name),
     };
     ExtraTools {
@@ -301,12 +301,13 @@ fn find_on_system(name: &str) -> Option<Tool> {
     None
 }
 
-/// A tool from the same installation as nvcc first, then anywhere else.
-fn find_beside_nvcc(nvcc: &Path, name: &str) -> Option<Tool> {
-    if let Some(dir) = nvcc.parent() {
+/// A tool from the same installation as nvcc first (found the way nvcc was), then
+/// anywhere else.
+fn find_beside_nvcc(nvcc: &Tool, name: &str) -> Option<Tool> {
+    if let Some(dir) = nvcc.path.parent() {
         let p = dir.join(name);
         if is_executable(&p) {
-            return Some(tool(p, Source::System(format!("beside {}", nvcc.display()))));
+            return Some(tool(p, nvcc.source.clone()));
         }
     }
     find_on_system(name)
@@ -386,7 +387,8 @@ mod tests {
         let text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0";
         assert_eq!(parse_version(text).as_deref(), Some("13.0.88"));
         assert_eq!(
-            parse_version("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.1.0").as_deref(),
+            parse_version("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.1.0")
+                .as_deref(),
             Some("2025.3.1.0")
         );
         assert_eq!(parse_version("no numbers"), None);

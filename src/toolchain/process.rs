@@ -162,10 +162,8 @@ mod tests {
         let marker = dir.path().join("survived");
         let mut cmd = Command::new("sh");
         // A grandchild that would write the marker after 2 s if it survived the kill.
-        cmd.arg("-c").arg(format!(
-            "(sleep 2; touch {}) & sleep 30",
-            marker.display()
-        ));
+        cmd.arg("-c")
+            .arg(format!("(sleep 2; touch {}) & sleep 30", marker.display()));
         let out = run(cmd, Duration::from_millis(300), 1024).unwrap();
         assert!(out.timed_out);
         assert!(out.status.is_none());

@@ -13,7 +13,8 @@ use crate::error::{Error, IoContext, Result};
 use crate::toolchain::process;
 
 /// The pinned packages. CUDA 13.0.x for the compiler; cuobjdump has no 13.0 wheel on
-/// PyPI, so the oldest 13.x one is taken (it disassembles sm_90a like any newer one).
+/// PyPI, so the oldest 13.x one is taken with the nvdisasm it runs (they disassemble
+/// sm_90a like any newer one).
 pub const PINNED_PACKAGES: &[&str] = &[
     "nvidia-cuda-nvcc==13.0.88",
     "nvidia-nvvm==13.0.88",
@@ -21,6 +22,7 @@ pub const PINNED_PACKAGES: &[&str] = &[
     "nvidia-cuda-runtime==13.0.96",
     "nvidia-cuda-cccl==13.0.85",
     "nvidia-cuda-cuobjdump==13.2.51",
+    "nvidia-cuda-nvdisasm==13.2.51",
     "nvidia-cutlass==4.2.0.0",
 ];
 
@@ -67,9 +69,17 @@ pub fn install(toolkit_dir: &Path, force: bool, say: &mut dyn FnMut(&str)) -> Re
         toolkit_dir.display()
     ));
     let mut cmd = Command::new(&python);
-    cmd.args(["-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--quiet", "--target"])
-        .arg(&staging)
-        .args(PINNED_PACKAGES);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--target",
+    ])
+    .arg(&staging)
+    .args(PINNED_PACKAGES);
     let out = process::run(cmd, Duration::from_secs(1800), 1 << 20)?;
     if !out.success() {
         let _ = std::fs::remove_dir_all(&staging);

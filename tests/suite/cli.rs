@@ -35,7 +35,10 @@ fn doctor_reports_the_toolchain_with_versions() {
     assert!(t.contains("model"), "{t}");
     let json = cutesmith(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert!(v["toolchain"]["Ok"]["nvcc"]["version"].as_str().unwrap().starts_with("13.0"));
+    assert!(v["toolchain"]["Ok"]["nvcc"]["version"]
+        .as_str()
+        .unwrap()
+        .starts_with("13.0"));
 }
 
 #[test]
@@ -61,7 +64,10 @@ fn compile_failure_exits_1_and_points_at_the_line() {
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     let line = line_of(&path, "// BROKEN:");
-    assert!(t.contains(&format!("fix here: simple_error.cu:{line}")), "{t}");
+    assert!(
+        t.contains(&format!("fix here: simple_error.cu:{line}")),
+        "{t}"
+    );
     assert!(t.contains("full log:"), "{t}");
 }
 

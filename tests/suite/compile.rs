@@ -5,7 +5,9 @@
 use std::time::Instant;
 
 use cutesmith::toolchain::cache::CompileCache;
-use cutesmith::toolchain::compile::{self, CompileOptions, CompileRequest, CompileStatus, CONDENSED_MAX_BYTES};
+use cutesmith::toolchain::compile::{
+    self, CompileOptions, CompileRequest, CompileStatus, CONDENSED_MAX_BYTES,
+};
 
 use super::common::{fixture, line_of, root, toolchain};
 
@@ -31,14 +33,25 @@ fn templates_compile_and_broken_kernel_gives_the_right_line() {
     let mut requests: Vec<CompileRequest> = templates.iter().map(|p| request(p)).collect();
     requests.push(request(&broken));
 
-    let results = compile::compile_many(&tc, &cache, &requests, compile::default_jobs(), &|_, _| {});
+    let results =
+        compile::compile_many(&tc, &cache, &requests, compile::default_jobs(), &|_, _| {});
     let outcomes: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
 
     for (path, o) in templates.iter().zip(&outcomes) {
-        assert_eq!(o.status, CompileStatus::Success, "{} failed:\n{}", path.display(), o.condensed);
+        assert_eq!(
+            o.status,
+            CompileStatus::Success,
+            "{} failed:\n{}",
+            path.display(),
+            o.condensed
+        );
         let so = o.shared_object.as_ref().unwrap();
         assert!(so.is_file(), "{} has no shared object", path.display());
-        assert!(!o.resources.is_empty(), "{}: no ptxas report", path.display());
+        assert!(
+            !o.resources.is_empty(),
+            "{}: no ptxas report",
+            path.display()
+        );
         assert_eq!(o.spill_bytes(), 0, "{} spills", path.display());
         let sass = o.sass.as_ref().expect("SASS summary");
         assert!(sass.totals().instructions > 0);
@@ -61,10 +74,21 @@ fn templates_compile_and_broken_kernel_gives_the_right_line() {
         "condensed:\n{}",
         bad.condensed
     );
-    assert!(bad.condensed.len() <= CONDENSED_MAX_BYTES, "{} bytes", bad.condensed.len());
-    assert!(bad.condensed.contains(&format!("broken_cute.cu:{want}")), "{}", bad.condensed);
+    assert!(
+        bad.condensed.len() <= CONDENSED_MAX_BYTES,
+        "{} bytes",
+        bad.condensed.len()
+    );
+    assert!(
+        bad.condensed.contains(&format!("broken_cute.cu:{want}")),
+        "{}",
+        bad.condensed
+    );
     let full = std::fs::read_to_string(&bad.log_path).unwrap();
-    assert!(full.len() > bad.condensed.len(), "the full log must be kept");
+    assert!(
+        full.len() > bad.condensed.len(),
+        "the full log must be kept"
+    );
     assert!(full.contains("error"));
     assert!(bad.shared_object.is_none());
 
@@ -73,7 +97,11 @@ fn templates_compile_and_broken_kernel_gives_the_right_line() {
         let t = Instant::now();
         let again = compile::compile(&tc, &cache, req).unwrap();
         assert!(again.cached, "{} was not a cache hit", req.file_name);
-        assert!(t.elapsed().as_secs_f64() < 1.0, "cache hit took {:?}", t.elapsed());
+        assert!(
+            t.elapsed().as_secs_f64() < 1.0,
+            "cache hit took {:?}",
+            t.elapsed()
+        );
     }
 }
 
@@ -105,7 +133,11 @@ fn cache_is_keyed_by_content_and_flags() {
     assert!(first.nvcc_seconds > 0.0);
     assert_eq!(first.resources.len(), 1);
     assert!(first.resources[0].name.contains("scale"));
-    assert!(first.shared_object.as_ref().unwrap().starts_with(dir.path()));
+    assert!(first
+        .shared_object
+        .as_ref()
+        .unwrap()
+        .starts_with(dir.path()));
 
     let second = compile::compile(&tc, &cache, &req).unwrap();
     assert!(second.cached);
@@ -135,7 +167,10 @@ fn a_compile_past_its_limit_is_killed() {
     assert_eq!(o.status, CompileStatus::TimedOut);
     assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
     assert!(o.condensed.contains("killed"));
-    assert!(cache.lookup(&o.key).is_none(), "a timeout must not be cached");
+    assert!(
+        cache.lookup(&o.key).is_none(),
+        "a timeout must not be cached"
+    );
 }
 
 /// A plain (non-CuTe) error is parsed to its file and line too.
@@ -148,7 +183,10 @@ fn a_simple_error_points_at_its_line() {
     let o = compile::compile(&tc, &cache, &request(&path)).unwrap();
     assert_eq!(o.status, CompileStatus::Failed);
     let want = line_of(&path, "// BROKEN:");
-    assert_eq!(o.primary_location, Some(("simple_error.cu".to_string(), want)));
+    assert_eq!(
+        o.primary_location,
+        Some(("simple_error.cu".to_string(), want))
+    );
     let first = o.diagnostics.first().unwrap();
     assert_eq!(first.file, "simple_error.cu");
     assert_eq!(first.line, Some(want));
