@@ -79,6 +79,61 @@ pub enum Command {
     },
     /// Compile kernel sources to shared objects; print resources, SASS facts or diagnostics.
     Compile(CompileArgs),
+    /// Compile a kernel, validate it on the GPU, time it against cuBLAS/cuDNN, compare.
+    Check(CheckArgs),
+    /// Time the vendor baselines of a workload and print its roofline floor (GPU).
+    Baseline(BaselineArgs),
+    /// Run one evaluation job in this process (the child the agent starts; internal).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        job: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The kernel source (.cu) implementing the cutesmith ABI.
+    pub kernel: PathBuf,
+    /// Workload name (from --workloads-dir) or path to a spec.
+    #[arg(short, long)]
+    pub workload: String,
+    /// Directory of workload specs.
+    #[arg(long, default_value = "workloads")]
+    pub workloads_dir: PathBuf,
+    /// Random seeds per shape (fresh inputs each).
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
+    /// Validate only the headline shape (faster); default: every shape in the spec.
+    #[arg(long)]
+    pub headline_only: bool,
+    /// Timed runs per contender (at least 20).
+    #[arg(long, default_value_t = 30)]
+    pub runs: u32,
+    /// Seconds before the worker is killed (a hanging kernel).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Validate only; no timing.
+    #[arg(long)]
+    pub no_timing: bool,
+    /// Print the evaluation as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    /// Workload names or spec paths.
+    #[arg(required = true)]
+    pub workloads: Vec<String>,
+    #[arg(long, default_value = "workloads")]
+    pub workloads_dir: PathBuf,
+    #[arg(long, default_value_t = 30)]
+    pub runs: u32,
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +248,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Compile(args) => cmd_compile(&opts, cli.global.no_install, args),
+        Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
+        Command::Baseline(args) => crate::check::cmd_baseline(args),
+        Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
     }
 }
 

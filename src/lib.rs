@@ -6,12 +6,15 @@
 //! `cutlass-templates/include/cutesmith_abi.h`, mirrored in [`abi`].
 
 pub mod abi;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod gpu;
+pub mod runner;
 pub mod toolchain;
+pub mod validate;
 pub mod workload;
 
 pub use error::{Error, Result};

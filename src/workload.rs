@@ -552,7 +552,7 @@ pub struct TargetSpec {
 
 /// A problem size. GEMM: `m x n x k` over `batch` problems. Activation and softmax:
 /// `m` rows of `n` elements with `k = 0` and `batch = 1`, as the ABI wants them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Shape {
     /// Rows of A and D.
     pub m: u64,

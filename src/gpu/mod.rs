@@ -1,6 +1,12 @@
-//! The GPU: the only module that talks to the CUDA driver (through cudarc). Today it
-//! reads device facts for `cutesmith doctor` and finds the vendor libraries the
-//! baselines use.
+//! The GPU: the only module that talks to the CUDA driver and the vendor libraries
+//! (through cudarc): device facts, the worker process's session, inputs, references,
+//! baselines and timing.
+
+pub mod baseline;
+pub mod data;
+pub mod reference;
+pub mod session;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +15,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 /// Facts about one device, read from the driver.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct DeviceInfo {
     pub ordinal: usize,
     pub name: String,

@@ -55,6 +55,16 @@ fn templates_compile_and_broken_kernel_gives_the_right_line() {
         assert_eq!(o.spill_bytes(), 0, "{} spills", path.display());
         let sass = o.sass.as_ref().expect("SASS summary");
         assert!(sass.totals().instructions > 0);
+        // The statically linked CUDA runtime imports dlopen/dlsym: that alone must not
+        // trip the anti-cheating inspection.
+        let inspected = cutesmith::runner::inspect::inspect(so).unwrap();
+        assert!(
+            inspected.ok(),
+            "{}: {}",
+            path.display(),
+            inspected.summary()
+        );
+        assert!(inspected.dynamic_loading);
     }
     // The Hopper GEMM uses the Hopper paths.
     let gemm = templates

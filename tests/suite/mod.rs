@@ -3,3 +3,4 @@ mod abi;
 mod cli;
 mod common;
 mod compile;
+mod gpu;

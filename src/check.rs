@@ -1,0 +1,267 @@
+//! `cutesmith check` and `cutesmith baseline`: compile a kernel, evaluate it in a worker
+//! process on the GPU, and print what was found: validation per shape and seed, the
+//! fault if any, and the timing against the vendor libraries and the roofline.
+
+use std::time::Duration;
+
+use crate::cli::{BaselineArgs, CheckArgs, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
+use crate::error::{Error, Result};
+use crate::runner::job::{FaultKind, Job, Mode, TimingConfig, TimingReport, WorkerReport};
+use crate::runner::{self, Evaluation};
+use crate::toolchain::cache::CompileCache;
+use crate::toolchain::compile::{self, CompileOptions, CompileRequest};
+use crate::toolchain::ToolchainOptions;
+use crate::workload::Workload;
+
+/// Stops GPU commands early, with exit code 2, on a machine without a GPU.
+pub fn require_gpu() -> Result<()> {
+    if !crate::gpu::driver_present() {
+        return Err(Error::NoGpu(
+            "this command runs kernels on an NVIDIA GPU, and this machine has no CUDA driver \
+             (libcuda.so); run it on a machine with one (`cutesmith doctor` shows what is found)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds a job for a workload.
+pub fn job_for(
+    workload: &Workload,
+    mode: Mode,
+    so: Option<std::path::PathBuf>,
+    seeds: u64,
+    runs: u32,
+) -> Result<Job> {
+    let toml =
+        std::fs::read_to_string(workload.path()).map_err(|e| Error::io(workload.path(), e))?;
+    Ok(Job {
+        nonce: runner::nonce(),
+        mode,
+        shared_object: so,
+        workload_path: workload.path().to_path_buf(),
+        workload_toml: toml,
+        shapes: Vec::new(),
+        seeds: (1..=seeds.max(1)).collect(),
+        timing: TimingConfig {
+            runs,
+            ..TimingConfig::default()
+        },
+        fp64_samples: 256,
+    })
+}
+
+pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> Result<i32> {
+    require_gpu()?;
+    let workload = Workload::find(&args.workloads_dir, &args.workload)?;
+    let tc = crate::cli::ensure_toolchain(opts, no_install)?;
+    let arch = crate::gpu::devices()
+        .ok()
+        .and_then(|d| d.first().map(|d| d.arch()))
+        .unwrap_or_else(|| "sm_90a".into());
+    let req = CompileRequest::from_file(
+        &args.kernel,
+        CompileOptions {
+            arch,
+            ..CompileOptions::default()
+        },
+    )?;
+    eprintln!("compiling {} ...", args.kernel.display());
+    let outcome = compile::compile(&tc, &CompileCache::default_location(), &req)?;
+    if !outcome.ok() {
+        print!(
+            "{}",
+            crate::cli::render_outcome(&args.kernel.display().to_string(), &outcome)
+        );
+        println!(
+            "fault: {} (the kernel did not compile)",
+            FaultKind::CompileError.name()
+        );
+        return Ok(EXIT_GOAL_NOT_MET);
+    }
+    let so = outcome.shared_object.clone();
+    let mode = if args.no_timing {
+        Mode::Validate
+    } else {
+        Mode::Check
+    };
+    let mut job = job_for(&workload, mode, so, args.seeds, args.runs)?;
+    if args.headline_only {
+        job.shapes = vec![0];
+    }
+    eprintln!(
+        "evaluating on {} ({} shapes x {} seeds) in a worker process ...",
+        workload.name(),
+        if args.headline_only {
+            1
+        } else {
+            workload.shapes().len()
+        },
+        job.seeds.len()
+    );
+    let eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&eval).map_err(|e| Error::Format {
+                context: "evaluation".into(),
+                message: e.to_string()
+            })?
+        );
+    } else {
+        print!("{}", render_evaluation(&workload, &eval));
+    }
+    Ok(if eval.passed() {
+        EXIT_OK
+    } else {
+        EXIT_GOAL_NOT_MET
+    })
+}
+
+pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {
+    require_gpu()?;
+    let mut code = EXIT_OK;
+    for name in &args.workloads {
+        let workload = Workload::find(&args.workloads_dir, name)?;
+        let job = job_for(&workload, Mode::Baseline, None, 1, args.runs)?;
+        eprintln!("timing baselines of {} ...", workload.name());
+        let eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&eval).map_err(|e| Error::Format {
+                    context: "evaluation".into(),
+                    message: e.to_string()
+                })?
+            );
+        } else {
+            print!("{}", render_evaluation(&workload, &eval));
+        }
+        if eval
+            .report
+            .as_ref()
+            .and_then(|r| r.timing.as_ref())
+            .is_none()
+        {
+            code = EXIT_ERROR;
+        }
+    }
+    Ok(code)
+}
+
+/// The text report of an evaluation.
+pub fn render_evaluation(w: &Workload, e: &Evaluation) -> String {
+    let mut s = String::new();
+    if let Some(r) = &e.report {
+        if let Some(d) = &r.device {
+            s.push_str(&format!(
+                "device: {} ({} SMs, sm_{}{})\n",
+                d.name, d.sm_count, d.compute_capability.0, d.compute_capability.1
+            ));
+        }
+        if let Some(c) = &r.ceilings {
+            s.push_str(&format!(
+                "ceilings: copy {:.2} TB/s (measured), peak {}\n",
+                c.copy_bytes_per_s / 1e12,
+                c.peak_note
+            ));
+        }
+        for v in &r.validations {
+            s.push_str(&validation_line(v));
+        }
+        if let Some(t) = &r.timing {
+            s.push_str(&render_timing(w, t));
+        }
+        if let Some(v) = &r.revalidation {
+            s.push_str("after timing, on fresh inputs:\n");
+            s.push_str(&validation_line(v));
+        }
+        for n in &r.notes {
+            s.push_str(&format!("note: {n}\n"));
+        }
+    }
+    match &e.fault {
+        Some(f) => {
+            s.push_str(&format!("FAULT: {}\n", f.kind.name()));
+            for l in f.message.lines() {
+                s.push_str(&format!("  {l}\n"));
+            }
+        }
+        None if e.passed() => s.push_str("result: correct on every shape and seed\n"),
+        None => {}
+    }
+    if e.report.is_none() && !e.stderr_tail.is_empty() {
+        s.push_str(&format!("worker stderr:\n{}\n", e.stderr_tail));
+    }
+    s
+}
+
+fn validation_line(v: &crate::runner::job::ShapeValidation) -> String {
+    let status = if v.passed { "ok" } else { "FAILED" };
+    let detail = match &v.comparison {
+        Some(c) => format!(
+            "max abs err {:.3e}, max rel err {:.3e}",
+            c.max_abs_err, c.max_rel_err
+        ),
+        None => String::new(),
+    };
+    let fp64 = v
+        .fp64
+        .as_ref()
+        .map(|f| {
+            format!(
+                ", fp64 check {}/{} within {:.1e}",
+                f.samples - f.failed,
+                f.samples,
+                f.bound
+            )
+        })
+        .unwrap_or_default();
+    format!("  {} seed {}: {status} {detail}{fp64}\n", v.shape, v.seed)
+}
+
+fn render_timing(w: &Workload, t: &TimingReport) -> String {
+    let mut s = format!(
+        "timing {} ({:.3} GFLOP, {:.1} MB minimum traffic, roofline floor {:.2} us):\n",
+        t.shape,
+        t.flops / 1e9,
+        t.min_bytes / 1e6,
+        t.floor_s * 1e6
+    );
+    let _ = w;
+    s.push_str("  | who | median us | p10-p90 us | TFLOP/s | TB/s | speedup of candidate |\n");
+    s.push_str("  | --- | --- | --- | --- | --- | --- |\n");
+    let row = |name: &str, st: &crate::runner::job::Stats, sp: Option<f64>| {
+        let sec = st.median_us * 1e-6;
+        format!(
+            "  | {name} | {:.2} | {:.2}-{:.2} | {:.1} | {:.2} | {} |\n",
+            st.median_us,
+            st.p10_us,
+            st.p90_us,
+            t.flops / sec / 1e12,
+            t.min_bytes / sec / 1e12,
+            sp.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+        )
+    };
+    if let Some(c) = &t.candidate {
+        s.push_str(&row("candidate", c, None));
+    }
+    for b in &t.baselines {
+        s.push_str(&row(&b.name, &b.stats, b.speedup));
+        if let Some(n) = &b.note {
+            s.push_str(&format!("    ({}: {n})\n", b.name));
+        }
+    }
+    if let Some(f) = t.roofline_fraction {
+        s.push_str(&format!(
+            "  candidate at {:.0}% of the roofline floor\n",
+            f * 100.0
+        ));
+    }
+    s
+}
+
+/// True when a report's candidate is correct (for callers that only need that).
+pub fn correct(r: &WorkerReport) -> bool {
+    r.passed()
+}

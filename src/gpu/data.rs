@@ -1,0 +1,147 @@
+//! Inputs and outputs on the host: element types, counter-based random inputs (signed,
+//! with a spread of magnitudes, reproducible from a seed and parallel to generate), and
+//! the NaN poison and guard pattern the harness writes around every output.
+
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+use crate::validate::Element;
+use crate::workload::DType;
+
+/// An element type the harness moves between host and device.
+pub trait HostElement: Element + DeviceRepr + ValidAsZeroBits + Default + 'static {
+    /// Rounds an f64 to this type (round to nearest even).
+    fn from_f64(v: f64) -> Self;
+    /// The workload dtype this is.
+    const DTYPE: DType;
+}
+
+impl HostElement for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    const DTYPE: DType = DType::F32;
+}
+
+impl HostElement for half::bf16 {
+    fn from_f64(v: f64) -> Self {
+        half::bf16::from_f64(v)
+    }
+    const DTYPE: DType = DType::BF16;
+}
+
+impl HostElement for half::f16 {
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+    const DTYPE: DType = DType::F16;
+}
+
+/// SplitMix64: a counter-based generator, so element i of stream s under seed x is the
+/// same however the work is split across threads.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The value of element `i` of input `stream` under `seed`: uniform in (-1, 1), scaled
+/// by 2^e with e uniform in {-2, ..., 2}, so signs and magnitudes both vary (never all
+/// in [0, 1), never zeros).
+pub fn input_value(seed: u64, stream: u64, i: u64) -> f64 {
+    let r = mix(seed ^ mix(stream.wrapping_mul(0xA24B_AED4_963E_E407) ^ i));
+    let u = ((r >> 11) as f64) / ((1u64 << 53) as f64); // [0, 1)
+    let e = (r & 0x7) % 5; // 0..4
+    let v = 2.0 * u - 1.0;
+    let v = if v == 0.0 { 0.5 } else { v };
+    v * f64::powi(2.0, e as i32 - 2)
+}
+
+/// `n` random elements of input `stream`, generated on all cores.
+pub fn random_vec<T: HostElement>(n: usize, seed: u64, stream: u64) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    parallel_fill(&mut out, |i| {
+        T::from_f64(input_value(seed, stream, i as u64))
+    });
+    out
+}
+
+/// Fills `out[i] = f(i)` on all cores.
+pub fn parallel_fill<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(64);
+    let chunk = out.len().div_ceil(threads).max(1 << 16);
+    std::thread::scope(|s| {
+        for (c, part) in out.chunks_mut(chunk).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                let base = c * chunk;
+                for (j, slot) in part.iter_mut().enumerate() {
+                    *slot = f(base + j);
+                }
+            });
+        }
+    });
+}
+
+/// Elements of guard region placed before and after every output buffer.
+pub const GUARD_ELEMENTS: usize = 4096;
+
+/// The guard pattern: a finite value no kernel computes by accident (-1234.5).
+pub fn guard<T: HostElement>() -> T {
+    T::from_f64(-1234.5)
+}
+
+/// An output buffer's host image: guard, poison (the output proper), guard.
+pub fn poisoned_output<T: HostElement>(len: usize) -> Vec<T> {
+    let mut v = vec![guard::<T>(); len + 2 * GUARD_ELEMENTS];
+    for x in &mut v[GUARD_ELEMENTS..GUARD_ELEMENTS + len] {
+        *x = T::poison();
+    }
+    v
+}
+
+/// True when both guard regions of a downloaded output still hold the pattern.
+pub fn guards_intact<T: HostElement>(buf: &[T]) -> bool {
+    let g = guard::<T>().to_f64();
+    let n = buf.len();
+    if n < 2 * GUARD_ELEMENTS {
+        return false;
+    }
+    buf[..GUARD_ELEMENTS]
+        .iter()
+        .chain(&buf[n - GUARD_ELEMENTS..])
+        .all(|x| x.to_f64() == g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_signed_spread_and_reproducible() {
+        let a: Vec<f32> = random_vec(100_000, 7, 0);
+        let b: Vec<f32> = random_vec(100_000, 7, 0);
+        let c: Vec<f32> = random_vec(100_000, 8, 0);
+        let d: Vec<f32> = random_vec(100_000, 7, 1);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, d);
+        let neg = a.iter().filter(|x| **x < 0.0).count();
+        assert!((40_000..60_000).contains(&neg), "{neg} negatives");
+        assert!(a.iter().any(|x| x.abs() > 1.0));
+        assert!(a.iter().any(|x| x.abs() < 0.25));
+        assert!(a.iter().all(|x| *x != 0.0 && x.abs() < 4.0));
+    }
+
+    #[test]
+    fn guards_detect_writes_outside_the_output() {
+        let mut v: Vec<half::bf16> = poisoned_output(10);
+        assert!(guards_intact(&v));
+        assert!(v[GUARD_ELEMENTS].is_poison_bits());
+        v[GUARD_ELEMENTS + 10] = half::bf16::from_f32(1.0);
+        assert!(!guards_intact(&v));
+    }
+}

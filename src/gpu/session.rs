@@ -1,0 +1,203 @@
+//! One process's hold on the GPU: the primary context, a stream, vendor-library handles,
+//! buffers as raw device pointers, event timing and the L2 flush. Only the worker process
+//! opens a session; the agent never does.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+
+use crate::error::{Error, Result};
+use crate::gpu::DeviceInfo;
+
+/// A device buffer and its raw address (stable for the buffer's life).
+pub struct DevBuf<T> {
+    pub slice: CudaSlice<T>,
+    pub ptr: u64,
+    pub len: usize,
+}
+
+impl<T> DevBuf<T> {
+    /// The address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+}
+
+/// A CUDA driver failure, with its code for classification.
+#[derive(Debug, Clone)]
+pub struct CudaFailure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for CudaFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (CUDA error {})", self.message, self.code)
+    }
+}
+
+impl From<cudarc::driver::DriverError> for CudaFailure {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        CudaFailure {
+            code: e.0 as i32,
+            message: format!("{e}"),
+        }
+    }
+}
+
+/// The GPU as one process holds it.
+pub struct Session {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+    flush: Option<DevBuf<u8>>,
+}
+
+fn gpu_err(e: impl std::fmt::Display) -> Error {
+    Error::NoGpu(e.to_string())
+}
+
+impl Session {
+    /// Opens device 0's primary context (so pointers are shared with the CUDA runtime
+    /// inside kernels' shared objects) and a stream.
+    pub fn open() -> Result<Session> {
+        let info = super::devices()?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::NoGpu("no device".into()))?;
+        let ctx = CudaContext::new(0).map_err(gpu_err)?;
+        // Buffers are handed out as raw pointers on one stream: cudarc's per-buffer
+        // event tracking would only add work.
+        // SAFETY: every buffer of this session is used on `stream` alone.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(gpu_err)?;
+        Ok(Session {
+            ctx,
+            stream,
+            info,
+            flush: None,
+        })
+    }
+
+    /// Uploads a host slice.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<DevBuf<T>, CudaFailure> {
+        let slice = self.stream.clone_htod(host)?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DevBuf {
+            len: host.len(),
+            slice,
+            ptr,
+        })
+    }
+
+    /// A zero-filled buffer of `len` elements (at least one byte, so it has an address).
+    pub fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<DevBuf<T>, CudaFailure> {
+        let slice = self.stream.alloc_zeros::<T>(len.max(1))?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DevBuf { slice, ptr, len })
+    }
+
+    /// Downloads a whole buffer.
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        buf: &DevBuf<T>,
+    ) -> Result<Vec<T>, CudaFailure> {
+        let mut host = vec![T::default(); buf.slice.len()];
+        self.stream.memcpy_dtoh(&buf.slice, &mut host)?;
+        self.stream.synchronize()?;
+        host.truncate(buf.len);
+        Ok(host)
+    }
+
+    /// Rewrites a buffer from the host (same length).
+    pub fn overwrite<T: DeviceRepr>(
+        &self,
+        buf: &mut DevBuf<T>,
+        host: &[T],
+    ) -> Result<(), CudaFailure> {
+        self.stream.memcpy_htod(host, &mut buf.slice)?;
+        Ok(())
+    }
+
+    /// Copies a host slice to a raw device address and waits for the copy.
+    pub fn write_raw<T: DeviceRepr>(&self, dst: u64, host: &[T]) -> Result<(), CudaFailure> {
+        // SAFETY: callers pass the address of a live buffer of at least `host.len()`
+        // elements; the copy completes before `host` can go away (synchronize below).
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, host, self.stream.cu_stream()) }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<(), CudaFailure> {
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Allocates the buffer [`flush_l2`](Session::flush_l2) writes: four times the L2
+    /// size, at least 256 MiB.
+    pub fn prepare_flush(&mut self) -> Result<(), CudaFailure> {
+        if self.flush.is_none() {
+            let bytes = (self.info.l2_bytes as usize * 4).max(256 << 20);
+            self.flush = Some(self.zeros::<u8>(bytes)?);
+        }
+        Ok(())
+    }
+
+    /// Evicts the L2 cache by writing the flush buffer (a no-op before `prepare_flush`).
+    pub fn flush_l2(&self) -> Result<(), CudaFailure> {
+        if let Some(buf) = &self.flush {
+            // SAFETY: the buffer is ours and `bytes` long; the memset is stream-ordered.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    buf.ptr,
+                    0x5a,
+                    buf.len,
+                    self.stream.cu_stream(),
+                )
+            }?;
+        }
+        Ok(())
+    }
+
+    /// Times one call of `launch` with CUDA events on the stream, in microseconds.
+    pub fn time_us(
+        &self,
+        launch: &mut dyn FnMut() -> Result<(), CudaFailure>,
+    ) -> Result<f64, CudaFailure> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.ctx.new_event(flags)?;
+        let stop = self.ctx.new_event(flags)?;
+        start.record(&self.stream)?;
+        launch()?;
+        stop.record(&self.stream)?;
+        stop.synchronize()?;
+        Ok(start.elapsed_ms(&stop)? as f64 * 1000.0)
+    }
+
+    /// Device-to-device copy bandwidth (bytes read + written per second) over 1 GiB.
+    pub fn measure_copy_bandwidth(&self) -> Result<f64, CudaFailure> {
+        let bytes: usize = 1 << 30;
+        let src = self.zeros::<u8>(bytes)?;
+        let dst = self.zeros::<u8>(bytes)?;
+        let mut times = Vec::new();
+        for i in 0..8 {
+            let stream = self.stream.cu_stream();
+            let t = self.time_us(&mut || {
+                // SAFETY: both buffers are `bytes` long and live for the call.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, stream)
+                }?;
+                Ok(())
+            })?;
+            if i > 0 {
+                times.push(t);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let median_s = times[times.len() / 2] * 1e-6;
+        Ok(2.0 * bytes as f64 / median_s)
+    }
+}

@@ -1,0 +1,284 @@
+//! What the agent asks of a worker process and what the worker answers, as JSON: the
+//! contract between the parent (this crate's [`crate::runner`]) and the child
+//! (`cutesmith worker`, [`crate::gpu::worker`]).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::DeviceInfo;
+use crate::validate::Comparison;
+use crate::workload::Shape;
+
+/// What the worker should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Validate on every shape and seed; stop at the first fault.
+    Validate,
+    /// Validate, then time the headline shape against the baselines, then re-validate
+    /// on fresh inputs.
+    Check,
+    /// Time the baselines (and measure the ceilings) only; no kernel.
+    Baseline,
+}
+
+/// How to time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TimingConfig {
+    /// Untimed launches first (module load, caches, clocks).
+    pub warmup: u32,
+    /// Timed launches per contender (at least 20 is enforced by the worker).
+    pub runs: u32,
+    /// Flush the L2 cache before every timed launch.
+    pub flush_l2: bool,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        TimingConfig {
+            warmup: 5,
+            runs: 30,
+            flush_l2: true,
+        }
+    }
+}
+
+/// One evaluation request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// A random string: the worker's answer is the stdout line that starts with
+    /// `CUTESMITH-RESULT <nonce> `, so nothing a kernel prints can pass for it.
+    pub nonce: String,
+    pub mode: Mode,
+    /// The candidate's shared object (absent in baseline mode).
+    pub shared_object: Option<PathBuf>,
+    /// The workload spec's path (for messages) and its text (parsed by the worker).
+    pub workload_path: PathBuf,
+    pub workload_toml: String,
+    /// Indices into the workload's shapes to validate on; empty means all.
+    pub shapes: Vec<usize>,
+    /// Random seeds: each shape is validated once per seed with fresh inputs.
+    pub seeds: Vec<u64>,
+    pub timing: TimingConfig,
+    /// Sampled entries of every GEMM output checked against an fp64 CPU reference.
+    pub fp64_samples: usize,
+}
+
+/// How a candidate failed, as data. The agent routes on this; it is never an `Err`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// nvcc rejected the source.
+    CompileError,
+    /// The shared object links or loads cuBLAS / cuBLASLt / cuDNN.
+    ForbiddenLibrary,
+    /// An ABI entry point is missing, or the ABI version differs.
+    AbiMismatch,
+    /// The kernel declined the problem (CS_ERR_UNSUPPORTED).
+    Unsupported,
+    /// The workspace request was unreasonable or the kernel reported CS_ERR_WORKSPACE.
+    WrongWorkspace,
+    /// The launch entry returned a CUDA error.
+    LaunchError,
+    /// The kernel read or wrote an address it must not (CUDA error 700), or wrote
+    /// outside its output (guard canaries changed), or compute-sanitizer said so.
+    OutOfBounds,
+    /// A misaligned access (CUDA error 716).
+    MisalignedAddress,
+    /// Any other error raised while the kernel ran.
+    KernelError,
+    /// The worker ran past its wall-clock limit and was killed (a hang).
+    Timeout,
+    /// The worker died (a signal, an abort) without answering.
+    Crash,
+    /// Part of the output was never written (still the NaN poison).
+    PartialWrite,
+    /// NaN or Inf where the reference is finite.
+    NanInf,
+    /// Wrong values.
+    Mismatch,
+    /// The output equals the answer for earlier inputs: a replayed or cached result.
+    StaleOutput,
+    /// Right within the workload's tolerance but less precise than its arithmetic
+    /// demands (e.g. TF32 or fp16 inside an fp32 workload), by the fp64 check.
+    Precision,
+    /// A data race, found by compute-sanitizer racecheck.
+    Race,
+    /// Timed faster than the roofline floor allows: a measurement or correctness bug.
+    BelowRoofline,
+}
+
+impl FaultKind {
+    /// The snake_case name used in fixtures, JSON and prompts.
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// A classified failure with what a person or a model needs to fix it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub message: String,
+}
+
+/// The fp64 CPU cross-check of sampled GEMM entries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fp64Check {
+    pub samples: usize,
+    /// Samples over the bound.
+    pub failed: usize,
+    /// Largest |got - ref64| / (sum_k |a_ik b_kj| + |beta c|) seen, after allowing for
+    /// the rounding of the output type.
+    pub max_normalized_error: f64,
+    /// The median of the same: rounding-level (precision) or bug-level (mismatch).
+    pub median_normalized_error: f64,
+    /// The bound that error must stay under, from the output type and fp32 accumulation.
+    pub bound: f64,
+    /// Which arithmetic the error looks like (fp32, tf32/fp16, bf16).
+    pub hint: Option<String>,
+}
+
+/// One validation run: one shape, one seed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShapeValidation {
+    pub shape: Shape,
+    pub seed: u64,
+    pub passed: bool,
+    pub comparison: Option<Comparison>,
+    pub fp64: Option<Fp64Check>,
+    /// Guard regions around the output still hold their pattern.
+    pub canaries_intact: bool,
+    pub fault: Option<Fault>,
+    /// Kernel wall time of this (untimed) launch, for progress display.
+    pub seconds: f64,
+}
+
+/// Order statistics of repeated timings, in microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stats {
+    pub runs: usize,
+    pub median_us: f64,
+    pub min_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    /// (p90 - p10) / median: the spread a speedup must exceed to mean anything.
+    pub spread: f64,
+}
+
+impl Stats {
+    /// Statistics of a set of samples (microseconds).
+    pub fn from_samples(samples: &[f64]) -> Option<Stats> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        let median = q(0.5);
+        Some(Stats {
+            runs: v.len(),
+            median_us: median,
+            min_us: v[0],
+            p10_us: q(0.1),
+            p90_us: q(0.9),
+            spread: if median > 0.0 {
+                (q(0.9) - q(0.1)) / median
+            } else {
+                0.0
+            },
+        })
+    }
+}
+
+/// A baseline's timing on the same shape, in the same process, interleaved with the
+/// candidate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BaselineTiming {
+    /// e.g. "cublas", "cublaslt (best of 8 heuristic algorithms)", "cudnn", "copy".
+    pub name: String,
+    pub stats: Stats,
+    /// Baseline median / candidate median (absent in baseline mode).
+    pub speedup: Option<f64>,
+    pub note: Option<String>,
+}
+
+/// Timing of the headline shape.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TimingReport {
+    pub shape: Shape,
+    pub flops: f64,
+    pub min_bytes: f64,
+    /// The roofline floor: max(min_bytes / copy bandwidth, flops / peak), seconds.
+    pub floor_s: f64,
+    pub candidate: Option<Stats>,
+    /// floor / candidate median.
+    pub roofline_fraction: Option<f64>,
+    pub achieved_tflops: Option<f64>,
+    pub achieved_tb_per_s: Option<f64>,
+    pub baselines: Vec<BaselineTiming>,
+}
+
+/// The machine's ceilings, measured or derived in this run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ceilings {
+    /// Device-to-device copy, bytes read + written per second, measured now.
+    pub copy_bytes_per_s: f64,
+    /// Peak FLOP/s for the workload's arithmetic (from SM count x clock x per-SM rate).
+    pub peak_flops_per_s: f64,
+    pub peak_note: String,
+}
+
+/// Everything the worker found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub device: Option<DeviceInfo>,
+    pub ceilings: Option<Ceilings>,
+    pub validations: Vec<ShapeValidation>,
+    pub timing: Option<TimingReport>,
+    /// The validation after timing, on inputs never seen before.
+    pub revalidation: Option<ShapeValidation>,
+    /// The first fault, if any: it stopped the evaluation.
+    pub fault: Option<Fault>,
+    /// Human-readable notes (degraded features, skipped baselines).
+    pub notes: Vec<String>,
+}
+
+impl WorkerReport {
+    /// True when every validation passed and nothing faulted.
+    pub fn passed(&self) -> bool {
+        self.fault.is_none()
+            && !self.validations.is_empty()
+            && self.validations.iter().all(|v| v.passed)
+            && self.revalidation.as_ref().is_none_or(|v| v.passed)
+    }
+}
+
+/// The marker that starts the worker's result line on stdout.
+pub const RESULT_MARKER: &str = "CUTESMITH-RESULT";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_order_statistics() {
+        let s = Stats::from_samples(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.median_us, 3.0);
+        assert_eq!(s.min_us, 1.0);
+        assert_eq!(s.runs, 5);
+        assert!(Stats::from_samples(&[]).is_none());
+        assert!(Stats::from_samples(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn fault_names_are_snake_case() {
+        assert_eq!(FaultKind::StaleOutput.name(), "stale_output");
+        assert_eq!(FaultKind::OutOfBounds.name(), "out_of_bounds");
+        assert_eq!(FaultKind::ForbiddenLibrary.name(), "forbidden_library");
+    }
+}

@@ -1,0 +1,160 @@
+//! GPU tests: run on a machine with an NVIDIA GPU with `cargo test -- --ignored`.
+//! A correct kernel passes and is timed against cuBLAS; every planted fault under
+//! `tests/fixtures/faults/` is classified as its header says, and this process survives
+//! all of them; the baselines come out near the anchors.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cutesmith::check::job_for;
+use cutesmith::runner::job::{FaultKind, Mode};
+use cutesmith::runner::{self, Evaluation};
+use cutesmith::toolchain::cache::CompileCache;
+use cutesmith::toolchain::compile::{self, CompileOptions, CompileRequest};
+use cutesmith::workload::Workload;
+
+use super::common::{fixture, root, toolchain};
+
+fn use_this_binary_as_worker() {
+    if std::env::var_os("CUTESMITH_WORKER_EXE").is_none() {
+        std::env::set_var("CUTESMITH_WORKER_EXE", env!("CARGO_BIN_EXE_cutesmith"));
+    }
+}
+
+fn workload(name: &str) -> Workload {
+    let small = fixture(&format!("workloads/{name}.toml"));
+    if small.is_file() {
+        return Workload::load(small).unwrap();
+    }
+    Workload::find(root().join("workloads"), name).unwrap()
+}
+
+/// The `// FAULT:` and `// WORKLOAD:` header of a fixture.
+fn header(path: &Path, key: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()?.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix(&format!("// {key}:"))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+    })
+}
+
+fn compile_all(paths: &[PathBuf]) -> Vec<compile::CompileOutcome> {
+    let tc = toolchain().expect("toolchain");
+    let reqs: Vec<_> = paths
+        .iter()
+        .map(|p| CompileRequest::from_file(p, CompileOptions::default()).unwrap())
+        .collect();
+    compile::compile_many(
+        &tc,
+        &CompileCache::default_location(),
+        &reqs,
+        16,
+        &|_, _| {},
+    )
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+fn evaluate(so: Option<PathBuf>, w: &Workload, mode: Mode, timeout: u64) -> Evaluation {
+    use_this_binary_as_worker();
+    let mut job = job_for(w, mode, so, 2, 20).unwrap();
+    job.fp64_samples = 128;
+    runner::evaluate(&job, Duration::from_secs(timeout)).unwrap()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn correct_kernels_pass_and_are_timed_against_cublas() {
+    let kernels = [
+        fixture("faults/good_gemm.cu"),
+        root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"),
+    ];
+    let outcomes = compile_all(&kernels);
+    let w = workload("gemm_bf16_small");
+    for (path, o) in kernels.iter().zip(outcomes) {
+        assert!(o.ok(), "{}: {}", path.display(), o.condensed);
+        let e = evaluate(o.shared_object.clone(), &w, Mode::Check, 300);
+        let text = cutesmith::check::render_evaluation(&w, &e);
+        eprintln!("== {}\n{text}", path.display());
+        assert!(e.passed(), "{}:\n{text}", path.display());
+        let t = e.report.as_ref().unwrap().timing.as_ref().unwrap();
+        let cand = t.candidate.as_ref().unwrap();
+        assert!(cand.runs >= 20);
+        let cublas = t
+            .baselines
+            .iter()
+            .find(|b| b.name == "cublas")
+            .expect("cublas timed");
+        let speedup = cublas.speedup.unwrap();
+        assert!(speedup > 0.0 && speedup.is_finite());
+        assert!(
+            e.report
+                .as_ref()
+                .unwrap()
+                .revalidation
+                .as_ref()
+                .unwrap()
+                .passed
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn planted_faults_are_classified_and_the_agent_survives() {
+    let dir = fixture("faults");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu") && header(p, "FAULT").is_some())
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 9, "only {} fault fixtures", paths.len());
+    let outcomes = compile_all(&paths);
+    let mut wrong = Vec::new();
+    for (path, o) in paths.iter().zip(outcomes) {
+        let want = header(path, "FAULT").unwrap();
+        let got = if !o.ok() {
+            FaultKind::CompileError.name()
+        } else {
+            let w = workload(&header(path, "WORKLOAD").unwrap());
+            let e = evaluate(o.shared_object.clone(), &w, Mode::Validate, 60);
+            let text = cutesmith::check::render_evaluation(&w, &e);
+            eprintln!("== {}\n{text}", path.display());
+            e.fault
+                .map(|f| f.kind.name())
+                .unwrap_or_else(|| "none".into())
+        };
+        eprintln!("{}: expected {want}, got {got}", path.display());
+        if got != want {
+            wrong.push(format!("{}: expected {want}, got {got}", path.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn baselines_are_measured_with_the_roofline() {
+    for name in ["gemm_bf16_4096", "act_relu_bf16", "softmax_bf16_4096x65536"] {
+        let w = workload(name);
+        let e = evaluate(None, &w, Mode::Baseline, 600);
+        let text = cutesmith::check::render_evaluation(&w, &e);
+        eprintln!("== {name}\n{text}");
+        let r = e.report.expect("report");
+        let t = r.timing.expect("timing");
+        assert!(!t.baselines.is_empty());
+        assert!(t.floor_s > 0.0);
+        for b in &t.baselines {
+            // Nothing can beat the roofline floor.
+            assert!(
+                b.stats.median_us * 1e-6 >= 0.9 * t.floor_s,
+                "{}: {:?}",
+                b.name,
+                b.stats
+            );
+        }
+    }
+}
