@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::cli::{BaselineArgs, CheckArgs, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
-use crate::runner::job::{FaultKind, Job, Mode, TimingConfig, TimingReport, WorkerReport};
+use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingConfig, TimingReport, WorkerReport};
+use crate::runner::sanitizer::{SanitizerReport, Tool};
 use crate::runner::{self, Evaluation};
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{self, CompileOptions, CompileRequest};
@@ -99,23 +100,110 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
         },
         job.seeds.len()
     );
-    let eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+    let mut eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+    let findings = sanitize(opts, &args, &workload, &job, &mut eval)?;
     if args.json {
+        let out = serde_json::json!({ "evaluation": &eval, "sanitizer": &findings });
         println!(
             "{}",
-            serde_json::to_string_pretty(&eval).map_err(|e| Error::Format {
+            serde_json::to_string_pretty(&out).map_err(|e| Error::Format {
                 context: "evaluation".into(),
                 message: e.to_string()
             })?
         );
     } else {
         print!("{}", render_evaluation(&workload, &eval));
+        for rep in &findings {
+            print!("{}", rep.summary());
+        }
     }
     Ok(if eval.passed() {
         EXIT_OK
     } else {
         EXIT_GOAL_NOT_MET
     })
+}
+
+/// Runs the workload's cheapest shape under each requested compute-sanitizer tool; a
+/// finding refines the evaluation's fault with the source line it names.
+fn sanitize(
+    opts: &ToolchainOptions,
+    args: &CheckArgs,
+    workload: &Workload,
+    job: &Job,
+    eval: &mut Evaluation,
+) -> Result<Vec<SanitizerReport>> {
+    let mut findings = Vec::new();
+    let rejected = eval
+        .fault
+        .as_ref()
+        .is_some_and(|f| matches!(f.kind, FaultKind::ForbiddenLibrary | FaultKind::AbiMismatch));
+    if args.sanitize.is_empty() || rejected {
+        return Ok(findings);
+    }
+    let tool = crate::toolchain::find_extra_tools(opts)
+        .compute_sanitizer
+        .ok_or_else(|| Error::ToolMissing {
+            what: "compute-sanitizer".into(),
+            hint: "it ships with the CUDA toolkit (e.g. /usr/local/cuda/bin); put it on PATH"
+                .into(),
+        })?;
+    let smallest = smallest_shape(workload);
+    for t in &args.sanitize {
+        let mut small = job.clone();
+        small.mode = Mode::Validate;
+        small.seeds = vec![1];
+        small.shapes = vec![smallest];
+        small.nonce = runner::nonce();
+        eprintln!(
+            "running {} of {} under compute-sanitizer {} ...",
+            workload.shapes()[smallest],
+            workload.name(),
+            t.name()
+        );
+        let (_, rep) = runner::evaluate_sanitized(
+            &small,
+            &tool.path,
+            *t,
+            Duration::from_secs(args.timeout.max(600)),
+        )?;
+        if !rep.findings.is_empty() {
+            let kind = match t {
+                Tool::Racecheck => FaultKind::Race,
+                _ => FaultKind::OutOfBounds,
+            };
+            let refine = eval.fault.as_ref().is_none_or(|f| {
+                matches!(
+                    f.kind,
+                    FaultKind::Mismatch
+                        | FaultKind::Race
+                        | FaultKind::KernelError
+                        | FaultKind::OutOfBounds
+                )
+            });
+            if refine {
+                eval.fault = Some(Fault {
+                    kind,
+                    message: rep.summary(),
+                });
+            }
+        }
+        findings.push(rep);
+    }
+    Ok(findings)
+}
+
+/// The index of the workload's cheapest shape (for sanitizer runs).
+fn smallest_shape(w: &Workload) -> usize {
+    w.shapes()
+        .iter()
+        .enumerate()
+        .min_by(|a, b| {
+            w.flops(a.1)
+                .total_cmp(&w.flops(b.1))
+                .then(w.min_bytes(a.1).total_cmp(&w.min_bytes(b.1)))
+        })
+        .map_or(0, |(i, _)| i)
 }
 
 pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {

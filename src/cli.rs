@@ -53,7 +53,12 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Never install a missing toolkit; stop and say how instead.
-    #[arg(long, global = true, env = "CUTESMITH_NO_INSTALL")]
+    #[arg(
+        long,
+        global = true,
+        env = "CUTESMITH_NO_INSTALL",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub no_install: bool,
 }
 
@@ -116,6 +121,10 @@ pub struct CheckArgs {
     /// Validate only; no timing.
     #[arg(long)]
     pub no_timing: bool,
+    /// Also run the smallest shape under compute-sanitizer (repeatable: memcheck,
+    /// racecheck, synccheck); findings name the source line.
+    #[arg(long, value_enum)]
+    pub sanitize: Vec<crate::runner::sanitizer::Tool>,
     /// Print the evaluation as JSON.
     #[arg(long)]
     pub json: bool,

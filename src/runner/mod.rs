@@ -8,6 +8,7 @@
 
 pub mod inspect;
 pub mod job;
+pub mod sanitizer;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,6 +62,9 @@ pub struct Evaluation {
     /// The end of the worker's standard error (progress lines, crash messages).
     pub stderr_tail: String,
     pub seconds: f64,
+    /// The wrapper's output (compute-sanitizer prints its report on stdout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sanitizer_output: Option<String>,
 }
 
 impl Evaluation {
@@ -108,6 +112,7 @@ pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
                         inspect: Some(rep),
                         stderr_tail: String::new(),
                         seconds: 0.0,
+                        sanitizer_output: None,
                     });
                 }
                 inspected = Some(rep);
@@ -120,6 +125,42 @@ pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
             }
         }
     }
+    let mut eval = spawn_worker(job, timeout, None)?;
+    eval.inspect = inspected;
+    Ok(eval)
+}
+
+/// Runs the job's worker under compute-sanitizer `tool` and parses its findings. The
+/// job should be small (one shape, one seed): the sanitizer slows kernels down a lot.
+pub fn evaluate_sanitized(
+    job: &Job,
+    sanitizer_exe: &Path,
+    tool: sanitizer::Tool,
+    timeout: Duration,
+) -> Result<(Evaluation, sanitizer::SanitizerReport)> {
+    let args = vec![
+        "--tool".to_string(),
+        tool.name().to_string(),
+        "--print-limit".to_string(),
+        "20".to_string(),
+    ];
+    let eval = spawn_worker(job, timeout, Some((sanitizer_exe, args)))?;
+    let text = format!(
+        "{}\n{}",
+        eval.sanitizer_output.as_deref().unwrap_or_default(),
+        eval.stderr_tail
+    );
+    let report = sanitizer::parse(&text, Some(tool));
+    Ok((eval, report))
+}
+
+/// Starts `cutesmith worker` (optionally under a wrapper program such as
+/// compute-sanitizer) in a fresh temp directory with a scrubbed environment.
+fn spawn_worker(
+    job: &Job,
+    timeout: Duration,
+    wrapper: Option<(&Path, Vec<String>)>,
+) -> Result<Evaluation> {
     let dir = tempfile::Builder::new()
         .prefix("cutesmith-worker-")
         .tempdir()
@@ -130,7 +171,14 @@ pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
         message: e.to_string(),
     })?;
     std::fs::write(&job_path, text).at(&job_path)?;
-    let mut cmd = Command::new(worker_exe()?);
+    let mut cmd = match &wrapper {
+        Some((exe, args)) => {
+            let mut c = Command::new(exe);
+            c.args(args).arg(worker_exe()?);
+            c
+        }
+        None => Command::new(worker_exe()?),
+    };
     cmd.arg("worker")
         .arg("--job")
         .arg(&job_path)
@@ -140,12 +188,22 @@ pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
     let out = process::run(cmd, timeout, 16 << 20)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);
-    let report: Option<WorkerReport> = out
+    let line = out
         .stdout
         .lines()
         .rev()
-        .find_map(|l| l.strip_prefix(&marker))
-        .and_then(|json| serde_json::from_str(json).ok());
+        .find_map(|l| l.strip_prefix(&marker));
+    let parsed: Option<std::result::Result<WorkerReport, String>> =
+        line.map(|json| serde_json::from_str(json).map_err(|e| e.to_string()));
+    if let Some(Err(e)) = &parsed {
+        // The worker answered but its answer does not parse: that is our bug, not the
+        // kernel's, and must not be filed as a kernel fault.
+        return Err(Error::Format {
+            context: "the worker's report".into(),
+            message: e.clone(),
+        });
+    }
+    let report = parsed.and_then(|r| r.ok());
     let fault = if out.timed_out {
         Some(Fault {
             kind: FaultKind::Timeout,
@@ -169,9 +227,10 @@ pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
     Ok(Evaluation {
         report,
         fault,
-        inspect: inspected,
+        inspect: None,
         stderr_tail,
         seconds: out.elapsed.as_secs_f64(),
+        sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
     })
 }
 
