@@ -32,6 +32,13 @@ pub struct TimingConfig {
     pub runs: u32,
     /// Flush the L2 cache before every timed launch.
     pub flush_l2: bool,
+    /// Below this single-launch time (microseconds), time CUDA-graph replays instead.
+    #[serde(default = "default_graph_below_us")]
+    pub graph_below_us: f64,
+}
+
+fn default_graph_below_us() -> f64 {
+    20.0
 }
 
 impl Default for TimingConfig {
@@ -40,6 +47,7 @@ impl Default for TimingConfig {
             warmup: 5,
             runs: 30,
             flush_l2: true,
+            graph_below_us: default_graph_below_us(),
         }
     }
 }
