@@ -52,7 +52,7 @@ pub fn erf(x: f64) -> f64 {
             term *= -x2 / n;
             let t = term / (2.0 * n + 1.0);
             sum += t;
-            if t.abs() < 1e-17 * sum.abs() {
+            if t.abs() <= 1e-17 * sum.abs() || n > 200.0 {
                 break;
             }
         }

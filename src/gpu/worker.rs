@@ -984,16 +984,16 @@ impl Ctx<'_> {
         self.s.sync()?;
         // Tiny problems: launch overhead would dominate single launches, so each timed
         // sample replays a CUDA graph of GRAPH_LAUNCHES launches (L2 flushed per graph).
-        let mut probe = Vec::new();
-        if let Some(first) = launches.first_mut() {
+        // The mode is decided once for all contenders, so they are timed alike.
+        let mut tiny = false;
+        for l in launches.iter_mut() {
+            let mut probe = Vec::new();
             for _ in 0..5 {
-                probe.push(self.s.time_us(&mut **first)?);
+                probe.push(self.s.time_us(&mut **l)?);
             }
+            probe.sort_by(f64::total_cmp);
+            tiny |= probe[probe.len() / 2] < self.job.timing.graph_below_us;
         }
-        probe.sort_by(f64::total_cmp);
-        let tiny = probe
-            .get(probe.len() / 2)
-            .is_some_and(|t| *t < self.job.timing.graph_below_us);
         let mut graphs: Vec<Option<cudarc::driver::CudaGraph>> = Vec::new();
         if tiny {
             for (i, l) in launches.iter_mut().enumerate() {

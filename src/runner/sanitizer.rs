@@ -36,6 +36,24 @@ pub struct Finding {
     pub line: Option<u32>,
     /// Further detail lines (thread/block, address, the other access of a race).
     pub detail: Vec<String>,
+    /// How many times the sanitizer reported this same access (other threads, blocks).
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Adds a finding, folding it into an earlier one at the same place.
+fn push_finding(list: &mut Vec<Finding>, f: Finding) {
+    match list
+        .iter_mut()
+        .find(|g| g.what == f.what && g.file == f.file && g.line == f.line)
+    {
+        Some(g) => g.count += 1,
+        None => list.push(f),
+    }
 }
 
 /// The parsed report.
@@ -66,7 +84,12 @@ impl SanitizerReport {
                 (Some(file), Some(line)) => format!(" at {file}:{line}"),
                 _ => String::new(),
             };
-            s.push_str(&format!("- {}{at}\n", f.what));
+            let times = if f.count > 1 {
+                format!(" ({} times)", f.count)
+            } else {
+                String::new()
+            };
+            s.push_str(&format!("- {}{at}{times}\n", f.what));
             for d in f.detail.iter().take(2) {
                 s.push_str(&format!("    {d}\n"));
             }
@@ -135,7 +158,7 @@ pub fn parse(output: &str, tool: Option<Tool>) -> SanitizerReport {
                 || text.contains("hazard"));
         if headline {
             if let Some(f) = current.take() {
-                report.findings.push(f);
+                push_finding(&mut report.findings, f);
             }
             let what = text.trim_start_matches("Error: ").to_string();
             let mut f = Finding {
@@ -144,6 +167,7 @@ pub fn parse(output: &str, tool: Option<Tool>) -> SanitizerReport {
                 file: None,
                 line: None,
                 detail: Vec::new(),
+                count: 1,
             };
             // racecheck puts the first access's location on the headline itself.
             if let Some(idx) = text.find(" at ") {
@@ -169,7 +193,7 @@ pub fn parse(output: &str, tool: Option<Tool>) -> SanitizerReport {
         }
     }
     if let Some(f) = current.take() {
-        report.findings.push(f);
+        push_finding(&mut report.findings, f);
     }
     let mut raw = String::new();
     for l in output.lines().filter(|l| l.starts_with("=========")) {
@@ -228,6 +252,35 @@ mod tests {
         assert_eq!(f.file.as_deref(), Some("race.cu"));
         assert_eq!(f.line, Some(61));
         assert!(f.detail[0].contains("race.cu:70"));
+    }
+
+    /// Recorded on an H100 with compute-sanitizer 2025.3.1 on tests/fixtures/faults.
+    #[test]
+    fn recorded_memcheck_names_the_out_of_bounds_line() {
+        let text = include_str!("../../tests/fixtures/sanitizer/memcheck_oob_read.txt");
+        let r = parse(text, Some(Tool::Memcheck));
+        assert!(!r.findings.is_empty());
+        let f = &r.findings[0];
+        assert_eq!(f.what, "Invalid __global__ read of size 2 bytes");
+        assert_eq!(
+            (f.file.as_deref(), f.line),
+            (Some("oob_read.cu"), Some(103))
+        );
+        assert_eq!(f.kernel.as_deref(), Some("cs_gemm_tiled_kernel"));
+        assert!(f.count > 1, "repeats are folded: {}", f.count);
+        assert!(f.detail.iter().any(|d| d.contains("out of bounds")));
+        assert!(r.summary().len() < 1600);
+    }
+
+    #[test]
+    fn recorded_racecheck_names_the_racing_lines() {
+        let text = include_str!("../../tests/fixtures/sanitizer/racecheck_race.txt");
+        let r = parse(text, Some(Tool::Racecheck));
+        assert!(!r.findings.is_empty());
+        let f = &r.findings[0];
+        assert!(f.what.starts_with("Race reported between Write access"));
+        assert_eq!((f.file.as_deref(), f.line), (Some("race.cu"), Some(74)));
+        assert!(f.detail.iter().any(|d| d.contains("race.cu:84")));
     }
 
     #[test]
