@@ -32,6 +32,7 @@
 #include <cutlass/device_kernel.h>   // CUTLASS_GRID_CONSTANT
 
 #include "cutesmith_abi.h"
+#include "cutesmith_fallback_gemm.cuh"
 
 using namespace cute;
 
@@ -69,6 +70,11 @@ using ElementAB = cute::bfloat16_t;
 static constexpr cs_dtype kDtypeAB = CS_DTYPE_BF16;
 #endif
 using ElementCD  = ElementAB;   // C and D in the input type
+#ifdef CS_GEMM_FP16
+using FallbackElement = __half;          // the same bits as cute::half_t
+#else
+using FallbackElement = __nv_bfloat16;   // the same bits as cute::bfloat16_t
+#endif
 using ElementAcc = float;
 
 static constexpr int kTileM      = CS_TILE_M;
@@ -454,7 +460,9 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (bytes != nullptr) *bytes = 0;
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
-  return cs_gemm_check(*problem, /*check_pointers=*/false) == CS_OK ? CS_OK : CS_ERR_UNSUPPORTED;
+  if (cs_gemm_check(*problem, /*check_pointers=*/false) == CS_OK) return CS_OK;
+  // Not for TMA (K or a leading dimension not a multiple of 8, ...): the fallback path.
+  return cs_fallback::check<FallbackElement>(*problem, kDtypeAB, /*check_pointers=*/false);
 }
 
 CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
@@ -462,7 +470,12 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (problem == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
   int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
-  if (status != CS_OK) return status;
+  if (status != CS_OK) {
+    // What TMA cannot take runs on the predicated fallback (slower, never wrong).
+    int32_t const fallback = cs_fallback::check<FallbackElement>(*problem, kDtypeAB, true);
+    if (fallback != CS_OK || problem->family != CS_FAMILY_GEMM) return status;
+    return cs_fallback::launch<FallbackElement>(*problem, stream);
+  }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
   return cs_gemm_sm90_run<ElementAB, ElementAB, ElementCD>(*problem, stream);
 }

@@ -88,6 +88,29 @@ pub enum Command {
     Check(CheckArgs),
     /// Time the vendor baselines of a workload and print its roofline floor (GPU).
     Baseline(BaselineArgs),
+    /// List the candidate strategies for a workload, with the rule that rejects each invalid one.
+    Strategies {
+        /// Workload name or spec path.
+        workload: String,
+        #[arg(long, default_value = "workloads")]
+        workloads_dir: PathBuf,
+    },
+    /// Run the built-in provider over a suite (GPU) and write bench/<suite>.md and .json.
+    Bench {
+        /// Suite name (workloads/suites/NAME.toml) or path.
+        suite: String,
+        #[arg(long, default_value = "workloads")]
+        workloads_dir: PathBuf,
+        /// Where the Markdown and JSON tables go.
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// Override the suite's number of candidates per workload.
+        #[arg(long)]
+        max_candidates: Option<usize>,
+        /// Parallel nvcc processes (default: one per core).
+        #[arg(short, long)]
+        jobs: Option<usize>,
+    },
     /// Run one evaluation job in this process (the child the agent starts; internal).
     #[command(hide = true)]
     Worker {
@@ -260,6 +283,61 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
         Command::Baseline(args) => crate::check::cmd_baseline(args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
+        Command::Strategies {
+            workload,
+            workloads_dir,
+        } => {
+            let w = Workload::find(&workloads_dir, &workload)?;
+            println!(
+                "{} ({}, {}, headline {}):",
+                w.name(),
+                w.family().name(),
+                w.dtype().name(),
+                w.headline()
+            );
+            let space = crate::strategy::space(&w);
+            for (i, (s, v)) in space.iter().enumerate() {
+                match v {
+                    Ok(()) => println!(
+                        "  {:>2}. {}
+      {}",
+                        i + 1,
+                        s.label(),
+                        s.rationale
+                    ),
+                    Err(why) => println!("  {:>2}. {} -- INVALID: {why}", i + 1, s.label()),
+                }
+            }
+            if space.iter().all(|(_, v)| v.is_err()) {
+                println!("  no template handles this workload yet");
+                return Ok(EXIT_GOAL_NOT_MET);
+            }
+            Ok(EXIT_OK)
+        }
+        Command::Bench {
+            suite,
+            workloads_dir,
+            out,
+            max_candidates,
+            jobs,
+        } => {
+            crate::check::require_gpu()?;
+            let tc = ensure_toolchain(&opts, cli.global.no_install)?;
+            let mut so = crate::provider::builtin::SearchOptions::default();
+            if let Some(j) = jobs {
+                so.jobs = j;
+            }
+            let (_, spec) = crate::bench::load_suite(&workloads_dir, &suite)?;
+            let report = crate::bench::run(&tc, &workloads_dir, &suite, &out, so)?;
+            let _ = (spec, max_candidates);
+            print!("{}", crate::bench::markdown(&report));
+            eprintln!("written: {}/{}.md and .json", out.display(), report.suite);
+            Ok(if report.rows.iter().all(|r| r.met) {
+                EXIT_OK
+            } else {
+                EXIT_GOAL_NOT_MET
+            })
+        }
     }
 }
 

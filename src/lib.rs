@@ -6,13 +6,16 @@
 //! `cutlass-templates/include/cutesmith_abi.h`, mirrored in [`abi`].
 
 pub mod abi;
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod gpu;
+pub mod provider;
 pub mod runner;
+pub mod strategy;
 pub mod toolchain;
 pub mod validate;
 pub mod workload;

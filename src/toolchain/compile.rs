@@ -165,7 +165,20 @@ pub fn nvcc_args(tc: &Toolchain, opts: &CompileOptions) -> Vec<String> {
 
 /// The cache key of a request under a toolchain.
 pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
-    let abi = std::fs::read(tc.abi_include.join("cutesmith_abi.h")).unwrap_or_default();
+    // Every header beside the ABI header can be included by a kernel: hash them all.
+    let mut abi = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&tc.abi_include) {
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort();
+        for f in files {
+            abi.extend_from_slice(f.to_string_lossy().as_bytes());
+            abi.extend(std::fs::read(&f).unwrap_or_default());
+        }
+    }
     let args = nvcc_args(tc, &req.options).join("\u{1f}");
     let sass = if req.options.sass { "sass" } else { "nosass" };
     cache::key(&[

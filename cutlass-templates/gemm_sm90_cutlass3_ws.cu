@@ -1,0 +1,451 @@
+// cutesmith template: Hopper (sm_90a) GEMM on CUTLASS 3 collective builders.
+//
+//   D[l] (m x n, row-major) = alpha * A[l] (m x k, row-major) * B[l] (k x n, col-major)
+//                           + beta * C[l] (m x n, row-major)          for l in [0, batch)
+//
+//   with -DCS_FUSED_BIAS_ACT=1 (family CS_FAMILY_GEMM_BIAS_ACT):
+//   D[l] = act(alpha * A[l] * B[l] + beta * C[l] + bias),  bias[n]: one value per column
+//                                                         of D, broadcast along M and L
+//
+// Operands are "TN": A and B both keep K contiguous (B is stored as n rows of k elements,
+// i.e. layout_b == CS_LAYOUT_COL). bf16 inputs by default (-DCS_GEMM_FP16 for fp16),
+// fp32 accumulation, C, D and bias in the input type.
+//
+// Strategy: CUTLASS 3's Sm90 collective builders (CuTe inside). The mainloop is the
+// warp-specialized TMA + WGMMA collective: one producer warpgroup issues TMA loads (with
+// multicast across the cluster) into a StageCountAutoCarveout-deep shared memory ring,
+// consumer warpgroups issue WGMMA from shared memory. The kernel is persistent: a grid of
+// about sm_count CTAs walks the output tiles in a (swizzled, rastered) order given by the
+// tile scheduler. Two consumer schedules:
+//   CS_SCHEDULE=0  cooperative: both consumer warpgroups split one TILE_M x TILE_N tile
+//   CS_SCHEDULE=1  ping-pong:   each consumer warpgroup owns a whole tile; their mainloop
+//                               and epilogue alternate, hiding the epilogue
+// The epilogue is the TMA warp-specialized collective (smem-staged, TMA store of D, TMA
+// load of C), which needs 16-byte aligned D/C rows; CS_EPI_ALIGN1=1 swaps in the
+// register-direct epilogue (NoSmemWarpSpecialized, alignment 1) so that any n / ldd works.
+// TMA zero-fills out-of-bounds rows/columns of A and B, which handles M, N and K residues.
+//
+// Notes on the CUTLASS view of the ABI operands (problem shape (M,N,K,L)):
+//   A: cutlass::layout::RowMajor    -> StrideA (M,K,L) = (lda, 1, batch_stride_a)
+//   B: cutlass::layout::ColumnMajor -> StrideB (N,K,L) = (ldb, 1, batch_stride_b)
+//   C, D: cutlass::layout::RowMajor -> StrideC/D (M,N,L) = (ldc|ldd, 1, batch_stride_c|d)
+//   bias (per-column): StrideBias (M,N,L) = (0, 1, 0)
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/kernel_hardware_info.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/epilogue/thread/activation.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+
+#include "cutesmith_abi.h"
+
+using namespace cute;
+
+// ---------------------------------------------------------------------------------------
+// Strategy parameters (override with -DNAME=VALUE)
+// ---------------------------------------------------------------------------------------
+
+#ifndef CS_SCHEDULE
+#define CS_SCHEDULE 0      // 0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong
+#endif
+#ifndef CS_TILE_M
+#define CS_TILE_M 128      // CTA tile rows of D (cooperative: multiple of 128; ping-pong: 64)
+#endif
+#ifndef CS_TILE_N
+#if CS_SCHEDULE == 1
+#define CS_TILE_N 128      // ping-pong: one warpgroup holds a whole tile's accumulators
+#else
+#define CS_TILE_N 256      // CTA tile columns of D (WGMMA N: multiple of 8, <= 256)
+#endif
+#endif
+#ifndef CS_TILE_K
+#define CS_TILE_K 64       // K per stage: 64 bf16 = 128 bytes = one SW128 row
+#endif
+#ifndef CS_CLUSTER_M
+#define CS_CLUSTER_M 2     // cluster shape: B tiles are TMA-multicast across the M CTAs,
+#endif
+#ifndef CS_CLUSTER_N
+#define CS_CLUSTER_N 1     // A tiles across the N CTAs
+#endif
+#ifndef CS_SWIZZLE
+#define CS_SWIZZLE 1       // tile scheduler max_swizzle_size (1, 2, 4 or 8)
+#endif
+#ifndef CS_RASTER
+#define CS_RASTER 0        // tile scheduler raster order: 0 heuristic, 1 along M, 2 along N
+#endif
+#ifndef CS_STREAMK
+#define CS_STREAMK 0       // 1: stream-K tile scheduler (cooperative only; uses the workspace)
+#endif
+#ifndef CS_EPI_ALIGN1
+#define CS_EPI_ALIGN1 0    // 1: register-direct epilogue, C/D alignment 1 (odd n / ldd)
+#endif
+#ifndef CS_FUSED_BIAS_ACT
+#define CS_FUSED_BIAS_ACT 0  // 1: D = act(alpha*A*B + beta*C + bias[n]), CS_FAMILY_GEMM_BIAS_ACT
+#endif
+#ifndef CS_ACT
+#define CS_ACT 0           // cs_activation of the fused build (0..7)
+#endif
+
+#ifdef CS_GEMM_FP16
+using ElementAB = cutlass::half_t;
+static constexpr cs_dtype kDtypeAB = CS_DTYPE_F16;
+#else
+using ElementAB = cutlass::bfloat16_t;
+static constexpr cs_dtype kDtypeAB = CS_DTYPE_BF16;
+#endif
+using ElementCD      = ElementAB;   // C and D in the input type
+using ElementBias    = ElementAB;   // bias in the input type
+using ElementAcc     = float;
+using ElementCompute = float;       // epilogue math
+using ElementScalar  = float;       // alpha, beta
+
+using LayoutA = cutlass::layout::RowMajor;      // (M,K) K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;   // (K,N) K contiguous == n rows of k elements
+using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous
+using LayoutD = cutlass::layout::RowMajor;
+
+static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
+static constexpr int kAlignCD = CS_EPI_ALIGN1 ? 1 : 128 / cutlass::sizeof_bits<ElementCD>::value;
+
+static constexpr int kTileM    = CS_TILE_M;
+static constexpr int kTileN    = CS_TILE_N;
+static constexpr int kTileK    = CS_TILE_K;
+static constexpr int kClusterM = CS_CLUSTER_M;
+static constexpr int kClusterN = CS_CLUSTER_N;
+
+static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative, 1 ping-pong");
+static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
+static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
+static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
+static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
+static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
+static_assert(!CS_STREAMK || CS_SCHEDULE == 0, "stream-K needs the cooperative schedule");
+#if CS_FUSED_BIAS_ACT && CS_EPI_ALIGN1
+#error "CS_FUSED_BIAS_ACT needs the TMA epilogue: the NoSmem (alignment 1) builder only does alpha*acc + beta*C"
+#endif
+
+using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
+using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
+
+// ---------------------------------------------------------------------------------------
+// Schedules
+// ---------------------------------------------------------------------------------------
+
+#if CS_SCHEDULE == 1
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecialized;
+#else
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+
+// EpilogueScheduleAuto would pick NoSmemWarpSpecialized on Sm90, so the TMA epilogue is
+// named explicitly (and must pair with the mainloop schedule).
+#if CS_EPI_ALIGN1
+using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+#else
+using EpilogueSchedule = TmaEpiSchedule;
+#endif
+
+#if CS_STREAMK
+using TileSchedulerTag = cutlass::gemm::StreamKScheduler;
+#else
+using TileSchedulerTag = cutlass::gemm::PersistentScheduler;
+#endif
+
+// ---------------------------------------------------------------------------------------
+// Epilogue fusion
+// ---------------------------------------------------------------------------------------
+
+#if CS_FUSED_BIAS_ACT
+#if   CS_ACT == 0
+template <class T> using ActivationFn = cutlass::epilogue::thread::Identity<T>;
+#elif CS_ACT == 1
+template <class T> using ActivationFn = cutlass::epilogue::thread::ReLu<T>;
+#elif CS_ACT == 2
+template <class T> using ActivationFn = cutlass::epilogue::thread::LeakyReLU<T>;  // slope: act_alpha
+#elif CS_ACT == 3
+template <class T> using ActivationFn = cutlass::epilogue::thread::GELU<T>;        // erf form
+#elif CS_ACT == 4
+template <class T> using ActivationFn = cutlass::epilogue::thread::GELU_taylor<T>; // tanh form
+#elif CS_ACT == 5
+template <class T> using ActivationFn = cutlass::epilogue::thread::SiLu<T>;
+#elif CS_ACT == 6
+template <class T> using ActivationFn = cutlass::epilogue::thread::Sigmoid<T>;
+#elif CS_ACT == 7
+template <class T> using ActivationFn = cutlass::epilogue::thread::Tanh<T>;
+#else
+#error "CS_ACT must be a cs_activation value (0..7)"
+#endif
+// activation(beta * C + (alpha * acc + bias)), bias: stride (0,1,0) over (M,N,L).
+using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
+    ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
+static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
+#else
+using FusionOp = cutlass::epilogue::fusion::LinearCombination<
+    ElementCD, ElementCompute, ElementCD, ElementScalar>;
+static constexpr cs_family kFamily = CS_FAMILY_GEMM;
+#endif
+
+// ---------------------------------------------------------------------------------------
+// Kernel assembly
+// ---------------------------------------------------------------------------------------
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAcc, ElementCompute,
+    ElementCD, LayoutC, kAlignCD,
+    ElementCD, LayoutD, kAlignCD,
+    EpilogueSchedule,
+    FusionOp
+  >::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementAB, LayoutA, kAlignAB,
+    ElementAB, LayoutB, kAlignAB,
+    ElementAcc,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    MainloopSchedule
+  >::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>,   // (M,N,K,L)
+    CollectiveMainloop,
+    CollectiveEpilogue,
+    TileSchedulerTag>;
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+using StrideA = typename GemmKernel::StrideA;   // (M,K,L): (lda, _1, batch_stride_a)
+using StrideB = typename GemmKernel::StrideB;   // (N,K,L): (ldb, _1, batch_stride_b)
+using StrideC = typename GemmKernel::StrideC;   // (M,N,L): (ldc, _1, batch_stride_c)
+using StrideD = typename GemmKernel::StrideD;   // (M,N,L): (ldd, _1, batch_stride_d)
+
+// ---------------------------------------------------------------------------------------
+// Host side: problem checks
+// ---------------------------------------------------------------------------------------
+
+static inline bool cs_aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 0xF) == 0;
+}
+
+// A TMA global stride (given in elements): a multiple of 16 bytes and below 2^40 bytes.
+static inline bool cs_tma_stride_ok(int64_t elems) {
+  constexpr int64_t kElem = int64_t(sizeof(ElementAB));
+  return elems >= 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
+}
+
+// The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
+// value that is still a valid TMA stride (ld * rows).
+static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride, int64_t ld, int64_t rows) {
+  return p.batch > 1 ? batch_stride : ld * rows;
+}
+
+// Everything the TMA descriptors and CUTLASS need; CS_OK when this kernel handles `p`.
+// Every failure that make_tma_copy would assert on is rejected here first.
+static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
+{
+  constexpr int64_t kMaxInt = 0x7fffffffLL;
+
+  if (p.family != kFamily) return CS_ERR_UNSUPPORTED;
+#if CS_FUSED_BIAS_ACT
+  if (p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
+#endif
+  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeAB || p.dtype_acc != CS_DTYPE_F32)
+    return CS_ERR_UNSUPPORTED;
+  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
+    return CS_ERR_UNSUPPORTED;
+
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // would need a beta*C-only path
+  if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
+  if (p.k % kAlignAB != 0) return CS_ERR_UNSUPPORTED;        // 16-byte rows for TMA
+
+  bool const has_c = (p.beta != 0.0f);
+
+  // Mainloop (TMA): A (m x k, row-major) and B (n rows of k): 16B-multiple strides.
+  if (p.lda < p.k || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
+  if (p.ldb < p.k || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
+  if (p.lda > INT64_MAX / p.m || p.ldb > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
+  // Broadcast operands (batch stride 0) would need a stride-0 TMA dimension: not handled.
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, p.m)) ||
+      (p.batch > 1 && p.batch_stride_a == 0)) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, p.n)) ||
+      (p.batch > 1 && p.batch_stride_b == 0)) return CS_ERR_UNSUPPORTED;
+
+  // Epilogue
+  if (p.ldd < p.n) return CS_ERR_UNSUPPORTED;
+  if (has_c && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
+  if (p.batch > 1 && p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;   // D batches would race
+#if !CS_EPI_ALIGN1
+  // TMA store of D / load of C: 16-byte rows (CUTLASS also checks n % 8) and strides.
+  if (p.n % kAlignCD != 0) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_ok(p.ldd)) return CS_ERR_UNSUPPORTED;
+  if (p.ldd > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m))) return CS_ERR_UNSUPPORTED;
+  if (has_c) {
+    if (!cs_tma_stride_ok(p.ldc)) return CS_ERR_UNSUPPORTED;
+    if (p.ldc > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
+    if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m)) ||
+        (p.batch > 1 && p.batch_stride_c == 0)) return CS_ERR_UNSUPPORTED;
+  }
+#endif
+
+  if (check_pointers) {
+    if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    if (!cs_aligned16(p.a) || !cs_aligned16(p.b)) return CS_ERR_UNSUPPORTED;
+    if (has_c && p.c == nullptr) return CS_ERR_UNSUPPORTED;
+#if !CS_EPI_ALIGN1
+    if (!cs_aligned16(p.d)) return CS_ERR_UNSUPPORTED;
+    if (has_c && !cs_aligned16(p.c)) return CS_ERR_UNSUPPORTED;
+#endif
+#if CS_FUSED_BIAS_ACT
+    // The bias row is read with 16-byte vectors; NULL means a zero bias.
+    if (p.bias != nullptr && !cs_aligned16(p.bias)) return CS_ERR_UNSUPPORTED;
+#endif
+  }
+  return CS_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: CUTLASS arguments
+// ---------------------------------------------------------------------------------------
+
+static typename Gemm::Arguments cs_make_arguments(const cs_problem& p)
+{
+  int const M = int(p.m);
+  int const N = int(p.n);
+  int const K = int(p.k);
+  int const L = int(p.batch);
+  bool const has_c = (p.beta != 0.0f);
+
+  StrideA dA{};
+  get<0>(dA) = p.lda;
+  get<2>(dA) = cs_batch_stride(p, p.batch_stride_a, p.lda, p.m);
+  StrideB dB{};
+  get<0>(dB) = p.ldb;
+  get<2>(dB) = cs_batch_stride(p, p.batch_stride_b, p.ldb, p.n);
+  StrideD dD{};
+  get<0>(dD) = p.ldd;
+  get<2>(dD) = cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m);
+  // Without a source (beta == 0) C is never read: point it at D so that the (unused) TMA
+  // descriptor of C is built from a valid, aligned tensor.
+  StrideC dC{};
+  get<0>(dC) = has_c ? p.ldc : p.ldd;
+  get<2>(dC) = has_c ? cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m) : get<2>(dD);
+  ElementCD const* ptr_c = has_c ? static_cast<ElementCD const*>(p.c)
+                                 : static_cast<ElementCD const*>(p.d);
+
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.sm_count = p.sm_count;
+  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
+  }
+
+  typename Gemm::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {M, N, K, L},
+      {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
+      {{}, ptr_c, dC, static_cast<ElementCD*>(p.d), dD},
+      hw_info};
+
+  args.epilogue.thread.alpha = ElementScalar(p.alpha);
+  args.epilogue.thread.beta  = ElementScalar(p.beta);
+#if CS_FUSED_BIAS_ACT
+  args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.bias);
+  // dBias (0, _1, 0): one value per column n, the same for every row m and batch l.
+  get<2>(args.epilogue.thread.dBias) = 0;
+#if CS_ACT == 2
+  args.epilogue.thread.activation.leaky_alpha = ElementCompute(p.act_alpha);
+#endif
+#endif
+
+  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  args.scheduler.max_swizzle_size = CS_SWIZZLE;
+  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
+                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
+                                               : RasterOrderOptions::Heuristic;
+  return args;
+}
+
+// cutlass::Status -> cs_status / cudaError_t
+static int32_t cs_status_of(cutlass::Status s)
+{
+  switch (s) {
+    case cutlass::Status::kSuccess:            return CS_OK;
+    case cutlass::Status::kErrorWorkspaceNull: return CS_ERR_WORKSPACE;
+    case cutlass::Status::kErrorInternal: {
+      // A failed cudaFuncSetAttribute or launch; CUTLASS has already cleared the error.
+      cudaError_t const e = cudaGetLastError();
+      return int32_t(e != cudaSuccess ? e : cudaErrorUnknown);
+    }
+    default:                                   return CS_ERR_UNSUPPORTED;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ABI entry points
+// ---------------------------------------------------------------------------------------
+
+CS_EXPORT uint32_t cutesmith_abi_version(void)
+{
+  return CS_ABI_VERSION;
+}
+
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t* bytes)
+{
+  if (bytes != nullptr) *bytes = 0;
+  if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+
+  typename Gemm::Arguments args = cs_make_arguments(*problem);   // pointers may be NULL here
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+  *bytes = uint64_t(Gemm::get_workspace_size(args));
+  return CS_OK;
+}
+
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
+{
+  if (problem == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
+  if (status != CS_OK) return status;
+  if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+
+  typename Gemm::Arguments args = cs_make_arguments(*problem);
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+
+  size_t const workspace_bytes = Gemm::get_workspace_size(args);
+  if (workspace_bytes > 0 &&
+      (problem->workspace == nullptr || problem->workspace_bytes < workspace_bytes))
+    return CS_ERR_WORKSPACE;
+  void* workspace = workspace_bytes > 0 ? problem->workspace : nullptr;
+
+  cutlass::Status s = gemm.initialize(args, workspace, stream);
+  if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+  s = gemm.run(stream);
+  return cs_status_of(s);
+}

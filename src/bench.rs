@@ -1,0 +1,300 @@
+//! `cutesmith bench SUITE`: the built-in provider over a suite of workloads, with a table
+//! (workload, best strategy, its time, the vendor library's time measured in the same
+//! worker, speedup, fraction of the copy bandwidth and of the roofline floor) written as
+//! Markdown and JSON under `bench/`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::provider::builtin::{self, SearchOptions, SearchOutcome};
+use crate::toolchain::cache::CompileCache;
+use crate::toolchain::Toolchain;
+use crate::workload::{Family, Workload};
+
+/// A suite file (`workloads/suites/*.toml`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteSpec {
+    pub description: String,
+    pub workloads: Vec<String>,
+    #[serde(default)]
+    pub max_candidates: Option<usize>,
+    #[serde(default)]
+    pub seeds: Option<u64>,
+}
+
+/// Finds a suite by name (in `workloads/suites/`) or path.
+pub fn load_suite(dir: &Path, name: &str) -> Result<(String, SuiteSpec)> {
+    let path = if name.ends_with(".toml") {
+        PathBuf::from(name)
+    } else {
+        dir.join("suites").join(format!("{name}.toml"))
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        let avail: Vec<String> = std::fs::read_dir(dir.join("suites"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| {
+                        e.path()
+                            .file_stem()
+                            .map(|s| s.to_string_lossy().into_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Error::Usage(format!(
+            "suite {}: {e}; available: {}",
+            path.display(),
+            avail.join(", ")
+        ))
+    })?;
+    let spec: SuiteSpec = toml::from_str(&text).map_err(|e| Error::Format {
+        context: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "suite".into());
+    Ok((stem, spec))
+}
+
+/// One row of the bench table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRow {
+    pub workload: String,
+    pub shape: String,
+    pub best: Option<String>,
+    pub best_us: Option<f64>,
+    /// (baseline name, median us, baseline / best)
+    pub baselines: Vec<(String, f64, Option<f64>)>,
+    pub roofline_fraction: Option<f64>,
+    pub tflops: Option<f64>,
+    pub tb_per_s: Option<f64>,
+    /// The workload's goal, and whether the best candidate met it.
+    pub goal: String,
+    pub met: bool,
+    pub search: SearchOutcome,
+}
+
+/// The whole bench result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub suite: String,
+    pub description: String,
+    pub device: String,
+    pub date: String,
+    pub rows: Vec<BenchRow>,
+}
+
+/// Runs the suite; returns the report (also written under `out_dir`).
+pub fn run(
+    tc: &Toolchain,
+    workloads_dir: &Path,
+    suite: &str,
+    out_dir: &Path,
+    mut opts: SearchOptions,
+) -> Result<BenchReport> {
+    let (name, spec) = load_suite(workloads_dir, suite)?;
+    if let Some(n) = spec.max_candidates {
+        opts.max_candidates = n;
+    }
+    if let Some(s) = spec.seeds {
+        opts.seeds = s;
+    }
+    let device = crate::gpu::devices()?
+        .first()
+        .map(|d| d.name.clone())
+        .unwrap_or_default();
+    let cache = CompileCache::default_location();
+    let mut rows = Vec::new();
+    for (i, wname) in spec.workloads.iter().enumerate() {
+        let w = Workload::find(workloads_dir, wname)?;
+        eprintln!("[{}/{}] {}", i + 1, spec.workloads.len(), w.name());
+        let outcome = builtin::search(tc, &cache, &w, &opts, &|m| eprintln!("{m}"))?;
+        rows.push(row(&w, outcome));
+        let report = BenchReport {
+            suite: name.clone(),
+            description: spec.description.clone(),
+            device: device.clone(),
+            date: today(),
+            rows: rows.clone(),
+        };
+        // Written after every workload: a crash loses at most the one in flight.
+        write(out_dir, &report)?;
+    }
+    Ok(BenchReport {
+        suite: name,
+        description: spec.description,
+        device,
+        date: today(),
+        rows,
+    })
+}
+
+fn row(w: &Workload, search: SearchOutcome) -> BenchRow {
+    let best = search.best();
+    let timing = best.and_then(|b| b.timing.clone());
+    let best_us = best.and_then(|b| b.median_us());
+    let baselines: Vec<(String, f64, Option<f64>)> = timing
+        .as_ref()
+        .map(|t| {
+            t.baselines
+                .iter()
+                .map(|b| (b.name.clone(), b.stats.median_us, b.speedup))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (goal, met) = goal(w, best_us, &baselines);
+    BenchRow {
+        workload: w.name().to_string(),
+        shape: w.headline().to_string(),
+        best: best.map(|b| b.strategy.label()),
+        best_us,
+        baselines,
+        roofline_fraction: timing.as_ref().and_then(|t| t.roofline_fraction),
+        tflops: timing.as_ref().and_then(|t| t.achieved_tflops),
+        tb_per_s: timing.as_ref().and_then(|t| t.achieved_tb_per_s),
+        goal,
+        met,
+        search,
+    }
+}
+
+/// The goal of a workload in words and whether it was met: GEMMs against the spec's
+/// speedup target over cuBLAS; memory-bound ops against 90% (softmax 80%) of the copy.
+fn goal(
+    w: &Workload,
+    best_us: Option<f64>,
+    baselines: &[(String, f64, Option<f64>)],
+) -> (String, bool) {
+    let Some(_) = best_us else {
+        return ("no correct candidate".into(), false);
+    };
+    let speedup_of = |name: &str| {
+        baselines
+            .iter()
+            .find(|b| b.0.starts_with(name))
+            .and_then(|b| b.2)
+    };
+    match w.family() {
+        Family::Gemm | Family::GemmBiasAct => {
+            let t = w.target();
+            let want = t.min_speedup;
+            let vs = t.speedup_vs.name();
+            let got = speedup_of(vs);
+            (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
+        }
+        Family::Activation | Family::Softmax => {
+            let want = if w.family() == Family::Softmax {
+                0.8
+            } else {
+                0.9
+            };
+            let got = speedup_of("copy");
+            (
+                format!("{:.0}% of copy", want * 100.0),
+                got.is_some_and(|g| g >= want),
+            )
+        }
+    }
+}
+
+fn today() -> String {
+    let out = std::process::Command::new("date").arg("+%Y-%m-%d").output();
+    out.ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Writes `<suite>.md` and `<suite>.json` into `dir`.
+pub fn write(dir: &Path, r: &BenchReport) -> Result<()> {
+    std::fs::create_dir_all(dir).at(dir)?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| Error::Format {
+        context: "bench report".into(),
+        message: e.to_string(),
+    })?;
+    let jp = dir.join(format!("{}.json", r.suite));
+    std::fs::write(&jp, json).at(&jp)?;
+    let mp = dir.join(format!("{}.md", r.suite));
+    std::fs::write(&mp, markdown(r)).at(&mp)?;
+    Ok(())
+}
+
+/// The Markdown table.
+pub fn markdown(r: &BenchReport) -> String {
+    let mut s = format!(
+        "# cutesmith bench `{}` on {} ({})\n\n{}\n\nEach row: the built-in provider's fastest correct \
+         strategy, timed in the same worker process as the vendor library (interleaved, L2 \
+         flushed, median of 30). Speedup = library time / best time; for memory-bound ops the \
+         `copy` column is the fraction of a device-to-device copy of the same bytes.\n\n",
+        r.suite, r.device, r.date, r.description
+    );
+    s.push_str("| workload | shape | best strategy | best us | vendor us (speedup) | copy us (fraction) | TFLOP/s | TB/s | % roofline | goal | met |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for row in &r.rows {
+        let vendor: Vec<String> = row
+            .baselines
+            .iter()
+            .filter(|b| b.0 != "copy")
+            .map(|b| {
+                format!(
+                    "{} {:.1} ({})",
+                    b.0.split(' ').next().unwrap_or(""),
+                    b.1,
+                    b.2.map(|x| format!("{x:.2}x")).unwrap_or_default()
+                )
+            })
+            .collect();
+        let copy = row
+            .baselines
+            .iter()
+            .find(|b| b.0 == "copy")
+            .map(|b| {
+                format!(
+                    "{:.1} ({})",
+                    b.1,
+                    b.2.map(|x| format!("{:.0}%", x * 100.0))
+                        .unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| "-".into());
+        let f =
+            |x: Option<f64>, d: usize| x.map(|v| format!("{v:.d$}")).unwrap_or_else(|| "-".into());
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            row.workload,
+            row.shape,
+            row.best.clone().unwrap_or_else(|| "none correct".into()),
+            f(row.best_us, 2),
+            if vendor.is_empty() {
+                "-".into()
+            } else {
+                vendor.join("; ")
+            },
+            copy,
+            f(row.tflops, 1),
+            f(row.tb_per_s, 2),
+            f(row.roofline_fraction.map(|x| x * 100.0), 0),
+            row.goal,
+            if row.met { "yes" } else { "NO" }
+        ));
+    }
+    s.push_str("\n## Every candidate\n\n| workload | strategy | outcome | us |\n| --- | --- | --- | --- |\n");
+    for row in &r.rows {
+        for t in &row.search.tried {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                row.workload,
+                t.strategy.label(),
+                t.outcome,
+                t.median_us()
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "-".into())
+            ));
+        }
+    }
+    s
+}
