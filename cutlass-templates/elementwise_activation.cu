@@ -16,16 +16,21 @@
 //   last whole vector (fewer than 2 vectors' worth in all) are done one element at a time.
 // - Each thread loads VECS_PER_THREAD independent vectors (coalesced: vector j of a block's
 //   chunk is THREADS vectors past vector j-1), then computes, then stores them, so every
-//   thread has VECS_PER_THREAD * 16 bytes of loads in flight. Loads and stores carry the
-//   streaming hint (ld/st.global.cs: evict-first, the data is touched once).
+//   thread has VECS_PER_THREAD * 16 bytes of loads in flight (for the transcendental ops a
+//   zero-mask dependency keeps ptxas from sinking the later loads below the math, see
+//   cs_tie_loads). Loads and stores carry the streaming hint (ld/st.global.cs:
+//   evict-first, the data is touched once).
 // - A persistent grid: sm_count * BLOCKS_PER_SM blocks (all resident at once: the launch
-//   bounds cap registers accordingly) walk the chunks with a grid-stride loop; at most
-//   one partial chunk is done with per-vector predicates.
-// - Math: f32 uses the accurate libdevice functions (erff, tanhf, expf, IEEE division),
-//   since f32 results are checked to 1e-5. f16/bf16 use erff for GELU (erf form) and
-//   __expf / __fdividef elsewhere: their ~1e-6 relative error is far below the 2^-9 / 2^-12
-//   of rounding the result to 16 bits, and they keep bf16 (4 bytes moved per element,
-//   half the time per element of f32) from becoming issue bound.
+//   bounds cap registers accordingly) walk the chunks with a grid-stride loop; the one
+//   partial chunk at the end (if any) is done one vector at a time.
+// - Math: f32 uses the accurate libdevice functions (erff, tanhf, expf), since f32 results
+//   are checked to 1e-5 (divisions by 1 + exp(-x) use __fdividef, 2 ulp). f16/bf16 use
+//   erff for GELU (erf form) and __expf / __fdividef elsewhere: their ~1e-6 relative error
+//   is far below the 2^-9 / 2^-12 of rounding the result to 16 bits, and they keep bf16
+//   (4 bytes moved per element, half the time per element of f32) from becoming issue
+//   bound. Main-loop SASS at the defaults: bf16 gelu_erf ~28 instructions per element
+//   (budget at 90% of copy bandwidth ~40), all other bf16 ops <= 15, f32 <= 27.
+// - Plain CUDA C++ (no CuTe): a flat 16-byte vector view is all the layout there is.
 // - Fallback path: rows that are not contiguous, or A and D misaligned differently, go
 //   through a simple scalar 2-D grid-stride kernel (correct, not tuned).
 //
@@ -99,11 +104,13 @@ __device__ __forceinline__ float cs_act(float x, float slope)
       return fmaf(h, tanhf(u), h);
     }
   } else if constexpr (Act == CS_ACT_SILU) {
-    if constexpr (kFast) return __fdividef(x, 1.0f + __expf(-x));
-    else                 return x / (1.0f + expf(-x));
+    // __fdividef (2 ulp) is exact enough even for f32; it only flushes x / y to 0 for
+    // |y| > 2^126, where the true result is below 1e-36 anyway.
+    float const e = kFast ? __expf(-x) : expf(-x);
+    return __fdividef(x, 1.0f + e);
   } else if constexpr (Act == CS_ACT_SIGMOID) {
-    if constexpr (kFast) return __fdividef(1.0f, 1.0f + __expf(-x));
-    else                 return 1.0f / (1.0f + expf(-x));
+    float const e = kFast ? __expf(-x) : expf(-x);
+    return __fdividef(1.0f, 1.0f + e);
   } else if constexpr (Act == CS_ACT_TANH) {
     if constexpr (kFast) {
       // tanh|x| = 1 - 2 / (1 + exp(2|x|)); exp overflowing to inf gives exactly 1.
@@ -127,7 +134,6 @@ template <class T> struct CsElem;
 
 template <> struct CsElem<float> {
   static constexpr bool kFast = false;
-  static constexpr cs_dtype kDtype = CS_DTYPE_F32;
   __device__ __forceinline__ static float to_f32(float v) { return v; }
   __device__ __forceinline__ static float from_f32(float v) { return v; }
   template <int Act>
@@ -138,7 +144,6 @@ template <> struct CsElem<float> {
 
 template <> struct CsElem<__nv_bfloat16> {
   static constexpr bool kFast = true;
-  static constexpr cs_dtype kDtype = CS_DTYPE_BF16;
   __device__ __forceinline__ static float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ __forceinline__ static __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
   template <int Act>
@@ -154,7 +159,6 @@ template <> struct CsElem<__nv_bfloat16> {
 
 template <> struct CsElem<__half> {
   static constexpr bool kFast = true;
-  static constexpr cs_dtype kDtype = CS_DTYPE_F16;
   __device__ __forceinline__ static float to_f32(__half v) { return __half2float(v); }
   __device__ __forceinline__ static __half from_f32(float v) { return __float2half_rn(v); }
   template <int Act>
@@ -194,6 +198,23 @@ __device__ __forceinline__ uint4 cs_apply_vec(uint4 v, float slope)
 __device__ __forceinline__ uint4 cs_load_vec(uint4 const* p) { return __ldcs(p); }
 __device__ __forceinline__ void  cs_store_vec(uint4* p, uint4 v) { __stcs(p, v); }
 
+// Keep an iteration's loads together. Left alone, ptxas sinks the later loads below the
+// math on the first vectors when that math is long (erff on 16-bit data: only 2 of 4
+// loads issued up front), so every iteration pays a second memory round trip. Making
+// every word depend on every load, through a mask the compiler cannot know is zero (a
+// kernel argument, always 0), forces all loads to issue before any math, for a few
+// LOP3s per iteration.
+template <int V>
+__device__ __forceinline__ void cs_tie_loads(uint4 (&v)[V], uint32_t zero)
+{
+  uint32_t t = v[0].x;
+#pragma unroll
+  for (int j = 1; j < V; ++j) t |= v[j].x;
+  t &= zero;
+#pragma unroll
+  for (int j = 0; j < V; ++j) { v[j].x ^= t; v[j].y ^= t; v[j].z ^= t; v[j].w ^= t; }
+}
+
 // ---------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------
@@ -203,7 +224,8 @@ __device__ __forceinline__ void  cs_store_vec(uint4* p, uint4 v) { __stcs(p, v);
 // them and the tail after them are scalar.
 template <class T, int Act>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-cs_act_flat_kernel(T const* a, T* d, int64_t head, int64_t nvec, int64_t total, float slope)
+cs_act_flat_kernel(T const* a, T* d, int64_t head, int64_t nvec, int64_t total, float slope,
+                   uint32_t zero)
 {
   constexpr int kPerVec = kVecBytes / int(sizeof(T));
   int const tid = int(threadIdx.x);
@@ -231,26 +253,19 @@ cs_act_flat_kernel(T const* a, T* d, int64_t head, int64_t nvec, int64_t total, 
     uint4 v[kVecs];
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) v[j] = cs_load_vec(src + j * kThreads);
+    if constexpr (Act >= CS_ACT_GELU_ERF) cs_tie_loads(v, zero);   // long math only
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) v[j] = cs_apply_vec<T, Act>(v[j], slope);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) cs_store_vec(dst + j * kThreads, v[j]);
   }
 
-  // The one partial chunk (if any) falls to the block whose turn comes next.
-  if (c == full_chunks && full_chunks * kChunk < nvec) {
-    int64_t const base = c * kChunk + tid;
-    uint4 v[kVecs];
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      v[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (base + j * kThreads < nvec) v[j] = cs_load_vec(av + base + j * kThreads);
-    }
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) v[j] = cs_apply_vec<T, Act>(v[j], slope);
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j)
-      if (base + j * kThreads < nvec) cs_store_vec(dv + base + j * kThreads, v[j]);
+  // The one partial chunk (if any) falls to the block whose turn comes next. It runs once
+  // per launch, so one vector at a time: little code, few registers.
+  if (c == full_chunks) {
+#pragma unroll 1
+    for (int64_t i = c * kChunk + tid; i < nvec; i += kThreads)
+      cs_store_vec(dv + i, cs_apply_vec<T, Act>(cs_load_vec(av + i), slope));
   }
 }
 
@@ -338,7 +353,7 @@ static int32_t cs_act_run(const cs_problem& p, int sm_count, cudaStream_t stream
     int64_t blocks = chunks < max_blocks ? chunks : max_blocks;
     if (blocks < 1) blocks = 1;                 // only scalar elements
     cs_act_flat_kernel<T, Act><<<unsigned(blocks), kThreads, 0, stream>>>(
-        a, d, head, nvec, total, p.act_alpha);
+        a, d, head, nvec, total, p.act_alpha, /*zero=*/0u);
   } else {
     // Fallback: strided rows (or one row, when only the alignment is off).
     int64_t const m   = contiguous ? 1 : p.m;

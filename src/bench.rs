@@ -109,6 +109,34 @@ pub fn run(
         .map(|d| d.name.clone())
         .unwrap_or_default();
     let cache = CompileCache::default_location();
+    // Compile every candidate of every workload first, all cores at once; the searches
+    // below then find them in the cache.
+    let workloads = spec
+        .workloads
+        .iter()
+        .map(|n| Workload::find(workloads_dir, n).map_err(Error::from))
+        .collect::<Result<Vec<_>>>()?;
+    let mut requests = Vec::new();
+    for w in &workloads {
+        for (_, req) in builtin::plan(w, &opts)? {
+            if !requests.iter().any(|r: &crate::toolchain::compile::CompileRequest| {
+                r.source == req.source && r.options.defines == req.options.defines
+            }) {
+                requests.push(req);
+            }
+        }
+    }
+    eprintln!("compiling {} distinct kernel instances, {} at a time", requests.len(), opts.jobs);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let _ = crate::toolchain::compile::compile_many(tc, &cache, &requests, opts.jobs, &|i, r| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let status = match r {
+            Ok(o) if o.ok() => "ok",
+            Ok(_) => "FAILED",
+            Err(_) => "error",
+        };
+        eprintln!("  compiled {n}/{}: {} {} {status}", requests.len(), requests[i].file_name, requests[i].options.defines.join(" "));
+    });
     let mut rows = Vec::new();
     for (i, wname) in spec.workloads.iter().enumerate() {
         let w = Workload::find(workloads_dir, wname)?;

@@ -91,6 +91,26 @@ impl SearchOutcome {
     }
 }
 
+/// The candidates a search of `w` would try and their compile requests.
+pub fn plan(w: &Workload, opts: &SearchOptions) -> Result<Vec<(Strategy, CompileRequest)>> {
+    strategy::candidates(w)
+        .into_iter()
+        .take(opts.max_candidates)
+        .map(|s| {
+            let mut req = CompileRequest::from_file(
+                &s.source_path(),
+                CompileOptions {
+                    arch: opts.arch.clone(),
+                    defines: s.defines(),
+                    ..CompileOptions::default()
+                },
+            )?;
+            req.file_name = format!("{}.cu", s.template);
+            Ok((s, req))
+        })
+        .collect()
+}
+
 /// Searches the strategy space of `w` on the GPU.
 pub fn search(
     tc: &Toolchain,
@@ -115,21 +135,7 @@ pub fn search(
         rejected.len(),
         opts.jobs
     ));
-    let requests = chosen
-        .iter()
-        .map(|s| {
-            let mut req = CompileRequest::from_file(
-                &s.source_path(),
-                CompileOptions {
-                    arch: opts.arch.clone(),
-                    defines: s.defines(),
-                    ..CompileOptions::default()
-                },
-            )?;
-            req.file_name = format!("{}.cu", s.template);
-            Ok(req)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let requests: Vec<CompileRequest> = plan(w, opts)?.into_iter().map(|(_, r)| r).collect();
     let compiled = compile::compile_many(tc, cache, &requests, opts.jobs, &|i, r| {
         let what = match r {
             Ok(o) if o.ok() => format!(
