@@ -31,6 +31,14 @@
 //   C, D: cutlass::layout::RowMajor -> StrideC/D (M,N,L) = (ldc|ldd, 1, batch_stride_c|d)
 //   bias (per-column): StrideBias (M,N,L) = (0, 1, 0)
 
+// Device code is built without assert(): a call to __assertfail inside the consumer loop
+// makes ptxas serialize every WGMMA (C7510 "wgmma pipeline crossing function boundary"),
+// and CUTLASS's pipeline debug checks add brkpt branches. Host asserts stay (a failed TMA
+// descriptor aborts rather than launching garbage); cs_gemm_check rejects those cases first.
+#if defined(__CUDA_ARCH__) && !defined(NDEBUG)
+#define NDEBUG
+#endif
+
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -50,6 +58,7 @@
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_fallback_gemm.cuh"
 
 using namespace cute;
 
@@ -110,6 +119,11 @@ using ElementBias    = ElementAB;   // bias in the input type
 using ElementAcc     = float;
 using ElementCompute = float;       // epilogue math
 using ElementScalar  = float;       // alpha, beta
+#ifdef CS_GEMM_FP16
+using FallbackElement = __half;          // the same bits as cutlass::half_t
+#else
+using FallbackElement = __nv_bfloat16;   // the same bits as cutlass::bfloat16_t
+#endif
 
 using LayoutA = cutlass::layout::RowMajor;      // (M,K) K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;   // (K,N) K contiguous == n rows of k elements
@@ -407,6 +421,17 @@ static int32_t cs_status_of(cutlass::Status s)
 // ABI entry points
 // ---------------------------------------------------------------------------------------
 
+// The fallback takes what this build's family takes (and the same activation).
+static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
+{
+#if CS_FUSED_BIAS_ACT
+  if (p.family != CS_FAMILY_GEMM_BIAS_ACT || p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
+#else
+  if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
+#endif
+  return cs_fallback::check<FallbackElement>(p, kDtypeAB, check_pointers);
+}
+
 CS_EXPORT uint32_t cutesmith_abi_version(void)
 {
   return CS_ABI_VERSION;
@@ -417,11 +442,13 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (bytes != nullptr) *bytes = 0;
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
-  if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK)
+    return cs_fallback_check(*problem, /*check_pointers=*/false);   // 0 bytes on the fallback
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
   typename Gemm::Arguments args = cs_make_arguments(*problem);   // pointers may be NULL here
-  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess)
+    return cs_fallback_check(*problem, /*check_pointers=*/false);
   *bytes = uint64_t(Gemm::get_workspace_size(args));
   return CS_OK;
 }
@@ -431,12 +458,20 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (problem == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
   int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
-  if (status != CS_OK) return status;
+  if (status != CS_OK) {
+    // What TMA and this epilogue cannot take (K or ld not a multiple of 8, misaligned
+    // pointers, broadcast batches) runs on the predicated fallback: slower, never wrong.
+    if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return status;
+    return cs_fallback::launch<FallbackElement>(*problem, stream);
+  }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
   typename Gemm::Arguments args = cs_make_arguments(*problem);
   Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
+    if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return CS_ERR_UNSUPPORTED;
+    return cs_fallback::launch<FallbackElement>(*problem, stream);
+  }
 
   size_t const workspace_bytes = Gemm::get_workspace_size(args);
   if (workspace_bytes > 0 &&

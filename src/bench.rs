@@ -119,14 +119,21 @@ pub fn run(
     let mut requests = Vec::new();
     for w in &workloads {
         for (_, req) in builtin::plan(w, &opts)? {
-            if !requests.iter().any(|r: &crate::toolchain::compile::CompileRequest| {
-                r.source == req.source && r.options.defines == req.options.defines
-            }) {
+            if !requests
+                .iter()
+                .any(|r: &crate::toolchain::compile::CompileRequest| {
+                    r.source == req.source && r.options.defines == req.options.defines
+                })
+            {
                 requests.push(req);
             }
         }
     }
-    eprintln!("compiling {} distinct kernel instances, {} at a time", requests.len(), opts.jobs);
+    eprintln!(
+        "compiling {} distinct kernel instances, {} at a time",
+        requests.len(),
+        opts.jobs
+    );
     let done = std::sync::atomic::AtomicUsize::new(0);
     let _ = crate::toolchain::compile::compile_many(tc, &cache, &requests, opts.jobs, &|i, r| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
@@ -135,7 +142,12 @@ pub fn run(
             Ok(_) => "FAILED",
             Err(_) => "error",
         };
-        eprintln!("  compiled {n}/{}: {} {} {status}", requests.len(), requests[i].file_name, requests[i].options.defines.join(" "));
+        eprintln!(
+            "  compiled {n}/{}: {} {} {status}",
+            requests.len(),
+            requests[i].file_name,
+            requests[i].options.defines.join(" ")
+        );
     });
     let mut rows = Vec::new();
     for (i, wname) in spec.workloads.iter().enumerate() {

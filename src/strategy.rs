@@ -146,9 +146,13 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             if ![64, 128, 256].contains(&m) || ![64, 128, 256].contains(&n) {
                 return Err("tile sides must be 64, 128 or 256".into());
             }
-            let aligned = w.shapes().iter().all(|sh| sh.n % 8 == 0);
-            if !aligned && s.get("CS_EPI_ALIGN1", 0) == 0 {
-                return Err("some shape has N not a multiple of 8: needs the alignment-1 epilogue (EPI_ALIGN1=1)".into());
+            if fused && s.get("CS_EPI_ALIGN1", 0) == 1 {
+                return Err("the alignment-1 epilogue cannot fuse bias + activation".into());
+            }
+            // Other shapes with N not a multiple of 8 run on the template's fallback; the
+            // headline shape must get the fast path.
+            if w.headline().n % 8 != 0 && s.get("CS_EPI_ALIGN1", 0) == 0 {
+                return Err("the headline shape has N not a multiple of 8: needs the alignment-1 epilogue (EPI_ALIGN1=1)".into());
             }
             Ok(())
         }
@@ -197,7 +201,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             } else {
                 vec![]
             };
-            let align1 = if w.shapes().iter().any(|s| s.n % 8 != 0) {
+            let align1 = if w.headline().n % 8 != 0 && fused.is_empty() {
                 vec![("CS_EPI_ALIGN1", 1)]
             } else {
                 vec![]

@@ -1,0 +1,895 @@
+// cutesmith template: row softmax (CS_FAMILY_SOFTMAX), bf16 / f16 / f32, any m x n.
+//
+//   D[i, :] = softmax(A[i, :])    for each of the m rows of n elements (lda, ldd)
+//
+// dtype_ab == dtype_cd (bf16, f16 or f32, picked at run time); the math is f32 whatever
+// the storage type (dtype_acc is not consulted). exp(x - max) is computed as
+// ex2.approx(x * log2e - max * log2e) (one FFMA + MUFU.EX2, relative error ~2^-22 plus
+// |max * log2e| * 2^-24 from rounding the scaled max: ~1e-7 for unit-scale inputs), and
+// rows are normalized by multiplying with 1 / sum.
+//
+// The goal is DRAM traffic of exactly one read and one write per element. Every row is
+// split into a short unaligned head, a body of 16-byte vectors and a short tail, so the
+// bulk moves as LDG.E.128 / STG.E.128 for any n and any row start (A and D rows must
+// share their offset modulo 16 bytes, which holds when lda == ldd and both pointers are
+// 16-byte aligned; otherwise a scalar fallback runs). Three paths, chosen per launch:
+//
+//   1. Short rows (n <= CS_WARP_ROW_MAX): one warp per row, the row in registers, max and
+//      sum by warp shuffles; 8 warps (8 rows) per CTA, grid-stride over rows.
+//   2. Long rows, in registers (CS_ROW_IN_REGS, the default for every row up to
+//      CS_CLUSTER_MAX x CS_REG_BYTES): one CTA, or a cluster of C CTAs each holding 1/C of
+//      the row, per row. Each thread loads all its 8 (16 with CS_THREADS <= 512) vectors up
+//      front, so the whole row is in flight at once; it takes the max and the sum of exp
+//      over its registers, the (max, sum) pairs are combined across the CTA (shuffles + one
+//      __syncthreads) and, for C > 1, across the cluster through distributed shared memory
+//      (one cluster barrier); then the row is written straight from registers. C is the
+//      smallest power of two <= CS_CLUSTER_MAX for which a CTA holds at most CS_REG_BYTES:
+//      bf16 x 65536 (128 KB) runs as C = 1 (1024 threads x 8 vectors = 32 registers each),
+//      f32 x 65536 (256 KB) as C = 2. Smaller rows get smaller CTAs (8 vectors a thread:
+//      4096 bf16 = 64 threads), so many rows share an SM.
+//   3. Long rows, streaming (rows too long for path 2, or CS_ROW_IN_REGS=0): one CTA (or
+//      cluster) per row, online softmax (running max, rescaled sum) in one pass with 4
+//      vectors in flight per thread. The write pass reads the row back from dynamic shared
+//      memory when CS_CACHE_ROW_IN_SMEM and the CTA's part fits the opt-in limit (227 KB
+//      on H100), otherwise it re-reads it from global memory right away: the CTA has just
+//      read it, so it is still in L2 as long as the rows in flight fit L2; the grid is
+//      throttled (by its dynamic shared memory request) to the CTAs per SM that keep
+//      sm_count x CTAs x row bytes within CS_L2_BUDGET_PCT of L2. First read with an L2
+//      evict_last policy, re-read with evict_first (last use); stores are st.global.cs.
+//
+// Measured on an H100 80GB HBM3 (4096 x 65536, device-to-device copy = 2.99 TB/s for
+// bf16, 3.01 TB/s for f32, bytes read + written):
+//   path 2 (default):          bf16 2.93 TB/s (98%),  f32 2.83 TB/s (94%, cluster of 2)
+//   path 2, CS_THREADS=512:    bf16 2.90 TB/s (97%),  f32 2.85 TB/s (95%)
+//   path 3, smem cache:        bf16 2.87 TB/s (96%),  f32 2.57 TB/s (85%, cluster of 2)
+//   path 3, L2 re-read:        bf16 2.92 TB/s (98%),  f32 2.35 TB/s (78%; 2.44 unthrottled)
+//   cluster of 4 for f32 (64 KB a CTA): 2.57 TB/s (85%), so CS_CLUSTER_MAX defaults to 2.
+//   4096 x 4096: bf16 2.74 TB/s, f32 2.83 TB/s (copy: 2.62 / 2.83).
+// The register path needs neither the shared memory nor L2 luck, and its many
+// independent loads per thread keep the most bytes in flight; hence the defaults.
+// CS_CACHE_ROW_IN_SMEM only matters for rows past path 2 (or with CS_ROW_IN_REGS=0).
+//
+// Never allocates, synchronizes or uses a workspace.
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cutesmith_abi.h"
+
+// ---------------------------------------------------------------------------------------
+// Strategy parameters (override with -DNAME=VALUE)
+// ---------------------------------------------------------------------------------------
+
+#ifndef CS_THREADS
+#define CS_THREADS 1024           // threads per CTA for long rows (multiple of 32, <= 1024)
+#endif
+#ifndef CS_WARP_ROW_MAX
+#define CS_WARP_ROW_MAX 1024      // rows up to this many elements: one warp per row
+#endif
+#ifndef CS_CACHE_ROW_IN_SMEM
+#define CS_CACHE_ROW_IN_SMEM 1    // streaming path: keep the row in smem for the write pass
+#endif
+#ifndef CS_ROW_IN_REGS
+#define CS_ROW_IN_REGS 1          // long rows that fit CS_REG_BYTES per CTA stay in registers
+#endif
+#ifndef CS_REG_BYTES
+#define CS_REG_BYTES 131072       // most bytes of a row one CTA keeps in registers
+#endif
+#ifndef CS_CLUSTER_MAX
+#define CS_CLUSTER_MAX 2          // largest cluster one long row may be split over (1, 2, 4, 8)
+#endif
+#ifndef CS_L2_BUDGET_PCT
+#define CS_L2_BUDGET_PCT 70       // L2 re-read path: rows in flight <= this % of L2 (0: no cap)
+#endif
+
+static constexpr int kThreads       = CS_THREADS;
+static constexpr int kWarpRowMax    = CS_WARP_ROW_MAX;
+static constexpr bool kCacheInSmem  = CS_CACHE_ROW_IN_SMEM != 0;
+static constexpr bool kRowInRegs    = CS_ROW_IN_REGS != 0;
+static constexpr int kClusterMax    = CS_CLUSTER_MAX;
+static constexpr int kL2BudgetPct   = CS_L2_BUDGET_PCT;
+static constexpr int kWarpCtaThreads = 256;   // warp path: 8 rows per CTA
+static constexpr int kStreamUnroll  = 4;      // streaming path: 16-byte vectors in flight per thread
+// Most 16-byte vectors per thread on the register path (a power of two, >= 1).
+static constexpr int kRegVecsRaw    = CS_REG_BYTES / (16 * CS_THREADS);
+static constexpr int kRegVecsMax    = kRegVecsRaw >= 16 ? 16 : kRegVecsRaw >= 8 ? 8
+                                    : kRegVecsRaw >= 4 ? 4 : kRegVecsRaw >= 2 ? 2 : 1;
+// Fewest vectors per thread the register path uses: many vectors per thread in small CTAs
+// put more of the register file to holding row data, hence more bytes in flight per SM
+// (f32 4096 x 4096 went from 75% to 100% of copy bandwidth with 8 instead of 1).
+static constexpr int kRegVecsMin    = kRegVecsMax < 8 ? kRegVecsMax : 8;
+
+static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "CS_THREADS");
+static_assert(kClusterMax == 1 || kClusterMax == 2 || kClusterMax == 4 || kClusterMax == 8,
+              "CS_CLUSTER_MAX must be 1, 2, 4 or 8");
+static_assert(kWarpRowMax >= 0, "CS_WARP_ROW_MAX");
+
+static constexpr float kLog2e = 1.4426950408889634f;
+
+// ---------------------------------------------------------------------------------------
+// Device helpers: PTX wrappers
+// ---------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float cs_neg_inf() { return __int_as_float(0xff800000); }
+
+// 2^x: MUFU.EX2 (relative error ~2^-22; results below 2^-126 flush to zero, far below any
+// tolerance). ex2(-inf) = +0.
+__device__ __forceinline__ float cs_ex2(float x)
+{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16-byte load, read-only path, no L1 allocation (data is touched once by this thread).
+__device__ __forceinline__ uint4 cs_ld_vec(const uint4* p)
+{
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// 16-byte load with an L2 cache policy (createpolicy).
+__device__ __forceinline__ uint4 cs_ld_vec_hint(const uint4* p, uint64_t policy)
+{
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ uint64_t cs_policy_evict_last()
+{
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+__device__ __forceinline__ uint64_t cs_policy_evict_first()
+{
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// 16-byte streaming store (evict-first: the output is not read again by this kernel).
+__device__ __forceinline__ void cs_st_vec(uint4* p, uint4 v)
+{
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// Cluster: rank, size, barriers, distributed shared memory load.
+__device__ __forceinline__ unsigned cs_cluster_rank()
+{
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ unsigned cs_cluster_size()
+{
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cs_cluster_sync()
+{
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cs_cluster_arrive()
+{
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cs_cluster_wait()
+{
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float2 cs_ld_dsmem(const void* smem, unsigned rank)
+{
+  unsigned const local = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+               : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Element types: 16-byte vectors of V elements, unpacked to f32
+// ---------------------------------------------------------------------------------------
+
+template <class T> struct CsElem;
+
+template <> struct CsElem<float> {
+  static constexpr int V = 4;
+  using Bits = uint32_t;
+  __device__ static float to_f(Bits b) { return __uint_as_float(b); }
+  __device__ static Bits from_f(float f) { return __float_as_uint(f); }
+  __device__ static uint4 ninf_vec()
+  {
+    return make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
+  }
+  __device__ static float vmax(uint4 u)
+  {
+    return fmaxf(fmaxf(__uint_as_float(u.x), __uint_as_float(u.y)),
+                 fmaxf(__uint_as_float(u.z), __uint_as_float(u.w)));
+  }
+  __device__ static void unpack(uint4 u, float (&f)[4])
+  {
+    f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+  }
+  __device__ static uint4 pack(const float (&f)[4])
+  {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]),
+                      __float_as_uint(f[2]), __float_as_uint(f[3]));
+  }
+};
+
+template <> struct CsElem<__nv_bfloat16> {
+  static constexpr int V = 8;
+  using Bits = uint16_t;
+  __device__ static float to_f(Bits b) { return __uint_as_float(uint32_t(b) << 16); }
+  __device__ static Bits from_f(float f)
+  {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+  __device__ static uint4 ninf_vec()
+  {
+    return make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+  }
+  __device__ static __nv_bfloat162 h2(uint32_t w) { return *reinterpret_cast<__nv_bfloat162*>(&w); }
+  __device__ static float vmax(uint4 u)
+  {
+    __nv_bfloat162 const m = __hmax2(__hmax2(h2(u.x), h2(u.y)), __hmax2(h2(u.z), h2(u.w)));
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+  __device__ static void unpack(uint4 u, float (&f)[8])
+  {
+    uint32_t const w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i]     = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  __device__ static uint4 pack(const float (&f)[8])
+  {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 const h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+template <> struct CsElem<__half> {
+  static constexpr int V = 8;
+  using Bits = uint16_t;
+  __device__ static float to_f(Bits b) { return __half2float(__ushort_as_half(b)); }
+  __device__ static Bits from_f(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  __device__ static uint4 ninf_vec()
+  {
+    return make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+  }
+  __device__ static __half2 h2(uint32_t w) { return *reinterpret_cast<__half2*>(&w); }
+  __device__ static float vmax(uint4 u)
+  {
+    __half2 const m = __hmax2(__hmax2(h2(u.x), h2(u.y)), __hmax2(h2(u.z), h2(u.w)));
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+  __device__ static void unpack(uint4 u, float (&f)[8])
+  {
+    uint32_t const w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 const v = __half22float2(h2(w[i]));
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  __device__ static uint4 pack(const float (&f)[8])
+  {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __half2 const h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ float cs_ld_scalar(const T* p)
+{
+  using Bits = typename CsElem<T>::Bits;
+  return CsElem<T>::to_f(__ldg(reinterpret_cast<const Bits*>(p)));
+}
+
+template <class T>
+__device__ __forceinline__ void cs_st_scalar(T* p, float v)
+{
+  using Bits = typename CsElem<T>::Bits;
+  __stcs(reinterpret_cast<Bits*>(p), CsElem<T>::from_f(v));
+}
+
+// ---------------------------------------------------------------------------------------
+// Row geometry and (max, sum) reductions
+// ---------------------------------------------------------------------------------------
+
+// A row as head (elements before the first 16-byte boundary), body (16-byte vectors) and
+// tail (the remaining < V elements). A part `rank` of `parts` (cluster split) owns body
+// vectors [b0, b1); part 0 also owns the head, the last part the tail.
+struct CsRowSplit {
+  int body_at;   // element index of the first body vector (the whole row's head length)
+  int tail_at;   // element index of the first tail element
+  int head, tail, b0, b1;   // this part's head and tail lengths and body vector range
+};
+
+template <class T>
+__device__ __forceinline__ CsRowSplit cs_split_row(const T* xr, int n, unsigned rank, unsigned parts)
+{
+  constexpr int V = CsElem<T>::V;
+  unsigned const mis = static_cast<unsigned>(reinterpret_cast<uintptr_t>(xr)) & 15u;
+  int head = mis ? int((16u - mis) / sizeof(T)) : 0;
+  head = head < n ? head : n;
+  int const nb = (n - head) / V;
+  CsRowSplit s;
+  s.body_at = head;
+  s.tail_at = head + nb * V;
+  s.head = rank == 0 ? head : 0;
+  s.tail = rank == parts - 1 ? n - head - nb * V : 0;
+  int const chunk = (nb + int(parts) - 1) / int(parts);
+  int const b0 = int(rank) * chunk;
+  s.b0 = b0 < nb ? b0 : nb;
+  s.b1 = b0 + chunk < nb ? b0 + chunk : nb;
+  return s;
+}
+
+// The partial state of a row: mL = max(x) * log2e (or -inf when empty) and
+// s = sum(2^(x log2e - mL)). Combining is symmetric, so butterfly shuffles leave the
+// bit-identical result in every lane.
+__device__ __forceinline__ void cs_combine(float& m, float& s, float m2, float s2)
+{
+  float const M  = fmaxf(m, m2);
+  float const Me = M == cs_neg_inf() ? 0.0f : M;
+  s = s * cs_ex2(m - Me) + s2 * cs_ex2(m2 - Me);
+  m = M;
+}
+
+__device__ __forceinline__ void cs_warp_reduce(float& m, float& s)
+{
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float const m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    float const s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    cs_combine(m, s, m2, s2);
+  }
+}
+
+// Over the CTA (one __syncthreads; every warp then reduces all warp partials itself).
+__device__ __forceinline__ void cs_block_reduce(float& m, float& s, float2* red)
+{
+  cs_warp_reduce(m, s);
+  int const warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  if (lane == 0) red[warp] = make_float2(m, s);
+  __syncthreads();
+  float2 const v = lane < int(blockDim.x >> 5) ? red[lane] : make_float2(cs_neg_inf(), 0.0f);
+  m = v.x;
+  s = v.y;
+  cs_warp_reduce(m, s);
+}
+
+// Over the cluster through distributed shared memory. Ends with a cluster arrive: the
+// caller must cs_cluster_wait() before exiting (a peer may still read our slot).
+__device__ __forceinline__ void cs_cluster_reduce(float& m, float& s, float2* slot, unsigned parts)
+{
+  if (threadIdx.x == 0) *slot = make_float2(m, s);
+  cs_cluster_sync();
+  int const lane = int(threadIdx.x & 31);
+  float2 const v = lane < int(parts) ? cs_ld_dsmem(slot, unsigned(lane))
+                                     : make_float2(cs_neg_inf(), 0.0f);
+  m = v.x;
+  s = v.y;
+  cs_warp_reduce(m, s);   // consumes the remote values before the arrive below
+  cs_cluster_arrive();
+}
+
+// Thread-local (mL, s) from a raw max and the f32 elements (entries at -inf add 0).
+__device__ __forceinline__ float cs_scaled_max(float raw_max)
+{
+  return raw_max == cs_neg_inf() ? cs_neg_inf() : raw_max * kLog2e;
+}
+
+__device__ __forceinline__ float cs_finite_or_zero(float mL)
+{
+  return mL == cs_neg_inf() ? 0.0f : mL;
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------
+
+// A row part held in registers by G threads: VPT body vectors each plus one head and one
+// tail element. Loads, reduces through `reduce(mL, s)`, writes.
+template <class T, int VPT, class Reduce>
+__device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T* __restrict__ yr,
+                                                    int n, unsigned rank, unsigned parts,
+                                                    int g, int G, Reduce reduce)
+{
+  using E = CsElem<T>;
+  constexpr int V = E::V;
+  CsRowSplit const sp = cs_split_row(xr, n, rank, parts);
+  const uint4* xv = reinterpret_cast<const uint4*>(xr + sp.body_at);
+  uint4* yv = reinterpret_cast<uint4*>(yr + sp.body_at);
+  int const tail_at = sp.tail_at;
+
+  uint4 r[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    int const j = sp.b0 + g + i * G;
+    r[i] = j < sp.b1 ? cs_ld_vec(xv + j) : E::ninf_vec();
+  }
+  bool const has_head = g < sp.head;
+  bool const has_tail = g < sp.tail;
+  float const hx = has_head ? cs_ld_scalar(xr + g) : cs_neg_inf();
+  float const tx = has_tail ? cs_ld_scalar(xr + tail_at + g) : cs_neg_inf();
+
+  // Thread-local max, then sum of 2^(x log2e - mL).
+  float mx = fmaxf(hx, tx);
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) mx = fmaxf(mx, E::vmax(r[i]));
+  float mL = cs_scaled_max(mx);
+  float ml = cs_finite_or_zero(mL);
+  float s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    float f[V];
+    E::unpack(r[i], f);
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) part += cs_ex2(fmaf(f[k], kLog2e, -ml));
+    s += part;
+  }
+
+  reduce(mL, s);
+  ml = cs_finite_or_zero(mL);
+  float const inv = 1.0f / s;
+
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    int const j = sp.b0 + g + i * G;
+    if (j < sp.b1) {
+      float f[V];
+      E::unpack(r[i], f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) f[k] = cs_ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+      cs_st_vec(yv + j, E::pack(f));
+    }
+  }
+  if (has_head) cs_st_scalar(yr + g, cs_ex2(fmaf(hx, kLog2e, -ml)) * inv);
+  if (has_tail) cs_st_scalar(yr + tail_at + g, cs_ex2(fmaf(tx, kLog2e, -ml)) * inv);
+}
+
+// Path 1: one warp per row (n <= CS_WARP_ROW_MAX), rows grid-strided.
+template <class T, int VPT>
+__global__ void __launch_bounds__(kWarpCtaThreads)
+cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, int n,
+                       int64_t lda, int64_t ldd)
+{
+  int64_t const warps = int64_t(blockDim.x >> 5);
+  int const lane = int(threadIdx.x & 31);
+  for (int64_t row = int64_t(blockIdx.x) * warps + (threadIdx.x >> 5); row < m;
+       row += int64_t(gridDim.x) * warps) {
+    cs_row_in_registers<T, VPT>(x + row * lda, y + row * ldd, n, 0u, 1u, lane, 32,
+                                [](float& mL, float& s) { cs_warp_reduce(mL, s); });
+  }
+}
+
+// Path 2: one CTA (or one cluster of blockIdx-consecutive CTAs) per row, row in registers.
+// Up to 8 vectors per thread the row fits in 64 registers (bound 1024 caps them there, so
+// small CTAs of a mid-size row can share an SM); 16 (CS_THREADS <= 512) needs 128.
+template <int VPT>
+struct CsRegBound { static constexpr int value = VPT <= 8 ? 1024 : kThreads; };
+
+template <class T, int VPT>
+__global__ void __launch_bounds__(CsRegBound<VPT>::value, 1)
+cs_softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_t lda, int64_t ldd)
+{
+  __shared__ float2 red[32];
+  __shared__ float2 slot;
+  unsigned const parts = cs_cluster_size();
+  unsigned const rank  = parts > 1 ? cs_cluster_rank() : 0u;
+  int64_t const row = int64_t(blockIdx.x / parts);
+  cs_row_in_registers<T, VPT>(x + row * lda, y + row * ldd, n, rank, parts,
+                              int(threadIdx.x), int(blockDim.x),
+                              [&](float& mL, float& s) {
+                                cs_block_reduce(mL, s, red);
+                                if (parts > 1) cs_cluster_reduce(mL, s, &slot, parts);
+                              });
+  if (parts > 1) cs_cluster_wait();
+}
+
+// Path 3: one CTA (or cluster) per row, online softmax while streaming the row, then a
+// write pass from shared memory (CACHE) or from global memory / L2 (re-read). VEC = false
+// is the scalar fallback for rows whose A and D offsets differ modulo 16 bytes.
+template <class T, bool VEC, bool CACHE>
+__global__ void __launch_bounds__(kThreads)
+cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_t lda, int64_t ldd)
+{
+  using E = CsElem<T>;
+  constexpr int V = E::V;
+  constexpr int U = kStreamUnroll;
+  extern __shared__ __align__(16) uint4 cs_row_cache[];
+  __shared__ float2 red[32];
+  __shared__ float2 slot;
+
+  unsigned const parts = cs_cluster_size();
+  unsigned const rank  = parts > 1 ? cs_cluster_rank() : 0u;
+  int64_t const row = int64_t(blockIdx.x / parts);
+  const T* xr = x + row * lda;
+  T* yr = y + row * ldd;
+  int const g = int(threadIdx.x), G = int(blockDim.x);
+
+  float mL = cs_neg_inf(), s = 0.0f;
+
+  if constexpr (VEC) {
+    CsRowSplit const sp = cs_split_row(xr, n, rank, parts);
+    const uint4* xv = reinterpret_cast<const uint4*>(xr + sp.body_at);
+    uint4* yv = reinterpret_cast<uint4*>(yr + sp.body_at);
+    int const tail_at = sp.tail_at;
+
+    bool const has_head = g < sp.head;
+    bool const has_tail = g < sp.tail;
+    float const hx = has_head ? cs_ld_scalar(xr + g) : cs_neg_inf();
+    float const tx = has_tail ? cs_ld_scalar(xr + tail_at + g) : cs_neg_inf();
+    mL = cs_scaled_max(fmaxf(hx, tx));
+    {
+      float const ml = cs_finite_or_zero(mL);
+      s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
+    }
+
+    uint64_t const keep = CACHE ? 0 : cs_policy_evict_last();
+    for (int j0 = sp.b0 + g; j0 < sp.b1; j0 += U * G) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        int const j = j0 + u * G;
+        if (j < sp.b1) r[u] = CACHE ? cs_ld_vec(xv + j) : cs_ld_vec_hint(xv + j, keep);
+        else           r[u] = E::ninf_vec();
+      }
+      float cm = E::vmax(r[0]);
+#pragma unroll
+      for (int u = 1; u < U; ++u) cm = fmaxf(cm, E::vmax(r[u]));
+      float const cmL = cs_scaled_max(cm);
+      if (cmL > mL) {               // new running max: rescale the running sum
+        s *= cs_ex2(mL - cmL);
+        mL = cmL;
+      }
+      float const ml = cs_finite_or_zero(mL);
+      float part = 0.0f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float f[V];
+        E::unpack(r[u], f);
+#pragma unroll
+        for (int k = 0; k < V; ++k) part += cs_ex2(fmaf(f[k], kLog2e, -ml));
+      }
+      s += part;
+      if constexpr (CACHE) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          int const j = j0 + u * G;
+          if (j < sp.b1) cs_row_cache[j - sp.b0] = r[u];
+        }
+      }
+    }
+
+    cs_block_reduce(mL, s, red);
+    if (parts > 1) cs_cluster_reduce(mL, s, &slot, parts);
+    float const ml = cs_finite_or_zero(mL);
+    float const inv = 1.0f / s;
+
+    // Write pass: each thread re-reads exactly the vectors it read (no barrier needed for
+    // the shared memory cache), in the same order (oldest L2 lines first).
+    uint64_t const last = CACHE ? 0 : cs_policy_evict_first();
+    for (int j0 = sp.b0 + g; j0 < sp.b1; j0 += U * G) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        int const j = j0 + u * G;
+        if (j < sp.b1) r[u] = CACHE ? cs_row_cache[j - sp.b0] : cs_ld_vec_hint(xv + j, last);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        int const j = j0 + u * G;
+        if (j < sp.b1) {
+          float f[V];
+          E::unpack(r[u], f);
+#pragma unroll
+          for (int k = 0; k < V; ++k) f[k] = cs_ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+          cs_st_vec(yv + j, E::pack(f));
+        }
+      }
+    }
+    if (has_head) cs_st_scalar(yr + g, cs_ex2(fmaf(hx, kLog2e, -ml)) * inv);
+    if (has_tail) cs_st_scalar(yr + tail_at + g, cs_ex2(fmaf(tx, kLog2e, -ml)) * inv);
+  } else {
+    // Scalar fallback (never a cluster): online pass, then re-read.
+    for (int j = g; j < n; j += G) {
+      float const v  = cs_ld_scalar(xr + j);
+      float const vL = cs_scaled_max(v);
+      if (vL > mL) {
+        s *= cs_ex2(mL - vL);
+        mL = vL;
+      }
+      s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
+    }
+    cs_block_reduce(mL, s, red);
+    float const ml = cs_finite_or_zero(mL);
+    float const inv = 1.0f / s;
+    for (int j = g; j < n; j += G)
+      cs_st_scalar(yr + j, cs_ex2(fmaf(cs_ld_scalar(xr + j), kLog2e, -ml)) * inv);
+  }
+  if (parts > 1) cs_cluster_wait();
+}
+
+// ---------------------------------------------------------------------------------------
+// Host launcher
+// ---------------------------------------------------------------------------------------
+
+static inline int cs_pow2_at_least(int64_t x)
+{
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+template <class Kernel, class... Args>
+static cudaError_t cs_launch(Kernel kernel, unsigned grid, unsigned block, int smem_bytes,
+                             int cluster, cudaStream_t stream, Args... args)
+{
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attrs[1];
+  config.gridDim          = dim3(grid, 1, 1);
+  config.blockDim         = dim3(block, 1, 1);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.stream           = stream;
+  config.attrs            = attrs;
+  config.numAttrs         = 0;
+  if (cluster > 1) {
+    attrs[0].id               = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = unsigned(cluster);
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+struct CsDeviceFacts {
+  int smem_optin;     // max dynamic shared memory per CTA (opt-in)
+  int smem_per_sm;
+  int l2_bytes;
+  int sms;
+};
+
+static cudaError_t cs_device_facts(CsDeviceFacts& f, int sm_count_hint)
+{
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  if (err != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, dev);
+  if (err != cudaSuccess) return err;
+  f.sms = sm_count_hint;
+  if (f.sms <= 0) {
+    err = cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <class T, int VPT>
+static cudaError_t cs_launch_warp(const cs_problem& p, cudaStream_t stream)
+{
+  int64_t const rows_per_cta = kWarpCtaThreads / 32;
+  int64_t grid = (p.m + rows_per_cta - 1) / rows_per_cta;
+  if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
+  return cs_launch(cs_softmax_warp_kernel<T, VPT>, unsigned(grid), unsigned(kWarpCtaThreads),
+                   0, 1, stream, static_cast<const T*>(p.a), static_cast<T*>(p.d),
+                   int64_t(p.m), int(p.n), int64_t(p.lda), int64_t(p.ldd));
+}
+
+template <class T, int VPT>
+static cudaError_t cs_launch_regs(const cs_problem& p, cudaStream_t stream, int cluster, int threads)
+{
+  return cs_launch(cs_softmax_regs_kernel<T, VPT>, unsigned(p.m * cluster), unsigned(threads),
+                   0, cluster, stream, static_cast<const T*>(p.a), static_cast<T*>(p.d),
+                   int(p.n), int64_t(p.lda), int64_t(p.ldd));
+}
+
+template <class T, bool VEC, bool CACHE>
+static cudaError_t cs_launch_stream(const cs_problem& p, cudaStream_t stream, int cluster,
+                                    int threads, int smem_bytes)
+{
+  return cs_launch(cs_softmax_stream_kernel<T, VEC, CACHE>, unsigned(p.m * cluster),
+                   unsigned(threads), smem_bytes, cluster, stream,
+                   static_cast<const T*>(p.a), static_cast<T*>(p.d),
+                   int(p.n), int64_t(p.lda), int64_t(p.ldd));
+}
+
+// Register path: VPT vectors per thread, VPT a power of two in [kRegVecsMin, kRegVecsMax].
+template <class T, int VPT = kRegVecsMin>
+static cudaError_t cs_dispatch_regs(const cs_problem& p, cudaStream_t stream, int cluster,
+                                    int vpt, int threads)
+{
+  if constexpr (VPT > kRegVecsMax) {
+    return cudaErrorInvalidValue;
+  } else {
+    if (vpt == VPT) return cs_launch_regs<T, VPT>(p, stream, cluster, threads);
+    if constexpr (VPT * 2 <= kRegVecsMax) {
+      return cs_dispatch_regs<T, VPT * 2>(p, stream, cluster, vpt, threads);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  }
+}
+
+// Smallest dynamic shared memory request that limits the re-read path to the CTAs per SM
+// whose rows fit the L2 budget (0: no limit needed).
+static int cs_l2_throttle_smem(const CsDeviceFacts& f, int64_t row_bytes, int threads)
+{
+  if (kL2BudgetPct <= 0 || row_bytes <= 0) return 0;
+  int64_t const budget = int64_t(f.l2_bytes) * kL2BudgetPct / 100;
+  int64_t per_sm = budget / (int64_t(f.sms) * row_bytes);
+  if (per_sm < 1) per_sm = 1;
+  int64_t const by_threads = 2048 / threads;
+  if (per_sm >= by_threads) return 0;
+  // 1 KB per CTA is reserved by the system, plus our static shared memory.
+  int64_t smem = int64_t(f.smem_per_sm) / per_sm - 2048;
+  if (smem > f.smem_optin) smem = f.smem_optin;
+  return smem > 0 ? int(smem) : 0;
+}
+
+template <class T>
+static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
+{
+  constexpr int V = CsElem<T>::V;
+  int64_t const n = p.n;
+  uintptr_t const a = reinterpret_cast<uintptr_t>(p.a);
+  uintptr_t const d = reinterpret_cast<uintptr_t>(p.d);
+  // Vector path: A and D rows start at the same offset modulo 16 bytes.
+  bool const vec = ((a ^ d) & 15u) == 0 &&
+                   (p.m == 1 || ((p.lda - p.ldd) * int64_t(sizeof(T))) % 16 == 0);
+
+  if (!vec) {
+    int64_t threads = (n + 31) / 32 * 32;
+    if (threads > kThreads) threads = kThreads;
+    return int32_t(cs_launch_stream<T, false, false>(p, stream, 1, int(threads), 0));
+  }
+
+  int64_t const nb_max = n / V;   // body vectors of a row, at most
+
+  // Path 1: a warp per row.
+  if (n <= kWarpRowMax && nb_max <= 32 * 8) {
+    int const vpt = cs_pow2_at_least((nb_max + 31) / 32);
+    switch (vpt) {
+      case 1: return int32_t(cs_launch_warp<T, 1>(p, stream));
+      case 2: return int32_t(cs_launch_warp<T, 2>(p, stream));
+      case 4: return int32_t(cs_launch_warp<T, 4>(p, stream));
+      default: return int32_t(cs_launch_warp<T, 8>(p, stream));
+    }
+  }
+
+  CsDeviceFacts f;
+  cudaError_t err = cs_device_facts(f, p.sm_count);
+  if (err != cudaSuccess) return int32_t(err);
+
+  for (int cluster = 1; cluster <= kClusterMax; cluster *= 2) {
+    if (p.m * cluster > 0x7fffffffLL) break;
+    int64_t const per_cta = (nb_max + cluster - 1) / cluster;   // body vectors per CTA
+    // Path 2: the row part in registers.
+    if constexpr (kRowInRegs) {
+      if (per_cta <= int64_t(kThreads) * kRegVecsMax) {
+        int vpt = cs_pow2_at_least((per_cta + kThreads - 1) / kThreads);
+        if (vpt < kRegVecsMin) vpt = kRegVecsMin;
+        int64_t threads = ((per_cta + vpt - 1) / vpt + 31) / 32 * 32;
+        if (threads < 32) threads = 32;
+        return int32_t(cs_dispatch_regs<T>(p, stream, cluster, vpt, int(threads)));
+      }
+    }
+    // Path 3 with the row part cached in shared memory.
+    if constexpr (kCacheInSmem) {
+      if (per_cta * 16 + 1024 <= f.smem_optin) {
+        int64_t threads = ((per_cta + kStreamUnroll - 1) / kStreamUnroll + 31) / 32 * 32;
+        if (threads > kThreads) threads = kThreads;
+        return int32_t(cs_launch_stream<T, true, true>(p, stream, cluster, int(threads),
+                                                       int(per_cta * 16)));
+      }
+    }
+  }
+
+  // Path 3, write pass re-reading the row from L2.
+  if (p.m > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
+  int const smem = cs_l2_throttle_smem(f, n * int64_t(sizeof(T)), kThreads);
+  return int32_t(cs_launch_stream<T, true, false>(p, stream, 1, kThreads, smem));
+}
+
+static int32_t cs_softmax_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.family != CS_FAMILY_SOFTMAX) return CS_ERR_UNSUPPORTED;
+  if (p.dtype_ab != p.dtype_cd) return CS_ERR_UNSUPPORTED;
+  if (p.dtype_ab != CS_DTYPE_BF16 && p.dtype_ab != CS_DTYPE_F16 && p.dtype_ab != CS_DTYPE_F32)
+    return CS_ERR_UNSUPPORTED;
+  if (p.layout_a != CS_LAYOUT_ROW || p.layout_cd != CS_LAYOUT_ROW) return CS_ERR_UNSUPPORTED;
+  if (p.m < 0 || p.n < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.batch != 1) return CS_ERR_UNSUPPORTED;
+  if (p.n > 0x7fffffffLL - 64) return CS_ERR_UNSUPPORTED;
+  if (p.m > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
+  if (p.m > 1 && (p.lda < p.n || p.ldd < p.n)) return CS_ERR_UNSUPPORTED;
+  if (check_pointers) {
+    if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    uintptr_t const esize = p.dtype_ab == CS_DTYPE_F32 ? 4 : 2;
+    if ((reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.d)) % esize != 0)
+      return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// ABI entry points
+// ---------------------------------------------------------------------------------------
+
+CS_EXPORT uint32_t cutesmith_abi_version(void)
+{
+  return CS_ABI_VERSION;
+}
+
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t* bytes)
+{
+  if (bytes != nullptr) *bytes = 0;
+  if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  return cs_softmax_check(*problem, /*check_pointers=*/false) == CS_OK ? CS_OK : CS_ERR_UNSUPPORTED;
+}
+
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
+{
+  if (problem == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  int32_t const status = cs_softmax_check(*problem, /*check_pointers=*/true);
+  if (status != CS_OK) return status;
+  if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+  int32_t rc = CS_OK;
+  switch (problem->dtype_ab) {
+    case CS_DTYPE_BF16: rc = cs_softmax_run<__nv_bfloat16>(*problem, stream); break;
+    case CS_DTYPE_F16:  rc = cs_softmax_run<__half>(*problem, stream); break;
+    default:            rc = cs_softmax_run<float>(*problem, stream); break;
+  }
+  if (rc != CS_OK) return rc;
+  return int32_t(cudaGetLastError());
+}
