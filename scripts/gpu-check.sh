@@ -8,19 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cutesmith-gpu}
-mkdir -p "$OUT" /tmp/cutlass
-tar xzf .carry/cutlass.tgz -C /tmp/cutlass
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export CUTLASS_DIR=/tmp/cutlass
-export CUTESMITH_CACHE_DIR=/tmp/cutesmith-cache
-export CUTESMITH_NO_INSTALL=1
-export CUTESMITH_WORKER_EXE="$PWD/.carry/cutesmith"
-export CUTESMITH_TEMPLATES="$PWD/cutlass-templates"
-# The test binary finds fixtures under the path it was built at.
-built_at=${CUTESMITH_BUILT_AT:-/work/main}
-if [ ! -e "$built_at" ]; then mkdir -p "$(dirname "$built_at")" && ln -s "$PWD" "$built_at"; fi
+mkdir -p "$OUT"
+. scripts/gpu-env.sh
 cs=.carry/cutesmith
-chmod +x .carry/cutesmith .carry/all-tests
 
 step() { echo; echo "== $* ($(date +%T))"; }
 step doctor
