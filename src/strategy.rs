@@ -215,12 +215,12 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..], "cooperative 128x128x64, cluster 2x1: more tiles for mid-size problems"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 128x128x64: overlaps one warpgroup's epilogue with the other's MMAs"),
                 (&[("CS_TILE_M", 64), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 64x128: small tiles for skinny or small problems"),
-                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1)][..], "cooperative 128x256x64 without a cluster"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_CLUSTER_N", 2)][..], "cooperative 128x256x64, cluster 1x2: B tiles multicast instead of A"),
             ];
             let order: Vec<usize> = if skinny {
                 vec![3, 2, 1, 0, 4]
             } else {
-                vec![0, 1, 2, 4, 3]
+                vec![0, 4, 2, 1, 3]
             };
             for i in order {
                 let (p, why) = cutlass[i];
