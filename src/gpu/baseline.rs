@@ -184,7 +184,8 @@ impl Libraries {
         b: u64,
         p: u64,
     ) -> Result<(), CudaFailure> {
-        self.gemm(g, dtype, DType::F32, a, b, p, 1.0, 0.0, true)
+        let compute = bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC;
+        self.gemm_with(g, dtype, DType::F32, a, b, p, 1.0, 0.0, compute)
     }
 
     /// The `gemm_ex`-style baseline in the workload's precision: D = alpha·A·B + beta·D,
@@ -207,27 +208,6 @@ impl Libraries {
             bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
         self.gemm_with(g, dtype, dtype, a, b, d, alpha, beta, compute)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
-        &self,
-        g: &GemmDesc,
-        in_t: DType,
-        out_t: DType,
-        a: u64,
-        b: u64,
-        out: u64,
-        alpha: f32,
-        beta: f32,
-        pedantic: bool,
-    ) -> Result<(), CudaFailure> {
-        let compute = if pedantic {
-            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC
-        } else {
-            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
-        };
-        self.gemm_with(g, in_t, out_t, a, b, out, alpha, beta, compute)
     }
 
     #[allow(clippy::too_many_arguments)]
