@@ -156,6 +156,31 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
+        "gemm_f32_3xtf32" => {
+            if fam != Family::Gemm || dt != DType::F32 {
+                return Err("f32 GEMM only".into());
+            }
+            if !(lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row) {
+                return Err(format!(
+                    "the template takes TN operands only, not {}",
+                    lay.blas_name()
+                ));
+            }
+            let (m, n, k, stages) = (
+                s.get("CS_TILE_M", 128),
+                s.get("CS_TILE_N", 128),
+                s.get("CS_TILE_K", 32),
+                s.get("CS_STAGES", 3),
+            );
+            // 3xTF32 keeps A and B tiles in fp32 shared memory.
+            let smem = (m + n) * k * 4 * stages;
+            if smem > SMEM_BUDGET {
+                return Err(format!(
+                    "{stages} stages of {m}x{k} + {n}x{k} f32 need {smem} B of shared memory"
+                ));
+            }
+            Ok(())
+        }
         "elementwise_activation" => {
             if fam != Family::Activation {
                 return Err("activation workloads only".into());
@@ -192,6 +217,41 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         rationale: why.into(),
     };
     match w.family() {
+        Family::Gemm if w.dtype() == DType::F32 => {
+            for (p, why) in [
+                (
+                    &[
+                        ("CS_TILE_M", 128),
+                        ("CS_TILE_N", 128),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 3),
+                    ][..],
+                    "3xTF32 on tensor cores (fp32-accurate), 128x128x32, 3 stages",
+                ),
+                (
+                    &[
+                        ("CS_TILE_M", 128),
+                        ("CS_TILE_N", 256),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 3),
+                        ("CS_WARP_N", 128),
+                    ][..],
+                    "3xTF32, 128x256x32: fewer tiles, more reuse",
+                ),
+                (
+                    &[
+                        ("CS_TILE_M", 256),
+                        ("CS_TILE_N", 128),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 3),
+                        ("CS_WARP_M", 128),
+                    ][..],
+                    "3xTF32, 256x128x32",
+                ),
+            ] {
+                out.push(mk("gemm_f32_3xtf32", with(p, &[]), why));
+            }
+        }
         Family::Gemm | Family::GemmBiasAct => {
             let fused: Vec<(&'static str, i64)> = if w.family() == Family::GemmBiasAct {
                 vec![

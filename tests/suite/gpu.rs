@@ -158,3 +158,63 @@ fn baselines_are_measured_with_the_roofline() {
         }
     }
 }
+
+/// Every template, with the first strategy the built-in provider would try (and the raw
+/// CuTe GEMM as well), is correct on every shape of small workloads of its family,
+/// ragged shapes and the fallback path (K not a multiple of 8) included.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_template_validates_on_its_workloads() {
+    use cutesmith::strategy;
+    let tc = toolchain().expect("toolchain");
+    let names = [
+        "gemm_bf16_small",
+        "gemm_f16_small",
+        "gemm_bias_gelu_small",
+        "gemm_f32_small",
+        "relu_bf16_small",
+        "softmax_f32_small",
+    ];
+    let mut cases = Vec::new();
+    for name in names {
+        let w = workload(name);
+        let cands = strategy::candidates(&w);
+        assert!(!cands.is_empty(), "no template for {name}");
+        let mut picked = vec![cands[0].clone()];
+        if let Some(raw) = cands.iter().find(|s| s.template == "gemm_sm90_tma_wgmma") {
+            picked.push(raw.clone());
+        }
+        for s in picked {
+            let mut req = CompileRequest::from_file(
+                &s.source_path(),
+                CompileOptions {
+                    defines: s.defines(),
+                    ..CompileOptions::default()
+                },
+            )
+            .unwrap();
+            req.file_name = format!("{}.cu", s.template);
+            cases.push((w.clone(), s, req));
+        }
+    }
+    let reqs: Vec<_> = cases.iter().map(|c| c.2.clone()).collect();
+    let outcomes = compile::compile_many(
+        &tc,
+        &CompileCache::default_location(),
+        &reqs,
+        16,
+        &|_, _| {},
+    );
+    let mut failed = Vec::new();
+    for ((w, s, _), o) in cases.iter().zip(outcomes) {
+        let o = o.unwrap();
+        assert!(o.ok(), "{}: {}", s.label(), o.condensed);
+        let e = evaluate(o.shared_object.clone(), w, Mode::Validate, 300);
+        let text = cutesmith::check::render_evaluation(w, &e);
+        eprintln!("== {} on {}\n{text}", s.label(), w.name());
+        if !e.passed() {
+            failed.push(format!("{} on {}", s.label(), w.name()));
+        }
+    }
+    assert!(failed.is_empty(), "failed: {failed:?}");
+}
