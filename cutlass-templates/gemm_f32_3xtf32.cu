@@ -65,7 +65,7 @@
 #define CS_WARP_M 64       // warp tile rows (TILE_M / WARP_M * TILE_N / WARP_N warps)
 #endif
 #ifndef CS_WARP_N
-#define CS_WARP_N 64       // warp tile columns
+#define CS_WARP_N 32       // warp tile columns (64x64 warp tiles spill: see below)
 #endif
 
 using ElementAB      = float;
@@ -82,6 +82,12 @@ static constexpr int kAlign = 4;   // elements per 16-byte access (A, B, C, D)
 static_assert(CS_TILE_M % CS_WARP_M == 0 && CS_TILE_N % CS_WARP_N == 0,
               "the CTA tile must be a whole number of warp tiles");
 static_assert(CS_WARP_M % 16 == 0 && CS_WARP_N % 8 == 0, "warp tile: multiples of the 16x8x8 MMA");
+// 3xTF32 holds each warp-level A/B fragment three times (loaded fp32, double-buffered;
+// big; small) next to the accumulators: 64x32 / 32x64 warp tiles take ~254 registers and
+// no spills, 64x64 spills ~2.6 KB per thread, 64x128 ~17 KB. At ~254 registers per thread
+// 8 warps (256 threads) is the most a CTA can launch with.
+static_assert((CS_TILE_M / CS_WARP_M) * (CS_TILE_N / CS_WARP_N) <= 8,
+              "at most 8 warps per CTA: the 3xTF32 warp tile needs ~254 registers per thread");
 static_assert(CS_TILE_K % 8 == 0, "TILE_K must be a multiple of the MMA K (8)");
 static_assert(CS_STAGES >= 2, "the multistage mainloop needs at least 2 stages");
 static_assert(CS_STAGES * (CS_TILE_M + CS_TILE_N) * CS_TILE_K * 4 <= 227 * 1024,

@@ -226,27 +226,25 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                         ("CS_TILE_K", 32),
                         ("CS_STAGES", 3),
                     ][..],
-                    "3xTF32 on tensor cores (fp32-accurate), 128x128x32, 3 stages",
+                    "3xTF32 on tensor cores (fp32-accurate), 128x128x32, warps 64x32, 3 stages",
                 ),
                 (
                     &[
                         ("CS_TILE_M", 128),
-                        ("CS_TILE_N", 256),
+                        ("CS_TILE_N", 64),
                         ("CS_TILE_K", 32),
-                        ("CS_STAGES", 3),
-                        ("CS_WARP_N", 128),
+                        ("CS_STAGES", 4),
                     ][..],
-                    "3xTF32, 128x256x32: fewer tiles, more reuse",
+                    "3xTF32, 128x64x32, 4 stages: 4 warps, several CTAs per SM",
                 ),
                 (
                     &[
                         ("CS_TILE_M", 256),
-                        ("CS_TILE_N", 128),
+                        ("CS_TILE_N", 64),
                         ("CS_TILE_K", 32),
                         ("CS_STAGES", 3),
-                        ("CS_WARP_M", 128),
                     ][..],
-                    "3xTF32, 256x128x32",
+                    "3xTF32, 256x64x32: taller tiles",
                 ),
             ] {
                 out.push(mk("gemm_f32_3xtf32", with(p, &[]), why));
