@@ -113,7 +113,11 @@ fn run(job: &Job) -> WorkerReport {
             return report;
         }
     };
-    let (peak, peak_note) = peak_flops(&s.info, workload.compute_pipe());
+    let (peak, peak_note) = peak_flops(
+        &s.info,
+        workload.compute_pipe(),
+        workload.family().is_gemm(),
+    );
     report.ceilings = Some(Ceilings {
         copy_bytes_per_s: copy_bw,
         peak_flops_per_s: peak,
@@ -181,9 +185,18 @@ fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {
     Ok(lib)
 }
 
-/// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate.
-fn peak_flops(info: &crate::gpu::DeviceInfo, pipe: ComputePipe) -> (f64, String) {
+/// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
+/// GEMM may legitimately run on tensor cores with 3xTF32 error compensation, so its
+/// ceiling is the larger of the SIMT rate and a third of the TF32 rate.
+fn peak_flops(info: &crate::gpu::DeviceInfo, pipe: ComputePipe, gemm: bool) -> (f64, String) {
+    let tf32 = match info.compute_capability {
+        (9, _) => 2048.0,
+        (8, 0) => 1024.0,
+        (8, _) => 512.0,
+        _ => 0.0,
+    };
     let per_sm_per_clk = match (info.compute_capability, pipe) {
+        (_, ComputePipe::SimtF32) if gemm => f64::max(256.0, tf32 / 3.0),
         ((9, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 4096.0,
         ((9, _), ComputePipe::TensorTf32) => 2048.0,
         ((8, 0), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 2048.0,
@@ -1128,6 +1141,28 @@ fn precision_fault(f: &Fp64Check) -> Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roofline_ceilings_allow_3xtf32_for_fp32_gemms() {
+        let h100 = crate::gpu::DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            memory_bytes: 0,
+            l2_bytes: 50 << 20,
+            smem_per_block_optin: 232448,
+            clock_khz: 1_980_000,
+            driver_cuda_version: 13000,
+        };
+        let (bf16, _) = peak_flops(&h100, ComputePipe::TensorBf16, true);
+        assert!((bf16 / 1e12 - 1070.5).abs() < 1.0, "{bf16}");
+        let (simt, _) = peak_flops(&h100, ComputePipe::SimtF32, false);
+        assert!((simt / 1e12 - 66.9).abs() < 0.5, "{simt}");
+        // fp32 GEMM: a third of the TF32 tensor rate (3xTF32), above the SIMT rate.
+        let (f32_gemm, note) = peak_flops(&h100, ComputePipe::SimtF32, true);
+        assert!((f32_gemm / 1e12 - 178.4).abs() < 1.0, "{f32_gemm} {note}");
+    }
 
     #[test]
     fn cuda_codes_are_classified() {
