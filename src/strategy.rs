@@ -274,11 +274,14 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 128x128x64: overlaps one warpgroup's epilogue with the other's MMAs"),
                 (&[("CS_TILE_M", 64), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 64x128: small tiles for skinny or small problems"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_CLUSTER_N", 2)][..], "cooperative 128x256x64, cluster 1x2: B tiles multicast instead of A"),
+                (&[("CS_TILE_M", 256), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..], "cooperative 256x128x64, cluster 2x1: the transposed large tile"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 2), ("CS_SWIZZLE", 4)][..], "cooperative 128x256, cluster 2x1, tiles rastered along N with swizzle 4: L2 reuse of A"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 1), ("CS_SWIZZLE", 2)][..], "cooperative 128x256, cluster 2x1, rastered along M with swizzle 2: L2 reuse of B"),
             ];
             let order: Vec<usize> = if skinny {
-                vec![3, 2, 1, 0, 4]
+                vec![3, 2, 1, 0, 4, 5, 6, 7]
             } else {
-                vec![0, 4, 2, 1, 3]
+                vec![0, 4, 2, 5, 6, 7, 1, 3]
             };
             for i in order {
                 let (p, why) = cutlass[i];
