@@ -89,16 +89,19 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-/// Runs the suite; returns the report (also written under `out_dir`).
+/// Runs the suite; returns the report (also written under `out_dir`). `max_candidates`
+/// overrides the suite's own setting.
 pub fn run(
     tc: &Toolchain,
     workloads_dir: &Path,
     suite: &str,
     out_dir: &Path,
     mut opts: SearchOptions,
+    max_candidates: Option<usize>,
 ) -> Result<BenchReport> {
     let (name, spec) = load_suite(workloads_dir, suite)?;
-    if let Some(n) = spec.max_candidates {
+    // The command line wins over the suite file, which wins over the default.
+    if let Some(n) = max_candidates.or(spec.max_candidates) {
         opts.max_candidates = n;
     }
     if let Some(s) = spec.seeds {
@@ -337,4 +340,68 @@ pub fn markdown(r: &BenchReport) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workloads_dir() -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
+    }
+
+    #[test]
+    fn every_shipped_suite_names_existing_workloads_with_candidates() {
+        let dir = workloads_dir();
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir.join("suites")).unwrap().flatten() {
+            let stem = entry
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let (_, spec) = load_suite(&dir, &stem).unwrap();
+            assert!(!spec.workloads.is_empty(), "{stem}");
+            for w in &spec.workloads {
+                let wl = Workload::find(&dir, w).unwrap_or_else(|e| panic!("{stem}: {e}"));
+                assert!(
+                    !crate::strategy::candidates(&wl).is_empty(),
+                    "{stem}: no candidate for {w}"
+                );
+            }
+            n += 1;
+        }
+        assert!(n >= 4);
+    }
+
+    #[test]
+    fn a_missing_suite_lists_the_available_ones() {
+        let e = load_suite(&workloads_dir(), "nope")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("available:") && e.contains("gemm"), "{e}");
+    }
+
+    #[test]
+    fn goals_follow_the_family() {
+        let dir = workloads_dir();
+        let gemm = Workload::find(&dir, "gemm_bf16_4096").unwrap();
+        let b = vec![("cublas".to_string(), 100.0, Some(1.05))];
+        assert_eq!(
+            goal(&gemm, Some(95.0), &b),
+            ("1.00x cublas".to_string(), true)
+        );
+        let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
+        assert!(!goal(&gemm, Some(102.0), &slow).1);
+        let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
+        let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
+        assert_eq!(
+            goal(&sm, Some(118.0), &copy),
+            ("80% of copy".to_string(), true)
+        );
+        let act = Workload::find(&dir, "act_relu_bf16").unwrap();
+        assert!(!goal(&act, Some(118.0), &copy).1, "activations need 90%");
+        assert!(!goal(&act, None, &copy).1);
+    }
 }

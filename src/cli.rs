@@ -327,9 +327,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             if let Some(j) = jobs {
                 so.jobs = j;
             }
-            let (_, spec) = crate::bench::load_suite(&workloads_dir, &suite)?;
-            let report = crate::bench::run(&tc, &workloads_dir, &suite, &out, so)?;
-            let _ = (spec, max_candidates);
+            let report = crate::bench::run(&tc, &workloads_dir, &suite, &out, so, max_candidates)?;
             print!("{}", crate::bench::markdown(&report));
             eprintln!("written: {}/{}.md and .json", out.display(), report.suite);
             Ok(if report.rows.iter().all(|r| r.met) {
