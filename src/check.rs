@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::cli::{BaselineArgs, CheckArgs, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
-use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingConfig, TimingReport, WorkerReport};
+use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingConfig, TimingReport};
 use crate::runner::sanitizer::{SanitizerReport, Tool};
 use crate::runner::{self, Evaluation};
 use crate::toolchain::cache::CompileCache;
@@ -347,9 +347,4 @@ fn render_timing(w: &Workload, t: &TimingReport) -> String {
         ));
     }
     s
-}
-
-/// True when a report's candidate is correct (for callers that only need that).
-pub fn correct(r: &WorkerReport) -> bool {
-    r.passed()
 }

@@ -167,9 +167,6 @@ impl Libraries {
     pub fn has_cublas(&self) -> bool {
         self.cublas.is_some()
     }
-    pub fn has_cudnn(&self) -> bool {
-        self.cudnn.is_some()
-    }
     pub fn has_cublaslt(&self) -> bool {
         self.lt.is_some()
     }
