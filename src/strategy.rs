@@ -181,6 +181,27 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
+        "gemm_skinny_splitk" => {
+            if fam != Family::Gemm {
+                return Err("plain GEMM only (no fused epilogue)".into());
+            }
+            gemm_tn()?;
+            if w.headline().m > 64 {
+                return Err(format!(
+                    "for M <= 64; the headline has M = {}",
+                    w.headline().m
+                ));
+            }
+            let split = s.get("CS_SPLIT_K", 4);
+            if w.headline().k % (8 * split as u64) != 0 {
+                return Err(format!(
+                    "K = {} is not a multiple of 8 x SPLIT_K = {}",
+                    w.headline().k,
+                    8 * split
+                ));
+            }
+            Ok(())
+        }
         "elementwise_activation" => {
             if fam != Family::Activation {
                 return Err("activation workloads only".into());
@@ -278,6 +299,24 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 2), ("CS_SWIZZLE", 4)][..], "cooperative 128x256, cluster 2x1, tiles rastered along N with swizzle 4: L2 reuse of A"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 1), ("CS_SWIZZLE", 2)][..], "cooperative 128x256, cluster 2x1, rastered along M with swizzle 2: L2 reuse of B"),
             ];
+            if skinny && w.family() == Family::Gemm {
+                for (p, why) in [
+                    (
+                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
+                        "split-K x4 over 64-column blocks: streams B once with every SM busy",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 8), ("CS_BLOCK_N", 32)][..],
+                        "split-K x8 over 32-column blocks: more CTAs, more bytes in flight",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 2), ("CS_BLOCK_N", 64)][..],
+                        "split-K x2: fewer partial sums to reduce",
+                    ),
+                ] {
+                    out.push(mk("gemm_skinny_splitk", with(p, &fp16), why));
+                }
+            }
             let order: Vec<usize> = if skinny {
                 vec![3, 2, 1, 0, 4, 5, 6, 7]
             } else {
