@@ -65,7 +65,7 @@ pub fn install(toolkit_dir: &Path, force: bool, say: &mut dyn FnMut(&str)) -> Re
         std::fs::remove_dir_all(&staging).at(&staging)?;
     }
     say(&format!(
-        "installing CUDA 13.0 nvcc and CUTLASS 4.2 headers from PyPI into {} (about 600 MB, a minute or two)",
+        "installing CUDA 13.0 nvcc and CUTLASS 4.2 headers from PyPI into {} (about 320 MB unpacked, a minute or two)",
         toolkit_dir.display()
     ));
     let mut cmd = Command::new(&python);
