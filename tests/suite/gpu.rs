@@ -171,6 +171,7 @@ fn every_template_validates_on_its_workloads() {
         "gemm_bf16_small",
         "gemm_f16_small",
         "gemm_bias_gelu_small",
+        "gemm_bf16_skinny_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
