@@ -1007,10 +1007,10 @@ impl Ctx<'_> {
             probe.sort_by(f64::total_cmp);
             tiny |= probe[probe.len() / 2] < self.job.timing.graph_below_us;
         }
-        let mut graphs: Vec<Option<cudarc::driver::CudaGraph>> = Vec::new();
+        let mut graphs: Vec<Option<TimedGraph>> = Vec::new();
         if tiny {
             for (i, l) in launches.iter_mut().enumerate() {
-                match capture_graph(self.s, &mut **l) {
+                match capture_graph(self.s, &mut **l, self.job.timing.flush_l2) {
                     Ok(g) => graphs.push(Some(g)),
                     Err(e) => {
                         notes[i] =
@@ -1020,20 +1020,19 @@ impl Ctx<'_> {
                 }
             }
             self.report.notes.push(format!(
-                "tiny problem: each sample is a CUDA graph of {GRAPH_LAUNCHES} launches, divided by {GRAPH_LAUNCHES}"
+                "tiny problem: each sample replays a CUDA graph of {GRAPH_LAUNCHES} launches, each after an L2 flush and timed by its own event pair (no CPU launch latency)"
             ));
         }
         let runs = self.job.timing.runs.max(20) as usize;
         let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); launches.len()];
         for _ in 0..runs {
             for (i, l) in launches.iter_mut().enumerate() {
-                if self.job.timing.flush_l2 {
+                let in_graph = matches!(graphs.get(i), Some(Some(_)));
+                if self.job.timing.flush_l2 && !in_graph {
                     self.s.flush_l2()?;
                 }
                 let t = match graphs.get(i) {
-                    Some(Some(g)) => {
-                        self.s.time_us(&mut || Ok(g.launch()?))? / GRAPH_LAUNCHES as f64
-                    }
+                    Some(Some(g)) => g.sample_us(self.s)?,
                     _ => self.s.time_us(&mut **l)?,
                 };
                 samples[i].push(t);
@@ -1096,31 +1095,64 @@ fn rounding_level(f: &Fp64Check) -> bool {
 /// Launches per CUDA graph when a problem is too small to time one launch at a time.
 const GRAPH_LAUNCHES: usize = 20;
 
-/// Captures GRAPH_LAUNCHES calls of `launch` on the session's stream into a graph.
+/// A captured graph of GRAPH_LAUNCHES launches, each preceded by the L2 flush (when asked)
+/// and bracketed by its own pair of event-record nodes: replaying it times every launch
+/// on a cold L2 without the CPU's launch latency.
+struct TimedGraph {
+    graph: cudarc::driver::CudaGraph,
+    events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
+}
+
+impl TimedGraph {
+    /// Replays the graph; returns the mean time of one launch in microseconds.
+    fn sample_us(&self, s: &Session) -> Result<f64, CudaFailure> {
+        self.graph.launch()?;
+        s.sync()?;
+        let mut total = 0.0;
+        for (a, b) in &self.events {
+            total += a.elapsed_ms(b)? as f64 * 1000.0;
+        }
+        Ok(total / self.events.len() as f64)
+    }
+}
+
+/// Captures GRAPH_LAUNCHES calls of `launch` on the session's stream into a timed graph.
 fn capture_graph(
     s: &Session,
     launch: &mut dyn FnMut() -> Result<(), CudaFailure>,
-) -> Result<cudarc::driver::CudaGraph, CudaFailure> {
+    flush_l2: bool,
+) -> Result<TimedGraph, CudaFailure> {
     use cudarc::driver::sys;
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut events = Vec::with_capacity(GRAPH_LAUNCHES);
+    for _ in 0..GRAPH_LAUNCHES {
+        events.push((s.ctx.new_event(flags)?, s.ctx.new_event(flags)?));
+    }
     s.stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
     let mut result = Ok(());
-    for _ in 0..GRAPH_LAUNCHES {
-        result = launch();
+    for (a, b) in &events {
+        if flush_l2 {
+            result = s.flush_l2();
+        }
+        result = result
+            .and_then(|()| Ok(a.record(&s.stream)?))
+            .and_then(|()| launch())
+            .and_then(|()| Ok(b.record(&s.stream)?));
         if result.is_err() {
             break;
         }
     }
     let graph = s.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
     result?;
-    let g = graph.ok_or_else(|| CudaFailure {
+    let graph = graph.ok_or_else(|| CudaFailure {
         code: -1,
         message: "stream capture produced no graph".into(),
     })?;
-    g.upload()?;
-    g.launch()?;
-    s.sync()?;
-    Ok(g)
+    graph.upload()?;
+    let timed = TimedGraph { graph, events };
+    timed.sample_us(s)?;
+    Ok(timed)
 }
 
 fn precision_fault(f: &Fp64Check) -> Fault {
