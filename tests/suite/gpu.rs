@@ -138,7 +138,12 @@ fn planted_faults_are_classified_and_the_agent_survives() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn baselines_are_measured_with_the_roofline() {
-    for name in ["gemm_bf16_4096", "gemm_bf16_skinny", "act_relu_bf16", "softmax_bf16_4096x65536"] {
+    for name in [
+        "gemm_bf16_4096",
+        "gemm_bf16_skinny",
+        "act_relu_bf16",
+        "softmax_bf16_4096x65536",
+    ] {
         let w = workload(name);
         let e = evaluate(None, &w, Mode::Baseline, 600);
         let text = cutesmith::check::render_evaluation(&w, &e);
