@@ -88,6 +88,11 @@ pub enum Command {
     Check(CheckArgs),
     /// Time the vendor baselines of a workload and print its roofline floor (GPU).
     Baseline(BaselineArgs),
+    /// Show where the compile cache is and how much it holds; `--clear` empties it.
+    Cache {
+        #[arg(long)]
+        clear: bool,
+    },
     /// List the candidate strategies for a workload, with the rule that rejects each invalid one.
     Strategies {
         /// Workload name or spec path.
@@ -283,6 +288,20 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
         Command::Baseline(args) => crate::check::cmd_baseline(args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
+        Command::Cache { clear } => {
+            let cache = CompileCache::default_location();
+            let (entries, bytes) = cache.usage();
+            println!(
+                "compile cache {}: {entries} entries, {:.1} MB",
+                cache.root().display(),
+                bytes as f64 / 1e6
+            );
+            if clear {
+                let n = cache.clear()?;
+                println!("removed {n} directories");
+            }
+            Ok(EXIT_OK)
+        }
         Command::Strategies {
             workload,
             workloads_dir,

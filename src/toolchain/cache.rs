@@ -88,6 +88,42 @@ impl CompileCache {
         }
     }
 
+    /// Moves a staging directory whose outcome must not be cached (a timeout, `--no-cache`)
+    /// to `uncached/`, where `clear` still finds it.
+    pub fn keep_uncached(&self, key: &str, staging: &Path) -> Result<PathBuf> {
+        let parent = self.root.join("uncached");
+        std::fs::create_dir_all(&parent).at(&parent)?;
+        let dest = parent.join(format!("{key}-{}-{}", std::process::id(), unique()));
+        std::fs::rename(staging, &dest).at(&dest)?;
+        Ok(dest)
+    }
+
+    /// The number of complete entries and the bytes the cache holds on disk.
+    pub fn usage(&self) -> (usize, u64) {
+        fn bytes(p: &Path) -> u64 {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => std::fs::read_dir(p)
+                    .map(|rd| rd.flatten().map(|e| bytes(&e.path())).sum())
+                    .unwrap_or(0),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            }
+        }
+        let entries = std::fs::read_dir(&self.root)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().join(OUTCOME_FILE).is_file())
+                    .count()
+            })
+            .unwrap_or(0);
+        (entries, bytes(&self.root))
+    }
+
+    /// The directory the cache lives in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Removes every entry; returns how many there were.
     pub fn clear(&self) -> Result<usize> {
         let Ok(read) = std::fs::read_dir(&self.root) else {
@@ -145,7 +181,13 @@ mod tests {
         assert_eq!(cache.commit("k1", &s2).unwrap(), dest);
         assert_eq!(std::fs::read(dest.join("kernel.so")).unwrap(), b"x");
         assert!(!s2.exists());
-        assert_eq!(cache.clear().unwrap(), 1);
+        assert_eq!(cache.usage().0, 1);
+        assert!(cache.usage().1 >= 3);
+        let s3 = cache.stage("k2").unwrap();
+        let kept = cache.keep_uncached("k2", &s3).unwrap();
+        assert!(kept.starts_with(dir.path().join("c/uncached")));
+        assert_eq!(cache.clear().unwrap(), 2);
+        assert_eq!(cache.usage(), (0, 0));
         assert!(cache.lookup("k1").is_none());
     }
 }

@@ -217,10 +217,7 @@ pub fn compile(
     };
     // A timeout depends on the machine's load, not only on the inputs: never cache it.
     if outcome.status == CompileStatus::TimedOut || !req.options.use_cache {
-        let keep =
-            std::env::temp_dir().join(format!("cutesmith-compile-{key}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&keep);
-        std::fs::rename(&staging, &keep).at(&keep)?;
+        let keep = cache.keep_uncached(&key, &staging)?;
         return Ok(relocate(outcome, &cache.entry_dir(&key), &keep));
     }
     let dir = cache.commit(&key, &staging)?;
