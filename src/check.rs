@@ -80,6 +80,17 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
         );
         return Ok(EXIT_GOAL_NOT_MET);
     }
+    let facts = crate::profile::static_facts::hints(
+        workload.family(),
+        workload.dtype(),
+        &outcome.resources,
+        outcome.sass.as_ref(),
+    );
+    if !args.json {
+        for h in &facts {
+            println!("static fact ({:?}): {}", h.severity, h.text);
+        }
+    }
     let so = outcome.shared_object.clone();
     let mode = if args.no_timing {
         Mode::Validate

@@ -13,6 +13,7 @@ pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod gpu;
+pub mod profile;
 pub mod provider;
 pub mod runner;
 pub mod strategy;
