@@ -245,11 +245,26 @@ fn goal(
     }
 }
 
+/// Today's UTC date, `YYYY-MM-DD` (civil-from-days, proleptic Gregorian).
 fn today() -> String {
-    let out = std::process::Command::new("date").arg("+%Y-%m-%d").output();
-    out.ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    civil_date((secs / 86_400) as i64)
+}
+
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
 }
 
 /// Writes `<suite>.md` and `<suite>.json` into `dir`.
@@ -373,6 +388,13 @@ mod tests {
             n += 1;
         }
         assert!(n >= 4);
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(20_414), "2025-11-22");
+        assert_eq!(civil_date(19_782), "2024-02-29");
     }
 
     #[test]

@@ -714,16 +714,18 @@ impl Tolerance {
         }
     }
 
-    /// Whether `got` is close enough to `want` on `shape`. NaN passes only against NaN,
-    /// an infinity only against the same infinity.
+    /// The comparison tolerance on `shape` (atol scaled), as the validator applies it.
+    pub fn at(&self, shape: &Shape) -> crate::validate::Tolerance {
+        crate::validate::Tolerance {
+            rtol: self.rtol,
+            atol: self.atol_at(shape),
+        }
+    }
+
+    /// Whether `got` is close enough to `want` on `shape`: the validator's rule (NaN
+    /// passes only against NaN, an infinity only against the same infinity).
     pub fn accepts(&self, got: f64, want: f64, shape: &Shape) -> bool {
-        if want.is_nan() || got.is_nan() {
-            return want.is_nan() && got.is_nan();
-        }
-        if want.is_infinite() || got.is_infinite() {
-            return got == want;
-        }
-        (got - want).abs() <= self.atol_at(shape) + self.rtol * want.abs()
+        self.at(shape).accepts(got, want)
     }
 }
 

@@ -112,16 +112,6 @@ impl Session {
         Ok(host)
     }
 
-    /// Rewrites a buffer from the host (same length).
-    pub fn overwrite<T: DeviceRepr>(
-        &self,
-        buf: &mut DevBuf<T>,
-        host: &[T],
-    ) -> Result<(), CudaFailure> {
-        self.stream.memcpy_htod(host, &mut buf.slice)?;
-        Ok(())
-    }
-
     /// Copies a host slice to a raw device address and waits for the copy.
     pub fn write_raw<T: DeviceRepr>(&self, dst: u64, host: &[T]) -> Result<(), CudaFailure> {
         // SAFETY: callers pass the address of a live buffer of at least `host.len()`

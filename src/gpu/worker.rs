@@ -594,11 +594,7 @@ impl Ctx<'_> {
             }
         };
         let dims = self.dims(&p);
-        let tol = self.workload.tolerance();
-        let vt = validate::Tolerance {
-            rtol: tol.rtol,
-            atol: tol.atol_at(shape),
-        };
+        let vt = self.workload.tolerance().at(shape);
         let cmp = validate::compare(got, &reference, &dims, &vt);
         if let Some(g) = &p.gemm {
             v.fp64 = Some(self.fp64_check(&p, g, got, seed));
@@ -882,7 +878,6 @@ impl Ctx<'_> {
         let b = p.b.as_ref().map_or(0, |b| b.ptr);
         let bias = p.bias.as_ref().map_or(0, |b| b.ptr);
         let s_ref: &Session = self.s;
-        let mut lt_algos = 0;
         let allow_tf32 = self.workload.allow_tf32();
         if let Some(kernel) = kernel {
             names.push("candidate".into());
@@ -939,7 +934,7 @@ impl Ctx<'_> {
                                     }
                                 }
                             }
-                            lt_algos = plan.algos.len();
+                            let lt_algos = plan.algos.len();
                             names.push(format!(
                                 "cublaslt (best of {lt_algos} heuristic algorithms)"
                             ));
@@ -987,7 +982,6 @@ impl Ctx<'_> {
                 launches.push(Box::new(move || baseline::copy(s_ref, d, a, out_bytes)));
             }
         }
-        let _ = lt_algos;
         // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round.
         for l in launches.iter_mut() {
             for _ in 0..self.job.timing.warmup.max(1) {
@@ -1048,7 +1042,8 @@ impl Ctx<'_> {
         let min_bytes = self.workload.min_bytes(shape);
         let ceil = self.report.ceilings.clone();
         let floor_s = ceil.as_ref().map_or(0.0, |c| {
-            (min_bytes / c.copy_bytes_per_s).max(flops / c.peak_flops_per_s)
+            self.workload
+                .roofline_floor_s(shape, c.copy_bytes_per_s, c.peak_flops_per_s)
         });
         let candidate = if kernel.is_some() && !stats.is_empty() {
             Some(stats.remove(0))
