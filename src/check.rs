@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::cli::{BaselineArgs, CheckArgs, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
-use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingConfig, TimingReport};
+use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingReport};
 use crate::runner::sanitizer::{SanitizerReport, Tool};
 use crate::runner::{self, Evaluation};
 use crate::toolchain::cache::CompileCache;
@@ -24,32 +24,6 @@ pub fn require_gpu() -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Builds a job for a workload.
-pub fn job_for(
-    workload: &Workload,
-    mode: Mode,
-    so: Option<std::path::PathBuf>,
-    seeds: u64,
-    runs: u32,
-) -> Result<Job> {
-    let toml =
-        std::fs::read_to_string(workload.path()).map_err(|e| Error::io(workload.path(), e))?;
-    Ok(Job {
-        nonce: runner::nonce(),
-        mode,
-        shared_object: so,
-        workload_path: workload.path().to_path_buf(),
-        workload_toml: toml,
-        shapes: Vec::new(),
-        seeds: (1..=seeds.max(1)).collect(),
-        timing: TimingConfig {
-            runs,
-            ..TimingConfig::default()
-        },
-        fp64_samples: 256,
-    })
 }
 
 pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> Result<i32> {
@@ -97,7 +71,7 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
     } else {
         Mode::Check
     };
-    let mut job = job_for(&workload, mode, so, args.seeds, args.runs)?;
+    let mut job = runner::job_for(&workload, mode, so, args.seeds, args.runs)?;
     if args.headline_only {
         job.shapes = vec![0];
     }
@@ -222,7 +196,7 @@ pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {
     let mut code = EXIT_OK;
     for name in &args.workloads {
         let workload = Workload::find(&args.workloads_dir, name)?;
-        let job = job_for(&workload, Mode::Baseline, None, 1, args.runs)?;
+        let job = runner::job_for(&workload, Mode::Baseline, None, 1, args.runs)?;
         eprintln!("timing baselines of {} ...", workload.name());
         let eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
         if args.json {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::job_for;
 use crate::error::Result;
 use crate::runner::job::{FaultKind, Mode, TimingReport};
 use crate::runner::{self};
@@ -167,7 +166,7 @@ pub fn search(
             tried.push(t);
             continue;
         }
-        let job = job_for(
+        let job = runner::job_for(
             w,
             Mode::Check,
             c.shared_object.clone(),

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
 use crate::toolchain::process;
-use job::{Fault, FaultKind, Job, WorkerReport, RESULT_MARKER};
+use crate::workload::Workload;
+use job::{Fault, FaultKind, Job, Mode, TimingConfig, WorkerReport, RESULT_MARKER};
 
 /// Environment variables a worker may see; everything else (API keys, tokens) is dropped.
 const ENV_ALLOWED: &[&str] = &[
@@ -255,6 +256,32 @@ fn tail(text: &str, max: usize) -> String {
         cut += 1;
     }
     format!("...{}", &text[cut..])
+}
+
+/// Builds a job for a workload: its spec's text, seeds 1..=`seeds`, `runs` timed runs.
+pub fn job_for(
+    workload: &Workload,
+    mode: Mode,
+    so: Option<std::path::PathBuf>,
+    seeds: u64,
+    runs: u32,
+) -> Result<Job> {
+    let toml =
+        std::fs::read_to_string(workload.path()).map_err(|e| Error::io(workload.path(), e))?;
+    Ok(Job {
+        nonce: nonce(),
+        mode,
+        shared_object: so,
+        workload_path: workload.path().to_path_buf(),
+        workload_toml: toml,
+        shapes: Vec::new(),
+        seeds: (1..=seeds.max(1)).collect(),
+        timing: TimingConfig {
+            runs,
+            ..TimingConfig::default()
+        },
+        fp64_samples: 256,
+    })
 }
 
 /// A random nonce for a job.

@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cutesmith::check::job_for;
 use cutesmith::runner::job::{FaultKind, Mode};
 use cutesmith::runner::{self, Evaluation};
 use cutesmith::toolchain::cache::CompileCache;
@@ -58,7 +57,7 @@ fn compile_all(paths: &[PathBuf]) -> Vec<compile::CompileOutcome> {
 
 fn evaluate(so: Option<PathBuf>, w: &Workload, mode: Mode, timeout: u64) -> Evaluation {
     use_this_binary_as_worker();
-    let mut job = job_for(w, mode, so, 2, 20).unwrap();
+    let mut job = runner::job_for(w, mode, so, 2, 20).unwrap();
     job.fp64_samples = 128;
     runner::evaluate(&job, Duration::from_secs(timeout)).unwrap()
 }
