@@ -162,7 +162,7 @@ pub fn run(
             suite: name.clone(),
             description: spec.description.clone(),
             device: device.clone(),
-            date: today(),
+            date: crate::clock::today(),
             rows: rows.clone(),
         };
         // Written after every workload: a crash loses at most the one in flight.
@@ -172,7 +172,7 @@ pub fn run(
         suite: name,
         description: spec.description,
         device,
-        date: today(),
+        date: crate::clock::today(),
         rows,
     })
 }
@@ -208,7 +208,7 @@ fn row(w: &Workload, search: SearchOutcome) -> BenchRow {
 
 /// The goal of a workload in words and whether it was met: GEMMs against the spec's
 /// speedup target over cuBLAS; memory-bound ops against 90% (softmax 80%) of the copy.
-fn goal(
+pub fn goal(
     w: &Workload,
     best_us: Option<f64>,
     baselines: &[(String, f64, Option<f64>)],
@@ -243,28 +243,6 @@ fn goal(
             )
         }
     }
-}
-
-/// Today's UTC date, `YYYY-MM-DD` (civil-from-days, proleptic Gregorian).
-fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    civil_date((secs / 86_400) as i64)
-}
-
-fn civil_date(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
 }
 
 /// Writes `<suite>.md` and `<suite>.json` into `dir`.
@@ -388,13 +366,6 @@ mod tests {
             n += 1;
         }
         assert!(n >= 4);
-    }
-
-    #[test]
-    fn dates_are_civil() {
-        assert_eq!(civil_date(0), "1970-01-01");
-        assert_eq!(civil_date(20_414), "2025-11-22");
-        assert_eq!(civil_date(19_782), "2024-02-29");
     }
 
     #[test]

@@ -116,6 +116,12 @@ pub enum Command {
         #[arg(short, long)]
         jobs: Option<usize>,
     },
+    /// The main job: refine a kernel for a workload through generate -> compile ->
+    /// validate -> debug -> optimize, with the configured model or the built-in provider;
+    /// the session is saved under runs/<id>/.
+    Run(crate::run::RunArgs),
+    /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
+    Resume(crate::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
     #[command(hide = true)]
     Worker {
@@ -287,6 +293,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Compile(args) => cmd_compile(&opts, cli.global.no_install, args),
         Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
         Command::Baseline(args) => crate::check::cmd_baseline(args),
+        Command::Run(args) => crate::run::cmd_run(&opts, cli.global.no_install, &config, args),
+        Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
         Command::Cache { clear } => {
             let cache = CompileCache::default_location();

@@ -32,6 +32,16 @@ pub struct ModelSpec {
     pub api_key_env: Option<String>,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// Reasoning models: `reasoning_effort` sent as is (e.g. "low", "medium", "high").
+    pub reasoning_effort: Option<String>,
+    /// Dollars per million prompt / completion tokens, for cost accounting and budgets.
+    pub price_prompt_per_mtok: Option<f64>,
+    pub price_completion_per_mtok: Option<f64>,
+    /// Seconds to wait for the connection, and between two pieces of a streamed reply.
+    pub connect_timeout_s: Option<u64>,
+    pub read_timeout_s: Option<u64>,
+    /// Attempts per request on 429, 5xx, timeouts and cut streams (default 4).
+    pub max_attempts: Option<u32>,
 }
 
 /// Toolchain paths a user may pin in the file (flags and environment still win).
@@ -44,13 +54,25 @@ pub struct ToolchainSpec {
 }
 
 /// The resolved model endpoint, when one is configured.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ModelConfig {
     pub base_url: String,
     pub model: String,
     pub api_key_env: String,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub price_prompt_per_mtok: Option<f64>,
+    #[serde(default)]
+    pub price_completion_per_mtok: Option<f64>,
+    #[serde(default)]
+    pub connect_timeout_s: Option<u64>,
+    #[serde(default)]
+    pub read_timeout_s: Option<u64>,
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
 }
 
 impl ModelConfig {
@@ -115,6 +137,12 @@ impl Config {
                     .unwrap_or_else(|| "OPENAI_API_KEY".into()),
                 temperature: m.temperature,
                 max_tokens: m.max_tokens,
+                reasoning_effort: m.reasoning_effort,
+                price_prompt_per_mtok: m.price_prompt_per_mtok,
+                price_completion_per_mtok: m.price_completion_per_mtok,
+                connect_timeout_s: m.connect_timeout_s,
+                read_timeout_s: m.read_timeout_s,
+                max_attempts: m.max_attempts,
             }),
             _ => None,
         };

@@ -48,6 +48,12 @@ pub enum Error {
     /// The user's input (a flag, a path, a name) is not acceptable.
     #[error("{0}")]
     Usage(String),
+
+    /// The model endpoint failed after every retry (unreachable, refused the key, kept
+    /// answering 429/5xx, or cut its stream each time). The session is saved; `resume`
+    /// continues it.
+    #[error("model endpoint: {0}")]
+    Model(String),
 }
 
 /// The library's result type.

@@ -6,15 +6,18 @@
 //! `cutlass-templates/include/cutesmith_abi.h`, mirrored in [`abi`].
 
 pub mod abi;
+pub mod agent;
 pub mod bench;
 pub mod check;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod gpu;
 pub mod profile;
 pub mod provider;
+pub mod run;
 pub mod runner;
 pub mod strategy;
 pub mod toolchain;

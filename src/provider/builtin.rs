@@ -215,3 +215,125 @@ pub fn search(
         rejected,
     })
 }
+
+/// The built-in provider behind the [`crate::provider::Provider`] trait: each request is
+/// answered with the next untried candidate strategy, written out as a self-contained
+/// source (the strategy's `#define`s above the template's text) in the same reply shape a
+/// model uses, so the session log reads the same. All candidates are compiled in
+/// parallel through the compile cache on the first request, so the compile stage finds
+/// them there. It cannot repair a kernel: asked to debug, it offers the next strategy.
+pub struct BuiltinProvider {
+    candidates: Vec<Strategy>,
+    precompile: Option<(Toolchain, CompileCache, usize, String)>,
+    precompiled: bool,
+}
+
+impl BuiltinProvider {
+    pub fn new(w: &Workload, max_candidates: usize) -> BuiltinProvider {
+        BuiltinProvider {
+            candidates: strategy::candidates(w)
+                .into_iter()
+                .take(max_candidates)
+                .collect(),
+            precompile: None,
+            precompiled: false,
+        }
+    }
+
+    /// Compile every candidate up front, `jobs` at a time, for `arch`.
+    pub fn with_precompile(
+        mut self,
+        tc: Toolchain,
+        cache: CompileCache,
+        jobs: usize,
+        arch: &str,
+    ) -> BuiltinProvider {
+        self.precompile = Some((tc, cache, jobs, arch.to_string()));
+        self
+    }
+
+    pub fn candidates(&self) -> &[Strategy] {
+        &self.candidates
+    }
+
+    /// The self-contained source of a strategy instance.
+    pub fn source_for(s: &Strategy) -> Result<String> {
+        let path = s.source_path();
+        let template = std::fs::read_to_string(&path).map_err(|e| crate::Error::io(&path, e))?;
+        let mut src = format!("// cutesmith built-in strategy: {}\n", s.label());
+        for (k, v) in &s.params {
+            src.push_str(&format!("#define {k} {v}\n"));
+        }
+        src.push_str(&template);
+        Ok(src)
+    }
+
+    /// The reply text for a strategy: its strategy block and its source.
+    pub fn reply_for(s: &Strategy) -> Result<String> {
+        Ok(format!(
+            "```strategy\nchange: {}\nwhy: {}\nexpected_gain: a candidate of the built-in search\n```\n```cuda\n{}```\n",
+            s.label(),
+            s.rationale,
+            Self::source_for(s)?
+        ))
+    }
+
+    fn precompile_all(&mut self) {
+        let Some((tc, cache, jobs, arch)) = &self.precompile else {
+            return;
+        };
+        let requests: Vec<CompileRequest> = self
+            .candidates
+            .iter()
+            .filter_map(|s| Self::source_for(s).ok())
+            .map(|src| crate::agent::compile_request(&src, arch))
+            .collect();
+        // Failures here are not errors: the compile stage meets them again and reports.
+        let _ = tokio::task::block_in_place(|| {
+            compile::compile_many(tc, cache, &requests, *jobs, &|_, _| {})
+        });
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::provider::Provider for BuiltinProvider {
+    fn name(&self) -> String {
+        format!("built-in strategies ({} candidates)", self.candidates.len())
+    }
+
+    fn reads_prompts(&self) -> bool {
+        false
+    }
+
+    async fn propose(
+        &mut self,
+        ask: &crate::provider::Ask,
+        events: &dyn crate::agent::events::EventSink,
+    ) -> Result<Option<crate::provider::Reply>> {
+        if !self.precompiled {
+            self.precompiled = true;
+            if self.precompile.is_some() {
+                events.emit(&crate::agent::events::Event::Note {
+                    text: format!(
+                        "compiling all {} built-in candidates in parallel (compile cache)",
+                        self.candidates.len()
+                    ),
+                });
+                self.precompile_all();
+            }
+        }
+        let Some(s) = self
+            .candidates
+            .iter()
+            .find(|s| !ask.tried.iter().any(|t| *t == s.label()))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(crate::provider::Reply {
+            text: Self::reply_for(s)?,
+            attempts: 1,
+            model: "builtin".into(),
+            ..crate::provider::Reply::default()
+        }))
+    }
+}

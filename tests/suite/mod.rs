@@ -1,5 +1,6 @@
 //! The integration suites, one file per concern.
 mod abi;
+mod agent;
 mod cli;
 mod common;
 mod compile;

@@ -1,0 +1,862 @@
+//! The engine: runs the stage machine one step at a time, saving the state after every
+//! step, so `run` and `resume` are the same loop.
+//!
+//! One step is one stage: ask the provider (generate / debug / optimize, with at most one
+//! repair request), compile, or validate-and-time. Decisions follow
+//! [`super::machine::TRANSITIONS`]; budgets are checked before every request.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::evaluator::Evaluator;
+use super::events::{Event, EventSink};
+use super::machine::{self, Outcome, Stage};
+use super::memory::{Attempt, Verdict};
+use super::prompts::{self, GpuFacts, Prompts, WorkloadFacts};
+use super::reply::{self, StrategyNote};
+use super::session::{Exchange, SessionDir, SessionSpec, State, VersionRecord};
+use crate::error::{Error, Result};
+use crate::provider::{Ask, Message, Provider, Purpose, Reply};
+use crate::runner::Evaluation;
+use crate::toolchain::cache::CompileCache;
+use crate::toolchain::compile::{self, CompileOutcome};
+use crate::toolchain::Toolchain;
+use crate::workload::Workload;
+
+/// The most a failure report or diagnostic may take in a prompt.
+const EVIDENCE_MAX: usize = 4096;
+/// Strategy history lines in a prompt.
+const HISTORY_MAX: usize = 12;
+
+/// A session being run.
+pub struct Engine {
+    pub dir: SessionDir,
+    pub spec: SessionSpec,
+    pub state: State,
+    pub workload: Workload,
+    provider: Box<dyn Provider>,
+    /// The built-in provider, when the session is seeded from it.
+    seed: Option<Box<dyn Provider>>,
+    evaluator: Arc<dyn Evaluator>,
+    toolchain: Toolchain,
+    cache: CompileCache,
+    prompts: Prompts,
+    events: Arc<dyn EventSink>,
+    probe: Option<Evaluation>,
+    last_tick: Instant,
+}
+
+/// What the engine needs besides the session: where kernels come from and where they run.
+pub struct Parts {
+    pub provider: Box<dyn Provider>,
+    pub seed: Option<Box<dyn Provider>>,
+    pub evaluator: Arc<dyn Evaluator>,
+    pub toolchain: Toolchain,
+    pub cache: CompileCache,
+    pub events: Arc<dyn EventSink>,
+}
+
+impl Engine {
+    /// Starts a new session in `dir` (made by [`SessionDir::create`]).
+    pub fn create(
+        dir: SessionDir,
+        spec: SessionSpec,
+        workload: &Workload,
+        parts: Parts,
+    ) -> Result<Engine> {
+        // The session keeps its own copy of the workload spec, named as the workload.
+        let copy = dir.path(&format!("{}.toml", workload.name()));
+        let text =
+            std::fs::read_to_string(workload.path()).map_err(|e| Error::io(workload.path(), e))?;
+        dir.write_atomic(&copy, text.as_bytes())?;
+        let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
+        dir.write_json(&dir.path("session.json"), &spec)?;
+        let state = State::new();
+        dir.save_state(&state)?;
+        let e = Engine::assemble(dir, spec, state, workload, parts)?;
+        e.emit(Event::SessionStarted {
+            id: e.spec.id.clone(),
+            workload: e.workload.name().to_string(),
+            provider: e.provider.name(),
+            evaluator: e.evaluator.name(),
+            resumed: false,
+        });
+        Ok(e)
+    }
+
+    /// Opens an existing session to continue it.
+    pub fn open(root: &Path, parts: Parts) -> Result<Engine> {
+        let dir = SessionDir::open(root)?;
+        let spec = dir.load_spec()?;
+        let state = dir.load_state()?;
+        let copy = dir.path(&format!("{}.toml", spec.workload));
+        let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
+        let e = Engine::assemble(dir, spec, state, workload, parts)?;
+        e.emit(Event::SessionStarted {
+            id: e.spec.id.clone(),
+            workload: e.workload.name().to_string(),
+            provider: e.provider.name(),
+            evaluator: e.evaluator.name(),
+            resumed: true,
+        });
+        Ok(e)
+    }
+
+    fn assemble(
+        dir: SessionDir,
+        spec: SessionSpec,
+        state: State,
+        workload: Workload,
+        parts: Parts,
+    ) -> Result<Engine> {
+        let probe_path = dir.path("probe.json");
+        let probe = if probe_path.is_file() {
+            dir.read_json(&probe_path).ok()
+        } else {
+            None
+        };
+        Ok(Engine {
+            dir,
+            spec,
+            state,
+            workload,
+            provider: parts.provider,
+            seed: parts.seed,
+            evaluator: parts.evaluator,
+            toolchain: parts.toolchain,
+            cache: parts.cache,
+            prompts: Prompts::load()?,
+            events: parts.events,
+            probe,
+            last_tick: Instant::now(),
+        })
+    }
+
+    fn emit(&self, e: Event) {
+        self.events.emit(&e);
+    }
+
+    /// Saves the state, adding the wall time since the last save.
+    fn save(&mut self) -> Result<()> {
+        let now = Instant::now();
+        self.state.spent.wall_s += now.duration_since(self.last_tick).as_secs_f64();
+        self.last_tick = now;
+        self.dir.save_state(&self.state)
+    }
+
+    /// Runs until the machine reaches `done`.
+    pub async fn run(&mut self) -> Result<()> {
+        while self.state.stage != Stage::Done {
+            self.step().await?;
+        }
+        Ok(())
+    }
+
+    /// Runs one stage, then saves the state.
+    pub async fn step(&mut self) -> Result<()> {
+        if self.probe.is_none() {
+            self.run_probe()?;
+        }
+        let stage = self.state.stage;
+        let version = self.state.current;
+        let t0 = Instant::now();
+        self.emit(Event::StageStarted {
+            stage: stage.name().into(),
+            version: match stage {
+                Stage::Compile | Stage::Validate => version,
+                _ => None,
+            },
+        });
+        let (outcome, note) = match stage {
+            Stage::Generate | Stage::Debug | Stage::Optimize => self.ask_stage(stage).await?,
+            Stage::Compile => self.compile_stage()?,
+            Stage::Validate => self.validate_stage()?,
+            Stage::Done => return Ok(()),
+        };
+        let next = machine::next(stage, outcome).ok_or_else(|| {
+            Error::Usage(format!(
+                "internal: no transition from {} on {outcome:?}",
+                stage.name()
+            ))
+        })?;
+        if next == Stage::Done && self.state.stop_reason.is_none() {
+            self.state.stop_reason = Some(note.clone());
+        }
+        self.state.stage = next;
+        self.save()?;
+        self.emit(Event::StageFinished {
+            stage: stage.name().into(),
+            version: match stage {
+                Stage::Compile | Stage::Validate => version,
+                _ => self.state.current,
+            },
+            outcome: note,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+        if next == Stage::Done {
+            self.emit(Event::SessionStopped {
+                reason: self.state.stop_reason.clone().unwrap_or_default(),
+                best_version: self.state.best,
+                best_us: self.state.best_us,
+            });
+        }
+        Ok(())
+    }
+
+    fn run_probe(&mut self) -> Result<()> {
+        self.emit(Event::Note {
+            text: "measuring the device, its ceilings and the vendor baselines".into(),
+        });
+        let ev = self.evaluator.clone();
+        let w = self.workload.clone();
+        let probe = tokio::task::block_in_place(|| ev.probe(&w))?;
+        if probe.report.is_none() {
+            return Err(Error::NoGpu(format!(
+                "the probe worker did not answer: {}",
+                probe.stderr_tail.lines().last().unwrap_or("no output")
+            )));
+        }
+        self.dir.write_json(&self.dir.path("probe.json"), &probe)?;
+        self.probe = Some(probe);
+        Ok(())
+    }
+
+    fn gpu(&self) -> GpuFacts {
+        self.probe
+            .as_ref()
+            .map(GpuFacts::from_probe)
+            .unwrap_or_default()
+    }
+
+    fn vendor_line(&self) -> String {
+        let Some(t) = self
+            .probe
+            .as_ref()
+            .and_then(|p| p.report.as_ref())
+            .and_then(|r| r.timing.as_ref())
+        else {
+            return "not measured".into();
+        };
+        let v: Vec<String> = t
+            .baselines
+            .iter()
+            .filter(|b| b.name != "copy")
+            .map(|b| format!("{} {:.2} us", b.name, b.stats.median_us))
+            .collect();
+        if v.is_empty() {
+            "none available".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
+    // ---------------------------------------------------------------- asking
+
+    async fn ask_stage(&mut self, stage: Stage) -> Result<(Outcome, String)> {
+        let has_best = self.state.best.is_some();
+        if let Some(why) =
+            self.spec
+                .budgets
+                .exhausted(&self.state.spent, has_best, self.state.best_roofline)
+        {
+            self.state.stop_reason = Some(why.clone());
+            return Ok((Outcome::Stop, why));
+        }
+        match stage {
+            Stage::Debug if self.state.spent.debug_attempts >= self.spec.budgets.debug_attempts => {
+                self.state.spent.debug_attempts = 0;
+                if let Some(b) = self.state.best {
+                    let why = format!(
+                        "{} debug attempts failed; back to the best version",
+                        self.spec.budgets.debug_attempts
+                    );
+                    self.state.current = Some(b);
+                    self.emit(Event::Reverted {
+                        to_version: b,
+                        reason: why.clone(),
+                    });
+                    return Ok((Outcome::DebugExhaustedWithBest, why));
+                }
+                self.state.spent.regenerations += 1;
+                return Ok((
+                    Outcome::DebugExhaustedNoBest,
+                    format!(
+                        "{} debug attempts failed and nothing is correct yet: regenerating",
+                        self.spec.budgets.debug_attempts
+                    ),
+                ));
+            }
+            Stage::Generate if self.state.spent.regenerations > self.spec.budgets.regenerations => {
+                let why = format!(
+                    "gave up: {} fresh starts without a correct kernel",
+                    self.state.spent.regenerations
+                );
+                self.state.stop_reason = Some(why.clone());
+                return Ok((Outcome::GiveUp, why));
+            }
+            _ => {}
+        }
+        let purpose = match stage {
+            Stage::Generate => Purpose::Generate,
+            Stage::Debug => Purpose::Debug,
+            _ => Purpose::Optimize,
+        };
+        let n = self.state.next_version;
+        let messages = self.messages(purpose)?;
+        let mut ask = Ask {
+            purpose,
+            version: n,
+            messages,
+            tried: self.state.memory.tried(),
+        };
+        let use_seed = self.seed.is_some() && self.state.seeded < self.spec.seed_from_builtin;
+        let Some(first) = self.propose(&ask, use_seed).await? else {
+            if use_seed {
+                // The built-in candidates are spent: the session's own provider goes on.
+                self.state.seeded = self.spec.seed_from_builtin;
+                return Ok((
+                    self.retry_outcome(stage),
+                    "built-in seed candidates spent".into(),
+                ));
+            }
+            let why = "the provider has nothing more to offer".to_string();
+            self.state.stop_reason = Some(why.clone());
+            return Ok((Outcome::ProviderExhausted, why));
+        };
+        if use_seed {
+            self.state.seeded += 1;
+        }
+        let mut parsed = reply::parse(&first.text);
+        let mut text = first.text;
+        if let Some(missing) = parsed.missing() {
+            // One repair request, carrying the unusable reply and what was missing.
+            let ctx = minijinja::context! { missing => missing };
+            ask.messages.push(Message::assistant(text.clone()));
+            ask.messages
+                .push(Message::user(self.prompts.render("repair", &ctx)?));
+            ask.purpose = Purpose::Repair;
+            match self.propose(&ask, use_seed).await? {
+                Some(r) => {
+                    parsed = reply::parse(&r.text);
+                    text = r.text;
+                }
+                None => {
+                    parsed.code = None;
+                }
+            }
+        }
+        let origin = if use_seed { "builtin" } else { purpose.name() };
+        let Some(code) = parsed.code else {
+            self.state.memory.record(Attempt {
+                version: n,
+                origin: origin.into(),
+                change: parsed
+                    .strategy
+                    .map(|s| s.change)
+                    .unwrap_or_else(|| "(no strategy stated)".into()),
+                verdict: Verdict::NoCode,
+            });
+            self.count_failed_proposal(stage);
+            return Ok((
+                self.retry_outcome(stage),
+                "no usable code, even after the repair request".into(),
+            ));
+        };
+        let strategy = parsed.strategy.unwrap_or_else(|| StrategyNote {
+            change: "(no strategy stated)".into(),
+            ..StrategyNote::default()
+        });
+        if let Some(prev) = self.state.memory.repeats_failure(&strategy.change) {
+            self.emit(Event::Note {
+                text: format!(
+                    "v{n} states the same change as v{} which failed ({}); trying it since the code differs",
+                    prev.version,
+                    prev.verdict.describe()
+                ),
+            });
+        }
+        self.dir.write_version(n, &code, &text, &strategy)?;
+        let parent = match stage {
+            Stage::Debug => self.state.current,
+            Stage::Optimize => self.state.best,
+            _ => None,
+        };
+        self.state.versions.push(VersionRecord {
+            n,
+            parent,
+            origin: origin.into(),
+            change: strategy.change.clone(),
+            status: "proposed".into(),
+            median_us: None,
+            vendor_us: None,
+            roofline_fraction: None,
+            accepted: false,
+            verdict: String::new(),
+        });
+        self.state.next_version = n + 1;
+        self.state.current = Some(n);
+        if stage == Stage::Optimize {
+            self.state.spent.rounds += 1;
+        }
+        Ok((Outcome::Proposed, format!("v{n}: {}", strategy.change)))
+    }
+
+    /// The outcome that asks again at the same stage (no code, or seeds spent).
+    fn retry_outcome(&self, _stage: Stage) -> Outcome {
+        Outcome::NoCode
+    }
+
+    fn count_failed_proposal(&mut self, stage: Stage) {
+        match stage {
+            Stage::Generate => self.state.spent.regenerations += 1,
+            Stage::Debug => self.state.spent.debug_attempts += 1,
+            _ => {
+                self.state.spent.rounds += 1;
+                self.state.spent.rounds_without_gain += 1;
+            }
+        }
+    }
+
+    /// Asks the provider (or the seed provider), records the exchange and the spending.
+    async fn propose(&mut self, ask: &Ask, use_seed: bool) -> Result<Option<Reply>> {
+        let events = self.events.clone();
+        let provider: &mut Box<dyn Provider> = match (use_seed, self.seed.as_mut()) {
+            (true, Some(s)) => s,
+            _ => &mut self.provider,
+        };
+        let result = provider.propose(ask, events.as_ref()).await;
+        let exchange = Exchange {
+            ts: super::now_rfc3339(),
+            version: ask.version,
+            purpose: ask.purpose,
+            messages: ask.messages.clone(),
+            reply: result.as_ref().ok().and_then(|r| r.clone()),
+            error: result.as_ref().err().map(|e| e.to_string()),
+        };
+        self.dir.append_exchange(&exchange)?;
+        let reply = result?;
+        if let Some(r) = &reply {
+            let s = &mut self.state.spent;
+            s.model_requests += 1;
+            s.prompt_tokens += r.usage.prompt_tokens;
+            s.completion_tokens += r.usage.completion_tokens;
+            s.cost_usd += r.cost_usd;
+        }
+        Ok(reply)
+    }
+
+    /// The messages for a request: the system prompt and the purpose's prompt.
+    fn messages(&mut self, purpose: Purpose) -> Result<Vec<Message>> {
+        let uses_prompts = match (&self.seed, self.state.seeded < self.spec.seed_from_builtin) {
+            (Some(_), true) => false,
+            _ => self.provider.reads_prompts(),
+        };
+        if !uses_prompts {
+            return Ok(Vec::new());
+        }
+        let gpu = self.gpu();
+        let w = &self.workload;
+        let wf = WorkloadFacts::new(w, &gpu);
+        let abi_path = self.toolchain.abi_include.join("cutesmith_abi.h");
+        let abi = std::fs::read_to_string(&abi_path).map_err(|e| Error::io(&abi_path, e))?;
+        let hint = self.state.hint.take();
+        let history = self.state.memory.summary(HISTORY_MAX);
+        let system = self.prompts.render(
+            "system",
+            &minijinja::context! {
+                cutlass_version => self.toolchain.cutlass.version,
+                nvcc_version => self.toolchain.nvcc.version,
+                arch => self.spec.arch,
+                precision_rule => prompts::precision_rule(w),
+                gpu => gpu,
+                abi_header => abi,
+            },
+        )?;
+        let user = match purpose {
+            Purpose::Generate | Purpose::Repair => self.prompts.render(
+                "generate",
+                &minijinja::context! {
+                    w => wf,
+                    vendor => self.vendor_line(),
+                    class_advice => prompts::class_advice(w),
+                    hint => hint,
+                    history => (!self.state.memory.attempts.is_empty()).then_some(history),
+                },
+            )?,
+            Purpose::Debug => {
+                let n = self.state.current.unwrap_or(0);
+                let (kind, failure) = self.failure_evidence(n);
+                self.prompts.render(
+                    "debug",
+                    &minijinja::context! {
+                        w => wf,
+                        version => n,
+                        failure_kind => kind,
+                        failure => failure,
+                        source => self.dir.version_source(n).unwrap_or_default(),
+                        hint => hint,
+                        history => (!self.state.memory.attempts.is_empty()).then_some(history),
+                    },
+                )?
+            }
+            Purpose::Optimize => {
+                let n = self.state.best.unwrap_or(0);
+                let last_failed = self
+                    .state
+                    .memory
+                    .attempts
+                    .last()
+                    .filter(|a| a.verdict.failed())
+                    .map(|a| {
+                        format!(
+                            "The last attempt (v{}: {}) did not work: {}. Do not propose it again.",
+                            a.version,
+                            a.change,
+                            a.verdict.describe()
+                        )
+                    });
+                self.prompts.render(
+                    "optimize",
+                    &minijinja::context! {
+                        w => wf,
+                        version => n,
+                        profile => self.profile_text(n),
+                        history => history,
+                        repeat_warning => last_failed,
+                        hint => hint,
+                        source => self.dir.version_source(n).unwrap_or_default(),
+                    },
+                )?
+            }
+        };
+        Ok(vec![Message::system(system), Message::user(user)])
+    }
+
+    /// (what failed, the evidence) for a failed version: condensed compile diagnostics or
+    /// the validation report.
+    fn failure_evidence(&self, n: u32) -> (String, String) {
+        let d = self.dir.version_dir(n);
+        if let Ok(c) = self
+            .dir
+            .read_json::<CompileOutcome>(&d.join("compile.json"))
+        {
+            if !c.ok() {
+                let loc = c
+                    .primary_location
+                    .as_ref()
+                    .map(|(f, l)| format!(" (most likely at {f}:{l})"))
+                    .unwrap_or_default();
+                return (
+                    format!("nvcc rejected it{loc}"),
+                    format!("nvcc diagnostics:\n{}", c.condensed),
+                );
+            }
+        }
+        match self.dir.read_json::<Evaluation>(&d.join("evaluation.json")) {
+            Ok(e) => {
+                let kind = e
+                    .fault
+                    .as_ref()
+                    .map(|f| format!("validation failed ({})", f.kind.name()))
+                    .unwrap_or_else(|| "validation failed".into());
+                (
+                    kind,
+                    prompts::failure_report(&self.workload, &e, EVIDENCE_MAX),
+                )
+            }
+            Err(_) => ("it failed".into(), "(no report was saved)".into()),
+        }
+    }
+
+    /// The profile of a correct version for the optimize prompt: timing against the vendor
+    /// library, the roofline position, and the static facts of its compile.
+    fn profile_text(&self, n: u32) -> String {
+        let d = self.dir.version_dir(n);
+        let mut s = String::new();
+        if let Ok(e) = self.dir.read_json::<Evaluation>(&d.join("evaluation.json")) {
+            if let Some(t) = e.report.as_ref().and_then(|r| r.timing.as_ref()) {
+                if let Some(c) = &t.candidate {
+                    s.push_str(&format!(
+                        "- {:.2} us median (p10-p90 {:.2}-{:.2}) on {}",
+                        c.median_us, c.p10_us, c.p90_us, t.shape
+                    ));
+                    if let Some(f) = t.achieved_tflops {
+                        s.push_str(&format!(", {f:.1} TFLOP/s"));
+                    }
+                    if let Some(b) = t.achieved_tb_per_s {
+                        s.push_str(&format!(", {b:.2} TB/s"));
+                    }
+                    s.push('\n');
+                }
+                for b in &t.baselines {
+                    s.push_str(&format!(
+                        "- {}: {:.2} us{}\n",
+                        b.name,
+                        b.stats.median_us,
+                        b.speedup
+                            .map(|x| format!(" (this version is {x:.2}x of it)"))
+                            .unwrap_or_default()
+                    ));
+                }
+                if let Some(f) = t.roofline_fraction {
+                    s.push_str(&format!(
+                        "- roofline: floor {:.2} us, this version at {:.0}% of it ({:.0}% headroom)\n",
+                        t.floor_s * 1e6,
+                        f * 100.0,
+                        (1.0 - f).max(0.0) * 100.0
+                    ));
+                }
+            }
+        }
+        if let Ok(c) = self
+            .dir
+            .read_json::<CompileOutcome>(&d.join("compile.json"))
+        {
+            for r in &c.resources {
+                s.push_str(&format!(
+                    "- {}: {} registers, {} B spilled, {} B shared memory\n",
+                    r.name,
+                    r.registers,
+                    r.spill_store_bytes + r.spill_load_bytes,
+                    r.shared_bytes
+                ));
+            }
+            let hints = crate::profile::static_facts::hints(
+                self.workload.family(),
+                self.workload.dtype(),
+                &c.resources,
+                c.sass.as_ref(),
+            );
+            for h in hints.iter().take(3) {
+                s.push_str(&format!("- {}\n", h.text));
+            }
+        }
+        if s.is_empty() {
+            s.push_str("(no profile recorded)\n");
+        }
+        s
+    }
+
+    // ---------------------------------------------------------------- compile
+
+    fn compile_stage(&mut self) -> Result<(Outcome, String)> {
+        let n = self.current()?;
+        let source = self.dir.version_source(n)?;
+        let req = super::compile_request(&source, &self.spec.arch);
+        let (tc, cache) = (&self.toolchain, &self.cache);
+        let out = tokio::task::block_in_place(|| compile::compile(tc, cache, &req))?;
+        let d = self.dir.version_dir(n);
+        self.dir.write_json(&d.join("compile.json"), &out)?;
+        if let Ok(log) = std::fs::read(&out.log_path) {
+            self.dir.write_atomic(&d.join("compile.log"), &log)?;
+        }
+        let summary = if out.ok() {
+            out.resources
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} regs, {} B spill",
+                        r.registers,
+                        r.spill_store_bytes + r.spill_load_bytes
+                    )
+                })
+                .next()
+                .unwrap_or_else(|| "ok".into())
+        } else {
+            out.condensed.lines().next().unwrap_or("failed").to_string()
+        };
+        self.emit(Event::Compiled {
+            version: n,
+            ok: out.ok(),
+            cached: out.cached,
+            seconds: out.nvcc_seconds,
+            summary: summary.clone(),
+        });
+        if out.ok() {
+            self.set_status(n, "compiled");
+            return Ok((Outcome::Compiled, summary));
+        }
+        self.set_status(n, "compile_failed");
+        let first_error = out
+            .diagnostics
+            .iter()
+            .find(|d| d.severity == crate::toolchain::diagnostics::Severity::Error)
+            .map(|d| d.message.clone())
+            .unwrap_or_else(|| summary.clone());
+        self.fail(n, Verdict::CompileFailed { first_error });
+        Ok((Outcome::CompileFailed, summary))
+    }
+
+    fn current(&self) -> Result<u32> {
+        self.state
+            .current
+            .ok_or_else(|| Error::Usage("internal: no current version".into()))
+    }
+
+    fn set_status(&mut self, n: u32, status: &str) {
+        if let Some(v) = self.state.version_mut(n) {
+            v.status = status.into();
+        }
+    }
+
+    fn change_of(&self, n: u32) -> (String, String) {
+        self.state
+            .version(n)
+            .map(|v| (v.origin.clone(), v.change.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Records a failed version; the next debug attempt counts against the budget.
+    fn fail(&mut self, n: u32, verdict: Verdict) {
+        let (origin, change) = self.change_of(n);
+        if let Some(v) = self.state.version_mut(n) {
+            v.verdict = verdict.describe();
+        }
+        self.state.memory.record(Attempt {
+            version: n,
+            origin: origin.clone(),
+            change,
+            verdict,
+        });
+        self.state.spent.debug_attempts += 1;
+        if origin == "optimize" {
+            self.state.spent.rounds_without_gain += 1;
+        }
+    }
+
+    // ---------------------------------------------------------------- validate
+
+    fn validate_stage(&mut self) -> Result<(Outcome, String)> {
+        let n = self.current()?;
+        let d = self.dir.version_dir(n);
+        let out: CompileOutcome = self.dir.read_json(&d.join("compile.json"))?;
+        let so: PathBuf = out
+            .shared_object
+            .clone()
+            .ok_or_else(|| Error::Usage(format!("v{n} has no shared object")))?;
+        let source = self.dir.version_source(n)?;
+        let ev = self.evaluator.clone();
+        let w = self.workload.clone();
+        let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
+        self.dir.write_json(&d.join("evaluation.json"), &e)?;
+        let text = crate::check::render_evaluation(&self.workload, &e);
+        self.dir
+            .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;
+        let passed = e.passed();
+        let fault = e.fault.as_ref().map(|f| f.kind.name());
+        let shapes = e.report.as_ref().map_or(0, |r| r.validations.len());
+        self.emit(Event::Validated {
+            version: n,
+            passed,
+            fault: fault.clone(),
+            summary: if passed {
+                format!("{shapes} shape x seed runs pass")
+            } else {
+                e.fault
+                    .as_ref()
+                    .and_then(|f| f.message.lines().next().map(str::to_string))
+                    .unwrap_or_else(|| "failed".into())
+            },
+        });
+        if !passed {
+            let fault = fault.unwrap_or_else(|| "crash".into());
+            self.set_status(n, &fault);
+            self.fail(
+                n,
+                Verdict::Wrong {
+                    fault: fault.clone(),
+                },
+            );
+            return Ok((Outcome::Wrong, format!("wrong ({fault})")));
+        }
+        let timing = e.report.as_ref().and_then(|r| r.timing.clone());
+        let cand = timing.as_ref().and_then(|t| t.candidate.clone());
+        let vendor = timing.as_ref().and_then(|t| {
+            t.baselines
+                .iter()
+                .filter(|b| b.name != "copy")
+                .min_by(|a, b| a.stats.median_us.total_cmp(&b.stats.median_us))
+                .map(|b| (b.name.clone(), b.stats.median_us))
+        });
+        let roof = timing.as_ref().and_then(|t| t.roofline_fraction);
+        if let Some(c) = &cand {
+            self.emit(Event::Timed {
+                version: n,
+                median_us: c.median_us,
+                vendor: vendor.as_ref().map(|v| v.0.clone()),
+                vendor_us: vendor.as_ref().map(|v| v.1),
+                roofline_fraction: roof,
+            });
+        }
+        if let Some(v) = self.state.version_mut(n) {
+            v.status = "correct".into();
+            v.median_us = cand.as_ref().map(|c| c.median_us);
+            v.vendor_us = vendor.as_ref().map(|v| v.1);
+            v.roofline_fraction = roof;
+        }
+        self.state.spent.debug_attempts = 0;
+        let (origin, change) = self.change_of(n);
+        let verdict = match (self.state.best_us, &cand) {
+            (None, _) if self.state.best.is_none() => Verdict::FirstCorrect {
+                median_us: cand.as_ref().map(|c| c.median_us),
+            },
+            (Some(best), Some(c)) => {
+                // Faster only beyond the noise: half the two runs' p10-p90 spreads, at least 1%.
+                let noise = (0.5 * (c.spread + self.state.best_spread.unwrap_or(0.0))).max(0.01);
+                let gain = 1.0 - c.median_us / best;
+                if gain > noise {
+                    Verdict::Faster {
+                        percent: gain * 100.0,
+                        median_us: c.median_us,
+                    }
+                } else {
+                    Verdict::Slower {
+                        percent: -gain * 100.0,
+                        median_us: c.median_us,
+                    }
+                }
+            }
+            // Correct but untimed, with a best already: nothing shows it is faster.
+            _ => Verdict::Slower {
+                percent: 0.0,
+                median_us: f64::NAN,
+            },
+        };
+        let accepted = !verdict.failed();
+        let why = verdict.describe();
+        if let Some(v) = self.state.version_mut(n) {
+            v.accepted = accepted;
+            v.verdict = why.clone();
+        }
+        self.state.memory.record(Attempt {
+            version: n,
+            origin,
+            change,
+            verdict,
+        });
+        if accepted {
+            self.state.best = Some(n);
+            self.state.best_us = cand.as_ref().map(|c| c.median_us);
+            self.state.best_spread = cand.as_ref().map(|c| c.spread);
+            self.state.best_roofline = roof;
+            self.state.spent.rounds_without_gain = 0;
+            let source = self.dir.version_source(n)?;
+            self.dir
+                .write_atomic(&self.dir.path("best.cu"), source.as_bytes())?;
+            self.emit(Event::VersionAccepted {
+                version: n,
+                median_us: self.state.best_us,
+                reason: why.clone(),
+            });
+        } else {
+            self.state.spent.rounds_without_gain += 1;
+            self.emit(Event::VersionRejected {
+                version: n,
+                reason: why.clone(),
+            });
+        }
+        self.state.current = self.state.best;
+        Ok((Outcome::Correct, why))
+    }
+}

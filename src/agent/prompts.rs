@@ -1,0 +1,293 @@
+//! The prompts: template files in `prompts/` (built into the binary; a directory named by
+//! `CUTESMITH_PROMPTS` overrides them), rendered with minijinja from a context that
+//! carries what each prompt needs and nothing else.
+
+use std::path::PathBuf;
+
+use minijinja::Environment;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::runner::Evaluation;
+use crate::workload::{DType, Family, RooflineClass, Workload};
+
+/// (name, built-in text) of every prompt template.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("system", include_str!("../../prompts/system.j2")),
+    ("generate", include_str!("../../prompts/generate.j2")),
+    ("debug", include_str!("../../prompts/debug.j2")),
+    ("optimize", include_str!("../../prompts/optimize.j2")),
+    ("repair", include_str!("../../prompts/repair.j2")),
+];
+
+/// The prompt templates, loaded once per session.
+pub struct Prompts {
+    env: Environment<'static>,
+}
+
+impl Prompts {
+    /// The built-in templates, or those in `$CUTESMITH_PROMPTS` where that directory has
+    /// a file of the same name (`system.j2`, ...).
+    pub fn load() -> Result<Prompts> {
+        let dir = std::env::var_os("CUTESMITH_PROMPTS").map(PathBuf::from);
+        let mut env = Environment::new();
+        env.set_trim_blocks(false);
+        env.set_keep_trailing_newline(true);
+        for (name, text) in BUILT_IN {
+            let text = match dir.as_ref().map(|d| d.join(format!("{name}.j2"))) {
+                Some(p) if p.is_file() => {
+                    std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?
+                }
+                _ => (*text).to_string(),
+            };
+            env.add_template_owned(name.to_string(), text)
+                .map_err(|e| Error::Format {
+                    context: format!("prompt template {name}"),
+                    message: e.to_string(),
+                })?;
+        }
+        Ok(Prompts { env })
+    }
+
+    /// Renders template `name` with `ctx`.
+    pub fn render(&self, name: &str, ctx: &impl Serialize) -> Result<String> {
+        let t = self.env.get_template(name).map_err(|e| Error::Format {
+            context: format!("prompt template {name}"),
+            message: e.to_string(),
+        })?;
+        t.render(ctx).map_err(|e| Error::Format {
+            context: format!("rendering prompt {name}"),
+            message: format!("{e:#}"),
+        })
+    }
+}
+
+/// The GPU as the system prompt describes it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct GpuFacts {
+    pub name: String,
+    pub sm_count: i32,
+    pub smem_kib: u64,
+    pub l2_mib: u64,
+    pub clock_ghz: String,
+    pub copy_tb_s: String,
+    pub peak: String,
+    /// Copy bandwidth and peak, for the roofline lines.
+    #[serde(skip)]
+    pub copy_bytes_per_s: f64,
+    #[serde(skip)]
+    pub peak_flops_per_s: f64,
+}
+
+impl GpuFacts {
+    /// From the session's probe (device facts and ceilings measured by a worker).
+    pub fn from_probe(p: &Evaluation) -> GpuFacts {
+        let mut g = GpuFacts {
+            name: "unknown GPU".into(),
+            ..GpuFacts::default()
+        };
+        if let Some(r) = &p.report {
+            if let Some(d) = &r.device {
+                g.name = d.name.clone();
+                g.sm_count = d.sm_count;
+                g.smem_kib = d.smem_per_block_optin / 1024;
+                g.l2_mib = d.l2_bytes >> 20;
+                g.clock_ghz = format!("{:.2}", d.clock_khz as f64 / 1e6);
+            }
+            if let Some(c) = &r.ceilings {
+                g.copy_tb_s = format!("{:.2}", c.copy_bytes_per_s / 1e12);
+                g.peak = c.peak_note.clone();
+                g.copy_bytes_per_s = c.copy_bytes_per_s;
+                g.peak_flops_per_s = c.peak_flops_per_s;
+            }
+        }
+        g
+    }
+}
+
+/// The workload as the prompts describe it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadFacts {
+    pub name: String,
+    pub description: String,
+    pub family: String,
+    pub dtype: String,
+    pub out_dtype: String,
+    pub params: String,
+    pub layouts: String,
+    pub shapes: String,
+    pub shapes_count: usize,
+    pub headline: String,
+    pub flops: String,
+    pub min_mb: String,
+    pub intensity: String,
+    pub bound: String,
+    pub floor_us: String,
+}
+
+impl WorkloadFacts {
+    pub fn new(w: &Workload, gpu: &GpuFacts) -> WorkloadFacts {
+        let h = w.headline();
+        let fam = w.family();
+        let params = match fam {
+            Family::Activation => format!("activation {}", w.params().activation),
+            Family::GemmBiasAct => format!(
+                "D = {}(alpha*A*B{} ), alpha {}",
+                w.params().activation,
+                if w.params().bias { " + bias[n]" } else { "" },
+                w.params().alpha
+            ),
+            Family::Gemm => format!("alpha {}, beta {}", w.params().alpha, w.params().beta),
+            Family::Softmax => "softmax over each row (length n)".into(),
+        };
+        let layouts = if fam.is_gemm() {
+            let l = w.layouts();
+            format!(
+                "A {} (m x k), B {} (k x n), C/D {} ({})",
+                l.a.name(),
+                l.b.name(),
+                l.c.name(),
+                l.blas_name()
+            )
+        } else {
+            String::new()
+        };
+        let ridge = if gpu.copy_bytes_per_s > 0.0 {
+            gpu.peak_flops_per_s / gpu.copy_bytes_per_s
+        } else {
+            1.0
+        };
+        let bound = match w.roofline_class(h, ridge) {
+            RooflineClass::MemoryBound => "memory bound (bytes set the floor)",
+            RooflineClass::ComputeBound => "compute bound (FLOPs set the floor)",
+        };
+        let floor = if gpu.copy_bytes_per_s > 0.0 {
+            format!(
+                "{:.2}",
+                w.roofline_floor_s(h, gpu.copy_bytes_per_s, gpu.peak_flops_per_s) * 1e6
+            )
+        } else {
+            "unknown".into()
+        };
+        WorkloadFacts {
+            name: w.name().to_string(),
+            description: w.description().to_string(),
+            family: fam.name().to_string(),
+            dtype: w.dtype().name().to_string(),
+            out_dtype: w.out_dtype().name().to_string(),
+            params,
+            layouts,
+            shapes: w
+                .shapes()
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            shapes_count: w.shapes().len(),
+            headline: h.to_string(),
+            flops: format!("{:.3}", w.flops(h) / 1e9),
+            min_mb: format!("{:.1}", w.min_bytes(h) / 1e6),
+            intensity: format!("{:.1}", w.arithmetic_intensity(h)),
+            bound: bound.to_string(),
+            floor_us: floor,
+        }
+    }
+}
+
+/// The precision rule the system prompt states for a workload.
+pub fn precision_rule(w: &Workload) -> String {
+    match (w.family().is_gemm(), w.dtype(), w.allow_tf32()) {
+        (true, DType::F32, false) => "this is an fp32 workload: no TF32, fp16 or bf16 arithmetic \
+            (an fp64 check catches it); tensor cores only with 3xTF32-style error compensation"
+            .into(),
+        (true, DType::F32, true) => "fp32 operands; TF32 tensor-core arithmetic is allowed".into(),
+        (true, d, _) => format!(
+            "{} operands, fp32 accumulation (an fp64 check of sampled entries catches lower precision)",
+            d.name()
+        ),
+        (false, d, _) => format!(
+            "{} in and out; compute in fp32 (accurate math: erf, expf, not a lower-precision approximation)",
+            d.name()
+        ),
+    }
+}
+
+/// Advice on what a first kernel should look like, by workload class.
+pub fn class_advice(w: &Workload) -> &'static str {
+    match w.family() {
+        Family::Gemm | Family::GemmBiasAct => {
+            "Start from a correct Hopper GEMM: TMA loads of A and B tiles into swizzled shared \
+             memory, a multi-stage mbarrier pipeline, WGMMA (64xNx16) from shared memory with fp32 \
+             accumulators, and a predicated epilogue for ragged M and N. Correctness first: every \
+             listed shape must pass."
+        }
+        Family::Activation => {
+            "This is memory bound: aim at the copy bandwidth. 16-byte vectorized loads and stores, \
+             several vectors in flight per thread, a grid sized to the SM count, a scalar tail for \
+             sizes that are not a multiple of the vector width, fp32 math."
+        }
+        Family::Softmax => {
+            "This is memory bound: read each row once (online max and sum), a row per warp for short \
+             rows or per CTA for long ones, 16-byte vectors, fp32 accumulation."
+        }
+    }
+}
+
+/// Condensed failure evidence for the debug prompt: the validation report without the
+/// timing table, at most `max` bytes.
+pub fn failure_report(w: &Workload, e: &Evaluation, max: usize) -> String {
+    let full = crate::check::render_evaluation(w, e);
+    let mut s: String = full
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("\n[... cut]");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_template_renders() {
+        let p = Prompts::load().unwrap();
+        let w = Workload::parse(
+            "relu_f32.toml",
+            "description = \"relu\"\nfamily = \"activation\"\ndtype = \"f32\"\n[[shapes]]\nn = 1024\n[params]\nactivation = \"relu\"\n",
+        )
+        .unwrap();
+        let gpu = GpuFacts {
+            name: "H100".into(),
+            copy_bytes_per_s: 3e12,
+            peak_flops_per_s: 60e12,
+            ..GpuFacts::default()
+        };
+        let wf = WorkloadFacts::new(&w, &gpu);
+        let ctx = minijinja::context! {
+            cutlass_version => "4.2.0", nvcc_version => "13.0", arch => "sm_90a",
+            precision_rule => precision_rule(&w), gpu => gpu, abi_header => "/* abi */",
+            w => wf, vendor => "cudnn 10 us", class_advice => class_advice(&w),
+            version => 3, failure_kind => "compile error", failure => "x.cu(3): error",
+            source => "int main;", profile => "12 us", history => "- v1 ...",
+            missing => "no code", hint => "try vectors",
+        };
+        for (name, _) in BUILT_IN {
+            let text = p.render(name, &ctx).unwrap();
+            assert!(!text.trim().is_empty(), "{name} rendered empty");
+            assert!(!text.contains("{{"), "{name} left a placeholder");
+        }
+        let g = p.render("generate", &ctx).unwrap();
+        assert!(g.contains("relu_f32") && g.contains("try vectors") && g.contains("memory bound"));
+        let sys = p.render("system", &ctx).unwrap();
+        assert!(sys.contains("```strategy") && sys.contains("/* abi */"));
+    }
+}

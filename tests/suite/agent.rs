@@ -1,0 +1,440 @@
+//! The agent loop end to end, without a GPU: a whole session driven through the real
+//! async-openai client against a scripted OpenAI-compatible server on 127.0.0.1
+//! (wiremock), real nvcc compiles, and the scripted test double in place of the GPU for
+//! validation and timing only. Then a session killed mid-run and finished by `resume`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cutesmith::agent::engine::{Engine, Parts};
+use cutesmith::agent::evaluator::ScriptedEvaluator;
+use cutesmith::agent::events::{self, Event, Fanout, JsonlSink};
+use cutesmith::agent::machine::{Budgets, Stage};
+use cutesmith::agent::session::{ProviderSpec, SessionDir, SessionSpec, State};
+use cutesmith::config::ModelConfig;
+use cutesmith::provider::openai::OpenAiProvider;
+use cutesmith::toolchain::cache::CompileCache;
+use cutesmith::workload::Workload;
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use super::common::{fixture, toolchain};
+
+/// Answers each request with the next scripted response.
+struct Script(Mutex<VecDeque<ResponseTemplate>>);
+
+impl Respond for Script {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        self.0
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| ResponseTemplate::new(500).set_body_string("script exhausted"))
+    }
+}
+
+fn chunk(delta: Value, finish: Value) -> String {
+    let c = json!({"id": "c1", "object": "chat.completion.chunk", "created": 0,
+        "model": "mock-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
+/// A streamed reply: the text in pieces, a finish, the usage, [DONE].
+fn sse(text: &str) -> ResponseTemplate {
+    let mut body = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(300) {
+        let s: String = piece.iter().collect();
+        body.push_str(&chunk(json!({"content": s}), Value::Null));
+    }
+    body.push_str(&chunk(json!({}), json!("stop")));
+    let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 0,
+        "model": "mock-model", "choices": [],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}});
+    body.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_string(body)
+}
+
+/// A stream that stops half-way: no finish_reason, no [DONE].
+fn cut(text: &str) -> ResponseTemplate {
+    let half: String = text.chars().take(text.len() / 2).collect();
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_string(chunk(json!({"content": half}), Value::Null))
+}
+
+fn reply(change: &str, kernel: &str) -> String {
+    format!(
+        "Plan below.\n```strategy\nchange: {change}\nwhy: test\nexpected_gain: 1.1x\n```\n```cuda\n{kernel}```\n"
+    )
+}
+
+/// The fixture kernel with test-double markers (and an optional extra line).
+fn kernel(marker: &str, extra: &str) -> String {
+    let base = std::fs::read_to_string(fixture("agent/relu_plain.cu")).unwrap();
+    format!("// cutesmith-test: {marker}\n{extra}\n{base}")
+}
+
+fn bodies(reqs: &[Request]) -> Vec<Value> {
+    reqs.iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+fn user_text(b: &Value) -> String {
+    b["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn state_of(root: &Path) -> State {
+    serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_session_through_a_mock_openai_server() {
+    let Some(tc) = toolchain() else { return };
+    let no_code = "I would vectorize the loads.\n```strategy\nchange: vectorized loads\n```\n";
+    let broken = reply(
+        "first kernel",
+        &kernel(
+            "median_us=100",
+            "static int broken = this_identifier_is_not_declared;",
+        ),
+    );
+    let wrong = reply("fix the declaration", &kernel("wrong", "// v2"));
+    let correct = reply("fix the indexing", &kernel("median_us=100", "// v3"));
+    let faster = reply("more blocks per SM", &kernel("median_us=80", "// v4"));
+    let slower = reply("unroll by 8", &kernel("median_us=90", "// v5"));
+    let slower2 = reply("shared-memory staging", &kernel("median_us=95", "// v6"));
+    let rate_limited = ResponseTemplate::new(429).set_body_json(json!({"error": {
+        "message": "slow down", "type": "rate_limit_error", "param": null, "code": null}}));
+    let script = Script(Mutex::new(VecDeque::from(vec![
+        sse(no_code),  // 0 generate: no code -> repair request
+        sse(&broken),  // 1 repair: v1 does not compile
+        sse(&wrong),   // 2 debug (nvcc diagnostics): v2 validates wrong
+        sse(&correct), // 3 debug (mismatch report): v3 correct, first
+        rate_limited,  // 4 optimize: 429 ...
+        sse(&faster),  // 5 ... then v4, faster: accepted
+        cut(&slower),  // 6 optimize: the stream is cut ...
+        sse(&slower),  // 7 ... retried: v5, slower: rejected
+        sse(&slower2), // 8 optimize: v6, slower: rejected; 3 rounds done
+    ])));
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(script)
+        .mount(&server)
+        .await;
+
+    std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
+    let model = ModelConfig {
+        base_url: format!("{}/v1", server.uri()),
+        model: "mock-model".into(),
+        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
+        temperature: Some(0.2),
+        max_tokens: Some(8000),
+        reasoning_effort: None,
+        price_prompt_per_mtok: Some(1.0),
+        price_completion_per_mtok: Some(4.0),
+        connect_timeout_s: Some(5),
+        read_timeout_s: Some(10),
+        max_attempts: Some(3),
+    };
+    let mut provider = OpenAiProvider::new(model.clone()).unwrap();
+    provider.retry_base = Duration::from_millis(50);
+    let runs = tempfile::tempdir().unwrap();
+    let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
+    let spec = SessionSpec {
+        id: "mock-session".into(),
+        created: "now".into(),
+        workload: w.name().into(),
+        workload_source: w.path().to_path_buf(),
+        provider: ProviderSpec::Model { model },
+        evaluator: "scripted".into(),
+        budgets: Budgets {
+            rounds: 3,
+            patience: 5,
+            roofline_target: 0.0,
+            ..Budgets::default()
+        },
+        arch: "sm_90a".into(),
+        seed_from_builtin: 0,
+        seeds: 1,
+        timing_runs: 20,
+        timeout_s: 60,
+        max_candidates: 4,
+    };
+    let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
+    let root = dir.root.clone();
+    let sink = JsonlSink::open(&root.join("events.jsonl")).unwrap();
+    let parts = Parts {
+        provider: Box::new(provider),
+        seed: None,
+        evaluator: Arc::new(ScriptedEvaluator {
+            delay: Duration::ZERO,
+        }),
+        toolchain: tc,
+        cache: CompileCache::default_location(),
+        events: Arc::new(Fanout(vec![Box::new(sink)])),
+    };
+    let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
+    engine.run().await.unwrap();
+
+    // What the agent sent.
+    let reqs = server.received_requests().await.unwrap();
+    let b = bodies(&reqs);
+    assert_eq!(b.len(), 9, "requests: {}", b.len());
+    for x in &b {
+        assert_eq!(x["model"], "mock-model");
+        assert_eq!(x["stream"], true);
+        assert_eq!(x["messages"][0]["role"], "system");
+        assert!(x["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("cutesmith_launch"));
+    }
+    for r in &reqs {
+        assert_eq!(
+            r.headers.get("authorization").unwrap().to_str().unwrap(),
+            "Bearer sk-test-secret"
+        );
+    }
+    // 1: the repair request carries the unusable reply and says what was missing.
+    let msgs = b[1]["messages"].as_array().unwrap();
+    assert_eq!(msgs[msgs.len() - 2]["role"], "assistant");
+    assert_eq!(msgs[msgs.len() - 2]["content"], no_code);
+    assert!(user_text(&b[1]).contains("could not be used"));
+    // 2: the debug request carries nvcc's diagnostics for the undeclared identifier.
+    let debug1 = user_text(&b[2]);
+    assert!(debug1.contains("nvcc diagnostics"), "{debug1}");
+    assert!(
+        debug1.contains("this_identifier_is_not_declared"),
+        "{debug1}"
+    );
+    assert!(debug1.contains("error"), "{debug1}");
+    // 3: the next debug request carries the mismatch report.
+    let debug2 = user_text(&b[3]);
+    assert!(debug2.contains("mismatch"), "{debug2}");
+    assert!(debug2.contains("TEST DOUBLE mismatch"), "{debug2}");
+    assert!(
+        !debug1.contains("Profile of"),
+        "no profile before correctness is stable"
+    );
+    // 4/5: the 429 was retried with the same request; 6/7: so was the cut stream.
+    assert_eq!(b[4], b[5]);
+    assert_eq!(b[6], b[7]);
+    // Profiles enter only once a version is correct.
+    assert!(user_text(&b[4]).contains("Profile of v3"));
+    // 8: the history says v5 was slower and rejected, v4 faster and accepted.
+    let last = user_text(&b[8]);
+    assert!(
+        last.contains("- v5 [optimize] unroll by 8 -> slower by"),
+        "{last}"
+    );
+    assert!(last.contains("rejected"), "{last}");
+    assert!(
+        last.contains("- v4 [optimize] more blocks per SM -> faster by 20.0%"),
+        "{last}"
+    );
+    assert!(last.contains("Profile of v4"), "{last}");
+
+    // What the session kept.
+    let st = state_of(&root);
+    assert_eq!(st.stage, Stage::Done);
+    assert_eq!(st.best, Some(4));
+    assert_eq!(st.best_us, Some(80.0));
+    assert!(st
+        .stop_reason
+        .as_deref()
+        .unwrap()
+        .contains("3 optimization rounds"));
+    let status: Vec<(u32, &str, bool)> = st
+        .versions
+        .iter()
+        .map(|v| (v.n, v.status.as_str(), v.accepted))
+        .collect();
+    assert_eq!(
+        status,
+        vec![
+            (1, "compile_failed", false),
+            (2, "mismatch", false),
+            (3, "correct", true),
+            (4, "correct", true),
+            (5, "correct", false),
+            (6, "correct", false),
+        ]
+    );
+    assert_eq!(st.spent.model_requests, 7);
+    assert_eq!(st.spent.prompt_tokens, 700);
+    assert!((st.spent.cost_usd - 7.0 * (100.0 + 50.0 * 4.0) / 1e6).abs() < 1e-9);
+    for n in 1..=6 {
+        let v = root.join(format!("versions/v{n:03}"));
+        assert!(v.join("kernel.cu").is_file() && v.join("reply.md").is_file());
+        assert!(v.join("compile.json").is_file() && v.join("compile.log").is_file());
+        assert_eq!(v.join("evaluation.json").is_file(), n >= 2, "v{n}");
+    }
+    let log = std::fs::read_to_string(root.join("versions/v001/compile.log")).unwrap();
+    assert!(log.contains("this_identifier_is_not_declared"));
+    assert!(std::fs::read_to_string(root.join("best.cu"))
+        .unwrap()
+        .contains("median_us=80"));
+    let transcript = std::fs::read_to_string(root.join("transcript.jsonl")).unwrap();
+    assert_eq!(transcript.lines().count(), 7);
+    let ev = events::read_jsonl(&root.join("events.jsonl")).unwrap();
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::VersionAccepted { version: 4, .. })));
+    assert!(ev.iter().any(
+        |e| matches!(e, Event::VersionRejected { version: 5, reason } if reason.contains("slower by"))
+    ));
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::ModelRetry { reason, .. } if reason.contains("stream ended"))));
+    // The key never reaches the session's files.
+    for f in [
+        "session.json",
+        "state.json",
+        "transcript.jsonl",
+        "events.jsonl",
+    ] {
+        let t = std::fs::read_to_string(root.join(f)).unwrap();
+        assert!(!t.contains("sk-test-secret"), "{f} holds the key");
+    }
+}
+
+/// The replies of the resume test: a correct kernel, then three optimization rounds.
+fn write_resume_transcript(dir: &Path) -> PathBuf {
+    let mut t = String::new();
+    for (change, us) in [
+        ("first", 100),
+        ("faster", 80),
+        ("slower", 90),
+        ("fastest", 70),
+    ] {
+        let text = reply(
+            change,
+            &kernel(&format!("median_us={us}"), &format!("// {change}")),
+        );
+        t.push_str(&format!("[[reply]]\ntext = '''\n{text}'''\n"));
+    }
+    let p = dir.join("resume.toml");
+    std::fs::write(&p, t).unwrap();
+    p
+}
+
+#[test]
+fn a_killed_session_is_finished_by_resume_with_no_version_lost() {
+    let Some(_tc) = toolchain() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let transcript = write_resume_transcript(tmp.path());
+    let runs = tmp.path().join("runs");
+    let exe = env!("CARGO_BIN_EXE_cutesmith");
+    let cmd = |args: &[&str]| {
+        let mut c = Command::new(exe);
+        c.args(args)
+            .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+            .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "1500")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let mut child = cmd(&[
+        "run",
+        fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
+        "--replay",
+        transcript.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--rounds",
+        "3",
+        "--roofline-target",
+        "0",
+    ])
+    .spawn()
+    .unwrap();
+    // Wait until two versions are accepted, then kill -9 mid-session.
+    let t0 = Instant::now();
+    let root = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "the session never got going"
+        );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the session ended before it was killed: {status}");
+        }
+        let found = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path());
+        if let Some(root) = found {
+            let accepted = events::read_jsonl(&root.join("events.jsonl"))
+                .map(|ev| {
+                    ev.iter()
+                        .filter(|e| matches!(e, Event::VersionAccepted { .. }))
+                        .count()
+                })
+                .unwrap_or(0);
+            if accepted >= 2 {
+                break root;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = state_of(&root);
+    assert_ne!(before.stage, Stage::Done, "killed too late to test resume");
+    let kept: Vec<(u32, String)> = before
+        .versions
+        .iter()
+        .map(|v| {
+            let src = std::fs::read_to_string(root.join(format!("versions/v{:03}/kernel.cu", v.n)));
+            (v.n, src.unwrap())
+        })
+        .collect();
+    assert!(kept.len() >= 2);
+
+    let out = cmd(&["resume", root.to_str().unwrap()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "resume failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("resumed"), "{stderr}");
+    let after = state_of(&root);
+    assert_eq!(after.stage, Stage::Done, "{stdout}\n{stderr}");
+    let ns: Vec<u32> = after.versions.iter().map(|v| v.n).collect();
+    assert_eq!(ns, vec![1, 2, 3, 4], "every version once, none lost");
+    for (n, src) in kept {
+        let now =
+            std::fs::read_to_string(root.join(format!("versions/v{n:03}/kernel.cu"))).unwrap();
+        assert_eq!(now, src, "v{n} changed across the kill");
+    }
+    for n in 1..=4 {
+        assert!(root
+            .join(format!("versions/v{n:03}/evaluation.json"))
+            .is_file());
+    }
+    assert_eq!(after.best, Some(4));
+    assert_eq!(after.best_us, Some(70.0));
+    assert!(stdout.contains("| v4 (best) |"), "{stdout}");
+    let sj = std::fs::read_to_string(root.join("session.json")).unwrap();
+    assert!(
+        sj.contains("scripted test double"),
+        "the session says it used the test double"
+    );
+}
