@@ -166,8 +166,9 @@ pub fn cmd_run(
     args: RunArgs,
 ) -> Result<i32> {
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
-    let evaluator = evaluator_for(args.seeds, args.timing_runs, args.timeout)?;
+    // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
+    let evaluator = evaluator_for(args.seeds, args.timing_runs, args.timeout)?;
     let arch = crate::gpu::devices()
         .ok()
         .and_then(|d| d.first().map(|d| d.arch()))
@@ -253,8 +254,8 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
     }
     let copy = dir.path(&format!("{}.toml", spec.workload));
     let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
-    let evaluator = evaluator_for(spec.seeds, spec.timing_runs, spec.timeout_s)?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
+    let evaluator = evaluator_for(spec.seeds, spec.timing_runs, spec.timeout_s)?;
     let cache = CompileCache::default_location();
     let precompile = Some((
         tc.clone(),
