@@ -120,6 +120,9 @@ pub enum Command {
     /// validate -> debug -> optimize, with the configured model or the built-in provider;
     /// the session is saved under runs/<id>/.
     Run(crate::run::RunArgs),
+    /// Profile a kernel (GPU): timing and roofline placement, one launch under Nsight
+    /// Compute, static facts, and the findings that matter most.
+    Profile(crate::profile::command::ProfileArgs),
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(crate::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
@@ -294,6 +297,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
         Command::Baseline(args) => crate::check::cmd_baseline(args),
         Command::Run(args) => crate::run::cmd_run(&opts, cli.global.no_install, &config, args),
+        Command::Profile(args) => {
+            crate::profile::command::cmd_profile(&opts, cli.global.no_install, args)
+        }
         Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
         Command::Cache { clear } => {

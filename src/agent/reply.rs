@@ -5,13 +5,13 @@
 //! Accepted strategy block (first fenced block tagged `strategy`, as `key: value` lines
 //! or as JSON):
 //!
-//! ```text
+//! ````text
 //! ```strategy
 //! change: 2-stage cp.async pipeline for A and B
 //! why: the profile shows long scoreboard stalls on global loads
 //! expected_gain: 1.3x
 //! ```
-//! ```
+//! ````
 //!
 //! The code is the longest fenced block tagged `cuda`, `cu`, `cpp`, `c++` or `c` (or
 //! untagged) that defines `cutesmith_launch`.

@@ -5,7 +5,7 @@
 //!   to reproduce a recorded session;
 //! - a TOML file written by hand, for tests and demonstrations:
 //!
-//! ```toml
+//! ````toml
 //! [[reply]]
 //! text = '''
 //! ```strategy
@@ -15,7 +15,7 @@
 //! ...
 //! ```
 //! '''
-//! ```
+//! ````
 
 use std::path::{Path, PathBuf};
 

@@ -155,6 +155,36 @@ pub fn evaluate_sanitized(
     Ok((eval, report))
 }
 
+/// Runs the job in a worker under a profiler (Nsight Compute): `exe args... cutesmith
+/// worker --job ...`. The shared object is inspected first, as in [`evaluate`].
+pub fn evaluate_under(
+    job: &Job,
+    exe: &Path,
+    args: Vec<String>,
+    timeout: Duration,
+) -> Result<Evaluation> {
+    if let Some(so) = &job.shared_object {
+        let rep = inspect::inspect(so).map_err(|e| Error::Format {
+            context: so.display().to_string(),
+            message: e,
+        })?;
+        if !rep.forbidden.is_empty() {
+            return Ok(Evaluation {
+                report: None,
+                fault: Some(Fault {
+                    kind: FaultKind::ForbiddenLibrary,
+                    message: format!("rejected before loading: {}", rep.summary()),
+                }),
+                inspect: Some(rep),
+                stderr_tail: String::new(),
+                seconds: 0.0,
+                sanitizer_output: None,
+            });
+        }
+    }
+    spawn_worker(job, timeout, Some((exe, args)))
+}
+
 /// Starts `cutesmith worker` (optionally under a wrapper program such as
 /// compute-sanitizer) in a fresh temp directory with a scrubbed environment.
 fn spawn_worker(
