@@ -114,11 +114,17 @@ fn sinks(dir: &Path, view: &ViewArgs) -> Result<Arc<dyn EventSink>> {
     Ok(Arc::new(Fanout(v)))
 }
 
-fn evaluator_for(seeds: u64, runs: u32, timeout: u64) -> Result<Arc<dyn Evaluator>> {
+fn evaluator_for(
+    opts: &ToolchainOptions,
+    seeds: u64,
+    runs: u32,
+    timeout: u64,
+) -> Result<Arc<dyn Evaluator>> {
     let ev = evaluator::from_env(GpuEvaluator {
         seeds,
         runs,
         timeout: Duration::from_secs(timeout),
+        ncu: crate::toolchain::find_extra_tools(opts).ncu.map(|t| t.path),
     });
     if std::env::var(TEST_EVALUATOR_ENV).is_ok() {
         eprintln!(
@@ -168,7 +174,7 @@ pub fn cmd_run(
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    let evaluator = evaluator_for(args.seeds, args.timing_runs, args.timeout)?;
+    let evaluator = evaluator_for(opts, args.seeds, args.timing_runs, args.timeout)?;
     let arch = crate::gpu::devices()
         .ok()
         .and_then(|d| d.first().map(|d| d.arch()))
@@ -255,7 +261,7 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
     let copy = dir.path(&format!("{}.toml", spec.workload));
     let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    let evaluator = evaluator_for(spec.seeds, spec.timing_runs, spec.timeout_s)?;
+    let evaluator = evaluator_for(opts, spec.seeds, spec.timing_runs, spec.timeout_s)?;
     let cache = CompileCache::default_location();
     let precompile = Some((
         tc.clone(),

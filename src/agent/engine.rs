@@ -569,50 +569,114 @@ impl Engine {
         }
     }
 
-    /// The profile of a correct version for the optimize prompt: timing against the vendor
-    /// library, the roofline position, and the static facts of its compile.
+    /// Profiles an accepted version under Nsight Compute (when the evaluator can) and
+    /// keeps the result, or why there is none, in `versions/vNNN/ncu.json`.
+    fn profile_version(&mut self, n: u32, so: &Path, out: &CompileOutcome) -> Result<()> {
+        let kernels: Vec<String> = out.resources.iter().map(|r| r.mangled.clone()).collect();
+        let ev = self.evaluator.clone();
+        let w = self.workload.clone();
+        let got = tokio::task::block_in_place(|| ev.profile(&w, so, &kernels));
+        let record = match &got {
+            Ok(p) => serde_json::json!({ "profiles": p }),
+            Err(why) => serde_json::json!({ "profiles": [], "note": why }),
+        };
+        if let Err(why) = &got {
+            self.emit(Event::Note {
+                text: format!("v{n} not profiled: {why}"),
+            });
+        }
+        self.dir
+            .write_json(&self.dir.version_dir(n).join("ncu.json"), &record)
+    }
+
+    /// The profile of a correct version for the optimize prompt: the roofline position,
+    /// the few findings that matter most (guidance), the Nsight Compute summary, the
+    /// timing against the vendor library, and the resources of its compile.
     fn profile_text(&self, n: u32) -> String {
+        use crate::profile::{guidance, ncu::KernelProfile, roofline::Placement, static_facts};
         let d = self.dir.version_dir(n);
         let mut s = String::new();
-        if let Ok(e) = self.dir.read_json::<Evaluation>(&d.join("evaluation.json")) {
-            if let Some(t) = e.report.as_ref().and_then(|r| r.timing.as_ref()) {
-                if let Some(c) = &t.candidate {
-                    s.push_str(&format!(
-                        "- {:.2} us median (p10-p90 {:.2}-{:.2}) on {}",
-                        c.median_us, c.p10_us, c.p90_us, t.shape
-                    ));
-                    if let Some(f) = t.achieved_tflops {
-                        s.push_str(&format!(", {f:.1} TFLOP/s"));
-                    }
-                    if let Some(b) = t.achieved_tb_per_s {
-                        s.push_str(&format!(", {b:.2} TB/s"));
-                    }
-                    s.push('\n');
-                }
-                for b in &t.baselines {
-                    s.push_str(&format!(
-                        "- {}: {:.2} us{}\n",
-                        b.name,
-                        b.stats.median_us,
-                        b.speedup
-                            .map(|x| format!(" (this version is {x:.2}x of it)"))
-                            .unwrap_or_default()
-                    ));
-                }
-                if let Some(f) = t.roofline_fraction {
-                    s.push_str(&format!(
-                        "- roofline: floor {:.2} us, this version at {:.0}% of it ({:.0}% headroom)\n",
-                        t.floor_s * 1e6,
-                        f * 100.0,
-                        (1.0 - f).max(0.0) * 100.0
-                    ));
-                }
-            }
-        }
-        if let Ok(c) = self
+        let eval = self
+            .dir
+            .read_json::<Evaluation>(&d.join("evaluation.json"))
+            .ok();
+        let timing = eval
+            .as_ref()
+            .and_then(|e| e.report.as_ref())
+            .and_then(|r| Some((r.timing.as_ref()?, r.ceilings.as_ref()?)));
+        let placement = timing.and_then(|(t, c)| Placement::new(t, c));
+        let ncu: Vec<KernelProfile> = self
+            .dir
+            .read_json::<serde_json::Value>(&d.join("ncu.json"))
+            .ok()
+            .and_then(|v| serde_json::from_value(v.get("profiles")?.clone()).ok())
+            .unwrap_or_default();
+        let main = ncu.iter().max_by(|a, b| {
+            a.duration_us()
+                .unwrap_or(0.0)
+                .total_cmp(&b.duration_us().unwrap_or(0.0))
+        });
+        let compile = self
             .dir
             .read_json::<CompileOutcome>(&d.join("compile.json"))
-        {
+            .ok();
+        let hints = compile
+            .as_ref()
+            .map(|c| {
+                static_facts::hints(
+                    self.workload.family(),
+                    self.workload.dtype(),
+                    &c.resources,
+                    c.sass.as_ref(),
+                )
+            })
+            .unwrap_or_default();
+        if let Some(p) = &placement {
+            s.push_str(&format!("- roofline: {}\n", p.sentence()));
+        }
+        if let Some(k) = main {
+            let pct = |m: &str| k.get(m).map_or("n/a".to_string(), |v| format!("{v:.0}%"));
+            s.push_str(&format!(
+                "- Nsight Compute: SM {}, DRAM {}, tensor pipe {}, occupancy {}, top stalls: {}\n",
+                pct("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+                pct("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+                k.tensor_pct()
+                    .map_or("n/a".to_string(), |t| format!("{t:.0}%")),
+                pct("sm__warps_active.avg.pct_of_peak_sustained_active"),
+                k.stalls()
+                    .iter()
+                    .take(3)
+                    .map(|(r, v)| format!("{r} {v:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let findings = guidance::select(placement.as_ref(), main, &hints, 3);
+        if !findings.is_empty() {
+            s.push_str("- what matters most now:\n");
+            for g in &findings {
+                s.push_str(&format!("  * {}\n", g.text));
+            }
+        }
+        if let Some((t, _)) = timing {
+            if let Some(c) = &t.candidate {
+                s.push_str(&format!(
+                    "- {:.2} us median (p10-p90 {:.2}-{:.2}) on {}\n",
+                    c.median_us, c.p10_us, c.p90_us, t.shape
+                ));
+            }
+            for b in &t.baselines {
+                s.push_str(&format!(
+                    "- {}: {:.2} us{}\n",
+                    b.name,
+                    b.stats.median_us,
+                    b.speedup
+                        .map(|x| format!(" (this version is {x:.2}x of it)"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        if let Some(c) = &compile {
             for r in &c.resources {
                 s.push_str(&format!(
                     "- {}: {} registers, {} B spilled, {} B shared memory\n",
@@ -621,15 +685,6 @@ impl Engine {
                     r.spill_store_bytes + r.spill_load_bytes,
                     r.shared_bytes
                 ));
-            }
-            let hints = crate::profile::static_facts::hints(
-                self.workload.family(),
-                self.workload.dtype(),
-                &c.resources,
-                c.sass.as_ref(),
-            );
-            for h in hints.iter().take(3) {
-                s.push_str(&format!("- {}\n", h.text));
             }
         }
         if s.is_empty() {
@@ -844,6 +899,7 @@ impl Engine {
             let source = self.dir.version_source(n)?;
             self.dir
                 .write_atomic(&self.dir.path("best.cu"), source.as_bytes())?;
+            self.profile_version(n, &so, &out)?;
             self.emit(Event::VersionAccepted {
                 version: n,
                 median_us: self.state.best_us,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::gpu::DeviceInfo;
+use crate::profile::ncu::KernelProfile;
 use crate::runner::job::{
     BaselineTiming, Ceilings, Fault, FaultKind, Mode, ShapeValidation, Stats, TimingReport,
     WorkerReport,
@@ -28,6 +29,17 @@ pub trait Evaluator: Send + Sync {
     fn probe(&self, w: &Workload) -> Result<Evaluation>;
     /// Validates (every shape and seed) and times one compiled version.
     fn evaluate(&self, w: &Workload, shared_object: &Path, source: &str) -> Result<Evaluation>;
+
+    /// Profiles one launch of a correct version under Nsight Compute, when the evaluator
+    /// can: `Ok(profiles)`, or `Err(why not)`, which the session records and goes on.
+    fn profile(
+        &self,
+        _w: &Workload,
+        _shared_object: &Path,
+        _kernels: &[String],
+    ) -> std::result::Result<Vec<KernelProfile>, String> {
+        Err("this evaluator does not profile".into())
+    }
 }
 
 /// The real thing: one worker process per evaluation.
@@ -35,6 +47,8 @@ pub struct GpuEvaluator {
     pub seeds: u64,
     pub runs: u32,
     pub timeout: Duration,
+    /// Nsight Compute, when found: accepted versions are profiled with it.
+    pub ncu: Option<std::path::PathBuf>,
 }
 
 impl Default for GpuEvaluator {
@@ -43,6 +57,7 @@ impl Default for GpuEvaluator {
             seeds: 2,
             runs: 30,
             timeout: Duration::from_secs(300),
+            ncu: None,
         }
     }
 }

@@ -136,15 +136,28 @@ fn gather(
         (Some(t), Some(c)) => Placement::new(t, c),
         _ => None,
     };
-    let (profiles, ncu_note) = match ncu_exe {
-        None => (
+    let kernels: Vec<String> = out.resources.iter().map(|r| r.mangled.clone()).collect();
+    let got = match ncu_exe {
+        None => Err("ncu (Nsight Compute) not found beside nvcc or on PATH".to_string()),
+        Some(exe) => {
+            eprintln!("profiling one launch under ncu ...");
+            ncu_profile(
+                exe,
+                w,
+                args.full,
+                &kernels,
+                so,
+                timeout,
+                args.save_csv.as_deref(),
+            )
+        }
+    };
+    let (profiles, ncu_note) = match got {
+        Ok(p) => (p, None),
+        Err(why) => (
             Vec::new(),
-            Some("ncu (Nsight Compute) not found beside nvcc or on PATH: event timing and static facts only".into()),
+            Some(format!("{why}; event timing and static facts only")),
         ),
-        Some(exe) => match profile_once(exe, w, args, out, so, timeout) {
-            Ok(p) => (p, None),
-            Err(why) => (Vec::new(), Some(format!("{why}; event timing and static facts only"))),
-        },
     };
     let facts = static_facts::hints(w.family(), w.dtype(), &out.resources, out.sass.as_ref());
     let main = profiles.iter().max_by(|a, b| {
@@ -174,26 +187,25 @@ fn gather(
 }
 
 /// One validation launch of the headline shape in a worker under ncu, filtered to the
-/// kernels of this shared object.
-fn profile_once(
+/// kernels of this shared object (their mangled names from the ptxas report).
+pub fn ncu_profile(
     exe: &std::path::Path,
     w: &Workload,
-    args: &ProfileArgs,
-    out: &CompileOutcome,
+    full: bool,
+    kernels: &[String],
     so: &std::path::Path,
     timeout: Duration,
+    save_csv: Option<&std::path::Path>,
 ) -> std::result::Result<Vec<KernelProfile>, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let log = dir.path().join("ncu.csv");
-    let kernels: Vec<String> = out.resources.iter().map(|r| r.mangled.clone()).collect();
     let mut job = runner::job_for(w, Mode::Validate, Some(so.to_path_buf()), 1, 20)
         .map_err(|e| e.to_string())?;
     job.shapes = vec![0];
-    eprintln!("profiling one launch under ncu ...");
-    let e = runner::evaluate_under(&job, exe, ncu::args(&kernels, args.full, &log), timeout)
+    let e = runner::evaluate_under(&job, exe, ncu::args(kernels, full, &log), timeout)
         .map_err(|e| format!("ncu run failed: {e}"))?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    if let Some(keep) = &args.save_csv {
+    if let Some(keep) = save_csv {
         if let Err(e) = std::fs::write(keep, &text) {
             eprintln!("could not keep the CSV at {}: {e}", keep.display());
         }

@@ -99,6 +99,14 @@ pub fn select(
                         });
                     }
                 }
+                if let Some(t) = tensor.filter(|t| *t >= 85.0) {
+                    out.push(Finding {
+                        weight: 6.5,
+                        text: format!(
+                            "tensor pipe busy {t:.0}% of the kernel: the mainloop is near its peak; what is left is the prologue and epilogue around it (overlap the epilogue with the next tile's mainloop: ping-pong schedule or a persistent kernel with a TMA-store epilogue) and the clock the chip sustains"
+                        ),
+                    });
+                }
                 if let (Some(d), Some(t)) = (dram, tensor) {
                     if d > 70.0 && t < 60.0 {
                         out.push(Finding {

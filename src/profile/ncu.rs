@@ -252,3 +252,76 @@ mod tests {
         assert!(a.contains(&"--clock-control".to_string()));
     }
 }
+
+/// Parsers against ncu CSV recorded on the lent H100 (`cutesmith profile --save-csv`,
+/// tests/fixtures/ncu/, 2026-11-22).
+#[cfg(test)]
+mod recorded {
+    use super::*;
+    use crate::profile::guidance;
+    use crate::profile::roofline::{Bound, Placement};
+
+    fn load(name: &str) -> Vec<KernelProfile> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/ncu")
+            .join(name);
+        parse_csv(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_tutorial_grade_gemm_starves_its_tensor_cores() {
+        let p = load("raw_cute_gemm.csv");
+        assert_eq!(p.len(), 1, "one launch of the kernel's own function");
+        let k = &p[0];
+        assert!(k.kernel.contains("cs_gemm_sm90_kernel"), "{}", k.kernel);
+        let d = k.duration_us().unwrap();
+        assert!((d - 285.57).abs() < 0.5, "{d}");
+        assert!((k.tensor_pct().unwrap() - 55.0).abs() < 1.0);
+        assert_eq!(k.get("launch__registers_per_thread"), Some(90.0));
+        assert_eq!(k.stalls()[0].0, "long_scoreboard");
+        assert!(k.smem_bytes().unwrap() > 100_000.0);
+    }
+
+    #[test]
+    fn the_builtin_gemm_keeps_them_busy_and_gets_other_guidance() {
+        let slow = load("raw_cute_gemm.csv");
+        let fast = load("best_gemm.csv");
+        let k = &fast[0];
+        assert!(k.kernel.contains("GemmUniversal"), "{}", k.kernel);
+        assert!(k.tensor_pct().unwrap() > 90.0);
+        assert_eq!(k.stalls()[0].0, "barrier");
+        let at = |f: f64| Placement {
+            intensity: 1365.0,
+            ridge: 358.0,
+            bound: Bound::Compute,
+            achieved_tflops: 0.0,
+            achieved_tb_per_s: 0.0,
+            peak_tflops: 1071.0,
+            copy_tb_per_s: 3.0,
+            floor_us: 128.4,
+            time_us: 128.4 / f,
+            fraction: f,
+            headroom: 1.0 - f,
+        };
+        let gs = guidance::select(Some(&at(0.44)), Some(&slow[0]), &[], 3);
+        let gf = guidance::select(Some(&at(0.71)), Some(&fast[0]), &[], 3);
+        assert!(gs[0].text.contains("tensor pipe active 55%"), "{gs:?}");
+        assert!(
+            !gf.iter().any(|g| g.text.contains("tensor cores starve")),
+            "{gf:?}"
+        );
+        assert_ne!(gs[0].text, gf[0].text);
+    }
+
+    #[test]
+    fn the_activation_is_memory_bound_and_latency_limited() {
+        let k = &load("silu.csv")[0];
+        assert!(k.kernel.contains("cs_act_flat_kernel"));
+        let dram = k
+            .get("dram__throughput.avg.pct_of_peak_sustained_elapsed")
+            .unwrap();
+        assert!((dram - 84.0).abs() < 1.0, "{dram}");
+        assert_eq!(k.tensor_pct(), Some(0.0));
+        assert_eq!(k.stalls()[0].0, "long_scoreboard");
+    }
+}
