@@ -303,7 +303,11 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 for (p, why) in [
                     (
                         &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
-                        "split-K x4 over 64-column blocks: streams B once with every SM busy",
+                        "split-K x4 over 64-column blocks, the last CTA of a column block sums the splits (no second kernel), B loads with the L2 256-byte prefetch hint",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64), ("CS_FUSED_REDUCE", 0), ("CS_PDL", 1)][..],
+                        "split-K x4 with a separate reduce kernel chained by programmatic dependent launch",
                     ),
                     (
                         &[("CS_SPLIT_K", 8), ("CS_BLOCK_N", 32)][..],
