@@ -82,6 +82,20 @@ impl Evaluator for GpuEvaluator {
         )?;
         runner::evaluate(&job, self.timeout)
     }
+
+    fn profile(
+        &self,
+        w: &Workload,
+        so: &Path,
+        kernels: &[String],
+    ) -> std::result::Result<Vec<KernelProfile>, String> {
+        let Some(exe) = &self.ncu else {
+            return Err(
+                "ncu (Nsight Compute) not found: event timing and static facts only".into(),
+            );
+        };
+        crate::profile::command::ncu_profile(exe, w, false, kernels, so, self.timeout, None)
+    }
 }
 
 /// The evaluator a session uses: the test double only when the environment asks for it.
