@@ -123,6 +123,9 @@ pub enum Command {
     /// Profile a kernel (GPU): timing and roofline placement, one launch under Nsight
     /// Compute, static facts, and the findings that matter most.
     Profile(crate::profile::command::ProfileArgs),
+    /// Steer one session by hand over stdin/stdout: step, run N, hint, edit, show, diff,
+    /// history, profile, rollback, export, quit. WORKLOAD may be a runs/<id> directory.
+    Session(crate::run::RunArgs),
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(crate::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
@@ -299,6 +302,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Run(args) => crate::run::cmd_run(&opts, cli.global.no_install, &config, args),
         Command::Profile(args) => {
             crate::profile::command::cmd_profile(&opts, cli.global.no_install, args)
+        }
+        Command::Session(args) => {
+            crate::interactive::cmd_session(&opts, cli.global.no_install, &config, args)
         }
         Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),

@@ -15,6 +15,7 @@ pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod gpu;
+pub mod interactive;
 pub mod profile;
 pub mod provider;
 pub mod run;

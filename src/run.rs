@@ -156,7 +156,7 @@ fn provider_for(
     })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -171,6 +171,17 @@ pub fn cmd_run(
     config: &Config,
     args: RunArgs,
 ) -> Result<i32> {
+    let engine = new_session(opts, no_install, config, &args)?;
+    drive(engine)
+}
+
+/// A new session's engine, from the command line and the config.
+pub fn new_session(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    config: &Config,
+    args: &RunArgs,
+) -> Result<Engine> {
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
@@ -245,19 +256,31 @@ pub fn cmd_run(
         cache,
         events,
     };
-    let engine = Engine::create(dir, spec, &workload, parts)?;
-    drive(engine)
+    Engine::create(dir, spec, &workload, parts)
 }
 
 /// `cutesmith resume runs/<id>`.
 pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -> Result<i32> {
     let dir = SessionDir::open(&args.session)?;
-    let spec = dir.load_spec()?;
     let state = dir.load_state()?;
     if state.stage == crate::agent::machine::Stage::Done {
         println!("{}", summary(&dir, &state, None));
         return Ok(exit_code(&dir, &state));
     }
+    let engine = open_session(opts, no_install, &args.session, &args.view)?;
+    drive(engine)
+}
+
+/// An existing session's engine, its provider rebuilt from session.json.
+pub fn open_session(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    root: &Path,
+    view: &ViewArgs,
+) -> Result<Engine> {
+    let dir = SessionDir::open(root)?;
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
     let copy = dir.path(&format!("{}.toml", spec.workload));
     let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
@@ -292,7 +315,7 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
             )
         })
         .transpose()?;
-    let events = sinks(&dir.root, &args.view)?;
+    let events = sinks(&dir.root, view)?;
     let parts = Parts {
         provider,
         seed,
@@ -301,8 +324,7 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
         cache,
         events,
     };
-    let engine = Engine::open(&dir.root, parts)?;
-    drive(engine)
+    Engine::open(&dir.root, parts)
 }
 
 /// Replies a session has already turned into versions (or spent on them): a replayed
@@ -362,7 +384,7 @@ fn drive(mut engine: Engine) -> Result<i32> {
 
 /// 0 when the best version meets the workload's goal, 1 when it does not or nothing is
 /// correct.
-fn exit_code(dir: &SessionDir, state: &crate::agent::session::State) -> i32 {
+pub fn exit_code(dir: &SessionDir, state: &crate::agent::session::State) -> i32 {
     match goal(dir, state) {
         Some((_, true)) => EXIT_OK,
         _ => EXIT_GOAL_NOT_MET,

@@ -251,6 +251,157 @@ impl Engine {
         }
     }
 
+    // ---------------------------------------------------------------- steering
+
+    /// A person's hint, carried by the next prompt.
+    pub fn set_hint(&mut self, hint: &str) -> Result<()> {
+        self.state.hint = Some(hint.to_string());
+        self.emit(Event::Note {
+            text: format!("hint for the next prompt: {hint}"),
+        });
+        self.save()
+    }
+
+    /// Lets the loop go on for `rounds` more optimization rounds (a person asked for them).
+    pub fn allow_rounds(&mut self, rounds: u32) -> Result<()> {
+        let b = &mut self.spec.budgets;
+        b.rounds = b.rounds.max(self.state.spent.rounds + rounds);
+        b.patience = b
+            .patience
+            .max(self.state.spent.rounds_without_gain + rounds);
+        if self.state.stage == Stage::Done && self.state.best.is_some() {
+            self.state.stage = Stage::Optimize;
+            self.state.stop_reason = None;
+        }
+        self.dir
+            .write_json(&self.dir.path("session.json"), &self.spec)?;
+        self.save()
+    }
+
+    /// A version written by a person (an edit of `parent`): it enters the compile stage.
+    pub fn human_version(&mut self, source: &str, parent: Option<u32>) -> Result<u32> {
+        let n = self.state.next_version;
+        let note = StrategyNote {
+            change: format!(
+                "edited by hand{}",
+                parent.map(|p| format!(" from v{p}")).unwrap_or_default()
+            ),
+            why: "a person's edit".into(),
+            expected_gain: String::new(),
+        };
+        self.dir
+            .write_version(n, source, "(written by a person, not a provider)", &note)?;
+        self.state.versions.push(VersionRecord {
+            n,
+            parent,
+            origin: "human".into(),
+            change: note.change.clone(),
+            status: "proposed".into(),
+            median_us: None,
+            vendor_us: None,
+            roofline_fraction: None,
+            accepted: false,
+            verdict: String::new(),
+        });
+        self.state.next_version = n + 1;
+        self.state.current = Some(n);
+        self.state.stage = Stage::Compile;
+        self.state.stop_reason = None;
+        self.emit(Event::Note {
+            text: format!("v{n}: {}", note.change),
+        });
+        self.save()?;
+        Ok(n)
+    }
+
+    /// Makes correct version `n` the best again and continues optimizing from it.
+    pub fn rollback(&mut self, n: u32) -> Result<()> {
+        let v = self
+            .state
+            .version(n)
+            .cloned()
+            .ok_or_else(|| Error::Usage(format!("there is no v{n}")))?;
+        if v.status != "correct" {
+            return Err(Error::Usage(format!(
+                "v{n} is {}: only a correct version can be rolled back to",
+                v.status
+            )));
+        }
+        let spread = self
+            .dir
+            .read_json::<Evaluation>(&self.dir.version_dir(n).join("evaluation.json"))
+            .ok()
+            .and_then(|e| e.report?.timing?.candidate.map(|c| c.spread));
+        self.state.best = Some(n);
+        self.state.best_us = v.median_us;
+        self.state.best_spread = spread;
+        self.state.best_roofline = v.roofline_fraction;
+        self.state.current = Some(n);
+        self.state.stage = Stage::Optimize;
+        self.state.stop_reason = None;
+        self.state.spent.debug_attempts = 0;
+        let source = self.dir.version_source(n)?;
+        self.dir
+            .write_atomic(&self.dir.path("best.cu"), source.as_bytes())?;
+        self.emit(Event::Reverted {
+            to_version: n,
+            reason: "rolled back by hand".into(),
+        });
+        self.save()
+    }
+
+    /// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
+    /// includes, and a README with how to build and call it and what it measured.
+    pub fn export(&self, out: &Path) -> Result<Vec<PathBuf>> {
+        let best = self
+            .state
+            .best
+            .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        let name = format!("{}.cu", self.workload.name());
+        let source = self.dir.version_source(best)?;
+        let mut written = Vec::new();
+        let cu = out.join(&name);
+        let header = format!(
+            "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
+            self.spec.id,
+            self.workload.name(),
+            self.workload.description()
+        );
+        std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
+        written.push(cu);
+        let abi_src = self.toolchain.abi_include.join("cutesmith_abi.h");
+        let abi = out.join("cutesmith_abi.h");
+        std::fs::copy(&abi_src, &abi).map_err(|e| Error::io(&abi_src, e))?;
+        written.push(abi);
+        let v = self.state.version(best);
+        let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
+            (Some(t), Some(b)) => format!(
+                "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
+                self.workload.headline(),
+                b / t
+            ),
+            (Some(t), None) => format!("{t:.2} us on the headline shape {}", self.workload.headline()),
+            _ => "not timed".into(),
+        };
+        let readme = format!(
+            "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
+            self.spec.id,
+            self.workload.description(),
+            self.workload
+                .shapes()
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            stem = self.workload.name()
+        );
+        let rd = out.join("README.md");
+        std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
+        written.push(rd);
+        Ok(written)
+    }
+
     // ---------------------------------------------------------------- asking
 
     async fn ask_stage(&mut self, stage: Stage) -> Result<(Outcome, String)> {
@@ -592,7 +743,7 @@ impl Engine {
     /// The profile of a correct version for the optimize prompt: the roofline position,
     /// the few findings that matter most (guidance), the Nsight Compute summary, the
     /// timing against the vendor library, and the resources of its compile.
-    fn profile_text(&self, n: u32) -> String {
+    pub fn profile_text(&self, n: u32) -> String {
         use crate::profile::{guidance, ncu::KernelProfile, roofline::Placement, static_facts};
         let d = self.dir.version_dir(n);
         let mut s = String::new();

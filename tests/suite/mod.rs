@@ -5,3 +5,4 @@ mod cli;
 mod common;
 mod compile;
 mod gpu;
+mod session;
