@@ -23,6 +23,19 @@ pub struct SuiteSpec {
     pub max_candidates: Option<usize>,
     #[serde(default)]
     pub seeds: Option<u64>,
+    /// `cutesmith run SUITE`: "builtin" or "model" (default: the model when one is
+    /// configured, else the built-in provider).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// `cutesmith run SUITE`: optimization rounds per workload.
+    #[serde(default)]
+    pub rounds: Option<u32>,
+    /// `cutesmith run SUITE`: wall-clock seconds per workload.
+    #[serde(default)]
+    pub max_time_s: Option<f64>,
+    /// `cutesmith run SUITE`: model tokens per workload.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
 }
 
 /// Finds a suite by name (in `workloads/suites/`) or path.

@@ -126,6 +126,9 @@ pub enum Command {
     /// Steer one session by hand over stdin/stdout: step, run N, hint, edit, show, diff,
     /// history, profile, rollback, export, quit. WORKLOAD may be a runs/<id> directory.
     Session(crate::run::RunArgs),
+    /// Markdown + self-contained HTML (SVG charts) over sessions: speedups, % of the
+    /// roofline, each version's time and strategy.
+    Report(crate::report::ReportArgs),
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(crate::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
@@ -306,6 +309,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Session(args) => {
             crate::interactive::cmd_session(&opts, cli.global.no_install, &config, args)
         }
+        Command::Report(args) => crate::report::cmd_report(args),
         Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
         Command::Cache { clear } => {

@@ -27,7 +27,7 @@ use crate::toolchain::compile;
 use crate::toolchain::ToolchainOptions;
 use crate::workload::Workload;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Workload name (from --workloads-dir) or path to a spec.
     pub workload: String,
@@ -85,7 +85,7 @@ pub struct RunArgs {
     pub view: ViewArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
     /// Print the model's reply as it streams.
     #[arg(long)]
@@ -103,9 +103,14 @@ pub struct ResumeArgs {
     pub view: ViewArgs,
 }
 
-fn sinks(dir: &Path, view: &ViewArgs) -> Result<Arc<dyn EventSink>> {
+fn sinks(
+    dir: &Path,
+    view: &ViewArgs,
+    extra: Vec<Box<dyn EventSink>>,
+) -> Result<Arc<dyn EventSink>> {
     let mut v: Vec<Box<dyn EventSink>> =
         vec![Box::new(JsonlSink::open(&dir.join("events.jsonl"))?)];
+    v.extend(extra);
     if !view.quiet {
         v.push(Box::new(ConsoleSink {
             stream: view.stream,
@@ -171,8 +176,35 @@ pub fn cmd_run(
     config: &Config,
     args: RunArgs,
 ) -> Result<i32> {
+    if let Some((name, suite)) = as_suite(&args)? {
+        return crate::suite::run_suite(opts, no_install, config, args, &name, suite);
+    }
     let engine = new_session(opts, no_install, config, &args)?;
     drive(engine)
+}
+
+/// The suite `args.workload` names, when it names one (`workloads/suites/NAME.toml` with
+/// no workload of that name, or a `.toml` file with a `workloads` list).
+fn as_suite(args: &RunArgs) -> Result<Option<(String, crate::bench::SuiteSpec)>> {
+    let w = &args.workload;
+    let path = if w.ends_with(".toml") {
+        PathBuf::from(w)
+    } else {
+        if args.workloads_dir.join(format!("{w}.toml")).is_file() {
+            return Ok(None);
+        }
+        args.workloads_dir.join("suites").join(format!("{w}.toml"))
+    };
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let is_suite = toml::from_str::<toml::Table>(&text)
+        .map(|t| t.contains_key("workloads"))
+        .unwrap_or(false);
+    if !is_suite {
+        return Ok(None);
+    }
+    crate::bench::load_suite(&args.workloads_dir, &path.display().to_string()).map(Some)
 }
 
 /// A new session's engine, from the command line and the config.
@@ -181,6 +213,17 @@ pub fn new_session(
     no_install: bool,
     config: &Config,
     args: &RunArgs,
+) -> Result<Engine> {
+    new_session_with(opts, no_install, config, args, Vec::new())
+}
+
+/// [`new_session`] with more event sinks (a suite's progress bar and events file).
+pub fn new_session_with(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    config: &Config,
+    args: &RunArgs,
+    extra: Vec<Box<dyn EventSink>>,
 ) -> Result<Engine> {
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
@@ -247,7 +290,7 @@ pub fn new_session(
         max_candidates: args.max_candidates,
     };
     let dir = SessionDir::create(&args.runs_dir, &spec.id)?;
-    let events = sinks(&dir.root, &args.view)?;
+    let events = sinks(&dir.root, &args.view, extra)?;
     let parts = Parts {
         provider,
         seed,
@@ -315,7 +358,7 @@ pub fn open_session(
             )
         })
         .transpose()?;
-    let events = sinks(&dir.root, view)?;
+    let events = sinks(&dir.root, view, Vec::new())?;
     let parts = Parts {
         provider,
         seed,
@@ -346,7 +389,7 @@ fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
         .unwrap_or(0)
 }
 
-fn drive(mut engine: Engine) -> Result<i32> {
+pub fn drive(mut engine: Engine) -> Result<i32> {
     let rt = runtime()?;
     let root = engine.dir.root.clone();
     let result = rt.block_on(async {
@@ -391,7 +434,7 @@ pub fn exit_code(dir: &SessionDir, state: &crate::agent::session::State) -> i32 
     }
 }
 
-fn goal(dir: &SessionDir, state: &crate::agent::session::State) -> Option<(String, bool)> {
+pub fn goal(dir: &SessionDir, state: &crate::agent::session::State) -> Option<(String, bool)> {
     let spec = dir.load_spec().ok()?;
     let w = Workload::load(dir.path(&format!("{}.toml", spec.workload))).ok()?;
     let best = state.best?;

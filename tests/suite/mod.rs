@@ -5,4 +5,5 @@ mod cli;
 mod common;
 mod compile;
 mod gpu;
+mod report;
 mod session;
