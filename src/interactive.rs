@@ -36,8 +36,11 @@ pub fn cmd_session(
     config: &Config,
     args: RunArgs,
 ) -> Result<i32> {
-    let target = PathBuf::from(&args.workload);
-    let mut engine = if target.join("session.json").is_file() {
+    let target = args
+        .resume
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.workload));
+    let mut engine = if args.resume.is_some() || target.join("session.json").is_file() {
         run::open_session(opts, no_install, &target, &args.view)?
     } else {
         run::new_session(opts, no_install, config, &args)?

@@ -29,8 +29,13 @@ use crate::workload::Workload;
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Workload name (from --workloads-dir) or path to a spec.
+    /// Workload name (from --workloads-dir) or path to a spec; `run` also takes a suite
+    /// (workloads/suites/NAME.toml) and `session` a session directory.
+    #[arg(required_unless_present = "resume", default_value = "")]
     pub workload: String,
+    /// Continue the session in this directory (runs/<id>) instead of starting one.
+    #[arg(long, value_name = "DIR", conflicts_with = "workload")]
+    pub resume: Option<PathBuf>,
     #[arg(long, default_value = "workloads")]
     pub workloads_dir: PathBuf,
     /// Where sessions go (each in its own runs/<id>/).
@@ -176,6 +181,16 @@ pub fn cmd_run(
     config: &Config,
     args: RunArgs,
 ) -> Result<i32> {
+    if let Some(dir) = &args.resume {
+        return cmd_resume(
+            opts,
+            no_install,
+            ResumeArgs {
+                session: dir.clone(),
+                view: args.view.clone(),
+            },
+        );
+    }
     if let Some((name, suite)) = as_suite(&args)? {
         return crate::suite::run_suite(opts, no_install, config, args, &name, suite);
     }
