@@ -129,6 +129,15 @@ pub enum Command {
     /// Markdown + self-contained HTML (SVG charts) over sessions: speedups, % of the
     /// roofline, each version's time and strategy.
     Report(crate::report::ReportArgs),
+    /// Write the best kernel of a session as a standalone drop-in: the .cu (with its
+    /// launch entry), the ABI header, and a README with how to build and call it.
+    Export {
+        /// The session directory (runs/<id>).
+        session: PathBuf,
+        /// Where the files go.
+        #[arg(long, default_value = "export")]
+        out: PathBuf,
+    },
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(crate::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
@@ -310,6 +319,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
             crate::interactive::cmd_session(&opts, cli.global.no_install, &config, args)
         }
         Command::Report(args) => crate::report::cmd_report(args),
+        Command::Export { session, out } => {
+            let dir = crate::agent::session::SessionDir::open(&session)?;
+            for f in crate::agent::engine::export(&dir, &toolchain::abi_include_dir(), &out)? {
+                println!("wrote {}", f.display());
+            }
+            Ok(EXIT_OK)
+        }
         Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
         Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
         Command::Cache { clear } => {

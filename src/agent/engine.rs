@@ -350,56 +350,9 @@ impl Engine {
         self.save()
     }
 
-    /// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
-    /// includes, and a README with how to build and call it and what it measured.
+    /// Writes the best kernel as a standalone drop-in (see [`export`]).
     pub fn export(&self, out: &Path) -> Result<Vec<PathBuf>> {
-        let best = self
-            .state
-            .best
-            .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        let name = format!("{}.cu", self.workload.name());
-        let source = self.dir.version_source(best)?;
-        let mut written = Vec::new();
-        let cu = out.join(&name);
-        let header = format!(
-            "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
-            self.spec.id,
-            self.workload.name(),
-            self.workload.description()
-        );
-        std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
-        written.push(cu);
-        let abi_src = self.toolchain.abi_include.join("cutesmith_abi.h");
-        let abi = out.join("cutesmith_abi.h");
-        std::fs::copy(&abi_src, &abi).map_err(|e| Error::io(&abi_src, e))?;
-        written.push(abi);
-        let v = self.state.version(best);
-        let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
-            (Some(t), Some(b)) => format!(
-                "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
-                self.workload.headline(),
-                b / t
-            ),
-            (Some(t), None) => format!("{t:.2} us on the headline shape {}", self.workload.headline()),
-            _ => "not timed".into(),
-        };
-        let readme = format!(
-            "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
-            self.spec.id,
-            self.workload.description(),
-            self.workload
-                .shapes()
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            stem = self.workload.name()
-        );
-        let rd = out.join("README.md");
-        std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
-        written.push(rd);
-        Ok(written)
+        export(&self.dir, &self.toolchain.abi_include, out)
     }
 
     // ---------------------------------------------------------------- asking
@@ -1066,4 +1019,59 @@ impl Engine {
         self.state.current = self.state.best;
         Ok((Outcome::Correct, why))
     }
+}
+
+/// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
+/// includes, and a README with how to build and call it and what it measured.
+pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
+    let workload = Workload::load(dir.path(&format!("{}.toml", spec.workload)))
+        .map_err(|e| Error::Workload(e.to_string()))?;
+    let best = state
+        .best
+        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let name = format!("{}.cu", workload.name());
+    let source = dir.version_source(best)?;
+    let mut written = Vec::new();
+    let cu = out.join(&name);
+    let header = format!(
+        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
+        spec.id,
+        workload.name(),
+        workload.description()
+    );
+    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
+    written.push(cu);
+    let abi_src = abi_include.join("cutesmith_abi.h");
+    let abi = out.join("cutesmith_abi.h");
+    std::fs::copy(&abi_src, &abi).map_err(|e| Error::io(&abi_src, e))?;
+    written.push(abi);
+    let v = state.version(best);
+    let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
+        (Some(t), Some(b)) => format!(
+            "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
+            workload.headline(),
+            b / t
+        ),
+        (Some(t), None) => format!("{t:.2} us on the headline shape {}", workload.headline()),
+        _ => "not timed".into(),
+    };
+    let readme = format!(
+        "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
+        spec.id,
+        workload.description(),
+        workload
+            .shapes()
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        stem = workload.name()
+    );
+    let rd = out.join("README.md");
+    std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
+    written.push(rd);
+    Ok(written)
 }

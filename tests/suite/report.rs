@@ -87,3 +87,41 @@ fn a_report_of_recorded_runs_renders_in_a_headless_browser() {
         std::fs::copy(&shot, keep).unwrap();
     }
 }
+
+#[test]
+fn export_writes_a_standalone_kernel_that_compiles() {
+    let out = tempfile::tempdir().unwrap();
+    let session = fixture("runs/act_silu_bf16-20261122-062719-9469");
+    let r = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["export", session.to_str().unwrap(), "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let cu = std::fs::read_to_string(out.path().join("act_silu_bf16.cu")).unwrap();
+    assert!(cu.starts_with(
+        "// Exported by cutesmith from session act_silu_bf16-20261122-062719-9469 (version v4)."
+    ));
+    assert!(cu.contains("silu_flat") && cu.contains("cutesmith_launch"));
+    let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
+    assert!(
+        readme.contains("415.90 us") && readme.contains("685.63 us"),
+        "{readme}"
+    );
+    // The exported kernel compiles (nvcc, sm_90a).
+    let Some(tc) = super::common::toolchain() else {
+        return;
+    };
+    let req = cutesmith::toolchain::compile::CompileRequest::from_file(
+        &out.path().join("act_silu_bf16.cu"),
+        Default::default(),
+    )
+    .unwrap();
+    let o = cutesmith::toolchain::compile::compile(
+        &tc,
+        &cutesmith::toolchain::cache::CompileCache::default_location(),
+        &req,
+    )
+    .unwrap();
+    assert!(o.ok(), "{}", o.condensed);
+}
