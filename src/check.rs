@@ -26,34 +26,42 @@ pub fn require_gpu() -> Result<()> {
     Ok(())
 }
 
+/// Compiles a kernel file for this machine's GPU through the cache; on failure prints
+/// the condensed diagnostics and returns `None`.
+pub fn compile_kernel(
+    tc: &crate::toolchain::Toolchain,
+    kernel: &std::path::Path,
+) -> Result<Option<crate::toolchain::compile::CompileOutcome>> {
+    let req = CompileRequest::from_file(
+        kernel,
+        CompileOptions {
+            arch: crate::gpu::target_arch(),
+            ..CompileOptions::default()
+        },
+    )?;
+    eprintln!("compiling {} ...", kernel.display());
+    let outcome = compile::compile(tc, &CompileCache::default_location(), &req)?;
+    if !outcome.ok() {
+        print!(
+            "{}",
+            crate::cli::render_outcome(&kernel.display().to_string(), &outcome)
+        );
+        return Ok(None);
+    }
+    Ok(Some(outcome))
+}
+
 pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> Result<i32> {
     require_gpu()?;
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    let arch = crate::gpu::devices()
-        .ok()
-        .and_then(|d| d.first().map(|d| d.arch()))
-        .unwrap_or_else(|| "sm_90a".into());
-    let req = CompileRequest::from_file(
-        &args.kernel,
-        CompileOptions {
-            arch,
-            ..CompileOptions::default()
-        },
-    )?;
-    eprintln!("compiling {} ...", args.kernel.display());
-    let outcome = compile::compile(&tc, &CompileCache::default_location(), &req)?;
-    if !outcome.ok() {
-        print!(
-            "{}",
-            crate::cli::render_outcome(&args.kernel.display().to_string(), &outcome)
-        );
+    let Some(outcome) = compile_kernel(&tc, &args.kernel)? else {
         println!(
             "fault: {} (the kernel did not compile)",
             FaultKind::CompileError.name()
         );
         return Ok(EXIT_GOAL_NOT_MET);
-    }
+    };
     let facts = crate::profile::static_facts::hints(
         workload.family(),
         workload.dtype(),

@@ -244,10 +244,7 @@ pub fn new_session_with(
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
     let evaluator = evaluator_for(opts, args.seeds, args.timing_runs, args.timeout)?;
-    let arch = crate::gpu::devices()
-        .ok()
-        .and_then(|d| d.first().map(|d| d.arch()))
-        .unwrap_or_else(|| "sm_90a".into());
+    let arch = crate::gpu::target_arch();
     let provider_spec = if let Some(t) = &args.replay {
         ProviderSpec::Replay {
             transcript: std::fs::canonicalize(t).map_err(|e| Error::io(t, e))?,

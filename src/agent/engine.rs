@@ -291,20 +291,7 @@ impl Engine {
         };
         self.dir
             .write_version(n, source, "(written by a person, not a provider)", &note)?;
-        self.state.versions.push(VersionRecord {
-            n,
-            parent,
-            origin: "human".into(),
-            change: note.change.clone(),
-            status: "proposed".into(),
-            median_us: None,
-            vendor_us: None,
-            roofline_fraction: None,
-            accepted: false,
-            verdict: String::new(),
-        });
-        self.state.next_version = n + 1;
-        self.state.current = Some(n);
+        self.add_version(n, parent, "human", &note.change);
         self.state.stage = Stage::Compile;
         self.state.stop_reason = None;
         self.emit(Event::Note {
@@ -486,11 +473,20 @@ impl Engine {
             Stage::Optimize => self.state.best,
             _ => None,
         };
+        self.add_version(n, parent, origin, &strategy.change);
+        if stage == Stage::Optimize {
+            self.state.spent.rounds += 1;
+        }
+        Ok((Outcome::Proposed, format!("v{n}: {}", strategy.change)))
+    }
+
+    /// Records a new version (its files already written) as the current one.
+    fn add_version(&mut self, n: u32, parent: Option<u32>, origin: &str, change: &str) {
         self.state.versions.push(VersionRecord {
             n,
             parent,
             origin: origin.into(),
-            change: strategy.change.clone(),
+            change: change.into(),
             status: "proposed".into(),
             median_us: None,
             vendor_us: None,
@@ -500,10 +496,6 @@ impl Engine {
         });
         self.state.next_version = n + 1;
         self.state.current = Some(n);
-        if stage == Stage::Optimize {
-            self.state.spent.rounds += 1;
-        }
-        Ok((Outcome::Proposed, format!("v{n}: {}", strategy.change)))
     }
 
     /// The outcome that asks again at the same stage (no code, or seeds spent).

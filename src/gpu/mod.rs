@@ -50,6 +50,15 @@ pub fn driver_present() -> bool {
 }
 
 /// Reads every device's facts. `Err(NoGpu)` when there is no driver or no device.
+/// The architecture to compile for: the first device's (e.g. `sm_90a`), or `sm_90a` when
+/// no device answers.
+pub fn target_arch() -> String {
+    devices()
+        .ok()
+        .and_then(|d| d.first().map(|d| d.arch()))
+        .unwrap_or_else(|| "sm_90a".into())
+}
+
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     use cudarc::driver::CudaContext;

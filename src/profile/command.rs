@@ -18,8 +18,7 @@ use crate::cli::{EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
 use crate::runner::job::Mode;
 use crate::runner::{self, Evaluation};
-use crate::toolchain::cache::CompileCache;
-use crate::toolchain::compile::{self, CompileOptions, CompileOutcome, CompileRequest};
+use crate::toolchain::compile::CompileOutcome;
 use crate::toolchain::ToolchainOptions;
 use crate::workload::Workload;
 
@@ -67,26 +66,9 @@ pub fn cmd_profile(opts: &ToolchainOptions, no_install: bool, args: ProfileArgs)
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
     crate::check::require_gpu()?;
-    let arch = crate::gpu::devices()
-        .ok()
-        .and_then(|d| d.first().map(|d| d.arch()))
-        .unwrap_or_else(|| "sm_90a".into());
-    let req = CompileRequest::from_file(
-        &args.kernel,
-        CompileOptions {
-            arch,
-            ..CompileOptions::default()
-        },
-    )?;
-    eprintln!("compiling {} ...", args.kernel.display());
-    let out = compile::compile(&tc, &CompileCache::default_location(), &req)?;
-    if !out.ok() {
-        print!(
-            "{}",
-            crate::cli::render_outcome(&args.kernel.display().to_string(), &out)
-        );
+    let Some(out) = crate::check::compile_kernel(&tc, &args.kernel)? else {
         return Ok(EXIT_GOAL_NOT_MET);
-    }
+    };
     let so = out
         .shared_object
         .clone()
