@@ -438,3 +438,89 @@ fn a_killed_session_is_finished_by_resume_with_no_version_lost() {
         "the session says it used the test double"
     );
 }
+
+/// `--seed-from-builtin`: the built-in provider writes the first version, the model then
+/// optimizes from it, and its first request carries that version and its profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_session_seeded_from_the_builtin_provider() {
+    let Some(tc) = toolchain() else { return };
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script(Mutex::new(VecDeque::from(vec![sse(&reply(
+            "model's first idea",
+            &kernel("median_us=60", "// model"),
+        ))]))))
+        .mount(&server)
+        .await;
+    let model = ModelConfig {
+        base_url: format!("{}/v1", server.uri()),
+        model: "mock-model".into(),
+        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
+        temperature: None,
+        max_tokens: None,
+        reasoning_effort: None,
+        price_prompt_per_mtok: None,
+        price_completion_per_mtok: None,
+        connect_timeout_s: Some(5),
+        read_timeout_s: Some(10),
+        max_attempts: Some(2),
+    };
+    let runs = tempfile::tempdir().unwrap();
+    let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
+    let spec = SessionSpec {
+        id: "seeded".into(),
+        created: "now".into(),
+        workload: w.name().into(),
+        workload_source: w.path().to_path_buf(),
+        provider: ProviderSpec::Model {
+            model: model.clone(),
+        },
+        evaluator: "scripted".into(),
+        budgets: Budgets {
+            rounds: 1,
+            roofline_target: 0.0,
+            ..Budgets::default()
+        },
+        arch: "sm_90a".into(),
+        seed_from_builtin: 1,
+        seeds: 1,
+        timing_runs: 20,
+        timeout_s: 60,
+        max_candidates: 1,
+    };
+    let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
+    let root = dir.root.clone();
+    let parts = Parts {
+        provider: Box::new(OpenAiProvider::new(model).unwrap()),
+        seed: Some(Box::new(
+            cutesmith::provider::builtin::BuiltinProvider::new(&w, 1),
+        )),
+        evaluator: Arc::new(ScriptedEvaluator {
+            delay: Duration::ZERO,
+        }),
+        toolchain: tc,
+        cache: CompileCache::default_location(),
+        events: Arc::new(events::NullSink),
+    };
+    let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
+    engine.run().await.unwrap();
+    let st = state_of(&root);
+    let origins: Vec<&str> = st.versions.iter().map(|v| v.origin.as_str()).collect();
+    assert_eq!(origins, vec!["builtin", "optimize"]);
+    assert!(st.versions[0].change.starts_with("elementwise_activation"));
+    assert_eq!(
+        st.best,
+        Some(2),
+        "the model's version was faster (60 vs 100 us)"
+    );
+    let reqs = server.received_requests().await.unwrap();
+    assert_eq!(reqs.len(), 1, "the seed version cost no model request");
+    let b: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    let user = user_text(&b);
+    assert!(user.contains("Profile of v1"), "{user}");
+    assert!(
+        user.contains("cutesmith built-in strategy: elementwise_activation"),
+        "{user}"
+    );
+}
