@@ -524,3 +524,107 @@ async fn a_model_session_seeded_from_the_builtin_provider() {
         "{user}"
     );
 }
+
+/// A kill while a model request is in flight: `resume` asks again and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_killed_during_a_model_request_is_resumed() {
+    let Some(_tc) = toolchain() else { return };
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script(Mutex::new(VecDeque::from(vec![
+            sse(&reply("first", &kernel("median_us=100", "// first"))),
+            // Never answered in time: the process is killed while waiting for it.
+            sse(&reply("lost", &kernel("median_us=10", "// lost")))
+                .set_delay(Duration::from_secs(60)),
+            sse(&reply("faster", &kernel("median_us=80", "// faster"))),
+        ]))))
+        .mount(&server)
+        .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let base_url = format!("{}/v1", server.uri());
+    let cmd = move |args: Vec<String>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_cutesmith"));
+        c.args(args)
+            .current_dir(tmp_path_parent(&runs))
+            .env("CUTESMITH_MODEL_BASE_URL", &base_url)
+            .env("CUTESMITH_MODEL", "mock-model")
+            .env("CUTESMITH_API_KEY_ENV", "CUTESMITH_KILL_TEST_KEY")
+            .env("CUTESMITH_KILL_TEST_KEY", "k")
+            .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let runs2 = tmp.path().join("runs");
+    let mut child = cmd(vec![
+        "run".into(),
+        fixture("workloads/relu_bf16_small.toml")
+            .display()
+            .to_string(),
+        "--runs-dir".into(),
+        runs2.display().to_string(),
+        "--rounds".into(),
+        "1".into(),
+        "--roofline-target".into(),
+        "0".into(),
+    ])
+    .spawn()
+    .unwrap();
+    let t0 = Instant::now();
+    while server.received_requests().await.unwrap().len() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "the second request never came"
+        );
+        if let Ok(Some(s)) = child.try_wait() {
+            panic!("the session ended early: {s}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let root = std::fs::read_dir(&runs2)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let before = state_of(&root);
+    assert_eq!(before.stage, Stage::Optimize);
+    assert_eq!(
+        before.next_version, 2,
+        "the in-flight version was never written"
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        cmd(vec!["resume".into(), root.display().to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let root = std::fs::read_dir(&runs2)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let after = state_of(&root);
+    assert_eq!(after.stage, Stage::Done, "{stderr}");
+    let changes: Vec<&str> = after.versions.iter().map(|v| v.change.as_str()).collect();
+    assert_eq!(changes, vec!["first", "faster"], "{stderr}");
+    assert_eq!(after.best, Some(2));
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+    let transcript = std::fs::read_to_string(root.join("transcript.jsonl")).unwrap();
+    assert_eq!(
+        transcript.lines().count(),
+        2,
+        "the killed request left no exchange"
+    );
+}
+
+fn tmp_path_parent(p: &Path) -> PathBuf {
+    p.parent().map(Path::to_path_buf).unwrap_or_default()
+}
