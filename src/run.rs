@@ -404,9 +404,15 @@ fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
 pub fn drive(mut engine: Engine) -> Result<i32> {
     let rt = runtime()?;
     let root = engine.dir.root.clone();
-    let result = rt.block_on(async {
+    // The session runs in its own task, so Ctrl-C is seen at once even while a stage
+    // blocks on nvcc or a worker.
+    let result = rt.block_on(async move {
+        let task = tokio::spawn(async move { engine.run().await });
         tokio::select! {
-            r = engine.run() => r.map(|_| true),
+            r = task => match r {
+                Ok(r) => r.map(|_| true),
+                Err(e) => Err(Error::Usage(format!("the session task failed: {e}"))),
+            },
             _ = tokio::signal::ctrl_c() => Ok(false),
         }
     });
@@ -423,7 +429,9 @@ pub fn drive(mut engine: Engine) -> Result<i32> {
                 state.stage.name(),
                 root.display()
             );
-            // Leave at once: a worker or nvcc still running is killed by its own timeout.
+            // Leave at once, ending any nvcc or worker still running: the state on disk is
+            // the last completed step, and `resume` re-runs the one that was cut.
+            crate::toolchain::process::kill_all();
             std::process::exit(130)
         }
         Err(e) => {

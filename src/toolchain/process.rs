@@ -43,6 +43,20 @@ impl ProcessOutput {
     }
 }
 
+/// Process groups started by [`run`] and not yet ended: what [`kill_all`] ends when the
+/// program is interrupted.
+static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Kills every process group [`run`] started that is still running (on Ctrl-C, before
+/// exiting, so no nvcc or worker outlives cutesmith).
+pub fn kill_all() {
+    if let Ok(live) = LIVE.lock() {
+        for pid in live.iter() {
+            kill_group(*pid);
+        }
+    }
+}
+
 /// Default cap on each captured stream: CuTe template backtraces run to megabytes.
 pub const DEFAULT_OUTPUT_CAP: usize = 8 << 20;
 
@@ -56,12 +70,25 @@ pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOut
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // prctl(2), which is async-signal-safe. It makes the child die with SIGKILL when the
+    // thread that started it goes away (cutesmith killed with -9): a hung worker must not
+    // hold the GPU after its parent is gone.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| Error::Spawn {
         program: program.clone(),
         source,
     })?;
     let pid = child.id() as i32;
+    if let Ok(mut live) = LIVE.lock() {
+        live.push(pid);
+    }
     let out_reader = child.stdout.take().map(|s| reader_thread(s, cap));
     let err_reader = child.stderr.take().map(|s| reader_thread(s, cap));
 
@@ -72,6 +99,9 @@ pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOut
             Ok(None) => {}
             Err(source) => {
                 kill_group(pid);
+                if let Ok(mut live) = LIVE.lock() {
+                    live.retain(|p| *p != pid);
+                }
                 return Err(Error::Spawn { program, source });
             }
         }
@@ -86,6 +116,9 @@ pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOut
     };
     // The group may still hold grandchildren (nvcc's cicc, ptxas): end them too.
     kill_group(pid);
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|p| *p != pid);
+    }
     let elapsed = start.elapsed();
     let (stdout, t1) = join_reader(out_reader);
     let (stderr, t2) = join_reader(err_reader);

@@ -628,3 +628,74 @@ async fn a_session_killed_during_a_model_request_is_resumed() {
 fn tmp_path_parent(p: &Path) -> PathBuf {
     p.parent().map(Path::to_path_buf).unwrap_or_default()
 }
+
+/// Ctrl-C during a long stage: cutesmith leaves at once (exit 130), says how to resume,
+/// and the state names the stage that was cut.
+#[test]
+fn ctrl_c_stops_at_once_and_says_how_to_resume() {
+    let Some(_tc) = toolchain() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let transcript = write_resume_transcript(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args([
+            "run",
+            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
+        ])
+        .arg("--replay")
+        .arg(&transcript)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "30000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the (30 s) validate stage to start.
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "validate never started"
+        );
+        let started = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .and_then(|e| events::read_jsonl(&e.path().join("events.jsonl")).ok())
+            .is_some_and(|ev| {
+                ev.iter()
+                    .any(|e| matches!(e, Event::StageStarted { stage, .. } if stage == "validate"))
+            });
+        if started {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sent = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "took {:?} to stop",
+        sent.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(130));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("continue with `cutesmith resume"),
+        "{stderr}"
+    );
+    let root = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(state_of(&root).stage, Stage::Validate);
+}
