@@ -637,7 +637,7 @@ fn ctrl_c_stops_at_once_and_says_how_to_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let transcript = write_resume_transcript(tmp.path());
     let runs = tmp.path().join("runs");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+    let child = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
         .args([
             "run",
             fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
