@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::agent::engine::{Engine, Parts};
-use crate::agent::evaluator::{self, Evaluator, GpuEvaluator, TEST_EVALUATOR_ENV};
+use crate::agent::evaluator::{self, Evaluator, GpuEvaluator, GPU_EVALUATOR, TEST_EVALUATOR_ENV};
 use crate::agent::events::{ConsoleSink, EventSink, Fanout, JsonlSink};
 use crate::agent::machine::Budgets;
 use crate::agent::session::{self, ProviderSpec, SessionDir, SessionSpec};
@@ -136,7 +136,8 @@ fn evaluator_for(
         timeout: Duration::from_secs(timeout),
         ncu: crate::toolchain::find_extra_tools(opts).ncu.map(|t| t.path),
     });
-    if std::env::var(TEST_EVALUATOR_ENV).is_ok() {
+    // The evaluator that was chosen decides, not the variable's mere presence.
+    if ev.name() != GPU_EVALUATOR {
         eprintln!(
             "cutesmith: WARNING: {TEST_EVALUATOR_ENV} is set: kernels are NOT run on a GPU; \
              every figure in this session comes from a test double"
@@ -340,6 +341,15 @@ pub fn open_session(
     let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
     let evaluator = evaluator_for(opts, spec.seeds, spec.timing_runs, spec.timeout_s)?;
+    if evaluator.name() != spec.evaluator {
+        return Err(Error::Usage(format!(
+            "{} was run with the {} evaluator and would now resume with the {} one: one \
+             session never mixes figures from both ({TEST_EVALUATOR_ENV} decides)",
+            root.display(),
+            spec.evaluator,
+            evaluator.name()
+        )));
+    }
     let cache = CompileCache::default_location();
     let precompile = Some((
         tc.clone(),

@@ -153,8 +153,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Saves the state after a person's action, without counting the time since the last
+    /// step (a person thinking at the prompt is not the session's wall time).
+    fn save_idle(&mut self) -> Result<()> {
+        self.last_tick = Instant::now();
+        self.save()
+    }
+
     /// Runs one stage, then saves the state.
     pub async fn step(&mut self) -> Result<()> {
+        self.last_tick = Instant::now();
         if self.probe.is_none() {
             self.run_probe()?;
         }
@@ -259,7 +267,7 @@ impl Engine {
         self.emit(Event::Note {
             text: format!("hint for the next prompt: {hint}"),
         });
-        self.save()
+        self.save_idle()
     }
 
     /// Lets the loop go on for `rounds` more optimization rounds (a person asked for them).
@@ -275,7 +283,7 @@ impl Engine {
         }
         self.dir
             .write_json(&self.dir.path("session.json"), &self.spec)?;
-        self.save()
+        self.save_idle()
     }
 
     /// A version written by a person (an edit of `parent`): it enters the compile stage.
@@ -297,7 +305,7 @@ impl Engine {
         self.emit(Event::Note {
             text: format!("v{n}: {}", note.change),
         });
-        self.save()?;
+        self.save_idle()?;
         Ok(n)
     }
 
@@ -334,7 +342,7 @@ impl Engine {
             to_version: n,
             reason: "rolled back by hand".into(),
         });
-        self.save()
+        self.save_idle()
     }
 
     /// Writes the best kernel as a standalone drop-in (see [`export`]).
@@ -474,7 +482,8 @@ impl Engine {
             _ => None,
         };
         self.add_version(n, parent, origin, &strategy.change);
-        if stage == Stage::Optimize {
+        // Built-in seed candidates are not the provider's optimization rounds.
+        if stage == Stage::Optimize && !use_seed {
             self.state.spent.rounds += 1;
         }
         Ok((Outcome::Proposed, format!("v{n}: {}", strategy.change)))
@@ -870,7 +879,13 @@ impl Engine {
             change,
             verdict,
         });
-        self.state.spent.debug_attempts += 1;
+        // Only failed fixes count against --debug-attempts (the first failure of a
+        // generated or optimized version is what the fixes are for).
+        if origin == "debug" {
+            self.state.spent.debug_attempts += 1;
+        }
+        // An optimization round without gain is counted once: here, or when its version
+        // is correct but not faster (a later fix of it does not count again).
         if origin == "optimize" {
             self.state.spent.rounds_without_gain += 1;
         }
@@ -948,8 +963,11 @@ impl Engine {
         }
         self.state.spent.debug_attempts = 0;
         let (origin, change) = self.change_of(n);
+        let origin_is_optimize = origin == "optimize";
         let verdict = match (self.state.best_us, &cand) {
-            (None, _) if self.state.best.is_none() => Verdict::FirstCorrect {
+            // No best yet, or one that was never timed: the first timed correct version
+            // takes its place.
+            (None, _) => Verdict::FirstCorrect {
                 median_us: cand.as_ref().map(|c| c.median_us),
             },
             (Some(best), Some(c)) => {
@@ -968,8 +986,8 @@ impl Engine {
                     }
                 }
             }
-            // Correct but untimed, with a best already: nothing shows it is faster.
-            _ => Verdict::Slower {
+            // Correct but untimed, with a timed best: nothing shows it is faster.
+            (Some(_), None) => Verdict::Slower {
                 percent: 0.0,
                 median_us: f64::NAN,
             },
@@ -1002,7 +1020,9 @@ impl Engine {
                 reason: why.clone(),
             });
         } else {
-            self.state.spent.rounds_without_gain += 1;
+            if origin_is_optimize {
+                self.state.spent.rounds_without_gain += 1;
+            }
             self.emit(Event::VersionRejected {
                 version: n,
                 reason: why.clone(),
@@ -1036,10 +1056,26 @@ pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<Pa
     );
     std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
     written.push(cu);
-    let abi_src = abi_include.join("cutesmith_abi.h");
-    let abi = out.join("cutesmith_abi.h");
-    std::fs::copy(&abi_src, &abi).map_err(|e| Error::io(&abi_src, e))?;
-    written.push(abi);
+    // The ABI header and every other project header the kernel includes (the GEMM
+    // templates include the predicated fallback GEMM), so the files build on their own.
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(abi_include)
+        .map_err(|e| Error::io(abi_include, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .is_some_and(|n| {
+                    n == "cutesmith_abi.h" || source.contains(&format!("#include \"{n}\""))
+                })
+        })
+        .collect();
+    headers.sort();
+    for h in headers {
+        let to = out.join(h.file_name().unwrap_or_default());
+        std::fs::copy(&h, &to).map_err(|e| Error::io(&h, e))?;
+        written.push(to);
+    }
     let v = state.version(best);
     let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
         (Some(t), Some(b)) => format!(
@@ -1051,7 +1087,7 @@ pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<Pa
         _ => "not timed".into(),
     };
     let readme = format!(
-        "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
+        "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch={compute},code={arch} -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
         spec.id,
         workload.description(),
         workload
@@ -1060,7 +1096,9 @@ pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<Pa
             .map(|s| s.to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        stem = workload.name()
+        stem = workload.name(),
+        arch = spec.arch,
+        compute = spec.arch.replacen("sm_", "compute_", 1)
     );
     let rd = out.join("README.md");
     std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;

@@ -18,6 +18,9 @@ use crate::runner::job::{
 use crate::runner::{self, Evaluation};
 use crate::workload::Workload;
 
+/// The name of the real evaluator (as sessions record it).
+pub const GPU_EVALUATOR: &str = "gpu";
+
 /// The environment variable that selects the scripted test double.
 pub const TEST_EVALUATOR_ENV: &str = "CUTESMITH_TEST_EVALUATOR";
 
@@ -64,7 +67,7 @@ impl Default for GpuEvaluator {
 
 impl Evaluator for GpuEvaluator {
     fn name(&self) -> String {
-        "gpu".into()
+        GPU_EVALUATOR.into()
     }
 
     fn probe(&self, w: &Workload) -> Result<Evaluation> {
