@@ -105,7 +105,7 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
             })?
         );
     } else {
-        print!("{}", render_evaluation(&workload, &eval));
+        print!("{}", render_evaluation(&eval));
         for rep in &findings {
             print!("{}", rep.summary());
         }
@@ -216,7 +216,7 @@ pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {
                 })?
             );
         } else {
-            print!("{}", render_evaluation(&workload, &eval));
+            print!("{}", render_evaluation(&eval));
         }
         if eval
             .report
@@ -231,7 +231,7 @@ pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {
 }
 
 /// The text report of an evaluation.
-pub fn render_evaluation(w: &Workload, e: &Evaluation) -> String {
+pub fn render_evaluation(e: &Evaluation) -> String {
     let mut s = String::new();
     if let Some(r) = &e.report {
         if let Some(d) = &r.device {
@@ -251,7 +251,7 @@ pub fn render_evaluation(w: &Workload, e: &Evaluation) -> String {
             s.push_str(&validation_line(v));
         }
         if let Some(t) = &r.timing {
-            s.push_str(&render_timing(w, t));
+            s.push_str(&render_timing(t));
         }
         if let Some(v) = &r.revalidation {
             s.push_str("after timing, on fresh inputs:\n");
@@ -301,7 +301,7 @@ fn validation_line(v: &crate::runner::job::ShapeValidation) -> String {
     format!("  {} seed {}: {status} {detail}{fp64}\n", v.shape, v.seed)
 }
 
-fn render_timing(w: &Workload, t: &TimingReport) -> String {
+fn render_timing(t: &TimingReport) -> String {
     let mut s = format!(
         "timing {} ({:.3} GFLOP, {:.1} MB minimum traffic, roofline floor {:.2} us):\n",
         t.shape,
@@ -309,7 +309,6 @@ fn render_timing(w: &Workload, t: &TimingReport) -> String {
         t.min_bytes / 1e6,
         t.floor_s * 1e6
     );
-    let _ = w;
     s.push_str("  | who | median us | p10-p90 us | TFLOP/s | TB/s | speedup of candidate |\n");
     s.push_str("  | --- | --- | --- | --- | --- | --- |\n");
     let row = |name: &str, st: &crate::runner::job::Stats, sp: Option<f64>| {

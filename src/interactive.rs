@@ -85,7 +85,7 @@ pub fn cmd_session(
             "edit" => edit(&mut engine),
             "show" => show(&engine, rest),
             "diff" => diff(&engine, rest),
-            "history" => Ok(run::summary(&engine.dir, &engine.state, None)),
+            "history" => Ok(run::summary(&engine.dir, &engine.state)),
             "profile" => version_arg(&engine, rest, engine.state.best)
                 .map(|n| format!("v{n}:\n{}", engine.profile_text(n))),
             "rollback" => version_arg(&engine, rest, None).and_then(|n| {

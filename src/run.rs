@@ -24,7 +24,7 @@ use crate::provider::Provider;
 use crate::runner::Evaluation;
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile;
-use crate::toolchain::ToolchainOptions;
+use crate::toolchain::{Toolchain, ToolchainOptions};
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, Args)]
@@ -148,22 +148,55 @@ fn evaluator_for(
     Ok(Arc::from(ev))
 }
 
+/// One provider of a session: the built-in one compiles its candidates up front (`tc`,
+/// `cache`, `jobs`, `arch`); a replay resumes after the `skip` replies already used.
 fn provider_for(
     spec: &ProviderSpec,
     w: &Workload,
     max_candidates: usize,
-    precompile: Option<(crate::toolchain::Toolchain, CompileCache, usize, String)>,
+    (tc, cache, jobs, arch): (&Toolchain, &CompileCache, usize, &str),
+    skip: usize,
 ) -> Result<Box<dyn Provider>> {
     Ok(match spec {
-        ProviderSpec::Builtin => {
-            let mut b = BuiltinProvider::new(w, max_candidates);
-            if let Some((tc, cache, jobs, arch)) = precompile {
-                b = b.with_precompile(tc, cache, jobs, &arch);
-            }
-            Box::new(b)
-        }
+        ProviderSpec::Builtin => Box::new(BuiltinProvider::new(w, max_candidates).with_precompile(
+            tc.clone(),
+            cache.clone(),
+            jobs,
+            arch,
+        )),
         ProviderSpec::Model { model } => Box::new(OpenAiProvider::new(model.clone())?),
-        ProviderSpec::Replay { transcript } => Box::new(ReplayProvider::load(transcript)?),
+        ProviderSpec::Replay { transcript } => {
+            let mut r = ReplayProvider::load(transcript)?;
+            r.skip(skip);
+            Box::new(r)
+        }
+    })
+}
+
+/// The engine's parts for the session `spec` describes: its provider (a replay skipping
+/// `replay_skip` replies), the built-in seed provider when asked for, and the rest.
+fn parts_for(
+    spec: &SessionSpec,
+    w: &Workload,
+    tc: Toolchain,
+    evaluator: Arc<dyn Evaluator>,
+    jobs: usize,
+    replay_skip: usize,
+    events: Arc<dyn EventSink>,
+) -> Result<Parts> {
+    let cache = CompileCache::default_location();
+    let build = (&tc, &cache, jobs, spec.arch.as_str());
+    let provider = provider_for(&spec.provider, w, spec.max_candidates, build, replay_skip)?;
+    let seed = (spec.seed_from_builtin > 0 && spec.provider != ProviderSpec::Builtin)
+        .then(|| provider_for(&ProviderSpec::Builtin, w, spec.seed_from_builtin, build, 0))
+        .transpose()?;
+    Ok(Parts {
+        provider,
+        seed,
+        evaluator,
+        toolchain: tc,
+        cache,
+        events,
     })
 }
 
@@ -258,26 +291,6 @@ pub fn new_session_with(
             None => ProviderSpec::Builtin,
         }
     };
-    let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
-    let cache = CompileCache::default_location();
-    let precompile = Some((tc.clone(), cache.clone(), jobs, arch.clone()));
-    let provider = provider_for(
-        &provider_spec,
-        &workload,
-        args.max_candidates,
-        precompile.clone(),
-    )?;
-    let seed: Option<Box<dyn Provider>> = (args.seed_from_builtin > 0
-        && provider_spec != ProviderSpec::Builtin)
-        .then(|| {
-            provider_for(
-                &ProviderSpec::Builtin,
-                &workload,
-                args.seed_from_builtin,
-                precompile,
-            )
-        })
-        .transpose()?;
     let spec = SessionSpec {
         id: session::new_id(workload.name()),
         created: crate::clock::now_rfc3339(),
@@ -304,14 +317,8 @@ pub fn new_session_with(
     };
     let dir = SessionDir::create(&args.runs_dir, &spec.id)?;
     let events = sinks(&dir.root, &args.view, extra)?;
-    let parts = Parts {
-        provider,
-        seed,
-        evaluator,
-        toolchain: tc,
-        cache,
-        events,
-    };
+    let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
+    let parts = parts_for(&spec, &workload, tc, evaluator, jobs, 0, events)?;
     Engine::create(dir, spec, &workload, parts)
 }
 
@@ -320,7 +327,7 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
     let dir = SessionDir::open(&args.session)?;
     let state = dir.load_state()?;
     if state.stage == crate::agent::machine::Stage::Done {
-        println!("{}", summary(&dir, &state, None));
+        println!("{}", summary(&dir, &state));
         return Ok(exit_code(&dir, &state));
     }
     let engine = open_session(opts, no_install, &args.session, &args.view)?;
@@ -338,7 +345,7 @@ pub fn open_session(
     let spec = dir.load_spec()?;
     let state = dir.load_state()?;
     let copy = dir.path(&format!("{}.toml", spec.workload));
-    let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
+    let workload = Workload::load(&copy)?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
     let evaluator = evaluator_for(opts, spec.seeds, spec.timing_runs, spec.timeout_s)?;
     if evaluator.name() != spec.evaluator {
@@ -350,45 +357,20 @@ pub fn open_session(
             evaluator.name()
         )));
     }
-    let cache = CompileCache::default_location();
-    let precompile = Some((
-        tc.clone(),
-        cache.clone(),
-        compile::default_jobs(),
-        spec.arch.clone(),
-    ));
-    let mut provider = provider_for(
-        &spec.provider,
-        &workload,
-        spec.max_candidates,
-        precompile.clone(),
-    )?;
-    let used = transcript_replies(&dir, state.next_version);
-    if let ProviderSpec::Replay { transcript } = &spec.provider {
-        let mut r = ReplayProvider::load(transcript)?;
-        r.skip(used);
-        provider = Box::new(r);
-    }
-    let seed: Option<Box<dyn Provider>> = (spec.seed_from_builtin > 0
-        && spec.provider != ProviderSpec::Builtin)
-        .then(|| {
-            provider_for(
-                &ProviderSpec::Builtin,
-                &workload,
-                spec.seed_from_builtin,
-                precompile,
-            )
-        })
-        .transpose()?;
-    let events = sinks(&dir.root, view, Vec::new())?;
-    let parts = Parts {
-        provider,
-        seed,
-        evaluator,
-        toolchain: tc,
-        cache,
-        events,
+    let used = match spec.provider {
+        ProviderSpec::Replay { .. } => transcript_replies(&dir, state.next_version),
+        _ => 0,
     };
+    let events = sinks(&dir.root, view, Vec::new())?;
+    let parts = parts_for(
+        &spec,
+        &workload,
+        tc,
+        evaluator,
+        compile::default_jobs(),
+        used,
+        events,
+    )?;
     Engine::open(&dir.root, parts)
 }
 
@@ -430,7 +412,7 @@ pub fn drive(mut engine: Engine) -> Result<i32> {
     let state = dir.load_state()?;
     match result {
         Ok(true) => {
-            println!("{}", summary(&dir, &state, None));
+            println!("{}", summary(&dir, &state));
             Ok(exit_code(&dir, &state))
         }
         Ok(false) => {
@@ -485,11 +467,7 @@ pub fn goal(dir: &SessionDir, state: &crate::agent::session::State) -> Option<(S
 }
 
 /// The closing summary: versions, verdicts, the best, the goal.
-pub fn summary(
-    dir: &SessionDir,
-    state: &crate::agent::session::State,
-    _w: Option<&Workload>,
-) -> String {
+pub fn summary(dir: &SessionDir, state: &crate::agent::session::State) -> String {
     let mut s = format!(
         "session {} ({}): stopped: {}\n",
         dir.root.display(),

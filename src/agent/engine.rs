@@ -70,19 +70,11 @@ impl Engine {
         let text =
             std::fs::read_to_string(workload.path()).map_err(|e| Error::io(workload.path(), e))?;
         dir.write_atomic(&copy, text.as_bytes())?;
-        let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
+        let workload = Workload::load(&copy)?;
         dir.write_json(&dir.path("session.json"), &spec)?;
         let state = State::new();
         dir.save_state(&state)?;
-        let e = Engine::assemble(dir, spec, state, workload, parts)?;
-        e.emit(Event::SessionStarted {
-            id: e.spec.id.clone(),
-            workload: e.workload.name().to_string(),
-            provider: e.provider.name(),
-            evaluator: e.evaluator.name(),
-            resumed: false,
-        });
-        Ok(e)
+        Engine::assemble(dir, spec, state, workload, parts, false)
     }
 
     /// Opens an existing session to continue it.
@@ -91,16 +83,8 @@ impl Engine {
         let spec = dir.load_spec()?;
         let state = dir.load_state()?;
         let copy = dir.path(&format!("{}.toml", spec.workload));
-        let workload = Workload::load(&copy).map_err(|e| Error::Workload(e.to_string()))?;
-        let e = Engine::assemble(dir, spec, state, workload, parts)?;
-        e.emit(Event::SessionStarted {
-            id: e.spec.id.clone(),
-            workload: e.workload.name().to_string(),
-            provider: e.provider.name(),
-            evaluator: e.evaluator.name(),
-            resumed: true,
-        });
-        Ok(e)
+        let workload = Workload::load(&copy)?;
+        Engine::assemble(dir, spec, state, workload, parts, true)
     }
 
     fn assemble(
@@ -109,6 +93,7 @@ impl Engine {
         state: State,
         workload: Workload,
         parts: Parts,
+        resumed: bool,
     ) -> Result<Engine> {
         let probe_path = dir.path("probe.json");
         let probe = if probe_path.is_file() {
@@ -116,7 +101,7 @@ impl Engine {
         } else {
             None
         };
-        Ok(Engine {
+        let e = Engine {
             dir,
             spec,
             state,
@@ -130,7 +115,15 @@ impl Engine {
             events: parts.events,
             probe,
             last_tick: Instant::now(),
-        })
+        };
+        e.emit(Event::SessionStarted {
+            id: e.spec.id.clone(),
+            workload: e.workload.name().to_string(),
+            provider: e.provider.name(),
+            evaluator: e.evaluator.name(),
+            resumed,
+        });
+        Ok(e)
     }
 
     fn emit(&self, e: Event) {
@@ -249,7 +242,7 @@ impl Engine {
         let v: Vec<String> = t
             .baselines
             .iter()
-            .filter(|b| b.name != "copy")
+            .filter(|b| !b.is_copy())
             .map(|b| format!("{} {:.2} us", b.name, b.stats.median_us))
             .collect();
         if v.is_empty() {
@@ -414,10 +407,7 @@ impl Engine {
             if use_seed {
                 // The built-in candidates are spent: the session's own provider goes on.
                 self.state.seeded = self.spec.seed_from_builtin;
-                return Ok((
-                    self.retry_outcome(stage),
-                    "built-in seed candidates spent".into(),
-                ));
+                return Ok((Outcome::NoCode, "built-in seed candidates spent".into()));
             }
             let why = "the provider has nothing more to offer".to_string();
             self.state.stop_reason = Some(why.clone());
@@ -458,7 +448,7 @@ impl Engine {
             });
             self.count_failed_proposal(stage);
             return Ok((
-                self.retry_outcome(stage),
+                Outcome::NoCode,
                 "no usable code, even after the repair request".into(),
             ));
         };
@@ -505,11 +495,6 @@ impl Engine {
         });
         self.state.next_version = n + 1;
         self.state.current = Some(n);
-    }
-
-    /// The outcome that asks again at the same stage (no code, or seeds spent).
-    fn retry_outcome(&self, _stage: Stage) -> Outcome {
-        Outcome::NoCode
     }
 
     fn count_failed_proposal(&mut self, stage: Stage) {
@@ -665,10 +650,7 @@ impl Engine {
                     .as_ref()
                     .map(|f| format!("validation failed ({})", f.kind.name()))
                     .unwrap_or_else(|| "validation failed".into());
-                (
-                    kind,
-                    prompts::failure_report(&self.workload, &e, EVIDENCE_MAX),
-                )
+                (kind, prompts::failure_report(&e, EVIDENCE_MAX))
             }
             Err(_) => ("it failed".into(), "(no report was saved)".into()),
         }
@@ -787,7 +769,7 @@ impl Engine {
                     "- {}: {} registers, {} B spilled, {} B shared memory\n",
                     r.name,
                     r.registers,
-                    r.spill_store_bytes + r.spill_load_bytes,
+                    r.spill_bytes(),
                     r.shared_bytes
                 ));
             }
@@ -814,13 +796,7 @@ impl Engine {
         let summary = if out.ok() {
             out.resources
                 .iter()
-                .map(|r| {
-                    format!(
-                        "{} regs, {} B spill",
-                        r.registers,
-                        r.spill_store_bytes + r.spill_load_bytes
-                    )
-                })
+                .map(|r| format!("{} regs, {} B spill", r.registers, r.spill_bytes()))
                 .next()
                 .unwrap_or_else(|| "ok".into())
         } else {
@@ -906,7 +882,7 @@ impl Engine {
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
-        let text = crate::check::render_evaluation(&self.workload, &e);
+        let text = crate::check::render_evaluation(&e);
         self.dir
             .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;
         let passed = e.passed();
@@ -939,10 +915,7 @@ impl Engine {
         let timing = e.report.as_ref().and_then(|r| r.timing.clone());
         let cand = timing.as_ref().and_then(|t| t.candidate.clone());
         let vendor = timing.as_ref().and_then(|t| {
-            t.baselines
-                .iter()
-                .filter(|b| b.name != "copy")
-                .min_by(|a, b| a.stats.median_us.total_cmp(&b.stats.median_us))
+            t.fastest_vendor()
                 .map(|b| (b.name.clone(), b.stats.median_us))
         });
         let roof = timing.as_ref().and_then(|t| t.roofline_fraction);
@@ -1038,8 +1011,7 @@ impl Engine {
 pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
     let spec = dir.load_spec()?;
     let state = dir.load_state()?;
-    let workload = Workload::load(dir.path(&format!("{}.toml", spec.workload)))
-        .map_err(|e| Error::Workload(e.to_string()))?;
+    let workload = Workload::load(dir.path(&format!("{}.toml", spec.workload)))?;
     let best = state
         .best
         .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;

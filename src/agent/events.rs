@@ -3,7 +3,7 @@
 //! interactive and suite front ends.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -248,7 +248,6 @@ impl EventSink for ConsoleSink {
 /// Appends events to a JSONL file, one object per line with a timestamp, flushed at
 /// once so a killed process leaves every event it emitted. Streamed text is left out.
 pub struct JsonlSink {
-    path: PathBuf,
     file: Mutex<std::fs::File>,
 }
 
@@ -260,13 +259,8 @@ impl JsonlSink {
             .open(path)
             .at(path)?;
         Ok(JsonlSink {
-            path: path.to_path_buf(),
             file: Mutex::new(file),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
@@ -299,18 +293,6 @@ impl EventSink for Fanout {
     fn emit(&self, e: &Event) {
         for s in &self.0 {
             s.emit(e);
-        }
-    }
-}
-
-/// Keeps events in memory (tests, front ends that poll).
-#[derive(Default)]
-pub struct Recorder(pub Mutex<Vec<Event>>);
-
-impl EventSink for Recorder {
-    fn emit(&self, e: &Event) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(e.clone());
         }
     }
 }

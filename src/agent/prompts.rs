@@ -235,8 +235,8 @@ pub fn class_advice(w: &Workload) -> &'static str {
 
 /// Condensed failure evidence for the debug prompt: the validation report without the
 /// timing table, at most `max` bytes.
-pub fn failure_report(w: &Workload, e: &Evaluation, max: usize) -> String {
-    let full = crate::check::render_evaluation(w, e);
+pub fn failure_report(e: &Evaluation, max: usize) -> String {
+    let full = crate::check::render_evaluation(e);
     let mut s: String = full
         .lines()
         .filter(|l| !l.trim_start().starts_with('|'))

@@ -80,7 +80,7 @@ pub fn cmd_profile(opts: &ToolchainOptions, no_install: bool, args: ProfileArgs)
     job.shapes = vec![0];
     let e = runner::evaluate(&job, timeout)?;
     if !e.passed() {
-        print!("{}", crate::check::render_evaluation(&workload, &e));
+        print!("{}", crate::check::render_evaluation(&e));
         println!("profile needs a correct kernel: fix the fault above first (`cutesmith check`)");
         return Ok(EXIT_GOAL_NOT_MET);
     }

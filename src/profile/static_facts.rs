@@ -38,14 +38,11 @@ pub fn hints(
 ) -> Vec<Hint> {
     let mut out = Vec::new();
     let mut push = |severity, text: String| out.push(Hint { severity, text });
-    let spill: u64 = resources
-        .iter()
-        .map(|r| r.spill_store_bytes + r.spill_load_bytes)
-        .sum();
+    let spill: u64 = resources.iter().map(|r| r.spill_bytes()).sum();
     if spill > 0 {
         let worst = resources
             .iter()
-            .max_by_key(|r| r.spill_store_bytes + r.spill_load_bytes)
+            .max_by_key(|r| r.spill_bytes())
             .map(|r| format!(" (worst: {}, {} registers)", r.name, r.registers))
             .unwrap_or_default();
         push(

@@ -252,10 +252,6 @@ impl BuiltinProvider {
         self
     }
 
-    pub fn candidates(&self) -> &[Strategy] {
-        &self.candidates
-    }
-
     /// The self-contained source of a strategy instance.
     pub fn source_for(s: &Strategy) -> Result<String> {
         let path = s.source_path();

@@ -215,6 +215,13 @@ pub struct BaselineTiming {
     pub note: Option<String>,
 }
 
+impl BaselineTiming {
+    /// The device-to-device copy: a bandwidth ceiling, not a vendor implementation.
+    pub fn is_copy(&self) -> bool {
+        self.name == "copy"
+    }
+}
+
 /// Timing of the headline shape.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimingReport {
@@ -229,6 +236,16 @@ pub struct TimingReport {
     pub achieved_tflops: Option<f64>,
     pub achieved_tb_per_s: Option<f64>,
     pub baselines: Vec<BaselineTiming>,
+}
+
+impl TimingReport {
+    /// The fastest vendor library (cuBLAS, cuBLASLt, cuDNN), the copy left out.
+    pub fn fastest_vendor(&self) -> Option<&BaselineTiming> {
+        self.baselines
+            .iter()
+            .filter(|b| !b.is_copy())
+            .min_by(|a, b| a.stats.median_us.total_cmp(&b.stats.median_us))
+    }
 }
 
 /// The machine's ceilings, measured or derived in this run.

@@ -131,10 +131,7 @@ impl CompileOutcome {
 
     /// Spilled bytes (stores + loads) over all kernels.
     pub fn spill_bytes(&self) -> u64 {
-        self.resources
-            .iter()
-            .map(|r| r.spill_store_bytes + r.spill_load_bytes)
-            .sum()
+        crate::toolchain::ptxas::total_spill_bytes(&self.resources)
     }
 }
 
