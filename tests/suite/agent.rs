@@ -3,10 +3,9 @@
 //! (wiremock), real nvcc compiles, and the scripted test double in place of the GPU for
 //! validation and timing only. Then a session killed mid-run and finished by `resume`.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cutesmith::agent::engine::{Engine, Parts};
@@ -19,55 +18,10 @@ use cutesmith::provider::openai::OpenAiProvider;
 use cutesmith::toolchain::cache::CompileCache;
 use cutesmith::workload::Workload;
 use serde_json::{json, Value};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::{Request, ResponseTemplate};
 
 use super::common::{fixture, toolchain};
-
-/// Answers each request with the next scripted response.
-struct Script(Mutex<VecDeque<ResponseTemplate>>);
-
-impl Respond for Script {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        self.0
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| ResponseTemplate::new(500).set_body_string("script exhausted"))
-    }
-}
-
-fn chunk(delta: Value, finish: Value) -> String {
-    let c = json!({"id": "c1", "object": "chat.completion.chunk", "created": 0,
-        "model": "mock-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-    format!("data: {c}\n\n")
-}
-
-/// A streamed reply: the text in pieces, a finish, the usage, [DONE].
-fn sse(text: &str) -> ResponseTemplate {
-    let mut body = String::new();
-    let chars: Vec<char> = text.chars().collect();
-    for piece in chars.chunks(300) {
-        let s: String = piece.iter().collect();
-        body.push_str(&chunk(json!({"content": s}), Value::Null));
-    }
-    body.push_str(&chunk(json!({}), json!("stop")));
-    let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 0,
-        "model": "mock-model", "choices": [],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}});
-    body.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
-    ResponseTemplate::new(200)
-        .insert_header("content-type", "text/event-stream")
-        .set_body_string(body)
-}
-
-/// A stream that stops half-way: no finish_reason, no [DONE].
-fn cut(text: &str) -> ResponseTemplate {
-    let half: String = text.chars().take(text.len() / 2).collect();
-    ResponseTemplate::new(200)
-        .insert_header("content-type", "text/event-stream")
-        .set_body_string(chunk(json!({"content": half}), Value::Null))
-}
+use super::mock_model::{self, cut, sse};
 
 fn reply(change: &str, kernel: &str) -> String {
     format!(
@@ -120,7 +74,7 @@ async fn a_model_session_through_a_mock_openai_server() {
     let slower2 = reply("shared-memory staging", &kernel("median_us=95", "// v6"));
     let rate_limited = ResponseTemplate::new(429).set_body_json(json!({"error": {
         "message": "slow down", "type": "rate_limit_error", "param": null, "code": null}}));
-    let script = Script(Mutex::new(VecDeque::from(vec![
+    let script = vec![
         sse(no_code),  // 0 generate: no code -> repair request
         sse(&broken),  // 1 repair: v1 does not compile
         sse(&wrong),   // 2 debug (nvcc diagnostics): v2 validates wrong
@@ -130,13 +84,8 @@ async fn a_model_session_through_a_mock_openai_server() {
         cut(&slower),  // 6 optimize: the stream is cut ...
         sse(&slower),  // 7 ... retried: v5, slower: rejected
         sse(&slower2), // 8 optimize: v6, slower: rejected; 3 rounds done
-    ])));
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(script)
-        .mount(&server)
-        .await;
+    ];
+    let server = mock_model::serve(script).await;
 
     std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
     let model = ModelConfig {
@@ -444,15 +393,11 @@ fn a_killed_session_is_finished_by_resume_with_no_version_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_session_seeded_from_the_builtin_provider() {
     let Some(tc) = toolchain() else { return };
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(Script(Mutex::new(VecDeque::from(vec![sse(&reply(
-            "model's first idea",
-            &kernel("median_us=60", "// model"),
-        ))]))))
-        .mount(&server)
-        .await;
+    let server = mock_model::serve(vec![sse(&reply(
+        "model's first idea",
+        &kernel("median_us=60", "// model"),
+    ))])
+    .await;
     let model = ModelConfig {
         base_url: format!("{}/v1", server.uri()),
         model: "mock-model".into(),
@@ -529,18 +474,13 @@ async fn a_model_session_seeded_from_the_builtin_provider() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_killed_during_a_model_request_is_resumed() {
     let Some(_tc) = toolchain() else { return };
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(Script(Mutex::new(VecDeque::from(vec![
-            sse(&reply("first", &kernel("median_us=100", "// first"))),
-            // Never answered in time: the process is killed while waiting for it.
-            sse(&reply("lost", &kernel("median_us=10", "// lost")))
-                .set_delay(Duration::from_secs(60)),
-            sse(&reply("faster", &kernel("median_us=80", "// faster"))),
-        ]))))
-        .mount(&server)
-        .await;
+    let server = mock_model::serve(vec![
+        sse(&reply("first", &kernel("median_us=100", "// first"))),
+        // Never answered in time: the process is killed while waiting for it.
+        sse(&reply("lost", &kernel("median_us=10", "// lost"))).set_delay(Duration::from_secs(60)),
+        sse(&reply("faster", &kernel("median_us=80", "// faster"))),
+    ])
+    .await;
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
     let base_url = format!("{}/v1", server.uri());

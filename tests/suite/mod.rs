@@ -5,5 +5,6 @@ mod cli;
 mod common;
 mod compile;
 mod gpu;
+mod mock_model;
 mod report;
 mod session;

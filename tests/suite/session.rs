@@ -2,48 +2,17 @@
 //! `$EDITOR` and the scripted test double for the GPU: hint, edit, rollback, export, and
 //! the session files afterwards.
 
-use std::collections::VecDeque;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
 use cutesmith::agent::events::{self, Event};
 use cutesmith::agent::machine::Stage;
 use cutesmith::agent::session::State;
-use serde_json::{json, Value};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use serde_json::Value;
 
 use super::common::{fixture, toolchain};
-
-struct Script(Mutex<VecDeque<ResponseTemplate>>);
-
-impl Respond for Script {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        self.0
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| ResponseTemplate::new(500).set_body_string("script exhausted"))
-    }
-}
-
-fn sse(text: &str) -> ResponseTemplate {
-    let chunk = |delta: Value, finish: Value| {
-        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 0,
-            "model": "mock-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        format!("data: {c}\n\n")
-    };
-    let body = format!(
-        "{}{}data: [DONE]\n\n",
-        chunk(json!({"content": text}), Value::Null),
-        chunk(json!({}), json!("stop"))
-    );
-    ResponseTemplate::new(200)
-        .insert_header("content-type", "text/event-stream")
-        .set_body_string(body)
-}
+use super::mock_model::{self, sse};
 
 fn reply(change: &str, median: u32) -> String {
     let base = std::fs::read_to_string(fixture("agent/relu_plain.cu")).unwrap();
@@ -55,15 +24,11 @@ fn reply(change: &str, median: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interactive_session_with_hint_edit_rollback_and_export() {
     let Some(_tc) = toolchain() else { return };
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(Script(Mutex::new(VecDeque::from(vec![
-            sse(&reply("a plain grid-stride kernel", 100)),
-            sse(&reply("more blocks", 90)),
-        ]))))
-        .mount(&server)
-        .await;
+    let server = mock_model::serve(vec![
+        sse(&reply("a plain grid-stride kernel", 100)),
+        sse(&reply("more blocks", 90)),
+    ])
+    .await;
     let tmp = tempfile::tempdir().unwrap();
     // The scripted editor: makes the kernel "faster" for the test double.
     let editor = tmp.path().join("editor.sh");
