@@ -238,15 +238,10 @@ pub fn run(cli: Cli) -> i32 {
 
 fn toolchain_options(g: &GlobalArgs, config: &Config) -> ToolchainOptions {
     ToolchainOptions {
-        nvcc: g.nvcc.clone().or_else(|| config.toolchain.nvcc.clone()),
-        cuda_home: g
-            .cuda_home
-            .clone()
-            .or_else(|| config.toolchain.cuda_home.clone()),
-        cutlass_dir: g
-            .cutlass_dir
-            .clone()
-            .or_else(|| config.toolchain.cutlass_dir.clone()),
+        nvcc: g.nvcc.clone(),
+        cuda_home: g.cuda_home.clone(),
+        cutlass_dir: g.cutlass_dir.clone(),
+        config: config.toolchain.clone(),
     }
 }
 
@@ -274,11 +269,15 @@ pub fn ensure_toolchain(opts: &ToolchainOptions, no_install: bool) -> Result<Too
 /// When the user named a path, a missing tool there is their mistake: do not paper over
 /// it with an install.
 fn explicitly_named(opts: &ToolchainOptions) -> bool {
+    let pinned = &opts.config;
     opts.nvcc.is_some()
         || opts.cuda_home.is_some()
         || opts.cutlass_dir.is_some()
-        || std::env::var_os("CUTESMITH_NVCC").is_some()
-        || std::env::var_os("CUTLASS_DIR").is_some()
+        || pinned.nvcc.is_some()
+        || pinned.cuda_home.is_some()
+        || pinned.cutlass_dir.is_some()
+        || toolchain::non_empty_env("CUTESMITH_NVCC").is_some()
+        || toolchain::non_empty_env("CUTLASS_DIR").is_some()
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {

@@ -1,10 +1,11 @@
 //! The toolchain: finding (or installing) nvcc, the CUTLASS/CuTe headers and the CUDA
 //! tools, and the compile stage that turns a kernel source into a shared object.
 //!
-//! Discovery order, for every tool: explicit flags and environment (`CUTESMITH_NVCC`,
-//! `CUDA_HOME`, `CUTLASS_DIR`), then the system (`PATH`, `/usr/local/cuda`), then the
-//! per-user cache that `cutesmith setup` fills. This is the only module that spawns
-//! processes.
+//! Discovery order, for every tool: flags, the environment (`CUTESMITH_NVCC`,
+//! `CUDA_HOME`/`CUDA_PATH`, `CUTLASS_DIR`), the config file's `[toolchain]` pins, the
+//! system (`PATH`, `/usr/local/cuda`), then the per-user cache that `cutesmith setup`
+//! fills. Tool processes are spawned through [`process`] (the interactive session's
+//! `$EDITOR` is the one exception).
 
 pub mod cache;
 pub mod compile;
@@ -30,6 +31,8 @@ pub enum Source {
     Flag,
     /// An environment variable named it (the variable's name).
     Env(String),
+    /// The config file's `[toolchain]` section named it.
+    Config,
     /// Found on the system: `PATH`, `/usr/local/cuda`, a system include directory.
     System(String),
     /// Installed by `cutesmith setup` into the per-user cache.
@@ -41,6 +44,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::Flag => write!(f, "flag"),
             Source::Env(var) => write!(f, "${var}"),
+            Source::Config => write!(f, "config file"),
             Source::System(how) => write!(f, "system, {how}"),
             Source::Cache => write!(f, "cutesmith cache"),
         }
@@ -75,6 +79,9 @@ pub struct ToolchainOptions {
     pub cuda_home: Option<PathBuf>,
     /// `--cutlass-dir DIR`
     pub cutlass_dir: Option<PathBuf>,
+    /// The config file's `[toolchain]` pins: below flags and the environment, above
+    /// the system search.
+    pub config: crate::config::ToolchainSpec,
 }
 
 /// Everything the compile stage needs, found.
@@ -198,7 +205,7 @@ pub fn find_extra_tools(opts: &ToolchainOptions) -> ExtraTools {
     }
 }
 
-fn non_empty_env(var: &str) -> Option<String> {
+pub(crate) fn non_empty_env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -265,6 +272,12 @@ fn find_nvcc(opts: &ToolchainOptions) -> Option<Tool> {
         if is_executable(&p) {
             return Some(tool(p, Source::Env(var)));
         }
+    }
+    if let Some(p) = &opts.config.nvcc {
+        return Some(tool(p.clone(), Source::Config));
+    }
+    if let Some(home) = &opts.config.cuda_home {
+        return Some(tool(home.join("bin/nvcc"), Source::Config));
     }
     if let Some(p) = search_path("nvcc") {
         return Some(tool(p, Source::System("PATH".into())));
@@ -358,6 +371,9 @@ fn find_cutlass(opts: &ToolchainOptions, nvcc: &Path) -> Option<Cutlass> {
     }
     if let Some(dir) = non_empty_env("CUTLASS_DIR") {
         return cutlass_at(Path::new(&dir), Source::Env("CUTLASS_DIR".into()));
+    }
+    if let Some(dir) = &opts.config.cutlass_dir {
+        return cutlass_at(dir, Source::Config);
     }
     let mut system = vec![
         PathBuf::from("/usr/local/cutlass"),
