@@ -46,6 +46,7 @@ pub fn cmd_session(
         run::new_session(opts, no_install, config, &args)?
     };
     let rt = run::runtime()?;
+    let root = engine.dir.root.clone();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     let _ = writeln!(
@@ -76,9 +77,25 @@ pub fn cmd_session(
         let answer = match cmd {
             "quit" | "exit" | "q" => break,
             "help" | "?" => Ok(HELP.to_string()),
-            "step" => rt.block_on(step(&mut engine)),
+            // Stages run through run::interruptible: Ctrl-C ends them at once, kills
+            // their nvcc/worker processes and leaves the saved state to resume.
+            "step" => {
+                let (e, r) = run::interruptible(&rt, &root, async move {
+                    let r = step(&mut engine).await;
+                    (engine, r)
+                })?;
+                engine = e;
+                r
+            }
             "run" => match rest.parse::<u32>() {
-                Ok(n) => rt.block_on(run_versions(&mut engine, n)),
+                Ok(n) => {
+                    let (e, r) = run::interruptible(&rt, &root, async move {
+                        let r = run_versions(&mut engine, n).await;
+                        (engine, r)
+                    })?;
+                    engine = e;
+                    r
+                }
                 Err(_) => Err(Error::Usage("run N: N is a number of versions".into())),
             },
             "hint" if !rest.is_empty() => engine.set_hint(rest).map(|_| "hint saved".into()),

@@ -393,38 +393,51 @@ fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// Runs `work` (which owns the session's engine) in its own task, so Ctrl-C is seen at
+/// once even while a stage blocks on nvcc or a worker. On Ctrl-C: every nvcc/worker
+/// process group still running is killed, the saved state (the last completed step) is
+/// named with how to resume it, and the process exits with 130. Every front end (run,
+/// resume, a suite, the interactive session) goes through here.
+pub fn interruptible<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    root: &Path,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T> {
+    let done = rt.block_on(async move {
+        let task = tokio::spawn(work);
+        tokio::select! {
+            r = task => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    match done {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(Error::Usage(format!("the session task failed: {e}"))),
+        None => {
+            crate::toolchain::process::kill_all();
+            let stage = SessionDir::open(root)
+                .and_then(|d| d.load_state())
+                .map(|s| s.stage.name())
+                .unwrap_or("unknown");
+            eprintln!(
+                "interrupted: the state is saved (stage {stage}); continue with `cutesmith resume {}`",
+                root.display()
+            );
+            std::process::exit(130)
+        }
+    }
+}
+
 pub fn drive(mut engine: Engine) -> Result<i32> {
     let rt = runtime()?;
     let root = engine.dir.root.clone();
-    // The session runs in its own task, so Ctrl-C is seen at once even while a stage
-    // blocks on nvcc or a worker.
-    let result = rt.block_on(async move {
-        let task = tokio::spawn(async move { engine.run().await });
-        tokio::select! {
-            r = task => match r {
-                Ok(r) => r.map(|_| true),
-                Err(e) => Err(Error::Usage(format!("the session task failed: {e}"))),
-            },
-            _ = tokio::signal::ctrl_c() => Ok(false),
-        }
-    });
+    let result = interruptible(&rt, &root, async move { engine.run().await })?;
     let dir = SessionDir::open(&root)?;
     let state = dir.load_state()?;
     match result {
-        Ok(true) => {
+        Ok(()) => {
             println!("{}", summary(&dir, &state));
             Ok(exit_code(&dir, &state))
-        }
-        Ok(false) => {
-            eprintln!(
-                "interrupted: the state is saved (stage {}); continue with `cutesmith resume {}`",
-                state.stage.name(),
-                root.display()
-            );
-            // Leave at once, ending any nvcc or worker still running: the state on disk is
-            // the last completed step, and `resume` re-runs the one that was cut.
-            crate::toolchain::process::kill_all();
-            std::process::exit(130)
         }
         Err(e) => {
             eprintln!(

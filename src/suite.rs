@@ -109,6 +109,7 @@ pub fn run_suite(
             events_path.display()
         ),
     );
+    let rt = run::runtime()?;
     let mut rows = Vec::new();
     let mut worst = EXIT_OK;
     for w in &suite.workloads {
@@ -151,8 +152,7 @@ pub fn run_suite(
         let result =
             run::new_session_with(opts, no_install, config, &a, extra).and_then(|mut e| {
                 let root = e.dir.root.clone();
-                let rt = run::runtime()?;
-                rt.block_on(e.run())?;
+                run::interruptible(&rt, &root, async move { e.run().await })??;
                 let dir = crate::agent::session::SessionDir::open(&root)?;
                 let state = dir.load_state()?;
                 Ok((root, run::exit_code(&dir, &state), state))
