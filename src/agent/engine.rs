@@ -782,14 +782,21 @@ impl Engine {
 
     // ---------------------------------------------------------------- compile
 
-    fn compile_stage(&mut self) -> Result<(Outcome, String)> {
-        let n = self.current()?;
+    /// Compiles version `n` (through the cache) and records the outcome in compile.json.
+    fn compile_version(&self, n: u32) -> Result<CompileOutcome> {
         let source = self.dir.version_source(n)?;
         let req = super::compile_request(&source, &self.spec.arch);
         let (tc, cache) = (&self.toolchain, &self.cache);
         let out = tokio::task::block_in_place(|| compile::compile(tc, cache, &req))?;
+        self.dir
+            .write_json(&self.dir.version_dir(n).join("compile.json"), &out)?;
+        Ok(out)
+    }
+
+    fn compile_stage(&mut self) -> Result<(Outcome, String)> {
+        let n = self.current()?;
+        let out = self.compile_version(n)?;
         let d = self.dir.version_dir(n);
-        self.dir.write_json(&d.join("compile.json"), &out)?;
         if let Ok(log) = std::fs::read(&out.log_path) {
             self.dir.write_atomic(&d.join("compile.log"), &log)?;
         }
@@ -872,12 +879,17 @@ impl Engine {
     fn validate_stage(&mut self) -> Result<(Outcome, String)> {
         let n = self.current()?;
         let d = self.dir.version_dir(n);
-        let out: CompileOutcome = self.dir.read_json(&d.join("compile.json"))?;
+        let mut out: CompileOutcome = self.dir.read_json(&d.join("compile.json"))?;
+        let source = self.dir.version_source(n)?;
+        if out.shared_object.as_ref().is_none_or(|so| !so.is_file()) {
+            // The shared object lives in the compile cache, which may have been cleared
+            // since (a resumed session): build it again from the version's source.
+            out = self.compile_version(n)?;
+        }
         let so: PathBuf = out
             .shared_object
             .clone()
-            .ok_or_else(|| Error::Usage(format!("v{n} has no shared object")))?;
-        let source = self.dir.version_source(n)?;
+            .ok_or_else(|| Error::Usage(format!("v{n} no longer compiles: {}", out.condensed)))?;
         let ev = self.evaluator.clone();
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
