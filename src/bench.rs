@@ -120,10 +120,12 @@ pub fn run(
     if let Some(s) = spec.seeds {
         opts.seeds = s;
     }
-    let device = crate::gpu::devices()?
-        .first()
-        .map(|d| d.name.clone())
-        .unwrap_or_default();
+    let first = crate::gpu::devices()?.into_iter().next();
+    let device = first.as_ref().map(|d| d.name.clone()).unwrap_or_default();
+    // Compile for the GPU that will run the candidates.
+    if let Some(d) = &first {
+        opts.arch = d.arch();
+    }
     let cache = CompileCache::default_location();
     // Compile every candidate of every workload first, all cores at once; the searches
     // below then find them in the cache.

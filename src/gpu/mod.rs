@@ -49,7 +49,6 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// Reads every device's facts. `Err(NoGpu)` when there is no driver or no device.
 /// The architecture to compile for: the first device's (e.g. `sm_90a`), or `sm_90a` when
 /// no device answers.
 pub fn target_arch() -> String {
@@ -59,6 +58,7 @@ pub fn target_arch() -> String {
         .unwrap_or_else(|| "sm_90a".into())
 }
 
+/// Reads every device's facts. `Err(NoGpu)` when there is no driver or no device.
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     use cudarc::driver::CudaContext;

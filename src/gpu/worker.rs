@@ -634,7 +634,7 @@ impl Ctx<'_> {
                         Some(fault(
                             FaultKind::Race,
                             format!(
-                                "the output changes between runs on the same inputs ({other} of {} elements differ):                                  a data race, a missing barrier or an uninitialized read\n{}",
+                                "the output changes between runs on the same inputs ({other} of {} elements differ): a data race, a missing barrier or an uninitialized read\n{}",
                                 p.out_len,
                                 cmp.report()
                             ),
