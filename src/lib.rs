@@ -7,24 +7,18 @@
 
 pub mod abi;
 pub mod agent;
-pub mod bench;
-pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod doctor;
 pub mod error;
-pub mod gpu;
-pub mod interactive;
-pub mod profile;
+pub mod eval;
+pub mod events;
+pub mod feedback;
+pub mod process;
 pub mod provider;
 pub mod report;
-pub mod run;
-pub mod runner;
+pub mod spec;
 pub mod strategy;
-pub mod suite;
 pub mod toolchain;
-pub mod validate;
-pub mod workload;
 
 pub use error::{Error, Result};

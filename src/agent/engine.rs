@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::evaluator::Evaluator;
-use super::events::{Event, EventSink};
+use crate::events::{Event, EventSink};
 use super::machine::{self, Outcome, Stage};
 use super::memory::{Attempt, Verdict};
 use super::prompts::{self, GpuFacts, Prompts, WorkloadFacts};
@@ -18,11 +18,11 @@ use super::reply::{self, StrategyNote};
 use super::session::{Exchange, SessionDir, SessionSpec, State, VersionRecord};
 use crate::error::{Error, Result};
 use crate::provider::{Ask, Message, Provider, Purpose, Reply};
-use crate::runner::Evaluation;
+use crate::eval::Evaluation;
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{self, CompileOutcome};
 use crate::toolchain::Toolchain;
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 /// The most a failure report or diagnostic may take in a prompt.
 const EVIDENCE_MAX: usize = 4096;
@@ -680,7 +680,7 @@ impl Engine {
     /// the few findings that matter most (guidance), the Nsight Compute summary, the
     /// timing against the vendor library, and the resources of its compile.
     pub fn profile_text(&self, n: u32) -> String {
-        use crate::profile::{guidance, ncu::KernelProfile, roofline::Placement, static_facts};
+        use crate::feedback::{guidance, ncu::KernelProfile, roofline::Placement, static_facts};
         let d = self.dir.version_dir(n);
         let mut s = String::new();
         let eval = self
@@ -894,7 +894,7 @@ impl Engine {
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
-        let text = crate::check::render_evaluation(&e);
+        let text = crate::cli::check::render_evaluation(&e);
         self.dir
             .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;
         let passed = e.passed();

@@ -1,5 +1,5 @@
 //! The validate stage's view of the GPU: [`GpuEvaluator`] runs each version in a worker
-//! process ([`crate::runner`]) exactly as `cutesmith check` does. [`ScriptedEvaluator`] is
+//! process ([`crate::eval`]) exactly as `cutesmith check` does. [`ScriptedEvaluator`] is
 //! a test double for machines without a GPU: it answers from markers in the kernel's
 //! source and is never chosen unless `CUTESMITH_TEST_EVALUATOR=scripted` is set; every
 //! session it touches says so in its files and every report line it makes says
@@ -9,14 +9,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::gpu::DeviceInfo;
-use crate::profile::ncu::KernelProfile;
-use crate::runner::job::{
+use crate::eval::gpu::DeviceInfo;
+use crate::feedback::ncu::KernelProfile;
+use crate::eval::job::{
     BaselineTiming, Ceilings, Fault, FaultKind, Mode, ShapeValidation, Stats, TimingReport,
     WorkerReport,
 };
-use crate::runner::{self, Evaluation};
-use crate::workload::Workload;
+use crate::eval::{self, Evaluation};
+use crate::spec::Workload;
 
 /// The name of the real evaluator (as sessions record it).
 pub const GPU_EVALUATOR: &str = "gpu";
@@ -71,19 +71,19 @@ impl Evaluator for GpuEvaluator {
     }
 
     fn probe(&self, w: &Workload) -> Result<Evaluation> {
-        let job = runner::job_for(w, Mode::Baseline, None, 1, self.runs)?;
-        runner::evaluate(&job, self.timeout)
+        let job = eval::job_for(w, Mode::Baseline, None, 1, self.runs)?;
+        eval::evaluate(&job, self.timeout)
     }
 
     fn evaluate(&self, w: &Workload, so: &Path, _source: &str) -> Result<Evaluation> {
-        let job = runner::job_for(
+        let job = eval::job_for(
             w,
             Mode::Check,
             Some(so.to_path_buf()),
             self.seeds,
             self.runs,
         )?;
-        runner::evaluate(&job, self.timeout)
+        eval::evaluate(&job, self.timeout)
     }
 
     fn profile(
@@ -97,7 +97,7 @@ impl Evaluator for GpuEvaluator {
                 "ncu (Nsight Compute) not found: event timing and static facts only".into(),
             );
         };
-        crate::profile::command::ncu_profile(exe, w, false, kernels, so, self.timeout, None)
+        crate::cli::profile::ncu_profile(exe, w, false, kernels, so, self.timeout, None)
     }
 }
 

@@ -6,7 +6,6 @@
 
 pub mod engine;
 pub mod evaluator;
-pub mod events;
 pub mod machine;
 pub mod memory;
 pub mod prompts;

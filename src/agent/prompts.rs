@@ -8,8 +8,8 @@ use minijinja::Environment;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::runner::Evaluation;
-use crate::workload::{DType, Family, RooflineClass, Workload};
+use crate::eval::Evaluation;
+use crate::spec::{DType, Family, RooflineClass, Workload};
 
 /// (name, built-in text) of every prompt template.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -236,7 +236,7 @@ pub fn class_advice(w: &Workload) -> &'static str {
 /// Condensed failure evidence for the debug prompt: the validation report without the
 /// timing table, at most `max` bytes.
 pub fn failure_report(e: &Evaluation, max: usize) -> String {
-    let full = crate::check::render_evaluation(e);
+    let full = crate::cli::check::render_evaluation(e);
     let mut s: String = full
         .lines()
         .filter(|l| !l.trim_start().starts_with('|'))

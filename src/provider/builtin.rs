@@ -9,13 +9,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::runner::job::{FaultKind, Mode, TimingReport};
-use crate::runner::{self};
+use crate::eval::job::{FaultKind, Mode, TimingReport};
+use crate::eval::{self};
 use crate::strategy::{self, Strategy};
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{self, CompileOptions, CompileRequest, CompileStatus};
 use crate::toolchain::Toolchain;
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 /// How hard to search.
 #[derive(Debug, Clone)]
@@ -166,14 +166,14 @@ pub fn search(
             tried.push(t);
             continue;
         }
-        let job = runner::job_for(
+        let job = eval::job_for(
             w,
             Mode::Check,
             c.shared_object.clone(),
             opts.seeds,
             opts.runs,
         )?;
-        let e = runner::evaluate(&job, opts.timeout)?;
+        let e = eval::evaluate(&job, opts.timeout)?;
         t.evaluate_seconds = e.seconds;
         t.timing = e.report.as_ref().and_then(|r| r.timing.clone());
         match (&e.fault, e.passed()) {
@@ -304,12 +304,12 @@ impl crate::provider::Provider for BuiltinProvider {
     async fn propose(
         &mut self,
         ask: &crate::provider::Ask,
-        events: &dyn crate::agent::events::EventSink,
+        events: &dyn crate::events::EventSink,
     ) -> Result<Option<crate::provider::Reply>> {
         if !self.precompiled {
             self.precompiled = true;
             if self.precompile.is_some() {
-                events.emit(&crate::agent::events::Event::Note {
+                events.emit(&crate::events::Event::Note {
                     text: format!(
                         "compiling all {} built-in candidates in parallel (compile cache)",
                         self.candidates.len()

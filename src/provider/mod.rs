@@ -16,7 +16,7 @@ pub mod replay;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::events::EventSink;
+use crate::events::EventSink;
 use crate::error::Result;
 
 /// Why the engine is asking.

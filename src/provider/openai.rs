@@ -22,7 +22,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::{Ask, Provider, Reply, Usage};
-use crate::agent::events::{Event, EventSink};
+use crate::events::{Event, EventSink};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{Ask, Provider, Reply};
-use crate::agent::events::EventSink;
+use crate::events::EventSink;
 use crate::error::{Error, IoContext, Result};
 
 pub struct ReplayProvider {
@@ -113,7 +113,7 @@ impl Provider for ReplayProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::events::NullSink;
+    use crate::events::NullSink;
     use crate::provider::Purpose;
 
     #[tokio::test]

@@ -20,7 +20,8 @@ use crate::toolchain::cache::{self, CompileCache, OUTCOME_FILE};
 use crate::toolchain::diagnostics::{self, Diagnostic};
 use crate::toolchain::ptxas::{self, KernelResources};
 use crate::toolchain::sass::{self, SassSummary};
-use crate::toolchain::{process, Toolchain};
+use crate::process;
+use crate::toolchain::Toolchain;
 
 /// The most a condensed diagnostic text may take: what a prompt can carry.
 pub const CONDENSED_MAX_BYTES: usize = 4096;

@@ -10,7 +10,6 @@
 pub mod cache;
 pub mod compile;
 pub mod diagnostics;
-pub mod process;
 pub mod ptxas;
 pub mod sass;
 pub mod setup;
@@ -22,6 +21,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::process;
 
 /// Where a tool was found, in discovery order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

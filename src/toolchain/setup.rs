@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::error::{Error, IoContext, Result};
-use crate::toolchain::process;
+use crate::process;
 
 /// The pinned packages. CUDA 13.0.x for the compiler; cuobjdump has no 13.0 wheel on
 /// PyPI, so the oldest 13.x one is taken with the nvdisasm it runs (they disassemble

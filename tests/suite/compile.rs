@@ -57,7 +57,7 @@ fn templates_compile_and_broken_kernel_gives_the_right_line() {
         assert!(sass.totals().instructions > 0);
         // The statically linked CUDA runtime imports dlopen/dlsym: that alone must not
         // trip the anti-cheating inspection.
-        let inspected = cutesmith::runner::inspect::inspect(so).unwrap();
+        let inspected = cutesmith::eval::inspect::inspect(so).unwrap();
         assert!(
             inspected.ok(),
             "{}: {}",

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cutesmith::runner::job::{FaultKind, Mode};
-use cutesmith::runner::{self, Evaluation};
+use cutesmith::eval::job::{FaultKind, Mode};
+use cutesmith::eval::{self, Evaluation};
 use cutesmith::toolchain::cache::CompileCache;
 use cutesmith::toolchain::compile::{self, CompileOptions, CompileRequest};
-use cutesmith::workload::Workload;
+use cutesmith::spec::Workload;
 
 use super::common::{fixture, root, toolchain};
 
@@ -57,9 +57,9 @@ fn compile_all(paths: &[PathBuf]) -> Vec<compile::CompileOutcome> {
 
 fn evaluate(so: Option<PathBuf>, w: &Workload, mode: Mode, timeout: u64) -> Evaluation {
     use_this_binary_as_worker();
-    let mut job = runner::job_for(w, mode, so, 2, 20).unwrap();
+    let mut job = eval::job_for(w, mode, so, 2, 20).unwrap();
     job.fp64_samples = 128;
-    runner::evaluate(&job, Duration::from_secs(timeout)).unwrap()
+    eval::evaluate(&job, Duration::from_secs(timeout)).unwrap()
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn correct_kernels_pass_and_are_timed_against_cublas() {
     for (path, o) in kernels.iter().zip(outcomes) {
         assert!(o.ok(), "{}: {}", path.display(), o.condensed);
         let e = evaluate(o.shared_object.clone(), &w, Mode::Check, 300);
-        let text = cutesmith::check::render_evaluation(&e);
+        let text = cutesmith::cli::check::render_evaluation(&e);
         eprintln!("== {}\n{text}", path.display());
         assert!(e.passed(), "{}:\n{text}", path.display());
         let t = e.report.as_ref().unwrap().timing.as_ref().unwrap();
@@ -120,7 +120,7 @@ fn planted_faults_are_classified_and_the_agent_survives() {
         } else {
             let w = workload(&header(path, "WORKLOAD").unwrap());
             let e = evaluate(o.shared_object.clone(), &w, Mode::Validate, 60);
-            let text = cutesmith::check::render_evaluation(&e);
+            let text = cutesmith::cli::check::render_evaluation(&e);
             eprintln!("== {}\n{text}", path.display());
             e.fault
                 .map(|f| f.kind.name())
@@ -145,7 +145,7 @@ fn baselines_are_measured_with_the_roofline() {
     ] {
         let w = workload(name);
         let e = evaluate(None, &w, Mode::Baseline, 600);
-        let text = cutesmith::check::render_evaluation(&e);
+        let text = cutesmith::cli::check::render_evaluation(&e);
         eprintln!("== {name}\n{text}");
         let r = e.report.expect("report");
         let t = r.timing.expect("timing");
@@ -215,7 +215,7 @@ fn every_template_validates_on_its_workloads() {
         let o = o.unwrap();
         assert!(o.ok(), "{}: {}", s.label(), o.condensed);
         let e = evaluate(o.shared_object.clone(), w, Mode::Validate, 300);
-        let text = cutesmith::check::render_evaluation(&e);
+        let text = cutesmith::cli::check::render_evaluation(&e);
         eprintln!("== {} on {}\n{text}", s.label(), w.name());
         if !e.passed() {
             failed.push(format!("{} on {}", s.label(), w.name()));

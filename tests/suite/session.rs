@@ -6,7 +6,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
-use cutesmith::agent::events::{self, Event};
+use cutesmith::events::{self, Event};
 use cutesmith::agent::machine::Stage;
 use cutesmith::agent::session::State;
 use serde_json::Value;

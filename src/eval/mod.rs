@@ -6,9 +6,12 @@
 //! Whatever the kernel does (fault, hang, abort, print garbage), the agent's process
 //! survives and gets a classified [`Fault`].
 
+pub mod compare;
+pub mod gpu;
 pub mod inspect;
 pub mod job;
 pub mod sanitizer;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,8 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
-use crate::toolchain::process;
-use crate::workload::Workload;
+use crate::process;
+use crate::spec::Workload;
 use job::{Fault, FaultKind, Job, Mode, TimingConfig, WorkerReport, RESULT_MARKER};
 
 /// Environment variables a worker may see; everything else (API keys, tokens) is dropped.

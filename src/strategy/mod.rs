@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Activation, DType, Family, Layout, Workload};
+use crate::spec::{Activation, DType, Family, Layout, Workload};
 
 /// Shared memory one block may use on Hopper (227 KiB).
 pub const SMEM_BUDGET: i64 = 227 * 1024;

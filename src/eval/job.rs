@@ -1,14 +1,14 @@
 //! What the agent asks of a worker process and what the worker answers, as JSON: the
-//! contract between the parent (this crate's [`crate::runner`]) and the child
-//! (`cutesmith worker`, [`crate::gpu::worker`]).
+//! contract between the parent (this crate's [`crate::eval`]) and the child
+//! (`cutesmith worker`, [`crate::eval::worker`]).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::DeviceInfo;
-use crate::validate::Comparison;
-use crate::workload::Shape;
+use crate::eval::gpu::DeviceInfo;
+use crate::eval::compare::Comparison;
+use crate::spec::Shape;
 
 /// What the worker should do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::toolchain::ptxas::KernelResources;
 use crate::toolchain::sass::SassSummary;
-use crate::workload::{DType, Family};
+use crate::spec::{DType, Family};
 
 /// How much a finding matters for the next change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -4,8 +4,8 @@
 
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
-use crate::validate::Element;
-use crate::workload::DType;
+use crate::eval::compare::Element;
+use crate::spec::DType;
 
 /// An element type the harness moves between host and device.
 pub trait HostElement: Element + DeviceRepr + ValidAsZeroBits + Default + 'static {

@@ -258,8 +258,8 @@ mod tests {
 #[cfg(test)]
 mod recorded {
     use super::*;
-    use crate::profile::guidance;
-    use crate::profile::roofline::{Bound, Placement};
+    use crate::feedback::guidance;
+    use crate::feedback::roofline::{Bound, Placement};
 
     fn load(name: &str) -> Vec<KernelProfile> {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use crate::cli::{BaselineArgs, CheckArgs, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
-use crate::runner::job::{Fault, FaultKind, Job, Mode, TimingReport};
-use crate::runner::sanitizer::{SanitizerReport, Tool};
-use crate::runner::{self, Evaluation};
+use crate::eval::job::{Fault, FaultKind, Job, Mode, TimingReport};
+use crate::eval::sanitizer::{SanitizerReport, Tool};
+use crate::eval::{self, Evaluation};
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{self, CompileOptions, CompileRequest};
 use crate::toolchain::ToolchainOptions;
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 /// Stops GPU commands early, with exit code 2, on a machine without a GPU.
 pub fn require_gpu() -> Result<()> {
-    if !crate::gpu::driver_present() {
+    if !crate::eval::gpu::driver_present() {
         return Err(Error::NoGpu(
             "this command runs kernels on an NVIDIA GPU, and this machine has no CUDA driver \
              (libcuda.so); run it on a machine with one (`cutesmith doctor` shows what is found)"
@@ -35,7 +35,7 @@ pub fn compile_kernel(
     let req = CompileRequest::from_file(
         kernel,
         CompileOptions {
-            arch: crate::gpu::target_arch(),
+            arch: crate::eval::gpu::target_arch(),
             ..CompileOptions::default()
         },
     )?;
@@ -62,7 +62,7 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
         );
         return Ok(EXIT_GOAL_NOT_MET);
     };
-    let facts = crate::profile::static_facts::hints(
+    let facts = crate::feedback::static_facts::hints(
         workload.family(),
         workload.dtype(),
         &outcome.resources,
@@ -79,7 +79,7 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
     } else {
         Mode::Check
     };
-    let mut job = runner::job_for(&workload, mode, so, args.seeds, args.runs)?;
+    let mut job = eval::job_for(&workload, mode, so, args.seeds, args.runs)?;
     if args.headline_only {
         job.shapes = vec![0];
     }
@@ -93,7 +93,7 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
         },
         job.seeds.len()
     );
-    let mut eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+    let mut eval = eval::evaluate(&job, Duration::from_secs(args.timeout))?;
     let findings = sanitize(opts, &args, &workload, &job, &mut eval)?;
     if args.json {
         let out = serde_json::json!({ "evaluation": &eval, "sanitizer": &findings });
@@ -147,14 +147,14 @@ fn sanitize(
         small.mode = Mode::Validate;
         small.seeds = vec![1];
         small.shapes = vec![smallest];
-        small.nonce = runner::nonce();
+        small.nonce = eval::nonce();
         eprintln!(
             "running {} of {} under compute-sanitizer {} ...",
             workload.shapes()[smallest],
             workload.name(),
             t.name()
         );
-        let (_, rep) = runner::evaluate_sanitized(
+        let (_, rep) = eval::evaluate_sanitized(
             &small,
             &tool.path,
             *t,
@@ -204,9 +204,9 @@ pub fn cmd_baseline(args: BaselineArgs) -> Result<i32> {
     let mut code = EXIT_OK;
     for name in &args.workloads {
         let workload = Workload::find(&args.workloads_dir, name)?;
-        let job = runner::job_for(&workload, Mode::Baseline, None, 1, args.runs)?;
+        let job = eval::job_for(&workload, Mode::Baseline, None, 1, args.runs)?;
         eprintln!("timing baselines of {} ...", workload.name());
-        let eval = runner::evaluate(&job, Duration::from_secs(args.timeout))?;
+        let eval = eval::evaluate(&job, Duration::from_secs(args.timeout))?;
         if args.json {
             println!(
                 "{}",
@@ -277,7 +277,7 @@ pub fn render_evaluation(e: &Evaluation) -> String {
     s
 }
 
-fn validation_line(v: &crate::runner::job::ShapeValidation) -> String {
+fn validation_line(v: &crate::eval::job::ShapeValidation) -> String {
     let status = if v.passed { "ok" } else { "FAILED" };
     let detail = match &v.comparison {
         Some(c) => format!(
@@ -311,7 +311,7 @@ fn render_timing(t: &TimingReport) -> String {
     );
     s.push_str("  | who | median us | p10-p90 us | TFLOP/s | TB/s | speedup of candidate |\n");
     s.push_str("  | --- | --- | --- | --- | --- | --- |\n");
-    let row = |name: &str, st: &crate::runner::job::Stats, sp: Option<f64>| {
+    let row = |name: &str, st: &crate::eval::job::Stats, sp: Option<f64>| {
         let sec = st.median_us * 1e-6;
         format!(
             "  | {name} | {:.2} | {:.2}-{:.2} | {:.1} | {:.2} | {} |\n",

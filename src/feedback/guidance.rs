@@ -173,7 +173,7 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::ncu::Metric;
+    use crate::feedback::ncu::Metric;
 
     fn profile(pairs: &[(&str, f64)]) -> KernelProfile {
         let mut k = KernelProfile::default();

@@ -3,19 +3,27 @@
 //! Exit codes: 0 ok; 1 the goal was not met (a kernel failed to compile); 2 an error
 //! (a missing tool, a bad flag, an unreadable file).
 
+pub mod bench;
+pub mod check;
+pub mod doctor;
+pub mod profile;
+pub mod run;
+pub mod session;
+pub mod suite;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
-use crate::doctor::DoctorReport;
+use crate::cli::doctor::DoctorReport;
 use crate::error::{Error, Result};
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{
     self, CompileOptions, CompileOutcome, CompileRequest, CompileStatus,
 };
 use crate::toolchain::{self, setup, Toolchain, ToolchainOptions};
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 /// Exit code: everything asked for was done.
 pub const EXIT_OK: i32 = 0;
@@ -119,13 +127,13 @@ pub enum Command {
     /// The main job: refine a kernel for a workload through generate -> compile ->
     /// validate -> debug -> optimize, with the configured model or the built-in provider;
     /// the session is saved under runs/<id>/.
-    Run(crate::run::RunArgs),
+    Run(crate::cli::run::RunArgs),
     /// Profile a kernel (GPU): timing and roofline placement, one launch under Nsight
     /// Compute, static facts, and the findings that matter most.
-    Profile(crate::profile::command::ProfileArgs),
+    Profile(crate::cli::profile::ProfileArgs),
     /// Steer one session by hand over stdin/stdout: step, run N, hint, edit, show, diff,
     /// history, profile, rollback, export, quit. WORKLOAD may be a runs/<id> directory.
-    Session(crate::run::RunArgs),
+    Session(crate::cli::run::RunArgs),
     /// Markdown + self-contained HTML (SVG charts) over sessions: speedups, % of the
     /// roofline, each version's time and strategy.
     Report(crate::report::ReportArgs),
@@ -139,7 +147,7 @@ pub enum Command {
         out: PathBuf,
     },
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
-    Resume(crate::run::ResumeArgs),
+    Resume(crate::cli::run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
     #[command(hide = true)]
     Worker {
@@ -176,7 +184,7 @@ pub struct CheckArgs {
     /// Also run the smallest shape under compute-sanitizer (repeatable: memcheck,
     /// racecheck, synccheck); findings name the source line.
     #[arg(long, value_enum)]
-    pub sanitize: Vec<crate::runner::sanitizer::Tool>,
+    pub sanitize: Vec<crate::eval::sanitizer::Tool>,
     /// Print the evaluation as JSON.
     #[arg(long)]
     pub json: bool,
@@ -308,14 +316,14 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Compile(args) => cmd_compile(&opts, cli.global.no_install, args),
-        Command::Check(args) => crate::check::cmd_check(&opts, cli.global.no_install, args),
-        Command::Baseline(args) => crate::check::cmd_baseline(args),
-        Command::Run(args) => crate::run::cmd_run(&opts, cli.global.no_install, &config, args),
+        Command::Check(args) => crate::cli::check::cmd_check(&opts, cli.global.no_install, args),
+        Command::Baseline(args) => crate::cli::check::cmd_baseline(args),
+        Command::Run(args) => crate::cli::run::cmd_run(&opts, cli.global.no_install, &config, args),
         Command::Profile(args) => {
-            crate::profile::command::cmd_profile(&opts, cli.global.no_install, args)
+            crate::cli::profile::cmd_profile(&opts, cli.global.no_install, args)
         }
         Command::Session(args) => {
-            crate::interactive::cmd_session(&opts, cli.global.no_install, &config, args)
+            crate::cli::session::cmd_session(&opts, cli.global.no_install, &config, args)
         }
         Command::Report(args) => crate::report::cmd_report(args),
         Command::Export { session, out } => {
@@ -325,8 +333,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
             }
             Ok(EXIT_OK)
         }
-        Command::Resume(args) => crate::run::cmd_resume(&opts, cli.global.no_install, args),
-        Command::Worker { job } => Ok(crate::gpu::worker::main(&job)),
+        Command::Resume(args) => crate::cli::run::cmd_resume(&opts, cli.global.no_install, args),
+        Command::Worker { job } => Ok(crate::eval::worker::main(&job)),
         Command::Cache { clear } => {
             let cache = CompileCache::default_location();
             let (entries, bytes) = cache.usage();
@@ -379,14 +387,14 @@ fn dispatch(cli: Cli) -> Result<i32> {
             max_candidates,
             jobs,
         } => {
-            crate::check::require_gpu()?;
+            crate::cli::check::require_gpu()?;
             let tc = ensure_toolchain(&opts, cli.global.no_install)?;
             let mut so = crate::provider::builtin::SearchOptions::default();
             if let Some(j) = jobs {
                 so.jobs = j;
             }
-            let report = crate::bench::run(&tc, &workloads_dir, &suite, &out, so, max_candidates)?;
-            print!("{}", crate::bench::markdown(&report));
+            let report = crate::cli::bench::run(&tc, &workloads_dir, &suite, &out, so, max_candidates)?;
+            print!("{}", crate::cli::bench::markdown(&report));
             eprintln!("written: {}/{}.md and .json", out.display(), report.suite);
             Ok(if report.rows.iter().all(|r| r.met) {
                 EXIT_OK

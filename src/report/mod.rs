@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use crate::agent::session::{SessionDir, SessionSpec, State};
 use crate::cli::EXIT_OK;
 use crate::error::{Error, Result};
-use crate::runner::Evaluation;
+use crate::eval::Evaluation;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -83,7 +83,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Row>> {
                 .ok()
                 .and_then(|e| e.report?.device.map(|d| d.name))
                 .unwrap_or_else(|| "unknown device".into());
-            let goal = crate::run::goal(&dir, &state);
+            let goal = crate::cli::run::goal(&dir, &state);
             Ok(Row {
                 dir,
                 spec,

@@ -11,7 +11,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::provider::builtin::{self, SearchOptions, SearchOutcome};
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::Toolchain;
-use crate::workload::{Family, Workload};
+use crate::spec::{Family, Workload};
 
 /// A suite file (`workloads/suites/*.toml`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,7 +120,7 @@ pub fn run(
     if let Some(s) = spec.seeds {
         opts.seeds = s;
     }
-    let first = crate::gpu::devices()?.into_iter().next();
+    let first = crate::eval::gpu::devices()?.into_iter().next();
     let device = first.as_ref().map(|d| d.name.clone()).unwrap_or_default();
     // Compile for the GPU that will run the candidates.
     if let Some(d) = &first {

@@ -2,8 +2,8 @@
 //! epilogue, and the sampled fp64 cross-check of GEMM outputs that catches a kernel
 //! computing in lower precision than its workload (TF32 or fp16 inside fp32).
 
-use crate::validate::Element;
-use crate::workload::{Activation, DType};
+use crate::eval::compare::Element;
+use crate::spec::{Activation, DType};
 
 /// The activation in fp64.
 pub fn activation(act: Activation, x: f64, slope: f64) -> f64 {

@@ -12,7 +12,7 @@ use crate::agent::machine::Stage;
 use crate::cli::EXIT_OK;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::run::{self, RunArgs};
+use crate::cli::run::{self, RunArgs};
 use crate::toolchain::ToolchainOptions;
 
 const HELP: &str = "commands:

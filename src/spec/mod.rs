@@ -715,8 +715,8 @@ impl Tolerance {
     }
 
     /// The comparison tolerance on `shape` (atol scaled), as the validator applies it.
-    pub fn at(&self, shape: &Shape) -> crate::validate::Tolerance {
-        crate::validate::Tolerance {
+    pub fn at(&self, shape: &Shape) -> crate::eval::compare::Tolerance {
+        crate::eval::compare::Tolerance {
             rtol: self.rtol,
             atol: self.atol_at(shape),
         }

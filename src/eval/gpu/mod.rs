@@ -6,7 +6,6 @@ pub mod baseline;
 pub mod data;
 pub mod reference;
 pub mod session;
-pub mod worker;
 
 use std::path::{Path, PathBuf};
 

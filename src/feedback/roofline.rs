@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::runner::job::{Ceilings, TimingReport};
+use crate::eval::job::{Ceilings, TimingReport};
 
 /// Which ceiling bounds the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,8 +103,8 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::job::Stats;
-    use crate::workload::Shape;
+    use crate::eval::job::Stats;
+    use crate::spec::Shape;
 
     fn timing(flops: f64, bytes: f64, us: f64) -> TimingReport {
         TimingReport {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 
 use crate::error::{Error, Result};
-use crate::gpu::DeviceInfo;
+use crate::eval::gpu::DeviceInfo;
 
 /// A device buffer and its raw address (stable for the buffer's life).
 pub struct DevBuf<T> {

@@ -10,17 +10,17 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::guidance::{self, Finding};
-use super::ncu::{self, KernelProfile};
-use super::roofline::Placement;
-use super::static_facts::{self, Hint};
+use crate::feedback::guidance::{self, Finding};
+use crate::feedback::ncu::{self, KernelProfile};
+use crate::feedback::roofline::Placement;
+use crate::feedback::static_facts::{self, Hint};
 use crate::cli::{EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::error::{Error, Result};
-use crate::runner::job::Mode;
-use crate::runner::{self, Evaluation};
+use crate::eval::job::Mode;
+use crate::eval::{self, Evaluation};
 use crate::toolchain::compile::CompileOutcome;
 use crate::toolchain::ToolchainOptions;
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
@@ -65,8 +65,8 @@ pub struct ProfileReport {
 pub fn cmd_profile(opts: &ToolchainOptions, no_install: bool, args: ProfileArgs) -> Result<i32> {
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    crate::check::require_gpu()?;
-    let Some(out) = crate::check::compile_kernel(&tc, &args.kernel)? else {
+    crate::cli::check::require_gpu()?;
+    let Some(out) = crate::cli::check::compile_kernel(&tc, &args.kernel)? else {
         return Ok(EXIT_GOAL_NOT_MET);
     };
     let so = out
@@ -76,11 +76,11 @@ pub fn cmd_profile(opts: &ToolchainOptions, no_install: bool, args: ProfileArgs)
     let timeout = Duration::from_secs(args.timeout);
 
     eprintln!("timing the headline shape against the vendor library ...");
-    let mut job = runner::job_for(&workload, Mode::Check, Some(so.clone()), 1, 30)?;
+    let mut job = eval::job_for(&workload, Mode::Check, Some(so.clone()), 1, 30)?;
     job.shapes = vec![0];
-    let e = runner::evaluate(&job, timeout)?;
+    let e = eval::evaluate(&job, timeout)?;
     if !e.passed() {
-        print!("{}", crate::check::render_evaluation(&e));
+        print!("{}", crate::cli::check::render_evaluation(&e));
         println!("profile needs a correct kernel: fix the fault above first (`cutesmith check`)");
         return Ok(EXIT_GOAL_NOT_MET);
     }
@@ -181,10 +181,10 @@ pub fn ncu_profile(
 ) -> std::result::Result<Vec<KernelProfile>, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let log = dir.path().join("ncu.csv");
-    let mut job = runner::job_for(w, Mode::Validate, Some(so.to_path_buf()), 1, 20)
+    let mut job = eval::job_for(w, Mode::Validate, Some(so.to_path_buf()), 1, 20)
         .map_err(|e| e.to_string())?;
     job.shapes = vec![0];
-    let e = runner::evaluate_under(&job, exe, ncu::args(kernels, full, &log), timeout)
+    let e = eval::evaluate_under(&job, exe, ncu::args(kernels, full, &log), timeout)
         .map_err(|e| format!("ncu run failed: {e}"))?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     if let Some(keep) = save_csv {

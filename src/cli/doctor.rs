@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::gpu::{self, DeviceInfo, LibraryInfo};
+use crate::eval::gpu::{self, DeviceInfo, LibraryInfo};
 use crate::toolchain::{self, ExtraTools, Toolchain, ToolchainOptions};
 
 /// Everything doctor found.

@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::agent::engine::{Engine, Parts};
 use crate::agent::evaluator::{self, Evaluator, GpuEvaluator, GPU_EVALUATOR, TEST_EVALUATOR_ENV};
-use crate::agent::events::{ConsoleSink, EventSink, Fanout, JsonlSink};
+use crate::events::{ConsoleSink, EventSink, Fanout, JsonlSink};
 use crate::agent::machine::Budgets;
 use crate::agent::session::{self, ProviderSpec, SessionDir, SessionSpec};
 use crate::cli::{EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
@@ -21,11 +21,11 @@ use crate::provider::builtin::BuiltinProvider;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::replay::ReplayProvider;
 use crate::provider::Provider;
-use crate::runner::Evaluation;
+use crate::eval::Evaluation;
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile;
 use crate::toolchain::{Toolchain, ToolchainOptions};
-use crate::workload::Workload;
+use crate::spec::Workload;
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -143,7 +143,7 @@ fn evaluator_for(
              every figure in this session comes from a test double"
         );
     } else {
-        crate::check::require_gpu()?;
+        crate::cli::check::require_gpu()?;
     }
     Ok(Arc::from(ev))
 }
@@ -226,7 +226,7 @@ pub fn cmd_run(
         );
     }
     if let Some((name, suite)) = as_suite(&args)? {
-        return crate::suite::run_suite(opts, no_install, config, args, &name, suite);
+        return crate::cli::suite::run_suite(opts, no_install, config, args, &name, suite);
     }
     let engine = new_session(opts, no_install, config, &args)?;
     drive(engine)
@@ -234,7 +234,7 @@ pub fn cmd_run(
 
 /// The suite `args.workload` names, when it names one (`workloads/suites/NAME.toml` with
 /// no workload of that name, or a `.toml` file with a `workloads` list).
-fn as_suite(args: &RunArgs) -> Result<Option<(String, crate::bench::SuiteSpec)>> {
+fn as_suite(args: &RunArgs) -> Result<Option<(String, crate::cli::bench::SuiteSpec)>> {
     let w = &args.workload;
     let path = if w.ends_with(".toml") {
         PathBuf::from(w)
@@ -253,7 +253,7 @@ fn as_suite(args: &RunArgs) -> Result<Option<(String, crate::bench::SuiteSpec)>>
     if !is_suite {
         return Ok(None);
     }
-    crate::bench::load_suite(&args.workloads_dir, &path.display().to_string()).map(Some)
+    crate::cli::bench::load_suite(&args.workloads_dir, &path.display().to_string()).map(Some)
 }
 
 /// A new session's engine, from the command line and the config.
@@ -278,7 +278,7 @@ pub fn new_session_with(
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = crate::cli::ensure_toolchain(opts, no_install)?;
     let evaluator = evaluator_for(opts, args.seeds, args.timing_runs, args.timeout)?;
-    let arch = crate::gpu::target_arch();
+    let arch = crate::eval::gpu::target_arch();
     let provider_spec = if let Some(t) = &args.replay {
         ProviderSpec::Replay {
             transcript: std::fs::canonicalize(t).map_err(|e| Error::io(t, e))?,
@@ -414,7 +414,7 @@ pub fn interruptible<T: Send + 'static>(
         Some(Ok(t)) => Ok(t),
         Some(Err(e)) => Err(Error::Usage(format!("the session task failed: {e}"))),
         None => {
-            crate::toolchain::process::kill_all();
+            crate::process::kill_all();
             let stage = SessionDir::open(root)
                 .and_then(|d| d.load_state())
                 .map(|s| s.stage.name())
@@ -472,7 +472,7 @@ pub fn goal(dir: &SessionDir, state: &crate::agent::session::State) -> Option<(S
         .iter()
         .map(|b| (b.name.clone(), b.stats.median_us, b.speedup))
         .collect();
-    Some(crate::bench::goal(
+    Some(crate::cli::bench::goal(
         &w,
         t.candidate.map(|c| c.median_us),
         &baselines,

@@ -12,8 +12,8 @@ use cudarc::cublas::sys as bsys;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::cudnn::sys as dnsys;
 
-use crate::gpu::session::{CudaFailure, Session};
-use crate::workload::{Activation, DType, Layout};
+use crate::eval::gpu::session::{CudaFailure, Session};
+use crate::spec::{Activation, DType, Layout};
 
 fn fail(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     CudaFailure {

@@ -3,23 +3,23 @@
 //! libraries in the same process, and answers with one JSON line on stdout.
 //!
 //! A faulting kernel poisons this process's CUDA context and a hanging one blocks it: the
-//! parent ([`crate::runner`]) survives both, because only this process ever loads a
+//! parent ([`crate::eval`]) survives both, because only this process ever loads a
 //! candidate. Every failure of the candidate is reported as a [`Fault`], never a panic.
 
 use std::path::Path;
 use std::time::Instant;
 
 use crate::abi::{self, cs_problem, KernelLibrary};
-use crate::gpu::baseline::{self, GemmDesc, Libraries};
-use crate::gpu::data::{self, HostElement, GUARD_ELEMENTS};
-use crate::gpu::reference;
-use crate::gpu::session::{CudaFailure, DevBuf, Session};
-use crate::runner::job::{
+use crate::eval::gpu::baseline::{self, GemmDesc, Libraries};
+use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
+use crate::eval::gpu::reference;
+use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
+use crate::eval::job::{
     BaselineTiming, Ceilings, Fault, FaultKind, Fp64Check, Job, Mode, ShapeValidation, Stats,
     TimingReport, WorkerReport, RESULT_MARKER,
 };
-use crate::validate::{self, Dims, Verdict};
-use crate::workload::{ComputePipe, DType, Family, Layout, Shape, Workload};
+use crate::eval::compare::{self, Dims, Verdict};
+use crate::spec::{ComputePipe, DType, Family, Layout, Shape, Workload};
 
 /// The most workspace a kernel may ask for (bytes).
 const MAX_WORKSPACE: u64 = 4 << 30;
@@ -188,7 +188,7 @@ fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {
 /// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
 /// GEMM may legitimately run on tensor cores with 3xTF32 error compensation, so its
 /// ceiling is the larger of the SIMT rate and a third of the TF32 rate.
-fn peak_flops(info: &crate::gpu::DeviceInfo, pipe: ComputePipe, gemm: bool) -> (f64, String) {
+fn peak_flops(info: &crate::eval::gpu::DeviceInfo, pipe: ComputePipe, gemm: bool) -> (f64, String) {
     let tf32 = match info.compute_capability {
         (9, _) => 2048.0,
         (8, 0) => 1024.0,
@@ -595,7 +595,7 @@ impl Ctx<'_> {
         };
         let dims = self.dims(&p);
         let vt = self.workload.tolerance().at(shape);
-        let cmp = validate::compare(got, &reference, &dims, &vt);
+        let cmp = compare::compare(got, &reference, &dims, &vt);
         if let Some(g) = &p.gemm {
             v.fp64 = Some(self.fp64_check(&p, g, got, seed));
         }
@@ -616,7 +616,7 @@ impl Ctx<'_> {
                 Verdict::Mismatch => {
                     let stale = previous
                         .as_ref()
-                        .is_some_and(|prev| validate::compare(got, prev, &dims, &vt).passed());
+                        .is_some_and(|prev| compare::compare(got, prev, &dims, &vt).passed());
                     if stale {
                         Some(fault(
                             FaultKind::StaleOutput,
@@ -766,7 +766,7 @@ impl Ctx<'_> {
         } else {
             2f64.powi(-24)
         };
-        let act_factor = if params.activation == crate::workload::Activation::Identity {
+        let act_factor = if params.activation == crate::spec::Activation::Identity {
             1.0
         } else {
             2.0
@@ -843,7 +843,7 @@ impl Ctx<'_> {
             max_normalized_error: max_e,
             median_normalized_error: normalized.get(normalized.len() / 2).copied().unwrap_or(0.0),
             bound,
-            hint: validate::precision_hint(&errors),
+            hint: compare::precision_hint(&errors),
         }
     }
 
@@ -1180,7 +1180,7 @@ mod tests {
 
     #[test]
     fn roofline_ceilings_allow_3xtf32_for_fp32_gemms() {
-        let h100 = crate::gpu::DeviceInfo {
+        let h100 = crate::eval::gpu::DeviceInfo {
             ordinal: 0,
             name: "NVIDIA H100 80GB HBM3".into(),
             compute_capability: (9, 0),

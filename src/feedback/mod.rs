@@ -3,7 +3,6 @@
 //! ([`ncu`]), the roofline placement ([`roofline`]), and the selection of the few
 //! findings a prompt should carry ([`guidance`]); `cutesmith profile` ([`command`]).
 
-pub mod command;
 pub mod guidance;
 pub mod ncu;
 pub mod roofline;

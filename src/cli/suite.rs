@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::agent::events::{Event, EventSink, JsonlSink};
-use crate::bench::SuiteSpec;
+use crate::events::{Event, EventSink, JsonlSink};
+use crate::cli::bench::SuiteSpec;
 use crate::cli::{EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
 use crate::config::Config;
 use crate::error::Result;
-use crate::run::{self, RunArgs};
+use crate::cli::run::{self, RunArgs};
 use crate::toolchain::ToolchainOptions;
 
 /// Shows the session's progress on the suite's bar.
