@@ -1,6 +1,7 @@
-//! Typed events the engine emits as it works. Front ends consume them: the console
-//! printer here, the JSONL file every session writes (`runs/<id>/events.jsonl`), and the
-//! interactive and suite front ends.
+//! Typed events the engine and the providers emit as they work, and the sinks that carry
+//! them. Front ends consume them (the console printer and the suite's progress bar live
+//! in the front ends, `cli/`); every session also writes them to `runs/<id>/events.jsonl`.
+//! [`Event::line`] is the one rendering of an event as text.
 
 use std::io::Write;
 use std::path::Path;
@@ -224,27 +225,6 @@ impl EventSink for NullSink {
     fn emit(&self, _: &Event) {}
 }
 
-/// Prints one line per event to standard error; with `stream`, also the model's text.
-pub struct ConsoleSink {
-    pub stream: bool,
-}
-
-impl EventSink for ConsoleSink {
-    fn emit(&self, e: &Event) {
-        let mut err = std::io::stderr().lock();
-        match e {
-            Event::ModelDelta { text } if self.stream => {
-                let _ = write!(err, "{text}");
-            }
-            _ => {
-                if let Some(l) = e.line() {
-                    let _ = writeln!(err, "{l}");
-                }
-            }
-        }
-    }
-}
-
 /// Appends events to a JSONL file, one object per line with a timestamp, flushed at
 /// once so a killed process leaves every event it emitted. Streamed text is left out.
 pub struct JsonlSink {
@@ -276,7 +256,7 @@ impl EventSink for JsonlSink {
         if let Some(o) = v.as_object_mut() {
             o.insert(
                 "ts".into(),
-                serde_json::Value::from(crate::agent::now_rfc3339()),
+                serde_json::Value::from(crate::clock::now_rfc3339()),
             );
         }
         if let Ok(mut f) = self.file.lock() {

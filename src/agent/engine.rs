@@ -10,19 +10,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::evaluator::Evaluator;
-use crate::events::{Event, EventSink};
 use super::machine::{self, Outcome, Stage};
 use super::memory::{Attempt, Verdict};
 use super::prompts::{self, GpuFacts, Prompts, WorkloadFacts};
 use super::reply::{self, StrategyNote};
 use super::session::{Exchange, SessionDir, SessionSpec, State, VersionRecord};
 use crate::error::{Error, Result};
-use crate::provider::{Ask, Message, Provider, Purpose, Reply};
 use crate::eval::Evaluation;
+use crate::events::{Event, EventSink};
+use crate::provider::{Ask, Message, Provider, Purpose, Reply};
+use crate::spec::Workload;
 use crate::toolchain::cache::CompileCache;
 use crate::toolchain::compile::{self, CompileOutcome};
 use crate::toolchain::Toolchain;
-use crate::spec::Workload;
 
 /// The most a failure report or diagnostic may take in a prompt.
 const EVIDENCE_MAX: usize = 4096;
@@ -338,9 +338,9 @@ impl Engine {
         self.save_idle()
     }
 
-    /// Writes the best kernel as a standalone drop-in (see [`export`]).
+    /// Writes the best kernel as a standalone drop-in (see [`super::export::export`]).
     pub fn export(&self, out: &Path) -> Result<Vec<PathBuf>> {
-        export(&self.dir, &self.toolchain.abi_include, out)
+        super::export::export(&self.dir, &self.toolchain.abi_include, out)
     }
 
     // ---------------------------------------------------------------- asking
@@ -680,104 +680,23 @@ impl Engine {
     /// the few findings that matter most (guidance), the Nsight Compute summary, the
     /// timing against the vendor library, and the resources of its compile.
     pub fn profile_text(&self, n: u32) -> String {
-        use crate::feedback::{guidance, ncu::KernelProfile, roofline::Placement, static_facts};
+        use crate::feedback::{ncu::KernelProfile, profile::Profile};
         let d = self.dir.version_dir(n);
-        let mut s = String::new();
         let eval = self
             .dir
             .read_json::<Evaluation>(&d.join("evaluation.json"))
             .ok();
-        let timing = eval
-            .as_ref()
-            .and_then(|e| e.report.as_ref())
-            .and_then(|r| Some((r.timing.as_ref()?, r.ceilings.as_ref()?)));
-        let placement = timing.and_then(|(t, c)| Placement::new(t, c));
         let ncu: Vec<KernelProfile> = self
             .dir
             .read_json::<serde_json::Value>(&d.join("ncu.json"))
             .ok()
             .and_then(|v| serde_json::from_value(v.get("profiles")?.clone()).ok())
             .unwrap_or_default();
-        let main = ncu.iter().max_by(|a, b| {
-            a.duration_us()
-                .unwrap_or(0.0)
-                .total_cmp(&b.duration_us().unwrap_or(0.0))
-        });
         let compile = self
             .dir
             .read_json::<CompileOutcome>(&d.join("compile.json"))
             .ok();
-        let hints = compile
-            .as_ref()
-            .map(|c| {
-                static_facts::hints(
-                    self.workload.family(),
-                    self.workload.dtype(),
-                    &c.resources,
-                    c.sass.as_ref(),
-                )
-            })
-            .unwrap_or_default();
-        if let Some(p) = &placement {
-            s.push_str(&format!("- roofline: {}\n", p.sentence()));
-        }
-        if let Some(k) = main {
-            let pct = |m: &str| k.get(m).map_or("n/a".to_string(), |v| format!("{v:.0}%"));
-            s.push_str(&format!(
-                "- Nsight Compute: SM {}, DRAM {}, tensor pipe {}, occupancy {}, top stalls: {}\n",
-                pct("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
-                pct("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-                k.tensor_pct()
-                    .map_or("n/a".to_string(), |t| format!("{t:.0}%")),
-                pct("sm__warps_active.avg.pct_of_peak_sustained_active"),
-                k.stalls()
-                    .iter()
-                    .take(3)
-                    .map(|(r, v)| format!("{r} {v:.1}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        let findings = guidance::select(placement.as_ref(), main, &hints, 3);
-        if !findings.is_empty() {
-            s.push_str("- what matters most now:\n");
-            for g in &findings {
-                s.push_str(&format!("  * {}\n", g.text));
-            }
-        }
-        if let Some((t, _)) = timing {
-            if let Some(c) = &t.candidate {
-                s.push_str(&format!(
-                    "- {:.2} us median (p10-p90 {:.2}-{:.2}) on {}\n",
-                    c.median_us, c.p10_us, c.p90_us, t.shape
-                ));
-            }
-            for b in &t.baselines {
-                s.push_str(&format!(
-                    "- {}: {:.2} us{}\n",
-                    b.name,
-                    b.stats.median_us,
-                    b.speedup
-                        .map(|x| format!(" (this version is {x:.2}x of it)"))
-                        .unwrap_or_default()
-                ));
-            }
-        }
-        if let Some(c) = &compile {
-            for r in &c.resources {
-                s.push_str(&format!(
-                    "- {}: {} registers, {} B spilled, {} B shared memory\n",
-                    r.name,
-                    r.registers,
-                    r.spill_bytes(),
-                    r.shared_bytes
-                ));
-            }
-        }
-        if s.is_empty() {
-            s.push_str("(no profile recorded)\n");
-        }
-        s
+        Profile::assemble(&self.workload, eval.as_ref(), compile.as_ref(), Ok(ncu)).prompt_text()
     }
 
     // ---------------------------------------------------------------- compile
@@ -785,7 +704,7 @@ impl Engine {
     /// Compiles version `n` (through the cache) and records the outcome in compile.json.
     fn compile_version(&self, n: u32) -> Result<CompileOutcome> {
         let source = self.dir.version_source(n)?;
-        let req = super::compile_request(&source, &self.spec.arch);
+        let req = compile::CompileRequest::version(&source, &self.spec.arch);
         let (tc, cache) = (&self.toolchain, &self.cache);
         let out = tokio::task::block_in_place(|| compile::compile(tc, cache, &req))?;
         self.dir
@@ -894,7 +813,7 @@ impl Engine {
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
-        let text = crate::cli::check::render_evaluation(&e);
+        let text = e.render();
         self.dir
             .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;
         let passed = e.passed();
@@ -1016,76 +935,4 @@ impl Engine {
         self.state.current = self.state.best;
         Ok((Outcome::Correct, why))
     }
-}
-
-/// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
-/// includes, and a README with how to build and call it and what it measured.
-pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-    let spec = dir.load_spec()?;
-    let state = dir.load_state()?;
-    let workload = Workload::load(dir.path(&format!("{}.toml", spec.workload)))?;
-    let best = state
-        .best
-        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let name = format!("{}.cu", workload.name());
-    let source = dir.version_source(best)?;
-    let mut written = Vec::new();
-    let cu = out.join(&name);
-    let header = format!(
-        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
-        spec.id,
-        workload.name(),
-        workload.description()
-    );
-    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
-    written.push(cu);
-    // The ABI header and every other project header the kernel includes (the GEMM
-    // templates include the predicated fallback GEMM), so the files build on their own.
-    let mut headers: Vec<PathBuf> = std::fs::read_dir(abi_include)
-        .map_err(|e| Error::io(abi_include, e))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .is_some_and(|n| {
-                    n == "cutesmith_abi.h" || source.contains(&format!("#include \"{n}\""))
-                })
-        })
-        .collect();
-    headers.sort();
-    for h in headers {
-        let to = out.join(h.file_name().unwrap_or_default());
-        std::fs::copy(&h, &to).map_err(|e| Error::io(&h, e))?;
-        written.push(to);
-    }
-    let v = state.version(best);
-    let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
-        (Some(t), Some(b)) => format!(
-            "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
-            workload.headline(),
-            b / t
-        ),
-        (Some(t), None) => format!("{t:.2} us on the headline shape {}", workload.headline()),
-        _ => "not timed".into(),
-    };
-    let readme = format!(
-        "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch={compute},code={arch} -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
-        spec.id,
-        workload.description(),
-        workload
-            .shapes()
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        stem = workload.name(),
-        arch = spec.arch,
-        compute = spec.arch.replacen("sm_", "compute_", 1)
-    );
-    let rd = out.join("README.md");
-    std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
-    written.push(rd);
-    Ok(written)
 }

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::eval::gpu::DeviceInfo;
-use crate::feedback::ncu::KernelProfile;
 use crate::eval::job::{
     BaselineTiming, Ceilings, Fault, FaultKind, Mode, ShapeValidation, Stats, TimingReport,
     WorkerReport,
 };
 use crate::eval::{self, Evaluation};
+use crate::feedback::ncu::KernelProfile;
 use crate::spec::Workload;
 
 /// The name of the real evaluator (as sessions record it).
@@ -97,7 +97,7 @@ impl Evaluator for GpuEvaluator {
                 "ncu (Nsight Compute) not found: event timing and static facts only".into(),
             );
         };
-        crate::cli::profile::ncu_profile(exe, w, false, kernels, so, self.timeout, None)
+        crate::feedback::profile::ncu_launch(exe, w, false, kernels, so, self.timeout).profiles
     }
 }
 

@@ -236,7 +236,7 @@ pub fn class_advice(w: &Workload) -> &'static str {
 /// Condensed failure evidence for the debug prompt: the validation report without the
 /// timing table, at most `max` bytes.
 pub fn failure_report(e: &Evaluation, max: usize) -> String {
-    let full = crate::cli::check::render_evaluation(e);
+    let full = e.render();
     let mut s: String = full
         .lines()
         .filter(|l| !l.trim_start().starts_with('|'))

@@ -25,6 +25,7 @@ use super::memory::Memory;
 use super::reply::StrategyNote;
 use crate::config::ModelConfig;
 use crate::error::{Error, IoContext, Result};
+use crate::eval::Evaluation;
 use crate::provider::{Message, Purpose, Reply};
 
 /// Which provider a session uses (the API key is never stored: only its variable name).
@@ -279,6 +280,36 @@ impl SessionDir {
     pub fn version_source(&self, n: u32) -> Result<String> {
         let p = self.version_dir(n).join("kernel.cu");
         std::fs::read_to_string(&p).at(&p)
+    }
+}
+
+impl SessionDir {
+    /// The session's copy of its workload spec.
+    pub fn workload(&self, spec: &SessionSpec) -> Result<crate::spec::Workload> {
+        Ok(crate::spec::Workload::load(
+            self.path(&format!("{}.toml", spec.workload)),
+        )?)
+    }
+
+    /// The best version's evaluation, when there is a best version.
+    pub fn best_evaluation(&self, state: &State) -> Option<Evaluation> {
+        let best = state.best?;
+        self.read_json(&self.version_dir(best).join("evaluation.json"))
+            .ok()
+    }
+
+    /// The workload's goal in words and whether the best version meets it; `None`
+    /// when nothing is correct (or its files cannot be read).
+    pub fn goal(&self, state: &State) -> Option<(String, bool)> {
+        let spec = self.load_spec().ok()?;
+        let w = self.workload(&spec).ok()?;
+        let t = self.best_evaluation(state)?.report?.timing?;
+        let baselines: Vec<(String, f64, Option<f64>)> = t
+            .baselines
+            .iter()
+            .map(|b| (b.name.clone(), b.stats.median_us, b.speedup))
+            .collect();
+        Some(w.goal(t.candidate.map(|c| c.median_us), &baselines))
     }
 }
 

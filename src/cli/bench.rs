@@ -1,77 +1,91 @@
-//! `cutesmith bench SUITE`: the built-in provider over a suite of workloads, with a table
-//! (workload, best strategy, its time, the vendor library's time measured in the same
-//! worker, speedup, fraction of the copy bandwidth and of the roofline floor) written as
-//! Markdown and JSON under `bench/`.
+//! `cutesmith bench SUITE`: a suite of sessions with the built-in provider (each tries
+//! the workload's candidate strategies through the engine, and keeps the best beyond the
+//! noise, exactly as `cutesmith run W --builtin` does), and a table made from those
+//! sessions (workload, best strategy, its time, the vendor library's time measured in the
+//! same worker, speedup, fraction of the copy bandwidth and of the roofline floor)
+//! written as Markdown and JSON under `bench/`.
 
 use std::path::{Path, PathBuf};
 
+use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use super::run::{RunArgs, ViewArgs};
+use super::suite::{self, SuiteRow};
+use super::{ensure_toolchain, EXIT_OK};
+use crate::agent::session::{SessionDir, State};
+use crate::config::Config;
 use crate::error::{Error, IoContext, Result};
-use crate::provider::builtin::{self, SearchOptions, SearchOutcome};
+use crate::eval::job::TimingReport;
+use crate::eval::Evaluation;
+use crate::spec::Workload;
+use crate::strategy::{self, Strategy};
 use crate::toolchain::cache::CompileCache;
-use crate::toolchain::Toolchain;
-use crate::spec::{Family, Workload};
+use crate::toolchain::compile::{self, CompileOutcome, CompileRequest};
+use crate::toolchain::ToolchainOptions;
 
-/// A suite file (`workloads/suites/*.toml`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SuiteSpec {
-    pub description: String,
-    pub workloads: Vec<String>,
-    #[serde(default)]
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Suite name (workloads/suites/NAME.toml) or path.
+    pub suite: String,
+    #[arg(long, default_value = "workloads")]
+    pub workloads_dir: PathBuf,
+    /// Where the Markdown and JSON tables go.
+    #[arg(long, default_value = "bench")]
+    pub out: PathBuf,
+    /// Where the sessions go (each in its own runs/<id>/).
+    #[arg(long, default_value = "runs")]
+    pub runs_dir: PathBuf,
+    /// Override the suite's number of candidates per workload.
+    #[arg(long)]
     pub max_candidates: Option<usize>,
-    #[serde(default)]
-    pub seeds: Option<u64>,
-    /// `cutesmith run SUITE`: "builtin" or "model" (default: the model when one is
-    /// configured, else the built-in provider).
-    #[serde(default)]
-    pub provider: Option<String>,
-    /// `cutesmith run SUITE`: optimization rounds per workload.
-    #[serde(default)]
-    pub rounds: Option<u32>,
-    /// `cutesmith run SUITE`: wall-clock seconds per workload.
-    #[serde(default)]
-    pub max_time_s: Option<f64>,
-    /// `cutesmith run SUITE`: model tokens per workload.
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
+    /// Parallel nvcc processes (default: one per core).
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
 }
 
-/// Finds a suite by name (in `workloads/suites/`) or path.
-pub fn load_suite(dir: &Path, name: &str) -> Result<(String, SuiteSpec)> {
-    let path = if name.ends_with(".toml") {
-        PathBuf::from(name)
-    } else {
-        dir.join("suites").join(format!("{name}.toml"))
-    };
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        let avail: Vec<String> = std::fs::read_dir(dir.join("suites"))
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| {
-                        e.path()
-                            .file_stem()
-                            .map(|s| s.to_string_lossy().into_owned())
-                    })
-                    .collect()
+/// What happened to one candidate (a version of the workload's session).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tried {
+    pub strategy: Strategy,
+    /// "compile failed", "correct", or the fault's name.
+    pub outcome: String,
+    pub detail: String,
+    pub timing: Option<TimingReport>,
+    pub compile_seconds: f64,
+    pub evaluate_seconds: f64,
+}
+
+impl Tried {
+    /// The candidate's median time in microseconds, when it was correct and timed.
+    pub fn median_us(&self) -> Option<f64> {
+        (self.outcome == "correct")
+            .then(|| {
+                self.timing
+                    .as_ref()?
+                    .candidate
+                    .as_ref()
+                    .map(|c| c.median_us)
             })
-            .unwrap_or_default();
-        Error::Usage(format!(
-            "suite {}: {e}; available: {}",
-            path.display(),
-            avail.join(", ")
-        ))
-    })?;
-    let spec: SuiteSpec = toml::from_str(&text).map_err(|e| Error::Format {
-        context: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "suite".into());
-    Ok((stem, spec))
+            .flatten()
+    }
+}
+
+/// Every candidate of one workload's session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchOutcome {
+    pub workload: String,
+    pub tried: Vec<Tried>,
+    /// Index into `tried` of the session's best version.
+    pub best: Option<usize>,
+    /// Strategies rejected before compiling, with the rule that rejected them.
+    pub rejected: Vec<(Strategy, String)>,
+}
+
+impl SearchOutcome {
+    pub fn best(&self) -> Option<&Tried> {
+        self.best.and_then(|i| self.tried.get(i))
+    }
 }
 
 /// One row of the bench table.
@@ -79,6 +93,9 @@ pub fn load_suite(dir: &Path, name: &str) -> Result<(String, SuiteSpec)> {
 pub struct BenchRow {
     pub workload: String,
     pub shape: String,
+    /// The session the row comes from (`runs/<id>`); empty when it failed to start.
+    #[serde(default)]
+    pub session: String,
     pub best: Option<String>,
     pub best_us: Option<f64>,
     /// (baseline name, median us, baseline / best)
@@ -102,97 +119,152 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-/// Runs the suite; returns the report (also written under `out_dir`). `max_candidates`
-/// overrides the suite's own setting.
-pub fn run(
-    tc: &Toolchain,
-    workloads_dir: &Path,
-    suite: &str,
-    out_dir: &Path,
-    mut opts: SearchOptions,
-    max_candidates: Option<usize>,
-) -> Result<BenchReport> {
-    let (name, spec) = load_suite(workloads_dir, suite)?;
+/// `cutesmith bench SUITE`.
+pub fn cmd_bench(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    config: &Config,
+    args: BenchArgs,
+) -> Result<i32> {
+    crate::eval::gpu::require_gpu()?;
+    let tc = ensure_toolchain(opts, no_install)?;
+    let (name, mut spec) = crate::spec::suite::load(&args.workloads_dir, &args.suite)?;
     // The command line wins over the suite file, which wins over the default.
-    if let Some(n) = max_candidates.or(spec.max_candidates) {
-        opts.max_candidates = n;
-    }
-    if let Some(s) = spec.seeds {
-        opts.seeds = s;
-    }
+    let candidates = args.max_candidates.or(spec.max_candidates).unwrap_or(4);
+    spec.max_candidates = Some(candidates);
+    spec.provider = Some("builtin".into());
     let first = crate::eval::gpu::devices()?.into_iter().next();
     let device = first.as_ref().map(|d| d.name.clone()).unwrap_or_default();
-    // Compile for the GPU that will run the candidates.
-    if let Some(d) = &first {
-        opts.arch = d.arch();
-    }
-    let cache = CompileCache::default_location();
-    // Compile every candidate of every workload first, all cores at once; the searches
-    // below then find them in the cache.
+    let arch = first
+        .as_ref()
+        .map(|d| d.arch())
+        .unwrap_or_else(|| "sm_90a".into());
+    let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
     let workloads = spec
         .workloads
         .iter()
-        .map(|n| Workload::find(workloads_dir, n).map_err(Error::from))
+        .map(|n| Workload::find(&args.workloads_dir, n).map_err(Error::from))
         .collect::<Result<Vec<_>>>()?;
-    let mut requests = Vec::new();
-    for w in &workloads {
-        for (_, req) in builtin::plan(w, &opts)? {
-            if !requests
-                .iter()
-                .any(|r: &crate::toolchain::compile::CompileRequest| {
-                    r.source == req.source && r.options.defines == req.options.defines
-                })
-            {
-                requests.push(req);
+    precompile(&tc, &workloads, candidates, &arch, jobs);
+    // Each session tries every candidate: no round, patience or roofline stop before the
+    // candidates run out, and no debug budget (the built-in provider answers a debug
+    // request with its next candidate).
+    let rounds = u32::try_from(candidates).unwrap_or(u32::MAX);
+    let run = RunArgs {
+        workload: String::new(),
+        resume: None,
+        workloads_dir: args.workloads_dir.clone(),
+        runs_dir: args.runs_dir.clone(),
+        builtin: true,
+        replay: None,
+        seed_from_builtin: 0,
+        max_candidates: candidates,
+        rounds,
+        debug_attempts: rounds,
+        patience: rounds,
+        max_tokens: 0,
+        max_cost: 0.0,
+        max_time: 0.0,
+        roofline_target: 0.0,
+        seeds: 2,
+        timing_runs: 30,
+        timeout: 300,
+        jobs: Some(jobs),
+        no_profile: true,
+        view: ViewArgs {
+            stream: false,
+            quiet: true,
+        },
+    };
+    let date = crate::clock::today();
+    let report = |rows: &[SuiteRow]| BenchReport {
+        suite: name.clone(),
+        description: spec.description.clone(),
+        device: device.clone(),
+        date: date.clone(),
+        rows: rows.iter().map(row).collect(),
+    };
+    let (rows, _) =
+        suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
+            // Written after every workload: a crash loses at most the one in flight.
+            write(&args.out, &report(rows))
+        })?;
+    let report = report(&rows);
+    print!("{}", markdown(&report));
+    eprintln!(
+        "written: {}/{}.md and .json",
+        args.out.display(),
+        report.suite
+    );
+    Ok(if report.rows.iter().all(|r| r.met) {
+        EXIT_OK
+    } else {
+        suite::exit_code(&rows).max(super::EXIT_GOAL_NOT_MET)
+    })
+}
+
+/// Compiles every candidate of every workload first, all cores at once, exactly as the
+/// sessions will ask for them ([`Strategy::instantiate`] for `arch`), so each session
+/// finds its candidates in the compile cache. A failure here is not an error: the
+/// session meets it again and records it.
+fn precompile(
+    tc: &crate::toolchain::Toolchain,
+    workloads: &[Workload],
+    candidates: usize,
+    arch: &str,
+    jobs: usize,
+) {
+    let mut requests: Vec<CompileRequest> = Vec::new();
+    for w in workloads {
+        for s in strategy::candidates(w).into_iter().take(candidates) {
+            let Ok(src) = s.instantiate() else { continue };
+            if !requests.iter().any(|r| r.source == src) {
+                requests.push(CompileRequest::version(&src, arch));
             }
         }
     }
     eprintln!(
-        "compiling {} distinct kernel instances, {} at a time",
-        requests.len(),
-        opts.jobs
+        "compiling {} distinct kernel instances, {jobs} at a time",
+        requests.len()
     );
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let _ = crate::toolchain::compile::compile_many(tc, &cache, &requests, opts.jobs, &|i, r| {
+    let cache = CompileCache::default_location();
+    let _ = compile::compile_many(tc, &cache, &requests, jobs, &|i, r| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let status = match r {
             Ok(o) if o.ok() => "ok",
             Ok(_) => "FAILED",
             Err(_) => "error",
         };
-        eprintln!(
-            "  compiled {n}/{}: {} {} {status}",
-            requests.len(),
-            requests[i].file_name,
-            requests[i].options.defines.join(" ")
-        );
+        let label = requests[i]
+            .source
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("// cutesmith built-in strategy: "))
+            .unwrap_or("");
+        eprintln!("  compiled {n}/{}: {label} {status}", requests.len());
     });
-    let mut rows = Vec::new();
-    for (i, wname) in spec.workloads.iter().enumerate() {
-        let w = Workload::find(workloads_dir, wname)?;
-        eprintln!("[{}/{}] {}", i + 1, spec.workloads.len(), w.name());
-        let outcome = builtin::search(tc, &cache, &w, &opts, &|m| eprintln!("{m}"))?;
-        rows.push(row(&w, outcome));
-        let report = BenchReport {
-            suite: name.clone(),
-            description: spec.description.clone(),
-            device: device.clone(),
-            date: crate::clock::today(),
-            rows: rows.clone(),
-        };
-        // Written after every workload: a crash loses at most the one in flight.
-        write(out_dir, &report)?;
-    }
-    Ok(BenchReport {
-        suite: name,
-        description: spec.description,
-        device,
-        date: crate::clock::today(),
-        rows,
-    })
 }
 
-fn row(w: &Workload, search: SearchOutcome) -> BenchRow {
+/// The bench row of one workload, from its session.
+fn row(r: &SuiteRow) -> BenchRow {
+    let (root, state) = match &r.result {
+        Ok((root, _, state)) => (Some(root.as_path()), Some(state)),
+        Err(_) => (None, None),
+    };
+    let dir = root.and_then(|p| SessionDir::open(p).ok());
+    let workload = dir
+        .as_ref()
+        .and_then(|d| d.workload(&d.load_spec().ok()?).ok());
+    let search = match (&dir, &workload, state) {
+        (Some(d), Some(w), Some(st)) => search_of(d, w, st),
+        _ => SearchOutcome {
+            workload: r.workload.clone(),
+            tried: Vec::new(),
+            best: None,
+            rejected: Vec::new(),
+        },
+    };
     let best = search.best();
     let timing = best.and_then(|b| b.timing.clone());
     let best_us = best.and_then(|b| b.median_us());
@@ -205,10 +277,18 @@ fn row(w: &Workload, search: SearchOutcome) -> BenchRow {
                 .collect()
         })
         .unwrap_or_default();
-    let (goal, met) = goal(w, best_us, &baselines);
+    let (goal, met) = match (&workload, &r.result) {
+        (Some(w), _) => w.goal(best_us, &baselines),
+        (None, Err(e)) => (format!("error: {e}"), false),
+        (None, Ok(_)) => ("no correct candidate".into(), false),
+    };
     BenchRow {
-        workload: w.name().to_string(),
-        shape: w.headline().to_string(),
+        workload: r.workload.clone(),
+        shape: workload
+            .as_ref()
+            .map(|w| w.headline().to_string())
+            .unwrap_or_default(),
+        session: root.map(|p| p.display().to_string()).unwrap_or_default(),
         best: best.map(|b| b.strategy.label()),
         best_us,
         baselines,
@@ -221,42 +301,63 @@ fn row(w: &Workload, search: SearchOutcome) -> BenchRow {
     }
 }
 
-/// The goal of a workload in words and whether it was met: GEMMs against the spec's
-/// speedup target over cuBLAS; memory-bound ops against 90% (softmax 80%) of the copy.
-pub fn goal(
-    w: &Workload,
-    best_us: Option<f64>,
-    baselines: &[(String, f64, Option<f64>)],
-) -> (String, bool) {
-    let Some(_) = best_us else {
-        return ("no correct candidate".into(), false);
-    };
-    let speedup_of = |name: &str| {
-        baselines
-            .iter()
-            .find(|b| b.0.starts_with(name))
-            .and_then(|b| b.2)
-    };
-    match w.family() {
-        Family::Gemm | Family::GemmBiasAct => {
-            let t = w.target();
-            let want = t.min_speedup;
-            let vs = t.speedup_vs.name();
-            let got = speedup_of(vs);
-            (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
-        }
-        Family::Activation | Family::Softmax => {
-            let want = if w.family() == Family::Softmax {
-                0.8
-            } else {
-                0.9
+/// Every version of a built-in session as a tried candidate, and the strategies the
+/// rules rejected before compiling.
+fn search_of(dir: &SessionDir, w: &Workload, state: &State) -> SearchOutcome {
+    let space = strategy::space(w);
+    let tried: Vec<Tried> = state
+        .versions
+        .iter()
+        .map(|v| {
+            let d = dir.version_dir(v.n);
+            let compiled: Option<CompileOutcome> = dir.read_json(&d.join("compile.json")).ok();
+            let evaluated: Option<Evaluation> = dir.read_json(&d.join("evaluation.json")).ok();
+            let strategy = space
+                .iter()
+                .find(|(s, _)| s.label() == v.change)
+                .map(|(s, _)| s.clone())
+                .unwrap_or_else(|| Strategy {
+                    template: v.change.clone(),
+                    params: Default::default(),
+                    rationale: String::new(),
+                });
+            let (outcome, detail) = match (v.status.as_str(), &compiled, &evaluated) {
+                ("compile_failed", Some(c), _) => {
+                    ("compile failed".to_string(), c.condensed.clone())
+                }
+                ("correct", _, _) => ("correct".to_string(), String::new()),
+                (status, _, Some(e)) => (
+                    status.to_string(),
+                    e.fault
+                        .as_ref()
+                        .map(|f| f.message.lines().take(6).collect::<Vec<_>>().join("\n"))
+                        .unwrap_or_default(),
+                ),
+                (status, _, None) => (status.to_string(), String::new()),
             };
-            let got = speedup_of("copy");
-            (
-                format!("{:.0}% of copy", want * 100.0),
-                got.is_some_and(|g| g >= want),
-            )
-        }
+            Tried {
+                strategy,
+                outcome,
+                detail,
+                timing: evaluated
+                    .as_ref()
+                    .and_then(|e| e.report.as_ref()?.timing.clone()),
+                compile_seconds: compiled.as_ref().map_or(0.0, |c| c.nvcc_seconds),
+                evaluate_seconds: evaluated.as_ref().map_or(0.0, |e| e.seconds),
+            }
+        })
+        .collect();
+    let best = state
+        .best
+        .and_then(|b| state.versions.iter().position(|v| v.n == b));
+    SearchOutcome {
+        workload: w.name().to_string(),
+        tried,
+        best,
+        rejected: space
+            .into_iter()
+            .filter_map(|(s, v)| v.err().map(|why| (s, why)))
+            .collect(),
     }
 }
 
@@ -354,62 +455,53 @@ pub fn markdown(r: &BenchReport) -> String {
 mod tests {
     use super::*;
 
-    fn workloads_dir() -> PathBuf {
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
-    }
-
     #[test]
-    fn every_shipped_suite_names_existing_workloads_with_candidates() {
-        let dir = workloads_dir();
-        let mut n = 0;
-        for entry in std::fs::read_dir(dir.join("suites")).unwrap().flatten() {
-            let stem = entry
-                .path()
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let (_, spec) = load_suite(&dir, &stem).unwrap();
-            assert!(!spec.workloads.is_empty(), "{stem}");
-            for w in &spec.workloads {
-                let wl = Workload::find(&dir, w).unwrap_or_else(|e| panic!("{stem}: {e}"));
-                assert!(
-                    !crate::strategy::candidates(&wl).is_empty(),
-                    "{stem}: no candidate for {w}"
-                );
-            }
-            n += 1;
-        }
-        assert!(n >= 4);
-    }
-
-    #[test]
-    fn a_missing_suite_lists_the_available_ones() {
-        let e = load_suite(&workloads_dir(), "nope")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("available:") && e.contains("gemm"), "{e}");
-    }
-
-    #[test]
-    fn goals_follow_the_family() {
-        let dir = workloads_dir();
-        let gemm = Workload::find(&dir, "gemm_bf16_4096").unwrap();
-        let b = vec![("cublas".to_string(), 100.0, Some(1.05))];
-        assert_eq!(
-            goal(&gemm, Some(95.0), &b),
-            ("1.00x cublas".to_string(), true)
+    fn the_table_shows_every_candidate_and_the_goal() {
+        let t = Tried {
+            strategy: Strategy {
+                template: "elementwise_activation".into(),
+                params: [("CS_VECS_PER_THREAD".to_string(), 4)]
+                    .into_iter()
+                    .collect(),
+                rationale: String::new(),
+            },
+            outcome: "out_of_bounds".into(),
+            detail: "bad".into(),
+            timing: None,
+            compile_seconds: 1.0,
+            evaluate_seconds: 2.0,
+        };
+        let r = BenchReport {
+            suite: "s".into(),
+            description: "d".into(),
+            device: "GPU".into(),
+            date: "2026-11-23".into(),
+            rows: vec![BenchRow {
+                workload: "act".into(),
+                shape: "1024".into(),
+                session: "runs/act-1".into(),
+                best: None,
+                best_us: None,
+                baselines: vec![("copy".into(), 10.0, None)],
+                roofline_fraction: None,
+                tflops: None,
+                tb_per_s: None,
+                goal: "90% of copy".into(),
+                met: false,
+                search: SearchOutcome {
+                    workload: "act".into(),
+                    tried: vec![t],
+                    best: None,
+                    rejected: Vec::new(),
+                },
+            }],
+        };
+        let md = markdown(&r);
+        assert!(md.contains("| act | 1024 | none correct |"), "{md}");
+        assert!(md.contains("| 90% of copy | NO |"), "{md}");
+        assert!(
+            md.contains("| act | elementwise_activation VECS_PER_THREAD=4 | out_of_bounds | - |"),
+            "{md}"
         );
-        let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
-        assert!(!goal(&gemm, Some(102.0), &slow).1);
-        let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
-        let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
-        assert_eq!(
-            goal(&sm, Some(118.0), &copy),
-            ("80% of copy".to_string(), true)
-        );
-        let act = Workload::find(&dir, "act_relu_bf16").unwrap();
-        assert!(!goal(&act, Some(118.0), &copy).1, "activations need 90%");
-        assert!(!goal(&act, None, &copy).1);
     }
 }

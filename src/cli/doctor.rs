@@ -3,9 +3,26 @@
 
 use serde::Serialize;
 
+use super::{to_json, EXIT_ERROR, EXIT_OK};
 use crate::config::Config;
+use crate::error::Result;
 use crate::eval::gpu::{self, DeviceInfo, LibraryInfo};
 use crate::toolchain::{self, ExtraTools, Toolchain, ToolchainOptions};
+
+/// `cutesmith doctor [--json]`: exit 0 when kernels can be compiled, 2 when not.
+pub fn cmd_doctor(opts: &ToolchainOptions, config: &Config, json: bool) -> Result<i32> {
+    let report = DoctorReport::gather(opts, config);
+    if json {
+        println!("{}", to_json(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.can_compile() {
+        EXIT_OK
+    } else {
+        EXIT_ERROR
+    })
+}
 
 /// Everything doctor found.
 #[derive(Debug, Serialize)]

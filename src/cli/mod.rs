@@ -4,26 +4,28 @@
 //! (a missing tool, a bad flag, an unreadable file).
 
 pub mod bench;
+pub mod cache;
 pub mod check;
+pub mod compile;
+pub mod console;
 pub mod doctor;
+pub mod export;
 pub mod profile;
+pub mod report;
 pub mod run;
 pub mod session;
+pub mod setup;
+pub mod strategies;
 pub mod suite;
+pub mod workloads;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
-use crate::cli::doctor::DoctorReport;
 use crate::error::{Error, Result};
-use crate::toolchain::cache::CompileCache;
-use crate::toolchain::compile::{
-    self, CompileOptions, CompileOutcome, CompileRequest, CompileStatus,
-};
-use crate::toolchain::{self, setup, Toolchain, ToolchainOptions};
-use crate::spec::Workload;
+use crate::toolchain::{self, Toolchain, ToolchainOptions};
 
 /// Exit code: everything asked for was done.
 pub const EXIT_OK: i32 = 0;
@@ -109,34 +111,20 @@ pub enum Command {
         workloads_dir: PathBuf,
     },
     /// Run the built-in provider over a suite (GPU) and write bench/<suite>.md and .json.
-    Bench {
-        /// Suite name (workloads/suites/NAME.toml) or path.
-        suite: String,
-        #[arg(long, default_value = "workloads")]
-        workloads_dir: PathBuf,
-        /// Where the Markdown and JSON tables go.
-        #[arg(long, default_value = "bench")]
-        out: PathBuf,
-        /// Override the suite's number of candidates per workload.
-        #[arg(long)]
-        max_candidates: Option<usize>,
-        /// Parallel nvcc processes (default: one per core).
-        #[arg(short, long)]
-        jobs: Option<usize>,
-    },
+    Bench(bench::BenchArgs),
     /// The main job: refine a kernel for a workload through generate -> compile ->
     /// validate -> debug -> optimize, with the configured model or the built-in provider;
     /// the session is saved under runs/<id>/.
-    Run(crate::cli::run::RunArgs),
+    Run(run::RunArgs),
     /// Profile a kernel (GPU): timing and roofline placement, one launch under Nsight
     /// Compute, static facts, and the findings that matter most.
-    Profile(crate::cli::profile::ProfileArgs),
+    Profile(profile::ProfileArgs),
     /// Steer one session by hand over stdin/stdout: step, run N, hint, edit, show, diff,
     /// history, profile, rollback, export, quit. WORKLOAD may be a runs/<id> directory.
-    Session(crate::cli::run::RunArgs),
+    Session(run::RunArgs),
     /// Markdown + self-contained HTML (SVG charts) over sessions: speedups, % of the
     /// roofline, each version's time and strategy.
-    Report(crate::report::ReportArgs),
+    Report(report::ReportArgs),
     /// Write the best kernel of a session as a standalone drop-in: the .cu (with its
     /// launch entry), the ABI header, and a README with how to build and call it.
     Export {
@@ -147,7 +135,7 @@ pub enum Command {
         out: PathBuf,
     },
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
-    Resume(crate::cli::run::ResumeArgs),
+    Resume(run::ResumeArgs),
     /// Run one evaluation job in this process (the child the agent starts; internal).
     #[command(hide = true)]
     Worker {
@@ -253,299 +241,41 @@ fn toolchain_options(g: &GlobalArgs, config: &Config) -> ToolchainOptions {
     }
 }
 
-/// Finds the toolchain; when none is found and installing is allowed, installs the
-/// pinned one into the cache first, saying so.
+/// Finds the toolchain, installing the pinned one first when none is found and
+/// installing is allowed, saying so on stderr.
 pub fn ensure_toolchain(opts: &ToolchainOptions, no_install: bool) -> Result<Toolchain> {
-    match Toolchain::discover(opts) {
-        Ok(tc) => Ok(tc),
-        Err(Error::ToolMissing { what, hint }) if !no_install && !explicitly_named(opts) => {
-            eprintln!("cutesmith: {what} not found; installing the pinned toolkit (as `cutesmith setup` does)");
-            setup::install(&toolchain::cache_toolkit_dir(), false, &mut |m| {
-                eprintln!("cutesmith: {m}")
-            })
-            .map_err(|e| {
-                Error::Setup(format!(
-                    "{e}\n(before installing: {what} not found: {hint})"
-                ))
-            })?;
-            Toolchain::discover(opts)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// When the user named a path, a missing tool there is their mistake: do not paper over
-/// it with an install.
-fn explicitly_named(opts: &ToolchainOptions) -> bool {
-    let pinned = &opts.config;
-    opts.nvcc.is_some()
-        || opts.cuda_home.is_some()
-        || opts.cutlass_dir.is_some()
-        || pinned.nvcc.is_some()
-        || pinned.cuda_home.is_some()
-        || pinned.cutlass_dir.is_some()
-        || toolchain::non_empty_env("CUTESMITH_NVCC").is_some()
-        || toolchain::non_empty_env("CUTLASS_DIR").is_some()
+    toolchain::ensure(opts, no_install, &mut |m| eprintln!("cutesmith: {m}"))
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
     let config = Config::load(cli.global.config.as_deref())?;
     let opts = toolchain_options(&cli.global, &config);
+    let no_install = cli.global.no_install;
     match cli.command {
-        Command::Setup { force } => cmd_setup(&opts, force),
-        Command::Doctor { json } => {
-            let report = DoctorReport::gather(&opts, &config);
-            if json {
-                println!("{}", to_json(&report)?);
-            } else {
-                print!("{}", report.render());
-            }
-            Ok(if report.can_compile() {
-                EXIT_OK
-            } else {
-                EXIT_ERROR
-            })
-        }
-        Command::Workloads { dir } => {
-            let workloads = Workload::load_dir(&dir)?;
-            println!("{}", Workload::summary_header());
-            for w in &workloads {
-                println!("{}", w.summary_line());
-            }
-            eprintln!("{} workloads in {}", workloads.len(), dir.display());
-            Ok(EXIT_OK)
-        }
-        Command::Compile(args) => cmd_compile(&opts, cli.global.no_install, args),
-        Command::Check(args) => crate::cli::check::cmd_check(&opts, cli.global.no_install, args),
-        Command::Baseline(args) => crate::cli::check::cmd_baseline(args),
-        Command::Run(args) => crate::cli::run::cmd_run(&opts, cli.global.no_install, &config, args),
-        Command::Profile(args) => {
-            crate::cli::profile::cmd_profile(&opts, cli.global.no_install, args)
-        }
-        Command::Session(args) => {
-            crate::cli::session::cmd_session(&opts, cli.global.no_install, &config, args)
-        }
-        Command::Report(args) => crate::report::cmd_report(args),
-        Command::Export { session, out } => {
-            let dir = crate::agent::session::SessionDir::open(&session)?;
-            for f in crate::agent::engine::export(&dir, &toolchain::abi_include_dir(), &out)? {
-                println!("wrote {}", f.display());
-            }
-            Ok(EXIT_OK)
-        }
-        Command::Resume(args) => crate::cli::run::cmd_resume(&opts, cli.global.no_install, args),
+        Command::Setup { force } => setup::cmd_setup(&opts, force),
+        Command::Doctor { json } => doctor::cmd_doctor(&opts, &config, json),
+        Command::Workloads { dir } => workloads::cmd_workloads(&dir),
+        Command::Compile(args) => compile::cmd_compile(&opts, no_install, args),
+        Command::Check(args) => check::cmd_check(&opts, no_install, args),
+        Command::Baseline(args) => check::cmd_baseline(args),
+        Command::Run(args) => run::cmd_run(&opts, no_install, &config, args),
+        Command::Profile(args) => profile::cmd_profile(&opts, no_install, args),
+        Command::Session(args) => session::cmd_session(&opts, no_install, &config, args),
+        Command::Report(args) => report::cmd_report(args),
+        Command::Export { session, out } => export::cmd_export(&session, &out),
+        Command::Resume(args) => run::cmd_resume(&opts, no_install, args),
         Command::Worker { job } => Ok(crate::eval::worker::main(&job)),
-        Command::Cache { clear } => {
-            let cache = CompileCache::default_location();
-            let (entries, bytes) = cache.usage();
-            println!(
-                "compile cache {}: {entries} entries, {:.1} MB",
-                cache.root().display(),
-                bytes as f64 / 1e6
-            );
-            if clear {
-                let n = cache.clear()?;
-                println!("removed {n} directories");
-            }
-            Ok(EXIT_OK)
-        }
+        Command::Cache { clear } => cache::cmd_cache(clear),
         Command::Strategies {
             workload,
             workloads_dir,
-        } => {
-            let w = Workload::find(&workloads_dir, &workload)?;
-            println!(
-                "{} ({}, {}, headline {}):",
-                w.name(),
-                w.family().name(),
-                w.dtype().name(),
-                w.headline()
-            );
-            let space = crate::strategy::space(&w);
-            for (i, (s, v)) in space.iter().enumerate() {
-                match v {
-                    Ok(()) => println!(
-                        "  {:>2}. {}
-      {}",
-                        i + 1,
-                        s.label(),
-                        s.rationale
-                    ),
-                    Err(why) => println!("  {:>2}. {} -- INVALID: {why}", i + 1, s.label()),
-                }
-            }
-            if space.iter().all(|(_, v)| v.is_err()) {
-                println!("  no template handles this workload yet");
-                return Ok(EXIT_GOAL_NOT_MET);
-            }
-            Ok(EXIT_OK)
-        }
-        Command::Bench {
-            suite,
-            workloads_dir,
-            out,
-            max_candidates,
-            jobs,
-        } => {
-            crate::cli::check::require_gpu()?;
-            let tc = ensure_toolchain(&opts, cli.global.no_install)?;
-            let mut so = crate::provider::builtin::SearchOptions::default();
-            if let Some(j) = jobs {
-                so.jobs = j;
-            }
-            let report = crate::cli::bench::run(&tc, &workloads_dir, &suite, &out, so, max_candidates)?;
-            print!("{}", crate::cli::bench::markdown(&report));
-            eprintln!("written: {}/{}.md and .json", out.display(), report.suite);
-            Ok(if report.rows.iter().all(|r| r.met) {
-                EXIT_OK
-            } else {
-                EXIT_GOAL_NOT_MET
-            })
-        }
+        } => strategies::cmd_strategies(&workloads_dir, &workload),
+        Command::Bench(args) => bench::cmd_bench(&opts, no_install, &config, args),
     }
 }
 
-fn cmd_setup(opts: &ToolchainOptions, force: bool) -> Result<i32> {
-    if !force {
-        if let Ok(tc) = Toolchain::discover(opts) {
-            if tc.nvcc.source != toolchain::Source::Cache {
-                println!(
-                    "toolchain already present: nvcc {} ({}), CUTLASS {} ({}); nothing to install \
-                     (use --force to install the pinned one into the cache anyway)",
-                    tc.nvcc.version, tc.nvcc.source, tc.cutlass.version, tc.cutlass.source
-                );
-                return Ok(EXIT_OK);
-            }
-        }
-    }
-    let dir = toolchain::cache_toolkit_dir();
-    match setup::install(&dir, force, &mut |m| println!("{m}"))? {
-        setup::SetupOutcome::AlreadyPresent { nvcc, cutlass } => println!(
-            "already installed: {} and {}",
-            nvcc.display(),
-            cutlass.display()
-        ),
-        setup::SetupOutcome::Installed { dir, seconds } => {
-            println!("installed into {} in {seconds:.0} s", dir.display())
-        }
-    }
-    let tc = Toolchain::discover(opts)?;
-    println!(
-        "nvcc {} ({}), CUTLASS {} ({})",
-        tc.nvcc.version,
-        tc.nvcc.path.display(),
-        tc.cutlass.version,
-        tc.cutlass.include.display()
-    );
-    Ok(EXIT_OK)
-}
-
-fn cmd_compile(opts: &ToolchainOptions, no_install: bool, args: CompileArgs) -> Result<i32> {
-    let tc = ensure_toolchain(opts, no_install)?;
-    let options = CompileOptions {
-        arch: args.arch.clone(),
-        defines: args.defines.clone(),
-        extra_flags: args.nvcc_flags.clone(),
-        timeout_secs: args.timeout,
-        use_cache: !args.no_cache,
-        sass: true,
-    };
-    let requests = args
-        .files
-        .iter()
-        .map(|f| CompileRequest::from_file(f, options.clone()))
-        .collect::<Result<Vec<_>>>()?;
-    let cache = CompileCache::default_location();
-    let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
-    if requests.len() > 1 {
-        eprintln!("compiling {} files, {jobs} at a time", requests.len());
-    } else {
-        eprintln!(
-            "compiling {} with nvcc {} ...",
-            args.files[0].display(),
-            tc.nvcc.version
-        );
-    }
-    let start = std::time::Instant::now();
-    let results = compile::compile_many(&tc, &cache, &requests, jobs, &|i, r| {
-        if requests.len() > 1 {
-            let what = match r {
-                Ok(o) if o.ok() => "ok",
-                Ok(_) => "FAILED",
-                Err(_) => "ERROR",
-            };
-            eprintln!("  {}: {what}", args.files[i].display());
-        }
-    });
-    let mut code = EXIT_OK;
-    for (file, result) in args.files.iter().zip(results) {
-        let outcome = result?;
-        if args.json {
-            println!("{}", to_json(&outcome)?);
-        } else {
-            print!("{}", render_outcome(&file.display().to_string(), &outcome));
-        }
-        if !outcome.ok() {
-            code = EXIT_GOAL_NOT_MET;
-        }
-    }
-    eprintln!("done in {:.2} s", start.elapsed().as_secs_f64());
-    Ok(code)
-}
-
-/// The text `cutesmith compile` prints for one outcome.
-pub fn render_outcome(file: &str, o: &CompileOutcome) -> String {
-    let mut s = String::new();
-    let how = if o.cached {
-        "cache hit, no nvcc run".to_string()
-    } else {
-        format!("nvcc {:.1} s", o.nvcc_seconds)
-    };
-    match o.status {
-        CompileStatus::Success => {
-            s.push_str(&format!("{file}: compiled ({how})\n"));
-            if let Some(so) = &o.shared_object {
-                s.push_str(&format!("  shared object: {}\n", so.display()));
-            }
-            s.push_str("  resources:\n");
-            if o.resources.is_empty() {
-                s.push_str("    (no kernel entry in the ptxas report)\n");
-            }
-            for r in &o.resources {
-                s.push_str(&format!("    {}\n", r.report_line()));
-            }
-            match (&o.sass, &o.sass_note) {
-                (Some(sass), _) => s.push_str(&format!("  SASS: {}\n", sass.summary_line())),
-                (None, Some(note)) => s.push_str(&format!("  SASS: {note}\n")),
-                (None, None) => {}
-            }
-            if !o.condensed.is_empty() {
-                s.push_str("  warnings:\n");
-                for l in o.condensed.lines() {
-                    s.push_str(&format!("    {l}\n"));
-                }
-            }
-        }
-        CompileStatus::Failed | CompileStatus::TimedOut => {
-            let what = if o.status == CompileStatus::TimedOut {
-                "timed out"
-            } else {
-                "FAILED"
-            };
-            s.push_str(&format!("{file}: {what} ({how})\n"));
-            if let Some((f, l)) = &o.primary_location {
-                s.push_str(&format!("  fix here: {f}:{l}\n"));
-            }
-            for l in o.condensed.lines() {
-                s.push_str(&format!("  {l}\n"));
-            }
-        }
-    }
-    s.push_str(&format!("  full log: {}\n", o.log_path.display()));
-    s
-}
-
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
+/// Pretty JSON for `--json` output.
+pub fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string_pretty(v).map_err(|e| Error::Format {
         context: "JSON output".into(),
         message: e.to_string(),

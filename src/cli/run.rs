@@ -1,31 +1,26 @@
-//! `cutesmith run W` (the main job) and `cutesmith resume runs/<id>`: build the engine's
-//! parts from the command line and the config (provider, evaluator, toolchain, event
-//! sinks), run the session to its end on a tokio runtime, and print where it is.
-//! Ctrl-C stops after saving the state; `resume` continues.
+//! `cutesmith run W` (the main job) and `cutesmith resume runs/<id>`: what was asked on
+//! the command line and in the config turned into a session ([`crate::agent::launch`]),
+//! run to its end on a tokio runtime, and where it is printed. Ctrl-C stops after saving
+//! the state; `resume` continues.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 
-use crate::agent::engine::{Engine, Parts};
-use crate::agent::evaluator::{self, Evaluator, GpuEvaluator, GPU_EVALUATOR, TEST_EVALUATOR_ENV};
-use crate::events::{ConsoleSink, EventSink, Fanout, JsonlSink};
-use crate::agent::machine::Budgets;
-use crate::agent::session::{self, ProviderSpec, SessionDir, SessionSpec};
-use crate::cli::{EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
+use super::console::ConsoleSink;
+use super::{ensure_toolchain, EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
+use crate::agent::engine::Engine;
+use crate::agent::evaluator::{Evaluator, TEST_EVALUATOR_ENV};
+use crate::agent::launch::{self, Plan};
+use crate::agent::machine::{Budgets, Stage};
+use crate::agent::session::{ProviderSpec, SessionDir, State};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::provider::builtin::BuiltinProvider;
-use crate::provider::openai::OpenAiProvider;
-use crate::provider::replay::ReplayProvider;
-use crate::provider::Provider;
-use crate::eval::Evaluation;
-use crate::toolchain::cache::CompileCache;
-use crate::toolchain::compile;
-use crate::toolchain::{Toolchain, ToolchainOptions};
+use crate::events::{EventSink, Fanout, JsonlSink};
 use crate::spec::Workload;
+use crate::toolchain::compile;
+use crate::toolchain::ToolchainOptions;
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -86,6 +81,9 @@ pub struct RunArgs {
     /// Parallel nvcc processes for the built-in provider's pre-compile.
     #[arg(short, long)]
     pub jobs: Option<usize>,
+    /// Do not profile accepted versions under Nsight Compute (faster).
+    #[arg(long)]
+    pub no_profile: bool,
     #[command(flatten)]
     pub view: ViewArgs,
 }
@@ -108,7 +106,8 @@ pub struct ResumeArgs {
     pub view: ViewArgs,
 }
 
-fn sinks(
+/// The session's event sinks: its events file, then `extra`, then the console.
+pub fn sinks(
     dir: &Path,
     view: &ViewArgs,
     extra: Vec<Box<dyn EventSink>>,
@@ -124,80 +123,22 @@ fn sinks(
     Ok(Arc::new(Fanout(v)))
 }
 
-fn evaluator_for(
+/// The session's evaluator, with a loud warning when it is the test double.
+pub fn evaluator(
     opts: &ToolchainOptions,
     seeds: u64,
     runs: u32,
-    timeout: u64,
+    timeout_s: u64,
+    ncu: bool,
 ) -> Result<Arc<dyn Evaluator>> {
-    let ev = evaluator::from_env(GpuEvaluator {
-        seeds,
-        runs,
-        timeout: Duration::from_secs(timeout),
-        ncu: crate::toolchain::find_extra_tools(opts).ncu.map(|t| t.path),
-    });
-    // The evaluator that was chosen decides, not the variable's mere presence.
-    if ev.name() != GPU_EVALUATOR {
+    let ev = launch::evaluator(opts, seeds, runs, timeout_s, ncu)?;
+    if launch::is_test_double(ev.as_ref()) {
         eprintln!(
             "cutesmith: WARNING: {TEST_EVALUATOR_ENV} is set: kernels are NOT run on a GPU; \
              every figure in this session comes from a test double"
         );
-    } else {
-        crate::cli::check::require_gpu()?;
     }
-    Ok(Arc::from(ev))
-}
-
-/// One provider of a session: the built-in one compiles its candidates up front (`tc`,
-/// `cache`, `jobs`, `arch`); a replay resumes after the `skip` replies already used.
-fn provider_for(
-    spec: &ProviderSpec,
-    w: &Workload,
-    max_candidates: usize,
-    (tc, cache, jobs, arch): (&Toolchain, &CompileCache, usize, &str),
-    skip: usize,
-) -> Result<Box<dyn Provider>> {
-    Ok(match spec {
-        ProviderSpec::Builtin => Box::new(BuiltinProvider::new(w, max_candidates).with_precompile(
-            tc.clone(),
-            cache.clone(),
-            jobs,
-            arch,
-        )),
-        ProviderSpec::Model { model } => Box::new(OpenAiProvider::new(model.clone())?),
-        ProviderSpec::Replay { transcript } => {
-            let mut r = ReplayProvider::load(transcript)?;
-            r.skip(skip);
-            Box::new(r)
-        }
-    })
-}
-
-/// The engine's parts for the session `spec` describes: its provider (a replay skipping
-/// `replay_skip` replies), the built-in seed provider when asked for, and the rest.
-fn parts_for(
-    spec: &SessionSpec,
-    w: &Workload,
-    tc: Toolchain,
-    evaluator: Arc<dyn Evaluator>,
-    jobs: usize,
-    replay_skip: usize,
-    events: Arc<dyn EventSink>,
-) -> Result<Parts> {
-    let cache = CompileCache::default_location();
-    let build = (&tc, &cache, jobs, spec.arch.as_str());
-    let provider = provider_for(&spec.provider, w, spec.max_candidates, build, replay_skip)?;
-    let seed = (spec.seed_from_builtin > 0 && spec.provider != ProviderSpec::Builtin)
-        .then(|| provider_for(&ProviderSpec::Builtin, w, spec.seed_from_builtin, build, 0))
-        .transpose()?;
-    Ok(Parts {
-        provider,
-        seed,
-        evaluator,
-        toolchain: tc,
-        cache,
-        events,
-    })
+    Ok(ev)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -225,61 +166,17 @@ pub fn cmd_run(
             },
         );
     }
-    if let Some((name, suite)) = as_suite(&args)? {
-        return crate::cli::suite::run_suite(opts, no_install, config, args, &name, suite);
+    if let Some((name, suite)) = crate::spec::suite::named(&args.workloads_dir, &args.workload)? {
+        return super::suite::cmd_run_suite(opts, no_install, config, args, &name, suite);
     }
-    let engine = new_session(opts, no_install, config, &args)?;
+    let engine = new_session(opts, no_install, config, &args, Vec::new())?;
     drive(engine)
 }
 
-/// The suite `args.workload` names, when it names one (`workloads/suites/NAME.toml` with
-/// no workload of that name, or a `.toml` file with a `workloads` list).
-fn as_suite(args: &RunArgs) -> Result<Option<(String, crate::cli::bench::SuiteSpec)>> {
-    let w = &args.workload;
-    let path = if w.ends_with(".toml") {
-        PathBuf::from(w)
-    } else {
-        if args.workloads_dir.join(format!("{w}.toml")).is_file() {
-            return Ok(None);
-        }
-        args.workloads_dir.join("suites").join(format!("{w}.toml"))
-    };
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(None);
-    };
-    let is_suite = toml::from_str::<toml::Table>(&text)
-        .map(|t| t.contains_key("workloads"))
-        .unwrap_or(false);
-    if !is_suite {
-        return Ok(None);
-    }
-    crate::cli::bench::load_suite(&args.workloads_dir, &path.display().to_string()).map(Some)
-}
-
-/// A new session's engine, from the command line and the config.
-pub fn new_session(
-    opts: &ToolchainOptions,
-    no_install: bool,
-    config: &Config,
-    args: &RunArgs,
-) -> Result<Engine> {
-    new_session_with(opts, no_install, config, args, Vec::new())
-}
-
-/// [`new_session`] with more event sinks (a suite's progress bar and events file).
-pub fn new_session_with(
-    opts: &ToolchainOptions,
-    no_install: bool,
-    config: &Config,
-    args: &RunArgs,
-    extra: Vec<Box<dyn EventSink>>,
-) -> Result<Engine> {
-    let workload = Workload::find(&args.workloads_dir, &args.workload)?;
-    // The toolkit first (installed if missing, saying so), then the GPU.
-    let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    let evaluator = evaluator_for(opts, args.seeds, args.timing_runs, args.timeout)?;
-    let arch = crate::eval::gpu::target_arch();
-    let provider_spec = if let Some(t) = &args.replay {
+/// The provider the command line and the config ask for: `--replay`, `--builtin`, the
+/// configured model, else the built-in one.
+fn provider_spec(config: &Config, args: &RunArgs) -> Result<ProviderSpec> {
+    Ok(if let Some(t) = &args.replay {
         ProviderSpec::Replay {
             transcript: std::fs::canonicalize(t).map_err(|e| Error::io(t, e))?,
         }
@@ -290,14 +187,30 @@ pub fn new_session_with(
             Some(m) => ProviderSpec::Model { model: m.clone() },
             None => ProviderSpec::Builtin,
         }
-    };
-    let spec = SessionSpec {
-        id: session::new_id(workload.name()),
-        created: crate::clock::now_rfc3339(),
-        workload: workload.name().to_string(),
-        workload_source: workload.path().to_path_buf(),
-        provider: provider_spec,
-        evaluator: evaluator.name(),
+    })
+}
+
+/// A new session's engine, from the command line and the config, with `extra` event
+/// sinks (a suite's progress bar and events file).
+pub fn new_session(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    config: &Config,
+    args: &RunArgs,
+    extra: Vec<Box<dyn EventSink>>,
+) -> Result<Engine> {
+    let workload = Workload::find(&args.workloads_dir, &args.workload)?;
+    // The toolkit first (installed if missing, saying so), then the GPU.
+    let tc = ensure_toolchain(opts, no_install)?;
+    let ev = evaluator(
+        opts,
+        args.seeds,
+        args.timing_runs,
+        args.timeout,
+        !args.no_profile,
+    )?;
+    let plan = Plan {
+        provider: provider_spec(config, args)?,
         budgets: Budgets {
             debug_attempts: args.debug_attempts,
             regenerations: 2,
@@ -308,25 +221,24 @@ pub fn new_session_with(
             wall_s: args.max_time,
             roofline_target: args.roofline_target,
         },
-        arch,
+        arch: crate::eval::gpu::target_arch(),
         seed_from_builtin: args.seed_from_builtin,
         seeds: args.seeds,
         timing_runs: args.timing_runs,
         timeout_s: args.timeout,
         max_candidates: args.max_candidates,
     };
-    let dir = SessionDir::create(&args.runs_dir, &spec.id)?;
-    let events = sinks(&dir.root, &args.view, extra)?;
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
-    let parts = parts_for(&spec, &workload, tc, evaluator, jobs, 0, events)?;
-    Engine::create(dir, spec, &workload, parts)
+    launch::create(&args.runs_dir, &workload, plan, tc, ev, jobs, |dir| {
+        sinks(dir, &args.view, extra)
+    })
 }
 
 /// `cutesmith resume runs/<id>`.
 pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -> Result<i32> {
     let dir = SessionDir::open(&args.session)?;
     let state = dir.load_state()?;
-    if state.stage == crate::agent::machine::Stage::Done {
+    if state.stage == Stage::Done {
         println!("{}", summary(&dir, &state));
         return Ok(exit_code(&dir, &state));
     }
@@ -334,63 +246,21 @@ pub fn cmd_resume(opts: &ToolchainOptions, no_install: bool, args: ResumeArgs) -
     drive(engine)
 }
 
-/// An existing session's engine, its provider rebuilt from session.json.
+/// An existing session's engine.
 pub fn open_session(
     opts: &ToolchainOptions,
     no_install: bool,
     root: &Path,
     view: &ViewArgs,
 ) -> Result<Engine> {
-    let dir = SessionDir::open(root)?;
-    let spec = dir.load_spec()?;
-    let state = dir.load_state()?;
-    let copy = dir.path(&format!("{}.toml", spec.workload));
-    let workload = Workload::load(&copy)?;
-    let tc = crate::cli::ensure_toolchain(opts, no_install)?;
-    let evaluator = evaluator_for(opts, spec.seeds, spec.timing_runs, spec.timeout_s)?;
-    if evaluator.name() != spec.evaluator {
-        return Err(Error::Usage(format!(
-            "{} was run with the {} evaluator and would now resume with the {} one: one \
-             session never mixes figures from both ({TEST_EVALUATOR_ENV} decides)",
-            root.display(),
-            spec.evaluator,
-            evaluator.name()
-        )));
-    }
-    let used = match spec.provider {
-        ProviderSpec::Replay { .. } => transcript_replies(&dir, state.next_version),
-        _ => 0,
-    };
-    let events = sinks(&dir.root, view, Vec::new())?;
-    let parts = parts_for(
-        &spec,
-        &workload,
+    let tc = ensure_toolchain(opts, no_install)?;
+    launch::open(
+        root,
         tc,
-        evaluator,
+        |spec| evaluator(opts, spec.seeds, spec.timing_runs, spec.timeout_s, true),
         compile::default_jobs(),
-        used,
-        events,
-    )?;
-    Engine::open(&dir.root, parts)
-}
-
-/// Replies a session has already turned into versions (or spent on them): a replayed
-/// session resumes after them. A reply for the version that was in flight when the
-/// process died (`version >= next_version`) is played again.
-fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
-    std::fs::read_to_string(dir.path("transcript.jsonl"))
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|v| v.get("reply").is_some_and(|r| !r.is_null()))
-                .filter(|v| {
-                    v.get("version")
-                        .and_then(|x| x.as_u64())
-                        .is_some_and(|n| n < u64::from(next_version))
-                })
-                .count()
-        })
-        .unwrap_or(0)
+        |dir| sinks(dir, view, Vec::new()),
+    )
 }
 
 /// Runs `work` (which owns the session's engine) in its own task, so Ctrl-C is seen at
@@ -452,65 +322,26 @@ pub fn drive(mut engine: Engine) -> Result<i32> {
 
 /// 0 when the best version meets the workload's goal, 1 when it does not or nothing is
 /// correct.
-pub fn exit_code(dir: &SessionDir, state: &crate::agent::session::State) -> i32 {
-    match goal(dir, state) {
+pub fn exit_code(dir: &SessionDir, state: &State) -> i32 {
+    match dir.goal(state) {
         Some((_, true)) => EXIT_OK,
         _ => EXIT_GOAL_NOT_MET,
     }
 }
 
-pub fn goal(dir: &SessionDir, state: &crate::agent::session::State) -> Option<(String, bool)> {
-    let spec = dir.load_spec().ok()?;
-    let w = Workload::load(dir.path(&format!("{}.toml", spec.workload))).ok()?;
-    let best = state.best?;
-    let e: Evaluation = dir
-        .read_json(&dir.version_dir(best).join("evaluation.json"))
-        .ok()?;
-    let t = e.report?.timing?;
-    let baselines: Vec<(String, f64, Option<f64>)> = t
-        .baselines
-        .iter()
-        .map(|b| (b.name.clone(), b.stats.median_us, b.speedup))
-        .collect();
-    Some(crate::cli::bench::goal(
-        &w,
-        t.candidate.map(|c| c.median_us),
-        &baselines,
-    ))
-}
-
-/// The closing summary: versions, verdicts, the best, the goal.
-pub fn summary(dir: &SessionDir, state: &crate::agent::session::State) -> String {
+/// The closing summary: the version table, the goal, what was spent.
+pub fn summary(dir: &SessionDir, state: &State) -> String {
     let mut s = format!(
         "session {} ({}): stopped: {}\n",
         dir.root.display(),
         state.stage.name(),
         state.stop_reason.clone().unwrap_or_default()
     );
-    s.push_str("| version | origin | change | status | us | vendor us | verdict |\n");
-    s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
-    for v in &state.versions {
-        s.push_str(&format!(
-            "| v{}{} | {} | {} | {} | {} | {} | {} |\n",
-            v.n,
-            if Some(v.n) == state.best {
-                " (best)"
-            } else {
-                ""
-            },
-            v.origin,
-            v.change.replace('|', "/"),
-            v.status,
-            v.median_us
-                .map(|t| format!("{t:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            v.vendor_us
-                .map(|t| format!("{t:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            v.verdict
-        ));
-    }
-    match goal(dir, state) {
+    s.push_str(&crate::report::md_table(
+        &crate::report::VERSION_HEAD,
+        &crate::report::version_rows(state),
+    ));
+    match dir.goal(state) {
         Some((g, met)) => s.push_str(&format!(
             "goal {g}: {}; best kernel: {}\n",
             if met { "met" } else { "NOT met" },

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::engine::Engine;
 use crate::agent::machine::Stage;
+use crate::cli::run::{self, RunArgs};
 use crate::cli::EXIT_OK;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::cli::run::{self, RunArgs};
 use crate::toolchain::ToolchainOptions;
 
 const HELP: &str = "commands:
@@ -43,7 +43,7 @@ pub fn cmd_session(
     let mut engine = if args.resume.is_some() || target.join("session.json").is_file() {
         run::open_session(opts, no_install, &target, &args.view)?
     } else {
-        run::new_session(opts, no_install, config, &args)?
+        run::new_session(opts, no_install, config, &args, Vec::new())?
     };
     let rt = run::runtime()?;
     let root = engine.dir.root.clone();

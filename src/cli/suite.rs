@@ -1,20 +1,23 @@
-//! `cutesmith run SUITE`: the workloads of a suite (`workloads/suites/*.toml`: workloads,
+//! Suites of sessions: `cutesmith run SUITE` (and `cutesmith bench SUITE`, on top of the
+//! same [`run_sessions`]): the workloads of a suite (`workloads/suites/*.toml`: workloads,
 //! provider, budgets) run one after another as sessions, with a progress bar showing the
 //! current workload, stage and best speedup, every event appended to one suite events
 //! file, and a failed workload recorded and passed over. Exit 0 when every workload met
 //! its goal, 1 when one missed it, 2 when one failed with an error.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::events::{Event, EventSink, JsonlSink};
-use crate::cli::bench::SuiteSpec;
-use crate::cli::{EXIT_ERROR, EXIT_GOAL_NOT_MET, EXIT_OK};
+use super::run::{self, RunArgs};
+use super::{EXIT_ERROR, EXIT_OK};
+use crate::agent::session::{SessionDir, State};
 use crate::config::Config;
 use crate::error::Result;
-use crate::cli::run::{self, RunArgs};
+use crate::events::{Event, EventSink, JsonlSink};
+use crate::spec::suite::SuiteSpec;
 use crate::toolchain::ToolchainOptions;
 
 /// Shows the session's progress on the suite's bar.
@@ -82,14 +85,26 @@ impl EventSink for Shared {
     }
 }
 
-pub fn run_suite(
+/// One workload of a suite run: its session directory, exit code and final state, or
+/// the error that stopped it.
+pub struct SuiteRow {
+    pub workload: String,
+    pub result: std::result::Result<(PathBuf, i32, State), String>,
+}
+
+/// Runs every workload of `suite` as a session, one after another, with a progress bar
+/// and one events file for the suite; a failed workload is recorded and passed over.
+/// `after_each` sees the rows so far after every workload (a crash then loses at most
+/// the one in flight). Returns the rows and the events file.
+pub fn run_sessions(
     opts: &ToolchainOptions,
     no_install: bool,
     config: &Config,
-    args: RunArgs,
+    args: &RunArgs,
     name: &str,
-    suite: SuiteSpec,
-) -> Result<i32> {
+    suite: &SuiteSpec,
+    after_each: &mut dyn FnMut(&[SuiteRow]) -> Result<()>,
+) -> Result<(Vec<SuiteRow>, PathBuf)> {
     std::fs::create_dir_all(&args.runs_dir).map_err(|e| crate::Error::io(&args.runs_dir, e))?;
     let stamp = crate::clock::now_rfc3339().replace([':', '-'], "");
     let events_path = args.runs_dir.join(format!("suite-{name}-{stamp}.jsonl"));
@@ -111,7 +126,6 @@ pub fn run_suite(
     );
     let rt = run::runtime()?;
     let mut rows = Vec::new();
-    let mut worst = EXIT_OK;
     for w in &suite.workloads {
         let mut a = args.clone();
         a.workload = w.clone();
@@ -149,49 +163,72 @@ pub fn run_suite(
             }),
             Box::new(Shared(suite_events.clone())),
         ];
-        let result =
-            run::new_session_with(opts, no_install, config, &a, extra).and_then(|mut e| {
-                let root = e.dir.root.clone();
-                run::interruptible(&rt, &root, async move { e.run().await })??;
-                let dir = crate::agent::session::SessionDir::open(&root)?;
-                let state = dir.load_state()?;
-                Ok((root, run::exit_code(&dir, &state), state))
-            });
-        match result {
-            Ok((root, code, state)) => {
-                worst = worst.max(code);
-                rows.push(format!(
-                    "| {w} | {} | {} | {} |",
-                    root.display(),
-                    state
-                        .best
-                        .map(|b| format!("v{b} {:.2} us", state.best_us.unwrap_or(f64::NAN)))
-                        .unwrap_or_else(|| "none".into()),
-                    if code == EXIT_OK { "met" } else { "NOT met" }
-                ));
-            }
-            Err(e) => {
-                worst = EXIT_ERROR;
-                say(
-                    &pb,
-                    format!("{w}: ERROR {e} (going on with the next workload)"),
-                );
-                rows.push(format!("| {w} | - | - | error: {e} |"));
-            }
+        let result = run::new_session(opts, no_install, config, &a, extra).and_then(|mut e| {
+            let root = e.dir.root.clone();
+            run::interruptible(&rt, &root, async move { e.run().await })??;
+            let dir = SessionDir::open(&root)?;
+            let state = dir.load_state()?;
+            Ok((root.clone(), run::exit_code(&dir, &state), state))
+        });
+        if let Err(e) = &result {
+            say(
+                &pb,
+                format!("{w}: ERROR {e} (going on with the next workload)"),
+            );
         }
+        rows.push(SuiteRow {
+            workload: w.clone(),
+            result: result.map_err(|e| e.to_string()),
+        });
+        after_each(&rows)?;
         pb.inc(1);
     }
     pb.finish_and_clear();
+    Ok((rows, events_path))
+}
+
+/// The exit code of a suite: 0 when every workload met its goal, 1 when one missed it,
+/// 2 when one failed with an error.
+pub fn exit_code(rows: &[SuiteRow]) -> i32 {
+    rows.iter()
+        .map(|r| match &r.result {
+            Ok((_, code, _)) => *code,
+            Err(_) => EXIT_ERROR,
+        })
+        .fold(EXIT_OK, i32::max)
+        .min(EXIT_ERROR)
+}
+
+/// `cutesmith run SUITE`.
+pub fn cmd_run_suite(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    config: &Config,
+    args: RunArgs,
+    name: &str,
+    suite: SuiteSpec,
+) -> Result<i32> {
+    let (rows, events) = run_sessions(opts, no_install, config, &args, name, &suite, &mut |_| {
+        Ok(())
+    })?;
     println!("suite {name}:\n| workload | session | best | goal |\n| --- | --- | --- | --- |");
-    for r in rows {
-        println!("{r}");
+    for r in &rows {
+        match &r.result {
+            Ok((root, code, state)) => println!(
+                "| {} | {} | {} | {} |",
+                r.workload,
+                root.display(),
+                state
+                    .best
+                    .map(|b| format!("v{b} {:.2} us", state.best_us.unwrap_or(f64::NAN)))
+                    .unwrap_or_else(|| "none".into()),
+                if *code == EXIT_OK { "met" } else { "NOT met" }
+            ),
+            Err(e) => println!("| {} | - | - | error: {e} |", r.workload),
+        }
     }
-    println!("events: {}", events_path.display());
-    Ok(match worst {
-        EXIT_OK => EXIT_OK,
-        EXIT_GOAL_NOT_MET => EXIT_GOAL_NOT_MET,
-        _ => EXIT_ERROR,
-    })
+    println!("events: {}", events.display());
+    Ok(exit_code(&rows))
 }
 
 /// A line above the progress bar, or on stderr when the bar is hidden (no terminal).

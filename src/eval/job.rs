@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::eval::gpu::DeviceInfo;
 use crate::eval::compare::Comparison;
+use crate::eval::gpu::DeviceInfo;
 use crate::spec::Shape;
 
 /// What the worker should do.

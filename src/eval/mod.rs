@@ -1,59 +1,37 @@
-//! The parent side of evaluation: a candidate runs only in a child process
-//! (`cutesmith worker`), started here in its own temp directory with a scrubbed
-//! environment, a wall-clock timeout that kills its whole process group, and capped
-//! output. Before anything loads the shared object, its imports are inspected.
+//! The evaluation service: a compiled candidate validated and timed on the GPU, and what
+//! was found, as one [`Evaluation`].
 //!
-//! Whatever the kernel does (fault, hang, abort, print garbage), the agent's process
-//! survives and gets a classified [`Fault`].
+//! The parent side (this process): the [`job`] to run, the shared object's [`inspect`]ion
+//! before anything loads it, the worker process ([`spawn`]), [`sanitizer`] runs, and the
+//! text of an evaluation ([`render`]). The worker side (the child process, `cutesmith
+//! worker`): the job loop, validation and timing ([`worker`]) on the device ([`gpu`], the
+//! only code that talks to the CUDA driver and the vendor libraries), and the comparison
+//! of outputs with references ([`compare`]). A candidate runs only in the child: whatever
+//! the kernel does (fault, hang, abort, print garbage), this process survives and gets a
+//! classified [`Fault`].
+//!
+//! One entry point, [`run`] (with [`evaluate`] for the plain case), serves `check`,
+//! `profile`, `bench` and the engine.
 
 pub mod compare;
 pub mod gpu;
 pub mod inspect;
 pub mod job;
+pub mod render;
 pub mod sanitizer;
+mod spawn;
 pub mod worker;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+pub use spawn::{worker_env, worker_exe};
+
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, IoContext, Result};
-use crate::process;
+use crate::error::{Error, Result};
 use crate::spec::Workload;
-use job::{Fault, FaultKind, Job, Mode, TimingConfig, WorkerReport, RESULT_MARKER};
-
-/// Environment variables a worker may see; everything else (API keys, tokens) is dropped.
-const ENV_ALLOWED: &[&str] = &[
-    "PATH",
-    "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "LANG",
-    "LC_ALL",
-    "NCCL_NVLS_ENABLE",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-    "NVSHMEM_DISABLE_NVLS",
-];
-
-/// The worker's environment: the allowed variables of `from`, plus fixed settings.
-pub fn worker_env(
-    from: impl Iterator<Item = (String, String)>,
-    home: &Path,
-) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = from
-        .filter(|(k, _)| ENV_ALLOWED.contains(&k.as_str()))
-        .collect();
-    let home = home.display().to_string();
-    env.push(("HOME".into(), home.clone()));
-    env.push(("TMPDIR".into(), home));
-    // cuBLAS must not switch fp32 work to TF32 behind the reference's back.
-    env.push(("NVIDIA_TF32_OVERRIDE".into(), "0".into()));
-    env
-}
+use job::{Fault, FaultKind, Job, Mode, TimingConfig, WorkerReport};
 
 /// What an evaluation found.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,77 +56,101 @@ impl Evaluation {
     }
 }
 
-/// The executable that runs workers: this program (`CUTESMITH_WORKER_EXE` overrides it,
-/// for tests that drive the library from another binary).
-pub fn worker_exe() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("CUTESMITH_WORKER_EXE") {
-        return Ok(PathBuf::from(p));
-    }
-    std::env::current_exe().map_err(|e| Error::io("current executable", e))
+/// What the worker process runs under.
+#[derive(Debug, Clone)]
+pub enum Under<'a> {
+    /// The worker alone: validation and timing.
+    Plain,
+    /// compute-sanitizer's `tool`; the job should be small (one shape, one seed), since
+    /// the sanitizer slows kernels down a lot. Its output is kept in
+    /// [`Evaluation::sanitizer_output`]; [`sanitized`] parses it.
+    Sanitizer {
+        exe: &'a Path,
+        tool: sanitizer::Tool,
+    },
+    /// A profiler (Nsight Compute): `exe args... cutesmith worker --job ...`.
+    Profiler { exe: &'a Path, args: Vec<String> },
 }
 
-/// Inspects the shared object, then runs the job in a worker process.
+/// Evaluates a job in a worker process with nothing around it (see [`run`]).
 pub fn evaluate(job: &Job, timeout: Duration) -> Result<Evaluation> {
+    run(job, timeout, Under::Plain)
+}
+
+/// The one way a candidate is evaluated, used by `check`, `profile`, the engine and
+/// `bench`: its shared object is inspected first (one inspection: a shared object that
+/// links or opens a vendor library, or lacks an ABI entry point, is rejected before
+/// anything loads it), then the job runs in a worker process, under `under`.
+pub fn run(job: &Job, timeout: Duration, under: Under<'_>) -> Result<Evaluation> {
     let mut inspected = None;
     if let Some(so) = &job.shared_object {
-        match inspect::inspect(so) {
-            Ok(rep) => {
-                let fault = if !rep.forbidden.is_empty() {
-                    Some(Fault {
-                        kind: FaultKind::ForbiddenLibrary,
-                        message: format!("rejected before loading: {}", rep.summary()),
-                    })
-                } else if !rep.missing_entry_points.is_empty() {
-                    Some(Fault {
-                        kind: FaultKind::AbiMismatch,
-                        message: format!(
-                            "the shared object does not export {}",
-                            rep.missing_entry_points.join(", ")
-                        ),
-                    })
-                } else {
-                    None
-                };
-                if fault.is_some() {
-                    return Ok(Evaluation {
-                        report: None,
-                        fault,
-                        inspect: Some(rep),
-                        stderr_tail: String::new(),
-                        seconds: 0.0,
-                        sanitizer_output: None,
-                    });
-                }
-                inspected = Some(rep);
-            }
-            Err(e) => {
-                return Err(Error::Usage(format!(
-                    "cannot inspect {}: {e}",
-                    so.display()
-                )));
-            }
+        let rep = inspect::inspect(so)
+            .map_err(|e| Error::Usage(format!("cannot inspect {}: {e}", so.display())))?;
+        if let Some(fault) = rejection(&rep) {
+            return Ok(Evaluation {
+                report: None,
+                fault: Some(fault),
+                inspect: Some(rep),
+                stderr_tail: String::new(),
+                seconds: 0.0,
+                sanitizer_output: None,
+            });
         }
+        inspected = Some(rep);
     }
-    let mut eval = spawn_worker(job, timeout, None)?;
+    let wrapper = match under {
+        Under::Plain => None,
+        Under::Sanitizer { exe, tool } => Some((
+            exe,
+            vec![
+                "--tool".to_string(),
+                tool.name().to_string(),
+                "--print-limit".to_string(),
+                "20".to_string(),
+            ],
+        )),
+        Under::Profiler { exe, args } => Some((exe, args)),
+    };
+    let mut eval = spawn::spawn_worker(job, timeout, wrapper)?;
     eval.inspect = inspected;
     Ok(eval)
 }
 
-/// Runs the job's worker under compute-sanitizer `tool` and parses its findings. The
-/// job should be small (one shape, one seed): the sanitizer slows kernels down a lot.
-pub fn evaluate_sanitized(
+/// The fault that keeps a shared object from being loaded at all, if any.
+fn rejection(rep: &inspect::InspectReport) -> Option<Fault> {
+    if !rep.forbidden.is_empty() {
+        Some(Fault {
+            kind: FaultKind::ForbiddenLibrary,
+            message: format!("rejected before loading: {}", rep.summary()),
+        })
+    } else if !rep.missing_entry_points.is_empty() {
+        Some(Fault {
+            kind: FaultKind::AbiMismatch,
+            message: format!(
+                "the shared object does not export {}",
+                rep.missing_entry_points.join(", ")
+            ),
+        })
+    } else {
+        None
+    }
+}
+
+/// Runs the job under compute-sanitizer `tool` and parses its findings.
+pub fn sanitized(
     job: &Job,
     sanitizer_exe: &Path,
     tool: sanitizer::Tool,
     timeout: Duration,
 ) -> Result<(Evaluation, sanitizer::SanitizerReport)> {
-    let args = vec![
-        "--tool".to_string(),
-        tool.name().to_string(),
-        "--print-limit".to_string(),
-        "20".to_string(),
-    ];
-    let eval = spawn_worker(job, timeout, Some((sanitizer_exe, args)))?;
+    let eval = run(
+        job,
+        timeout,
+        Under::Sanitizer {
+            exe: sanitizer_exe,
+            tool,
+        },
+    )?;
     let text = format!(
         "{}\n{}",
         eval.sanitizer_output.as_deref().unwrap_or_default(),
@@ -158,137 +160,70 @@ pub fn evaluate_sanitized(
     Ok((eval, report))
 }
 
-/// Runs the job in a worker under a profiler (Nsight Compute): `exe args... cutesmith
-/// worker --job ...`. The shared object is inspected first, as in [`evaluate`].
-pub fn evaluate_under(
+/// Runs the workload's cheapest shape (one seed) under each compute-sanitizer tool in
+/// `tools`; a finding refines `eval`'s fault with the source line it names (a race or an
+/// out-of-bounds access explains a mismatch or a kernel error better than the symptom).
+/// Nothing runs when the shared object was rejected before loading; otherwise a missing
+/// compute-sanitizer (`sanitizer_exe` of `None`) is an error.
+pub fn sanitize(
     job: &Job,
-    exe: &Path,
-    args: Vec<String>,
+    workload: &Workload,
+    sanitizer_exe: Option<&Path>,
+    tools: &[sanitizer::Tool],
     timeout: Duration,
-) -> Result<Evaluation> {
-    if let Some(so) = &job.shared_object {
-        let rep = inspect::inspect(so).map_err(|e| Error::Format {
-            context: so.display().to_string(),
-            message: e,
-        })?;
-        if !rep.forbidden.is_empty() {
-            return Ok(Evaluation {
-                report: None,
-                fault: Some(Fault {
-                    kind: FaultKind::ForbiddenLibrary,
-                    message: format!("rejected before loading: {}", rep.summary()),
-                }),
-                inspect: Some(rep),
-                stderr_tail: String::new(),
-                seconds: 0.0,
-                sanitizer_output: None,
-            });
-        }
+    eval: &mut Evaluation,
+    say: &dyn Fn(&str),
+) -> Result<Vec<sanitizer::SanitizerReport>> {
+    let mut findings = Vec::new();
+    let rejected = eval
+        .fault
+        .as_ref()
+        .is_some_and(|f| matches!(f.kind, FaultKind::ForbiddenLibrary | FaultKind::AbiMismatch));
+    if tools.is_empty() || rejected {
+        return Ok(findings);
     }
-    spawn_worker(job, timeout, Some((exe, args)))
-}
-
-/// Starts `cutesmith worker` (optionally under a wrapper program such as
-/// compute-sanitizer) in a fresh temp directory with a scrubbed environment.
-fn spawn_worker(
-    job: &Job,
-    timeout: Duration,
-    wrapper: Option<(&Path, Vec<String>)>,
-) -> Result<Evaluation> {
-    let dir = tempfile::Builder::new()
-        .prefix("cutesmith-worker-")
-        .tempdir()
-        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let job_path = dir.path().join("job.json");
-    let text = serde_json::to_string(job).map_err(|e| Error::Format {
-        context: "job".into(),
-        message: e.to_string(),
+    let sanitizer_exe = sanitizer_exe.ok_or_else(|| Error::ToolMissing {
+        what: "compute-sanitizer".into(),
+        hint: "it ships with the CUDA toolkit (e.g. /usr/local/cuda/bin); put it on PATH".into(),
     })?;
-    std::fs::write(&job_path, text).at(&job_path)?;
-    let mut cmd = match &wrapper {
-        Some((exe, args)) => {
-            let mut c = Command::new(exe);
-            c.args(args).arg(worker_exe()?);
-            c
+    let smallest = workload.smallest_shape();
+    for t in tools {
+        let mut small = job.clone();
+        small.mode = Mode::Validate;
+        small.seeds = vec![1];
+        small.shapes = vec![smallest];
+        small.nonce = nonce();
+        say(&format!(
+            "running {} of {} under compute-sanitizer {} ...",
+            workload.shapes()[smallest],
+            workload.name(),
+            t.name()
+        ));
+        let (_, rep) = sanitized(&small, sanitizer_exe, *t, timeout)?;
+        if !rep.findings.is_empty() {
+            let kind = match t {
+                sanitizer::Tool::Racecheck => FaultKind::Race,
+                _ => FaultKind::OutOfBounds,
+            };
+            let refine = eval.fault.as_ref().is_none_or(|f| {
+                matches!(
+                    f.kind,
+                    FaultKind::Mismatch
+                        | FaultKind::Race
+                        | FaultKind::KernelError
+                        | FaultKind::OutOfBounds
+                )
+            });
+            if refine {
+                eval.fault = Some(Fault {
+                    kind,
+                    message: rep.summary(),
+                });
+            }
         }
-        None => Command::new(worker_exe()?),
-    };
-    cmd.arg("worker")
-        .arg("--job")
-        .arg(&job_path)
-        .current_dir(dir.path())
-        .env_clear()
-        .envs(worker_env(std::env::vars(), dir.path()));
-    let out = process::run(cmd, timeout, 16 << 20)?;
-    let stderr_tail = tail(&out.stderr, 4000);
-    let marker = format!("{RESULT_MARKER} {} ", job.nonce);
-    let line = out
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(&marker));
-    let parsed: Option<std::result::Result<WorkerReport, String>> =
-        line.map(|json| serde_json::from_str(json).map_err(|e| e.to_string()));
-    if let Some(Err(e)) = &parsed {
-        // The worker answered but its answer does not parse: that is our bug, not the
-        // kernel's, and must not be filed as a kernel fault.
-        return Err(Error::Format {
-            context: "the worker's report".into(),
-            message: e.clone(),
-        });
+        findings.push(rep);
     }
-    let report = parsed.and_then(|r| r.ok());
-    let fault = if out.timed_out {
-        Some(Fault {
-            kind: FaultKind::Timeout,
-            message: format!(
-                "the worker ran past {} s and was killed: the kernel hangs (or the problem is far too slow)",
-                timeout.as_secs()
-            ),
-        })
-    } else if let Some(r) = &report {
-        r.fault.clone()
-    } else {
-        Some(Fault {
-            kind: FaultKind::Crash,
-            message: format!(
-                "the worker died without a report ({}); last output:\n{}",
-                describe_status(out.status),
-                tail(&out.stderr, 1500)
-            ),
-        })
-    };
-    Ok(Evaluation {
-        report,
-        fault,
-        inspect: None,
-        stderr_tail,
-        seconds: out.elapsed.as_secs_f64(),
-        sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
-    })
-}
-
-fn describe_status(status: Option<std::process::ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        None => "killed".into(),
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => format!("exit code {c}"),
-            (None, Some(sig)) => format!("signal {sig}"),
-            _ => "unknown status".into(),
-        },
-    }
-}
-
-fn tail(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut cut = text.len() - max;
-    while !text.is_char_boundary(cut) {
-        cut += 1;
-    }
-    format!("...{}", &text[cut..])
+    Ok(findings)
 }
 
 /// Builds a job for a workload: its spec's text, seeds 1..=`seeds`, `runs` timed runs.
@@ -324,39 +259,4 @@ pub fn nonce() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     blake3::hash(format!("{t}-{}", std::process::id()).as_bytes()).to_hex()[..16].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_env_drops_secrets_and_pins_tf32_off() {
-        let from = vec![
-            ("PATH".to_string(), "/usr/bin".to_string()),
-            ("OPENAI_API_KEY".to_string(), "sk-secret".to_string()),
-            ("GITHUB_TOKEN".to_string(), "ghp".to_string()),
-            ("CUDA_VISIBLE_DEVICES".to_string(), "0".to_string()),
-            ("NVIDIA_TF32_OVERRIDE".to_string(), "1".to_string()),
-        ];
-        let env = worker_env(from.into_iter(), Path::new("/tmp/w"));
-        let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
-        assert!(keys.contains(&"PATH"));
-        assert!(keys.contains(&"CUDA_VISIBLE_DEVICES"));
-        assert!(!keys.contains(&"OPENAI_API_KEY"));
-        assert!(!keys.contains(&"GITHUB_TOKEN"));
-        let tf32: Vec<&str> = env
-            .iter()
-            .filter(|(k, _)| k == "NVIDIA_TF32_OVERRIDE")
-            .map(|(_, v)| v.as_str())
-            .collect();
-        assert_eq!(tf32, vec!["0"]);
-        assert!(env.contains(&("HOME".to_string(), "/tmp/w".to_string())));
-    }
-
-    #[test]
-    fn tail_keeps_the_end() {
-        assert_eq!(tail("abcdef", 3), "...def");
-        assert_eq!(tail("ab", 3), "ab");
-    }
 }

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::{DType, Family};
 use crate::toolchain::ptxas::KernelResources;
 use crate::toolchain::sass::SassSummary;
-use crate::spec::{DType, Family};
 
 /// How much a finding matters for the next change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! Where kernels come from, behind one trait: the engine ([`crate::agent`]) asks a
+//! Where kernels come from, behind one trait: the engine (`agent/`) asks a
 //! [`Provider`] for the next version of the kernel and gets back a reply in one format,
 //! whoever wrote it:
 //!
@@ -16,8 +16,8 @@ pub mod replay;
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::EventSink;
 use crate::error::Result;
+use crate::events::EventSink;
 
 /// Why the engine is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,9 +22,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::{Ask, Provider, Reply, Usage};
-use crate::events::{Event, EventSink};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::events::{Event, EventSink};
 
 /// A chat-completions endpoint.
 pub struct OpenAiProvider {

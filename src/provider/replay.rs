@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{Ask, Provider, Reply};
-use crate::events::EventSink;
 use crate::error::{Error, IoContext, Result};
+use crate::events::EventSink;
 
 pub struct ReplayProvider {
     path: PathBuf,

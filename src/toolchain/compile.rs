@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
+use crate::process;
 use crate::toolchain::cache::{self, CompileCache, OUTCOME_FILE};
 use crate::toolchain::diagnostics::{self, Diagnostic};
 use crate::toolchain::ptxas::{self, KernelResources};
 use crate::toolchain::sass::{self, SassSummary};
-use crate::process;
 use crate::toolchain::Toolchain;
 
 /// The most a condensed diagnostic text may take: what a prompt can carry.
@@ -79,6 +79,20 @@ impl CompileRequest {
             file_name,
             options,
         })
+    }
+
+    /// The request for a kernel version's source (as a session keeps it in
+    /// `versions/vNNN/kernel.cu`), for `arch`: the same for the engine's compile stage and
+    /// the built-in provider's parallel pre-compile, so the two meet in the compile cache.
+    pub fn version(source: &str, arch: &str) -> Self {
+        CompileRequest {
+            source: source.to_string(),
+            file_name: "kernel.cu".into(),
+            options: CompileOptions {
+                arch: arch.to_string(),
+                ..CompileOptions::default()
+            },
+        }
     }
 }
 
@@ -503,6 +517,62 @@ fn disassemble(tc: &Toolchain, so: &Path) -> std::result::Result<String, String>
             out.stderr.lines().take(3).collect::<Vec<_>>().join(" ")
         )),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+impl CompileOutcome {
+    /// The text `cutesmith compile` (and every command that compiles a file) prints for
+    /// this outcome of compiling `file`.
+    pub fn render(&self, file: &str) -> String {
+        let o = self;
+        let mut s = String::new();
+        let how = if o.cached {
+            "cache hit, no nvcc run".to_string()
+        } else {
+            format!("nvcc {:.1} s", o.nvcc_seconds)
+        };
+        match o.status {
+            CompileStatus::Success => {
+                s.push_str(&format!("{file}: compiled ({how})\n"));
+                if let Some(so) = &o.shared_object {
+                    s.push_str(&format!("  shared object: {}\n", so.display()));
+                }
+                s.push_str("  resources:\n");
+                if o.resources.is_empty() {
+                    s.push_str("    (no kernel entry in the ptxas report)\n");
+                }
+                for r in &o.resources {
+                    s.push_str(&format!("    {}\n", r.report_line()));
+                }
+                match (&o.sass, &o.sass_note) {
+                    (Some(sass), _) => s.push_str(&format!("  SASS: {}\n", sass.summary_line())),
+                    (None, Some(note)) => s.push_str(&format!("  SASS: {note}\n")),
+                    (None, None) => {}
+                }
+                if !o.condensed.is_empty() {
+                    s.push_str("  warnings:\n");
+                    for l in o.condensed.lines() {
+                        s.push_str(&format!("    {l}\n"));
+                    }
+                }
+            }
+            CompileStatus::Failed | CompileStatus::TimedOut => {
+                let what = if o.status == CompileStatus::TimedOut {
+                    "timed out"
+                } else {
+                    "FAILED"
+                };
+                s.push_str(&format!("{file}: {what} ({how})\n"));
+                if let Some((f, l)) = &o.primary_location {
+                    s.push_str(&format!("  fix here: {f}:{l}\n"));
+                }
+                for l in o.condensed.lines() {
+                    s.push_str(&format!("  {l}\n"));
+                }
+            }
+        }
+        s.push_str(&format!("  full log: {}\n", o.log_path.display()));
+        s
     }
 }
 

@@ -394,6 +394,44 @@ fn find_cutlass(opts: &ToolchainOptions, nvcc: &Path) -> Option<Cutlass> {
     cutlass_at(&cache_toolkit_dir(), Source::Cache)
 }
 
+/// Finds the toolchain; when none is found and installing is allowed, installs the
+/// pinned one into the cache first, saying so through `say`.
+pub fn ensure(
+    opts: &ToolchainOptions,
+    no_install: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<Toolchain> {
+    match Toolchain::discover(opts) {
+        Ok(tc) => Ok(tc),
+        Err(Error::ToolMissing { what, hint }) if !no_install && !explicitly_named(opts) => {
+            say(&format!(
+                "{what} not found; installing the pinned toolkit (as `cutesmith setup` does)"
+            ));
+            setup::install(&cache_toolkit_dir(), false, say).map_err(|e| {
+                Error::Setup(format!(
+                    "{e}\n(before installing: {what} not found: {hint})"
+                ))
+            })?;
+            Toolchain::discover(opts)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// When the user named a path, a missing tool there is their mistake: do not paper over
+/// it with an install.
+fn explicitly_named(opts: &ToolchainOptions) -> bool {
+    let pinned = &opts.config;
+    opts.nvcc.is_some()
+        || opts.cuda_home.is_some()
+        || opts.cutlass_dir.is_some()
+        || pinned.nvcc.is_some()
+        || pinned.cuda_home.is_some()
+        || pinned.cutlass_dir.is_some()
+        || non_empty_env("CUTESMITH_NVCC").is_some()
+        || non_empty_env("CUTLASS_DIR").is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

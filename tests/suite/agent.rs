@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use cutesmith::agent::engine::{Engine, Parts};
 use cutesmith::agent::evaluator::ScriptedEvaluator;
-use cutesmith::events::{self, Event, Fanout, JsonlSink};
 use cutesmith::agent::machine::{Budgets, Stage};
 use cutesmith::agent::session::{ProviderSpec, SessionDir, SessionSpec, State};
 use cutesmith::config::ModelConfig;
+use cutesmith::events::{self, Event, Fanout, JsonlSink};
 use cutesmith::provider::openai::OpenAiProvider;
-use cutesmith::toolchain::cache::CompileCache;
 use cutesmith::spec::Workload;
+use cutesmith::toolchain::cache::CompileCache;
 use serde_json::{json, Value};
 use wiremock::{Request, ResponseTemplate};
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use cutesmith::eval::job::{FaultKind, Mode};
 use cutesmith::eval::{self, Evaluation};
+use cutesmith::spec::Workload;
 use cutesmith::toolchain::cache::CompileCache;
 use cutesmith::toolchain::compile::{self, CompileOptions, CompileRequest};
-use cutesmith::spec::Workload;
 
 use super::common::{fixture, root, toolchain};
 
@@ -74,7 +74,7 @@ fn correct_kernels_pass_and_are_timed_against_cublas() {
     for (path, o) in kernels.iter().zip(outcomes) {
         assert!(o.ok(), "{}: {}", path.display(), o.condensed);
         let e = evaluate(o.shared_object.clone(), &w, Mode::Check, 300);
-        let text = cutesmith::cli::check::render_evaluation(&e);
+        let text = e.render();
         eprintln!("== {}\n{text}", path.display());
         assert!(e.passed(), "{}:\n{text}", path.display());
         let t = e.report.as_ref().unwrap().timing.as_ref().unwrap();
@@ -120,7 +120,7 @@ fn planted_faults_are_classified_and_the_agent_survives() {
         } else {
             let w = workload(&header(path, "WORKLOAD").unwrap());
             let e = evaluate(o.shared_object.clone(), &w, Mode::Validate, 60);
-            let text = cutesmith::cli::check::render_evaluation(&e);
+            let text = e.render();
             eprintln!("== {}\n{text}", path.display());
             e.fault
                 .map(|f| f.kind.name())
@@ -145,7 +145,7 @@ fn baselines_are_measured_with_the_roofline() {
     ] {
         let w = workload(name);
         let e = evaluate(None, &w, Mode::Baseline, 600);
-        let text = cutesmith::cli::check::render_evaluation(&e);
+        let text = e.render();
         eprintln!("== {name}\n{text}");
         let r = e.report.expect("report");
         let t = r.timing.expect("timing");
@@ -190,15 +190,8 @@ fn every_template_validates_on_its_workloads() {
             picked.push(raw.clone());
         }
         for s in picked {
-            let mut req = CompileRequest::from_file(
-                &s.source_path(),
-                CompileOptions {
-                    defines: s.defines(),
-                    ..CompileOptions::default()
-                },
-            )
-            .unwrap();
-            req.file_name = format!("{}.cu", s.template);
+            // The one way a strategy becomes a kernel, as the built-in provider does it.
+            let req = CompileRequest::version(&s.instantiate().unwrap(), "sm_90a");
             cases.push((w.clone(), s, req));
         }
     }
@@ -215,7 +208,7 @@ fn every_template_validates_on_its_workloads() {
         let o = o.unwrap();
         assert!(o.ok(), "{}: {}", s.label(), o.condensed);
         let e = evaluate(o.shared_object.clone(), w, Mode::Validate, 300);
-        let text = cutesmith::cli::check::render_evaluation(&e);
+        let text = e.render();
         eprintln!("== {} on {}\n{text}", s.label(), w.name());
         if !e.passed() {
             failed.push(format!("{} on {}", s.label(), w.name()));

@@ -1,6 +1,7 @@
 //! The integration suites, one file per concern.
 mod abi;
 mod agent;
+mod architecture;
 mod cli;
 mod common;
 mod compile;

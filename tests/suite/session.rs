@@ -6,9 +6,9 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
-use cutesmith::events::{self, Event};
 use cutesmith::agent::machine::Stage;
 use cutesmith::agent::session::State;
+use cutesmith::events::{self, Event};
 use serde_json::Value;
 
 use super::common::{fixture, toolchain};

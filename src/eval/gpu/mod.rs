@@ -48,6 +48,19 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// Stops GPU work early, with [`Error::NoGpu`] (exit code 2), on a machine without a
+/// CUDA driver.
+pub fn require_gpu() -> Result<()> {
+    if !driver_present() {
+        return Err(Error::NoGpu(
+            "this command runs kernels on an NVIDIA GPU, and this machine has no CUDA driver \
+             (libcuda.so); run it on a machine with one (`cutesmith doctor` shows what is found)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The architecture to compile for: the first device's (e.g. `sm_90a`), or `sm_90a` when
 /// no device answers.
 pub fn target_arch() -> String {

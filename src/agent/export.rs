@@ -1,0 +1,80 @@
+//! `export`: the best kernel of a session as a standalone drop-in, with the project
+//! headers it includes and a README saying how to build and call it and what it
+//! measured.
+
+use std::path::{Path, PathBuf};
+
+use super::session::SessionDir;
+use crate::error::{Error, Result};
+
+/// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
+/// includes, and a README with how to build and call it and what it measured.
+pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
+    let workload = dir.workload(&spec)?;
+    let best = state
+        .best
+        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let name = format!("{}.cu", workload.name());
+    let source = dir.version_source(best)?;
+    let mut written = Vec::new();
+    let cu = out.join(&name);
+    let header = format!(
+        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
+        spec.id,
+        workload.name(),
+        workload.description()
+    );
+    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
+    written.push(cu);
+    // The ABI header and every other project header the kernel includes (the GEMM
+    // templates include the predicated fallback GEMM), so the files build on their own.
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(abi_include)
+        .map_err(|e| Error::io(abi_include, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .is_some_and(|n| {
+                    n == "cutesmith_abi.h" || source.contains(&format!("#include \"{n}\""))
+                })
+        })
+        .collect();
+    headers.sort();
+    for h in headers {
+        let to = out.join(h.file_name().unwrap_or_default());
+        std::fs::copy(&h, &to).map_err(|e| Error::io(&h, e))?;
+        written.push(to);
+    }
+    let v = state.version(best);
+    let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
+        (Some(t), Some(b)) => format!(
+            "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
+            workload.headline(),
+            b / t
+        ),
+        (Some(t), None) => format!("{t:.2} us on the headline shape {}", workload.headline()),
+        _ => "not timed".into(),
+    };
+    let readme = format!(
+        "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch={compute},code={arch} -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
+        spec.id,
+        workload.description(),
+        workload
+            .shapes()
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        stem = workload.name(),
+        arch = spec.arch,
+        compute = spec.arch.replacen("sm_", "compute_", 1)
+    );
+    let rd = out.join("README.md");
+    std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
+    written.push(rd);
+    Ok(written)
+}

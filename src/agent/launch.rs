@@ -1,0 +1,209 @@
+//! Putting a session together: the engine's parts (provider, built-in seed provider,
+//! evaluator, toolchain, compile cache, event sinks) for a new session from what was
+//! asked of it, or for an existing one from its `session.json`. Every front end that runs
+//! sessions (`run`, `resume`, `session`, suite runs, `bench`) starts them here.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::engine::{Engine, Parts};
+use super::evaluator::{self, Evaluator, GpuEvaluator, GPU_EVALUATOR, TEST_EVALUATOR_ENV};
+use super::machine::Budgets;
+use super::session::{self, ProviderSpec, SessionDir, SessionSpec};
+use crate::error::{Error, Result};
+use crate::events::EventSink;
+use crate::provider::builtin::BuiltinProvider;
+use crate::provider::openai::OpenAiProvider;
+use crate::provider::replay::ReplayProvider;
+use crate::provider::Provider;
+use crate::spec::Workload;
+use crate::toolchain::cache::CompileCache;
+use crate::toolchain::{Toolchain, ToolchainOptions};
+
+/// What a new session is to be, before it has an id or a directory.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub provider: ProviderSpec,
+    pub budgets: Budgets,
+    /// The architecture kernels are compiled for (the GPU's).
+    pub arch: String,
+    /// Built-in strategies tried first, before the provider.
+    pub seed_from_builtin: usize,
+    /// Validation seeds per shape.
+    pub seeds: u64,
+    /// Timed runs per contender.
+    pub timing_runs: u32,
+    /// Seconds before a worker is killed.
+    pub timeout_s: u64,
+    /// Built-in provider: candidates it offers.
+    pub max_candidates: usize,
+}
+
+/// The evaluator for a session: the GPU one (which needs a GPU: `Error::NoGpu`
+/// otherwise), or the scripted test double when `CUTESMITH_TEST_EVALUATOR` asks for it.
+/// Nsight Compute is used when `ncu` is true and found.
+pub fn evaluator(
+    opts: &ToolchainOptions,
+    seeds: u64,
+    runs: u32,
+    timeout_s: u64,
+    ncu: bool,
+) -> Result<Arc<dyn Evaluator>> {
+    let ev = evaluator::from_env(GpuEvaluator {
+        seeds,
+        runs,
+        timeout: Duration::from_secs(timeout_s),
+        ncu: ncu
+            .then(|| crate::toolchain::find_extra_tools(opts).ncu.map(|t| t.path))
+            .flatten(),
+    });
+    // The evaluator that was chosen decides, not the variable's mere presence.
+    if ev.name() == GPU_EVALUATOR {
+        crate::eval::gpu::require_gpu()?;
+    }
+    Ok(Arc::from(ev))
+}
+
+/// True when `ev` is not the real GPU evaluator (every figure would come from a test
+/// double: front ends say so loudly).
+pub fn is_test_double(ev: &dyn Evaluator) -> bool {
+    ev.name() != GPU_EVALUATOR
+}
+
+/// One provider of a session: the built-in one compiles its candidates up front (`tc`,
+/// `cache`, `jobs`, `arch`); a replay resumes after the `skip` replies already used.
+fn provider_for(
+    spec: &ProviderSpec,
+    w: &Workload,
+    max_candidates: usize,
+    (tc, cache, jobs, arch): (&Toolchain, &CompileCache, usize, &str),
+    skip: usize,
+) -> Result<Box<dyn Provider>> {
+    Ok(match spec {
+        ProviderSpec::Builtin => Box::new(BuiltinProvider::new(w, max_candidates).with_precompile(
+            tc.clone(),
+            cache.clone(),
+            jobs,
+            arch,
+        )),
+        ProviderSpec::Model { model } => Box::new(OpenAiProvider::new(model.clone())?),
+        ProviderSpec::Replay { transcript } => {
+            let mut r = ReplayProvider::load(transcript)?;
+            r.skip(skip);
+            Box::new(r)
+        }
+    })
+}
+
+/// The engine's parts for the session `spec` describes: its provider (a replay skipping
+/// `replay_skip` replies), the built-in seed provider when asked for, and the rest.
+fn parts_for(
+    spec: &SessionSpec,
+    w: &Workload,
+    tc: Toolchain,
+    evaluator: Arc<dyn Evaluator>,
+    jobs: usize,
+    replay_skip: usize,
+    events: Arc<dyn EventSink>,
+) -> Result<Parts> {
+    let cache = CompileCache::default_location();
+    let build = (&tc, &cache, jobs, spec.arch.as_str());
+    let provider = provider_for(&spec.provider, w, spec.max_candidates, build, replay_skip)?;
+    let seed = (spec.seed_from_builtin > 0 && spec.provider != ProviderSpec::Builtin)
+        .then(|| provider_for(&ProviderSpec::Builtin, w, spec.seed_from_builtin, build, 0))
+        .transpose()?;
+    Ok(Parts {
+        provider,
+        seed,
+        evaluator,
+        toolchain: tc,
+        cache,
+        events,
+    })
+}
+
+/// A new session for `workload` in its own directory under `runs_dir`. `events` makes
+/// the session's event sinks, given its directory (where `events.jsonl` goes).
+pub fn create(
+    runs_dir: &Path,
+    workload: &Workload,
+    plan: Plan,
+    tc: Toolchain,
+    evaluator: Arc<dyn Evaluator>,
+    jobs: usize,
+    events: impl FnOnce(&Path) -> Result<Arc<dyn EventSink>>,
+) -> Result<Engine> {
+    let spec = SessionSpec {
+        id: session::new_id(workload.name()),
+        created: crate::clock::now_rfc3339(),
+        workload: workload.name().to_string(),
+        workload_source: workload.path().to_path_buf(),
+        provider: plan.provider,
+        evaluator: evaluator.name(),
+        budgets: plan.budgets,
+        arch: plan.arch,
+        seed_from_builtin: plan.seed_from_builtin,
+        seeds: plan.seeds,
+        timing_runs: plan.timing_runs,
+        timeout_s: plan.timeout_s,
+        max_candidates: plan.max_candidates,
+    };
+    let dir = SessionDir::create(runs_dir, &spec.id)?;
+    let events = events(&dir.root)?;
+    let parts = parts_for(&spec, workload, tc, evaluator, jobs, 0, events)?;
+    Engine::create(dir, spec, workload, parts)
+}
+
+/// An existing session, its provider rebuilt from `session.json` (a replay resumes after
+/// the replies already turned into versions). `evaluator` makes the evaluator from the
+/// session's seeds, timed runs and timeout; a session never mixes the GPU evaluator's
+/// figures with a test double's.
+pub fn open(
+    root: &Path,
+    tc: Toolchain,
+    evaluator: impl FnOnce(&SessionSpec) -> Result<Arc<dyn Evaluator>>,
+    jobs: usize,
+    events: impl FnOnce(&Path) -> Result<Arc<dyn EventSink>>,
+) -> Result<Engine> {
+    let dir = SessionDir::open(root)?;
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
+    let workload = dir.workload(&spec)?;
+    let evaluator = evaluator(&spec)?;
+    if evaluator.name() != spec.evaluator {
+        return Err(Error::Usage(format!(
+            "{} was run with the {} evaluator and would now resume with the {} one: one \
+             session never mixes figures from both ({TEST_EVALUATOR_ENV} decides)",
+            root.display(),
+            spec.evaluator,
+            evaluator.name()
+        )));
+    }
+    let used = match spec.provider {
+        ProviderSpec::Replay { .. } => transcript_replies(&dir, state.next_version),
+        _ => 0,
+    };
+    let events = events(&dir.root)?;
+    let parts = parts_for(&spec, &workload, tc, evaluator, jobs, used, events)?;
+    Engine::open(&dir.root, parts)
+}
+
+/// Replies a session has already turned into versions (or spent on them): a replayed
+/// session resumes after them. A reply for the version that was in flight when the
+/// process died (`version >= next_version`) is played again.
+fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
+    std::fs::read_to_string(dir.path("transcript.jsonl"))
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v.get("reply").is_some_and(|r| !r.is_null()))
+                .filter(|v| {
+                    v.get("version")
+                        .and_then(|x| x.as_u64())
+                        .is_some_and(|n| n < u64::from(next_version))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}

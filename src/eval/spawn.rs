@@ -1,0 +1,192 @@
+//! The worker process: `cutesmith worker --job FILE` started (optionally under a wrapper
+//! such as compute-sanitizer or Nsight Compute) in a fresh temp directory, with a
+//! scrubbed environment, a wall-clock timeout that kills its whole process group and
+//! capped output; its one result line read back, and a death without one filed as a
+//! [`FaultKind::Crash`] or a [`FaultKind::Timeout`].
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::job::{Fault, FaultKind, Job, WorkerReport, RESULT_MARKER};
+use super::Evaluation;
+use crate::error::{Error, IoContext, Result};
+use crate::process;
+
+/// Environment variables a worker may see; everything else (API keys, tokens) is dropped.
+const ENV_ALLOWED: &[&str] = &[
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LANG",
+    "LC_ALL",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+];
+
+/// The worker's environment: the allowed variables of `from`, plus fixed settings.
+pub fn worker_env(
+    from: impl Iterator<Item = (String, String)>,
+    home: &Path,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = from
+        .filter(|(k, _)| ENV_ALLOWED.contains(&k.as_str()))
+        .collect();
+    let home = home.display().to_string();
+    env.push(("HOME".into(), home.clone()));
+    env.push(("TMPDIR".into(), home));
+    // cuBLAS must not switch fp32 work to TF32 behind the reference's back.
+    env.push(("NVIDIA_TF32_OVERRIDE".into(), "0".into()));
+    env
+}
+
+/// The executable that runs workers: this program (`CUTESMITH_WORKER_EXE` overrides it,
+/// for tests that drive the library from another binary).
+pub fn worker_exe() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("CUTESMITH_WORKER_EXE") {
+        return Ok(PathBuf::from(p));
+    }
+    std::env::current_exe().map_err(|e| Error::io("current executable", e))
+}
+
+/// Starts `cutesmith worker` (optionally under a wrapper program such as
+/// compute-sanitizer) in a fresh temp directory with a scrubbed environment.
+pub(super) fn spawn_worker(
+    job: &Job,
+    timeout: Duration,
+    wrapper: Option<(&Path, Vec<String>)>,
+) -> Result<Evaluation> {
+    let dir = tempfile::Builder::new()
+        .prefix("cutesmith-worker-")
+        .tempdir()
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let job_path = dir.path().join("job.json");
+    let text = serde_json::to_string(job).map_err(|e| Error::Format {
+        context: "job".into(),
+        message: e.to_string(),
+    })?;
+    std::fs::write(&job_path, text).at(&job_path)?;
+    let mut cmd = match &wrapper {
+        Some((exe, args)) => {
+            let mut c = Command::new(exe);
+            c.args(args).arg(worker_exe()?);
+            c
+        }
+        None => Command::new(worker_exe()?),
+    };
+    cmd.arg("worker")
+        .arg("--job")
+        .arg(&job_path)
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(worker_env(std::env::vars(), dir.path()));
+    let out = process::run(cmd, timeout, 16 << 20)?;
+    let stderr_tail = tail(&out.stderr, 4000);
+    let marker = format!("{RESULT_MARKER} {} ", job.nonce);
+    let line = out
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(&marker));
+    let parsed: Option<std::result::Result<WorkerReport, String>> =
+        line.map(|json| serde_json::from_str(json).map_err(|e| e.to_string()));
+    if let Some(Err(e)) = &parsed {
+        // The worker answered but its answer does not parse: that is our bug, not the
+        // kernel's, and must not be filed as a kernel fault.
+        return Err(Error::Format {
+            context: "the worker's report".into(),
+            message: e.clone(),
+        });
+    }
+    let report = parsed.and_then(|r| r.ok());
+    let fault = if out.timed_out {
+        Some(Fault {
+            kind: FaultKind::Timeout,
+            message: format!(
+                "the worker ran past {} s and was killed: the kernel hangs (or the problem is far too slow)",
+                timeout.as_secs()
+            ),
+        })
+    } else if let Some(r) = &report {
+        r.fault.clone()
+    } else {
+        Some(Fault {
+            kind: FaultKind::Crash,
+            message: format!(
+                "the worker died without a report ({}); last output:\n{}",
+                describe_status(out.status),
+                tail(&out.stderr, 1500)
+            ),
+        })
+    };
+    Ok(Evaluation {
+        report,
+        fault,
+        inspect: None,
+        stderr_tail,
+        seconds: out.elapsed.as_secs_f64(),
+        sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
+    })
+}
+
+fn describe_status(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        None => "killed".into(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(sig)) => format!("signal {sig}"),
+            _ => "unknown status".into(),
+        },
+    }
+}
+
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = text.len() - max;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("...{}", &text[cut..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_env_drops_secrets_and_pins_tf32_off() {
+        let from = vec![
+            ("PATH".to_string(), "/usr/bin".to_string()),
+            ("OPENAI_API_KEY".to_string(), "sk-secret".to_string()),
+            ("GITHUB_TOKEN".to_string(), "ghp".to_string()),
+            ("CUDA_VISIBLE_DEVICES".to_string(), "0".to_string()),
+            ("NVIDIA_TF32_OVERRIDE".to_string(), "1".to_string()),
+        ];
+        let env = worker_env(from.into_iter(), Path::new("/tmp/w"));
+        let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"PATH"));
+        assert!(keys.contains(&"CUDA_VISIBLE_DEVICES"));
+        assert!(!keys.contains(&"OPENAI_API_KEY"));
+        assert!(!keys.contains(&"GITHUB_TOKEN"));
+        let tf32: Vec<&str> = env
+            .iter()
+            .filter(|(k, _)| k == "NVIDIA_TF32_OVERRIDE")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(tf32, vec!["0"]);
+        assert!(env.contains(&("HOME".to_string(), "/tmp/w".to_string())));
+    }
+
+    #[test]
+    fn tail_keeps_the_end() {
+        assert_eq!(tail("abcdef", 3), "...def");
+        assert_eq!(tail("ab", 3), "ab");
+    }
+}

@@ -1,0 +1,358 @@
+//! Timing: the candidate interleaved with every vendor baseline and a plain copy, in the
+//! same process, with the L2 flushed (CUDA graphs when one launch is too short to time
+//! alone), and the device's ceilings for the roofline floor.
+
+use crate::eval::gpu::baseline::{self};
+use crate::eval::gpu::data::HostElement;
+use crate::eval::gpu::session::{CudaFailure, Session};
+use crate::eval::job::{BaselineTiming, Stats, TimingReport};
+use crate::spec::{ComputePipe, Family, Shape};
+
+use super::Ctx;
+
+/// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
+/// GEMM may legitimately run on tensor cores with 3xTF32 error compensation, so its
+/// ceiling is the larger of the SIMT rate and a third of the TF32 rate.
+pub(super) fn peak_flops(
+    info: &crate::eval::gpu::DeviceInfo,
+    pipe: ComputePipe,
+    gemm: bool,
+) -> (f64, String) {
+    let tf32 = match info.compute_capability {
+        (9, _) => 2048.0,
+        (8, 0) => 1024.0,
+        (8, _) => 512.0,
+        _ => 0.0,
+    };
+    let per_sm_per_clk = match (info.compute_capability, pipe) {
+        (_, ComputePipe::SimtF32) if gemm => f64::max(256.0, tf32 / 3.0),
+        ((9, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 4096.0,
+        ((9, _), ComputePipe::TensorTf32) => 2048.0,
+        ((8, 0), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 2048.0,
+        ((8, 0), ComputePipe::TensorTf32) => 1024.0,
+        ((8, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 1024.0,
+        ((8, _), ComputePipe::TensorTf32) => 512.0,
+        (_, ComputePipe::SimtF32) => 256.0,
+        _ => 4096.0,
+    };
+    let peak = info.sm_count as f64 * info.clock_khz as f64 * 1e3 * per_sm_per_clk;
+    (
+        peak,
+        format!(
+            "{:.0} TFLOP/s = {} SMs x {:.2} GHz x {per_sm_per_clk} FLOP/clk/SM ({pipe:?}, dense)",
+            peak / 1e12,
+            info.sm_count,
+            info.clock_khz as f64 / 1e6
+        ),
+    )
+}
+
+impl Ctx<'_> {
+    /// Times the headline shape: the candidate (if any) interleaved with every baseline.
+    pub(super) fn time<T: HostElement>(
+        &mut self,
+        shape: &Shape,
+    ) -> Result<TimingReport, CudaFailure> {
+        let seed = 0x7133_u64;
+        self.s.prepare_flush()?;
+        let p = self.setup::<T>(shape, seed)?;
+        let params = self.workload.params();
+        let dtype = T::DTYPE;
+        let out_bytes = p.out_len * std::mem::size_of::<T>();
+        let base_out = self.s.zeros::<T>(p.out_len)?;
+        let lt_ws_bytes: usize = 64 << 20;
+        let lt_ws = self.s.zeros::<u8>(lt_ws_bytes)?;
+        let mut names: Vec<String> = Vec::new();
+        let mut notes: Vec<Option<String>> = Vec::new();
+        type Launch<'x> = Box<dyn FnMut() -> Result<(), CudaFailure> + 'x>;
+        let mut launches: Vec<Launch> = Vec::new();
+
+        let mut cp = self.problem(&p);
+        let kernel = self.kernel;
+        let mut _ws = None;
+        if let Some(kernel) = kernel {
+            _ws = self.workspace(kernel, &mut cp).map_err(|f| CudaFailure {
+                code: -1,
+                message: f.message,
+            })?;
+        }
+        let stream = self.s.stream.cu_stream();
+        let libs = self.libs;
+        let a = p.a.ptr;
+        let b = p.b.as_ref().map_or(0, |b| b.ptr);
+        let bias = p.bias.as_ref().map_or(0, |b| b.ptr);
+        let s_ref: &Session = self.s;
+        let allow_tf32 = self.workload.allow_tf32();
+        if let Some(kernel) = kernel {
+            names.push("candidate".into());
+            notes.push(None);
+            let cp = cp;
+            launches.push(Box::new(move || {
+                // SAFETY: as in `launch`: valid problem, live buffers, our stream.
+                let rc = unsafe { kernel.cutesmith_launch(&cp, stream as _) };
+                if rc != 0 {
+                    return Err(CudaFailure {
+                        code: rc,
+                        message: format!("cutesmith_launch returned {rc}"),
+                    });
+                }
+                Ok(())
+            }));
+        }
+        match (&p.gemm, self.workload.family()) {
+            (Some(g), fam) => {
+                let g = *g;
+                if libs.has_cublas() {
+                    names.push("cublas".into());
+                    notes.push(if fam == Family::GemmBiasAct {
+                        Some("GEMM only: no bias or activation".into())
+                    } else {
+                        None
+                    });
+                    let (alpha, beta) = (params.alpha, 0.0);
+                    let d = base_out.ptr;
+                    launches.push(Box::new(move || {
+                        libs.cublas_gemm(&g, dtype, d, a, b, alpha, beta, allow_tf32)
+                    }));
+                }
+                if libs.has_cublaslt() {
+                    let epi = (fam == Family::GemmBiasAct).then_some((params.activation, bias));
+                    match libs.lt_plan(&g, dtype, allow_tf32, epi, lt_ws.ptr, lt_ws_bytes) {
+                        Ok(plan) if !plan.algos.is_empty() => {
+                            // Pick the fastest of the heuristic's algorithms.
+                            let mut best = (f64::INFINITY, 0usize);
+                            for i in 0..plan.algos.len() {
+                                let mut ts = Vec::new();
+                                for _ in 0..3 {
+                                    let d = base_out.ptr;
+                                    if let Ok(t) = s_ref
+                                        .time_us(&mut || plan.run(s_ref, i, a, b, d, params.alpha))
+                                    {
+                                        ts.push(t);
+                                    }
+                                }
+                                ts.sort_by(f64::total_cmp);
+                                if let Some(t) = ts.get(ts.len() / 2) {
+                                    if *t < best.0 {
+                                        best = (*t, i);
+                                    }
+                                }
+                            }
+                            let lt_algos = plan.algos.len();
+                            names.push(format!(
+                                "cublaslt (best of {lt_algos} heuristic algorithms)"
+                            ));
+                            notes.push(plan.note.clone());
+                            let d = base_out.ptr;
+                            let alpha = params.alpha;
+                            launches
+                                .push(Box::new(move || plan.run(s_ref, best.1, a, b, d, alpha)));
+                        }
+                        Ok(_) => self
+                            .report
+                            .notes
+                            .push("cuBLASLt offered no algorithm".into()),
+                        Err(e) => self
+                            .report
+                            .notes
+                            .push(format!("cuBLASLt baseline skipped: {e}")),
+                    }
+                }
+            }
+            (None, fam) => {
+                let (m, n) = (shape.m as usize, shape.n as usize);
+                let op = if fam == Family::Softmax {
+                    libs.cudnn_softmax(dtype, m, n)
+                } else {
+                    libs.cudnn_activation(params.activation, dtype, m, n)
+                };
+                match op {
+                    Ok(op) => {
+                        names.push("cudnn".into());
+                        notes.push(None);
+                        let d = base_out.ptr;
+                        launches.push(Box::new(move || op.run(a, d)));
+                    }
+                    Err(e) => self
+                        .report
+                        .notes
+                        .push(format!("cuDNN baseline skipped: {}", e.message)),
+                }
+                names.push("copy".into());
+                notes.push(Some(
+                    "device-to-device copy of the same bytes: the bandwidth ceiling".into(),
+                ));
+                let d = base_out.ptr;
+                launches.push(Box::new(move || baseline::copy(s_ref, d, a, out_bytes)));
+            }
+        }
+        // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round.
+        for l in launches.iter_mut() {
+            for _ in 0..self.job.timing.warmup.max(1) {
+                l()?;
+            }
+        }
+        self.s.sync()?;
+        // Tiny problems: launch overhead would dominate single launches, so each timed
+        // sample replays a CUDA graph of GRAPH_LAUNCHES launches (L2 flushed per graph).
+        // The mode is decided once for all contenders, so they are timed alike.
+        let mut tiny = false;
+        for l in launches.iter_mut() {
+            let mut probe = Vec::new();
+            for _ in 0..5 {
+                probe.push(self.s.time_us(&mut **l)?);
+            }
+            probe.sort_by(f64::total_cmp);
+            tiny |= probe[probe.len() / 2] < self.job.timing.graph_below_us;
+        }
+        let mut graphs: Vec<Option<TimedGraph>> = Vec::new();
+        if tiny {
+            for (i, l) in launches.iter_mut().enumerate() {
+                match capture_graph(self.s, &mut **l, self.job.timing.flush_l2) {
+                    Ok(g) => graphs.push(Some(g)),
+                    Err(e) => {
+                        notes[i] =
+                            Some(format!("CUDA graph capture failed ({e}); timed per launch"));
+                        graphs.push(None);
+                    }
+                }
+            }
+            if graphs.iter().any(Option::is_none) {
+                // Contenders are timed alike or not at all: one that cannot be captured
+                // (cuBLAS sometimes refuses) sends everyone back to per-launch timing.
+                graphs.clear();
+                self.report.notes.push(
+                    "tiny problem, but a contender could not be captured in a CUDA graph: every contender is timed per launch (CPU launch latency included)".into(),
+                );
+            } else {
+                self.report.notes.push(format!(
+                    "tiny problem: each sample replays a CUDA graph of {GRAPH_LAUNCHES} launches, each after an L2 flush and timed by its own event pair (no CPU launch latency)"
+                ));
+            }
+        }
+        let runs = self.job.timing.runs.max(20) as usize;
+        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); launches.len()];
+        for _ in 0..runs {
+            for (i, l) in launches.iter_mut().enumerate() {
+                let in_graph = matches!(graphs.get(i), Some(Some(_)));
+                if self.job.timing.flush_l2 && !in_graph {
+                    self.s.flush_l2()?;
+                }
+                let t = match graphs.get(i) {
+                    Some(Some(g)) => g.sample_us(self.s)?,
+                    _ => self.s.time_us(&mut **l)?,
+                };
+                samples[i].push(t);
+            }
+        }
+        drop(graphs);
+        drop(launches);
+        let mut stats: Vec<Stats> = samples
+            .iter()
+            .filter_map(|s| Stats::from_samples(s))
+            .collect();
+        let flops = self.workload.flops(shape);
+        let min_bytes = self.workload.min_bytes(shape);
+        let ceil = self.report.ceilings.clone();
+        let floor_s = ceil.as_ref().map_or(0.0, |c| {
+            self.workload
+                .roofline_floor_s(shape, c.copy_bytes_per_s, c.peak_flops_per_s)
+        });
+        let candidate = if kernel.is_some() && !stats.is_empty() {
+            Some(stats.remove(0))
+        } else {
+            None
+        };
+        let cand_names = if kernel.is_some() { 1 } else { 0 };
+        let baselines = stats
+            .into_iter()
+            .zip(
+                names
+                    .into_iter()
+                    .skip(cand_names)
+                    .zip(notes.into_iter().skip(cand_names)),
+            )
+            .map(|(st, (name, note))| BaselineTiming {
+                speedup: candidate.as_ref().map(|c| st.median_us / c.median_us),
+                name,
+                stats: st,
+                note,
+            })
+            .collect();
+        let med = candidate.as_ref().map(|c| c.median_us * 1e-6);
+        Ok(TimingReport {
+            shape: *shape,
+            flops,
+            min_bytes,
+            floor_s,
+            roofline_fraction: med.map(|t| floor_s / t),
+            achieved_tflops: med.map(|t| flops / t / 1e12),
+            achieved_tb_per_s: med.map(|t| min_bytes / t / 1e12),
+            candidate,
+            baselines,
+        })
+    }
+}
+
+/// Launches per CUDA graph when a problem is too small to time one launch at a time.
+const GRAPH_LAUNCHES: usize = 20;
+
+/// A captured graph of GRAPH_LAUNCHES launches, each preceded by the L2 flush (when asked)
+/// and bracketed by its own pair of event-record nodes: replaying it times every launch
+/// on a cold L2 without the CPU's launch latency.
+struct TimedGraph {
+    graph: cudarc::driver::CudaGraph,
+    events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
+}
+
+impl TimedGraph {
+    /// Replays the graph; returns the mean time of one launch in microseconds.
+    fn sample_us(&self, s: &Session) -> Result<f64, CudaFailure> {
+        self.graph.launch()?;
+        s.sync()?;
+        let mut total = 0.0;
+        for (a, b) in &self.events {
+            total += a.elapsed_ms(b)? as f64 * 1000.0;
+        }
+        Ok(total / self.events.len() as f64)
+    }
+}
+
+/// Captures GRAPH_LAUNCHES calls of `launch` on the session's stream into a timed graph.
+fn capture_graph(
+    s: &Session,
+    launch: &mut dyn FnMut() -> Result<(), CudaFailure>,
+    flush_l2: bool,
+) -> Result<TimedGraph, CudaFailure> {
+    use cudarc::driver::sys;
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut events = Vec::with_capacity(GRAPH_LAUNCHES);
+    for _ in 0..GRAPH_LAUNCHES {
+        events.push((s.ctx.new_event(flags)?, s.ctx.new_event(flags)?));
+    }
+    s.stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    let mut result = Ok(());
+    for (a, b) in &events {
+        if flush_l2 {
+            result = s.flush_l2();
+        }
+        result = result
+            .and_then(|()| Ok(a.record(&s.stream)?))
+            .and_then(|()| launch())
+            .and_then(|()| Ok(b.record(&s.stream)?));
+        if result.is_err() {
+            break;
+        }
+    }
+    let graph = s.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+    result?;
+    let graph = graph.ok_or_else(|| CudaFailure {
+        code: -1,
+        message: "stream capture produced no graph".into(),
+    })?;
+    graph.upload()?;
+    let timed = TimedGraph { graph, events };
+    timed.sample_us(s)?;
+    Ok(timed)
+}

@@ -1,0 +1,80 @@
+//! A workload's goal, in words, and whether a measured time meets it.
+
+use super::schema::Family;
+use super::Workload;
+
+impl Workload {
+    /// The goal in words and whether it was met by a best time of `best_us` against
+    /// `baselines` (name, median us, speedup of the candidate over it): GEMMs against the
+    /// spec's speedup target over its baseline; memory-bound ops against 90% (softmax 80%)
+    /// of the copy.
+    pub fn goal(
+        &self,
+        best_us: Option<f64>,
+        baselines: &[(String, f64, Option<f64>)],
+    ) -> (String, bool) {
+        if best_us.is_none() {
+            return ("no correct candidate".into(), false);
+        }
+        let speedup_of = |name: &str| {
+            baselines
+                .iter()
+                .find(|b| b.0.starts_with(name))
+                .and_then(|b| b.2)
+        };
+        match self.family() {
+            Family::Gemm | Family::GemmBiasAct => {
+                let t = self.target();
+                let want = t.min_speedup;
+                let vs = t.speedup_vs.name();
+                let got = speedup_of(vs);
+                (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
+            }
+            Family::Activation | Family::Softmax => {
+                let want = if self.family() == Family::Softmax {
+                    0.8
+                } else {
+                    0.9
+                };
+                let got = speedup_of("copy");
+                (
+                    format!("{:.0}% of copy", want * 100.0),
+                    got.is_some_and(|g| g >= want),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::spec::Workload;
+
+    fn workloads_dir() -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
+    }
+
+    #[test]
+    fn goals_follow_the_family() {
+        let dir = workloads_dir();
+        let gemm = Workload::find(&dir, "gemm_bf16_4096").unwrap();
+        let b = vec![("cublas".to_string(), 100.0, Some(1.05))];
+        assert_eq!(
+            gemm.goal(Some(95.0), &b),
+            ("1.00x cublas".to_string(), true)
+        );
+        let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
+        assert!(!gemm.goal(Some(102.0), &slow).1);
+        let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
+        let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
+        assert_eq!(
+            sm.goal(Some(118.0), &copy),
+            ("80% of copy".to_string(), true)
+        );
+        let act = Workload::find(&dir, "act_relu_bf16").unwrap();
+        assert!(!act.goal(Some(118.0), &copy).1, "activations need 90%");
+        assert!(!act.goal(None, &copy).1);
+    }
+}

@@ -1,0 +1,74 @@
+//! The one-line listing of a workload (`cutesmith workloads`).
+
+use super::schema::Family;
+use super::Workload;
+
+impl Workload {
+    /// The type column of the listing: `bf16`, `bf16->f32`, `f32 tf32`, plus the BLAS
+    /// layout (`TN`) or the activation.
+    fn kind_label(&self) -> String {
+        let mut s = self.dtype.name().to_string();
+        if self.out_dtype != self.dtype {
+            s.push_str("->");
+            s.push_str(self.out_dtype.name());
+        }
+        if self.allow_tf32 {
+            s.push_str(" tf32");
+        }
+        match self.family {
+            Family::Gemm => format!("{s} {}", self.layouts.blas_name()),
+            Family::GemmBiasAct => format!(
+                "{s} {} {}{}",
+                self.layouts.blas_name(),
+                if self.params.bias { "bias+" } else { "" },
+                self.params.activation
+            ),
+            Family::Activation => format!("{s} {}", self.params.activation),
+            Family::Softmax => s,
+        }
+    }
+
+    /// The column titles matching [`Workload::summary_line`].
+    pub fn summary_header() -> String {
+        format!(
+            "{:<28} {:<13} {:<22} {:<20} {:>6} {:>12} {:>10}",
+            "NAME", "FAMILY", "TYPE", "HEADLINE", "SHAPES", "FLOP", "MIN BYTES"
+        )
+    }
+
+    /// One line for `cutesmith workloads`: name, family, types, headline shape, number
+    /// of shapes, FLOPs and minimum bytes of the headline.
+    pub fn summary_line(&self) -> String {
+        let h = self.headline();
+        format!(
+            "{:<28} {:<13} {:<22} {:<20} {:>6} {:>12} {:>10}",
+            self.name,
+            self.family,
+            self.kind_label(),
+            h.to_string(),
+            self.shapes.len(),
+            si(self.flops(h), "FLOP"),
+            si(self.min_bytes(h), "B"),
+        )
+    }
+}
+
+/// A number with an SI prefix and unit, four significant digits: `137.4 GFLOP`.
+pub(super) fn si(x: f64, unit: &str) -> String {
+    const PREFIXES: [(f64, &str); 5] =
+        [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, p) in PREFIXES {
+        if x >= scale {
+            let v = x / scale;
+            let digits = if v >= 100.0 {
+                1
+            } else if v >= 10.0 {
+                2
+            } else {
+                3
+            };
+            return format!("{v:.digits$} {p}{unit}");
+        }
+    }
+    format!("{x} {unit}")
+}

@@ -1,0 +1,417 @@
+//! The cross-field rules: a parsed [`WorkloadSpec`] becomes a [`Workload`] only when
+//! every rule holds (dimensions per family, parameters that belong to the family,
+//! dtypes, tolerances, targets), with defaults filled; every error names the file, the
+//! field and its line.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::error::{Result, WorkloadError};
+use super::location::line_of;
+use super::schema::*;
+use super::tolerance::Tolerance;
+use super::Workload;
+
+// ---------------------------------------------------------------------------------
+// Semantic validation.
+
+/// Turns a [`WorkloadSpec`] into a [`Workload`], naming the file in every error.
+pub(super) struct Validator<'a> {
+    pub(super) path: &'a Path,
+    /// The spec text, when known, to give errors a line number.
+    pub(super) text: Option<&'a str>,
+}
+
+impl Validator<'_> {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> WorkloadError {
+        let field = field.into();
+        WorkloadError::Invalid {
+            path: self.path.to_path_buf(),
+            line: self.text.and_then(|t| line_of(t, &field)),
+            field,
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn run(&self, spec: WorkloadSpec) -> Result<Workload> {
+        let name = self.name(spec.name.as_deref())?;
+        let family = spec.family;
+
+        let description = spec.description.trim().to_string();
+        if description.is_empty() || description.contains('\n') {
+            return Err(self.err(
+                "description",
+                "must be one non-empty line saying what the workload is",
+            ));
+        }
+
+        let (out_dtype, acc_dtype) = self.dtypes(&spec)?;
+
+        let layouts = match (family.is_gemm(), spec.layout) {
+            (true, l) => {
+                let l = l.unwrap_or_default();
+                let d = Layouts::default();
+                Layouts {
+                    a: l.a.unwrap_or(d.a),
+                    b: l.b.unwrap_or(d.b),
+                    c: l.c.unwrap_or(d.c),
+                }
+            }
+            (false, None) => Layouts {
+                a: Layout::Row,
+                b: Layout::Row,
+                c: Layout::Row,
+            },
+            (false, Some(_)) => {
+                return Err(self.err(
+                    "layout",
+                    format!(
+                        "only for families gemm and gemm_bias_act, not {family}; remove [layout]"
+                    ),
+                ))
+            }
+        };
+
+        let shapes = self.shapes(family, &spec.shapes)?;
+        let params = self.params(family, &spec.params)?;
+        let tolerance = self.tolerance(family, out_dtype, spec.allow_tf32, spec.tolerance)?;
+        let target = self.target(family, spec.target)?;
+
+        Ok(Workload {
+            name,
+            path: self.path.to_path_buf(),
+            description,
+            family,
+            dtype: spec.dtype,
+            out_dtype,
+            acc_dtype,
+            allow_tf32: spec.allow_tf32,
+            layouts,
+            shapes,
+            params,
+            tolerance,
+            target,
+        })
+    }
+
+    /// The file stem, checked against the optional `name` field.
+    fn name(&self, declared: Option<&str>) -> Result<String> {
+        let stem = self
+            .path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        let ok = !stem.is_empty()
+            && stem
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        if !ok {
+            return Err(self.err(
+                "name",
+                format!(
+                    "the file stem \"{stem}\" is not a workload name; allowed: lowercase \
+                     letters, digits, '_' and '-'"
+                ),
+            ));
+        }
+        match declared {
+            Some(n) if n != stem => Err(self.err(
+                "name",
+                format!(
+                    "\"{n}\" does not match the file name; it must equal the file stem \
+                     \"{stem}\" (or be left out)"
+                ),
+            )),
+            _ => Ok(stem.to_string()),
+        }
+    }
+
+    fn dtypes(&self, spec: &WorkloadSpec) -> Result<(DType, DType)> {
+        let family = spec.family;
+        if spec.allow_tf32 && !(family.is_gemm() && spec.dtype == DType::F32) {
+            return Err(self.err(
+                "allow_tf32",
+                format!(
+                    "tf32 only applies to f32 operands of a GEMM family (this is {family} \
+                     on {}); remove it",
+                    spec.dtype
+                ),
+            ));
+        }
+        let out_dtype = spec.out_dtype.unwrap_or(spec.dtype);
+        let acc_dtype = spec.acc_dtype.unwrap_or(DType::F32);
+        let f16_acc_ok = family.is_gemm() && spec.dtype == DType::F16;
+        if acc_dtype != DType::F32 && !(acc_dtype == DType::F16 && f16_acc_ok) {
+            return Err(self.err(
+                "acc_dtype",
+                format!(
+                    "{acc_dtype} accumulation is not supported here; allowed: f32{}",
+                    if f16_acc_ok { ", f16" } else { "" }
+                ),
+            ));
+        }
+        Ok((out_dtype, acc_dtype))
+    }
+
+    fn shapes(&self, family: Family, specs: &[ShapeSpec]) -> Result<Vec<Shape>> {
+        if specs.is_empty() {
+            return Err(self.err(
+                "shapes",
+                "at least one [[shapes]] entry is required (the first is the headline)",
+            ));
+        }
+        let mut shapes: Vec<Shape> = Vec::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            let shape = self.shape(family, i, s)?;
+            if let Some(j) = shapes.iter().position(|t| *t == shape) {
+                return Err(self.err(
+                    format!("shapes[{i}]"),
+                    format!("repeats shapes[{j}] ({shape}); remove one"),
+                ));
+            }
+            shapes.push(shape);
+        }
+        Ok(shapes)
+    }
+
+    fn shape(&self, family: Family, i: usize, s: &ShapeSpec) -> Result<Shape> {
+        let field = |d: &str| format!("shapes[{i}].{d}");
+        let dim = |d: &str, v: Option<i64>, default: Option<u64>| -> Result<u64> {
+            match (v, default) {
+                (Some(v), _) if v > 0 => Ok(v.unsigned_abs()),
+                (Some(v), _) => Err(self.err(field(d), format!("must be positive, got {v}"))),
+                (None, Some(d)) => Ok(d),
+                (None, None) => Err(self.err(
+                    field(d),
+                    format!("missing; {family} shapes need {}", needs(family)),
+                )),
+            }
+        };
+        let forbid = |d: &str, v: Option<i64>| -> Result<()> {
+            match v {
+                Some(_) => Err(self.err(
+                    field(d),
+                    format!("not used by {family}; allowed: {}", needs(family)),
+                )),
+                None => Ok(()),
+            }
+        };
+        let shape = match family {
+            Family::Gemm | Family::GemmBiasAct => Shape {
+                m: dim("m", s.m, None)?,
+                n: dim("n", s.n, None)?,
+                k: dim("k", s.k, None)?,
+                batch: dim("batch", s.batch, Some(1))?,
+            },
+            Family::Activation => {
+                forbid("k", s.k)?;
+                forbid("batch", s.batch)?;
+                Shape::rows(dim("m", s.m, Some(1))?, dim("n", s.n, None)?)
+            }
+            Family::Softmax => {
+                forbid("k", s.k)?;
+                forbid("batch", s.batch)?;
+                Shape::rows(dim("m", s.m, None)?, dim("n", s.n, None)?)
+            }
+        };
+        // Every operand's element count must fit the ABI's int64 sizes and strides.
+        let fits = |a: u64, b: u64| {
+            a.checked_mul(b)
+                .and_then(|x| x.checked_mul(shape.batch))
+                .is_some_and(|x| x <= i64::MAX as u64 / 8)
+        };
+        let k = shape.k.max(1);
+        if !(fits(shape.m, shape.n) && fits(shape.m, k) && fits(k, shape.n)) {
+            return Err(self.err(
+                format!("shapes[{i}]"),
+                format!("{shape} is too large: an operand's byte size must fit in int64"),
+            ));
+        }
+        Ok(shape)
+    }
+
+    fn params(&self, family: Family, p: &ParamsSpec) -> Result<Params> {
+        let only = |field: &str, allowed: &str| {
+            self.err(
+                format!("params.{field}"),
+                format!("not used by {family}; only for {allowed}"),
+            )
+        };
+        let finite = |field: &str, v: Option<f32>| -> Result<()> {
+            match v {
+                Some(x) if !x.is_finite() => Err(self.err(
+                    format!("params.{field}"),
+                    format!("must be a finite number, got {x}"),
+                )),
+                _ => Ok(()),
+            }
+        };
+        finite("alpha", p.alpha)?;
+        finite("beta", p.beta)?;
+        finite("leaky_slope", p.leaky_slope)?;
+
+        if !family.is_gemm() {
+            if p.alpha.is_some() {
+                return Err(only("alpha", "gemm and gemm_bias_act"));
+            }
+            if p.beta.is_some() {
+                return Err(only("beta", "gemm and gemm_bias_act"));
+            }
+        }
+        if p.bias.is_some() && family != Family::GemmBiasAct {
+            return Err(only("bias", "gemm_bias_act"));
+        }
+        let activation = match (family, p.activation) {
+            (Family::Gemm, Some(_)) => {
+                return Err(self.err(
+                    "params.activation",
+                    "family gemm has no activation; use family = \"gemm_bias_act\" for a \
+                     fused epilogue",
+                ))
+            }
+            (Family::Softmax, Some(_)) => {
+                return Err(only("activation", "activation and gemm_bias_act"))
+            }
+            (Family::Gemm | Family::Softmax, None) => Activation::Identity,
+            (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
+            (Family::GemmBiasAct | Family::Activation, None) => {
+                return Err(self.err(
+                    "params.activation",
+                    format!(
+                        "missing; {family} needs one; allowed: identity, relu, leaky_relu, \
+                         gelu_erf, gelu_tanh, silu, sigmoid, tanh"
+                    ),
+                ))
+            }
+        };
+        let act_alpha = match (activation, p.leaky_slope) {
+            (Activation::LeakyRelu, s) => s.unwrap_or(0.01),
+            (a, Some(_)) => {
+                return Err(self.err(
+                    "params.leaky_slope",
+                    format!("only with activation = \"leaky_relu\", not \"{a}\""),
+                ))
+            }
+            (_, None) => 0.0,
+        };
+        Ok(Params {
+            activation,
+            act_alpha,
+            alpha: p.alpha.unwrap_or(1.0),
+            beta: p.beta.unwrap_or(0.0),
+            bias: family == Family::GemmBiasAct && p.bias.unwrap_or(true),
+        })
+    }
+
+    fn tolerance(
+        &self,
+        family: Family,
+        out_dtype: DType,
+        tf32: bool,
+        spec: Option<ToleranceSpec>,
+    ) -> Result<Tolerance> {
+        let mut t = Tolerance::default_for(family, out_dtype, tf32);
+        let Some(spec) = spec else { return Ok(t) };
+        for (field, v) in [("rtol", spec.rtol), ("atol", spec.atol)] {
+            if let Some(x) = v {
+                if !(x.is_finite() && x >= 0.0) {
+                    return Err(self.err(
+                        format!("tolerance.{field}"),
+                        format!("must be a finite number >= 0, got {x}"),
+                    ));
+                }
+            }
+        }
+        t.rtol = spec.rtol.unwrap_or(t.rtol);
+        t.atol = spec.atol.unwrap_or(t.atol);
+        t.atol_scale = spec.atol_scale.unwrap_or(t.atol_scale);
+        if t.rtol == 0.0 && t.atol == 0.0 {
+            return Err(self.err(
+                "tolerance",
+                "rtol and atol are both 0; floating-point results need some slack",
+            ));
+        }
+        Ok(t)
+    }
+
+    fn target(&self, family: Family, spec: Option<TargetSpec>) -> Result<Target> {
+        let spec = spec.unwrap_or_default();
+        let baselines = spec.baselines.unwrap_or_else(|| family.default_baselines());
+        if baselines.is_empty() {
+            return Err(self.err(
+                "target.baselines",
+                "empty; name at least one, or leave it out for the family's default",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for b in &baselines {
+            if !seen.insert(*b) {
+                return Err(self.err("target.baselines", format!("\"{b}\" is listed twice")));
+            }
+            if !b.supports(family) {
+                let ok: Vec<_> = [
+                    Baseline::Cublas,
+                    Baseline::Cublaslt,
+                    Baseline::Cudnn,
+                    Baseline::Torch,
+                    Baseline::Copy,
+                ]
+                .into_iter()
+                .filter(|x| x.supports(family))
+                .map(Baseline::name)
+                .collect();
+                return Err(self.err(
+                    "target.baselines",
+                    format!(
+                        "\"{b}\" cannot run {family}; allowed for {family}: {}",
+                        ok.join(", ")
+                    ),
+                ));
+            }
+        }
+        let speedup_vs = spec.speedup_vs.unwrap_or(baselines[0]);
+        if !baselines.contains(&speedup_vs) {
+            return Err(self.err(
+                "target.speedup_vs",
+                format!(
+                    "\"{speedup_vs}\" is not among the baselines timed; allowed: {}",
+                    baselines
+                        .iter()
+                        .map(|b| b.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        let min_speedup = spec.min_speedup.unwrap_or(1.0);
+        if !(min_speedup.is_finite() && min_speedup > 0.0) {
+            return Err(self.err(
+                "target.min_speedup",
+                format!("must be a number > 0, got {min_speedup}"),
+            ));
+        }
+        if let Some(f) = spec.min_roofline_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(self.err(
+                    "target.min_roofline_fraction",
+                    format!("must be in (0, 1], got {f}"),
+                ));
+            }
+        }
+        Ok(Target {
+            baselines,
+            speedup_vs,
+            min_speedup,
+            min_roofline_fraction: spec.min_roofline_fraction,
+        })
+    }
+}
+
+/// The dimensions a family's shapes take, for error messages.
+fn needs(family: Family) -> &'static str {
+    match family {
+        Family::Gemm | Family::GemmBiasAct => "m, n, k (and optional batch)",
+        Family::Activation => "n (and optional m rows)",
+        Family::Softmax => "m (rows) and n (columns)",
+    }
+}

@@ -1,0 +1,583 @@
+//! The schema: the spec file as written (`*Spec`, checked by serde with
+//! `deny_unknown_fields`), the enums that mirror the kernel ABI through `abi_value()`, and
+//! the validated pieces a [`super::Workload`] is made of (shapes, layouts, parameters,
+//! target).
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// Which computation a kernel performs (`cs_family`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// `D = alpha * A * B + beta * C`, batched.
+    Gemm,
+    /// `D = act(alpha * A * B + beta * C + bias)`.
+    GemmBiasAct,
+    /// `D = act(A)` elementwise.
+    Activation,
+    /// Row-wise softmax of A.
+    Softmax,
+}
+
+impl Family {
+    /// Every family, in ABI order; used to list what is allowed.
+    pub const ALL: [Family; 4] = [
+        Family::Gemm,
+        Family::GemmBiasAct,
+        Family::Activation,
+        Family::Softmax,
+    ];
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gemm => "gemm",
+            Family::GemmBiasAct => "gemm_bias_act",
+            Family::Activation => "activation",
+            Family::Softmax => "softmax",
+        }
+    }
+
+    /// The `cs_family` value the harness puts in `cs_problem.family`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            Family::Gemm => 0,
+            Family::GemmBiasAct => 1,
+            Family::Activation => 2,
+            Family::Softmax => 3,
+        }
+    }
+
+    /// Whether the family multiplies matrices (has k, layouts, alpha/beta).
+    pub fn is_gemm(self) -> bool {
+        matches!(self, Family::Gemm | Family::GemmBiasAct)
+    }
+
+    /// The baselines measured when a spec names none: vendor GEMMs for the GEMM
+    /// families, cuDNN plus a plain device copy (the bandwidth ceiling) otherwise.
+    pub fn default_baselines(self) -> Vec<Baseline> {
+        if self.is_gemm() {
+            vec![Baseline::Cublas, Baseline::Cublaslt]
+        } else {
+            vec![Baseline::Cudnn, Baseline::Copy]
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Element type of an operand or result (`cs_dtype`). Specs may name f32, f16 and bf16;
+/// F64 exists only because the ABI has it (a reference or harness may use it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+pub enum DType {
+    /// IEEE binary32.
+    #[serde(rename = "f32")]
+    F32,
+    /// IEEE binary16.
+    #[serde(rename = "f16")]
+    F16,
+    /// bfloat16.
+    #[serde(rename = "bf16")]
+    BF16,
+    /// IEEE binary64; not accepted in spec files.
+    #[serde(skip_deserializing)]
+    F64,
+}
+
+impl DType {
+    /// The types a spec file may name.
+    pub const SPEC: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// Size of one element, for byte counts and buffer sizes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::F64 => 8,
+        }
+    }
+
+    /// The `cs_dtype` value the harness puts in `cs_problem.dtype_*`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            DType::F64 => 3,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Machine epsilon (the gap between 1 and the next value), which sets how close a
+    /// result rounded to this type can be to the exact one.
+    pub fn epsilon(self) -> f64 {
+        match self {
+            DType::F32 => f64::from(f32::EPSILON),
+            DType::F16 => 2f64.powi(-10),
+            DType::BF16 => 2f64.powi(-7),
+            DType::F64 => f64::EPSILON,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Storage order of a matrix operand (`cs_layout`): Row means the second index is
+/// contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// Row-major.
+    Row,
+    /// Column-major.
+    Col,
+}
+
+impl Layout {
+    /// The `cs_layout` value the harness puts in `cs_problem.layout_*`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            Layout::Row => 0,
+            Layout::Col => 1,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Row => "row",
+            Layout::Col => "col",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Elementwise function of the activation and GEMM-epilogue families (`cs_activation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `x`.
+    Identity,
+    /// `max(x, 0)`.
+    Relu,
+    /// `x >= 0 ? x : slope * x`; the slope travels in `cs_problem.act_alpha`.
+    LeakyRelu,
+    /// `0.5 x (1 + erf(x / sqrt 2))`.
+    GeluErf,
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    GeluTanh,
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+}
+
+impl Activation {
+    /// The `cs_activation` value the harness puts in `cs_problem.activation`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            Activation::Identity => 0,
+            Activation::Relu => 1,
+            Activation::LeakyRelu => 2,
+            Activation::GeluErf => 3,
+            Activation::GeluTanh => 4,
+            Activation::Silu => 5,
+            Activation::Sigmoid => 6,
+            Activation::Tanh => 7,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Identity => "identity",
+            Activation::Relu => "relu",
+            Activation::LeakyRelu => "leaky_relu",
+            Activation::GeluErf => "gelu_erf",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Tanh => "tanh",
+        }
+    }
+
+    /// Floating-point operations per element, counting each arithmetic op, compare or
+    /// select as 1 and each transcendental (exp, erf, tanh) as 1, as the hardware
+    /// issues roughly one instruction for it:
+    /// identity 0; relu 1 (max); leaky_relu 2 (mul, select); gelu_erf 5 (scale, erf,
+    /// add 1, two muls); gelu_tanh 9 (x^2, x^3, mul, add, scale, tanh, add 1, two
+    /// muls); silu 4 and sigmoid 4 (negate, exp, add 1, divide); tanh 1.
+    pub fn flops_per_element(self) -> f64 {
+        match self {
+            Activation::Identity => 0.0,
+            Activation::Relu => 1.0,
+            Activation::LeakyRelu => 2.0,
+            Activation::GeluErf => 5.0,
+            Activation::GeluTanh => 9.0,
+            Activation::Silu | Activation::Sigmoid => 4.0,
+            Activation::Tanh => 1.0,
+        }
+    }
+}
+
+impl fmt::Display for Activation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A library or reference kernel the candidate is timed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Baseline {
+    /// `cublasGemmEx` / `cublasGemmStridedBatchedEx` (GEMM families).
+    Cublas,
+    /// cuBLASLt matmul, with its fused bias/activation epilogues (GEMM families).
+    Cublaslt,
+    /// cuDNN activation / softmax forward (activation and softmax).
+    Cudnn,
+    /// Numbers recorded from PyTorch for the same problem (any family).
+    Torch,
+    /// A device-to-device copy of the same bytes: the bandwidth ceiling (activation and
+    /// softmax).
+    Copy,
+}
+
+impl Baseline {
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Baseline::Cublas => "cublas",
+            Baseline::Cublaslt => "cublaslt",
+            Baseline::Cudnn => "cudnn",
+            Baseline::Torch => "torch",
+            Baseline::Copy => "copy",
+        }
+    }
+
+    /// Whether this baseline can run a problem of `family`.
+    pub fn supports(self, family: Family) -> bool {
+        match self {
+            Baseline::Cublas | Baseline::Cublaslt => family.is_gemm(),
+            Baseline::Cudnn | Baseline::Copy => !family.is_gemm(),
+            Baseline::Torch => true,
+        }
+    }
+}
+
+impl fmt::Display for Baseline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// How the absolute tolerance grows with the problem, so one spec value fits every
+/// shape of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtolScale {
+    /// `atol` as written (activations).
+    None,
+    /// `atol * sqrt(k)`: a GEMM output of unit-scale inputs grows like sqrt(k).
+    SqrtK,
+    /// `atol / n`: a softmax row of n columns averages 1/n per element.
+    InvN,
+}
+
+/// Which peak rate bounds the arithmetic of a workload, so a caller of
+/// [`Workload::roofline_floor_s`] passes the matching FLOP/s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputePipe {
+    /// Tensor cores on f16 operands.
+    TensorF16,
+    /// Tensor cores on bf16 operands.
+    TensorBf16,
+    /// Tensor cores on f32 operands rounded to tf32.
+    TensorTf32,
+    /// CUDA cores in f32 (f32 GEMM without tf32, elementwise ops, softmax).
+    SimtF32,
+}
+
+// ---------------------------------------------------------------------------------
+// The spec as written.
+
+/// A spec file as parsed: every field as the author wrote it, before defaults and
+/// cross-field rules. Use [`Workload`] for anything but schema work.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Optional; when present it must equal the file stem.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// One line a person understands.
+    pub description: String,
+    /// The computation.
+    pub family: Family,
+    /// Operand type (A and B; the input of activation and softmax).
+    pub dtype: DType,
+    /// Result type (C and D); default `dtype`.
+    #[serde(default)]
+    pub out_dtype: Option<DType>,
+    /// Accumulation type; default f32.
+    #[serde(default)]
+    pub acc_dtype: Option<DType>,
+    /// f32 GEMM only: the kernel may round operands to tf32.
+    #[serde(default)]
+    pub allow_tf32: bool,
+    /// GEMM families only.
+    #[serde(default)]
+    pub layout: Option<LayoutSpec>,
+    /// Problem sizes; the first is the headline.
+    pub shapes: Vec<ShapeSpec>,
+    /// Op parameters.
+    #[serde(default)]
+    pub params: ParamsSpec,
+    /// Overrides of the per-dtype tolerance.
+    #[serde(default)]
+    pub tolerance: Option<ToleranceSpec>,
+    /// Baselines and goals.
+    #[serde(default)]
+    pub target: Option<TargetSpec>,
+}
+
+/// `[layout]` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutSpec {
+    /// A (m x k); default row.
+    #[serde(default)]
+    pub a: Option<Layout>,
+    /// B (k x n); default col.
+    #[serde(default)]
+    pub b: Option<Layout>,
+    /// C and D (m x n); default row.
+    #[serde(default)]
+    pub c: Option<Layout>,
+}
+
+/// One `[[shapes]]` entry as written; signed so a negative size gets a clear message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeSpec {
+    /// GEMM rows; softmax rows; activation rows (default 1).
+    #[serde(default)]
+    pub m: Option<i64>,
+    /// GEMM columns; softmax columns; activation elements per row.
+    #[serde(default)]
+    pub n: Option<i64>,
+    /// GEMM reduction size.
+    #[serde(default)]
+    pub k: Option<i64>,
+    /// GEMM batch count (default 1).
+    #[serde(default)]
+    pub batch: Option<i64>,
+}
+
+/// `[params]` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamsSpec {
+    /// Activation and gemm_bias_act: the elementwise function.
+    #[serde(default)]
+    pub activation: Option<Activation>,
+    /// leaky_relu only: the negative slope (default 0.01).
+    #[serde(default)]
+    pub leaky_slope: Option<f32>,
+    /// GEMM families: scale of A*B (default 1).
+    #[serde(default)]
+    pub alpha: Option<f32>,
+    /// GEMM families: scale of C (default 0, C not read).
+    #[serde(default)]
+    pub beta: Option<f32>,
+    /// gemm_bias_act: add a bias vector of n elements (default true).
+    #[serde(default)]
+    pub bias: Option<bool>,
+}
+
+/// `[tolerance]` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToleranceSpec {
+    /// Relative tolerance.
+    #[serde(default)]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance before `atol_scale`.
+    #[serde(default)]
+    pub atol: Option<f64>,
+    /// How atol grows with the shape.
+    #[serde(default)]
+    pub atol_scale: Option<AtolScale>,
+}
+
+/// `[target]` as written.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    /// What to time against; default per family.
+    #[serde(default)]
+    pub baselines: Option<Vec<Baseline>>,
+    /// The baseline the speedup goal is measured against; default the first baseline.
+    #[serde(default)]
+    pub speedup_vs: Option<Baseline>,
+    /// Goal: baseline time / candidate time on the headline shape (default 1.0).
+    #[serde(default)]
+    pub min_speedup: Option<f64>,
+    /// Goal: roofline floor / candidate time on the headline shape, in (0, 1].
+    #[serde(default)]
+    pub min_roofline_fraction: Option<f64>,
+}
+
+// ---------------------------------------------------------------------------------
+// The validated workload.
+
+/// A problem size. GEMM: `m x n x k` over `batch` problems. Activation and softmax:
+/// `m` rows of `n` elements with `k = 0` and `batch = 1`, as the ABI wants them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Shape {
+    /// Rows of A and D.
+    pub m: u64,
+    /// Columns of B and D; elements per row for activation/softmax.
+    pub n: u64,
+    /// Reduction size; 0 outside the GEMM families.
+    pub k: u64,
+    /// Independent problems; 1 outside the GEMM families.
+    pub batch: u64,
+}
+
+impl Shape {
+    /// A single GEMM problem.
+    pub const fn gemm(m: u64, n: u64, k: u64) -> Shape {
+        Shape { m, n, k, batch: 1 }
+    }
+
+    /// `m` rows of `n` elements (activation, softmax).
+    pub const fn rows(m: u64, n: u64) -> Shape {
+        Shape {
+            m,
+            n,
+            k: 0,
+            batch: 1,
+        }
+    }
+
+    /// Elements of D (the output), across the batch.
+    pub fn output_elements(&self) -> u64 {
+        self.m * self.n * self.batch
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.k == 0 {
+            if self.m == 1 {
+                format!("{}", self.n)
+            } else {
+                format!("{}x{}", self.m, self.n)
+            }
+        } else if self.batch == 1 {
+            format!("{}x{}x{}", self.m, self.n, self.k)
+        } else {
+            format!("{}x({}x{}x{})", self.batch, self.m, self.n, self.k)
+        };
+        f.pad(&s)
+    }
+}
+
+/// Storage orders of a GEMM's operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layouts {
+    /// A (m x k).
+    pub a: Layout,
+    /// B (k x n).
+    pub b: Layout,
+    /// C and D (m x n).
+    pub c: Layout,
+}
+
+impl Layouts {
+    /// The BLAS (column-major) name of the A/B pair: a row-major operand is a
+    /// transposed one, so A row + B col is "TN", the usual fast case.
+    pub fn blas_name(&self) -> &'static str {
+        match (self.a, self.b) {
+            (Layout::Row, Layout::Col) => "TN",
+            (Layout::Row, Layout::Row) => "TT",
+            (Layout::Col, Layout::Col) => "NN",
+            (Layout::Col, Layout::Row) => "NT",
+        }
+    }
+}
+
+impl Default for Layouts {
+    /// The TN case: A row-major, B column-major, C/D row-major.
+    fn default() -> Self {
+        Layouts {
+            a: Layout::Row,
+            b: Layout::Col,
+            c: Layout::Row,
+        }
+    }
+}
+
+/// Op parameters with defaults filled, ready for `cs_problem`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Params {
+    /// `cs_problem.activation`; Identity for gemm and softmax.
+    pub activation: Activation,
+    /// `cs_problem.act_alpha`: the leaky slope, else 0.
+    pub act_alpha: f32,
+    /// GEMM alpha (1 outside the GEMM families).
+    pub alpha: f32,
+    /// GEMM beta (0 outside the GEMM families); C is read only when nonzero.
+    pub beta: f32,
+    /// gemm_bias_act adds a bias vector of n elements.
+    pub bias: bool,
+}
+
+/// Baselines and goals with defaults filled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// What to time against, in order; never empty.
+    pub baselines: Vec<Baseline>,
+    /// The baseline of the speedup goal; one of `baselines`.
+    pub speedup_vs: Baseline,
+    /// Baseline time / candidate time wanted on the headline shape.
+    pub min_speedup: f64,
+    /// Roofline floor / candidate time wanted on the headline shape, if any.
+    pub min_roofline_fraction: Option<f64>,
+}
+
+/// Whether a shape's arithmetic intensity puts it under the bandwidth or the compute
+/// roof, which decides what an optimizer should work on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RooflineClass {
+    /// Below the ridge point: bytes bound the time.
+    MemoryBound,
+    /// At or above the ridge point: FLOPs bound the time.
+    ComputeBound,
+}

@@ -1,0 +1,110 @@
+//! Tolerances: the spec's rule ([`Tolerance`], with the atol that grows with the shape)
+//! and the bound it gives on one shape ([`ElementTolerance`]), which the comparison
+//! applies to every element.
+
+use serde::{Deserialize, Serialize};
+
+use super::float_serde;
+use super::schema::{AtolScale, DType, Family, Shape};
+
+/// When a result element is accepted: `|got - want| <= atol_at(shape) + rtol * |want|`.
+///
+/// Defaults (inputs of unit scale, e.g. uniform in [-1, 1], compared against an exact
+/// reference):
+/// - rtol is two ulps of the output type at 1.0, so a result rounded once (or two
+///   roundings that differ by one ulp) passes: bf16 1.6e-2 (2 * 2^-7), f16 2e-3
+///   (2 * 2^-10); for f32 output 1e-5, room for a different f32 summation order.
+/// - atol: f32 1e-5, f16 1e-3, bf16 1e-2, catching values near zero where rtol says
+///   nothing.
+/// - f32 GEMM with tf32 allowed: rtol 5e-3, atol 5e-3, since each operand is rounded
+///   to 10 mantissa bits before the multiply (about 1e-3 of the output scale).
+/// - atol scales by sqrt(k) for the GEMM families (the output's scale) and by 1/n for
+///   softmax (the mean of a row); activations use it as is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Absolute tolerance before scaling.
+    pub atol: f64,
+    /// How atol grows with the shape.
+    pub atol_scale: AtolScale,
+}
+
+impl Tolerance {
+    /// The documented default for a family, result type and math mode.
+    pub fn default_for(family: Family, out_dtype: DType, tf32: bool) -> Tolerance {
+        let (rtol, atol) = if tf32 {
+            (5e-3, 5e-3)
+        } else {
+            match out_dtype {
+                DType::F32 => (1e-5, 1e-5),
+                DType::F16 => (2e-3, 1e-3),
+                DType::BF16 => (1.6e-2, 1e-2),
+                DType::F64 => (1e-12, 1e-12),
+            }
+        };
+        Tolerance {
+            rtol,
+            atol,
+            atol_scale: Self::default_scale(family),
+        }
+    }
+
+    /// sqrt(k) for GEMMs, 1/n for softmax, none for activations.
+    pub fn default_scale(family: Family) -> AtolScale {
+        match family {
+            Family::Gemm | Family::GemmBiasAct => AtolScale::SqrtK,
+            Family::Softmax => AtolScale::InvN,
+            Family::Activation => AtolScale::None,
+        }
+    }
+
+    /// The absolute tolerance on `shape`, after scaling.
+    pub fn atol_at(&self, shape: &Shape) -> f64 {
+        match self.atol_scale {
+            AtolScale::None => self.atol,
+            AtolScale::SqrtK => self.atol * (shape.k.max(1) as f64).sqrt(),
+            AtolScale::InvN => self.atol / shape.n.max(1) as f64,
+        }
+    }
+
+    /// The comparison tolerance on `shape` (atol scaled), as the validator applies it.
+    pub fn at(&self, shape: &Shape) -> ElementTolerance {
+        ElementTolerance {
+            rtol: self.rtol,
+            atol: self.atol_at(shape),
+        }
+    }
+
+    /// Whether `got` is close enough to `want` on `shape`: the validator's rule (NaN
+    /// passes only against NaN, an infinity only against the same infinity).
+    pub fn accepts(&self, got: f64, want: f64, shape: &Shape) -> bool {
+        self.at(shape).accepts(got, want)
+    }
+}
+
+/// How close is close enough: an element passes when |got - want| <= atol + rtol * |want|;
+/// a NaN reference needs a NaN, an infinite one the same infinity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ElementTolerance {
+    /// Relative tolerance (scaled by |want|).
+    #[serde(with = "float_serde")]
+    pub rtol: f64,
+    /// Absolute tolerance.
+    #[serde(with = "float_serde")]
+    pub atol: f64,
+}
+
+impl ElementTolerance {
+    /// The full acceptance rule for one (already written) element, so tests and other
+    /// stages apply exactly what `compare` applies.
+    pub fn accepts(&self, got: f64, want: f64) -> bool {
+        if want.is_nan() {
+            got.is_nan()
+        } else if want.is_infinite() {
+            got == want
+        } else {
+            got.is_finite() && (got - want).abs() <= self.atol + self.rtol * want.abs()
+        }
+    }
+}

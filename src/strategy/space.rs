@@ -1,0 +1,239 @@
+//! The candidate space of a workload: the strategies worth trying, most promising first,
+//! each with the verdict of the rules.
+
+use super::{check, Strategy};
+use crate::spec::{DType, Family, Workload};
+
+/// The candidate space for a workload, most promising first, each with its validity.
+pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
+    let mut out = Vec::new();
+    let fp16 = if w.dtype() == DType::F16 {
+        vec![("CS_GEMM_FP16", 1)]
+    } else {
+        vec![]
+    };
+    let with = |base: &[(&str, i64)], extra: &[(&'static str, i64)]| -> Vec<(String, i64)> {
+        base.iter()
+            .chain(extra.iter())
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect()
+    };
+    let mk = |template: &str, params: Vec<(String, i64)>, why: &str| Strategy {
+        template: template.into(),
+        params: params.into_iter().collect(),
+        rationale: why.into(),
+    };
+    match w.family() {
+        Family::Gemm if w.dtype() == DType::F32 => {
+            for (p, why) in [
+                (
+                    &[
+                        ("CS_TILE_M", 128),
+                        ("CS_TILE_N", 128),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 3),
+                    ][..],
+                    "3xTF32 on tensor cores (fp32-accurate), 128x128x32, warps 64x32, 3 stages",
+                ),
+                (
+                    &[
+                        ("CS_TILE_M", 128),
+                        ("CS_TILE_N", 64),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 4),
+                    ][..],
+                    "3xTF32, 128x64x32, 4 stages: 4 warps, several CTAs per SM",
+                ),
+                (
+                    &[
+                        ("CS_TILE_M", 256),
+                        ("CS_TILE_N", 64),
+                        ("CS_TILE_K", 32),
+                        ("CS_STAGES", 3),
+                    ][..],
+                    "3xTF32, 256x64x32: taller tiles",
+                ),
+            ] {
+                out.push(mk("gemm_f32_3xtf32", with(p, &[]), why));
+            }
+        }
+        Family::Gemm | Family::GemmBiasAct => {
+            let fused: Vec<(&'static str, i64)> = if w.family() == Family::GemmBiasAct {
+                vec![
+                    ("CS_FUSED_BIAS_ACT", 1),
+                    ("CS_ACT", w.params().activation.abi_value() as i64),
+                ]
+            } else {
+                vec![]
+            };
+            let align1 = if w.headline().n % 8 != 0 && fused.is_empty() {
+                vec![("CS_EPI_ALIGN1", 1)]
+            } else {
+                vec![]
+            };
+            let mut extra = fp16.clone();
+            extra.extend(fused.iter().copied());
+            extra.extend(align1.iter().copied());
+            let skinny = w.headline().m <= 64 || w.headline().n <= 64;
+            let cutlass = [
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..], "cooperative 128x256x64, cluster 2x1: the large-tile path that beats cuBLAS at 4096^3"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..], "cooperative 128x128x64, cluster 2x1: more tiles for mid-size problems"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 128x128x64: overlaps one warpgroup's epilogue with the other's MMAs"),
+                (&[("CS_TILE_M", 64), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_SCHEDULE", 1)][..], "ping-pong 64x128: small tiles for skinny or small problems"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_CLUSTER_N", 2)][..], "cooperative 128x256x64, cluster 1x2: B tiles multicast instead of A"),
+                (&[("CS_TILE_M", 256), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..], "cooperative 256x128x64, cluster 2x1: the transposed large tile"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 2), ("CS_SWIZZLE", 4)][..], "cooperative 128x256, cluster 2x1, tiles rastered along N with swizzle 4: L2 reuse of A"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 1), ("CS_SWIZZLE", 2)][..], "cooperative 128x256, cluster 2x1, rastered along M with swizzle 2: L2 reuse of B"),
+            ];
+            if skinny && w.family() == Family::Gemm {
+                for (p, why) in [
+                    (
+                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
+                        "split-K x4 over 64-column blocks, the last CTA of a column block sums the splits (no second kernel), B loads with the L2 256-byte prefetch hint",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64), ("CS_FUSED_REDUCE", 0), ("CS_PDL", 1)][..],
+                        "split-K x4 with a separate reduce kernel chained by programmatic dependent launch",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 8), ("CS_BLOCK_N", 32)][..],
+                        "split-K x8 over 32-column blocks: more CTAs, more bytes in flight",
+                    ),
+                    (
+                        &[("CS_SPLIT_K", 2), ("CS_BLOCK_N", 64)][..],
+                        "split-K x2: fewer partial sums to reduce",
+                    ),
+                ] {
+                    out.push(mk("gemm_skinny_splitk", with(p, &fp16), why));
+                }
+            }
+            let order: Vec<usize> = if skinny {
+                vec![3, 2, 1, 0, 4, 5, 6, 7]
+            } else {
+                vec![0, 4, 2, 5, 6, 7, 1, 3]
+            };
+            for i in order {
+                let (p, why) = cutlass[i];
+                out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+            }
+            for (p, why) in [
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
+                    "raw CuTe TMA + WGMMA, 128x128x64, 4 stages",
+                ),
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 3)][..],
+                    "raw CuTe TMA + WGMMA, 128x256x64, 3 stages",
+                ),
+            ] {
+                out.push(mk("gemm_sm90_tma_wgmma", with(p, &fp16), why));
+            }
+        }
+        Family::Activation => {
+            for (v, b, why) in [
+                (
+                    4,
+                    4,
+                    "4 x 16 B in flight per thread, 4 blocks of 256 per SM",
+                ),
+                (8, 4, "8 x 16 B in flight per thread: more bytes in flight"),
+                (
+                    2,
+                    8,
+                    "2 x 16 B per thread, 8 blocks per SM: more threads, fewer registers",
+                ),
+            ] {
+                out.push(mk(
+                    "elementwise_activation",
+                    vec![
+                        ("CS_VECS_PER_THREAD".into(), v),
+                        ("CS_BLOCKS_PER_SM".into(), b),
+                    ],
+                    why,
+                ));
+            }
+        }
+        Family::Softmax => {
+            for (t, c, why) in [
+                (
+                    1024,
+                    1,
+                    "a row per CTA of 1024 threads, the row cached in shared memory when it fits",
+                ),
+                (
+                    512,
+                    1,
+                    "a row per CTA of 512 threads, row cached in shared memory when it fits",
+                ),
+                (
+                    1024,
+                    0,
+                    "a row per CTA, second pass re-reads the row from L2",
+                ),
+            ] {
+                out.push(mk(
+                    "softmax_rows",
+                    vec![("CS_THREADS".into(), t), ("CS_CACHE_ROW_IN_SMEM".into(), c)],
+                    why,
+                ));
+            }
+        }
+    }
+    out.into_iter()
+        .map(|s| {
+            let v = check(&s, w).and_then(|()| {
+                if s.source_path().is_file() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "template file {} not found",
+                        s.source_path().display()
+                    ))
+                }
+            });
+            (s, v)
+        })
+        .collect()
+}
+
+/// The valid candidates, in order.
+pub fn candidates(w: &Workload) -> Vec<Strategy> {
+    space(w)
+        .into_iter()
+        .filter(|(_, v)| v.is_ok())
+        .map(|(s, _)| s)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn workloads_dir() -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
+    }
+
+    #[test]
+    fn every_shipped_suite_names_existing_workloads_with_candidates() {
+        let dir = workloads_dir();
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir.join("suites")).unwrap().flatten() {
+            let stem = entry
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let (_, spec) = crate::spec::suite::load(&dir, &stem).unwrap();
+            assert!(!spec.workloads.is_empty(), "{stem}");
+            for w in &spec.workloads {
+                let wl = Workload::find(&dir, w).unwrap_or_else(|e| panic!("{stem}: {e}"));
+                assert!(!candidates(&wl).is_empty(), "{stem}: no candidate for {w}");
+            }
+            n += 1;
+        }
+        assert!(n >= 4);
+    }
+}
