@@ -1,8 +1,10 @@
 //! cutesmith: an agent that writes, checks and optimizes CuTe GPU kernels.
 //!
-//! The data path reads straight through the modules:
-//! workload ([`workload`]) -> source -> shared object ([`toolchain`]) -> device facts
-//! ([`gpu`]) -> report ([`doctor`], [`cli`]). Every kernel implements the C ABI in
+//! The data path reads straight through the modules: workload spec ([`spec`]) -> prompt
+//! and reply ([`agent`], [`provider`]) -> source -> shared object ([`toolchain`]) ->
+//! worker process and evaluation ([`eval`]) -> profile ([`feedback`]) -> next prompt.
+//! Front ends ([`cli`]) and reports ([`report`]) sit on top. Layers point down only; see
+//! ARCHITECTURE.md. Every kernel implements the C ABI in
 //! `cutlass-templates/include/cutesmith_abi.h`, mirrored in [`abi`].
 
 pub mod abi;

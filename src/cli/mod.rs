@@ -1,7 +1,9 @@
-//! The command line: flags parsed by clap, each subcommand run, and its exit code.
+//! The front end: flags parsed by clap, each subcommand run by its own module, and its
+//! exit code. The only layer that prints to the terminal, reads flags or knows exit
+//! codes; everything it shows is rendered by the layer that owns the data.
 //!
 //! Exit codes: 0 ok; 1 the goal was not met (a kernel failed to compile); 2 an error
-//! (a missing tool, a bad flag, an unreadable file).
+//! (a missing tool, a bad flag, an unreadable file); 130 a session stopped by Ctrl-C.
 
 pub mod bench;
 pub mod cache;

@@ -123,22 +123,14 @@ pub fn sinks(
     Ok(Arc::new(Fanout(v)))
 }
 
-/// The session's evaluator, with a loud warning when it is the test double.
-pub fn evaluator(
-    opts: &ToolchainOptions,
-    seeds: u64,
-    runs: u32,
-    timeout_s: u64,
-    ncu: bool,
-) -> Result<Arc<dyn Evaluator>> {
-    let ev = launch::evaluator(opts, seeds, runs, timeout_s, ncu)?;
+/// Says loudly when the session's evaluator is the test double (no GPU ran).
+pub fn warn_if_test_double(ev: &Arc<dyn Evaluator>) {
     if launch::is_test_double(ev.as_ref()) {
         eprintln!(
             "cutesmith: WARNING: {TEST_EVALUATOR_ENV} is set: kernels are NOT run on a GPU; \
              every figure in this session comes from a test double"
         );
     }
-    Ok(ev)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -202,13 +194,14 @@ pub fn new_session(
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = ensure_toolchain(opts, no_install)?;
-    let ev = evaluator(
+    let ev = launch::evaluator(
         opts,
         args.seeds,
         args.timing_runs,
         args.timeout,
         !args.no_profile,
     )?;
+    warn_if_test_double(&ev);
     let plan = Plan {
         provider: provider_spec(config, args)?,
         budgets: Budgets {
@@ -257,7 +250,11 @@ pub fn open_session(
     launch::open(
         root,
         tc,
-        |spec| evaluator(opts, spec.seeds, spec.timing_runs, spec.timeout_s, true),
+        |spec| {
+            let ev = launch::evaluator(opts, spec.seeds, spec.timing_runs, spec.timeout_s, true)?;
+            warn_if_test_double(&ev);
+            Ok(ev)
+        },
         compile::default_jobs(),
         |dir| sinks(dir, view, Vec::new()),
     )

@@ -105,7 +105,8 @@ pub fn run_sessions(
     suite: &SuiteSpec,
     after_each: &mut dyn FnMut(&[SuiteRow]) -> Result<()>,
 ) -> Result<(Vec<SuiteRow>, PathBuf)> {
-    std::fs::create_dir_all(&args.runs_dir).map_err(|e| crate::Error::io(&args.runs_dir, e))?;
+    std::fs::create_dir_all(&args.runs_dir)
+        .map_err(|e| crate::error::Error::io(&args.runs_dir, e))?;
     let stamp = crate::clock::now_rfc3339().replace([':', '-'], "");
     let events_path = args.runs_dir.join(format!("suite-{name}-{stamp}.jsonl"));
     let suite_events: Arc<dyn EventSink> = Arc::new(JsonlSink::open(&events_path)?);

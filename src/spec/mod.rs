@@ -6,6 +6,11 @@
 //! (defaults filled, cross-field rules checked, shapes resolved). The enums mirror the
 //! kernel ABI in `cutlass-templates/include/cutesmith_abi.h` through `abi_value()`.
 //!
+//! Here: [`Workload`] and its loaders. The schema types are in `schema.rs`, the
+//! cross-field rules in `rules.rs`, the error locations in `location.rs`, tolerances in
+//! `tolerance.rs`, the roofline arithmetic in `roofline.rs`, goals in `goal.rs`, the
+//! listing in `listing.rs`; suite files in [`suite`].
+//!
 //! Schema (one workload per file; the file stem is the workload's name):
 //!
 //! ```toml
