@@ -1,5 +1,5 @@
 /*
- * cutesmith kernel ABI, version 1.
+ * cutesmith kernel ABI, version 2.
  *
  * Every kernel cutesmith compiles (a built-in template instance, a model's reply, a
  * hand edit) is a shared object exporting the three entry points declared at the end of
@@ -13,19 +13,39 @@
  * generated from it by bindgen (see tests/suite/abi.rs, which regenerates the bindings
  * and fails on any difference). Change the two together and bump CS_ABI_VERSION.
  *
- * Semantics by family (row-major unless a layout field says otherwise):
- *   CS_FAMILY_GEMM:        D[b] = alpha * A[b] (m x k) * B[b] (k x n) + beta * C[b]
- *   CS_FAMILY_GEMM_BIAS_ACT: D[b] = act(alpha * A[b] * B[b] + beta * C[b] + bias (n))
- *   CS_FAMILY_ACTIVATION:  D = act(A), elementwise over m rows of n elements (lda, ldd)
- *   CS_FAMILY_SOFTMAX:     D = softmax over each of the m rows of A (n elements each)
- * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts.
+ * Semantics by family (each operand stored as its layout field says; A is m x k, B is
+ * k x n, C and D are m x n):
+ *   CS_FAMILY_GEMM:          D[b] = chain(alpha * A[b] * B[b] + beta * C[b])
+ *   CS_FAMILY_GEMM_BIAS_ACT: D[b] = act(alpha * A[b] * B[b] + beta * C[b] + bias (n)),
+ *                            then the rest of the chain
+ *   CS_FAMILY_ACTIVATION:    D = chain(A), elementwise over m rows of n elements
+ *                            (lda, ldd); the activation is the chain's first op
+ *   CS_FAMILY_SOFTMAX:       D = softmax over each of the m rows of A (n elements each)
+ *   CS_FAMILY_LOG_SOFTMAX:   D = log_softmax over each row of A
+ *   CS_FAMILY_GEMM_SOFTMAX:  D[b] = softmax (log_softmax when log_softmax != 0) over
+ *                            each row of alpha * A[b] * B[b] + beta * C[b]
+ *   CS_FAMILY_GEMM_GLU:      D[b] = gate(A[b] * B[b]) * (A[b] * B2[b]), gate a
+ *                            cs_activation (SwiGLU: silu, GEGLU: gelu_tanh/gelu_erf);
+ *                            B2 has B's layout, shape and dtype
+ * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
+ * operand to every batch.
+ *
+ * The epilogue chain: an ordered list of elementwise ops applied in fp32 to the value
+ * entering it (GEMM: alpha*acc + beta*C; activation: the element of A), written by
+ * cutesmith as a C++ functor `cs_chain` from the workload spec and placed in the kernel
+ * source (see cutesmith_chain.cuh). Ops may read up to CS_MAX_OPERANDS tensors, passed
+ * in `operands`: a row vector (n values, indexed by the column), a column vector (m
+ * values, indexed by the row) or a full m x n matrix (a residual).
+ *
+ * fp8 (E4M3, E5M2) operands are scaled per tensor: the math uses scale_a * A and
+ * scale_b * B; an fp8 D stores the result times scale_d.
  */
 #ifndef CUTESMITH_ABI_H
 #define CUTESMITH_ABI_H
 
 #include <stdint.h>
 
-#define CS_ABI_VERSION 1
+#define CS_ABI_VERSION 2
 
 #ifdef __CUDACC__
 #include <cuda_runtime_api.h>
@@ -47,7 +67,10 @@ typedef enum cs_family {
   CS_FAMILY_GEMM = 0,
   CS_FAMILY_GEMM_BIAS_ACT = 1,
   CS_FAMILY_ACTIVATION = 2,
-  CS_FAMILY_SOFTMAX = 3
+  CS_FAMILY_SOFTMAX = 3,
+  CS_FAMILY_LOG_SOFTMAX = 4,
+  CS_FAMILY_GEMM_SOFTMAX = 5,
+  CS_FAMILY_GEMM_GLU = 6
 } cs_family;
 
 /* Element types of operands and results. */
@@ -55,7 +78,9 @@ typedef enum cs_dtype {
   CS_DTYPE_F32 = 0,
   CS_DTYPE_F16 = 1,
   CS_DTYPE_BF16 = 2,
-  CS_DTYPE_F64 = 3
+  CS_DTYPE_F64 = 3,
+  CS_DTYPE_E4M3 = 4, /* fp8: 4 exponent bits, 3 mantissa bits, no infinity */
+  CS_DTYPE_E5M2 = 5  /* fp8: 5 exponent bits, 2 mantissa bits */
 } cs_dtype;
 
 /* Storage order of a matrix operand: ROW means the second index is contiguous. */
@@ -73,8 +98,35 @@ typedef enum cs_activation {
   CS_ACT_GELU_TANH = 4,
   CS_ACT_SILU = 5,
   CS_ACT_SIGMOID = 6,
-  CS_ACT_TANH = 7
+  CS_ACT_TANH = 7,
+  CS_ACT_SELU = 8,
+  CS_ACT_ELU = 9,         /* alpha in act_alpha */
+  CS_ACT_HARDSIGMOID = 10,
+  CS_ACT_HARDSWISH = 11,
+  CS_ACT_HARDTANH = 12,   /* min in act_alpha, max in act_beta */
+  CS_ACT_SOFTPLUS = 13,   /* beta in act_alpha, threshold in act_beta */
+  CS_ACT_SOFTSIGN = 14,
+  CS_ACT_MISH = 15
 } cs_activation;
+
+/* Where an epilogue-chain tensor operand is indexed from. */
+typedef enum cs_operand_kind {
+  CS_OPERAND_NONE = 0,
+  CS_OPERAND_ROW = 1,    /* n values: element j of a row vector, for column j of D */
+  CS_OPERAND_COL = 2,    /* m values: element i of a column vector, for row i of D */
+  CS_OPERAND_MATRIX = 3  /* m x n values (layout_cd, ld, batch_stride): a residual */
+} cs_operand_kind;
+
+#define CS_MAX_OPERANDS 4
+
+/* One tensor operand of the epilogue chain. */
+typedef struct cs_operand {
+  const void *ptr;
+  int32_t kind;          /* cs_operand_kind */
+  int32_t dtype;         /* cs_dtype */
+  int64_t ld;            /* matrix: leading dimension in elements; vectors: 1 */
+  int64_t batch_stride;  /* elements between batches (0: shared by every batch) */
+} cs_operand;
 
 /* Return codes of the entry points other than CUDA's own (cudaError_t values). */
 typedef enum cs_status {
@@ -146,6 +198,30 @@ typedef struct cs_problem {
   /* Device facts the harness read, so a kernel can size a persistent grid. */
   int32_t sm_count;
   int32_t reserved0;
+
+  /* ---- ABI version 2 ---- */
+
+  /* The epilogue chain's tensor operands, in the order the chain names them. */
+  cs_operand operands[CS_MAX_OPERANDS];
+  int32_t num_operands;
+
+  /* Second parameter of the activation (hardtanh max, softplus threshold). */
+  float act_beta;
+
+  /* fp8 per-tensor scales (1 for other types). */
+  float scale_a;
+  float scale_b;
+  float scale_d;
+
+  /* CS_FAMILY_GEMM_SOFTMAX: nonzero for log_softmax. */
+  int32_t log_softmax;
+
+  /* CS_FAMILY_GEMM_GLU: the second weight (B's layout, shape and dtype) and the gate. */
+  const void *b2;
+  int64_t ldb2;
+  int64_t batch_stride_b2;
+  int32_t gate; /* cs_activation */
+  int32_t reserved1;
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

@@ -1,0 +1,155 @@
+/*
+ * cutesmith epilogue chains: the device functions a chain is written with, the loads of
+ * its tensor operands, and the identity chain kernels use when none is given.
+ *
+ * cutesmith writes a workload's chain as a struct `cs_chain` (see `src/spec/chain.rs`) at
+ * the top of the kernel source, in this order:
+ *
+ *   #define CS_CHAIN_DEFINED 1
+ *   #include "cutesmith_chain.cuh"
+ *   struct cs_chain {
+ *     static constexpr int kOperands = 1;           // tensor operands the chain reads
+ *     static constexpr int kKind0 = CS_OPERAND_ROW;  // kKind0..kKind3: cs_operand_kind
+ *     ...
+ *     static constexpr bool kIdentity = false;
+ *     __host__ __device__ static float apply(float z, const float (&t)[CS_MAX_OPERANDS]);
+ *   };
+ *
+ * A source without a chain includes this header and gets the identity chain below.
+ *
+ * `z` is the value entering the chain (GEMM: alpha * acc + beta * C, in fp32; activation:
+ * the element of A); `t[i]` is operand i at this element, loaded with cs_operand_load.
+ * The result is what D stores (rounded to its type once).
+ */
+#ifndef CUTESMITH_CHAIN_CUH
+#define CUTESMITH_CHAIN_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "cutesmith_abi.h"
+
+#ifdef __CUDACC__
+#define CS_HD __host__ __device__ __forceinline__
+#else
+#define CS_HD inline
+#endif
+
+/* ---- the elementwise functions (fp32; the reference evaluates the same in fp64) ---- */
+
+CS_HD float cs_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+CS_HD float cs_relu(float x) { return fmaxf(x, 0.0f); }
+CS_HD float cs_leaky_relu(float x, float slope) { return x >= 0.0f ? x : slope * x; }
+CS_HD float cs_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+CS_HD float cs_gelu_tanh(float x)
+{
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+/* silu with beta (swish): x * sigmoid(beta * x); beta = 1 is silu. */
+CS_HD float cs_silu(float x, float beta) { return x * cs_sigmoidf(beta * x); }
+CS_HD float cs_sigmoid(float x) { return cs_sigmoidf(x); }
+CS_HD float cs_tanh(float x) { return tanhf(x); }
+CS_HD float cs_selu(float x)
+{
+  const float alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
+  return scale * (x > 0.0f ? x : alpha * expm1f(x));
+}
+CS_HD float cs_elu(float x, float alpha) { return x > 0.0f ? x : alpha * expm1f(x); }
+/* PyTorch's: relu6(x + 3) / 6. */
+CS_HD float cs_hardsigmoid(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
+CS_HD float cs_hardswish(float x) { return x * cs_hardsigmoid(x); }
+CS_HD float cs_hardtanh(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+/* PyTorch's: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold. */
+CS_HD float cs_softplus(float x, float beta, float threshold)
+{
+  float bx = beta * x;
+  return bx > threshold ? x : log1pf(expf(bx)) / beta;
+}
+CS_HD float cs_softsign(float x) { return x / (1.0f + fabsf(x)); }
+CS_HD float cs_mish(float x) { return x * tanhf(cs_softplus(x, 1.0f, 20.0f)); }
+
+/* The activation `act` (cs_activation) with its two parameters, for kernels that take
+ * it at run time (cs_problem.activation, act_alpha, act_beta). */
+CS_HD float cs_activate(int act, float x, float p0, float p1)
+{
+  switch (act) {
+    case CS_ACT_RELU: return cs_relu(x);
+    case CS_ACT_LEAKY_RELU: return cs_leaky_relu(x, p0);
+    case CS_ACT_GELU_ERF: return cs_gelu_erf(x);
+    case CS_ACT_GELU_TANH: return cs_gelu_tanh(x);
+    case CS_ACT_SILU: return cs_silu(x, 1.0f);
+    case CS_ACT_SIGMOID: return cs_sigmoid(x);
+    case CS_ACT_TANH: return cs_tanh(x);
+    case CS_ACT_SELU: return cs_selu(x);
+    case CS_ACT_ELU: return cs_elu(x, p0);
+    case CS_ACT_HARDSIGMOID: return cs_hardsigmoid(x);
+    case CS_ACT_HARDSWISH: return cs_hardswish(x);
+    case CS_ACT_HARDTANH: return cs_hardtanh(x, p0, p1);
+    case CS_ACT_SOFTPLUS: return cs_softplus(x, p0, p1);
+    case CS_ACT_SOFTSIGN: return cs_softsign(x);
+    case CS_ACT_MISH: return cs_mish(x);
+    default: return x;
+  }
+}
+
+/* ---- element loads of any cutesmith dtype ---- */
+
+CS_HD float cs_load_as_float(const void *base, int32_t dtype, int64_t idx)
+{
+  switch (dtype) {
+    case CS_DTYPE_F32: return static_cast<const float *>(base)[idx];
+    case CS_DTYPE_F16: return __half2float(static_cast<const __half *>(base)[idx]);
+    case CS_DTYPE_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[idx]);
+    case CS_DTYPE_F64: return float(static_cast<const double *>(base)[idx]);
+    case CS_DTYPE_E4M3: return float(static_cast<const __nv_fp8_e4m3 *>(base)[idx]);
+    case CS_DTYPE_E5M2: return float(static_cast<const __nv_fp8_e5m2 *>(base)[idx]);
+    default: return 0.0f;
+  }
+}
+
+/* Operand `o` at element (row, col) of batch b of D (m x n, layout_cd). */
+CS_HD float cs_operand_load(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row,
+                            int64_t col)
+{
+  int64_t idx;
+  switch (o.kind) {
+    case CS_OPERAND_ROW: idx = b * o.batch_stride + col; break;
+    case CS_OPERAND_COL: idx = b * o.batch_stride + row; break;
+    case CS_OPERAND_MATRIX:
+      idx = b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
+      break;
+    default: return 0.0f;
+  }
+  return cs_load_as_float(o.ptr, o.dtype, idx);
+}
+
+/* The chain at element (row, col) of batch b: loads the operands it reads, applies it. */
+template <class Chain>
+CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, int64_t col)
+{
+  float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < Chain::kOperands; ++i) {
+    t[i] = cs_operand_load(p.operands[i], p.layout_cd, b, row, col);
+  }
+  return Chain::apply(z, t);
+}
+
+/* ---- the identity chain, when the source defines none ---- */
+
+#ifndef CS_CHAIN_DEFINED
+#define CS_CHAIN_DEFINED 1
+struct cs_chain {
+  static constexpr int kOperands = 0;
+  static constexpr int kKind0 = CS_OPERAND_NONE;
+  static constexpr int kKind1 = CS_OPERAND_NONE;
+  static constexpr int kKind2 = CS_OPERAND_NONE;
+  static constexpr int kKind3 = CS_OPERAND_NONE;
+  static constexpr bool kIdentity = true;
+  CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
+};
+#endif
+
+#endif /* CUTESMITH_CHAIN_CUH */
