@@ -123,22 +123,49 @@ pub struct WorkloadFacts {
     pub intensity: String,
     pub bound: String,
     pub floor_us: String,
+    /// The `cs_chain` functor the kernel must compute (empty for no chain).
+    pub chain_cpp: String,
 }
 
 impl WorkloadFacts {
     pub fn new(w: &Workload, gpu: &GpuFacts) -> WorkloadFacts {
         let h = w.headline();
         let fam = w.family();
+        let pr = w.params();
+        let chain = w.chain();
         let params = match fam {
-            Family::Activation => format!("activation {}", w.params().activation),
-            Family::GemmBiasAct => format!(
-                "D = {}(alpha*A*B{} ), alpha {}",
-                w.params().activation,
-                if w.params().bias { " + bias[n]" } else { "" },
-                w.params().alpha
+            Family::Activation => format!("D = chain(A), the chain: {}", chain.describe()),
+            Family::GemmBiasAct | Family::Gemm => {
+                let mut s = format!(
+                    "z = alpha*A*B + beta*C with alpha {}, beta {}",
+                    pr.alpha, pr.beta
+                );
+                if !chain.is_identity() {
+                    s.push_str(&format!(", then D = chain(z): {}", chain.describe()));
+                }
+                if w.dtype().is_fp8() {
+                    s.push_str(&format!(
+                        "; fp8 per-tensor scales scale_a {}, scale_b {} multiply the product",
+                        pr.scale_a, pr.scale_b
+                    ));
+                }
+                s
+            }
+            Family::GemmGlu => format!(
+                "D = {}(A*B) * (A*B2): two GEMMs sharing A (B2 has B's shape and layout)",
+                pr.gate
             ),
-            Family::Gemm => format!("alpha {}, beta {}", w.params().alpha, w.params().beta),
+            Family::GemmSoftmax => format!(
+                "D = {} over each row (length n) of alpha*A*B + beta*C, alpha {}",
+                if pr.log_softmax {
+                    "log_softmax"
+                } else {
+                    "softmax"
+                },
+                pr.alpha
+            ),
             Family::Softmax => "softmax over each row (length n)".into(),
+            Family::LogSoftmax => "log_softmax over each row (length n)".into(),
         };
         let layouts = if fam.is_gemm() {
             let l = w.layouts();
@@ -190,6 +217,11 @@ impl WorkloadFacts {
             intensity: format!("{:.1}", w.arithmetic_intensity(h)),
             bound: bound.to_string(),
             floor_us: floor,
+            chain_cpp: if fam.has_chain() && !chain.is_identity() {
+                chain.cpp()
+            } else {
+                String::new()
+            },
         }
     }
 }
@@ -215,7 +247,7 @@ pub fn precision_rule(w: &Workload) -> String {
 /// Advice on what a first kernel should look like, by workload class.
 pub fn class_advice(w: &Workload) -> &'static str {
     match w.family() {
-        Family::Gemm | Family::GemmBiasAct => {
+        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
             "Start from a correct Hopper GEMM: TMA loads of A and B tiles into swizzled shared \
              memory, a multi-stage mbarrier pipeline, WGMMA (64xNx16) from shared memory with fp32 \
              accumulators, and a predicated epilogue for ragged M and N. Correctness first: every \
@@ -226,7 +258,7 @@ pub fn class_advice(w: &Workload) -> &'static str {
              several vectors in flight per thread, a grid sized to the SM count, a scalar tail for \
              sizes that are not a multiple of the vector width, fp32 math."
         }
-        Family::Softmax => {
+        Family::Softmax | Family::LogSoftmax => {
             "This is memory bound: read each row once (online max and sum), a row per warp for short \
              rows or per CTA for long ones, 16-byte vectors, fp32 accumulation."
         }

@@ -217,7 +217,7 @@ fn precompile(
     let mut requests: Vec<CompileRequest> = Vec::new();
     for w in workloads {
         for s in strategy::candidates(w).into_iter().take(candidates) {
-            let Ok(src) = s.instantiate() else { continue };
+            let Ok(src) = s.instantiate(w) else { continue };
             if !requests.iter().any(|r| r.source == src) {
                 requests.push(CompileRequest::version(&src, arch));
             }

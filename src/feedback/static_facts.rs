@@ -81,7 +81,9 @@ pub fn hints(
         );
     }
     match family {
-        Family::Gemm | Family::GemmBiasAct if dtype != DType::F32 => {
+        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu
+            if dtype != DType::F32 =>
+        {
             if t.hgmma == 0 && t.hmma > 0 {
                 push(
                     Severity::High,
@@ -110,7 +112,7 @@ pub fn hints(
                 );
             }
         }
-        Family::Gemm | Family::GemmBiasAct => {
+        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
             if t.hmma == 0 && t.hgmma == 0 {
                 push(
                     Severity::Info,
@@ -120,7 +122,7 @@ pub fn hints(
                 );
             }
         }
-        Family::Activation | Family::Softmax => {
+        Family::Activation | Family::Softmax | Family::LogSoftmax => {
             if t.ldg_128 == 0 && t.ldg > 0 {
                 push(
                     Severity::High,

@@ -19,6 +19,7 @@ use crate::toolchain::Toolchain;
 /// parallel through the compile cache on the first request, so the compile stage finds
 /// them there. It cannot repair a kernel: asked to debug, it offers the next strategy.
 pub struct BuiltinProvider {
+    workload: Workload,
     candidates: Vec<Strategy>,
     precompile: Option<(Toolchain, CompileCache, usize, String)>,
     precompiled: bool,
@@ -27,6 +28,7 @@ pub struct BuiltinProvider {
 impl BuiltinProvider {
     pub fn new(w: &Workload, max_candidates: usize) -> BuiltinProvider {
         BuiltinProvider {
+            workload: w.clone(),
             candidates: strategy::candidates(w)
                 .into_iter()
                 .take(max_candidates)
@@ -49,12 +51,12 @@ impl BuiltinProvider {
     }
 
     /// The reply text for a strategy: its strategy block and its source.
-    pub fn reply_for(s: &Strategy) -> Result<String> {
+    pub fn reply_for(s: &Strategy, w: &Workload) -> Result<String> {
         Ok(format!(
             "```strategy\nchange: {}\nwhy: {}\nexpected_gain: a candidate of the built-in search\n```\n```cuda\n{}```\n",
             s.label(),
             s.rationale,
-            s.instantiate()?
+            s.instantiate(w)?
         ))
     }
 
@@ -65,7 +67,7 @@ impl BuiltinProvider {
         let requests: Vec<CompileRequest> = self
             .candidates
             .iter()
-            .filter_map(|s| s.instantiate().ok())
+            .filter_map(|s| s.instantiate(&self.workload).ok())
             .map(|src| CompileRequest::version(&src, arch))
             .collect();
         // Failures here are not errors: the compile stage meets them again and reports.
@@ -110,7 +112,7 @@ impl crate::provider::Provider for BuiltinProvider {
             return Ok(None);
         };
         Ok(Some(crate::provider::Reply {
-            text: Self::reply_for(s)?,
+            text: Self::reply_for(s, &self.workload)?,
             attempts: 1,
             model: "builtin".into(),
             ..crate::provider::Reply::default()

@@ -23,15 +23,15 @@ impl Workload {
                 .and_then(|b| b.2)
         };
         match self.family() {
-            Family::Gemm | Family::GemmBiasAct => {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
                 let t = self.target();
                 let want = t.min_speedup;
                 let vs = t.speedup_vs.name();
                 let got = speedup_of(vs);
                 (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
             }
-            Family::Activation | Family::Softmax => {
-                let want = if self.family() == Family::Softmax {
+            Family::Activation | Family::Softmax | Family::LogSoftmax => {
+                let want = if self.family() != Family::Activation {
                     0.8
                 } else {
                     0.9

@@ -15,16 +15,36 @@ impl Workload {
         if self.allow_tf32 {
             s.push_str(" tf32");
         }
+        let extra_ops = match self.family {
+            Family::GemmBiasAct => self.chain.steps.len() - 1 - usize::from(self.params.bias),
+            Family::Activation => self.chain.steps.len().saturating_sub(1),
+            _ => self.chain.steps.len(),
+        };
+        let chain = if extra_ops > 0 {
+            format!(" +{extra_ops} ops")
+        } else {
+            String::new()
+        };
         match self.family {
-            Family::Gemm => format!("{s} {}", self.layouts.blas_name()),
+            Family::Gemm => format!("{s} {}{chain}", self.layouts.blas_name()),
             Family::GemmBiasAct => format!(
-                "{s} {} {}{}",
+                "{s} {} {}{}{chain}",
                 self.layouts.blas_name(),
                 if self.params.bias { "bias+" } else { "" },
                 self.params.activation
             ),
-            Family::Activation => format!("{s} {}", self.params.activation),
-            Family::Softmax => s,
+            Family::GemmSoftmax => format!(
+                "{s} {} {}",
+                self.layouts.blas_name(),
+                if self.params.log_softmax {
+                    "log_softmax"
+                } else {
+                    "softmax"
+                }
+            ),
+            Family::GemmGlu => format!("{s} {} {}-glu", self.layouts.blas_name(), self.params.gate),
+            Family::Activation => format!("{s} {}{chain}", self.params.activation),
+            Family::Softmax | Family::LogSoftmax => s,
         }
     }
 

@@ -2,6 +2,7 @@
 //! shape, its arithmetic intensity, the least time any kernel can take on a device, and
 //! which roof bounds it.
 
+use super::chain::TensorKind;
 use super::schema::{ComputePipe, DType, Family, RooflineClass, Shape};
 use super::Workload;
 
@@ -15,42 +16,48 @@ impl Workload {
             DType::F16 => ComputePipe::TensorF16,
             DType::BF16 => ComputePipe::TensorBf16,
             DType::F32 if self.allow_tf32 => ComputePipe::TensorTf32,
+            DType::E4M3 | DType::E5M2 => ComputePipe::TensorFp8,
             DType::F32 | DType::F64 => ComputePipe::SimtF32,
         }
     }
 
     /// Floating-point operations of one run on `shape`.
     /// GEMM: `2 m n k batch`, plus 2 per output when beta != 0 (scale C, add); alpha is
-    /// folded into the accumulator store and not counted. gemm_bias_act adds 1 per
-    /// output for the bias and [`Activation::flops_per_element`] for the activation.
-    /// Activation: `m n` times the per-element count. Softmax: 5 per element (max,
-    /// subtract, exp, sum, scale by 1/sum).
+    /// folded into the accumulator store and not counted; then the epilogue chain's
+    /// per-element count ([`crate::spec::Chain::flops_per_element`]: gemm_bias_act's bias
+    /// add and activation are the first ops of its chain). gemm_glu: two GEMMs plus the
+    /// gate and a multiply per output. gemm_softmax: the GEMM plus the row softmax.
+    /// Activation: `m n` times the chain's count (the activation is its first op).
+    /// Softmax: 5 per element (max, subtract, exp, sum, scale by 1/sum); log-softmax 6
+    /// (max, subtract, exp, sum, log, subtract).
     pub fn flops(&self, shape: &Shape) -> f64 {
         let out = shape.output_elements() as f64;
+        let gemm = 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64 * shape.batch as f64;
+        let c_term = if self.params.beta != 0.0 {
+            2.0 * out
+        } else {
+            0.0
+        };
+        let softmax = if self.params.log_softmax { 6.0 } else { 5.0 };
         match self.family {
             Family::Gemm | Family::GemmBiasAct => {
-                let mut flops = 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64;
-                flops *= shape.batch as f64;
-                if self.params.beta != 0.0 {
-                    flops += 2.0 * out;
-                }
-                if self.family == Family::GemmBiasAct {
-                    if self.params.bias {
-                        flops += out;
-                    }
-                    flops += out * self.params.activation.flops_per_element();
-                }
-                flops
+                gemm + c_term + out * self.chain.flops_per_element()
             }
-            Family::Activation => out * self.params.activation.flops_per_element(),
+            Family::GemmGlu => 2.0 * gemm + out * (self.params.gate.flops_per_element() + 1.0),
+            Family::GemmSoftmax => gemm + c_term + softmax * out,
+            Family::Activation => out * self.chain.flops_per_element(),
             Family::Softmax => 5.0 * out,
+            Family::LogSoftmax => 6.0 * out,
         }
     }
 
     /// The fewest bytes any kernel must move on `shape`: each input read once, each
-    /// output written once. GEMM: A (`m k batch`) and B (`k n batch`) in `dtype`, D in
-    /// `out_dtype`, C in `out_dtype` only when beta != 0, the bias (`n`, shared by the
-    /// batch) in `out_dtype` when present. Activation and softmax: `m n` in, `m n` out.
+    /// output written once. GEMM: A (`m k`, once per batch unless shared) and B (`k n`,
+    /// likewise) in `dtype`, D in `out_dtype`, C in `out_dtype` only when beta != 0, and
+    /// the chain's tensors (a row vector `n`, a column vector `m`, both shared by the
+    /// batch; a matrix `m n` per batch) in their own types (gemm_bias_act's bias is one
+    /// of them). gemm_glu reads B and B2. Activation and softmax: `m n` in, `m n` out, and
+    /// the chain's tensors.
     pub fn min_bytes(&self, shape: &Shape) -> f64 {
         let (m, n, k, b) = (
             shape.m as f64,
@@ -60,18 +67,34 @@ impl Workload {
         );
         let inb = self.dtype.bytes() as f64;
         let outb = self.out_dtype.bytes() as f64;
+        let tensors: f64 = self
+            .chain
+            .tensors
+            .iter()
+            .map(|t| {
+                let per = match t.kind {
+                    TensorKind::Row => n,
+                    TensorKind::Col => m,
+                    TensorKind::Matrix => m * n * b,
+                };
+                per * t.dtype.bytes() as f64
+            })
+            .sum();
+        let ba = if self.layouts.shared_a { 1.0 } else { b };
+        let bb = if self.layouts.shared_b { 1.0 } else { b };
+        let c = if self.params.beta != 0.0 {
+            m * n * b * outb
+        } else {
+            0.0
+        };
         match self.family {
-            Family::Gemm | Family::GemmBiasAct => {
-                let mut bytes = (m * k + k * n) * b * inb + m * n * b * outb;
-                if self.params.beta != 0.0 {
-                    bytes += m * n * b * outb;
-                }
-                if self.family == Family::GemmBiasAct && self.params.bias {
-                    bytes += n * outb;
-                }
-                bytes
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => {
+                (m * k * ba + k * n * bb) * inb + m * n * b * outb + c + tensors
             }
-            Family::Activation | Family::Softmax => m * n * b * (inb + outb),
+            Family::GemmGlu => (m * k * ba + 2.0 * k * n * bb) * inb + m * n * b * outb,
+            Family::Activation | Family::Softmax | Family::LogSoftmax => {
+                m * n * b * (inb + outb) + tensors
+            }
         }
     }
 

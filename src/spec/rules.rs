@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use super::chain::{BinOp, Chain, Op, OpSpec, Operand, TensorKind};
 use super::error::{Result, WorkloadError};
 use super::location::line_of;
 use super::schema::*;
@@ -51,29 +52,36 @@ impl Validator<'_> {
             (true, l) => {
                 let l = l.unwrap_or_default();
                 let d = Layouts::default();
+                let shared = l.shared.clone().unwrap_or_default();
                 Layouts {
                     a: l.a.unwrap_or(d.a),
                     b: l.b.unwrap_or(d.b),
                     c: l.c.unwrap_or(d.c),
+                    shared_a: shared.contains(&SharedOperand::A),
+                    shared_b: shared.contains(&SharedOperand::B),
                 }
             }
             (false, None) => Layouts {
                 a: Layout::Row,
                 b: Layout::Row,
                 c: Layout::Row,
+                shared_a: false,
+                shared_b: false,
             },
             (false, Some(_)) => {
                 return Err(self.err(
                     "layout",
                     format!(
-                        "only for families gemm and gemm_bias_act, not {family}; remove [layout]"
+                        "only for the GEMM families (gemm, gemm_bias_act, gemm_softmax, \
+                         gemm_glu), not {family}; remove [layout]"
                     ),
                 ))
             }
         };
 
         let shapes = self.shapes(family, &spec.shapes)?;
-        let params = self.params(family, &spec.params)?;
+        let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
+        let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let tolerance = self.tolerance(family, out_dtype, spec.allow_tf32, spec.tolerance)?;
         let target = self.target(family, spec.target)?;
 
@@ -89,9 +97,53 @@ impl Validator<'_> {
             layouts,
             shapes,
             params,
+            chain,
             tolerance,
             target,
         })
+    }
+
+    /// The epilogue chain: for gemm_bias_act the bias add and the activation first, for
+    /// the activation family the activation first, then the `[[epilogue]]` ops.
+    fn chain(
+        &self,
+        family: Family,
+        out_dtype: DType,
+        params: &Params,
+        specs: &[OpSpec],
+    ) -> Result<Chain> {
+        let mut chain = Chain::default();
+        if !specs.is_empty() && !family.has_chain() {
+            return Err(self.err(
+                "epilogue",
+                format!("only for families gemm, gemm_bias_act and activation, not {family}"),
+            ));
+        }
+        let act = Op::Act(
+            params.activation,
+            f64::from(params.act_alpha),
+            f64::from(params.act_beta),
+        );
+        match family {
+            Family::GemmBiasAct => {
+                if params.bias {
+                    let t = chain.add_tensor(TensorKind::Row, out_dtype, "bias");
+                    chain.push(Op::Binary(BinOp::Add, Operand::Tensor(t)));
+                }
+                chain.push(act);
+            }
+            Family::Activation if params.activation != Activation::Identity || specs.is_empty() => {
+                chain.push(act)
+            }
+            _ => {}
+        }
+        chain
+            .extend_from_spec(specs, out_dtype)
+            .map_err(|e| match e.index {
+                Some(i) => self.err(format!("epilogue[{i}].{}", e.field), e.message),
+                None => self.err("epilogue", e.message),
+            })?;
+        Ok(chain)
     }
 
     /// The file stem, checked against the optional `name` field.
@@ -138,7 +190,27 @@ impl Validator<'_> {
                 ),
             ));
         }
-        let out_dtype = spec.out_dtype.unwrap_or(spec.dtype);
+        if spec.dtype.is_fp8() && !matches!(family, Family::Gemm | Family::GemmBiasAct) {
+            return Err(self.err(
+                "dtype",
+                format!(
+                    "fp8 ({}) operands are for families gemm and gemm_bias_act, not {family}",
+                    spec.dtype
+                ),
+            ));
+        }
+        // fp8 products are accumulated in fp32 and written wider unless asked otherwise.
+        let out_dtype = spec.out_dtype.unwrap_or(if spec.dtype.is_fp8() {
+            DType::BF16
+        } else {
+            spec.dtype
+        });
+        if out_dtype.is_fp8() && !spec.dtype.is_fp8() {
+            return Err(self.err(
+                "out_dtype",
+                format!("an fp8 output needs fp8 operands, not {}", spec.dtype),
+            ));
+        }
         let acc_dtype = spec.acc_dtype.unwrap_or(DType::F32);
         let f16_acc_ok = family.is_gemm() && spec.dtype == DType::F16;
         if acc_dtype != DType::F32 && !(acc_dtype == DType::F16 && f16_acc_ok) {
@@ -197,7 +269,7 @@ impl Validator<'_> {
             }
         };
         let shape = match family {
-            Family::Gemm | Family::GemmBiasAct => Shape {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => Shape {
                 m: dim("m", s.m, None)?,
                 n: dim("n", s.n, None)?,
                 k: dim("k", s.k, None)?,
@@ -208,7 +280,7 @@ impl Validator<'_> {
                 forbid("batch", s.batch)?;
                 Shape::rows(dim("m", s.m, Some(1))?, dim("n", s.n, None)?)
             }
-            Family::Softmax => {
+            Family::Softmax | Family::LogSoftmax => {
                 forbid("k", s.k)?;
                 forbid("batch", s.batch)?;
                 Shape::rows(dim("m", s.m, None)?, dim("n", s.n, None)?)
@@ -230,7 +302,13 @@ impl Validator<'_> {
         Ok(shape)
     }
 
-    fn params(&self, family: Family, p: &ParamsSpec) -> Result<Params> {
+    fn params(
+        &self,
+        family: Family,
+        dtype: DType,
+        out_dtype: DType,
+        p: &ParamsSpec,
+    ) -> Result<Params> {
         let only = |field: &str, allowed: &str| {
             self.err(
                 format!("params.{field}"),
@@ -249,6 +327,31 @@ impl Validator<'_> {
         finite("alpha", p.alpha)?;
         finite("beta", p.beta)?;
         finite("leaky_slope", p.leaky_slope)?;
+        finite("scale_a", p.scale_a)?;
+        finite("scale_b", p.scale_b)?;
+        finite("scale_d", p.scale_d)?;
+        if !dtype.is_fp8() {
+            for (f, v) in [("scale_a", p.scale_a), ("scale_b", p.scale_b)] {
+                if v.is_some() {
+                    return Err(only(f, "fp8 operands (dtype = \"e4m3\" or \"e5m2\")"));
+                }
+            }
+        }
+        if p.scale_d.is_some() && !out_dtype.is_fp8() {
+            return Err(only(
+                "scale_d",
+                "an fp8 output (out_dtype = \"e4m3\" or \"e5m2\")",
+            ));
+        }
+        if p.gate.is_some() && family != Family::GemmGlu {
+            return Err(only("gate", "gemm_glu"));
+        }
+        if p.log_softmax.is_some() && family != Family::GemmSoftmax {
+            return Err(only(
+                "log_softmax",
+                "gemm_softmax (for a plain row log-softmax use family log_softmax)",
+            ));
+        }
 
         if !family.is_gemm() {
             if p.alpha.is_some() {
@@ -269,21 +372,36 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
-            (Family::Softmax, Some(_)) => {
-                return Err(only("activation", "activation and gemm_bias_act"))
-            }
-            (Family::Gemm | Family::Softmax, None) => Activation::Identity,
+            (
+                Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax | Family::GemmGlu,
+                Some(_),
+            ) => return Err(only("activation", "activation and gemm_bias_act")),
+            (
+                Family::Gemm
+                | Family::Softmax
+                | Family::LogSoftmax
+                | Family::GemmSoftmax
+                | Family::GemmGlu,
+                None,
+            ) => Activation::Identity,
             (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
-            (Family::GemmBiasAct | Family::Activation, None) => {
+            // An activation-family workload may state its whole computation as [[epilogue]].
+            (Family::Activation, None) => Activation::Identity,
+            (Family::GemmBiasAct, None) => {
                 return Err(self.err(
                     "params.activation",
                     format!(
-                        "missing; {family} needs one; allowed: identity, relu, leaky_relu, \
-                         gelu_erf, gelu_tanh, silu, sigmoid, tanh"
+                        "missing; {family} needs one; allowed: {}",
+                        Activation::ALL
+                            .iter()
+                            .map(|a| a.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ))
             }
         };
+        let (d0, d1) = activation.default_params();
         let act_alpha = match (activation, p.leaky_slope) {
             (Activation::LeakyRelu, s) => s.unwrap_or(0.01),
             (a, Some(_)) => {
@@ -292,7 +410,7 @@ impl Validator<'_> {
                     format!("only with activation = \"leaky_relu\", not \"{a}\""),
                 ))
             }
-            (_, None) => 0.0,
+            (_, None) => d0 as f32,
         };
         Ok(Params {
             activation,
@@ -300,6 +418,16 @@ impl Validator<'_> {
             alpha: p.alpha.unwrap_or(1.0),
             beta: p.beta.unwrap_or(0.0),
             bias: family == Family::GemmBiasAct && p.bias.unwrap_or(true),
+            act_beta: d1 as f32,
+            scale_a: p.scale_a.unwrap_or(1.0),
+            scale_b: p.scale_b.unwrap_or(1.0),
+            scale_d: p.scale_d.unwrap_or(1.0),
+            gate: if family == Family::GemmGlu {
+                p.gate.unwrap_or(Activation::Silu)
+            } else {
+                Activation::Identity
+            },
+            log_softmax: p.log_softmax.unwrap_or(false),
         })
     }
 
@@ -410,8 +538,10 @@ impl Validator<'_> {
 /// The dimensions a family's shapes take, for error messages.
 fn needs(family: Family) -> &'static str {
     match family {
-        Family::Gemm | Family::GemmBiasAct => "m, n, k (and optional batch)",
+        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
+            "m, n, k (and optional batch)"
+        }
         Family::Activation => "n (and optional m rows)",
-        Family::Softmax => "m (rows) and n (columns)",
+        Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
     }
 }

@@ -19,15 +19,25 @@ pub enum Family {
     Activation,
     /// Row-wise softmax of A.
     Softmax,
+    /// Row-wise log-softmax of A.
+    LogSoftmax,
+    /// Row-wise softmax (or log-softmax, `params.log_softmax`) of `alpha * A * B + beta * C`.
+    GemmSoftmax,
+    /// `D = gate(A * B) * (A * B2)`: two GEMMs sharing A, combined elementwise (SwiGLU,
+    /// GEGLU).
+    GemmGlu,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 7] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
         Family::Softmax,
+        Family::LogSoftmax,
+        Family::GemmSoftmax,
+        Family::GemmGlu,
     ];
 
     /// The spelling used in spec files and reports.
@@ -37,6 +47,9 @@ impl Family {
             Family::GemmBiasAct => "gemm_bias_act",
             Family::Activation => "activation",
             Family::Softmax => "softmax",
+            Family::LogSoftmax => "log_softmax",
+            Family::GemmSoftmax => "gemm_softmax",
+            Family::GemmGlu => "gemm_glu",
         }
     }
 
@@ -47,12 +60,35 @@ impl Family {
             Family::GemmBiasAct => 1,
             Family::Activation => 2,
             Family::Softmax => 3,
+            Family::LogSoftmax => 4,
+            Family::GemmSoftmax => 5,
+            Family::GemmGlu => 6,
         }
     }
 
     /// Whether the family multiplies matrices (has k, layouts, alpha/beta).
     pub fn is_gemm(self) -> bool {
-        matches!(self, Family::Gemm | Family::GemmBiasAct)
+        matches!(
+            self,
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu
+        )
+    }
+
+    /// Whether the output goes through an elementwise epilogue chain (the GEMM with and
+    /// without bias, and the activation family itself).
+    pub fn has_chain(self) -> bool {
+        matches!(
+            self,
+            Family::Gemm | Family::GemmBiasAct | Family::Activation
+        )
+    }
+
+    /// Whether each output row is normalized (softmax or log-softmax).
+    pub fn is_row_softmax(self) -> bool {
+        matches!(
+            self,
+            Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax
+        )
     }
 
     /// The baselines measured when a spec names none: vendor GEMMs for the GEMM
@@ -85,6 +121,12 @@ pub enum DType {
     /// bfloat16.
     #[serde(rename = "bf16")]
     BF16,
+    /// fp8 with 4 exponent and 3 mantissa bits (finite only; max 448), operands only.
+    #[serde(rename = "e4m3")]
+    E4M3,
+    /// fp8 with 5 exponent and 2 mantissa bits (max 57344), operands only.
+    #[serde(rename = "e5m2")]
+    E5M2,
     /// IEEE binary64; not accepted in spec files.
     #[serde(skip_deserializing)]
     F64,
@@ -92,13 +134,25 @@ pub enum DType {
 
 impl DType {
     /// The types a spec file may name.
-    pub const SPEC: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    pub const SPEC: [DType; 5] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::E4M3,
+        DType::E5M2,
+    ];
+
+    /// Whether this is one of the fp8 types (scaled per tensor).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::E4M3 | DType::E5M2)
+    }
 
     /// Size of one element, for byte counts and buffer sizes.
     pub fn bytes(self) -> u64 {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::E4M3 | DType::E5M2 => 1,
             DType::F64 => 8,
         }
     }
@@ -110,6 +164,8 @@ impl DType {
             DType::F16 => 1,
             DType::BF16 => 2,
             DType::F64 => 3,
+            DType::E4M3 => 4,
+            DType::E5M2 => 5,
         }
     }
 
@@ -119,6 +175,8 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::E4M3 => "e4m3",
+            DType::E5M2 => "e5m2",
             DType::F64 => "f64",
         }
     }
@@ -130,6 +188,8 @@ impl DType {
             DType::F32 => f64::from(f32::EPSILON),
             DType::F16 => 2f64.powi(-10),
             DType::BF16 => 2f64.powi(-7),
+            DType::E4M3 => 2f64.powi(-3),
+            DType::E5M2 => 2f64.powi(-2),
             DType::F64 => f64::EPSILON,
         }
     }
@@ -196,6 +256,22 @@ pub enum Activation {
     Sigmoid,
     /// `tanh(x)`.
     Tanh,
+    /// `scale * (x > 0 ? x : alpha * (exp(x) - 1))`, PyTorch's constants.
+    Selu,
+    /// `x > 0 ? x : alpha * (exp(x) - 1)`; alpha default 1.
+    Elu,
+    /// `relu6(x + 3) / 6`.
+    Hardsigmoid,
+    /// `x * relu6(x + 3) / 6`.
+    Hardswish,
+    /// `clamp(x, min, max)`; default [-1, 1].
+    Hardtanh,
+    /// `log(1 + exp(beta x)) / beta`, `x` where `beta x > threshold`; defaults 1, 20.
+    Softplus,
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// `x * tanh(softplus(x))`.
+    Mish,
 }
 
 impl Activation {
@@ -210,6 +286,14 @@ impl Activation {
             Activation::Silu => 5,
             Activation::Sigmoid => 6,
             Activation::Tanh => 7,
+            Activation::Selu => 8,
+            Activation::Elu => 9,
+            Activation::Hardsigmoid => 10,
+            Activation::Hardswish => 11,
+            Activation::Hardtanh => 12,
+            Activation::Softplus => 13,
+            Activation::Softsign => 14,
+            Activation::Mish => 15,
         }
     }
 
@@ -224,6 +308,14 @@ impl Activation {
             Activation::Silu => "silu",
             Activation::Sigmoid => "sigmoid",
             Activation::Tanh => "tanh",
+            Activation::Selu => "selu",
+            Activation::Elu => "elu",
+            Activation::Hardsigmoid => "hardsigmoid",
+            Activation::Hardswish => "hardswish",
+            Activation::Hardtanh => "hardtanh",
+            Activation::Softplus => "softplus",
+            Activation::Softsign => "softsign",
+            Activation::Mish => "mish",
         }
     }
 
@@ -232,7 +324,10 @@ impl Activation {
     /// issues roughly one instruction for it:
     /// identity 0; relu 1 (max); leaky_relu 2 (mul, select); gelu_erf 5 (scale, erf,
     /// add 1, two muls); gelu_tanh 9 (x^2, x^3, mul, add, scale, tanh, add 1, two
-    /// muls); silu 4 and sigmoid 4 (negate, exp, add 1, divide); tanh 1.
+    /// muls); silu 4 and sigmoid 4 (negate, exp, add 1, divide); tanh 1; selu 5 and elu
+    /// 4 (compare, expm1, mul, select [, scale]); hardsigmoid 4 (add, max, min, mul);
+    /// hardswish 5; hardtanh 2; softplus 5 (mul, exp, log1p, divide, select); softsign
+    /// 3 (abs, add, divide); mish 7 (softplus 5, tanh, mul).
     pub fn flops_per_element(self) -> f64 {
         match self {
             Activation::Identity => 0.0,
@@ -242,6 +337,14 @@ impl Activation {
             Activation::GeluTanh => 9.0,
             Activation::Silu | Activation::Sigmoid => 4.0,
             Activation::Tanh => 1.0,
+            Activation::Selu => 5.0,
+            Activation::Elu => 4.0,
+            Activation::Hardsigmoid => 4.0,
+            Activation::Hardswish => 5.0,
+            Activation::Hardtanh => 2.0,
+            Activation::Softplus => 5.0,
+            Activation::Softsign => 3.0,
+            Activation::Mish => 7.0,
         }
     }
 }
@@ -320,6 +423,8 @@ pub enum ComputePipe {
     TensorBf16,
     /// Tensor cores on f32 operands rounded to tf32.
     TensorTf32,
+    /// Tensor cores on fp8 operands.
+    TensorFp8,
     /// CUDA cores in f32 (f32 GEMM without tf32, elementwise ops, softmax).
     SimtF32,
 }
@@ -364,10 +469,14 @@ pub struct WorkloadSpec {
     /// Baselines and goals.
     #[serde(default)]
     pub target: Option<TargetSpec>,
+    /// The epilogue chain: elementwise ops applied in order to the GEMM's result (or, for
+    /// the activation family, after the activation). See [`super::chain`].
+    #[serde(default)]
+    pub epilogue: Vec<super::chain::OpSpec>,
 }
 
 /// `[layout]` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayoutSpec {
     /// A (m x k); default row.
@@ -379,6 +488,17 @@ pub struct LayoutSpec {
     /// C and D (m x n); default row.
     #[serde(default)]
     pub c: Option<Layout>,
+    /// Operands shared by every batch (batch stride 0): `["a"]`, `["b"]` or both.
+    #[serde(default)]
+    pub shared: Option<Vec<SharedOperand>>,
+}
+
+/// An operand that can be shared by the whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SharedOperand {
+    A,
+    B,
 }
 
 /// One `[[shapes]]` entry as written; signed so a negative size gets a clear message.
@@ -418,6 +538,21 @@ pub struct ParamsSpec {
     /// gemm_bias_act: add a bias vector of n elements (default true).
     #[serde(default)]
     pub bias: Option<bool>,
+    /// fp8 GEMMs: per-tensor scale of A (default 1).
+    #[serde(default)]
+    pub scale_a: Option<f32>,
+    /// fp8 GEMMs: per-tensor scale of B (default 1).
+    #[serde(default)]
+    pub scale_b: Option<f32>,
+    /// fp8 output: D stores the result times this (default 1).
+    #[serde(default)]
+    pub scale_d: Option<f32>,
+    /// gemm_glu: the gate activation (default silu: SwiGLU; gelu_tanh: GEGLU).
+    #[serde(default)]
+    pub gate: Option<Activation>,
+    /// gemm_softmax: log-softmax instead of softmax (default false).
+    #[serde(default)]
+    pub log_softmax: Option<bool>,
 }
 
 /// `[tolerance]` as written.
@@ -518,6 +653,10 @@ pub struct Layouts {
     pub b: Layout,
     /// C and D (m x n).
     pub c: Layout,
+    /// A is shared by every batch (batch stride 0).
+    pub shared_a: bool,
+    /// B (and B2) is shared by every batch (batch stride 0).
+    pub shared_b: bool,
 }
 
 impl Layouts {
@@ -540,6 +679,8 @@ impl Default for Layouts {
             a: Layout::Row,
             b: Layout::Col,
             c: Layout::Row,
+            shared_a: false,
+            shared_b: false,
         }
     }
 }
@@ -557,6 +698,16 @@ pub struct Params {
     pub beta: f32,
     /// gemm_bias_act adds a bias vector of n elements.
     pub bias: bool,
+    /// `cs_problem.act_beta`: the activation's second parameter, else 0.
+    pub act_beta: f32,
+    /// fp8 per-tensor scales (1 otherwise).
+    pub scale_a: f32,
+    pub scale_b: f32,
+    pub scale_d: f32,
+    /// gemm_glu: the gate (Identity for other families).
+    pub gate: Activation,
+    /// gemm_softmax: log-softmax.
+    pub log_softmax: bool,
 }
 
 /// Baselines and goals with defaults filled.

@@ -20,6 +20,36 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::spec::Workload;
+
+/// What a template needs to know of the workload, as the defines and the chain functor
+/// described in `cutlass-templates/include/cutesmith_chain.cuh`.
+pub fn workload_block(w: &Workload) -> String {
+    let lay = w.layouts();
+    let mut s = format!("// workload {}: {}\n", w.name(), w.description());
+    for (k, v, what) in [
+        ("CS_WL_FAMILY", w.family().abi_value(), "cs_family"),
+        (
+            "CS_WL_DTYPE_AB",
+            w.dtype().abi_value(),
+            "cs_dtype of A and B",
+        ),
+        (
+            "CS_WL_DTYPE_CD",
+            w.out_dtype().abi_value(),
+            "cs_dtype of C and D",
+        ),
+        ("CS_WL_LAYOUT_A", lay.a.abi_value(), "cs_layout of A"),
+        ("CS_WL_LAYOUT_B", lay.b.abi_value(), "cs_layout of B"),
+        ("CS_WL_LAYOUT_CD", lay.c.abi_value(), "cs_layout of C and D"),
+    ] {
+        s.push_str(&format!("#define {k} {v} // {what}\n"));
+    }
+    if w.family().has_chain() && !w.chain().is_identity() {
+        s.push_str(&w.chain().cpp());
+    }
+    s
+}
 
 /// Shared memory one block may use on Hopper (227 KiB).
 pub const SMEM_BUDGET: i64 = 227 * 1024;
@@ -53,12 +83,15 @@ impl Strategy {
         s
     }
 
-    /// The instance as one self-contained source: a comment naming it, its parameters
-    /// as `#define`s, then the template's text.
-    pub fn instantiate(&self) -> Result<String> {
+    /// The instance for `w` as one self-contained source: a comment naming it, the
+    /// workload block (the workload's family, dtypes and layouts as `CS_WL_*` defines,
+    /// and its epilogue chain as the `cs_chain` functor), the strategy's parameters as
+    /// `#define`s, then the template's text.
+    pub fn instantiate(&self, w: &Workload) -> Result<String> {
         let path = self.source_path();
         let template = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
         let mut src = format!("// cutesmith built-in strategy: {}\n", self.label());
+        src.push_str(&workload_block(w));
         for (k, v) in &self.params {
             src.push_str(&format!("#define {k} {v}\n"));
         }
@@ -148,10 +181,15 @@ mod tests {
         let gemm = strategy("gemm_sm90_tma_wgmma", &[], "");
         assert!(check(&gemm, &relu).is_err());
         let f32 = wl("gemm_f32_4096");
-        assert!(check(&gemm, &f32).unwrap_err().contains("bf16 or f16"));
+        let e = check(&gemm, &f32).unwrap_err();
+        assert!(e.contains("dtype f32") && e.contains("bf16, f16"), "{e}");
+        // gemm_bias_act runs through the epilogue chain: no special build needed.
         let fused = wl("gemm_bias_gelu_bf16");
-        let unfused = strategy("gemm_sm90_cutlass3_ws", &[], "");
-        assert!(check(&unfused, &fused).is_err());
+        let cutlass = strategy("gemm_sm90_cutlass3_ws", &[], "");
+        assert!(check(&cutlass, &fused).is_ok());
+        let softmax = strategy("softmax_rows", &[], "");
+        let e = check(&softmax, &fused).unwrap_err();
+        assert!(e.contains("family gemm_bias_act") && e.contains("softmax, log_softmax"), "{e}");
     }
 
     #[test]

@@ -1,121 +1,144 @@
-//! The validity rules: whether a strategy can run a workload, and if not, why, checked
-//! before anything is compiled (family, dtype, layout, shared-memory budget,
-//! divisibility, alignment).
+//! The validity rules: whether a strategy can run a workload, and if not, exactly which
+//! feature of the workload the template lacks (family, dtype, layout, chain operand,
+//! orientation) or which limit a parameter breaks (shared-memory budget, divisibility,
+//! alignment), checked before anything is compiled.
 
 use super::{Strategy, SMEM_BUDGET};
-use crate::spec::{Activation, DType, Family, Layout, Workload};
+use crate::spec::chain::TensorKind;
+use crate::spec::{DType, Family, Layout, Workload};
+
+/// What each template takes, as the template files document it.
+struct Takes {
+    families: &'static [Family],
+    /// Operand dtypes.
+    dtypes: &'static [DType],
+    /// Output dtypes (`None`: the operand dtype or f32).
+    out: Option<&'static [DType]>,
+    /// Whether C/D may be column-major.
+    cd_col: bool,
+    /// Whether A and B may be stored in any order (else only A row, B column: TN).
+    any_ab_layout: bool,
+}
+
+fn takes(template: &str) -> Option<Takes> {
+    const GEMMS: &[Family] = &[Family::Gemm, Family::GemmBiasAct];
+    const HALF: &[DType] = &[DType::BF16, DType::F16];
+    Some(match template {
+        "gemm_sm90_cutlass3_ws" => Takes {
+            families: GEMMS,
+            dtypes: &[DType::BF16, DType::F16, DType::E4M3, DType::E5M2],
+            out: Some(&[DType::BF16, DType::F16, DType::F32]),
+            cd_col: true,
+            any_ab_layout: true,
+        },
+        "gemm_sm90_tma_wgmma" => Takes {
+            families: GEMMS,
+            dtypes: HALF,
+            out: None,
+            cd_col: true,
+            any_ab_layout: true,
+        },
+        "gemm_skinny_splitk" => Takes {
+            families: GEMMS,
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: None,
+            cd_col: true,
+            any_ab_layout: true,
+        },
+        "gemm_f32_3xtf32" => Takes {
+            families: GEMMS,
+            dtypes: &[DType::F32],
+            out: Some(&[DType::F32]),
+            cd_col: true,
+            any_ab_layout: true,
+        },
+        "gemm_softmax" => Takes {
+            families: &[Family::GemmSoftmax],
+            dtypes: HALF,
+            out: None,
+            cd_col: false,
+            any_ab_layout: true,
+        },
+        "gemm_glu" => Takes {
+            families: &[Family::GemmGlu],
+            dtypes: HALF,
+            out: None,
+            cd_col: false,
+            any_ab_layout: true,
+        },
+        "elementwise_activation" => Takes {
+            families: &[Family::Activation],
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: Some(&[DType::BF16, DType::F16, DType::F32]),
+            cd_col: false,
+            any_ab_layout: true,
+        },
+        "softmax_rows" => Takes {
+            families: &[Family::Softmax, Family::LogSoftmax],
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: None,
+            cd_col: false,
+            any_ab_layout: true,
+        },
+        _ => return None,
+    })
+}
 
 /// Whether `s` can run `w`, and if not, why (checked before compiling).
 pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
+    let t = takes(&s.template).ok_or_else(|| format!("unknown template {}", s.template))?;
     let fam = w.family();
-    let dt = w.dtype();
+    let (dt, out) = (w.dtype(), w.out_dtype());
     let lay = w.layouts();
-    let gemm_tn = || -> Result<(), String> {
-        if !(lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row) {
+    let names = |fs: &[Family]| fs.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ");
+    let dnames = |ds: &[DType]| ds.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    if !t.families.contains(&fam) {
+        return Err(format!(
+            "family {fam}: the template computes {} only",
+            names(t.families)
+        ));
+    }
+    if !t.dtypes.contains(&dt) {
+        return Err(format!(
+            "dtype {dt}: the template takes {} operands",
+            dnames(t.dtypes)
+        ));
+    }
+    let outs_ok = match t.out {
+        Some(outs) => outs.contains(&out),
+        None => out == dt || out == DType::F32,
+    };
+    if !outs_ok {
+        return Err(format!(
+            "out_dtype {out}: the template writes {}",
+            t.out.map_or_else(|| format!("{dt} or f32"), dnames)
+        ));
+    }
+    if fam.is_gemm() {
+        if lay.c == Layout::Col && !t.cd_col {
+            return Err("layout c = col: the template writes row-major D only".into());
+        }
+        if !t.any_ab_layout && !(lay.a == Layout::Row && lay.b == Layout::Col) {
             return Err(format!(
-                "the template takes TN operands only, not {}",
+                "layouts a = {}, b = {} ({}): the template takes A row and B col (TN) only",
+                lay.a.name(),
+                lay.b.name(),
                 lay.blas_name()
             ));
         }
-        if !matches!(dt, DType::BF16 | DType::F16) {
-            return Err(format!("the template takes bf16 or f16, not {}", dt.name()));
+        if dt.is_fp8() && !(lay.a == Layout::Row && lay.b == Layout::Col) {
+            return Err(format!(
+                "fp8 with layouts a = {}, b = {}: fp8 WGMMA needs K-major operands (A row, \
+                 B col)",
+                lay.a.name(),
+                lay.b.name()
+            ));
         }
-        // Shapes TMA cannot take (K or leading dimensions not multiples of 8) run on the
-        // templates' predicated fallback (cutesmith_fallback_gemm.cuh).
-        Ok(())
-    };
+    }
     match s.template.as_str() {
-        "gemm_sm90_tma_wgmma" => {
-            if fam != Family::Gemm {
-                return Err("plain GEMM only (no fused epilogue)".into());
-            }
-            gemm_tn()?;
-            let (m, n, k) = (
-                s.get("CS_TILE_M", 128),
-                s.get("CS_TILE_N", 128),
-                s.get("CS_TILE_K", 64),
-            );
-            let (stages, wg) = (s.get("CS_STAGES", 4), s.get("CS_WARPGROUPS", 2));
-            if m % (64 * wg) != 0 {
-                return Err(format!(
-                    "TILE_M {m} is not a multiple of 64 x {wg} warpgroups"
-                ));
-            }
-            if n % 8 != 0 || n > 256 {
-                return Err(format!(
-                    "TILE_N {n}: WGMMA N must be a multiple of 8 up to 256"
-                ));
-            }
-            if (k * 2) % 128 != 0 {
-                return Err(format!("TILE_K {k}: must span whole 128-byte swizzle rows"));
-            }
-            let smem = (m + n) * k * 2 * stages + 1024;
-            if smem > SMEM_BUDGET {
-                return Err(format!("{stages} stages of {m}x{k} + {n}x{k} need {smem} B of shared memory (> {SMEM_BUDGET})"));
-            }
-            if (m / (64 * wg)) * n / 2 > 256 {
-                return Err("accumulators would exceed the register file per thread".into());
-            }
-            Ok(())
-        }
-        "gemm_sm90_cutlass3_ws" => {
-            gemm_tn()?;
-            let fused = s.get("CS_FUSED_BIAS_ACT", 0) == 1;
-            match (fam, fused) {
-                (Family::Gemm, false) => {}
-                (Family::GemmBiasAct, true) => {
-                    let want = w.params().activation.abi_value() as i64;
-                    if s.get("CS_ACT", 0) != want {
-                        return Err(format!(
-                            "built for activation {}, workload wants {want}",
-                            s.get("CS_ACT", 0)
-                        ));
-                    }
-                    if !matches!(
-                        w.params().activation,
-                        Activation::Identity
-                            | Activation::Relu
-                            | Activation::GeluErf
-                            | Activation::Silu
-                    ) {
-                        return Err(format!(
-                            "no fused {} epilogue",
-                            w.params().activation.name()
-                        ));
-                    }
-                }
-                (Family::GemmBiasAct, false) => {
-                    return Err("the workload needs the fused bias + activation build".into())
-                }
-                _ => return Err(format!("not a {} template", fam.name())),
-            }
-            let (m, n) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
-            if s.get("CS_SCHEDULE", 0) == 0 && m < 128 {
-                return Err("the cooperative schedule needs TILE_M >= 128".into());
-            }
-            if ![64, 128, 256].contains(&m) || ![64, 128, 256].contains(&n) {
-                return Err("tile sides must be 64, 128 or 256".into());
-            }
-            if fused && s.get("CS_EPI_ALIGN1", 0) == 1 {
-                return Err("the alignment-1 epilogue cannot fuse bias + activation".into());
-            }
-            // Other shapes with N not a multiple of 8 run on the template's fallback; the
-            // headline shape must get the fast path.
-            if w.headline().n % 8 != 0 && s.get("CS_EPI_ALIGN1", 0) == 0 {
-                return Err("the headline shape has N not a multiple of 8: needs the alignment-1 epilogue (EPI_ALIGN1=1)".into());
-            }
-            Ok(())
-        }
+        "gemm_sm90_tma_wgmma" => raw_cute(s),
+        "gemm_sm90_cutlass3_ws" => cutlass3(s, w),
         "gemm_f32_3xtf32" => {
-            if fam != Family::Gemm || dt != DType::F32 {
-                return Err("f32 GEMM only".into());
-            }
-            if !(lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row) {
-                return Err(format!(
-                    "the template takes TN operands only, not {}",
-                    lay.blas_name()
-                ));
-            }
             let (m, n, k, stages) = (
                 s.get("CS_TILE_M", 128),
                 s.get("CS_TILE_N", 128),
@@ -132,38 +155,87 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             Ok(())
         }
         "gemm_skinny_splitk" => {
-            if fam != Family::Gemm {
-                return Err("plain GEMM only (no fused epilogue)".into());
-            }
-            gemm_tn()?;
-            if w.headline().m > 64 {
+            // Every shape is validated: each must be skinny in one orientation.
+            if let Some(sh) = w.shapes().iter().find(|sh| sh.m > 64 && sh.n > 64) {
                 return Err(format!(
-                    "for M <= 64; the headline has M = {}",
-                    w.headline().m
-                ));
-            }
-            let split = s.get("CS_SPLIT_K", 4);
-            if w.headline().k % (8 * split as u64) != 0 {
-                return Err(format!(
-                    "K = {} is not a multiple of 8 x SPLIT_K = {}",
-                    w.headline().k,
-                    8 * split
+                    "for M <= 64 or N <= 64 (a GEMV-like shape); shape {sh} is neither"
                 ));
             }
             Ok(())
         }
-        "elementwise_activation" => {
-            if fam != Family::Activation {
-                return Err("activation workloads only".into());
-            }
-            Ok(())
-        }
-        "softmax_rows" => {
-            if fam != Family::Softmax {
-                return Err("softmax workloads only".into());
-            }
-            Ok(())
-        }
+        "elementwise_activation" | "softmax_rows" | "gemm_softmax" | "gemm_glu" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
+}
+
+fn raw_cute(s: &Strategy) -> Result<(), String> {
+    let (m, n, k) = (
+        s.get("CS_TILE_M", 128),
+        s.get("CS_TILE_N", 128),
+        s.get("CS_TILE_K", 64),
+    );
+    let (stages, wg) = (s.get("CS_STAGES", 4), s.get("CS_WARPGROUPS", 2));
+    if m % (64 * wg) != 0 {
+        return Err(format!(
+            "TILE_M {m} is not a multiple of 64 x {wg} warpgroups"
+        ));
+    }
+    if n % 8 != 0 || n > 256 {
+        return Err(format!(
+            "TILE_N {n}: WGMMA N must be a multiple of 8 up to 256"
+        ));
+    }
+    if (k * 2) % 128 != 0 {
+        return Err(format!("TILE_K {k}: must span whole 128-byte swizzle rows"));
+    }
+    let smem = (m + n) * k * 2 * stages + 1024;
+    if smem > SMEM_BUDGET {
+        return Err(format!(
+            "{stages} stages of {m}x{k} + {n}x{k} need {smem} B of shared memory (> {SMEM_BUDGET})"
+        ));
+    }
+    if (m / (64 * wg)) * n / 2 > 256 {
+        return Err("accumulators would exceed the register file per thread".into());
+    }
+    Ok(())
+}
+
+fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
+    let (m, n) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
+    if s.get("CS_SCHEDULE", 0) == 0 && m < 128 {
+        return Err("the cooperative schedule needs TILE_M >= 128".into());
+    }
+    if ![64, 128, 256].contains(&m) || ![64, 128, 256].contains(&n) {
+        return Err("tile sides must be 64, 128 or 256".into());
+    }
+    let chained = !w.chain().is_identity();
+    let align1 = s.get("CS_EPI_ALIGN1", 0) == 1;
+    if chained && align1 {
+        return Err("the alignment-1 epilogue cannot run an epilogue chain".into());
+    }
+    // The epilogue visitor tree reads at most one matrix operand besides C.
+    let matrices = w
+        .chain()
+        .tensors
+        .iter()
+        .filter(|t| t.kind == TensorKind::Matrix)
+        .count();
+    if matrices > 1 {
+        return Err(format!(
+            "epilogue chain with {matrices} matrix operands: the template's epilogue reads \
+             at most one"
+        ));
+    }
+    // Shapes with N not a multiple of 8 run on the template's fallback; the headline
+    // shape must get the fast path unless a chain rules the alignment-1 epilogue out.
+    let h = w.headline();
+    let contiguous = if w.layouts().c == Layout::Row {
+        h.n
+    } else {
+        h.m
+    };
+    if contiguous % 8 != 0 && !align1 && !chained {
+        return Err("the headline's output rows are not a multiple of 8 elements: needs the alignment-1 epilogue (EPI_ALIGN1=1)".into());
+    }
+    Ok(())
 }

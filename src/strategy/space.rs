@@ -23,8 +23,33 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         params: params.into_iter().collect(),
         rationale: why.into(),
     };
+    let skinny = w.headline().m <= 64 || w.headline().n <= 64;
+    let skinny_all = w.shapes().iter().all(|sh| sh.m <= 64 || sh.n <= 64);
+    let gemm = matches!(w.family(), Family::Gemm | Family::GemmBiasAct);
+    if gemm && skinny && skinny_all && !w.dtype().is_fp8() {
+        for (p, why) in [
+            (
+                &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
+                "split-K over 64-column blocks (more K slices for long K), the last CTA of a column block sums the splits (no second kernel), B loads with the L2 256-byte prefetch hint",
+            ),
+            (
+                &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64), ("CS_FUSED_REDUCE", 0), ("CS_PDL", 1)][..],
+                "split-K with a separate reduce kernel chained by programmatic dependent launch",
+            ),
+            (
+                &[("CS_SPLIT_K", 8), ("CS_BLOCK_N", 32)][..],
+                "split-K x8 over 32-column blocks: more CTAs, more bytes in flight",
+            ),
+            (
+                &[("CS_SPLIT_K", 2), ("CS_BLOCK_N", 64)][..],
+                "split-K x2: fewer partial sums to reduce",
+            ),
+        ] {
+            out.push(mk("gemm_skinny_splitk", with(p, &fp16), why));
+        }
+    }
     match w.family() {
-        Family::Gemm if w.dtype() == DType::F32 => {
+        Family::Gemm | Family::GemmBiasAct if w.dtype() == DType::F32 => {
             for (p, why) in [
                 (
                     &[
@@ -58,23 +83,19 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
         Family::Gemm | Family::GemmBiasAct => {
-            let fused: Vec<(&'static str, i64)> = if w.family() == Family::GemmBiasAct {
-                vec![
-                    ("CS_FUSED_BIAS_ACT", 1),
-                    ("CS_ACT", w.params().activation.abi_value() as i64),
-                ]
+            let h = w.headline();
+            let contiguous = if w.layouts().c == crate::spec::Layout::Row {
+                h.n
             } else {
-                vec![]
+                h.m
             };
-            let align1 = if w.headline().n % 8 != 0 && fused.is_empty() {
+            let align1 = if contiguous % 8 != 0 && w.chain().is_identity() {
                 vec![("CS_EPI_ALIGN1", 1)]
             } else {
                 vec![]
             };
             let mut extra = fp16.clone();
-            extra.extend(fused.iter().copied());
             extra.extend(align1.iter().copied());
-            let skinny = w.headline().m <= 64 || w.headline().n <= 64;
             let cutlass = [
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..], "cooperative 128x256x64, cluster 2x1: the large-tile path that beats cuBLAS at 4096^3"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..], "cooperative 128x128x64, cluster 2x1: more tiles for mid-size problems"),
@@ -85,28 +106,6 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 2), ("CS_SWIZZLE", 4)][..], "cooperative 128x256, cluster 2x1, tiles rastered along N with swizzle 4: L2 reuse of A"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 1), ("CS_SWIZZLE", 2)][..], "cooperative 128x256, cluster 2x1, rastered along M with swizzle 2: L2 reuse of B"),
             ];
-            if skinny && w.family() == Family::Gemm {
-                for (p, why) in [
-                    (
-                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
-                        "split-K x4 over 64-column blocks, the last CTA of a column block sums the splits (no second kernel), B loads with the L2 256-byte prefetch hint",
-                    ),
-                    (
-                        &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64), ("CS_FUSED_REDUCE", 0), ("CS_PDL", 1)][..],
-                        "split-K x4 with a separate reduce kernel chained by programmatic dependent launch",
-                    ),
-                    (
-                        &[("CS_SPLIT_K", 8), ("CS_BLOCK_N", 32)][..],
-                        "split-K x8 over 32-column blocks: more CTAs, more bytes in flight",
-                    ),
-                    (
-                        &[("CS_SPLIT_K", 2), ("CS_BLOCK_N", 64)][..],
-                        "split-K x2: fewer partial sums to reduce",
-                    ),
-                ] {
-                    out.push(mk("gemm_skinny_splitk", with(p, &fp16), why));
-                }
-            }
             let order: Vec<usize> = if skinny {
                 vec![3, 2, 1, 0, 4, 5, 6, 7]
             } else {
@@ -153,7 +152,26 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 ));
             }
         }
-        Family::Softmax => {
+        Family::GemmSoftmax | Family::GemmGlu => {
+            let template = if w.family() == Family::GemmSoftmax {
+                "gemm_softmax"
+            } else {
+                "gemm_glu"
+            };
+            for (p, why) in [
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],
+                    "CUTLASS 3 GEMM 128x256, cluster 2x1, then the second stage",
+                ),
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1)][..],
+                    "CUTLASS 3 GEMM 128x128, then the second stage: more tiles for smaller problems",
+                ),
+            ] {
+                out.push(mk(template, with(p, &fp16), why));
+            }
+        }
+        Family::Softmax | Family::LogSoftmax => {
             for (t, c, why) in [
                 (
                     1024,

@@ -191,7 +191,7 @@ fn every_template_validates_on_its_workloads() {
         }
         for s in picked {
             // The one way a strategy becomes a kernel, as the built-in provider does it.
-            let req = CompileRequest::version(&s.instantiate().unwrap(), "sm_90a");
+            let req = CompileRequest::version(&s.instantiate(&w).unwrap(), "sm_90a");
             cases.push((w.clone(), s, req));
         }
     }

@@ -9,7 +9,7 @@ mod element;
 mod pattern;
 mod precision;
 
-pub use element::{poison, Element};
+pub use element::{poison, Element, E4M3, E5M2};
 pub use precision::precision_hint;
 
 use std::fmt::{self, Write as _};
@@ -239,15 +239,30 @@ pub fn compare<G: Element, W: Element>(
     dims: &Dims,
     tol: &ElementTolerance,
 ) -> Comparison {
+    compare_with_slack(got, want, None, dims, tol)
+}
+
+/// [`compare`] with a per-element allowance on top of the tolerance: element i passes
+/// when `|got - want| <= atol + rtol * |want| + slack[i]` (`slack` is dense, indexed like
+/// `want`). The slack carries what the reference itself cannot pin down, e.g. the
+/// rounding error of a long dot product propagated through an epilogue chain.
+pub fn compare_with_slack<G: Element, W: Element>(
+    got: &[G],
+    want: &[W],
+    slack: Option<&[f64]>,
+    dims: &Dims,
+    tol: &ElementTolerance,
+) -> Comparison {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    compare_with_threads(got, want, dims, tol, threads)
+    compare_with_threads(got, want, slack, dims, tol, threads)
 }
 
 fn compare_with_threads<G: Element, W: Element>(
     got: &[G],
     want: &[W],
+    slack: Option<&[f64]>,
     dims: &Dims,
     tol: &ElementTolerance,
     threads: usize,
@@ -285,14 +300,14 @@ fn compare_with_threads<G: Element, W: Element>(
         .max(1);
     let chunk = n.div_ceil(threads);
     let accs: Vec<Acc> = if threads == 1 {
-        vec![run_chunk(got, want, dims, &geo, tol, 0..n)]
+        vec![run_chunk(got, want, slack, dims, &geo, tol, 0..n)]
     } else {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
                     let range = (t * chunk).min(n)..((t + 1) * chunk).min(n);
                     let geo = &geo;
-                    s.spawn(move || run_chunk(got, want, dims, geo, tol, range))
+                    s.spawn(move || run_chunk(got, want, slack, dims, geo, tol, range))
                 })
                 .collect();
             // A panicking worker would be a bug here; its chunk then counts as wrong.
@@ -431,11 +446,11 @@ enum Fault {
 }
 
 /// Judges one element (None = pass).
-fn judge(poisoned: bool, got: f64, want: f64, tol: &ElementTolerance) -> Option<Fault> {
+fn judge(poisoned: bool, got: f64, want: f64, slack: f64, tol: &ElementTolerance) -> Option<Fault> {
     if poisoned {
         return Some(Fault::Unwritten);
     }
-    if tol.accepts(got, want) {
+    if tol.accepts_with_slack(got, want, slack) {
         return None;
     }
     if want.is_finite() && !got.is_finite() {
@@ -520,6 +535,7 @@ impl Acc {
 
     /// The hot loop: a row segment whose storage lies inside both buffers.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn segment<G: Element, W: Element>(
         &mut self,
         g: &Geo,
@@ -529,6 +545,7 @@ impl Acc {
         c0: usize,
         gs: &[G],
         ws: &[W],
+        ss: Option<&[f64]>,
     ) {
         let (atol, rtol) = (tol.atol, tol.rtol);
         let mut max_abs = self.max_abs;
@@ -546,11 +563,13 @@ impl Acc {
                 if ay > 0.0 && rel > max_rel {
                     max_rel = rel;
                 }
-                if d <= atol + rtol * ay {
+                let extra = ss.and_then(|s| s.get(i)).copied().unwrap_or(0.0);
+                if d <= atol + rtol * ay + extra {
                     continue;
                 }
             }
-            if let Some(f) = judge(gv.is_poison_bits(), x, y, tol) {
+            let extra = ss.and_then(|s| s.get(i)).copied().unwrap_or(0.0);
+            if let Some(f) = judge(gv.is_poison_bits(), x, y, extra, tol) {
                 self.record(g, b, r, c0 + i, x, y, f);
             }
         }
@@ -571,6 +590,7 @@ impl Acc {
         wbase: Option<usize>,
         got: &[G],
         want: &[W],
+        slack: Option<&[f64]>,
     ) {
         for c in cols {
             self.checked += 1;
@@ -586,7 +606,12 @@ impl Acc {
                     if x.is_finite() && y.is_finite() {
                         self.note_err((x - y).abs(), y);
                     }
-                    if let Some(f) = judge(gv.is_poison_bits(), x, y, tol) {
+                    let extra = wbase
+                        .and_then(|x| x.checked_add(c))
+                        .and_then(|i| slack.and_then(|s| s.get(i)))
+                        .copied()
+                        .unwrap_or(0.0);
+                    if let Some(f) = judge(gv.is_poison_bits(), x, y, extra, tol) {
                         self.record(g, b, r, c, x, y, f);
                     }
                 }
@@ -647,6 +672,7 @@ fn seg_base(b: usize, bstride: usize, r: usize, rstride: usize) -> Option<usize>
 fn run_chunk<G: Element, W: Element>(
     got: &[G],
     want: &[W],
+    slack: Option<&[f64]>,
     d: &Dims,
     g: &Geo,
     tol: &ElementTolerance,
@@ -668,9 +694,10 @@ fn run_chunk<G: Element, W: Element>(
         };
         let gs = slice_of(gbase).and_then(|rg| got.get(rg));
         let ws = slice_of(wbase).and_then(|rg| want.get(rg));
+        let ss = slack.and_then(|s| slice_of(wbase).and_then(|rg| s.get(rg)));
         match (gs, ws) {
-            (Some(gs), Some(ws)) => acc.segment(g, tol, b, r, c0, gs, ws),
-            _ => acc.segment_checked(g, tol, (b, r), c0..c1, gbase, wbase, got, want),
+            (Some(gs), Some(ws)) => acc.segment(g, tol, b, r, c0, gs, ws, ss),
+            _ => acc.segment_checked(g, tol, (b, r), c0..c1, gbase, wbase, got, want, slack),
         }
         e += c1 - c0;
     }
@@ -1013,9 +1040,9 @@ mod tests {
         let pick =
             |b: usize, r: usize, c: usize| (b * 7 + r * 13 + c * 31).is_multiple_of(97) || r == 7;
         let (got, want) = make(&d, pick, off);
-        let one = compare_with_threads(&got, &want, &d, &tol(), 1);
+        let one = compare_with_threads(&got, &want, None, &d, &tol(), 1);
         for t in [2, 3, 7, 64] {
-            assert_eq!(compare_with_threads(&got, &want, &d, &tol(), t), one);
+            assert_eq!(compare_with_threads(&got, &want, None, &d, &tol(), t), one);
         }
         assert_eq!(one.first_wrong.len(), 8);
     }

@@ -96,6 +96,19 @@ fn cuda_type(d: DType) -> bsys::cudaDataType {
         DType::F16 => bsys::cudaDataType::CUDA_R_16F,
         DType::BF16 => bsys::cudaDataType::CUDA_R_16BF,
         DType::F64 => bsys::cudaDataType::CUDA_R_64F,
+        DType::E4M3 => bsys::cudaDataType::CUDA_R_8F_E4M3,
+        DType::E5M2 => bsys::cudaDataType::CUDA_R_8F_E5M2,
+    }
+}
+
+fn lt_type(d: DType) -> ltsys::cudaDataType_t {
+    match d {
+        DType::F32 => ltsys::cudaDataType_t::CUDA_R_32F,
+        DType::F16 => ltsys::cudaDataType_t::CUDA_R_16F,
+        DType::BF16 => ltsys::cudaDataType_t::CUDA_R_16BF,
+        DType::F64 => ltsys::cudaDataType_t::CUDA_R_64F,
+        DType::E4M3 => ltsys::cudaDataType_t::CUDA_R_8F_E4M3,
+        DType::E5M2 => ltsys::cudaDataType_t::CUDA_R_8F_E5M2,
     }
 }
 
@@ -188,10 +201,12 @@ impl Libraries {
     /// The `gemm_ex`-style baseline in the workload's precision: D = alpha·A·B + beta·D,
     /// fp32 accumulation; TF32 only when the workload allows it.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub fn cublas_gemm(
         &self,
         g: &GemmDesc,
         dtype: DType,
+        out_dtype: DType,
         d: u64,
         a: u64,
         b: u64,
@@ -204,7 +219,7 @@ impl Libraries {
         } else {
             bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
-        self.gemm_with(g, dtype, dtype, a, b, d, alpha, beta, compute)
+        self.gemm_with(g, dtype, out_dtype, a, b, d, alpha, beta, compute)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -262,12 +277,18 @@ impl Libraries {
 
     /// Prepares a cuBLASLt matmul (with a bias + ReLU/GELU epilogue when asked) and the
     /// heuristic's top algorithms.
+    /// A cuBLASLt plan for `D = alpha * A * B` (+ a bias/activation epilogue when it
+    /// has one), A and B of `dtype`, D of `out_dtype`. fp8 operands take the per-tensor
+    /// scales `scales` (device pointers to fp32 scalars for A, B and, for an fp8 D, D).
+    #[allow(clippy::too_many_arguments)]
     pub fn lt_plan(
         &self,
         g: &GemmDesc,
         dtype: DType,
+        out_dtype: DType,
         allow_tf32: bool,
         epilogue: Option<(Activation, u64)>,
+        scales: Option<(u64, u64, u64)>,
         workspace: u64,
         workspace_bytes: usize,
     ) -> Result<LtPlan, CudaFailure> {
@@ -280,12 +301,8 @@ impl Libraries {
         } else {
             ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
-        let t = match dtype {
-            DType::F32 => ltsys::cudaDataType_t::CUDA_R_32F,
-            DType::F16 => ltsys::cudaDataType_t::CUDA_R_16F,
-            DType::BF16 => ltsys::cudaDataType_t::CUDA_R_16BF,
-            DType::F64 => ltsys::cudaDataType_t::CUDA_R_64F,
-        };
+        let t = lt_type(dtype);
+        let t_out = lt_type(out_dtype);
         let lt_err = |w: &str, e: cudarc::cublaslt::result::CublasError| fail(w, e);
         let desc = cudarc::cublaslt::result::create_matmul_desc(
             compute,
@@ -309,6 +326,29 @@ impl Libraries {
             (&tb) as *const i32 as _,
             4,
         )?;
+        if let Some((sa, sb, sd)) = scales {
+            use ltsys::cublasLtMatmulDescAttributes_t as D;
+            // cuBLASLt's fp8 GEMM applies the scales of A and B to the product, and the
+            // scale of D when D is fp8.
+            let (first, second) = if x.first_is_a { (sa, sb) } else { (sb, sa) };
+            set_desc(
+                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                (&first) as *const u64 as _,
+                8,
+            )?;
+            set_desc(
+                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                (&second) as *const u64 as _,
+                8,
+            )?;
+            if out_dtype.is_fp8() {
+                set_desc(
+                    D::CUBLASLT_MATMUL_DESC_D_SCALE_POINTER,
+                    (&sd) as *const u64 as _,
+                    8,
+                )?;
+            }
+        }
         let mut note = None;
         if let Some((act, bias)) = epilogue {
             let ep = match act {
@@ -342,7 +382,8 @@ impl Libraries {
                 }
             }
         }
-        let layout = |rows: i32,
+        let layout = |t: ltsys::cudaDataType_t,
+                      rows: i32,
                       cols: i32,
                       ld: i64,
                       stride: i64|
@@ -381,9 +422,9 @@ impl Libraries {
         } else {
             (x.k, x.n)
         };
-        let la = layout(r1, c1, x.ld_first, x.stride_first)?;
-        let lb = layout(r2, c2, x.ld_second, x.stride_second)?;
-        let lc = layout(x.m, x.n, x.m as i64, x.m as i64 * x.n as i64)?;
+        let la = layout(t, r1, c1, x.ld_first, x.stride_first)?;
+        let lb = layout(t, r2, c2, x.ld_second, x.stride_second)?;
+        let lc = layout(t_out, x.m, x.n, x.m as i64, x.m as i64 * x.n as i64)?;
         let pref = cudarc::cublaslt::result::create_matmul_pref().map_err(|e| lt_err("pref", e))?;
         let ws = workspace_bytes as u64;
         // SAFETY: live preference; a u64 attribute value.
@@ -481,6 +522,7 @@ impl Libraries {
             x: desc,
             act: Some(adesc),
             softmax: false,
+            log: false,
         })
     }
 
@@ -490,6 +532,7 @@ impl Libraries {
         dtype: DType,
         rows: usize,
         cols: usize,
+        log: bool,
     ) -> Result<DnnOp, CudaFailure> {
         let h = self.cudnn.ok_or_else(|| fail("cuDNN", "not loaded"))?;
         let desc = tensor(dtype, [rows as i32, cols as i32, 1, 1])?;
@@ -498,6 +541,7 @@ impl Libraries {
             x: desc,
             act: None,
             softmax: true,
+            log,
         })
     }
 }
@@ -508,6 +552,9 @@ fn tensor(dtype: DType, dims: [i32; 4]) -> Result<dnsys::cudnnTensorDescriptor_t
         DType::F16 => dnsys::cudnnDataType_t::CUDNN_DATA_HALF,
         DType::BF16 => dnsys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         DType::F64 => dnsys::cudnnDataType_t::CUDNN_DATA_DOUBLE,
+        DType::E4M3 | DType::E5M2 => {
+            return Err(fail("cuDNN", "fp8 tensors are not used with cuDNN here"))
+        }
     };
     let desc =
         cudarc::cudnn::result::create_tensor_descriptor().map_err(|e| fail("tensor desc", e))?;
@@ -587,6 +634,8 @@ pub struct DnnOp {
     x: dnsys::cudnnTensorDescriptor_t,
     act: Option<dnsys::cudnnActivationDescriptor_t>,
     softmax: bool,
+    /// Softmax: log-softmax instead.
+    log: bool,
 }
 
 impl DnnOp {
@@ -598,7 +647,11 @@ impl DnnOp {
             if self.softmax {
                 cudarc::cudnn::result::softmax_forward(
                     self.handle,
-                    dnsys::cudnnSoftmaxAlgorithm_t::CUDNN_SOFTMAX_ACCURATE,
+                    if self.log {
+                        dnsys::cudnnSoftmaxAlgorithm_t::CUDNN_SOFTMAX_LOG
+                    } else {
+                        dnsys::cudnnSoftmaxAlgorithm_t::CUDNN_SOFTMAX_ACCURATE
+                    },
                     dnsys::cudnnSoftmaxMode_t::CUDNN_SOFTMAX_MODE_CHANNEL,
                     (&alpha) as *const f32 as _,
                     self.x,

@@ -4,7 +4,7 @@
 
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
-use crate::eval::compare::Element;
+use crate::eval::compare::{Element, E4M3, E5M2};
 use crate::spec::DType;
 
 /// An element type the harness moves between host and device.
@@ -34,6 +34,26 @@ impl HostElement for half::f16 {
         half::f16::from_f64(v)
     }
     const DTYPE: DType = DType::F16;
+}
+
+// SAFETY: both fp8 types are a transparent u8: any bit pattern is valid, zero included.
+unsafe impl DeviceRepr for E4M3 {}
+unsafe impl ValidAsZeroBits for E4M3 {}
+unsafe impl DeviceRepr for E5M2 {}
+unsafe impl ValidAsZeroBits for E5M2 {}
+
+impl HostElement for E4M3 {
+    fn from_f64(v: f64) -> Self {
+        E4M3::from_f64(v)
+    }
+    const DTYPE: DType = DType::E4M3;
+}
+
+impl HostElement for E5M2 {
+    fn from_f64(v: f64) -> Self {
+        E5M2::from_f64(v)
+    }
+    const DTYPE: DType = DType::E5M2;
 }
 
 /// SplitMix64: a counter-based generator, so element i of stream s under seed x is the

@@ -4,6 +4,7 @@
 
 pub mod baseline;
 pub mod data;
+pub mod kernels;
 pub mod reference;
 pub mod session;
 

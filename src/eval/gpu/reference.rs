@@ -5,87 +5,19 @@
 use crate::eval::compare::Element;
 use crate::spec::{Activation, DType};
 
-/// The activation in fp64.
+/// The activation in fp64 with one parameter (the leaky slope; other parameters at
+/// their defaults).
 pub fn activation(act: Activation, x: f64, slope: f64) -> f64 {
-    match act {
-        Activation::Identity => x,
-        Activation::Relu => {
-            if x.is_nan() {
-                x
-            } else {
-                x.max(0.0)
-            }
-        }
-        Activation::LeakyRelu => {
-            if x >= 0.0 || x.is_nan() {
-                x
-            } else {
-                slope * x
-            }
-        }
-        Activation::GeluErf => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        Activation::GeluTanh => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-        }
-        Activation::Silu => x / (1.0 + (-x).exp()),
-        Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        Activation::Tanh => x.tanh(),
-    }
+    let (p0, p1) = act.default_params();
+    let p0 = if act == Activation::LeakyRelu {
+        slope
+    } else {
+        p0
+    };
+    act.eval(x, p0, p1)
 }
 
-/// erf in fp64 (W. J. Cody's rational approximations are overkill here: this uses the
-/// series for small |x| and the continued fraction for large |x|, accurate to ~1e-15).
-pub fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    let r = if a < 2.5 {
-        // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
-        let mut term = a;
-        let mut sum = a;
-        let x2 = a * a;
-        let mut n = 0.0;
-        loop {
-            n += 1.0;
-            term *= -x2 / n;
-            let t = term / (2.0 * n + 1.0);
-            sum += t;
-            if t.abs() <= 1e-17 * sum.abs() || n > 200.0 {
-                break;
-            }
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else if a > 6.0 {
-        1.0
-    } else {
-        // erfc by Lentz's continued fraction.
-        let tiny = 1e-300;
-        let mut f = a;
-        let mut c = a;
-        let mut d = 0.0;
-        for i in 1..200 {
-            let an = i as f64 / 2.0;
-            d = a + an * d;
-            d = if d.abs() < tiny { tiny } else { d };
-            c = a + an / c;
-            c = if c.abs() < tiny { tiny } else { c };
-            d = 1.0 / d;
-            let delta = c * d;
-            f *= delta;
-            if (delta - 1.0).abs() < 1e-16 {
-                break;
-            }
-        }
-        1.0 - (-a * a).exp() / (f * std::f64::consts::PI.sqrt())
-    };
-    if x < 0.0 {
-        -r
-    } else {
-        r
-    }
-}
+pub use crate::spec::chain::erf;
 
 /// Softmax of each of `rows` rows of `cols` inputs, into `out` (dense), in fp64.
 pub fn softmax_rows<T: Element>(x: &[T], rows: usize, cols: usize, ld: usize, out: &mut [f64]) {
@@ -124,6 +56,8 @@ pub fn unit_roundoff(d: DType) -> f64 {
         DType::F32 => f32::EPSILON as f64 / 2.0,
         DType::F16 => 2f64.powi(-11),
         DType::BF16 => 2f64.powi(-8),
+        DType::E4M3 => 2f64.powi(-4),
+        DType::E5M2 => 2f64.powi(-3),
     }
 }
 

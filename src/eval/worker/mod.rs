@@ -10,6 +10,7 @@
 //! validation of a launch against its reference in [`validate`], timing against the
 //! vendor libraries in [`timing`].
 
+mod problem;
 mod timing;
 mod validate;
 
@@ -18,11 +19,12 @@ use timing::peak_flops;
 use std::path::Path;
 
 use crate::abi::{self, cs_problem, KernelLibrary};
-use crate::eval::gpu::baseline::{GemmDesc, Libraries};
-use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
-use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
+use crate::eval::compare::{E4M3, E5M2};
+use crate::eval::gpu::baseline::Libraries;
+use crate::eval::gpu::data::HostElement;
+use crate::eval::gpu::session::{DevBuf, Session};
 use crate::eval::job::{Ceilings, Fault, FaultKind, Job, Mode, WorkerReport, RESULT_MARKER};
-use crate::spec::{DType, Family, Layout, Shape, Workload};
+use crate::spec::{DType, Shape, Workload};
 
 /// The most workspace a kernel may ask for (bytes).
 const MAX_WORKSPACE: u64 = 4 << 30;
@@ -149,14 +151,28 @@ fn run(job: &Job) -> WorkerReport {
         job,
         report: &mut report,
     };
-    match workload.dtype() {
-        DType::BF16 => ctx.run_typed::<half::bf16>(),
-        DType::F16 => ctx.run_typed::<half::f16>(),
-        DType::F32 => ctx.run_typed::<f32>(),
-        DType::F64 => ctx
-            .report
-            .notes
-            .push("f64 workloads are not supported".into()),
+    use half::{bf16, f16};
+    match (workload.dtype(), workload.out_dtype()) {
+        (DType::BF16, DType::BF16) => ctx.run_typed::<bf16, bf16>(),
+        (DType::BF16, DType::F16) => ctx.run_typed::<bf16, f16>(),
+        (DType::BF16, DType::F32) => ctx.run_typed::<bf16, f32>(),
+        (DType::F16, DType::F16) => ctx.run_typed::<f16, f16>(),
+        (DType::F16, DType::BF16) => ctx.run_typed::<f16, bf16>(),
+        (DType::F16, DType::F32) => ctx.run_typed::<f16, f32>(),
+        (DType::F32, DType::F32) => ctx.run_typed::<f32, f32>(),
+        (DType::F32, DType::BF16) => ctx.run_typed::<f32, bf16>(),
+        (DType::F32, DType::F16) => ctx.run_typed::<f32, f16>(),
+        (DType::E4M3, DType::BF16) => ctx.run_typed::<E4M3, bf16>(),
+        (DType::E4M3, DType::F16) => ctx.run_typed::<E4M3, f16>(),
+        (DType::E4M3, DType::F32) => ctx.run_typed::<E4M3, f32>(),
+        (DType::E4M3, DType::E4M3) => ctx.run_typed::<E4M3, E4M3>(),
+        (DType::E5M2, DType::BF16) => ctx.run_typed::<E5M2, bf16>(),
+        (DType::E5M2, DType::F16) => ctx.run_typed::<E5M2, f16>(),
+        (DType::E5M2, DType::F32) => ctx.run_typed::<E5M2, f32>(),
+        (DType::E5M2, DType::E5M2) => ctx.run_typed::<E5M2, E5M2>(),
+        (a, d) => ctx.report.notes.push(format!(
+            "{a} operands with a {d} output are not supported by the harness"
+        )),
     }
     report
 }
@@ -188,23 +204,6 @@ fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {
     Ok(lib)
 }
 
-/// Device buffers of one problem instance.
-struct Problem<T> {
-    shape: Shape,
-    a: DevBuf<T>,
-    b: Option<DevBuf<T>>,
-    c: Option<DevBuf<T>>,
-    bias: Option<DevBuf<T>>,
-    out: DevBuf<T>,
-    host_a: Vec<T>,
-    host_b: Vec<T>,
-    host_c: Vec<T>,
-    host_bias: Vec<T>,
-    out_len: usize,
-    gemm: Option<GemmDesc>,
-    ldd: i64,
-}
-
 struct Ctx<'a> {
     s: &'a mut Session,
     libs: &'a Libraries,
@@ -215,7 +214,7 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn run_typed<T: HostElement>(&mut self) {
+    fn run_typed<A: HostElement, D: HostElement>(&mut self) {
         let shapes: Vec<Shape> = if self.job.shapes.is_empty() {
             self.workload.shapes().to_vec()
         } else {
@@ -227,10 +226,10 @@ impl Ctx<'_> {
         };
         if self.job.mode != Mode::Baseline {
             for shape in &shapes {
-                let mut previous: Option<Vec<f64>> = None;
+                let mut previous = None;
                 for &seed in &self.job.seeds {
                     eprintln!("worker: validating {shape} seed {seed}");
-                    let v = self.validate::<T>(shape, seed, &mut previous);
+                    let v = self.validate::<A, D>(shape, seed, &mut previous);
                     let failed = !v.passed;
                     let f = v.fault.clone();
                     self.report.validations.push(v);
@@ -246,7 +245,7 @@ impl Ctx<'_> {
         }
         let headline = *self.workload.headline();
         eprintln!("worker: timing {headline}");
-        match self.time::<T>(&headline) {
+        match self.time::<A, D>(&headline) {
             Ok(t) => {
                 if let (Some(c), true) = (&t.candidate, t.floor_s > 0.0) {
                     if c.median_us * 1e-6 < 0.9 * t.floor_s {
@@ -275,7 +274,7 @@ impl Ctx<'_> {
         if self.job.mode == Mode::Check && self.report.fault.is_none() {
             let seed = self.job.seeds.iter().max().copied().unwrap_or(0) + 0x5EED;
             eprintln!("worker: re-validating {headline} on fresh inputs");
-            let v = self.validate::<T>(&headline, seed, &mut None);
+            let v = self.validate::<A, D>(&headline, seed, &mut None);
             if !v.passed {
                 self.report.fault = v.fault.clone();
             }
@@ -284,147 +283,6 @@ impl Ctx<'_> {
     }
 
     /// Allocates and fills one problem's inputs (seeded) and a poisoned, guarded output.
-    fn setup<T: HostElement>(&self, shape: &Shape, seed: u64) -> Result<Problem<T>, CudaFailure> {
-        let (m, n, k, batch) = (
-            shape.m as usize,
-            shape.n as usize,
-            shape.k as usize,
-            shape.batch as usize,
-        );
-        let params = self.workload.params();
-        match self.workload.family() {
-            Family::Gemm | Family::GemmBiasAct => {
-                let lay = self.workload.layouts();
-                let lda = if lay.a == Layout::Row { k } else { m };
-                let ldb = if lay.b == Layout::Col { k } else { n };
-                let ldd = if lay.c == Layout::Row { n } else { m };
-                let out_len = batch * m * n;
-                let host_a: Vec<T> = data::random_vec(batch * m * k, seed, 0);
-                let host_b: Vec<T> = data::random_vec(batch * k * n, seed, 1);
-                let host_c: Vec<T> = if params.beta != 0.0 {
-                    data::random_vec(out_len, seed, 2)
-                } else {
-                    Vec::new()
-                };
-                let host_bias: Vec<T> = if params.bias {
-                    data::random_vec(n, seed, 3)
-                } else {
-                    Vec::new()
-                };
-                let a = self.s.upload(&host_a)?;
-                let b = Some(self.s.upload(&host_b)?);
-                let c = if host_c.is_empty() {
-                    None
-                } else {
-                    Some(self.s.upload(&host_c)?)
-                };
-                let bias = if host_bias.is_empty() {
-                    None
-                } else {
-                    Some(self.s.upload(&host_bias)?)
-                };
-                let out = self.s.upload(&data::poisoned_output::<T>(out_len))?;
-                Ok(Problem {
-                    shape: *shape,
-                    a,
-                    b,
-                    c,
-                    bias,
-                    out,
-                    host_a,
-                    host_b,
-                    host_c,
-                    host_bias,
-                    out_len,
-                    gemm: Some(GemmDesc {
-                        m: shape.m,
-                        n: shape.n,
-                        k: shape.k,
-                        batch: shape.batch,
-                        layout_a: lay.a,
-                        layout_b: lay.b,
-                        layout_cd: lay.c,
-                        lda: lda as i64,
-                        ldb: ldb as i64,
-                        stride_a: (m * k) as i64,
-                        stride_b: (k * n) as i64,
-                    }),
-                    ldd: ldd as i64,
-                })
-            }
-            Family::Activation | Family::Softmax => {
-                let len = m * n;
-                let host_a: Vec<T> = data::random_vec(len, seed, 0);
-                let a = self.s.upload(&host_a)?;
-                let out = self.s.upload(&data::poisoned_output::<T>(len))?;
-                Ok(Problem {
-                    shape: *shape,
-                    a,
-                    b: None,
-                    c: None,
-                    bias: None,
-                    out,
-                    host_a,
-                    host_b: Vec::new(),
-                    host_c: Vec::new(),
-                    host_bias: Vec::new(),
-                    out_len: len,
-                    gemm: None,
-                    ldd: n as i64,
-                })
-            }
-        }
-    }
-
-    /// The ABI problem struct for a problem instance (workspace filled in later).
-    fn problem<T: HostElement>(&self, p: &Problem<T>) -> cs_problem {
-        let params = self.workload.params();
-        let lay = self.workload.layouts();
-        let sh = p.shape;
-        let mut cp = cs_problem {
-            abi_version: abi::CS_ABI_VERSION,
-            family: self.workload.family().abi_value(),
-            m: sh.m as i64,
-            n: sh.n as i64,
-            k: sh.k as i64,
-            batch: sh.batch as i64,
-            dtype_ab: T::DTYPE.abi_value(),
-            dtype_cd: T::DTYPE.abi_value(),
-            dtype_acc: self.workload.acc_dtype().abi_value(),
-            layout_a: lay.a.abi_value(),
-            layout_b: lay.b.abi_value(),
-            layout_cd: lay.c.abi_value(),
-            a: p.a.ptr as *const _,
-            b: p.b.as_ref().map_or(0, |b| b.ptr) as *const _,
-            c: p.c.as_ref().map_or(0, |c| c.ptr) as *const _,
-            d: p.out.at(GUARD_ELEMENTS) as *mut _,
-            bias: p.bias.as_ref().map_or(0, |b| b.ptr) as *const _,
-            lda: p.ldd,
-            ldb: 0,
-            ldc: p.ldd,
-            ldd: p.ldd,
-            batch_stride_a: 0,
-            batch_stride_b: 0,
-            batch_stride_c: (sh.m * sh.n) as i64,
-            batch_stride_d: (sh.m * sh.n) as i64,
-            alpha: params.alpha,
-            beta: params.beta,
-            activation: params.activation.abi_value(),
-            act_alpha: params.act_alpha,
-            workspace: std::ptr::null_mut(),
-            workspace_bytes: 0,
-            sm_count: self.s.info.sm_count,
-            reserved0: 0,
-        };
-        if let Some(g) = &p.gemm {
-            cp.lda = g.lda;
-            cp.ldb = g.ldb;
-            cp.batch_stride_a = g.stride_a;
-            cp.batch_stride_b = g.stride_b;
-        }
-        cp
-    }
-
     /// Asks the kernel for its workspace and allocates it. `Err` carries the fault.
     fn workspace(
         &self,

@@ -2,11 +2,13 @@
 //! same process, with the L2 flushed (CUDA graphs when one launch is too short to time
 //! alone), and the device's ceilings for the roofline floor.
 
-use crate::eval::gpu::baseline::{self};
+use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::HostElement;
-use crate::eval::gpu::session::{CudaFailure, Session};
+use crate::eval::gpu::kernels::Passes;
+use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, Stats, TimingReport};
-use crate::spec::{ComputePipe, Family, Shape};
+use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
+use crate::spec::{Baseline, ComputePipe, Family, Layout, Shape, Workload};
 
 use super::Ctx;
 
@@ -49,23 +51,37 @@ pub(super) fn peak_flops(
 
 impl Ctx<'_> {
     /// Times the headline shape: the candidate (if any) interleaved with every baseline.
-    pub(super) fn time<T: HostElement>(
+    pub(super) fn time<A: HostElement, D: HostElement>(
         &mut self,
         shape: &Shape,
     ) -> Result<TimingReport, CudaFailure> {
         let seed = 0x7133_u64;
         self.s.prepare_flush()?;
-        let p = self.setup::<T>(shape, seed)?;
-        let params = self.workload.params();
-        let dtype = T::DTYPE;
-        let out_bytes = p.out_len * std::mem::size_of::<T>();
-        let base_out = self.s.zeros::<T>(p.out_len)?;
+        let p = self.setup::<A, D>(shape, seed)?;
+        let w = self.workload;
+        let params = w.params();
+        let fam = w.family();
+        let (dtype, out_dtype) = (A::DTYPE, D::DTYPE);
+        let out_bytes = p.out_len * std::mem::size_of::<D>();
+        let (m, n) = (shape.m as usize, shape.n as usize);
+        let batch = shape.batch.max(1) as usize;
+        let base_out = self.s.zeros::<D>(p.out_len)?;
+        let base_out2 = self.s.zeros::<D>(p.out_len)?;
+        let scratch = (self.s.zeros::<D>(p.out_len)?, self.s.zeros::<D>(p.out_len)?);
+        let saved: Vec<DevBuf<D>> = (0..w.chain().saved.len())
+            .map(|_| self.s.zeros::<D>(p.out_len))
+            .collect::<Result<_, _>>()?;
+        let saved_ptrs: Vec<u64> = saved.iter().map(|b| b.ptr).collect();
         let lt_ws_bytes: usize = 64 << 20;
         let lt_ws = self.s.zeros::<u8>(lt_ws_bytes)?;
-        let mut names: Vec<String> = Vec::new();
-        let mut notes: Vec<Option<String>> = Vec::new();
-        type Launch<'x> = Box<dyn FnMut() -> Result<(), CudaFailure> + 'x>;
-        let mut launches: Vec<Launch> = Vec::new();
+        let scales = if dtype.is_fp8() {
+            Some(
+                self.s
+                    .upload(&[params.scale_a, params.scale_b, params.scale_d])?,
+            )
+        } else {
+            None
+        };
 
         let mut cp = self.problem(&p);
         let kernel = self.kernel;
@@ -80,9 +96,106 @@ impl Ctx<'_> {
         let libs = self.libs;
         let a = p.a.ptr;
         let b = p.b.as_ref().map_or(0, |b| b.ptr);
-        let bias = p.bias.as_ref().map_or(0, |b| b.ptr);
+        let b2 = p.b2.as_ref().map_or(0, |b| b.ptr);
+        let bias = if fam == Family::GemmBiasAct && params.bias {
+            p.tensors.first().map_or(0, |t| t.buf.ptr)
+        } else {
+            0
+        };
         let s_ref: &Session = self.s;
-        let allow_tf32 = self.workload.allow_tf32();
+        let allow_tf32 = w.allow_tf32();
+        let wants = |bl: Baseline| w.target().baselines.contains(&bl);
+        let scale = params.alpha * params.scale_a * params.scale_b;
+        let can_cublas = libs.has_cublas() && !dtype.is_fp8();
+
+        // The unfused sequence's elementwise passes, one per op after the library op
+        // (compiled with NVRTC; skipped, with a note, when that fails).
+        let lay_c = if fam.is_gemm() {
+            w.layouts().c
+        } else {
+            Layout::Row
+        };
+        let passes = match unfused_chain(w) {
+            Some(c) if !c.steps.is_empty() => {
+                match Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        self.report
+                            .notes
+                            .push(format!("unfused baseline skipped: {e}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let pass_tensors: Vec<u64> = if fam == Family::GemmGlu {
+            vec![base_out2.ptr]
+        } else {
+            p.tensors.iter().map(|t| t.buf.ptr).collect()
+        };
+
+        // cuBLASLt: the fastest of its heuristic's algorithms.
+        let lt_alpha = if dtype.is_fp8() { params.alpha } else { scale };
+        let lt_epilogue = fam == Family::GemmBiasAct && w.chain().steps.len() <= 2;
+        let mut lt: Option<(LtPlan, usize)> = None;
+        if let Some(g) = p.gemm.filter(|_| libs.has_cublaslt()) {
+            if wants(Baseline::Cublaslt) || dtype.is_fp8() {
+                let epi = lt_epilogue.then_some((params.activation, bias));
+                let sc = scales.as_ref().map(|s| (s.ptr, s.ptr + 4, s.ptr + 8));
+                match libs.lt_plan(
+                    &g,
+                    dtype,
+                    out_dtype,
+                    allow_tf32,
+                    epi,
+                    sc,
+                    lt_ws.ptr,
+                    lt_ws_bytes,
+                ) {
+                    Ok(plan) if !plan.algos.is_empty() => {
+                        let mut best = (f64::INFINITY, 0usize);
+                        for i in 0..plan.algos.len() {
+                            let mut ts = Vec::new();
+                            for _ in 0..3 {
+                                let d = base_out.ptr;
+                                if let Ok(t) =
+                                    s_ref.time_us(&mut || plan.run(s_ref, i, a, b, d, lt_alpha))
+                                {
+                                    ts.push(t);
+                                }
+                            }
+                            ts.sort_by(f64::total_cmp);
+                            if let Some(t) = ts.get(ts.len() / 2) {
+                                if *t < best.0 {
+                                    best = (*t, i);
+                                }
+                            }
+                        }
+                        lt = Some((plan, best.1));
+                    }
+                    Ok(_) => self
+                        .report
+                        .notes
+                        .push("cuBLASLt offered no algorithm".into()),
+                    Err(e) => self
+                        .report
+                        .notes
+                        .push(format!("cuBLASLt baseline skipped: {e}")),
+                }
+            }
+        }
+        let softmax = if fam == Family::GemmSoftmax {
+            libs.cudnn_softmax(out_dtype, batch * m, n, params.log_softmax)
+                .ok()
+        } else {
+            None
+        };
+
+        let mut names: Vec<String> = Vec::new();
+        let mut notes: Vec<Option<String>> = Vec::new();
+        type Launch<'x> = Box<dyn FnMut() -> Result<(), CudaFailure> + 'x>;
+        let mut launches: Vec<Launch> = Vec::new();
         if let Some(kernel) = kernel {
             names.push("candidate".into());
             notes.push(None);
@@ -99,84 +212,120 @@ impl Ctx<'_> {
                 Ok(())
             }));
         }
-        match (&p.gemm, self.workload.family()) {
-            (Some(g), fam) => {
-                let g = *g;
-                if libs.has_cublas() {
+        match p.gemm {
+            Some(g) => {
+                let glu = fam == Family::GemmGlu;
+                let (d, d2) = (base_out.ptr, base_out2.ptr);
+                let library_gemm = move || -> Result<(), CudaFailure> {
+                    libs.cublas_gemm(&g, dtype, out_dtype, d, a, b, scale, 0.0, allow_tf32)?;
+                    if glu {
+                        libs.cublas_gemm(&g, dtype, out_dtype, d2, a, b2, scale, 0.0, allow_tf32)?;
+                    }
+                    Ok(())
+                };
+                if can_cublas && wants(Baseline::Cublas) {
                     names.push("cublas".into());
-                    notes.push(if fam == Family::GemmBiasAct {
-                        Some("GEMM only: no bias or activation".into())
-                    } else {
-                        None
+                    notes.push(match fam {
+                        Family::GemmBiasAct => Some("GEMM only: no bias or activation".into()),
+                        Family::Gemm if !w.chain().is_identity() => {
+                            Some("GEMM only: no epilogue chain".into())
+                        }
+                        Family::GemmGlu => Some("the two GEMMs only: no gate, no product".into()),
+                        Family::GemmSoftmax => Some("GEMM only: no softmax".into()),
+                        _ => None,
                     });
-                    let (alpha, beta) = (params.alpha, 0.0);
-                    let d = base_out.ptr;
+                    launches.push(Box::new(library_gemm));
+                }
+                if let Some((plan, i)) = &lt {
+                    let i = *i;
+                    names.push(format!(
+                        "cublaslt (best of {} heuristic algorithms)",
+                        plan.algos.len()
+                    ));
+                    notes.push(if fam == Family::GemmBiasAct && !lt_epilogue {
+                        Some("GEMM only: the chain is longer than cuBLASLt's epilogues".into())
+                    } else if fam != Family::Gemm && fam != Family::GemmBiasAct {
+                        Some("GEMM only".into())
+                    } else {
+                        plan.note.clone()
+                    });
+                    launches.push(Box::new(move || plan.run(s_ref, i, a, b, d, lt_alpha)));
+                }
+                // The unfused library sequence: the GEMM(s), then cuDNN's softmax or one
+                // elementwise pass per op.
+                let tail = passes.as_ref().is_some_and(|p| !p.is_empty()) || softmax.is_some();
+                let first: Option<Launch> = if !tail {
+                    None
+                } else if can_cublas {
+                    Some(Box::new(library_gemm))
+                } else {
+                    lt.as_ref().map(|(plan, i)| -> Launch {
+                        let i = *i;
+                        Box::new(move || plan.run(s_ref, i, a, b, d, lt_alpha))
+                    })
+                };
+                if let Some(mut first) = first {
+                    let what = match (&passes, &softmax) {
+                        (_, Some(_)) => "the library GEMM, then cuDNN's softmax".to_string(),
+                        (Some(ps), None) => format!(
+                            "the library GEMM{}, then {} elementwise pass{}",
+                            if glu { "s" } else { "" },
+                            ps.len(),
+                            if ps.len() == 1 { "" } else { "es" }
+                        ),
+                        _ => String::new(),
+                    };
+                    names.push("unfused".into());
+                    notes.push(Some(format!("{what}, as a framework runs them")));
+                    let sc = (scratch.0.ptr, scratch.1.ptr);
+                    let (ps, sm) = (passes.as_ref(), softmax.as_ref());
+                    let (pt, sp) = (&pass_tensors, &saved_ptrs);
                     launches.push(Box::new(move || {
-                        libs.cublas_gemm(&g, dtype, d, a, b, alpha, beta, allow_tf32)
+                        first()?;
+                        if let Some(op) = sm {
+                            op.run(d, sc.0)?;
+                        }
+                        if let Some(ps) = ps {
+                            ps.run(s_ref, d, pt, sc, sp)?;
+                        }
+                        Ok(())
                     }));
                 }
-                if libs.has_cublaslt() {
-                    let epi = (fam == Family::GemmBiasAct).then_some((params.activation, bias));
-                    match libs.lt_plan(&g, dtype, allow_tf32, epi, lt_ws.ptr, lt_ws_bytes) {
-                        Ok(plan) if !plan.algos.is_empty() => {
-                            // Pick the fastest of the heuristic's algorithms.
-                            let mut best = (f64::INFINITY, 0usize);
-                            for i in 0..plan.algos.len() {
-                                let mut ts = Vec::new();
-                                for _ in 0..3 {
-                                    let d = base_out.ptr;
-                                    if let Ok(t) = s_ref
-                                        .time_us(&mut || plan.run(s_ref, i, a, b, d, params.alpha))
-                                    {
-                                        ts.push(t);
-                                    }
-                                }
-                                ts.sort_by(f64::total_cmp);
-                                if let Some(t) = ts.get(ts.len() / 2) {
-                                    if *t < best.0 {
-                                        best = (*t, i);
-                                    }
-                                }
-                            }
-                            let lt_algos = plan.algos.len();
-                            names.push(format!(
-                                "cublaslt (best of {lt_algos} heuristic algorithms)"
-                            ));
-                            notes.push(plan.note.clone());
+            }
+            None => {
+                let single_act =
+                    w.chain().steps.len() == 1 && matches!(w.chain().steps[0].op, Op::Act(..));
+                let op = match fam {
+                    Family::Softmax | Family::LogSoftmax => {
+                        Some(libs.cudnn_softmax(dtype, m, n, fam == Family::LogSoftmax))
+                    }
+                    _ if single_act => Some(libs.cudnn_activation(params.activation, dtype, m, n)),
+                    _ => None,
+                };
+                if wants(Baseline::Cudnn) {
+                    match op {
+                        Some(Ok(op)) => {
+                            names.push("cudnn".into());
+                            notes.push(None);
                             let d = base_out.ptr;
-                            let alpha = params.alpha;
-                            launches
-                                .push(Box::new(move || plan.run(s_ref, best.1, a, b, d, alpha)));
+                            launches.push(Box::new(move || op.run(a, d)));
                         }
-                        Ok(_) => self
+                        Some(Err(e)) => self
                             .report
                             .notes
-                            .push("cuBLASLt offered no algorithm".into()),
-                        Err(e) => self
-                            .report
-                            .notes
-                            .push(format!("cuBLASLt baseline skipped: {e}")),
+                            .push(format!("cuDNN baseline skipped: {}", e.message)),
+                        None => {}
                     }
                 }
-            }
-            (None, fam) => {
-                let (m, n) = (shape.m as usize, shape.n as usize);
-                let op = if fam == Family::Softmax {
-                    libs.cudnn_softmax(dtype, m, n)
-                } else {
-                    libs.cudnn_activation(params.activation, dtype, m, n)
-                };
-                match op {
-                    Ok(op) => {
-                        names.push("cudnn".into());
-                        notes.push(None);
-                        let d = base_out.ptr;
-                        launches.push(Box::new(move || op.run(a, d)));
-                    }
-                    Err(e) => self
-                        .report
-                        .notes
-                        .push(format!("cuDNN baseline skipped: {}", e.message)),
+                if let Some(ps) = passes.as_ref().filter(|_| !single_act) {
+                    names.push("unfused".into());
+                    notes.push(Some(format!(
+                        "{} elementwise passes, one per op, as a framework runs them",
+                        ps.len()
+                    )));
+                    let sc = (scratch.0.ptr, scratch.1.ptr);
+                    let (pt, sp) = (&pass_tensors, &saved_ptrs);
+                    launches.push(Box::new(move || ps.run(s_ref, a, pt, sc, sp).map(|_| ())));
                 }
                 names.push("copy".into());
                 notes.push(Some(
@@ -355,4 +504,22 @@ fn capture_graph(
     let timed = TimedGraph { graph, events };
     timed.sample_us(s)?;
     Ok(timed)
+}
+
+/// The ops a framework runs as separate elementwise passes after its library op: the
+/// chain after the GEMM (gemm, gemm_bias_act), the whole chain (activation), the gate and
+/// the product (gemm_glu); none otherwise.
+fn unfused_chain(w: &Workload) -> Option<Chain> {
+    match w.family() {
+        Family::Gemm | Family::GemmBiasAct | Family::Activation => Some(w.chain().clone()),
+        Family::GemmGlu => {
+            let mut c = Chain::default();
+            let (p0, p1) = w.params().gate.default_params();
+            c.push(Op::Act(w.params().gate, p0, p1));
+            let t = c.add_tensor(TensorKind::Matrix, w.out_dtype(), "up");
+            c.push(Op::Binary(BinOp::Mul, Operand::Tensor(t)));
+            Some(c)
+        }
+        _ => None,
+    }
 }

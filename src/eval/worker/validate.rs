@@ -11,17 +11,19 @@ use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::reference;
 use crate::eval::gpu::session::CudaFailure;
 use crate::eval::job::{Fault, FaultKind, Fp64Check, ShapeValidation};
-use crate::spec::{Family, Layout, Shape};
+use crate::spec::chain::MAX_TENSORS;
+use crate::spec::{DType, Family, Layout, Shape};
 
-use super::{classify_cuda, fault, Ctx, Problem};
-use crate::eval::compare::{self, Dims, Verdict};
+use super::problem::Problem;
+use super::{classify_cuda, fault, Ctx};
+use crate::eval::compare::{self, Dims, Element, Verdict};
 
 impl Ctx<'_> {
-    pub(super) fn validate<T: HostElement>(
+    pub(super) fn validate<A: HostElement, D: HostElement>(
         &mut self,
         shape: &Shape,
         seed: u64,
-        previous: &mut Option<Vec<f64>>,
+        previous: &mut Option<Reference>,
     ) -> ShapeValidation {
         let mut v = ShapeValidation {
             shape: *shape,
@@ -37,7 +39,7 @@ impl Ctx<'_> {
             v.fault = Some(fault(FaultKind::AbiMismatch, "no kernel loaded"));
             return v;
         };
-        let p = match self.setup::<T>(shape, seed) {
+        let p = match self.setup::<A, D>(shape, seed) {
             Ok(p) => p,
             Err(e) => {
                 v.fault = Some(fault(
@@ -86,7 +88,7 @@ impl Ctx<'_> {
         };
         let dims = self.dims(&p);
         let vt = self.workload.tolerance().at(shape);
-        let cmp = compare::compare(got, &reference, &dims, &vt);
+        let cmp = compare::compare_with_slack(got, &reference.want, reference.slack(), &dims, &vt);
         if let Some(g) = &p.gemm {
             v.fp64 = Some(self.fp64_check(&p, g, got, seed));
         }
@@ -105,9 +107,10 @@ impl Ctx<'_> {
                 Verdict::PartialWrite => Some(fault(FaultKind::PartialWrite, cmp.report())),
                 Verdict::NanInf => Some(fault(FaultKind::NanInf, cmp.report())),
                 Verdict::Mismatch => {
-                    let stale = previous
-                        .as_ref()
-                        .is_some_and(|prev| compare::compare(got, prev, &dims, &vt).passed());
+                    let stale = previous.as_ref().is_some_and(|prev| {
+                        compare::compare_with_slack(got, &prev.want, prev.slack(), &dims, &vt)
+                            .passed()
+                    });
                     if stale {
                         Some(fault(
                             FaultKind::StaleOutput,
@@ -144,15 +147,15 @@ impl Ctx<'_> {
 
     /// Runs the same inputs up to three more times; returns how many elements differ
     /// from the first run if any rerun differs (a moving result is a race).
-    fn rerun_differs<T: HostElement>(
+    fn rerun_differs<A: HostElement, D: HostElement>(
         &self,
         kernel: &KernelLibrary,
-        p: &Problem<T>,
+        p: &Problem<A, D>,
         cp: &cs_problem,
-        first: &[T],
+        first: &[D],
     ) -> Option<usize> {
         for _ in 0..3 {
-            let poisoned = data::poisoned_output::<T>(p.out_len);
+            let poisoned = data::poisoned_output::<D>(p.out_len);
             self.s.write_raw(p.out.ptr, &poisoned).ok()?;
             self.launch(kernel, cp).ok()?;
             self.s.sync().ok()?;
@@ -170,7 +173,7 @@ impl Ctx<'_> {
         None
     }
 
-    fn dims<T>(&self, p: &Problem<T>) -> Dims {
+    fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
         let sh = p.shape;
         let (rows, cols) = match (&p.gemm, self.workload.layouts().c) {
             (Some(_), Layout::Col) => (sh.n as usize, sh.m as usize),
@@ -185,56 +188,223 @@ impl Ctx<'_> {
         }
     }
 
-    /// The dense fp64 reference of a problem's output (storage order of D).
-    fn reference<T: HostElement>(&mut self, p: &Problem<T>) -> Result<Vec<f64>, CudaFailure> {
-        let params = self.workload.params();
-        let act = params.activation;
-        let slope = params.act_alpha as f64;
-        let mut out = vec![0f64; p.out_len];
-        match (&p.gemm, self.workload.family()) {
-            (Some(g), _) => {
-                let prod = self.s.zeros::<f32>(p.out_len)?;
-                let b = p.b.as_ref().map_or(0, |b| b.ptr);
-                self.libs
-                    .reference_gemm(g, T::DTYPE, p.a.ptr, b, prod.ptr)?;
-                let prod = self.s.download(&prod)?;
-                let col_major = g.layout_cd == Layout::Col;
-                let (m, n) = (g.m as usize, g.n as usize);
-                let (alpha, beta) = (params.alpha as f64, params.beta as f64);
-                let (host_c, host_bias) = (&p.host_c, &p.host_bias);
-                data::parallel_fill(&mut out, |i| {
-                    let within = i % (m * n);
-                    // Column of D this element is in (the bias index).
-                    let col = if col_major { within / m } else { within % n };
-                    let c = host_c.get(i).map_or(0.0, |x| x.to_f64());
-                    let bias = host_bias.get(col).map_or(0.0, |x| x.to_f64());
-                    reference::epilogue(prod[i] as f64, alpha, beta, c, bias, act, slope)
-                });
-            }
-            (None, Family::Softmax) => {
-                let (m, n) = (p.shape.m as usize, p.shape.n as usize);
-                reference::softmax_rows(&p.host_a, m, n, n, &mut out);
-            }
-            (None, _) => {
-                let x = &p.host_a;
-                data::parallel_fill(&mut out, |i| {
-                    reference::activation(act, x[i].to_f64(), slope)
-                });
-            }
+    /// The f32 product `A * B` (or `|A| * |B|` with `abs`) on the device by cuBLAS in
+    /// pedantic fp32, dense in D's layout. fp8 operands are widened to f32 first (exactly).
+    fn product<A: HostElement, D: HostElement>(
+        &self,
+        p: &Problem<A, D>,
+        g: &GemmDesc,
+        second: bool,
+        abs: bool,
+    ) -> Result<Vec<f32>, CudaFailure> {
+        let (host_b, dev_b) = if second {
+            (&p.host_b2, p.b2.as_ref())
+        } else {
+            (&p.host_b, p.b.as_ref())
+        };
+        let prod = self.s.zeros::<f32>(p.out_len)?;
+        if A::DTYPE.is_fp8() {
+            let widen = |v: &[A]| -> Vec<f32> {
+                v.iter()
+                    .map(|x| {
+                        let f = x.to_f64() as f32;
+                        if abs {
+                            f.abs()
+                        } else {
+                            f
+                        }
+                    })
+                    .collect()
+            };
+            let a = self.s.upload(&widen(&p.host_a))?;
+            let b = self.s.upload(&widen(host_b))?;
+            self.libs
+                .reference_gemm(g, DType::F32, a.ptr, b.ptr, prod.ptr)?;
+        } else if abs {
+            let absv =
+                |v: &[A]| -> Vec<A> { v.iter().map(|x| A::from_f64(x.to_f64().abs())).collect() };
+            let a = self.s.upload(&absv(&p.host_a))?;
+            let b = self.s.upload(&absv(host_b))?;
+            self.libs
+                .reference_gemm(g, A::DTYPE, a.ptr, b.ptr, prod.ptr)?;
+        } else {
+            let b = dev_b.map_or(0, |b| b.ptr);
+            self.libs
+                .reference_gemm(g, A::DTYPE, p.a.ptr, b, prod.ptr)?;
         }
-        Ok(out)
+        self.s.download(&prod)
     }
 
-    /// Sampled entries against fp64 dot products on the CPU, normalized by the sum of
-    /// absolute terms, so a lower-precision arithmetic shows whatever the tolerance.
-    fn fp64_check<T: HostElement>(
+    /// The expected output of a problem in fp64, and for the GEMM families a per-element
+    /// slack: the dot products' own rounding bound (from the sum of |a||b| over each,
+    /// scaled by the arithmetic's unit roundoff) carried through the epilogue chain by
+    /// evaluating it at both ends of that interval, so the tolerance holds at any k.
+    fn reference<A: HostElement, D: HostElement>(
+        &mut self,
+        p: &Problem<A, D>,
+    ) -> Result<Reference, CudaFailure> {
+        let w = self.workload;
+        let params = w.params();
+        let chain = w.chain();
+        let lay = w.layouts();
+        let (m, n) = (p.shape.m as usize, p.shape.n as usize);
+        let plane = m * n;
+        // (batch, row, col) of dense output index i.
+        let coords = move |i: usize, col_major: bool| {
+            let (b, within) = (i / plane.max(1), i % plane.max(1));
+            if col_major {
+                (b, within % m, within / m)
+            } else {
+                (b, within / n, within % n)
+            }
+        };
+        let mut want = vec![0f64; p.out_len];
+        let mut slack = Vec::new();
+        let Some(g) = &p.gemm else {
+            match w.family() {
+                Family::Softmax | Family::LogSoftmax => {
+                    reference::softmax_rows(&p.host_a, m, n, n, &mut want);
+                    if w.family() == Family::LogSoftmax {
+                        log_of_softmax(&p.host_a, m, n, &mut want);
+                    }
+                }
+                _ => {
+                    let (x, tensors) = (&p.host_a, &p.tensors);
+                    data::parallel_fill(&mut want, |i| {
+                        let (b, r, c) = coords(i, false);
+                        let mut t = [0f64; MAX_TENSORS];
+                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                            *slot = tt.at(Layout::Row, b, r, c);
+                        }
+                        chain.eval(x[i].to_f64(), &t)
+                    });
+                }
+            }
+            return Ok(Reference { want, slack });
+        };
+        let col_major = lay.c == Layout::Col;
+        let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
+        let beta = f64::from(params.beta);
+        let u = effective_roundoff(w);
+        let z = self.product(p, g, false, false)?;
+        let s = self.product(p, g, false, true)?;
+        let host_c = &p.host_c;
+        // The value entering the chain, and the bound on its error.
+        let z_at = |i: usize, z: &[f32], s: &[f32]| -> (f64, f64) {
+            let acc = scale * f64::from(z[i]);
+            let c = host_c.get(i).map_or(0.0, |x| beta * x.to_f64());
+            let e =
+                ACC_SAFETY * u * scale.abs() * f64::from(s[i]) + F32_ROUND * (acc.abs() + c.abs());
+            (acc + c, e)
+        };
+        slack = vec![0f64; p.out_len];
+        match w.family() {
+            Family::GemmGlu => {
+                let z2 = self.product(p, g, true, false)?;
+                let s2 = self.product(p, g, true, true)?;
+                let gate = params.gate;
+                let (g0, g1) = gate.default_params();
+                let f = |a: f64, b: f64| gate.eval(a, g0, g1) * b;
+                let pairs: Vec<(f64, f64)> = {
+                    let mut v = vec![(0f64, 0f64); p.out_len];
+                    data::parallel_fill(&mut v, |i| {
+                        let (x1, e1) = z_at(i, &z, &s);
+                        let (x2, e2) = z_at(i, &z2, &s2);
+                        let want = f(x1, x2);
+                        let mut dev: f64 = 0.0;
+                        for d1 in [-e1, -0.5 * e1, 0.5 * e1, e1] {
+                            for d2 in [-e2, e2] {
+                                dev = dev.max((f(x1 + d1, x2 + d2) - want).abs());
+                            }
+                        }
+                        (want, dev)
+                    });
+                    v
+                };
+                for (i, (a, b)) in pairs.into_iter().enumerate() {
+                    want[i] = a;
+                    slack[i] = b;
+                }
+            }
+            Family::GemmSoftmax => {
+                let mut e = vec![0f64; p.out_len];
+                let mut x = vec![0f64; p.out_len];
+                for i in 0..p.out_len {
+                    let (v, ev) = z_at(i, &z, &s);
+                    x[i] = v;
+                    e[i] = ev;
+                }
+                let batches = p.out_len / plane.max(1);
+                for b in 0..batches {
+                    for r in 0..m {
+                        let idx =
+                            |c: usize| b * plane + if col_major { c * m + r } else { r * n + c };
+                        let max = (0..n).map(|c| x[idx(c)]).fold(f64::NEG_INFINITY, f64::max);
+                        let sum: f64 = (0..n).map(|c| (x[idx(c)] - max).exp()).sum();
+                        let emax = (0..n).map(|c| e[idx(c)]).fold(0.0, f64::max);
+                        for c in 0..n {
+                            let i = idx(c);
+                            let pr = (x[i] - max).exp() / sum;
+                            if params.log_softmax {
+                                want[i] = x[i] - max - sum.ln();
+                                slack[i] = 2.0 * emax;
+                            } else {
+                                want[i] = pr;
+                                slack[i] = 2.0 * emax * pr;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {
+                let tensors = &p.tensors;
+                let lay_c = lay.c;
+                let mut pairs = vec![(0f64, 0f64); p.out_len];
+                data::parallel_fill(&mut pairs, |i| {
+                    let (b, r, c) = coords(i, col_major);
+                    let mut t = [0f64; MAX_TENSORS];
+                    for (slot, tt) in t.iter_mut().zip(tensors) {
+                        *slot = tt.at(lay_c, b, r, c);
+                    }
+                    let (x, e) = z_at(i, &z, &s);
+                    let want = chain.eval(x, &t);
+                    let mut dev: f64 = 0.0;
+                    for d in [-e, -0.5 * e, 0.5 * e, e] {
+                        dev = dev.max((chain.eval(x + d, &t) - want).abs());
+                    }
+                    (want, dev)
+                });
+                for (i, (a, b)) in pairs.into_iter().enumerate() {
+                    want[i] = a;
+                    slack[i] = b;
+                }
+            }
+        }
+        if D::DTYPE.is_fp8() {
+            let sd = f64::from(params.scale_d);
+            for (wv, sv) in want.iter_mut().zip(slack.iter_mut()) {
+                *wv *= sd;
+                *sv *= sd.abs();
+            }
+        }
+        Ok(Reference { want, slack })
+    }
+
+    /// Recomputes sampled GEMM outputs in fp64 from the inputs (exact dot products),
+    /// through the chain, and measures each error against the sum of |a b| of its dot
+    /// product scaled by the chain's local slope: an error at the level of a lower
+    /// precision's rounding (TF32, fp16) where the workload asks for more is a precision
+    /// fault even when it hides inside the output tolerance.
+    fn fp64_check<A: HostElement, D: HostElement>(
         &self,
-        p: &Problem<T>,
+        p: &Problem<A, D>,
         g: &GemmDesc,
-        got: &[T],
+        got: &[D],
         seed: u64,
     ) -> Fp64Check {
-        let params = self.workload.params();
+        let w = self.workload;
+        let params = w.params();
+        let chain = w.chain();
         let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
         let batch = g.batch.max(1) as usize;
         let mut picks: Vec<(usize, usize, usize)> =
@@ -242,29 +412,27 @@ impl Ctx<'_> {
         if batch > 1 {
             picks.push((batch - 1, m - 1, n - 1));
         }
-        let want = self.job.fp64_samples.max(picks.len());
+        let want_samples = self.job.fp64_samples.max(picks.len());
         let mut r = seed ^ 0xF64C_4ECC;
-        while picks.len() < want {
+        while picks.len() < want_samples {
             r = r
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let x = (r >> 16) as usize;
             picks.push(((x / 7) % batch, (x / 13) % m, (x / 17) % n));
         }
-        let u_out = reference::unit_roundoff(T::DTYPE);
-        let u_acc = if self.workload.allow_tf32() {
-            2f64.powi(-11)
-        } else {
-            2f64.powi(-24)
-        };
-        let act_factor = if params.activation == crate::spec::Activation::Identity {
-            1.0
-        } else {
-            2.0
-        };
+        let u_out = reference::unit_roundoff(D::DTYPE);
+        let u_acc = effective_roundoff(w);
+        let act_factor = if chain.is_identity() { 1.0 } else { 2.0 };
         let bound = 16.0 * u_acc * act_factor;
+        let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
+        let out_scale = if D::DTYPE.is_fp8() {
+            f64::from(params.scale_d)
+        } else {
+            1.0
+        };
         let a_at = |b: usize, i: usize, kk: usize| {
-            let idx = b * m * k
+            let idx = b * g.stride_a as usize
                 + if g.layout_a == Layout::Row {
                     i * g.lda as usize + kk
                 } else {
@@ -272,26 +440,29 @@ impl Ctx<'_> {
                 };
             p.host_a[idx].to_f64()
         };
-        let b_at = |b: usize, kk: usize, j: usize| {
-            let idx = b * k * n
+        let b_at = |host: &[A], b: usize, kk: usize, j: usize| {
+            let idx = b * g.stride_b as usize
                 + if g.layout_b == Layout::Col {
                     j * g.ldb as usize + kk
                 } else {
                     kk * g.ldb as usize + j
                 };
-            p.host_b[idx].to_f64()
+            host[idx].to_f64()
+        };
+        let dot = |host: &[A], b: usize, i: usize, j: usize| -> (f64, f64) {
+            let (mut dot, mut abs) = (0f64, 0f64);
+            for kk in 0..k {
+                let t = a_at(b, i, kk) * b_at(host, b, kk, j);
+                dot += t;
+                abs += t.abs();
+            }
+            (dot, abs)
         };
         let mut errors = Vec::with_capacity(picks.len());
         let mut normalized = Vec::with_capacity(picks.len());
         let mut failed = 0;
         let mut max_e: f64 = 0.0;
         for &(b, i, j) in &picks {
-            let (mut dot, mut abs) = (0f64, 0f64);
-            for kk in 0..k {
-                let t = a_at(b, i, kk) * b_at(b, kk, j);
-                dot += t;
-                abs += t.abs();
-            }
             let d_idx = b * m * n
                 + if g.layout_cd == Layout::Row {
                     i * p.ldd as usize + j
@@ -299,20 +470,38 @@ impl Ctx<'_> {
                     j * p.ldd as usize + i
                 };
             let c = p.host_c.get(d_idx).map_or(0.0, |x| x.to_f64());
-            let bias = p.host_bias.get(j).map_or(0.0, |x| x.to_f64());
-            let want = reference::epilogue(
-                dot,
-                params.alpha as f64,
-                params.beta as f64,
-                c,
-                bias,
-                params.activation,
-                params.act_alpha as f64,
-            );
+            let (d1, abs1) = dot(&p.host_b, b, i, j);
+            let z0 = scale * d1 + f64::from(params.beta) * c;
+            let (want, slope, abs) = match w.family() {
+                Family::GemmGlu => {
+                    let (d2, abs2) = dot(&p.host_b2, b, i, j);
+                    let z2 = scale * d2;
+                    let (g0, g1) = params.gate.default_params();
+                    let f = |x: f64| params.gate.eval(x, g0, g1);
+                    let want = f(z0) * z2;
+                    let h = 1e-6 * z0.abs().max(1.0);
+                    let slope1 = ((f(z0 + h) - f(z0 - h)) / (2.0 * h)).abs() * z2.abs();
+                    let slope2 = f(z0).abs();
+                    (want, 1.0, slope1 * abs1 + slope2 * abs2)
+                }
+                _ => {
+                    let mut t = [0f64; MAX_TENSORS];
+                    for (slot, tt) in t.iter_mut().zip(&p.tensors) {
+                        *slot = tt.at(g.layout_cd, b, i, j);
+                    }
+                    let want = chain.eval(z0, &t);
+                    let h = 1e-6 * z0.abs().max(1.0);
+                    let slope = ((chain.eval(z0 + h, &t) - chain.eval(z0 - h, &t)) / (2.0 * h))
+                        .abs()
+                        .max(1e-6);
+                    (want, slope, abs1)
+                }
+            };
+            let want = want * out_scale;
             let got = got[d_idx].to_f64();
-            let denom = params.alpha.abs() as f64 * abs
-                + (params.beta as f64 * c).abs()
-                + bias.abs()
+            let denom = (slope
+                * (scale.abs() * abs + (f64::from(params.beta) * c).abs())
+                * out_scale.abs())
                 + 1e-30;
             let e = if got.is_finite() {
                 ((got - want).abs() - 1.01 * u_out * want.abs()).max(0.0) / denom
@@ -358,4 +547,58 @@ fn precision_fault(f: &Fp64Check) -> Fault {
             f.hint.as_deref().map(|h| format!(": {h}")).unwrap_or_default()
         ),
     )
+}
+
+/// The expected output of a problem and the room each element's reference leaves.
+pub(super) struct Reference {
+    pub want: Vec<f64>,
+    /// Per element, added to the tolerance (empty: nothing added).
+    pub slack: Vec<f64>,
+}
+
+impl Reference {
+    fn slack(&self) -> Option<&[f64]> {
+        (!self.slack.is_empty()).then_some(self.slack.as_slice())
+    }
+}
+
+/// How many times the unit roundoff of the arithmetic, times the sum of |a b|, a dot
+/// product's honest error may reach (about 0.7 is typical of an fp32 sum; the rest is
+/// room for accumulation orders and for the reference's own error).
+const ACC_SAFETY: f64 = 8.0;
+
+/// The rounding of the final fp32 combination (`alpha * acc + beta * C`).
+const F32_ROUND: f64 = 1.2e-7;
+
+/// The unit roundoff that bounds a GEMM's dot products: fp32 accumulation of exact
+/// products 2^-24; operands rounded to TF32 where the workload allows it 2^-10 (two
+/// operands of 2^-11 each); f16 accumulation 2^-11; fp8 tensor-core accumulation, which
+/// keeps fewer bits than fp32 between promotions, 2^-13.
+fn effective_roundoff(w: &crate::spec::Workload) -> f64 {
+    if w.allow_tf32() {
+        2f64.powi(-10)
+    } else if w.acc_dtype() == DType::F16 {
+        2f64.powi(-11)
+    } else if w.dtype().is_fp8() {
+        2f64.powi(-13)
+    } else {
+        2f64.powi(-24)
+    }
+}
+
+/// Turns row softmax values into log-softmax values in place, from the inputs (exact:
+/// x - max - log(sum)).
+fn log_of_softmax<T: Element>(x: &[T], rows: usize, cols: usize, out: &mut [f64]) {
+    for r in 0..rows {
+        let row = &x[r * cols..(r + 1) * cols];
+        let max = row
+            .iter()
+            .map(|v| v.to_f64())
+            .fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v.to_f64() - max).exp()).sum();
+        let ln = sum.ln();
+        for (o, v) in out[r * cols..(r + 1) * cols].iter_mut().zip(row) {
+            *o = v.to_f64() - max - ln;
+        }
+    }
 }

@@ -1,0 +1,284 @@
+//! Kernels of the harness's own, compiled at run time with NVRTC: the elementwise passes
+//! a PyTorch user's unfused code runs after a library GEMM (one pass per op, each reading
+//! its inputs and writing a new tensor at full bandwidth: 16-byte vector loads, a
+//! grid-stride loop), so a fused kernel is timed against exactly that sequence.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+
+use super::session::{CudaFailure, Session};
+use crate::spec::chain::{Chain, Op, Operand, TensorKind};
+use crate::spec::{DType, Layout};
+
+/// Threads per block of a pass.
+const THREADS: u32 = 256;
+
+fn nvrtc_err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
+    CudaFailure {
+        code: -1,
+        message: format!("{what}: {e:?}"),
+    }
+}
+
+/// Element storage and conversions for one dtype, in C++ without CUDA headers (NVRTC
+/// has none by default): bf16 and f16 are 16-bit patterns converted by bit arithmetic and
+/// PTX `cvt`.
+fn storage(d: DType) -> Result<(&'static str, &'static str, &'static str), CudaFailure> {
+    Ok(match d {
+        DType::F32 => ("float", "cs_f32_ld", "cs_f32_st"),
+        DType::BF16 => ("unsigned short", "cs_bf16_ld", "cs_bf16_st"),
+        DType::F16 => ("unsigned short", "cs_f16_ld", "cs_f16_st"),
+        other => {
+            return Err(nvrtc_err(
+                "elementwise pass",
+                format!("no pass over {} tensors", other.name()),
+            ))
+        }
+    })
+}
+
+const PRELUDE: &str = r#"
+__device__ __forceinline__ float cs_f32_ld(float v) { return v; }
+__device__ __forceinline__ float cs_f32_st(float v) { return v; }
+__device__ __forceinline__ float cs_bf16_ld(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ unsigned short cs_bf16_st(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float cs_f16_ld(unsigned short v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+__device__ __forceinline__ unsigned short cs_f16_st(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+"#;
+
+/// The activations' device functions, from the kernel header every kernel uses (so a
+/// pass computes exactly what a fused kernel's chain computes).
+const CHAIN_FUNCTIONS: &str =
+    include_str!("../../../cutlass-templates/include/cutesmith_chain.cuh");
+
+/// The part of cutesmith_chain.cuh between its markers: the math functions only.
+fn chain_functions() -> &'static str {
+    let start = CHAIN_FUNCTIONS
+        .find("/* ---- the elementwise functions")
+        .unwrap_or(0);
+    let end = CHAIN_FUNCTIONS[start..]
+        .find("/* The activation `act` (cs_activation)")
+        .map_or(CHAIN_FUNCTIONS.len(), |e| start + e);
+    &CHAIN_FUNCTIONS[start..end]
+}
+
+/// One compiled pass per op of a chain, over `total` elements of a `dtype` tensor stored
+/// like D (m x n, `layout`).
+pub struct Passes {
+    _module: Arc<CudaModule>,
+    funcs: Vec<CudaFunction>,
+    /// Per pass: which saved slots and tensors it reads (for the argument list).
+    pub saves: Vec<Option<usize>>,
+    total: usize,
+    m: usize,
+    n: usize,
+    col_major: bool,
+    elem_bytes: usize,
+}
+
+impl Passes {
+    /// Compiles the passes of `chain` (NVRTC, for the session's device).
+    pub fn compile(
+        s: &Session,
+        chain: &Chain,
+        dtype: DType,
+        (m, n, batch): (usize, usize, usize),
+        layout: Layout,
+    ) -> Result<Passes, CudaFailure> {
+        let (ty, ld, st) = storage(dtype)?;
+        let vec = 16 / dtype.bytes() as usize;
+        let mut src = String::new();
+        src.push_str("#define CS_HD __device__ __forceinline__\n");
+        src.push_str(PRELUDE);
+        let _ = writeln!(src, "#define LDZ(v) {ld}(v)");
+        src.push_str(chain_functions());
+        for (ti, t) in chain.tensors.iter().enumerate() {
+            let (tty, tld, _) = storage(t.dtype)?;
+            let idx = match t.kind {
+                TensorKind::Row => "col",
+                TensorKind::Col => "row",
+                TensorKind::Matrix => "i",
+            };
+            let _ = writeln!(
+                src,
+                "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col) {{ (void)i; (void)row; (void)col; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
+            );
+        }
+        for (j, step) in chain.steps.iter().enumerate() {
+            let expr = step_expr(chain, &step.op);
+            let _ = write!(
+                src,
+                r#"
+extern "C" __global__ void cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __restrict__ z,
+    const {ty}* s0, const {ty}* s1, const {ty}* s2, const {ty}* s3,
+    const void* t0, const void* t1, const void* t2, const void* t3,
+    {ty}* __restrict__ y, long long total, long long m, long long n, int col_major)
+{{
+  (void)s0; (void)s1; (void)s2; (void)s3; (void)t0; (void)t1; (void)t2; (void)t3; (void)z;
+  const long long step = (long long)gridDim.x * blockDim.x * {vec};
+  for (long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {vec}; base < total; base += step) {{
+    {ty} in[{vec}];
+    {ty} out[{vec}];
+    const bool full = base + {vec} <= total;
+    if (full) {{
+      *reinterpret_cast<uint4*>(in) = *reinterpret_cast<const uint4*>(x + base);
+    }} else {{
+      for (int v = 0; v < {vec}; ++v) in[v] = base + v < total ? x[base + v] : ({ty})0;
+    }}
+#pragma unroll
+    for (int v = 0; v < {vec}; ++v) {{
+      const long long i = base + v;
+      const long long within = i % (m * n);
+      const long long row = col_major ? within % m : within / n;
+      const long long col = col_major ? within / m : within % n;
+      (void)row; (void)col;
+      float xv = {ld}(in[v]);
+      (void)xv;
+      float r = 0.0f;
+      if (i < total) {{ r = {expr}; }}
+      out[v] = {st}(r);
+    }}
+    if (full) {{
+      *reinterpret_cast<uint4*>(y + base) = *reinterpret_cast<const uint4*>(out);
+    }} else {{
+      for (int v = 0; v < {vec}; ++v) if (base + v < total) y[base + v] = out[v];
+    }}
+  }}
+}}
+"#
+            );
+        }
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            &src,
+            cudarc::nvrtc::CompileOptions {
+                arch: Some("compute_90"),
+                name: Some("cutesmith_passes.cu".into()),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| nvrtc_err("NVRTC", e))?;
+        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let funcs = (0..chain.steps.len())
+            .map(|j| module.load_function(&format!("cs_pass{j}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CudaFailure::from)?;
+        Ok(Passes {
+            _module: module,
+            funcs,
+            saves: chain.steps.iter().map(|s| s.save).collect(),
+            total: m * n * batch,
+            m,
+            n,
+            col_major: layout == Layout::Col,
+            elem_bytes: dtype.bytes() as usize,
+        })
+    }
+
+    /// Number of passes.
+    pub fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    /// True when there is no pass.
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+
+    /// Bytes of one intermediate tensor.
+    pub fn tensor_bytes(&self) -> usize {
+        self.total * self.elem_bytes
+    }
+
+    /// Enqueues every pass: the first reads `z`, each writes a fresh tensor (`scratch`
+    /// alternates between two buffers; a step that saves its result writes into
+    /// `saved[slot]` instead), as separate framework ops would.
+    pub fn run(
+        &self,
+        s: &Session,
+        z: u64,
+        tensors: &[u64],
+        scratch: (u64, u64),
+        saved: &[u64],
+    ) -> Result<u64, CudaFailure> {
+        let blocks = (self.total.div_ceil(16 / self.elem_bytes * THREADS as usize) as u32)
+            .clamp(1, s.info.sm_count.max(1) as u32 * 8);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let t = |i: usize| tensors.get(i).copied().unwrap_or(0);
+        let sv = |i: usize| saved.get(i).copied().unwrap_or(0);
+        let (total, m, n) = (self.total as i64, self.m as i64, self.n as i64);
+        let col_major = i32::from(self.col_major);
+        let mut x = z;
+        for (j, f) in self.funcs.iter().enumerate() {
+            let y = match self.saves[j] {
+                Some(slot) => sv(slot),
+                None if j % 2 == 0 => scratch.0,
+                None => scratch.1,
+            };
+            let args = [sv(0), sv(1), sv(2), sv(3), t(0), t(1), t(2), t(3)];
+            let mut b = s.stream.launch_builder(f);
+            b.arg(&x).arg(&z);
+            for a in &args {
+                b.arg(a);
+            }
+            b.arg(&y).arg(&total).arg(&m).arg(&n).arg(&col_major);
+            // SAFETY: the kernel's parameters are the pointers and sizes pushed above,
+            // in order; every pointer is a live device buffer of `total` elements (the
+            // vectors of their own length), or unused by this pass.
+            unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+            x = y;
+        }
+        Ok(x)
+    }
+}
+
+/// The C++ expression of one op on `xv` (loads of z, saved values and tensors inline).
+fn step_expr(chain: &Chain, op: &Op) -> String {
+    let operand = |o: &Operand| -> String {
+        match o {
+            Operand::Scalar(v) => crate::spec::chain::cpp_float(*v),
+            Operand::Tensor(i) => format!("cs_t{i}(t{i}, i, row, col)"),
+            Operand::Z => "LDZ(z[i])".into(),
+            Operand::Saved(k) => format!("LDZ(s{k}[i])"),
+        }
+    };
+    let text = match op {
+        Op::Act(a, p0, p1) => a.cpp_call("xv", *p0, *p1),
+        Op::Binary(b, o) => {
+            let y = operand(o);
+            match b {
+                crate::spec::chain::BinOp::Add => format!("xv + {y}"),
+                crate::spec::chain::BinOp::Sub => format!("xv - {y}"),
+                crate::spec::chain::BinOp::Mul => format!("xv * {y}"),
+                crate::spec::chain::BinOp::Div => format!("xv / {y}"),
+                crate::spec::chain::BinOp::Min => format!("fminf(xv, {y})"),
+                crate::spec::chain::BinOp::Max => format!("fmaxf(xv, {y})"),
+            }
+        }
+        Op::Clamp(lo, hi) => {
+            let mut e = "xv".to_string();
+            if lo.is_finite() {
+                e = format!("fmaxf({e}, {})", crate::spec::chain::cpp_float(*lo));
+            }
+            if hi.is_finite() {
+                e = format!("fminf({e}, {})", crate::spec::chain::cpp_float(*hi));
+            }
+            e
+        }
+        Op::Neg => "-xv".into(),
+        Op::Abs => "fabsf(xv)".into(),
+        Op::Exp => "expf(xv)".into(),
+    };
+    let _ = chain;
+    text
+}

@@ -1,0 +1,306 @@
+//! One problem instance on the device: the inputs of a shape generated from a seed (A, B,
+//! B2, C and the epilogue chain's tensors), the poisoned output with its guards, and the
+//! `cs_problem` a kernel is launched with. `A` is the operand element type, `D` the
+//! output's.
+
+use crate::abi::{self, cs_operand, cs_problem};
+use crate::eval::gpu::baseline::GemmDesc;
+use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
+use crate::eval::gpu::session::{CudaFailure, DevBuf};
+use crate::spec::chain::TensorKind;
+use crate::spec::{DType, Family, Layout, Shape};
+
+/// Input streams of the generator, one per operand, so every operand of a seed differs.
+const STREAM_A: u64 = 0;
+const STREAM_B: u64 = 1;
+const STREAM_C: u64 = 2;
+const STREAM_B2: u64 = 3;
+const STREAM_TENSOR0: u64 = 4;
+
+/// A tensor the epilogue chain reads.
+pub(super) struct ChainTensor {
+    pub kind: TensorKind,
+    pub dtype: DType,
+    pub buf: DevBuf<u8>,
+    /// The exact values (as stored) for the reference.
+    pub host: Vec<f64>,
+    /// Leading dimension (matrix) in elements; 1 for vectors.
+    pub ld: i64,
+    /// Elements between batches (0: shared by every batch).
+    pub batch_stride: i64,
+}
+
+impl ChainTensor {
+    /// The operand's value at element (row, col) of batch b of D.
+    pub fn at(&self, layout_cd: Layout, b: usize, row: usize, col: usize) -> f64 {
+        let base = b * self.batch_stride as usize;
+        let i = match self.kind {
+            TensorKind::Row => base + col,
+            TensorKind::Col => base + row,
+            TensorKind::Matrix => {
+                base + if layout_cd == Layout::Row {
+                    row * self.ld as usize + col
+                } else {
+                    col * self.ld as usize + row
+                }
+            }
+        };
+        self.host.get(i).copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// Device buffers (and their host images, for the reference) of one problem instance.
+pub(super) struct Problem<A, D> {
+    pub shape: Shape,
+    pub a: DevBuf<A>,
+    pub b: Option<DevBuf<A>>,
+    pub b2: Option<DevBuf<A>>,
+    pub c: Option<DevBuf<D>>,
+    pub out: DevBuf<D>,
+    pub host_a: Vec<A>,
+    pub host_b: Vec<A>,
+    pub host_b2: Vec<A>,
+    pub host_c: Vec<D>,
+    pub tensors: Vec<ChainTensor>,
+    pub out_len: usize,
+    pub gemm: Option<GemmDesc>,
+    pub ldd: i64,
+}
+
+/// Encodes exact values into a dtype's bytes (little-endian), for tensors whose type is
+/// not the problem's.
+pub(super) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    use crate::eval::compare::{E4M3, E5M2};
+    let mut out = Vec::with_capacity(values.len() * dtype.bytes() as usize);
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend((v as f32).to_le_bytes()),
+            DType::F16 => out.extend(half::f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend(half::bf16::from_f64(v).to_le_bytes()),
+            DType::F64 => out.extend(v.to_le_bytes()),
+            DType::E4M3 => out.push(E4M3::from_f64(v).0),
+            DType::E5M2 => out.push(E5M2::from_f64(v).0),
+        }
+    }
+    out
+}
+
+/// `n` values of input `stream`, rounded to `dtype` (the exact stored values).
+fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
+    use crate::eval::compare::{Element, E4M3, E5M2};
+    let mut v = vec![0f64; n];
+    data::parallel_fill(&mut v, |i| {
+        let x = data::input_value(seed, stream, i as u64);
+        match dtype {
+            DType::F32 => f64::from(x as f32),
+            DType::F16 => half::f16::from_f64(x).to_f64(),
+            DType::BF16 => half::bf16::from_f64(x).to_f64(),
+            DType::F64 => x,
+            DType::E4M3 => E4M3::from_f64(x).to_f64(),
+            DType::E5M2 => E5M2::from_f64(x).to_f64(),
+        }
+    });
+    v
+}
+
+impl<'a> super::Ctx<'a> {
+    /// Generates and uploads the inputs of `shape` under `seed`, and a poisoned output.
+    pub(super) fn setup<A: HostElement, D: HostElement>(
+        &self,
+        shape: &Shape,
+        seed: u64,
+    ) -> Result<Problem<A, D>, CudaFailure> {
+        let w = self.workload;
+        let (m, n, k, batch) = (
+            shape.m as usize,
+            shape.n as usize,
+            shape.k as usize,
+            shape.batch.max(1) as usize,
+        );
+        let params = w.params();
+        let lay = w.layouts();
+        let out_len = batch * m * n;
+        let ldd = if w.family().is_gemm() && lay.c == Layout::Col {
+            m
+        } else {
+            n
+        };
+        let mut tensors = Vec::new();
+        for (i, t) in w.chain().tensors.iter().enumerate() {
+            let (len, ld, stride) = match t.kind {
+                TensorKind::Row => (n, 1, 0),
+                TensorKind::Col => (m, 1, 0),
+                TensorKind::Matrix => (out_len, ldd, m * n),
+            };
+            let host = rounded_values(t.dtype, len, seed, STREAM_TENSOR0 + i as u64);
+            let buf = self.s.upload(&encode(t.dtype, &host))?;
+            tensors.push(ChainTensor {
+                kind: t.kind,
+                dtype: t.dtype,
+                buf,
+                host,
+                ld: ld as i64,
+                batch_stride: stride as i64,
+            });
+        }
+        let out = self.s.upload(&data::poisoned_output::<D>(out_len))?;
+        if !w.family().is_gemm() {
+            let host_a: Vec<A> = data::random_vec(out_len, seed, STREAM_A);
+            let a = self.s.upload(&host_a)?;
+            return Ok(Problem {
+                shape: *shape,
+                a,
+                b: None,
+                b2: None,
+                c: None,
+                out,
+                host_a,
+                host_b: Vec::new(),
+                host_b2: Vec::new(),
+                host_c: Vec::new(),
+                tensors,
+                out_len,
+                gemm: None,
+                ldd: n as i64,
+            });
+        }
+        let ba = if lay.shared_a { 1 } else { batch };
+        let bb = if lay.shared_b { 1 } else { batch };
+        let lda = if lay.a == Layout::Row { k } else { m };
+        let ldb = if lay.b == Layout::Col { k } else { n };
+        let host_a: Vec<A> = data::random_vec(ba * m * k, seed, STREAM_A);
+        let host_b: Vec<A> = data::random_vec(bb * k * n, seed, STREAM_B);
+        let host_b2: Vec<A> = if w.family() == Family::GemmGlu {
+            data::random_vec(bb * k * n, seed, STREAM_B2)
+        } else {
+            Vec::new()
+        };
+        let host_c: Vec<D> = if params.beta != 0.0 {
+            data::random_vec(out_len, seed, STREAM_C)
+        } else {
+            Vec::new()
+        };
+        let a = self.s.upload(&host_a)?;
+        let b = Some(self.s.upload(&host_b)?);
+        let b2 = if host_b2.is_empty() {
+            None
+        } else {
+            Some(self.s.upload(&host_b2)?)
+        };
+        let c = if host_c.is_empty() {
+            None
+        } else {
+            Some(self.s.upload(&host_c)?)
+        };
+        Ok(Problem {
+            shape: *shape,
+            a,
+            b,
+            b2,
+            c,
+            out,
+            host_a,
+            host_b,
+            host_b2,
+            host_c,
+            tensors,
+            out_len,
+            gemm: Some(GemmDesc {
+                m: shape.m,
+                n: shape.n,
+                k: shape.k,
+                batch: shape.batch,
+                layout_a: lay.a,
+                layout_b: lay.b,
+                layout_cd: lay.c,
+                lda: lda as i64,
+                ldb: ldb as i64,
+                stride_a: if lay.shared_a { 0 } else { (m * k) as i64 },
+                stride_b: if lay.shared_b { 0 } else { (k * n) as i64 },
+            }),
+            ldd: ldd as i64,
+        })
+    }
+
+    /// The ABI problem struct for a problem instance (workspace filled in later).
+    pub(super) fn problem<A: HostElement, D: HostElement>(&self, p: &Problem<A, D>) -> cs_problem {
+        let w = self.workload;
+        let params = w.params();
+        let lay = w.layouts();
+        let sh = p.shape;
+        let mut operands = [cs_operand::default(); abi::CS_MAX_OPERANDS as usize];
+        for (o, t) in operands.iter_mut().zip(&p.tensors) {
+            *o = cs_operand {
+                ptr: t.buf.ptr as *const _,
+                kind: t.kind.abi_value(),
+                dtype: t.dtype.abi_value(),
+                ld: t.ld,
+                batch_stride: t.batch_stride,
+            };
+        }
+        // gemm_bias_act's bias is the chain's first tensor; the old field points at it too.
+        let bias = if w.family() == Family::GemmBiasAct && params.bias {
+            p.tensors.first().map_or(0, |t| t.buf.ptr)
+        } else {
+            0
+        };
+        let mut cp = cs_problem {
+            abi_version: abi::CS_ABI_VERSION,
+            family: w.family().abi_value(),
+            m: sh.m as i64,
+            n: sh.n as i64,
+            k: sh.k as i64,
+            batch: sh.batch as i64,
+            dtype_ab: A::DTYPE.abi_value(),
+            dtype_cd: D::DTYPE.abi_value(),
+            dtype_acc: w.acc_dtype().abi_value(),
+            layout_a: lay.a.abi_value(),
+            layout_b: lay.b.abi_value(),
+            layout_cd: lay.c.abi_value(),
+            a: p.a.ptr as *const _,
+            b: p.b.as_ref().map_or(0, |b| b.ptr) as *const _,
+            c: p.c.as_ref().map_or(0, |c| c.ptr) as *const _,
+            d: p.out.at(GUARD_ELEMENTS) as *mut _,
+            bias: bias as *const _,
+            lda: p.ldd,
+            ldb: 0,
+            ldc: p.ldd,
+            ldd: p.ldd,
+            batch_stride_a: 0,
+            batch_stride_b: 0,
+            batch_stride_c: (sh.m * sh.n) as i64,
+            batch_stride_d: (sh.m * sh.n) as i64,
+            alpha: params.alpha,
+            beta: params.beta,
+            activation: params.activation.abi_value(),
+            act_alpha: params.act_alpha,
+            workspace: std::ptr::null_mut(),
+            workspace_bytes: 0,
+            sm_count: self.s.info.sm_count,
+            reserved0: 0,
+            operands,
+            num_operands: p.tensors.len() as i32,
+            act_beta: params.act_beta,
+            scale_a: params.scale_a,
+            scale_b: params.scale_b,
+            scale_d: params.scale_d,
+            log_softmax: i32::from(params.log_softmax),
+            b2: p.b2.as_ref().map_or(0, |b| b.ptr) as *const _,
+            ldb2: 0,
+            batch_stride_b2: 0,
+            gate: params.gate.abi_value(),
+            reserved1: 0,
+        };
+        if let Some(g) = &p.gemm {
+            cp.lda = g.lda;
+            cp.ldb = g.ldb;
+            cp.batch_stride_a = g.stride_a;
+            cp.batch_stride_b = g.stride_b;
+            if p.b2.is_some() {
+                cp.ldb2 = g.ldb;
+                cp.batch_stride_b2 = g.stride_b;
+            }
+        }
+        cp
+    }
+}

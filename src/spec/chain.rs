@@ -1,0 +1,1162 @@
+//! Epilogue chains: an ordered list of elementwise ops applied to the value entering the
+//! chain (GEMM: `alpha * A*B + beta * C` in fp32; activation: the element of A), as users
+//! write them in `[[epilogue]]` tables. One chain is three things at once:
+//! - data ([`Chain`], built from the spec by the rules and serialized nowhere else),
+//! - the fp64 reference ([`Chain::eval`]), against which kernels are validated,
+//! - C++ ([`Chain::cpp`]): the `cs_chain` functor placed in every kernel source (see
+//!   `cutlass-templates/include/cutesmith_chain.cuh`), also shown verbatim to the model.
+//!
+//! ```toml
+//! [[epilogue]]
+//! op = "mul"            # add | sub | mul | div | min | max: with value, or operand
+//! value = 0.5
+//! [[epilogue]]
+//! op = "add"
+//! operand = "row"       # row (n values) | col (m values) | matrix (m x n) | z | a saved name
+//! [[epilogue]]
+//! op = "hardtanh"       # any activation, with alpha / beta / min / max / threshold
+//! min = -1.0
+//! max = 1.0
+//! save = "h"            # name this result for a later operand
+//! [[epilogue]]
+//! op = "add"
+//! operand = "z"         # the value that entered the chain
+//! ```
+
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use super::schema::{Activation, DType};
+
+/// Most tensor operands one chain may read (`CS_MAX_OPERANDS`).
+pub const MAX_TENSORS: usize = 4;
+
+/// Most ops in one chain.
+pub const MAX_OPS: usize = 32;
+
+/// One `[[epilogue]]` entry as written.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpSpec {
+    /// The op: a binary op (add, sub, mul, div, min, max), scale (mul by value), clamp,
+    /// neg, abs, exp, or any activation.
+    pub op: String,
+    /// Binary ops and scale: the scalar operand.
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// Binary ops: `row`, `col`, `matrix`, `z`, or a name given by an earlier `save`.
+    #[serde(default)]
+    pub operand: Option<String>,
+    /// A tensor operand's element type (default: the workload's out_dtype).
+    #[serde(default)]
+    pub dtype: Option<DType>,
+    /// leaky_relu slope, elu alpha.
+    #[serde(default)]
+    pub alpha: Option<f64>,
+    /// silu/swish beta, softplus beta.
+    #[serde(default)]
+    pub beta: Option<f64>,
+    /// clamp and hardtanh lower bound.
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// clamp and hardtanh upper bound.
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// softplus threshold.
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// Names this op's result, so a later op can read it as `operand`.
+    #[serde(default)]
+    pub save: Option<String>,
+}
+
+/// Where a tensor operand is indexed from (`cs_operand_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// n values, one per column of D.
+    Row,
+    /// m values, one per row of D.
+    Col,
+    /// m x n values, stored like D (a residual).
+    Matrix,
+}
+
+impl TensorKind {
+    /// The `cs_operand_kind` value.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            TensorKind::Row => 1,
+            TensorKind::Col => 2,
+            TensorKind::Matrix => 3,
+        }
+    }
+
+    /// The spelling in spec files.
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorKind::Row => "row",
+            TensorKind::Col => "col",
+            TensorKind::Matrix => "matrix",
+        }
+    }
+
+    fn cpp(self) -> &'static str {
+        match self {
+            TensorKind::Row => "CS_OPERAND_ROW",
+            TensorKind::Col => "CS_OPERAND_COL",
+            TensorKind::Matrix => "CS_OPERAND_MATRIX",
+        }
+    }
+}
+
+/// A tensor the chain reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub kind: TensorKind,
+    pub dtype: DType,
+    /// What it is, for reports (`bias`, `row0`, ...).
+    pub name: String,
+}
+
+/// The second operand of a binary op.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operand {
+    Scalar(f64),
+    /// Tensor operand i of the chain.
+    Tensor(usize),
+    /// The value that entered the chain.
+    Z,
+    /// The result of the op that saved slot i.
+    Saved(usize),
+}
+
+/// A binary op `x = x (op) operand`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+}
+
+impl BinOp {
+    const ALL: [(&'static str, BinOp); 6] = [
+        ("add", BinOp::Add),
+        ("sub", BinOp::Sub),
+        ("mul", BinOp::Mul),
+        ("div", BinOp::Div),
+        ("min", BinOp::Min),
+        ("max", BinOp::Max),
+    ];
+
+    fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, b)| *b == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    fn apply(self, x: f64, y: f64) -> f64 {
+        match self {
+            BinOp::Add => x + y,
+            BinOp::Sub => x - y,
+            BinOp::Mul => x * y,
+            BinOp::Div => x / y,
+            BinOp::Min => min_nan(x, y),
+            BinOp::Max => max_nan(x, y),
+        }
+    }
+}
+
+/// One op of a chain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    /// An activation with its two parameters (see [`Activation::params`]).
+    Act(Activation, f64, f64),
+    Binary(BinOp, Operand),
+    Clamp(f64, f64),
+    Neg,
+    Abs,
+    Exp,
+}
+
+/// One step: an op, and the slot its result is saved in (if any).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub op: Op,
+    pub save: Option<usize>,
+}
+
+/// A validated chain.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Chain {
+    pub steps: Vec<Step>,
+    pub tensors: Vec<Tensor>,
+    /// The names of the saved slots, in slot order.
+    pub saved: Vec<String>,
+}
+
+/// Why a chain is not valid: the index of the entry (or `None` for the whole chain), the
+/// field, and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainError {
+    pub index: Option<usize>,
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// The op names a spec may use, for error messages.
+pub fn op_names() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = BinOp::ALL.iter().map(|(n, _)| *n).collect();
+    v.extend(["scale", "clamp", "neg", "abs", "exp", "swish"]);
+    v.extend(Activation::ALL.iter().map(|a| a.name()));
+    v
+}
+
+impl Chain {
+    /// True when the chain does nothing.
+    pub fn is_identity(&self) -> bool {
+        self.steps
+            .iter()
+            .all(|s| matches!(s.op, Op::Act(Activation::Identity, _, _)))
+    }
+
+    /// Appends an op.
+    pub fn push(&mut self, op: Op) {
+        self.steps.push(Step { op, save: None });
+    }
+
+    /// Adds a tensor operand; returns its index.
+    pub fn add_tensor(&mut self, kind: TensorKind, dtype: DType, name: &str) -> usize {
+        self.tensors.push(Tensor {
+            kind,
+            dtype,
+            name: name.into(),
+        });
+        self.tensors.len() - 1
+    }
+
+    /// Appends the ops written in `[[epilogue]]`, resolving operands; tensor operands
+    /// default to `out_dtype`.
+    pub fn extend_from_spec(
+        &mut self,
+        specs: &[OpSpec],
+        out_dtype: DType,
+    ) -> Result<(), ChainError> {
+        if self.steps.len() + specs.len() > MAX_OPS {
+            return Err(ChainError {
+                index: None,
+                field: "op",
+                message: format!("at most {MAX_OPS} ops in a chain"),
+            });
+        }
+        for (i, s) in specs.iter().enumerate() {
+            let err = |field: &'static str, message: String| ChainError {
+                index: Some(i),
+                field,
+                message,
+            };
+            let name = s.op.trim().to_ascii_lowercase();
+            let binary = BinOp::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
+            let act = Activation::ALL.iter().copied().find(|a| a.name() == name);
+            let uses = |field: &'static str, v: bool| -> Result<(), ChainError> {
+                if v {
+                    Err(err(field, format!("not used by op \"{name}\"")))
+                } else {
+                    Ok(())
+                }
+            };
+            let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
+                for (f, v) in [
+                    ("alpha", s.alpha.is_some()),
+                    ("beta", s.beta.is_some()),
+                    ("min", s.min.is_some()),
+                    ("max", s.max.is_some()),
+                    ("threshold", s.threshold.is_some()),
+                ] {
+                    uses(f, v)?;
+                }
+                let operand =
+                    match (s.value, s.operand.as_deref()) {
+                        (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
+                        (None, Some(o)) => {
+                            if name == "scale" {
+                                return Err(err("operand", "scale takes a value only".into()));
+                            }
+                            self.operand(o, s.dtype.unwrap_or(out_dtype))
+                                .map_err(|m| err("operand", m))?
+                        }
+                        (Some(_), Some(_)) => return Err(err(
+                            "value",
+                            "give either value (a scalar) or operand (a tensor or name), not both"
+                                .into(),
+                        )),
+                        (None, None) => {
+                            return Err(err(
+                                "value",
+                                format!(
+                                    "op \"{name}\" needs value = <number> or operand = \"row\" | \
+                                 \"col\" | \"matrix\" | \"z\" | a saved name"
+                                ),
+                            ))
+                        }
+                    };
+                if s.dtype.is_some() && !matches!(operand, Operand::Tensor(_)) {
+                    return Err(err("dtype", "only for a row, col or matrix operand".into()));
+                }
+                Op::Binary(b, operand)
+            } else {
+                uses("value", s.value.is_some())?;
+                uses("operand", s.operand.is_some())?;
+                uses("dtype", s.dtype.is_some())?;
+                match (name.as_str(), act) {
+                    ("clamp", _) => {
+                        for (f, v) in [
+                            ("alpha", s.alpha.is_some()),
+                            ("beta", s.beta.is_some()),
+                            ("threshold", s.threshold.is_some()),
+                        ] {
+                            uses(f, v)?;
+                        }
+                        let lo = finite(s.min.unwrap_or(f64::NEG_INFINITY), "min", i)
+                            .or_else(|e| s.min.map_or(Ok(f64::NEG_INFINITY), |_| Err(e)))?;
+                        let hi = finite(s.max.unwrap_or(f64::INFINITY), "max", i)
+                            .or_else(|e| s.max.map_or(Ok(f64::INFINITY), |_| Err(e)))?;
+                        if s.min.is_none() && s.max.is_none() {
+                            return Err(err("min", "clamp needs min, max or both".into()));
+                        }
+                        if lo > hi {
+                            return Err(err("min", format!("min {lo} is above max {hi}")));
+                        }
+                        Op::Clamp(lo, hi)
+                    }
+                    ("neg" | "abs" | "exp", _) => {
+                        for (f, v) in [
+                            ("alpha", s.alpha.is_some()),
+                            ("beta", s.beta.is_some()),
+                            ("min", s.min.is_some()),
+                            ("max", s.max.is_some()),
+                            ("threshold", s.threshold.is_some()),
+                        ] {
+                            uses(f, v)?;
+                        }
+                        match name.as_str() {
+                            "neg" => Op::Neg,
+                            "abs" => Op::Abs,
+                            _ => Op::Exp,
+                        }
+                    }
+                    (_, a) => {
+                        let a = match (name.as_str(), a) {
+                            ("swish", _) => Activation::Silu,
+                            (_, Some(a)) => a,
+                            (_, None) => {
+                                return Err(err(
+                                    "op",
+                                    format!(
+                                        "unknown op \"{}\"; allowed: {}",
+                                        s.op,
+                                        op_names().join(", ")
+                                    ),
+                                ))
+                            }
+                        };
+                        let (p0, p1) = a
+                            .params_from(s.alpha, s.beta, s.min, s.max, s.threshold)
+                            .map_err(|(f, m)| err(f, m))?;
+                        Op::Act(a, p0, p1)
+                    }
+                }
+            };
+            let save = match &s.save {
+                None => None,
+                Some(n) => {
+                    let n = n.trim();
+                    if !valid_name(n) || ["z", "row", "col", "matrix", "x"].contains(&n) {
+                        return Err(err(
+                            "save",
+                            format!(
+                                "\"{n}\" is not a usable name (letters, digits and _, starting \
+                                 with a letter; not z, x, row, col or matrix)"
+                            ),
+                        ));
+                    }
+                    if self.saved.iter().any(|s| s == n) {
+                        return Err(err("save", format!("\"{n}\" is saved twice")));
+                    }
+                    self.saved.push(n.to_string());
+                    Some(self.saved.len() - 1)
+                }
+            };
+            self.steps.push(Step { op, save });
+        }
+        Ok(())
+    }
+
+    fn operand(&mut self, o: &str, dtype: DType) -> Result<Operand, String> {
+        let o = o.trim();
+        let kind = match o {
+            "z" => return Ok(Operand::Z),
+            "row" => TensorKind::Row,
+            "col" => TensorKind::Col,
+            "matrix" => TensorKind::Matrix,
+            name => {
+                return self
+                    .saved
+                    .iter()
+                    .position(|s| s == name)
+                    .map(Operand::Saved)
+                    .ok_or_else(|| {
+                        format!(
+                            "\"{name}\" is neither row, col, matrix, z nor a name saved by an \
+                             earlier op{}",
+                            if self.saved.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", self.saved.join(", "))
+                            }
+                        )
+                    })
+            }
+        };
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(format!(
+                "a tensor operand is f32, f16 or bf16, not {}",
+                dtype.name()
+            ));
+        }
+        if self.tensors.len() >= MAX_TENSORS {
+            return Err(format!("at most {MAX_TENSORS} tensor operands in a chain"));
+        }
+        let name = format!("{}{}", kind.name(), self.tensors.len());
+        Ok(Operand::Tensor(self.add_tensor(kind, dtype, &name)))
+    }
+
+    /// The chain in fp64 at input `z` with tensor operand values `t` (one per tensor).
+    pub fn eval(&self, z: f64, t: &[f64]) -> f64 {
+        let mut saved = [0.0f64; MAX_OPS];
+        let mut x = z;
+        for s in &self.steps {
+            x = match s.op {
+                Op::Act(a, p0, p1) => a.eval(x, p0, p1),
+                Op::Binary(b, o) => {
+                    let y = match o {
+                        Operand::Scalar(v) => v,
+                        Operand::Tensor(i) => t.get(i).copied().unwrap_or(f64::NAN),
+                        Operand::Z => z,
+                        Operand::Saved(i) => saved[i],
+                    };
+                    b.apply(x, y)
+                }
+                Op::Clamp(lo, hi) => {
+                    if x.is_nan() {
+                        x
+                    } else {
+                        x.max(lo).min(hi)
+                    }
+                }
+                Op::Neg => -x,
+                Op::Abs => x.abs(),
+                Op::Exp => x.exp(),
+            };
+            if let Some(i) = s.save {
+                saved[i] = x;
+            }
+        }
+        x
+    }
+
+    /// Arithmetic per element (see [`Activation::flops_per_element`]; binary ops 1,
+    /// clamp 2, neg/abs 1, exp 1).
+    pub fn flops_per_element(&self) -> f64 {
+        self.steps
+            .iter()
+            .map(|s| match s.op {
+                Op::Act(a, _, _) => a.flops_per_element(),
+                Op::Binary(..) | Op::Neg | Op::Abs | Op::Exp => 1.0,
+                Op::Clamp(..) => 2.0,
+            })
+            .sum()
+    }
+
+    /// The chain in words: `z -> x * 0.5 -> x + row0 -> gelu_erf(x)`.
+    pub fn describe(&self) -> String {
+        let mut s = String::from("z");
+        for st in &self.steps {
+            s.push_str(" -> ");
+            s.push_str(&self.step_text(st, false));
+            if let Some(i) = st.save {
+                let _ = write!(s, " (saved as {})", self.saved[i]);
+            }
+        }
+        s
+    }
+
+    fn operand_text(&self, o: Operand, cpp: bool) -> String {
+        match o {
+            Operand::Scalar(v) => {
+                if cpp {
+                    cpp_float(v)
+                } else {
+                    num(v)
+                }
+            }
+            Operand::Tensor(i) => {
+                if cpp {
+                    format!("t[{i}]")
+                } else {
+                    self.tensors[i].name.clone()
+                }
+            }
+            Operand::Z => "z".into(),
+            Operand::Saved(i) => {
+                if cpp {
+                    format!("s{i}")
+                } else {
+                    self.saved[i].clone()
+                }
+            }
+        }
+    }
+
+    fn step_text(&self, st: &Step, cpp: bool) -> String {
+        let f = |v: f64| if cpp { cpp_float(v) } else { num(v) };
+        match st.op {
+            Op::Act(a, p0, p1) => {
+                if cpp {
+                    a.cpp_call("x", p0, p1)
+                } else {
+                    match a.param_count() {
+                        0 => format!("{}(x)", a.name()),
+                        1 => format!("{}(x, {})", a.name(), num(p0)),
+                        _ => format!("{}(x, {}, {})", a.name(), num(p0), num(p1)),
+                    }
+                }
+            }
+            Op::Binary(b, o) => {
+                let y = self.operand_text(o, cpp);
+                match b {
+                    BinOp::Add => format!("x + {y}"),
+                    BinOp::Sub => format!("x - {y}"),
+                    BinOp::Mul => format!("x * {y}"),
+                    BinOp::Div => format!("x / {y}"),
+                    BinOp::Min | BinOp::Max if cpp => {
+                        format!("f{}f(x, {y})", b.name())
+                    }
+                    _ => format!("{}(x, {y})", b.name()),
+                }
+            }
+            Op::Clamp(lo, hi) => {
+                if cpp {
+                    let mut e = "x".to_string();
+                    if lo.is_finite() {
+                        e = format!("fmaxf({e}, {})", f(lo));
+                    }
+                    if hi.is_finite() {
+                        e = format!("fminf({e}, {})", f(hi));
+                    }
+                    e
+                } else {
+                    format!("clamp(x, {}, {})", f(lo), f(hi))
+                }
+            }
+            Op::Neg => "-x".into(),
+            Op::Abs => {
+                if cpp {
+                    "fabsf(x)".into()
+                } else {
+                    "abs(x)".into()
+                }
+            }
+            Op::Exp => {
+                if cpp {
+                    "expf(x)".into()
+                } else {
+                    "exp(x)".into()
+                }
+            }
+        }
+    }
+
+    /// The `cs_chain` functor for a kernel source, preceded by the lines that include
+    /// `cutesmith_chain.cuh` (see its header comment for the contract).
+    pub fn cpp(&self) -> String {
+        let mut s = String::from("#define CS_CHAIN_DEFINED 1\n#include \"cutesmith_chain.cuh\"\n");
+        s.push_str(
+            "// cutesmith epilogue chain (generated from the workload spec; do not edit):\n",
+        );
+        let _ = writeln!(s, "//   {}", self.describe());
+        for (i, t) in self.tensors.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "//   t[{i}] = {} ({} operand, {})",
+                t.name,
+                t.kind.name(),
+                t.dtype.name()
+            );
+        }
+        s.push_str("struct cs_chain {\n");
+        let _ = writeln!(
+            s,
+            "  static constexpr int kOperands = {};",
+            self.tensors.len()
+        );
+        for i in 0..MAX_TENSORS {
+            let k = self
+                .tensors
+                .get(i)
+                .map_or("CS_OPERAND_NONE", |t| t.kind.cpp());
+            let _ = writeln!(s, "  static constexpr int kKind{i} = {k};");
+        }
+        let _ = writeln!(
+            s,
+            "  static constexpr bool kIdentity = {};",
+            self.is_identity()
+        );
+        s.push_str("  CS_HD static float apply(float z, const float (&t)[CS_MAX_OPERANDS]) {\n");
+        if self.tensors.is_empty() {
+            s.push_str("    (void)t;\n");
+        }
+        s.push_str("    float x = z;\n");
+        for st in &self.steps {
+            let _ = writeln!(s, "    x = {};", self.step_text(st, true));
+            if let Some(i) = st.save {
+                let _ = writeln!(s, "    const float s{i} = x;");
+            }
+        }
+        s.push_str("    return x;\n  }\n};\n");
+        s
+    }
+}
+
+impl Activation {
+    /// Every activation, in ABI order.
+    pub const ALL: [Activation; 16] = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::LeakyRelu,
+        Activation::GeluErf,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Selu,
+        Activation::Elu,
+        Activation::Hardsigmoid,
+        Activation::Hardswish,
+        Activation::Hardtanh,
+        Activation::Softplus,
+        Activation::Softsign,
+        Activation::Mish,
+    ];
+
+    /// How many parameters the activation takes.
+    pub fn param_count(self) -> usize {
+        match self {
+            Activation::LeakyRelu | Activation::Elu | Activation::Silu => 1,
+            Activation::Hardtanh | Activation::Softplus => 2,
+            _ => 0,
+        }
+    }
+
+    /// The default parameters (PyTorch's): leaky_relu slope 0.01, elu alpha 1, silu beta
+    /// 1, hardtanh [-1, 1], softplus beta 1 threshold 20; 0 for the rest.
+    pub fn default_params(self) -> (f64, f64) {
+        match self {
+            Activation::LeakyRelu => (0.01, 0.0),
+            Activation::Elu | Activation::Silu => (1.0, 0.0),
+            Activation::Hardtanh => (-1.0, 1.0),
+            Activation::Softplus => (1.0, 20.0),
+            _ => (0.0, 0.0),
+        }
+    }
+
+    /// The parameters from an op's fields; an error names a field the activation does not
+    /// take or a value that is not allowed.
+    pub fn params_from(
+        self,
+        alpha: Option<f64>,
+        beta: Option<f64>,
+        min: Option<f64>,
+        max: Option<f64>,
+        threshold: Option<f64>,
+    ) -> Result<(f64, f64), (&'static str, String)> {
+        let (d0, d1) = self.default_params();
+        let takes = |f: &str| -> bool {
+            match self {
+                Activation::LeakyRelu | Activation::Elu => f == "alpha",
+                Activation::Silu => f == "beta",
+                Activation::Hardtanh => f == "min" || f == "max",
+                Activation::Softplus => f == "beta" || f == "threshold",
+                _ => false,
+            }
+        };
+        for (f, v) in [
+            ("alpha", alpha),
+            ("beta", beta),
+            ("min", min),
+            ("max", max),
+            ("threshold", threshold),
+        ] {
+            if let Some(x) = v {
+                if !takes(f) {
+                    return Err((f, format!("not a parameter of {}", self.name())));
+                }
+                if !x.is_finite() {
+                    return Err((f, format!("must be a finite number, got {x}")));
+                }
+            }
+        }
+        let (p0, p1) = match self {
+            Activation::LeakyRelu | Activation::Elu => (alpha.unwrap_or(d0), d1),
+            Activation::Silu => (beta.unwrap_or(d0), d1),
+            Activation::Hardtanh => (min.unwrap_or(d0), max.unwrap_or(d1)),
+            Activation::Softplus => (beta.unwrap_or(d0), threshold.unwrap_or(d1)),
+            _ => (d0, d1),
+        };
+        if self == Activation::Hardtanh && p0 > p1 {
+            return Err(("min", format!("min {p0} is above max {p1}")));
+        }
+        if self == Activation::Softplus && p0 <= 0.0 {
+            return Err(("beta", format!("softplus beta must be > 0, got {p0}")));
+        }
+        Ok((p0, p1))
+    }
+
+    /// The activation in fp64 (PyTorch's definitions).
+    pub fn eval(self, x: f64, p0: f64, p1: f64) -> f64 {
+        let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let softplus = |v: f64, beta: f64, threshold: f64| {
+            if beta * v > threshold {
+                v
+            } else {
+                (beta * v).exp().ln_1p() / beta
+            }
+        };
+        match self {
+            Activation::Identity => x,
+            Activation::Relu => {
+                if x.is_nan() {
+                    x
+                } else {
+                    x.max(0.0)
+                }
+            }
+            Activation::LeakyRelu => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    p0 * x
+                }
+            }
+            Activation::GeluErf => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            Activation::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            Activation::Silu => x * sigmoid(p0 * x),
+            Activation::Sigmoid => sigmoid(x),
+            Activation::Tanh => x.tanh(),
+            Activation::Selu => {
+                const ALPHA: f64 = 1.673_263_242_354_377_3;
+                const SCALE: f64 = 1.050_700_987_355_480_5;
+                SCALE * if x > 0.0 { x } else { ALPHA * x.exp_m1() }
+            }
+            Activation::Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    p0 * x.exp_m1()
+                }
+            }
+            Activation::Hardsigmoid => clamp_nan(x + 3.0, 0.0, 6.0) / 6.0,
+            Activation::Hardswish => x * clamp_nan(x + 3.0, 0.0, 6.0) / 6.0,
+            Activation::Hardtanh => clamp_nan(x, p0, p1),
+            Activation::Softplus => softplus(x, p0, p1),
+            Activation::Softsign => x / (1.0 + x.abs()),
+            Activation::Mish => x * softplus(x, 1.0, 20.0).tanh(),
+        }
+    }
+
+    /// The call in C++ on `arg` (a function of cutesmith_chain.cuh).
+    pub fn cpp_call(self, arg: &str, p0: f64, p1: f64) -> String {
+        match self {
+            Activation::Identity => arg.to_string(),
+            Activation::Silu => format!("cs_silu({arg}, {})", cpp_float(p0)),
+            a => match a.param_count() {
+                0 => format!("cs_{}({arg})", a.name()),
+                1 => format!("cs_{}({arg}, {})", a.name(), cpp_float(p0)),
+                _ => format!(
+                    "cs_{}({arg}, {}, {})",
+                    a.name(),
+                    cpp_float(p0),
+                    cpp_float(p1)
+                ),
+            },
+        }
+    }
+}
+
+/// `max` that keeps a NaN (as fmaxf does not, but the reference must: a NaN in is a NaN
+/// out for every op but clamp-like selections, which PyTorch also propagates).
+fn max_nan(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.max(y)
+    }
+}
+
+fn min_nan(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.min(y)
+    }
+}
+
+fn clamp_nan(x: f64, lo: f64, hi: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else {
+        x.max(lo).min(hi)
+    }
+}
+
+/// erf in fp64 (W. J. Cody's rational approximations are overkill here: this uses the
+/// series for small |x| and the continued fraction for large |x|, accurate to ~1e-15).
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+        let mut term = a;
+        let mut sum = a;
+        let x2 = a * a;
+        let mut n = 0.0;
+        loop {
+            n += 1.0;
+            term *= -x2 / n;
+            let t = term / (2.0 * n + 1.0);
+            sum += t;
+            if t.abs() <= 1e-17 * sum.abs() || n > 200.0 {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else if a > 6.0 {
+        1.0
+    } else {
+        // erfc by Lentz's continued fraction.
+        let tiny = 1e-300;
+        let mut f = a;
+        let mut c = a;
+        let mut d = 0.0;
+        for i in 1..200 {
+            let an = i as f64 / 2.0;
+            d = a + an * d;
+            d = if d.abs() < tiny { tiny } else { d };
+            c = a + an / c;
+            c = if c.abs() < tiny { tiny } else { c };
+            d = 1.0 / d;
+            let delta = c * d;
+            f *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        1.0 - (-a * a).exp() / (f * std::f64::consts::PI.sqrt())
+    };
+    if x < 0.0 {
+        -r
+    } else {
+        r
+    }
+}
+
+fn finite(v: f64, field: &'static str, i: usize) -> Result<f64, ChainError> {
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(ChainError {
+            index: Some(i),
+            field,
+            message: format!("must be a finite number, got {v}"),
+        })
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    let mut c = n.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic())
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+/// A number as a person writes it: `0.5`, `-1`, `1e-05`.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// An fp32 literal in C++ for `v` (the value the kernel uses is `v` rounded to f32).
+pub fn cpp_float(v: f64) -> String {
+    let f = v as f32;
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "INFINITY".into()
+        } else {
+            "-INFINITY".into()
+        };
+    }
+    let s = format!("{f:?}");
+    let s = if s.contains('.') || s.contains('e') || s.contains("inf") {
+        s
+    } else {
+        format!("{s}.0")
+    };
+    format!("{s}f")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(op: &str) -> OpSpec {
+        OpSpec {
+            op: op.into(),
+            ..OpSpec::default()
+        }
+    }
+
+    fn chain(ops: Vec<OpSpec>) -> Chain {
+        let mut c = Chain::default();
+        c.extend_from_spec(&ops, DType::BF16).unwrap();
+        c
+    }
+
+    #[test]
+    fn a_kernelbench_chain_in_fp64_and_cpp() {
+        // x * 0.5 + row, clamp to [-1, 1], gelu, plus the chain's input.
+        let c = chain(vec![
+            OpSpec {
+                value: Some(0.5),
+                ..spec("scale")
+            },
+            OpSpec {
+                operand: Some("row".into()),
+                ..spec("add")
+            },
+            OpSpec {
+                min: Some(-1.0),
+                max: Some(1.0),
+                ..spec("hardtanh")
+            },
+            spec("gelu_erf"),
+            OpSpec {
+                operand: Some("z".into()),
+                ..spec("add")
+            },
+        ]);
+        assert_eq!(c.tensors.len(), 1);
+        assert_eq!(c.tensors[0].kind, TensorKind::Row);
+        let z = 3.0;
+        let t = [0.25];
+        let x = (z * 0.5 + 0.25f64).clamp(-1.0, 1.0);
+        let want = 0.5 * x * (1.0 + erf(x / 2f64.sqrt())) + z;
+        assert!((c.eval(z, &t) - want).abs() < 1e-15);
+        let cpp = c.cpp();
+        assert!(cpp.starts_with("#define CS_CHAIN_DEFINED 1\n#include \"cutesmith_chain.cuh\""));
+        assert!(
+            cpp.contains("static constexpr int kKind0 = CS_OPERAND_ROW;"),
+            "{cpp}"
+        );
+        assert!(
+            cpp.contains("static constexpr int kKind1 = CS_OPERAND_NONE;"),
+            "{cpp}"
+        );
+        assert!(cpp.contains("x = x * 0.5f;"), "{cpp}");
+        assert!(cpp.contains("x = x + t[0];"), "{cpp}");
+        assert!(cpp.contains("x = cs_hardtanh(x, -1.0f, 1.0f);"), "{cpp}");
+        assert!(cpp.contains("x = cs_gelu_erf(x);"), "{cpp}");
+        assert!(cpp.contains("x = x + z;"), "{cpp}");
+        assert_eq!(
+            c.describe(),
+            "z -> x * 0.5 -> x + row0 -> hardtanh(x, -1, 1) -> gelu_erf(x) -> x + z"
+        );
+    }
+
+    #[test]
+    fn the_pre_activation_value_and_saved_names() {
+        // 2 * sigmoid(z) + z; and a saved mid-chain value reused later.
+        let c = chain(vec![
+            spec("sigmoid"),
+            OpSpec {
+                value: Some(2.0),
+                ..spec("mul")
+            },
+            OpSpec {
+                operand: Some("z".into()),
+                ..spec("add")
+            },
+        ]);
+        let z: f64 = -0.7;
+        assert!((c.eval(z, &[]) - (2.0 / (1.0 + (-z).exp()) + z)).abs() < 1e-15);
+        let c = chain(vec![
+            OpSpec {
+                value: Some(3.0),
+                save: Some("y".into()),
+                ..spec("scale")
+            },
+            spec("sigmoid"),
+            OpSpec {
+                operand: Some("y".into()),
+                ..spec("mul")
+            },
+        ]);
+        let y: f64 = 3.0 * 0.4;
+        assert!((c.eval(0.4, &[]) - y / (1.0 + (-y).exp())).abs() < 1e-15);
+        assert!(c.cpp().contains("const float s0 = x;"));
+        assert!(c.cpp().contains("x = x * s0;"));
+    }
+
+    #[test]
+    fn bad_ops_name_the_entry_and_field() {
+        let mut c = Chain::default();
+        let e = c
+            .extend_from_spec(&[spec("relu"), spec("frobnicate")], DType::F32)
+            .unwrap_err();
+        assert_eq!((e.index, e.field), (Some(1), "op"));
+        assert!(e.message.contains("allowed:") && e.message.contains("hardswish"));
+        let e = Chain::default()
+            .extend_from_spec(&[spec("add")], DType::F32)
+            .unwrap_err();
+        assert!(e.message.contains("needs value"), "{e:?}");
+        let e = Chain::default()
+            .extend_from_spec(
+                &[OpSpec {
+                    alpha: Some(1.0),
+                    ..spec("relu")
+                }],
+                DType::F32,
+            )
+            .unwrap_err();
+        assert_eq!(e.field, "alpha");
+        let e = Chain::default()
+            .extend_from_spec(
+                &[OpSpec {
+                    operand: Some("nope".into()),
+                    ..spec("mul")
+                }],
+                DType::F32,
+            )
+            .unwrap_err();
+        assert!(e.message.contains("saved"), "{e:?}");
+        let five: Vec<OpSpec> = (0..5)
+            .map(|_| OpSpec {
+                operand: Some("row".into()),
+                ..spec("add")
+            })
+            .collect();
+        let e = Chain::default()
+            .extend_from_spec(&five, DType::F32)
+            .unwrap_err();
+        assert!(e.message.contains("at most 4"), "{e:?}");
+        let e = Chain::default()
+            .extend_from_spec(
+                &[OpSpec {
+                    min: Some(2.0),
+                    max: Some(1.0),
+                    ..spec("clamp")
+                }],
+                DType::F32,
+            )
+            .unwrap_err();
+        assert!(e.message.contains("above"), "{e:?}");
+    }
+
+    #[test]
+    fn activation_edge_values_match_pytorch() {
+        let e = |a: Activation, x: f64| {
+            let (p0, p1) = a.default_params();
+            a.eval(x, p0, p1)
+        };
+        // selu/elu: continuous at 0, negative saturation.
+        assert_eq!(e(Activation::Selu, 0.0), 0.0);
+        assert!(
+            (e(Activation::Selu, -50.0) + 1.050_700_987_355_480_5 * 1.673_263_242_354_377_3).abs()
+                < 1e-12
+        );
+        assert!((e(Activation::Elu, -1e-9) + 1e-9).abs() < 1e-17);
+        // hardsigmoid / hardswish corners at -3 and 3.
+        assert_eq!(e(Activation::Hardsigmoid, -3.0), 0.0);
+        assert_eq!(e(Activation::Hardsigmoid, 3.0), 1.0);
+        assert_eq!(e(Activation::Hardswish, -3.0), 0.0);
+        assert_eq!(e(Activation::Hardswish, 3.0), 3.0);
+        assert!((e(Activation::Hardswish, 1.0) - 4.0 / 6.0).abs() < 1e-15);
+        // hardtanh defaults [-1, 1].
+        assert_eq!(e(Activation::Hardtanh, 5.0), 1.0);
+        assert_eq!(e(Activation::Hardtanh, -5.0), -1.0);
+        // softplus: the threshold passes x through; log(2) at 0.
+        assert_eq!(e(Activation::Softplus, 25.0), 25.0);
+        assert!((e(Activation::Softplus, 0.0) - 2f64.ln()).abs() < 1e-15);
+        assert!(
+            (Activation::Softplus.eval(1.0, 2.0, 20.0) - (2f64.exp().ln_1p() / 2.0)).abs() < 1e-15
+        );
+        // softsign, mish, silu with beta.
+        assert_eq!(e(Activation::Softsign, -3.0), -0.75);
+        assert!((e(Activation::Mish, 1.0) - 0.865_098_388_267_310_3).abs() < 1e-12);
+        assert!(e(Activation::Mish, -60.0).abs() < 1e-20);
+        assert!((Activation::Silu.eval(1.0, 2.0, 0.0) - 1.0 / (1.0 + (-2f64).exp())).abs() < 1e-15);
+        // erf against known values.
+        assert!((erf(0.5) - 0.520_499_877_813_046_5).abs() < 1e-15);
+        assert!((erf(1.5) - 0.966_105_146_475_310_7).abs() < 1e-15);
+        assert!((erf(-5.0) + 0.999_999_999_998_462_5).abs() < 1e-15);
+        assert_eq!(erf(30.0), 1.0);
+    }
+
+    #[test]
+    fn nan_and_inf_propagate() {
+        for a in Activation::ALL {
+            let (p0, p1) = a.default_params();
+            assert!(
+                a.eval(f64::NAN, p0, p1).is_nan(),
+                "{} drops a NaN",
+                a.name()
+            );
+        }
+        assert_eq!(
+            Activation::Relu.eval(f64::INFINITY, 0.0, 0.0),
+            f64::INFINITY
+        );
+        assert_eq!(Activation::Sigmoid.eval(f64::NEG_INFINITY, 0.0, 0.0), 0.0);
+        assert_eq!(Activation::Tanh.eval(f64::INFINITY, 0.0, 0.0), 1.0);
+        let c = chain(vec![OpSpec {
+            value: Some(1.0),
+            ..spec("max")
+        }]);
+        assert!(c.eval(f64::NAN, &[]).is_nan());
+        let c = chain(vec![OpSpec {
+            min: Some(0.0),
+            ..spec("clamp")
+        }]);
+        assert!(c.eval(f64::NAN, &[]).is_nan());
+        assert_eq!(c.eval(f64::NEG_INFINITY, &[]), 0.0);
+    }
+
+    #[test]
+    fn cpp_floats_are_valid_literals() {
+        assert_eq!(cpp_float(1.0), "1.0f");
+        assert_eq!(cpp_float(-2.0), "-2.0f");
+        assert_eq!(cpp_float(1e-5), "1e-5f");
+        assert_eq!(cpp_float(0.044715), "0.044715f");
+        assert_eq!(cpp_float(f64::INFINITY), "INFINITY");
+    }
+}
