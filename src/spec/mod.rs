@@ -280,6 +280,115 @@ k = 4096
 "#;
 
     #[test]
+    fn epilogue_chains_parse_field_by_field() {
+        let w = parse(
+            "c",
+            &format!(
+                "{GEMM}[layout]\na = \"row\"\nb = \"row\"\nshared = [\"b\"]\n\
+                 [[epilogue]]\nop = \"scale\"\nvalue = 0.5\n\
+                 [[epilogue]]\nop = \"add\"\noperand = \"matrix\"\ndtype = \"f32\"\n\
+                 [[epilogue]]\nop = \"softplus\"\nbeta = 2.0\nthreshold = 5.0\nsave = \"sp\"\n\
+                 [[epilogue]]\nop = \"mul\"\noperand = \"sp\"\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let l = w.layouts();
+        assert_eq!((l.a, l.b, l.c), (Layout::Row, Layout::Row, Layout::Row));
+        assert!(l.shared_b && !l.shared_a);
+        let c = w.chain();
+        assert_eq!(c.steps.len(), 4);
+        assert_eq!(c.tensors.len(), 1);
+        assert_eq!(c.tensors[0].kind, chain::TensorKind::Matrix);
+        assert_eq!(c.tensors[0].dtype, DType::F32);
+        assert_eq!(c.saved, vec!["sp".to_string()]);
+        assert_eq!(
+            c.steps[2].op,
+            chain::Op::Act(Activation::Softplus, 2.0, 5.0)
+        );
+        // z = 1, matrix operand 0.25: x = 0.75; softplus(1.5)/2 with threshold 5.
+        let sp = (1.5f64.exp()).ln_1p() / 2.0;
+        assert!((c.eval(1.0, &[0.25]) - sp * sp).abs() < 1e-15);
+        // The chain adds its FLOPs and the matrix's bytes to the roofline figures.
+        let h = w.headline();
+        let plain = parse("p", GEMM).unwrap();
+        assert!(w.flops(h) > plain.flops(h));
+        assert_eq!(
+            w.min_bytes(h) - plain.min_bytes(h),
+            4096.0 * 4096.0 * 4.0,
+            "the f32 matrix operand is read once"
+        );
+    }
+
+    #[test]
+    fn gemm_bias_act_and_activation_start_their_chains() {
+        let w = Workload::find(dir(), "gemm_bias_gelu_bf16").unwrap();
+        let c = w.chain();
+        assert_eq!(c.tensors[0].name, "bias");
+        assert_eq!(c.steps.len(), 2);
+        assert_eq!(c.describe(), "z -> x + bias -> gelu_erf(x)");
+        let a = Workload::find(dir(), "act_leaky_relu_f32").unwrap();
+        assert_eq!(a.chain().steps.len(), 1);
+        assert!(matches!(
+            a.chain().steps[0].op,
+            chain::Op::Act(Activation::LeakyRelu, s, _) if s > 0.0
+        ));
+    }
+
+    #[test]
+    fn chain_errors_name_the_entry() {
+        let e = err(
+            "c",
+            &format!("{GEMM}[[epilogue]]\nop = \"relu\"\n[[epilogue]]\nop = \"mul\"\n"),
+        );
+        assert!(e.contains("field \"epilogue[1].value\""), "{e}");
+        assert!(e.contains("needs value"), "{e}");
+        let e = err("c", &format!("{GEMM}[[epilogue]]\nop = \"nope\"\n"));
+        assert!(e.contains("epilogue[0].op") && e.contains("allowed:"), "{e}");
+        let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
+        let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
+        assert!(e.contains("only for families gemm, gemm_bias_act and activation"), "{e}");
+    }
+
+    #[test]
+    fn fp8_rules() {
+        let f8 = GEMM.replace("\"bf16\"", "\"e4m3\"");
+        let w = parse("f", &format!("{f8}[params]\nscale_a = 0.5\nscale_b = 4.0\n")).unwrap();
+        assert_eq!(w.out_dtype(), DType::BF16, "fp8 defaults to a bf16 output");
+        assert_eq!((w.params().scale_a, w.params().scale_b), (0.5, 4.0));
+        assert_eq!(w.compute_pipe(), ComputePipe::TensorFp8);
+        assert_eq!(w.min_bytes(w.headline()), 3.0 * 4096.0 * 4096.0 * 2.0 - 2.0 * 4096.0 * 4096.0);
+        let e = err("f", &format!("{GEMM}[params]\nscale_a = 0.5\n"));
+        assert!(e.contains("params.scale_a") && e.contains("fp8"), "{e}");
+        let e = err("f", &format!("{f8}out_dtype_x = 1\n"));
+        assert!(e.contains("out_dtype_x"), "{e}");
+        let e = err(
+            "f",
+            "description = \"a\"\nfamily = \"activation\"\ndtype = \"e4m3\"\n[[shapes]]\nn = 4\n[params]\nactivation = \"relu\"\n",
+        );
+        assert!(e.contains("fp8") && e.contains("activation"), "{e}");
+        let e = err("f", &GEMM.replace("dtype = \"bf16\"", "dtype = \"bf16\"\nout_dtype = \"e4m3\""));
+        assert!(e.contains("an fp8 output needs fp8 operands"), "{e}");
+    }
+
+    #[test]
+    fn new_families() {
+        let glu = Workload::find(dir(), "gemm_glu_swiglu_bf16").unwrap();
+        assert_eq!(glu.params().gate, Activation::Silu);
+        let h = glu.headline();
+        assert_eq!(glu.flops(h), 2.0 * 2.0 * 4096.0 * 14336.0 * 4096.0 + 4096.0 * 14336.0 * 5.0);
+        let sm = Workload::find(dir(), "gemm_softmax_bf16_head").unwrap();
+        assert!(!sm.params().log_softmax);
+        assert_eq!(sm.tolerance().atol_scale, AtolScale::InvN);
+        let ls = Workload::find(dir(), "log_softmax_bf16_4096x32000").unwrap();
+        assert_eq!(ls.flops(ls.headline()), 6.0 * 4096.0 * 32000.0);
+        let e = err(
+            "g",
+            &format!("{GEMM}[params]\ngate = \"silu\"\n"),
+        );
+        assert!(e.contains("params.gate") && e.contains("gemm_glu"), "{e}");
+    }
+
+    #[test]
     fn every_shipped_spec_loads() {
         let all = Workload::load_dir(dir()).unwrap_or_else(|e| panic!("{e}"));
         assert!(all.len() >= 34, "only {} workloads", all.len());

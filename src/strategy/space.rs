@@ -214,6 +214,21 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         .collect()
 }
 
+/// How well the built-in provider covers a workload: `Ok(n)` valid candidates, or
+/// `Err(what is missing)`, naming the feature of the workload no template has (from the
+/// most promising template's rule).
+pub fn coverage(w: &Workload) -> Result<usize, String> {
+    let space = space(w);
+    let valid = space.iter().filter(|(_, v)| v.is_ok()).count();
+    if valid > 0 {
+        return Ok(valid);
+    }
+    match space.into_iter().next() {
+        Some((s, Err(why))) => Err(format!("{}: {why}", s.template)),
+        _ => Err(format!("no built-in template computes family {}", w.family())),
+    }
+}
+
 /// The valid candidates, in order.
 pub fn candidates(w: &Workload) -> Vec<Strategy> {
     space(w)
