@@ -201,3 +201,72 @@ fn a_simple_error_points_at_its_line() {
     assert_eq!(first.file, "simple_error.cu");
     assert_eq!(first.line, Some(want));
 }
+
+/// Every built-in template, instantiated the one way the built-in provider does it
+/// (workload block, epilogue chain, parameters), compiles for sm_90a in each layout and
+/// dtype it takes: the four A/B storage orders and a column-major D for the 16-bit and
+/// fp32 GEMMs, both GEMV orientations, fp8, epilogue chains with row, column and matrix
+/// operands, the new activations, log-softmax, GEMM + softmax and SwiGLU.
+#[test]
+fn every_template_instance_compiles_in_each_layout() {
+    use cutesmith::spec::Workload;
+    use cutesmith::strategy;
+    let Some(tc) = toolchain() else { return };
+    let dir = root().join("workloads");
+    let cases: &[(&str, &str)] = &[
+        ("gemm_bf16_rr", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bf16_rc", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bf16_cr", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bf16_cc", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bf16_rr_dcol", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bf16_rr", "gemm_sm90_tma_wgmma"),
+        ("gemm_bf16_cr", "gemm_sm90_tma_wgmma"),
+        ("gemm_bf16_rr_dcol", "gemm_sm90_tma_wgmma"),
+        ("gemm_f32_rr", "gemm_f32_3xtf32"),
+        ("gemm_f32_cc", "gemm_f32_3xtf32"),
+        ("gemm_chain_div_tanh_f32", "gemm_f32_3xtf32"),
+        ("gemv_bf16_m8_k1m", "gemm_skinny_splitk"),
+        ("gemv_f32_n4_k1m", "gemm_skinny_splitk"),
+        ("gemm_e4m3_4096", "gemm_sm90_cutlass3_ws"),
+        ("gemm_chain_bias_relu_residual_bf16", "gemm_sm90_cutlass3_ws"),
+        ("gemm_chain_col_leaky_max_bf16", "gemm_sm90_cutlass3_ws"),
+        ("gemm_chain_swish_scale_bf16", "gemm_sm90_cutlass3_ws"),
+        ("act_softplus_f32", "elementwise_activation"),
+        ("act_chain_broadcast_bf16", "elementwise_activation"),
+        ("log_softmax_bf16_4096x32000", "softmax_rows"),
+        ("gemm_softmax_bf16_head", "gemm_softmax"),
+        ("gemm_glu_swiglu_bf16", "gemm_glu"),
+    ];
+    let mut requests = Vec::new();
+    for (name, template) in cases {
+        let w = Workload::find(&dir, name).unwrap_or_else(|e| panic!("{e}"));
+        let space = strategy::space(&w);
+        let s = space
+            .iter()
+            .find(|(s, v)| s.template == *template && v.is_ok())
+            .map(|(s, _)| s.clone())
+            .unwrap_or_else(|| {
+                let why: Vec<String> = space
+                    .iter()
+                    .filter(|(s, _)| s.template == *template)
+                    .map(|(s, v)| format!("{}: {v:?}", s.label()))
+                    .collect();
+                panic!("no valid {template} candidate for {name}: {why:?}")
+            });
+        let src = s.instantiate(&w).unwrap();
+        let mut req = CompileRequest::version(&src, "sm_90a");
+        req.file_name = format!("{name}__{template}.cu");
+        requests.push(req);
+    }
+    let cache = CompileCache::default_location();
+    let results =
+        compile::compile_many(&tc, &cache, &requests, compile::default_jobs(), &|_, _| {});
+    let mut failed = Vec::new();
+    for (req, r) in requests.iter().zip(results) {
+        let o = r.unwrap();
+        if !o.ok() {
+            failed.push(format!("{}:\n{}", req.file_name, o.condensed));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
