@@ -343,20 +343,33 @@ k = 4096
         assert!(e.contains("field \"epilogue[1].value\""), "{e}");
         assert!(e.contains("needs value"), "{e}");
         let e = err("c", &format!("{GEMM}[[epilogue]]\nop = \"nope\"\n"));
-        assert!(e.contains("epilogue[0].op") && e.contains("allowed:"), "{e}");
+        assert!(
+            e.contains("epilogue[0].op") && e.contains("allowed:"),
+            "{e}"
+        );
         let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
-        assert!(e.contains("only for families gemm, gemm_bias_act and activation"), "{e}");
+        assert!(
+            e.contains("only for families gemm, gemm_bias_act and activation"),
+            "{e}"
+        );
     }
 
     #[test]
     fn fp8_rules() {
         let f8 = GEMM.replace("\"bf16\"", "\"e4m3\"");
-        let w = parse("f", &format!("{f8}[params]\nscale_a = 0.5\nscale_b = 4.0\n")).unwrap();
+        let w = parse(
+            "f",
+            &format!("{f8}[params]\nscale_a = 0.5\nscale_b = 4.0\n"),
+        )
+        .unwrap();
         assert_eq!(w.out_dtype(), DType::BF16, "fp8 defaults to a bf16 output");
         assert_eq!((w.params().scale_a, w.params().scale_b), (0.5, 4.0));
         assert_eq!(w.compute_pipe(), ComputePipe::TensorFp8);
-        assert_eq!(w.min_bytes(w.headline()), 3.0 * 4096.0 * 4096.0 * 2.0 - 2.0 * 4096.0 * 4096.0);
+        assert_eq!(
+            w.min_bytes(w.headline()),
+            3.0 * 4096.0 * 4096.0 * 2.0 - 2.0 * 4096.0 * 4096.0
+        );
         let e = err("f", &format!("{GEMM}[params]\nscale_a = 0.5\n"));
         assert!(e.contains("params.scale_a") && e.contains("fp8"), "{e}");
         let e = err("f", &format!("{f8}out_dtype_x = 1\n"));
@@ -366,7 +379,10 @@ k = 4096
             "description = \"a\"\nfamily = \"activation\"\ndtype = \"e4m3\"\n[[shapes]]\nn = 4\n[params]\nactivation = \"relu\"\n",
         );
         assert!(e.contains("fp8") && e.contains("activation"), "{e}");
-        let e = err("f", &GEMM.replace("dtype = \"bf16\"", "dtype = \"bf16\"\nout_dtype = \"e4m3\""));
+        let e = err(
+            "f",
+            &GEMM.replace("dtype = \"bf16\"", "dtype = \"bf16\"\nout_dtype = \"e4m3\""),
+        );
         assert!(e.contains("an fp8 output needs fp8 operands"), "{e}");
     }
 
@@ -375,16 +391,16 @@ k = 4096
         let glu = Workload::find(dir(), "gemm_glu_swiglu_bf16").unwrap();
         assert_eq!(glu.params().gate, Activation::Silu);
         let h = glu.headline();
-        assert_eq!(glu.flops(h), 2.0 * 2.0 * 4096.0 * 14336.0 * 4096.0 + 4096.0 * 14336.0 * 5.0);
+        assert_eq!(
+            glu.flops(h),
+            2.0 * 2.0 * 4096.0 * 14336.0 * 4096.0 + 4096.0 * 14336.0 * 5.0
+        );
         let sm = Workload::find(dir(), "gemm_softmax_bf16_head").unwrap();
         assert!(!sm.params().log_softmax);
         assert_eq!(sm.tolerance().atol_scale, AtolScale::InvN);
         let ls = Workload::find(dir(), "log_softmax_bf16_4096x32000").unwrap();
         assert_eq!(ls.flops(ls.headline()), 6.0 * 4096.0 * 32000.0);
-        let e = err(
-            "g",
-            &format!("{GEMM}[params]\ngate = \"silu\"\n"),
-        );
+        let e = err("g", &format!("{GEMM}[params]\ngate = \"silu\"\n"));
         assert!(e.contains("params.gate") && e.contains("gemm_glu"), "{e}");
     }
 

@@ -189,7 +189,10 @@ mod tests {
         assert!(check(&cutlass, &fused).is_ok());
         let softmax = strategy("softmax_rows", &[], "");
         let e = check(&softmax, &fused).unwrap_err();
-        assert!(e.contains("family gemm_bias_act") && e.contains("softmax, log_softmax"), "{e}");
+        assert!(
+            e.contains("family gemm_bias_act") && e.contains("softmax, log_softmax"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         if lay.c == Layout::Col && !t.cd_col {
             return Err("layout c = col: the template writes row-major D only".into());
         }
-        if !t.any_ab_layout && !(lay.a == Layout::Row && lay.b == Layout::Col) {
+        if !(t.any_ab_layout || lay.a == Layout::Row && lay.b == Layout::Col) {
             return Err(format!(
                 "layouts a = {}, b = {} ({}): the template takes A row and B col (TN) only",
                 lay.a.name(),

@@ -225,7 +225,10 @@ pub fn coverage(w: &Workload) -> Result<usize, String> {
     }
     match space.into_iter().next() {
         Some((s, Err(why))) => Err(format!("{}: {why}", s.template)),
-        _ => Err(format!("no built-in template computes family {}", w.family())),
+        _ => Err(format!(
+            "no built-in template computes family {}",
+            w.family()
+        )),
     }
 }
 

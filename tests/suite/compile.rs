@@ -228,7 +228,10 @@ fn every_template_instance_compiles_in_each_layout() {
         ("gemv_bf16_m8_k1m", "gemm_skinny_splitk"),
         ("gemv_f32_n4_k1m", "gemm_skinny_splitk"),
         ("gemm_e4m3_4096", "gemm_sm90_cutlass3_ws"),
-        ("gemm_chain_bias_relu_residual_bf16", "gemm_sm90_cutlass3_ws"),
+        (
+            "gemm_chain_bias_relu_residual_bf16",
+            "gemm_sm90_cutlass3_ws",
+        ),
         ("gemm_chain_col_leaky_max_bf16", "gemm_sm90_cutlass3_ws"),
         ("gemm_chain_swish_scale_bf16", "gemm_sm90_cutlass3_ws"),
         ("act_softplus_f32", "elementwise_activation"),
