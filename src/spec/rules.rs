@@ -83,7 +83,14 @@ impl Validator<'_> {
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let tolerance = self.tolerance(family, out_dtype, spec.allow_tf32, spec.tolerance)?;
-        let target = self.target(family, spec.target)?;
+        // Fused work is measured first against the unfused sequence it replaces.
+        let fused = match family {
+            Family::GemmGlu | Family::GemmSoftmax => true,
+            Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
+            Family::Activation => chain.steps.len() > 1,
+            Family::Softmax | Family::LogSoftmax => false,
+        };
+        let target = self.target(family, fused, spec.target)?;
 
         Ok(Workload {
             name,
@@ -462,9 +469,19 @@ impl Validator<'_> {
         Ok(t)
     }
 
-    fn target(&self, family: Family, spec: Option<TargetSpec>) -> Result<Target> {
+    fn target(&self, family: Family, fused: bool, spec: Option<TargetSpec>) -> Result<Target> {
         let spec = spec.unwrap_or_default();
-        let baselines = spec.baselines.unwrap_or_else(|| family.default_baselines());
+        let defaults = || {
+            let mut d = family.default_baselines();
+            if fused {
+                d.insert(0, Baseline::Unfused);
+                if family == Family::Activation {
+                    d.retain(|b| *b != Baseline::Cudnn);
+                }
+            }
+            d
+        };
+        let baselines = spec.baselines.unwrap_or_else(defaults);
         if baselines.is_empty() {
             return Err(self.err(
                 "target.baselines",
@@ -483,6 +500,7 @@ impl Validator<'_> {
                     Baseline::Cudnn,
                     Baseline::Torch,
                     Baseline::Copy,
+                    Baseline::Unfused,
                 ]
                 .into_iter()
                 .filter(|x| x.supports(family))
@@ -511,7 +529,14 @@ impl Validator<'_> {
                 ),
             ));
         }
-        let min_speedup = spec.min_speedup.unwrap_or(1.0);
+        // A fused kernel exists to beat the unfused sequence by a clear margin.
+        let min_speedup = spec
+            .min_speedup
+            .unwrap_or(if speedup_vs == Baseline::Unfused {
+                1.2
+            } else {
+                1.0
+            });
         if !(min_speedup.is_finite() && min_speedup > 0.0) {
             return Err(self.err(
                 "target.min_speedup",

@@ -370,6 +370,9 @@ pub enum Baseline {
     /// A device-to-device copy of the same bytes: the bandwidth ceiling (activation and
     /// softmax).
     Copy,
+    /// The unfused sequence a framework runs: the library op, then one elementwise pass
+    /// per remaining op (workloads with an epilogue chain, GEMM + softmax, GLU).
+    Unfused,
 }
 
 impl Baseline {
@@ -381,6 +384,7 @@ impl Baseline {
             Baseline::Cudnn => "cudnn",
             Baseline::Torch => "torch",
             Baseline::Copy => "copy",
+            Baseline::Unfused => "unfused",
         }
     }
 
@@ -390,6 +394,7 @@ impl Baseline {
             Baseline::Cublas | Baseline::Cublaslt => family.is_gemm(),
             Baseline::Cudnn | Baseline::Copy => !family.is_gemm(),
             Baseline::Torch => true,
+            Baseline::Unfused => family.is_gemm() || family == Family::Activation,
         }
     }
 }

@@ -380,6 +380,9 @@ mod tests {
         // fp32 GEMM: a third of the TF32 tensor rate (3xTF32), above the SIMT rate.
         let (f32_gemm, note) = peak_flops(&h100, ComputePipe::SimtF32, true);
         assert!((f32_gemm / 1e12 - 178.4).abs() < 1.0, "{f32_gemm} {note}");
+        // fp8: twice the 16-bit tensor rate.
+        let (fp8, _) = peak_flops(&h100, ComputePipe::TensorFp8, true);
+        assert!((fp8 / bf16 - 2.0).abs() < 1e-9);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub(super) fn peak_flops(
         (_, ComputePipe::SimtF32) if gemm => f64::max(256.0, tf32 / 3.0),
         ((9, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 4096.0,
         ((9, _), ComputePipe::TensorTf32) => 2048.0,
+        ((9, _), ComputePipe::TensorFp8) => 8192.0,
         ((8, 0), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 2048.0,
         ((8, 0), ComputePipe::TensorTf32) => 1024.0,
         ((8, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 1024.0,
@@ -264,7 +265,7 @@ impl Ctx<'_> {
                         Box::new(move || plan.run(s_ref, i, a, b, d, lt_alpha))
                     })
                 };
-                if let Some(mut first) = first {
+                if let Some(mut first) = first.filter(|_| wants(Baseline::Unfused)) {
                     let what = match (&passes, &softmax) {
                         (_, Some(_)) => "the library GEMM, then cuDNN's softmax".to_string(),
                         (Some(ps), None) => format!(
@@ -317,7 +318,10 @@ impl Ctx<'_> {
                         None => {}
                     }
                 }
-                if let Some(ps) = passes.as_ref().filter(|_| !single_act) {
+                if let Some(ps) = passes
+                    .as_ref()
+                    .filter(|_| !single_act && wants(Baseline::Unfused))
+                {
                     names.push("unfused".into());
                     notes.push(Some(format!(
                         "{} elementwise passes, one per op, as a framework runs them",
