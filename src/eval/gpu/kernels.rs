@@ -92,69 +92,7 @@ impl Passes {
         (m, n, batch): (usize, usize, usize),
         layout: Layout,
     ) -> Result<Passes, CudaFailure> {
-        let (ty, ld, st) = storage(dtype)?;
-        let vec = 16 / dtype.bytes() as usize;
-        let mut src = String::new();
-        src.push_str("#define CS_HD __device__ __forceinline__\n");
-        src.push_str(PRELUDE);
-        let _ = writeln!(src, "#define LDZ(v) {ld}(v)");
-        src.push_str(chain_functions());
-        for (ti, t) in chain.tensors.iter().enumerate() {
-            let (tty, tld, _) = storage(t.dtype)?;
-            let idx = match t.kind {
-                TensorKind::Row => "col",
-                TensorKind::Col => "row",
-                TensorKind::Matrix => "i",
-            };
-            let _ = writeln!(
-                src,
-                "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col) {{ (void)i; (void)row; (void)col; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
-            );
-        }
-        for (j, step) in chain.steps.iter().enumerate() {
-            let expr = step_expr(chain, &step.op);
-            let _ = write!(
-                src,
-                r#"
-extern "C" __global__ void cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __restrict__ z,
-    const {ty}* s0, const {ty}* s1, const {ty}* s2, const {ty}* s3,
-    const void* t0, const void* t1, const void* t2, const void* t3,
-    {ty}* __restrict__ y, long long total, long long m, long long n, int col_major)
-{{
-  (void)s0; (void)s1; (void)s2; (void)s3; (void)t0; (void)t1; (void)t2; (void)t3; (void)z;
-  const long long step = (long long)gridDim.x * blockDim.x * {vec};
-  for (long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {vec}; base < total; base += step) {{
-    {ty} in[{vec}];
-    {ty} out[{vec}];
-    const bool full = base + {vec} <= total;
-    if (full) {{
-      *reinterpret_cast<uint4*>(in) = *reinterpret_cast<const uint4*>(x + base);
-    }} else {{
-      for (int v = 0; v < {vec}; ++v) in[v] = base + v < total ? x[base + v] : ({ty})0;
-    }}
-#pragma unroll
-    for (int v = 0; v < {vec}; ++v) {{
-      const long long i = base + v;
-      const long long within = i % (m * n);
-      const long long row = col_major ? within % m : within / n;
-      const long long col = col_major ? within / m : within % n;
-      (void)row; (void)col;
-      float xv = {ld}(in[v]);
-      (void)xv;
-      float r = 0.0f;
-      if (i < total) {{ r = {expr}; }}
-      out[v] = {st}(r);
-    }}
-    if (full) {{
-      *reinterpret_cast<uint4*>(y + base) = *reinterpret_cast<const uint4*>(out);
-    }} else {{
-      for (int v = 0; v < {vec}; ++v) if (base + v < total) y[base + v] = out[v];
-    }}
-  }}
-}}
-"#
-            );
-        }
+        let src = pass_source(chain, dtype)?;
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(
             &src,
             cudarc::nvrtc::CompileOptions {
@@ -240,6 +178,75 @@ extern "C" __global__ void cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __
         }
         Ok(x)
     }
+}
+
+/// The CUDA C++ of the passes of `chain` over `dtype` tensors: one `extern "C"` kernel
+/// `cs_pass<j>` per op, with no header but what NVRTC has built in.
+pub fn pass_source(chain: &Chain, dtype: DType) -> Result<String, CudaFailure> {
+    let (ty, ld, st) = storage(dtype)?;
+    let vec = 16 / dtype.bytes() as usize;
+    let mut src = String::new();
+    src.push_str("#define CS_HD __device__ __forceinline__\n");
+    src.push_str(PRELUDE);
+    let _ = writeln!(src, "#define LDZ(v) {ld}(v)");
+    src.push_str(chain_functions());
+    for (ti, t) in chain.tensors.iter().enumerate() {
+        let (tty, tld, _) = storage(t.dtype)?;
+        let idx = match t.kind {
+            TensorKind::Row => "col",
+            TensorKind::Col => "row",
+            TensorKind::Matrix => "i",
+        };
+        let _ = writeln!(
+            src,
+            "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col) {{ (void)i; (void)row; (void)col; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
+        );
+    }
+    for (j, step) in chain.steps.iter().enumerate() {
+        let expr = step_expr(chain, &step.op);
+        let _ = write!(
+            src,
+            r#"
+extern "C" __global__ void cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __restrict__ z,
+const {ty}* s0, const {ty}* s1, const {ty}* s2, const {ty}* s3,
+const void* t0, const void* t1, const void* t2, const void* t3,
+{ty}* __restrict__ y, long long total, long long m, long long n, int col_major)
+{{
+  (void)s0; (void)s1; (void)s2; (void)s3; (void)t0; (void)t1; (void)t2; (void)t3; (void)z;
+  const long long step = (long long)gridDim.x * blockDim.x * {vec};
+  for (long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {vec}; base < total; base += step) {{
+{ty} in[{vec}];
+{ty} out[{vec}];
+const bool full = base + {vec} <= total;
+if (full) {{
+  *reinterpret_cast<uint4*>(in) = *reinterpret_cast<const uint4*>(x + base);
+}} else {{
+  for (int v = 0; v < {vec}; ++v) in[v] = base + v < total ? x[base + v] : ({ty})0;
+}}
+#pragma unroll
+for (int v = 0; v < {vec}; ++v) {{
+  const long long i = base + v;
+  const long long within = i % (m * n);
+  const long long row = col_major ? within % m : within / n;
+  const long long col = col_major ? within / m : within % n;
+  (void)row; (void)col;
+  float xv = {ld}(in[v]);
+  (void)xv;
+  float r = 0.0f;
+  if (i < total) {{ r = {expr}; }}
+  out[v] = {st}(r);
+}}
+if (full) {{
+  *reinterpret_cast<uint4*>(y + base) = *reinterpret_cast<const uint4*>(out);
+}} else {{
+  for (int v = 0; v < {vec}; ++v) if (base + v < total) y[base + v] = out[v];
+}}
+  }}
+}}
+"#
+        );
+    }
+    Ok(src)
 }
 
 /// The C++ expression of one op on `xv` (loads of z, saved values and tensors inline).
