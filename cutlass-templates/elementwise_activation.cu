@@ -1,92 +1,174 @@
-// cutesmith template: elementwise activation, a memory-bound streaming kernel.
+// cutesmith template: elementwise activation and epilogue chains, a memory-bound
+// streaming kernel.
 //
-//   D (m x n, row-major, ldd) = act(A (m x n, row-major, lda))       (CS_FAMILY_ACTIVATION)
+//   D (m x n, row-major, ldd) = chain(A (m x n, row-major, lda))     (CS_FAMILY_ACTIVATION)
 //
-// act is any cs_activation (identity, relu, leaky_relu with slope act_alpha, gelu_erf,
-// gelu_tanh, silu, sigmoid, tanh); the element type is f32, f16 or bf16, picked at run
-// time from dtype_ab (dtype_cd must be the same). 16-bit elements are widened to fp32,
-// activated in fp32 and rounded once (round-to-nearest-even).
+// With an epilogue chain in the source (the workload block defines `cs_chain`, see
+// cutesmith_chain.cuh) every element is D[i, j] = cs_chain::apply(A[i, j], t), where the
+// chain starts with the activation and t[] holds its tensor operands at (i, j): ROW
+// operands (n values, indexed by the column j), COL operands (m values, indexed by the row
+// i) and MATRIX operands (m x n, ld in D's layout). p.activation is not read then: the
+// chain already applies it. Without a chain (cs_chain::kIdentity) the activation is
+// p.activation, any of the 16 cs_activation values, with its parameters p.act_alpha and
+// p.act_beta, picked at run time.
 //
-// Strategy: the op moves sizeof(T) bytes in and out per element and does little math, so
+// Element types: A is f32, f16 or bf16 and so is D; they may differ (bf16 in, f32 out).
+// A workload instance fixes them from CS_WL_DTYPE_AB (A) and CS_WL_DTYPE_CD (D); a
+// template compiled alone takes dtype_ab == dtype_cd, any of the three, at run time. Every
+// element is widened to fp32, computed in fp32 and rounded once (round-to-nearest-even).
+//
+// Strategy: the op moves sizeof(A) + sizeof(D) bytes per element and does little math, so
 // the kernel is built to keep HBM busy:
 // - Flat path (the fast one): when the rows are contiguous (m == 1, or lda == ldd == n)
-//   the problem is one array of m*n elements. A and D are walked as 16-byte vectors (8
-//   bf16/f16 or 4 f32 each). If A and D share the same misalignment the first few
-//   elements are peeled so the vectors line up; the peeled head and the tail after the
-//   last whole vector (fewer than 2 vectors' worth in all) are done one element at a time.
-// - Each thread loads VECS_PER_THREAD independent vectors (coalesced: vector j of a block's
-//   chunk is THREADS vectors past vector j-1), then computes, then stores them, so every
-//   thread has VECS_PER_THREAD * 16 bytes of loads in flight (for the transcendental ops a
-//   zero-mask dependency keeps ptxas from sinking the later loads below the math, see
-//   cs_tie_loads). Loads and stores carry the streaming hint (ld/st.global.cs:
+//   the problem is one array of m*n elements, walked in groups of G elements, G = 16 /
+//   the larger element size: every group is one 16-byte vector of the wider type and a 16-
+//   or 8-byte vector of the narrower one (bf16 -> f32: 8-byte loads, 16-byte stores), so
+//   the accesses of a warp are contiguous on both sides. If A and D have the same
+//   misalignment in elements modulo G, the first few elements are peeled so that the
+//   groups line up; the peeled head and the tail after the last whole group (fewer than
+//   2 groups' worth in all) are done one element at a time.
+// - Each thread loads VECS_PER_THREAD independent groups (coalesced: group j of a block's
+//   chunk is THREADS groups past group j-1), then computes, then stores them, so every
+//   thread has VECS_PER_THREAD groups of loads in flight (for the transcendental ops and
+//   for chains a zero-mask dependency keeps ptxas from sinking the later loads below the
+//   math, see cs_tie_loads). Loads and stores carry the streaming hint (ld/st.global.cs:
 //   evict-first, the data is touched once).
+// - Chains with ROW / COL / MATRIX operands need each element's (row, col): one 32-bit
+//   division by n per group (a multiply-high by a precomputed reciprocal, CsDivmod), then
+//   a column counter that wraps to the next row. Operand values are read with __ldg (the
+//   ROW and COL vectors are small and stay in L1/L2); when all operands share one type
+//   (f32, f16 or bf16: the usual case) the kernel is instantiated for it, so each read
+//   is one branch-free load. Problems of 2^31 elements or more with operands take the
+//   2-D path below.
 // - A persistent grid: sm_count * BLOCKS_PER_SM blocks (all resident at once: the launch
 //   bounds cap registers accordingly) walk the chunks with a grid-stride loop; the one
-//   partial chunk at the end (if any) is done one vector at a time.
-// - Math: f32 uses the accurate libdevice functions (erff, tanhf, expf), since f32 results
-//   are checked to 1e-5 (divisions by 1 + exp(-x) use __fdividef, 2 ulp). f16/bf16 use
-//   erff for GELU (erf form) and __expf / __fdividef elsewhere: their ~1e-6 relative error
-//   is far below the 2^-9 / 2^-12 of rounding the result to 16 bits, and they keep bf16
-//   (4 bytes moved per element, half the time per element of f32) from becoming issue
-//   bound. Main-loop SASS at the defaults: bf16 gelu_erf ~28 instructions per element
-//   (budget at 90% of copy bandwidth ~40), all other bf16 ops <= 15, f32 <= 27.
-// - Plain CUDA C++ (no CuTe): a flat 16-byte vector view is all the layout there is.
-// - Fallback path: rows that are not contiguous, or A and D misaligned differently, go
-//   through a simple scalar 2-D grid-stride kernel (correct, not tuned).
+//   partial chunk at the end (if any) is done one group at a time.
+// - Math (run-time activations): 16-bit outputs use __expf / __fdividef where they were
+//   tuned (gelu_tanh, silu, sigmoid, tanh, mish): their ~1e-6 relative error is far below
+//   the 2^-9 / 2^-12 of rounding the result to 16 bits, and they keep bf16 (4 bytes moved
+//   per element) from becoming issue bound. f32 outputs use the accurate forms (expf,
+//   tanhf, erff, expm1f, log1pf; divisions by 1 + exp(-x) use __fdividef, 2 ulp), accurate
+//   to a few fp32 ulps everywhere: elu / selu use expm1f (no cancellation near 0),
+//   softplus is max(bx, 0) + log1p(exp(-|bx|)) (no overflow for large beta*x), mish is
+//   x * n / (n + 2) with n = e (e + 2), e = exp(min(x, 20)) (= x tanh(log1p(e^x)), one
+//   exponential). A chain's functions are the header's own (accurate) forms.
+// - Plain CUDA C++ (no CuTe): a flat vector view is all the layout there is.
+// - 2-D path: rows that are not contiguous, A and D misaligned differently, or more than
+//   2^31 elements with chain operands go through a scalar 2-D grid-stride kernel (correct,
+//   not tuned).
 //
 // No workspace, no allocation, no synchronization: one kernel launch on the given stream.
+//
+// Parameters (override with -DNAME=VALUE):
+//   CS_VECS_PER_THREAD  4    independent groups (16-byte vectors) per thread per iteration
+//   CS_THREADS          256  threads per block
+//   CS_BLOCKS_PER_SM    4    resident blocks per SM (grid = sm_count * this)
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
 
 // ---------------------------------------------------------------------------------------
-// Strategy parameters (override with -DNAME=VALUE)
+// Strategy parameters
 // ---------------------------------------------------------------------------------------
 
 #ifndef CS_VECS_PER_THREAD
-#define CS_VECS_PER_THREAD 4   // independent 16-byte vectors per thread per iteration
+#define CS_VECS_PER_THREAD 4
 #endif
 #ifndef CS_THREADS
-#define CS_THREADS 256         // threads per block
+#define CS_THREADS 256
 #endif
 #ifndef CS_BLOCKS_PER_SM
-#define CS_BLOCKS_PER_SM 4     // resident blocks per SM (grid = sm_count * this)
+#define CS_BLOCKS_PER_SM 4
 #endif
 
 static constexpr int kVecs        = CS_VECS_PER_THREAD;
 static constexpr int kThreads     = CS_THREADS;
 static constexpr int kBlocksPerSm = CS_BLOCKS_PER_SM;
-static constexpr int kVecBytes    = 16;
 
 static_assert(kVecs >= 1 && kVecs <= 16, "CS_VECS_PER_THREAD must be in [1, 16]");
 static_assert(kThreads >= 32 && kThreads <= 1024 && kThreads % 32 == 0,
               "CS_THREADS must be a multiple of 32 in [32, 1024]");
 static_assert(kBlocksPerSm >= 1 && kThreads * kBlocksPerSm <= 2048,
               "CS_THREADS * CS_BLOCKS_PER_SM must fit an SM (2048 threads)");
-// The flat kernel's scalar head + tail (< 2 vectors = at most 14 elements) is done by
+// The flat kernel's scalar head + tail (< 2 groups = at most 14 elements) is done by
 // one block, one element per thread.
 static_assert(kThreads >= 2 * 8, "CS_THREADS too small for the scalar head and tail");
 
 // ---------------------------------------------------------------------------------------
-// Activations (fp32 in, fp32 out)
+// Workload: element types
 // ---------------------------------------------------------------------------------------
 
+template <int Dtype> struct CsTypeOf { using type = void; };
+template <> struct CsTypeOf<CS_DTYPE_F32>  { using type = float; };
+template <> struct CsTypeOf<CS_DTYPE_F16>  { using type = __half; };
+template <> struct CsTypeOf<CS_DTYPE_BF16> { using type = __nv_bfloat16; };
+
+#if defined(CS_WL_DTYPE_AB) || defined(CS_WL_DTYPE_CD)
+// A workload instance: exactly the workload's pair of element types.
+static constexpr bool kFixedTypes = true;
+#if defined(CS_WL_DTYPE_AB)
+static constexpr int kWlIn = CS_WL_DTYPE_AB;
+#else
+static constexpr int kWlIn = CS_WL_DTYPE_CD;
+#endif
+#if defined(CS_WL_DTYPE_CD)
+static constexpr int kWlOut = CS_WL_DTYPE_CD;
+#else
+static constexpr int kWlOut = kWlIn;
+#endif
+#else
+// Compiled alone: dtype_ab == dtype_cd, f32, f16 or bf16, at run time.
+static constexpr bool kFixedTypes = false;
+static constexpr int kWlIn  = CS_DTYPE_BF16;
+static constexpr int kWlOut = CS_DTYPE_BF16;
+#endif
+
+// ---------------------------------------------------------------------------------------
+// Fast intrinsics (device: MUFU approximations; host builds, e.g. tests, use the same
+// two steps with the accurate library functions)
+// ---------------------------------------------------------------------------------------
+
+CS_HD float cs_exp_fast(float x)
+{
+#ifdef __CUDA_ARCH__
+  return __expf(x);                     // ex2.approx(x * log2e)
+#else
+  return exp2f(x * 1.4426950408889634f);
+#endif
+}
+
+CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
+{
+#ifdef __CUDA_ARCH__
+  return __fdividef(x, y);
+#else
+  return x / y;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// Run-time activations (fp32 in, fp32 out)
+// ---------------------------------------------------------------------------------------
+
+// Act with parameters p0 = act_alpha, p1 = act_beta and p2 = 1 / act_alpha (softplus).
 // kFast: the result is rounded to 16 bits afterwards, so __expf (ex2.approx) and
-// __fdividef (rcp.approx) are accurate enough. GELU (erf form) always uses erff.
+// __fdividef (rcp.approx) are accurate enough.
 template <int Act, bool kFast>
-__device__ __forceinline__ float cs_act(float x, float slope)
+CS_HD float cs_act(float x, float p0, float p1, float p2)
 {
   if constexpr (Act == CS_ACT_IDENTITY) {
     return x;
   } else if constexpr (Act == CS_ACT_RELU) {
     return x < 0.0f ? 0.0f : x;                       // NaN stays NaN
   } else if constexpr (Act == CS_ACT_LEAKY_RELU) {
-    return x < 0.0f ? slope * x : x;
+    return x < 0.0f ? p0 * x : x;
   } else if constexpr (Act == CS_ACT_GELU_ERF) {
     // 0.5 x (1 + erf(x / sqrt 2))
     float const h = 0.5f * x;
@@ -97,7 +179,7 @@ __device__ __forceinline__ float cs_act(float x, float slope)
     if constexpr (kFast) {
       // 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u))
       float const z = x * fmaf(x2, -0.071354816273801242f, -1.5957691216057308f);   // -2u
-      return __fdividef(x, 1.0f + __expf(z));
+      return cs_div_fast(x, 1.0f + cs_exp_fast(z));
     } else {
       float const u = x * fmaf(x2, 0.035677408136300121f, 0.79788456080286536f);
       float const h = 0.5f * x;
@@ -106,196 +188,403 @@ __device__ __forceinline__ float cs_act(float x, float slope)
   } else if constexpr (Act == CS_ACT_SILU) {
     // __fdividef (2 ulp) is exact enough even for f32; it only flushes x / y to 0 for
     // |y| > 2^126, where the true result is below 1e-36 anyway.
-    float const e = kFast ? __expf(-x) : expf(-x);
-    return __fdividef(x, 1.0f + e);
+    float const e = kFast ? cs_exp_fast(-x) : expf(-x);
+    return cs_div_fast(x, 1.0f + e);
   } else if constexpr (Act == CS_ACT_SIGMOID) {
-    float const e = kFast ? __expf(-x) : expf(-x);
-    return __fdividef(1.0f, 1.0f + e);
+    float const e = kFast ? cs_exp_fast(-x) : expf(-x);
+    return cs_div_fast(1.0f, 1.0f + e);
   } else if constexpr (Act == CS_ACT_TANH) {
     if constexpr (kFast) {
       // tanh|x| = 1 - 2 / (1 + exp(2|x|)); exp overflowing to inf gives exactly 1.
       // Absolute error ~1e-7 near 0, far below a 16-bit result's atol.
-      float const t = 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * fabsf(x)));
+      float const t = 1.0f - cs_div_fast(2.0f, 1.0f + cs_exp_fast(2.0f * fabsf(x)));
       return copysignf(t, x);
     } else {
       return tanhf(x);
     }
+  } else if constexpr (Act == CS_ACT_SELU) {
+    // expm1f: exp(x) - 1 would lose all relative accuracy for x near 0.
+    float const alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
+    return scale * (x > 0.0f ? x : alpha * expm1f(x));
+  } else if constexpr (Act == CS_ACT_ELU) {
+    return x > 0.0f ? x : p0 * expm1f(x);
+  } else if constexpr (Act == CS_ACT_HARDSIGMOID) {
+    // relu6(x + 3) / 6: exactly 0 at x <= -3 and 1 at x >= 3 (6 * fl(1/6) rounds to 1).
+    return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  } else if constexpr (Act == CS_ACT_HARDSWISH) {
+    return x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f));
+  } else if constexpr (Act == CS_ACT_HARDTANH) {
+    return fminf(fmaxf(x, p0), p1);
+  } else if constexpr (Act == CS_ACT_SOFTPLUS) {
+    // log(1 + exp(bx)) / b, x itself above the threshold. max(bx, 0) + log1p(exp(-|bx|))
+    // is the same function without overflow for large bx (thresholds above 88).
+    float const bx = p0 * x;
+    if (bx > p1) return x;
+    return (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) * p2;
+  } else if constexpr (Act == CS_ACT_SOFTSIGN) {
+    return x / (1.0f + fabsf(x));                     // IEEE division: right for any |x|
+  } else if constexpr (Act == CS_ACT_MISH) {
+    // x tanh(log(1 + e^x)) = x n / (n + 2), n = e^x (e^x + 2): one exponential, no
+    // cancellation. Above x = 20 the ratio rounds to 1 (and e^2x would overflow at 44).
+    float const e = kFast ? cs_exp_fast(fminf(x, 20.0f)) : expf(fminf(x, 20.0f));
+    float const nn = e * (e + 2.0f);
+    return x * cs_div_fast(nn, nn + 2.0f);            // nn + 2 < 2^126
   } else {
-    static_assert(Act >= CS_ACT_IDENTITY && Act <= CS_ACT_TANH, "unknown activation");
+    static_assert(Act >= CS_ACT_IDENTITY && Act <= CS_ACT_MISH, "unknown activation");
     return x;
   }
 }
 
 // ---------------------------------------------------------------------------------------
-// Element types: fp32 conversions and one 32-bit word of a 16-byte vector
+// The op applied to every element
+// ---------------------------------------------------------------------------------------
+
+// An op maps (x, row, col) to the fp32 result. kRowCol: it reads the element's position
+// (chain operands). kCopy: D = A bit for bit when A and D have one type. kLong: the math
+// is long enough for ptxas to sink later loads below it (see cs_tie_loads).
+
+// A run-time activation, instantiated per cs_activation value.
+template <int Act, bool kFast>
+struct CsActOp {
+  static constexpr bool kRowCol = false;
+  static constexpr bool kCopy = Act == CS_ACT_IDENTITY;
+  static constexpr bool kLong = Act == CS_ACT_GELU_ERF || Act == CS_ACT_GELU_TANH ||
+                                Act == CS_ACT_SILU || Act == CS_ACT_SIGMOID ||
+                                Act == CS_ACT_TANH || Act == CS_ACT_SELU || Act == CS_ACT_ELU ||
+                                Act == CS_ACT_SOFTPLUS || Act == CS_ACT_MISH;
+  float p0, p1, p2;
+  __device__ __forceinline__ float operator()(float x, uint32_t, uint32_t) const
+  {
+    return cs_act<Act, kFast>(x, p0, p1, p2);
+  }
+};
+
+// The kinds of the chain's operands, by index.
+__host__ __device__ constexpr int cs_chain_kind(int i)
+{
+  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
+       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
+}
+
+// One operand element as fp32. Dtype is the operand's cs_dtype when known at compile
+// time (the load is then one LDG and at most one conversion), or -1: read at run time,
+// the three common types inline and the rest through the header's general load, kept out
+// of line so that it does not bloat the loop.
+__device__ __noinline__ float cs_operand_value_slow(const void* ptr, int32_t dtype, int64_t idx)
+{
+  return cs_load_as_float(ptr, dtype, idx);
+}
+
+template <int Dtype>
+__device__ __forceinline__ float cs_operand_value(const void* ptr, int32_t dtype, int64_t idx)
+{
+  if constexpr (Dtype == CS_DTYPE_BF16) {
+    return __uint_as_float(uint32_t(__ldg(static_cast<const unsigned short*>(ptr) + idx)) << 16);
+  } else if constexpr (Dtype == CS_DTYPE_F32) {
+    return __ldg(static_cast<const float*>(ptr) + idx);
+  } else if constexpr (Dtype == CS_DTYPE_F16) {
+    return __half2float(__ldg(static_cast<const __half*>(ptr) + idx));
+  } else {
+    if (dtype == CS_DTYPE_BF16) return cs_operand_value<CS_DTYPE_BF16>(ptr, dtype, idx);
+    if (dtype == CS_DTYPE_F32) return cs_operand_value<CS_DTYPE_F32>(ptr, dtype, idx);
+    if (dtype == CS_DTYPE_F16) return cs_operand_value<CS_DTYPE_F16>(ptr, dtype, idx);
+    return cs_operand_value_slow(ptr, dtype, idx);
+  }
+}
+
+// The workload's chain with its tensor operands (kinds fixed at compile time by cs_chain).
+// OperandDtype: the cs_dtype every operand has (f32, f16 or bf16), or -1 (mixed or other
+// types, read per operand at run time).
+template <int OperandDtype>
+struct CsChainOp {
+  static constexpr int kOperands = cs_chain::kOperands;
+  static constexpr bool kRowCol = kOperands > 0;
+  static constexpr bool kCopy = false;
+  static constexpr bool kLong = true;
+  const void* ptr[CS_MAX_OPERANDS];
+  int32_t dtype[CS_MAX_OPERANDS];
+  int64_t ld[CS_MAX_OPERANDS];
+  bool matrix_row_major;   // MATRIX operands: stored in D's layout (layout_cd)
+
+  __device__ __forceinline__ float operator()(float x, uint32_t row, uint32_t col) const
+  {
+    float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kOperands; ++i) {
+      int const kind = cs_chain_kind(i);
+      int64_t const idx = kind == CS_OPERAND_ROW ? int64_t(col)
+                        : kind == CS_OPERAND_COL ? int64_t(row)
+                        : matrix_row_major ? int64_t(row) * ld[i] + col
+                                           : int64_t(col) * ld[i] + row;
+      t[i] = cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx);
+    }
+    return cs_chain::apply(x, t);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Element types: fp32 conversions, groups of G elements as 8- or 16-byte vectors
 // ---------------------------------------------------------------------------------------
 
 template <class T> struct CsElem;
 
 template <> struct CsElem<float> {
-  static constexpr bool kFast = false;
   __device__ __forceinline__ static float to_f32(float v) { return v; }
   __device__ __forceinline__ static float from_f32(float v) { return v; }
-  template <int Act>
-  __device__ __forceinline__ static uint32_t apply_word(uint32_t w, float slope) {
-    return __float_as_uint(cs_act<Act, kFast>(__uint_as_float(w), slope));
+  template <int W>
+  __device__ __forceinline__ static void unpack(const uint32_t (&w)[W], float (&f)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) f[i] = __uint_as_float(w[i]);
+  }
+  template <int W>
+  __device__ __forceinline__ static void pack(const float (&f)[W], uint32_t (&w)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) w[i] = __float_as_uint(f[i]);
   }
 };
 
 template <> struct CsElem<__nv_bfloat16> {
-  static constexpr bool kFast = true;
   __device__ __forceinline__ static float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ __forceinline__ static __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
-  template <int Act>
-  __device__ __forceinline__ static uint32_t apply_word(uint32_t w, float slope) {
-    __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&w);
-    float2 f = __bfloat1622float2(h);
-    f.x = cs_act<Act, kFast>(f.x, slope);
-    f.y = cs_act<Act, kFast>(f.y, slope);
-    h = __float22bfloat162_rn(f);                       // one F2FP.BF16.F32.PACK_AB
-    return *reinterpret_cast<uint32_t*>(&h);
+  template <int W>
+  __device__ __forceinline__ static void unpack(const uint32_t (&w)[W], float (&f)[2 * W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      f[2 * i]     = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  template <int W>
+  __device__ __forceinline__ static void pack(const float (&f)[2 * W], uint32_t (&w)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      __nv_bfloat162 const h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);   // one F2FP
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
   }
 };
 
 template <> struct CsElem<__half> {
-  static constexpr bool kFast = true;
   __device__ __forceinline__ static float to_f32(__half v) { return __half2float(v); }
   __device__ __forceinline__ static __half from_f32(float v) { return __float2half_rn(v); }
-  template <int Act>
-  __device__ __forceinline__ static uint32_t apply_word(uint32_t w, float slope) {
-    __half2 h = *reinterpret_cast<__half2*>(&w);
-    float2 f = __half22float2(h);
-    f.x = cs_act<Act, kFast>(f.x, slope);
-    f.y = cs_act<Act, kFast>(f.y, slope);
-    h = __float22half2_rn(f);
-    return *reinterpret_cast<uint32_t*>(&h);
+  template <int W>
+  __device__ __forceinline__ static void unpack(const uint32_t (&w)[W], float (&f)[2 * W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      __half2 const h = *reinterpret_cast<const __half2*>(&w[i]);
+      float2 const v = __half22float2(h);
+      f[2 * i]     = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  template <int W>
+  __device__ __forceinline__ static void pack(const float (&f)[2 * W], uint32_t (&w)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      __half2 const h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
   }
 };
 
-// One element, through fp32.
-template <class T, int Act>
-__device__ __forceinline__ T cs_apply_scalar(T v, float slope)
-{
-  using E = CsElem<T>;
-  return E::from_f32(cs_act<Act, E::kFast>(E::to_f32(v), slope));
-}
-
-// One 16-byte vector (identity is a plain copy).
-template <class T, int Act>
-__device__ __forceinline__ uint4 cs_apply_vec(uint4 v, float slope)
-{
-  if constexpr (Act != CS_ACT_IDENTITY) {
-    using E = CsElem<T>;
-    v.x = E::template apply_word<Act>(v.x, slope);
-    v.y = E::template apply_word<Act>(v.y, slope);
-    v.z = E::template apply_word<Act>(v.z, slope);
-    v.w = E::template apply_word<Act>(v.w, slope);
+// A vector of W 32-bit words (W = 4: 16 bytes, W = 2: 8 bytes), loaded and stored with
+// the streaming hint: LDG.E.EF.128 / STG.E.EF.128 (or .64).
+template <int W> struct CsVec;
+template <> struct CsVec<4> {
+  uint32_t w[4];
+  __device__ __forceinline__ static CsVec load(const void* p) {
+    uint4 const v = __ldcs(static_cast<const uint4*>(p));
+    return CsVec{{v.x, v.y, v.z, v.w}};
   }
-  return v;
-}
+  __device__ __forceinline__ void store(void* p) const {
+    __stcs(static_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  }
+};
+template <> struct CsVec<2> {
+  uint32_t w[2];
+  __device__ __forceinline__ static CsVec load(const void* p) {
+    uint2 const v = __ldcs(static_cast<const uint2*>(p));
+    return CsVec{{v.x, v.y}};
+  }
+  __device__ __forceinline__ void store(void* p) const {
+    __stcs(static_cast<uint2*>(p), make_uint2(w[0], w[1]));
+  }
+};
 
-// Streaming (evict-first) 16-byte global load/store: LDG.E.EF.128 / STG.E.EF.128.
-__device__ __forceinline__ uint4 cs_load_vec(uint4 const* p) { return __ldcs(p); }
-__device__ __forceinline__ void  cs_store_vec(uint4* p, uint4 v) { __stcs(p, v); }
+// A group: G elements, one 16-byte vector of the wider type, 16 or 8 bytes of the other.
+template <class TA, class TD>
+struct CsGroup {
+  static constexpr int kWide = sizeof(TA) > sizeof(TD) ? int(sizeof(TA)) : int(sizeof(TD));
+  static constexpr int G  = 16 / kWide;                 // elements per group
+  static constexpr int WA = G * int(sizeof(TA)) / 4;    // 32-bit words of A per group
+  static constexpr int WD = G * int(sizeof(TD)) / 4;
+  using VecA = CsVec<WA>;
+  using VecD = CsVec<WD>;
+};
 
 // Keep an iteration's loads together. Left alone, ptxas sinks the later loads below the
-// math on the first vectors when that math is long (erff on 16-bit data: only 2 of 4
+// math on the first groups when that math is long (erff on 16-bit data: only 2 of 4
 // loads issued up front), so every iteration pays a second memory round trip. Making
 // every word depend on every load, through a mask the compiler cannot know is zero (a
 // kernel argument, always 0), forces all loads to issue before any math, for a few
 // LOP3s per iteration.
-template <int V>
-__device__ __forceinline__ void cs_tie_loads(uint4 (&v)[V], uint32_t zero)
+template <int V, int W>
+__device__ __forceinline__ void cs_tie_loads(CsVec<W> (&v)[V], uint32_t zero)
 {
-  uint32_t t = v[0].x;
+  uint32_t t = v[0].w[0];
 #pragma unroll
-  for (int j = 1; j < V; ++j) t |= v[j].x;
+  for (int j = 1; j < V; ++j) t |= v[j].w[0];
   t &= zero;
 #pragma unroll
-  for (int j = 0; j < V; ++j) { v[j].x ^= t; v[j].y ^= t; v[j].z ^= t; v[j].w ^= t; }
+  for (int j = 0; j < V; ++j)
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[j].w[i] ^= t;
 }
+
+// One group through the op: unpack, apply at (row, col) (the column wraps to the next row
+// at n), pack.
+template <class TA, class TD, class Op>
+__device__ __forceinline__ typename CsGroup<TA, TD>::VecD
+cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t row, uint32_t col,
+               uint32_t n)
+{
+  using Grp = CsGroup<TA, TD>;
+  typename Grp::VecD vd;
+  if constexpr (std::is_same_v<TA, TD> && Op::kCopy) {
+#pragma unroll
+    for (int i = 0; i < Grp::WA; ++i) vd.w[i] = va.w[i];
+  } else {
+    float f[Grp::G];
+    CsElem<TA>::unpack(va.w, f);
+#pragma unroll
+    for (int k = 0; k < Grp::G; ++k) {
+      f[k] = op(f[k], row, col);
+      if constexpr (Op::kRowCol) {
+        if (++col == n) { col = 0; ++row; }
+      }
+    }
+    CsElem<TD>::pack(f, vd.w);
+  }
+  return vd;
+}
+
+// x / d and x % d for 32-bit x < 2^31 and 1 <= d < 2^31, by a multiply-high: with
+// l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1, x / d = (umulhi(x, mul) + x)
+// >> l (the "round-up" method; the sum cannot overflow for x < 2^31).
+struct CsDivmod {
+  uint32_t d = 1, mul = 1, shift = 0;
+  CsDivmod() = default;
+  explicit CsDivmod(uint32_t divisor) : d(divisor)
+  {
+    uint32_t l = 0;
+    while ((uint64_t(1) << l) < divisor) ++l;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - divisor)) / divisor + 1);
+    shift = l;
+  }
+  CS_HD void divmod(uint32_t x, uint32_t& q, uint32_t& r) const
+  {
+#ifdef __CUDA_ARCH__
+    uint32_t const hi = __umulhi(x, mul);
+#else
+    uint32_t const hi = uint32_t((uint64_t(x) * mul) >> 32);
+#endif
+    q = (hi + x) >> shift;
+    r = x - q * d;
+  }
+};
 
 // ---------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------
 
-// Flat path over `total` contiguous elements. Elements [head, head + nvec * kPerVec) are
-// 16-byte vectors (a + head and d + head are 16-byte aligned); the head elements before
-// them and the tail after them are scalar.
-template <class T, int Act>
+// Flat path over `total` contiguous elements. Elements [head, head + ngroups * G) are
+// groups (a + head and d + head are vector-aligned); the head elements before them and
+// the tail after them are scalar. `n` and `div_n` (the row length) are used only by ops
+// that read (row, col), which run here only when total < 2^31.
+template <class TA, class TD, class Op>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-cs_act_flat_kernel(T const* a, T* d, int64_t head, int64_t nvec, int64_t total, float slope,
-                   uint32_t zero)
+cs_act_flat_kernel(TA const* a, TD* d, int64_t head, int64_t ngroups, int64_t total,
+                   CsDivmod div_n, Op op, uint32_t zero)
 {
-  constexpr int kPerVec = kVecBytes / int(sizeof(T));
+  using Grp  = CsGroup<TA, TD>;
+  using VecA = typename Grp::VecA;
+  using VecD = typename Grp::VecD;
+  constexpr int G = Grp::G;
   int const tid = int(threadIdx.x);
+  uint32_t const n = div_n.d;
 
-  // Scalar head and tail: fewer than 2 * kPerVec elements, one per thread of the last block.
+  // Scalar head and tail: fewer than 2 * G elements, one per thread of the last block.
   if (blockIdx.x == gridDim.x - 1) {
-    int64_t const vec_end = head + nvec * kPerVec;
+    int64_t const vec_end = head + ngroups * G;
     int64_t const n_scalar = head + (total - vec_end);
     if (tid < n_scalar) {
       int64_t const i = (tid < head) ? int64_t(tid) : vec_end + (tid - head);
-      d[i] = cs_apply_scalar<T, Act>(a[i], slope);
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) div_n.divmod(uint32_t(i), row, col);
+      d[i] = CsElem<TD>::from_f32(op(CsElem<TA>::to_f32(a[i]), row, col));
     }
   }
 
-  // Vectors: chunks of kThreads * kVecs vectors, one chunk per block per iteration.
-  uint4 const* av = reinterpret_cast<uint4 const*>(a + head);
-  uint4*       dv = reinterpret_cast<uint4*>(d + head);
+  // Groups: chunks of kThreads * kVecs groups, one chunk per block per iteration.
+  TA const* ag = a + head;
+  TD*       dg = d + head;
   constexpr int64_t kChunk = int64_t(kThreads) * kVecs;
-  int64_t const full_chunks = nvec / kChunk;
+  int64_t const full_chunks = ngroups / kChunk;
 
   int64_t c = blockIdx.x;
   for (; c < full_chunks; c += gridDim.x) {
-    uint4 const* src = av + c * kChunk + tid;
-    uint4*       dst = dv + c * kChunk + tid;
-    uint4 v[kVecs];
+    int64_t const g0 = c * kChunk + tid;
+    VecA v[kVecs];
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) v[j] = cs_load_vec(src + j * kThreads);
-    if constexpr (Act >= CS_ACT_GELU_ERF) cs_tie_loads(v, zero);   // long math only
+    for (int j = 0; j < kVecs; ++j) v[j] = VecA::load(ag + (g0 + j * kThreads) * G);
+    if constexpr (Op::kLong) cs_tie_loads(v, zero);
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) v[j] = cs_apply_vec<T, Act>(v[j], slope);
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) cs_store_vec(dst + j * kThreads, v[j]);
+    for (int j = 0; j < kVecs; ++j) {
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) div_n.divmod(uint32_t(head + (g0 + j * kThreads) * G), row, col);
+      cs_apply_group<TA, TD>(v[j], op, row, col, n).store(dg + (g0 + j * kThreads) * G);
+    }
   }
 
   // The one partial chunk (if any) falls to the block whose turn comes next. It runs once
-  // per launch, so one vector at a time: little code, few registers.
+  // per launch, so one group at a time: little code, few registers.
   if (c == full_chunks) {
 #pragma unroll 1
-    for (int64_t i = c * kChunk + tid; i < nvec; i += kThreads)
-      cs_store_vec(dv + i, cs_apply_vec<T, Act>(cs_load_vec(av + i), slope));
+    for (int64_t g = c * kChunk + tid; g < ngroups; g += kThreads) {
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) div_n.divmod(uint32_t(head + g * G), row, col);
+      VecD const vd = cs_apply_group<TA, TD>(VecA::load(ag + g * G), op, row, col, n);
+      vd.store(dg + g * G);
+    }
   }
 }
 
-// Fallback: m rows of n elements with arbitrary leading dimensions (and any alignment of
-// the element type). Rows over blockIdx.y, columns over x, both grid-strided.
-template <class T, int Act>
+// 2-D path: m rows of n elements with arbitrary leading dimensions (and any alignment of
+// the element types). Rows over blockIdx.y, columns over x, both grid-strided.
+template <class TA, class TD, class Op>
 __global__ void __launch_bounds__(kThreads)
-cs_act_strided_kernel(T const* a, int64_t lda, T* d, int64_t ldd, int64_t m, int64_t n,
-                      float slope)
+cs_act_strided_kernel(TA const* a, int64_t lda, TD* d, int64_t ldd, int64_t m, int64_t n, Op op)
 {
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
-    T const* arow = a + r * lda;
-    T*       drow = d + r * ldd;
+    TA const* arow = a + r * lda;
+    TD*       drow = d + r * ldd;
     for (int64_t col = int64_t(blockIdx.x) * kThreads + threadIdx.x; col < n;
          col += int64_t(gridDim.x) * kThreads)
-      drow[col] = cs_apply_scalar<T, Act>(arow[col], slope);
+      drow[col] = CsElem<TD>::from_f32(op(CsElem<TA>::to_f32(arow[col]), uint32_t(r), uint32_t(col)));
   }
 }
 
 // ---------------------------------------------------------------------------------------
-// Host launcher
+// Host side: checks
 // ---------------------------------------------------------------------------------------
 
-static inline size_t cs_dtype_bytes(int32_t dtype)
+static inline int64_t cs_dtype_bytes(int32_t dtype)
 {
   switch (dtype) {
     case CS_DTYPE_F32:  return 4;
     case CS_DTYPE_F16:  return 2;
     case CS_DTYPE_BF16: return 2;
-    default:            return 0;   // f64 and anything else: unsupported
+    default:            return 0;   // f64, fp8 and anything else: unsupported
   }
 }
 
@@ -303,17 +592,43 @@ static inline size_t cs_dtype_bytes(int32_t dtype)
 static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
 {
   if (p.family != CS_FAMILY_ACTIVATION) return CS_ERR_UNSUPPORTED;
-  size_t const elem = cs_dtype_bytes(p.dtype_ab);
-  if (elem == 0 || p.dtype_cd != p.dtype_ab) return CS_ERR_UNSUPPORTED;
-  if (p.activation < CS_ACT_IDENTITY || p.activation > CS_ACT_TANH) return CS_ERR_UNSUPPORTED;
+  int64_t const in_bytes = cs_dtype_bytes(p.dtype_ab);
+  int64_t const out_bytes = cs_dtype_bytes(p.dtype_cd);
+  if (in_bytes == 0 || out_bytes == 0) return CS_ERR_UNSUPPORTED;
+  if constexpr (kFixedTypes) {
+    if (p.dtype_ab != kWlIn || p.dtype_cd != kWlOut) return CS_ERR_UNSUPPORTED;
+  } else {
+    if (p.dtype_cd != p.dtype_ab) return CS_ERR_UNSUPPORTED;
+  }
+  if constexpr (cs_chain::kIdentity) {
+    if (p.activation < CS_ACT_IDENTITY || p.activation > CS_ACT_MISH) return CS_ERR_UNSUPPORTED;
+  }
   if (p.batch > 1) return CS_ERR_UNSUPPORTED;   // the family has one matrix
   if (p.m < 0 || p.n < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0) return CS_OK;       // nothing to compute
   if (p.m > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
   if (p.m > 1 && (p.lda < p.n || p.ldd < p.n)) return CS_ERR_UNSUPPORTED;
+
+  if constexpr (cs_chain::kOperands > 0) {
+    // (row, col) are 32-bit in the kernels.
+    if (p.m > 0x7fffffffLL || p.n > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
+    if (p.num_operands < cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+    for (int i = 0; i < cs_chain::kOperands; ++i) {
+      cs_operand const& o = p.operands[i];
+      if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
+      if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
+      if (o.kind == CS_OPERAND_MATRIX) {
+        int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+        int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
+        if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+      }
+      if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
+    }
+  }
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
-    if ((reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.d)) % elem != 0)
+    if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(in_bytes) != 0 ||
+        reinterpret_cast<uintptr_t>(p.d) % uintptr_t(out_bytes) != 0)
       return CS_ERR_UNSUPPORTED;                // not even element-aligned
   }
   return CS_OK;
@@ -331,35 +646,45 @@ static int32_t cs_sm_count(const cs_problem& p, int* sm_count)
   return CS_OK;
 }
 
-template <class T, int Act>
-static int32_t cs_act_run(const cs_problem& p, int sm_count, cudaStream_t stream)
+// ---------------------------------------------------------------------------------------
+// Host side: launch
+// ---------------------------------------------------------------------------------------
+
+template <class TA, class TD, class Op>
+static int32_t cs_act_run(const cs_problem& p, int sm_count, Op const& op, cudaStream_t stream)
 {
-  constexpr int64_t kPerVec = kVecBytes / int64_t(sizeof(T));
+  using Grp = CsGroup<TA, TD>;
+  constexpr int64_t G = Grp::G;
   int64_t const max_blocks = int64_t(sm_count) * kBlocksPerSm;
 
-  T const* a = static_cast<T const*>(p.a);
-  T*       d = static_cast<T*>(p.d);
-  uintptr_t const a_mis = reinterpret_cast<uintptr_t>(a) % kVecBytes;
-  uintptr_t const d_mis = reinterpret_cast<uintptr_t>(d) % kVecBytes;
+  TA const* a = static_cast<TA const*>(p.a);
+  TD*       d = static_cast<TD*>(p.d);
+  // Element offsets of A and D modulo G: the groups line up when they are equal.
+  int64_t const a_mis = int64_t(reinterpret_cast<uintptr_t>(a) / sizeof(TA)) % G;
+  int64_t const d_mis = int64_t(reinterpret_cast<uintptr_t>(d) / sizeof(TD)) % G;
   bool const contiguous = (p.m == 1) || (p.lda == p.n && p.ldd == p.n);
+  int64_t const total = p.m * p.n;
+  bool const positions_fit = !Op::kRowCol || total <= 0x7fffffffLL;
 
-  if (contiguous && a_mis == d_mis) {
-    // Flat path: one array of m*n elements, vectors after a peeled head.
-    int64_t const total = p.m * p.n;
-    int64_t head = int64_t((kVecBytes - a_mis) % kVecBytes) / int64_t(sizeof(T));
+  if (contiguous && a_mis == d_mis && positions_fit) {
+    // Flat path: one array of m*n elements, groups after a peeled head.
+    int64_t head = (G - a_mis) % G;
     if (head > total) head = total;
-    int64_t const nvec = (total - head) / kPerVec;
-    int64_t const chunks = (nvec + int64_t(kThreads) * kVecs - 1) / (int64_t(kThreads) * kVecs);
+    int64_t const ngroups = (total - head) / G;
+    int64_t const chunks = (ngroups + int64_t(kThreads) * kVecs - 1) / (int64_t(kThreads) * kVecs);
     int64_t blocks = chunks < max_blocks ? chunks : max_blocks;
     if (blocks < 1) blocks = 1;                 // only scalar elements
-    cs_act_flat_kernel<T, Act><<<unsigned(blocks), kThreads, 0, stream>>>(
-        a, d, head, nvec, total, p.act_alpha, /*zero=*/0u);
+    CsDivmod const div_n(Op::kRowCol ? uint32_t(p.n) : 1u);
+    cs_act_flat_kernel<TA, TD, Op><<<unsigned(blocks), kThreads, 0, stream>>>(
+        a, d, head, ngroups, total, div_n, op, /*zero=*/0u);
   } else {
-    // Fallback: strided rows (or one row, when only the alignment is off).
-    int64_t const m   = contiguous ? 1 : p.m;
-    int64_t const n   = contiguous ? p.m * p.n : p.n;
-    int64_t const lda = contiguous ? n : p.lda;
-    int64_t const ldd = contiguous ? n : p.ldd;
+    // 2-D path: strided rows (or one row, when only the alignment is off and the
+    // elements' positions are not needed).
+    bool const flatten = contiguous && !Op::kRowCol;
+    int64_t const m   = flatten ? 1 : p.m;
+    int64_t const n   = flatten ? total : p.n;
+    int64_t const lda = flatten ? n : (p.m == 1 ? p.n : p.lda);
+    int64_t const ldd = flatten ? n : (p.m == 1 ? p.n : p.ldd);
     int64_t const target = max_blocks * 4;
     int64_t gx = (n + kThreads - 1) / kThreads;
     if (gx > target) gx = target;
@@ -367,25 +692,66 @@ static int32_t cs_act_run(const cs_problem& p, int sm_count, cudaStream_t stream
     if (gy < 1) gy = 1;
     if (gy > m) gy = m;
     if (gy > 65535) gy = 65535;
-    cs_act_strided_kernel<T, Act><<<dim3(unsigned(gx), unsigned(gy)), kThreads, 0, stream>>>(
-        a, lda, d, ldd, m, n, p.act_alpha);
+    cs_act_strided_kernel<TA, TD, Op><<<dim3(unsigned(gx), unsigned(gy)), kThreads, 0, stream>>>(
+        a, lda, d, ldd, m, n, op);
   }
   return int32_t(cudaGetLastError());
 }
 
-template <class T>
+// The chain, or the run-time activation when the source has no chain.
+template <class TA, class TD>
 static int32_t cs_act_dispatch(const cs_problem& p, int sm_count, cudaStream_t stream)
 {
-  switch (p.activation) {
-    case CS_ACT_IDENTITY:   return cs_act_run<T, CS_ACT_IDENTITY>(p, sm_count, stream);
-    case CS_ACT_RELU:       return cs_act_run<T, CS_ACT_RELU>(p, sm_count, stream);
-    case CS_ACT_LEAKY_RELU: return cs_act_run<T, CS_ACT_LEAKY_RELU>(p, sm_count, stream);
-    case CS_ACT_GELU_ERF:   return cs_act_run<T, CS_ACT_GELU_ERF>(p, sm_count, stream);
-    case CS_ACT_GELU_TANH:  return cs_act_run<T, CS_ACT_GELU_TANH>(p, sm_count, stream);
-    case CS_ACT_SILU:       return cs_act_run<T, CS_ACT_SILU>(p, sm_count, stream);
-    case CS_ACT_SIGMOID:    return cs_act_run<T, CS_ACT_SIGMOID>(p, sm_count, stream);
-    case CS_ACT_TANH:       return cs_act_run<T, CS_ACT_TANH>(p, sm_count, stream);
-    default:                return CS_ERR_UNSUPPORTED;
+  if constexpr (!cs_chain::kIdentity) {
+    // One instantiation per common operand type keeps the operand loads branch-free.
+    int32_t common = cs_chain::kOperands > 0 ? p.operands[0].dtype : CS_DTYPE_F32;
+    for (int i = 1; i < cs_chain::kOperands; ++i)
+      if (p.operands[i].dtype != common) common = -1;
+    auto run = [&](auto op) {
+      for (int i = 0; i < cs_chain::kOperands; ++i) {
+        op.ptr[i] = p.operands[i].ptr;
+        op.dtype[i] = p.operands[i].dtype;
+        op.ld[i] = p.operands[i].ld;
+      }
+      op.matrix_row_major = p.layout_cd == CS_LAYOUT_ROW;
+      return cs_act_run<TA, TD>(p, sm_count, op, stream);
+    };
+    if constexpr (cs_chain::kOperands == 0) {
+      return run(CsChainOp<CS_DTYPE_F32>{});
+    } else {
+      switch (common) {
+        case CS_DTYPE_F32:  return run(CsChainOp<CS_DTYPE_F32>{});
+        case CS_DTYPE_F16:  return run(CsChainOp<CS_DTYPE_F16>{});
+        case CS_DTYPE_BF16: return run(CsChainOp<CS_DTYPE_BF16>{});
+        default:            return run(CsChainOp<-1>{});
+      }
+    }
+  } else {
+    constexpr bool kFast = sizeof(TD) == 2;   // 16-bit results: fast intrinsics
+    float const p0 = p.act_alpha, p1 = p.act_beta;
+    float const p2 = 1.0f / p.act_alpha;
+#define CS_ACT_CASE(ACT) \
+    case ACT: return cs_act_run<TA, TD>(p, sm_count, CsActOp<ACT, kFast>{p0, p1, p2}, stream);
+    switch (p.activation) {
+      CS_ACT_CASE(CS_ACT_IDENTITY)
+      CS_ACT_CASE(CS_ACT_RELU)
+      CS_ACT_CASE(CS_ACT_LEAKY_RELU)
+      CS_ACT_CASE(CS_ACT_GELU_ERF)
+      CS_ACT_CASE(CS_ACT_GELU_TANH)
+      CS_ACT_CASE(CS_ACT_SILU)
+      CS_ACT_CASE(CS_ACT_SIGMOID)
+      CS_ACT_CASE(CS_ACT_TANH)
+      CS_ACT_CASE(CS_ACT_SELU)
+      CS_ACT_CASE(CS_ACT_ELU)
+      CS_ACT_CASE(CS_ACT_HARDSIGMOID)
+      CS_ACT_CASE(CS_ACT_HARDSWISH)
+      CS_ACT_CASE(CS_ACT_HARDTANH)
+      CS_ACT_CASE(CS_ACT_SOFTPLUS)
+      CS_ACT_CASE(CS_ACT_SOFTSIGN)
+      CS_ACT_CASE(CS_ACT_MISH)
+      default: return CS_ERR_UNSUPPORTED;
+    }
+#undef CS_ACT_CASE
   }
 }
 
@@ -418,10 +784,20 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   status = cs_sm_count(*problem, &sm_count);
   if (status != CS_OK) return status;
 
-  switch (problem->dtype_ab) {
-    case CS_DTYPE_F32:  return cs_act_dispatch<float>(*problem, sm_count, stream);
-    case CS_DTYPE_F16:  return cs_act_dispatch<__half>(*problem, sm_count, stream);
-    case CS_DTYPE_BF16: return cs_act_dispatch<__nv_bfloat16>(*problem, sm_count, stream);
-    default:            return CS_ERR_UNSUPPORTED;
+  if constexpr (kFixedTypes) {
+    using TA = typename CsTypeOf<kWlIn>::type;
+    using TD = typename CsTypeOf<kWlOut>::type;
+    if constexpr (std::is_void_v<TA> || std::is_void_v<TD>) {
+      return CS_ERR_UNSUPPORTED;                // cs_act_check has said so already
+    } else {
+      return cs_act_dispatch<TA, TD>(*problem, sm_count, stream);
+    }
+  } else {
+    switch (problem->dtype_ab) {
+      case CS_DTYPE_F32:  return cs_act_dispatch<float, float>(*problem, sm_count, stream);
+      case CS_DTYPE_F16:  return cs_act_dispatch<__half, __half>(*problem, sm_count, stream);
+      case CS_DTYPE_BF16: return cs_act_dispatch<__nv_bfloat16, __nv_bfloat16>(*problem, sm_count, stream);
+      default:            return CS_ERR_UNSUPPORTED;
+    }
   }
 }

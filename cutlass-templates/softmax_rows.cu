@@ -1,12 +1,21 @@
-// cutesmith template: row softmax (CS_FAMILY_SOFTMAX), bf16 / f16 / f32, any m x n.
+// cutesmith template: row softmax and log-softmax, bf16 / f16 / f32, any m x n.
 //
-//   D[i, :] = softmax(A[i, :])    for each of the m rows of n elements (lda, ldd)
+//   D[i, :] = softmax(A[i, :])        (CS_FAMILY_SOFTMAX)
+//   D[i, :] = log_softmax(A[i, :])    (CS_FAMILY_LOG_SOFTMAX)
+//             for each of the m rows of n elements (lda, ldd)
 //
-// dtype_ab == dtype_cd (bf16, f16 or f32, picked at run time); the math is f32 whatever
-// the storage type (dtype_acc is not consulted). exp(x - max) is computed as
-// ex2.approx(x * log2e - max * log2e) (one FFMA + MUFU.EX2, relative error ~2^-22 plus
-// |max * log2e| * 2^-24 from rounding the scaled max: ~1e-7 for unit-scale inputs), and
-// rows are normalized by multiplying with 1 / sum.
+// dtype_ab == dtype_cd (bf16, f16 or f32, picked at run time, or fixed by CS_WL_DTYPE_AB
+// in a workload instance); the math is f32 whatever the storage type (dtype_acc is not
+// consulted). exp(x - max) is computed as ex2.approx(x * log2e - max * log2e) (one FFMA +
+// MUFU.EX2, relative error ~2^-22 plus |max * log2e| * 2^-24 from rounding the scaled
+// max: ~1e-7 for unit-scale inputs), and rows are normalized by multiplying with 1 / sum.
+// log_softmax is x - max - log(sum), computed as (x * log2e - max * log2e - log2(sum)) *
+// ln 2 with the same scaled max and sum (one FFMA, FADD, FMUL per element: the row is
+// read and written exactly as for softmax, so it should run at softmax's speed; not
+// measured yet); the FFMA's rounding is relative to x - max, so elements near the max
+// keep full accuracy. The family is a compile-time switch when CS_WL_FAMILY is defined
+// (a workload instance compiles only its own kernels), a run-time one on p.family
+// otherwise.
 //
 // The goal is DRAM traffic of exactly one read and one write per element. Every row is
 // split into a short unaligned head, a body of 16-byte vectors and a short tail, so the
@@ -52,6 +61,7 @@
 // Never allocates, synchronizes or uses a workspace.
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -108,6 +118,24 @@ static_assert(kClusterMax == 1 || kClusterMax == 2 || kClusterMax == 4 || kClust
 static_assert(kWarpRowMax >= 0, "CS_WARP_ROW_MAX");
 
 static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kLn2   = 0.69314718055994531f;
+
+// Which families and element types this build compiles: a workload instance only its
+// own, a template compiled alone all of them.
+#if defined(CS_WL_FAMILY)
+static constexpr bool kBuildSoftmax    = CS_WL_FAMILY == CS_FAMILY_SOFTMAX;
+static constexpr bool kBuildLogSoftmax = CS_WL_FAMILY == CS_FAMILY_LOG_SOFTMAX;
+#else
+static constexpr bool kBuildSoftmax    = true;
+static constexpr bool kBuildLogSoftmax = true;
+#endif
+#if defined(CS_WL_DTYPE_AB)
+static constexpr bool kBuildDtype[3] = {CS_WL_DTYPE_AB == CS_DTYPE_F32,
+                                        CS_WL_DTYPE_AB == CS_DTYPE_F16,
+                                        CS_WL_DTYPE_AB == CS_DTYPE_BF16};
+#else
+static constexpr bool kBuildDtype[3] = {true, true, true};
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Device helpers: PTX wrappers
@@ -420,13 +448,27 @@ __device__ __forceinline__ float cs_finite_or_zero(float mL)
   return mL == cs_neg_inf() ? 0.0f : mL;
 }
 
+// An element of the finished row from the row's (mL, s): softmax 2^(x log2e - mL) / s,
+// log_softmax (x log2e - mL - log2 s) ln 2.
+template <bool LOG>
+struct CsRowOut {
+  float ml, k;   // k: 1 / s (softmax) or log2(s) (log_softmax)
+  __device__ __forceinline__ CsRowOut(float mL, float s)
+      : ml(cs_finite_or_zero(mL)), k(LOG ? log2f(s) : 1.0f / s) {}
+  __device__ __forceinline__ float operator()(float x) const
+  {
+    if constexpr (LOG) return (fmaf(x, kLog2e, -ml) - k) * kLn2;
+    else               return cs_ex2(fmaf(x, kLog2e, -ml)) * k;
+  }
+};
+
 // ---------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------
 
 // A row part held in registers by G threads: VPT body vectors each plus one head and one
 // tail element. Loads, reduces through `reduce(mL, s)`, writes.
-template <class T, int VPT, class Reduce>
+template <class T, int VPT, bool LOG, class Reduce>
 __device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T* __restrict__ yr,
                                                     int n, unsigned rank, unsigned parts,
                                                     int g, int G, Reduce reduce)
@@ -454,7 +496,7 @@ __device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T*
 #pragma unroll
   for (int i = 0; i < VPT; ++i) mx = fmaxf(mx, E::vmax(r[i]));
   float mL = cs_scaled_max(mx);
-  float ml = cs_finite_or_zero(mL);
+  float const ml = cs_finite_or_zero(mL);
   float s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
@@ -467,8 +509,7 @@ __device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T*
   }
 
   reduce(mL, s);
-  ml = cs_finite_or_zero(mL);
-  float const inv = 1.0f / s;
+  CsRowOut<LOG> const out(mL, s);
 
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
@@ -477,16 +518,16 @@ __device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T*
       float f[V];
       E::unpack(r[i], f);
 #pragma unroll
-      for (int k = 0; k < V; ++k) f[k] = cs_ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+      for (int k = 0; k < V; ++k) f[k] = out(f[k]);
       cs_st_vec(yv + j, E::pack(f));
     }
   }
-  if (has_head) cs_st_scalar(yr + g, cs_ex2(fmaf(hx, kLog2e, -ml)) * inv);
-  if (has_tail) cs_st_scalar(yr + tail_at + g, cs_ex2(fmaf(tx, kLog2e, -ml)) * inv);
+  if (has_head) cs_st_scalar(yr + g, out(hx));
+  if (has_tail) cs_st_scalar(yr + tail_at + g, out(tx));
 }
 
 // Path 1: one warp per row (n <= CS_WARP_ROW_MAX), rows grid-strided.
-template <class T, int VPT>
+template <class T, int VPT, bool LOG>
 __global__ void __launch_bounds__(kWarpCtaThreads)
 cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, int n,
                        int64_t lda, int64_t ldd)
@@ -495,7 +536,7 @@ cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, in
   int const lane = int(threadIdx.x & 31);
   for (int64_t row = int64_t(blockIdx.x) * warps + (threadIdx.x >> 5); row < m;
        row += int64_t(gridDim.x) * warps) {
-    cs_row_in_registers<T, VPT>(x + row * lda, y + row * ldd, n, 0u, 1u, lane, 32,
+    cs_row_in_registers<T, VPT, LOG>(x + row * lda, y + row * ldd, n, 0u, 1u, lane, 32,
                                 [](float& mL, float& s) { cs_warp_reduce(mL, s); });
   }
 }
@@ -506,7 +547,7 @@ cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, in
 template <int VPT>
 struct CsRegBound { static constexpr int value = VPT <= 8 ? 1024 : kThreads; };
 
-template <class T, int VPT>
+template <class T, int VPT, bool LOG>
 __global__ void __launch_bounds__(CsRegBound<VPT>::value, 1)
 cs_softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_t lda, int64_t ldd)
 {
@@ -515,7 +556,7 @@ cs_softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_
   unsigned const parts = cs_cluster_size();
   unsigned const rank  = parts > 1 ? cs_cluster_rank() : 0u;
   int64_t const row = int64_t(blockIdx.x / parts);
-  cs_row_in_registers<T, VPT>(x + row * lda, y + row * ldd, n, rank, parts,
+  cs_row_in_registers<T, VPT, LOG>(x + row * lda, y + row * ldd, n, rank, parts,
                               int(threadIdx.x), int(blockDim.x),
                               [&](float& mL, float& s) {
                                 cs_block_reduce(mL, s, red);
@@ -527,7 +568,7 @@ cs_softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_
 // Path 3: one CTA (or cluster) per row, online softmax while streaming the row, then a
 // write pass from shared memory (CACHE) or from global memory / L2 (re-read). VEC = false
 // is the scalar fallback for rows whose A and D offsets differ modulo 16 bytes.
-template <class T, bool VEC, bool CACHE>
+template <class T, bool VEC, bool CACHE, bool LOG>
 __global__ void __launch_bounds__(kThreads)
 cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_t lda, int64_t ldd)
 {
@@ -601,8 +642,7 @@ cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int6
 
     cs_block_reduce(mL, s, red);
     if (parts > 1) cs_cluster_reduce(mL, s, &slot, parts);
-    float const ml = cs_finite_or_zero(mL);
-    float const inv = 1.0f / s;
+    CsRowOut<LOG> const out(mL, s);
 
     // Write pass: each thread re-reads exactly the vectors it read (no barrier needed for
     // the shared memory cache), in the same order (oldest L2 lines first).
@@ -621,13 +661,13 @@ cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int6
           float f[V];
           E::unpack(r[u], f);
 #pragma unroll
-          for (int k = 0; k < V; ++k) f[k] = cs_ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+          for (int k = 0; k < V; ++k) f[k] = out(f[k]);
           cs_st_vec(yv + j, E::pack(f));
         }
       }
     }
-    if (has_head) cs_st_scalar(yr + g, cs_ex2(fmaf(hx, kLog2e, -ml)) * inv);
-    if (has_tail) cs_st_scalar(yr + tail_at + g, cs_ex2(fmaf(tx, kLog2e, -ml)) * inv);
+    if (has_head) cs_st_scalar(yr + g, out(hx));
+    if (has_tail) cs_st_scalar(yr + tail_at + g, out(tx));
   } else {
     // Scalar fallback (never a cluster): online pass, then re-read.
     for (int j = g; j < n; j += G) {
@@ -640,10 +680,8 @@ cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int6
       s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
     }
     cs_block_reduce(mL, s, red);
-    float const ml = cs_finite_or_zero(mL);
-    float const inv = 1.0f / s;
-    for (int j = g; j < n; j += G)
-      cs_st_scalar(yr + j, cs_ex2(fmaf(cs_ld_scalar(xr + j), kLog2e, -ml)) * inv);
+    CsRowOut<LOG> const out(mL, s);
+    for (int j = g; j < n; j += G) cs_st_scalar(yr + j, out(cs_ld_scalar(xr + j)));
   }
   if (parts > 1) cs_cluster_wait();
 }
@@ -712,46 +750,46 @@ static cudaError_t cs_device_facts(CsDeviceFacts& f, int sm_count_hint)
   return cudaSuccess;
 }
 
-template <class T, int VPT>
+template <class T, bool LOG, int VPT>
 static cudaError_t cs_launch_warp(const cs_problem& p, cudaStream_t stream)
 {
   int64_t const rows_per_cta = kWarpCtaThreads / 32;
   int64_t grid = (p.m + rows_per_cta - 1) / rows_per_cta;
   if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
-  return cs_launch(cs_softmax_warp_kernel<T, VPT>, unsigned(grid), unsigned(kWarpCtaThreads),
+  return cs_launch(cs_softmax_warp_kernel<T, VPT, LOG>, unsigned(grid), unsigned(kWarpCtaThreads),
                    0, 1, stream, static_cast<const T*>(p.a), static_cast<T*>(p.d),
                    int64_t(p.m), int(p.n), int64_t(p.lda), int64_t(p.ldd));
 }
 
-template <class T, int VPT>
+template <class T, bool LOG, int VPT>
 static cudaError_t cs_launch_regs(const cs_problem& p, cudaStream_t stream, int cluster, int threads)
 {
-  return cs_launch(cs_softmax_regs_kernel<T, VPT>, unsigned(p.m * cluster), unsigned(threads),
+  return cs_launch(cs_softmax_regs_kernel<T, VPT, LOG>, unsigned(p.m * cluster), unsigned(threads),
                    0, cluster, stream, static_cast<const T*>(p.a), static_cast<T*>(p.d),
                    int(p.n), int64_t(p.lda), int64_t(p.ldd));
 }
 
-template <class T, bool VEC, bool CACHE>
+template <class T, bool LOG, bool VEC, bool CACHE>
 static cudaError_t cs_launch_stream(const cs_problem& p, cudaStream_t stream, int cluster,
                                     int threads, int smem_bytes)
 {
-  return cs_launch(cs_softmax_stream_kernel<T, VEC, CACHE>, unsigned(p.m * cluster),
+  return cs_launch(cs_softmax_stream_kernel<T, VEC, CACHE, LOG>, unsigned(p.m * cluster),
                    unsigned(threads), smem_bytes, cluster, stream,
                    static_cast<const T*>(p.a), static_cast<T*>(p.d),
                    int(p.n), int64_t(p.lda), int64_t(p.ldd));
 }
 
 // Register path: VPT vectors per thread, VPT a power of two in [kRegVecsMin, kRegVecsMax].
-template <class T, int VPT = kRegVecsMin>
+template <class T, bool LOG, int VPT = kRegVecsMin>
 static cudaError_t cs_dispatch_regs(const cs_problem& p, cudaStream_t stream, int cluster,
                                     int vpt, int threads)
 {
   if constexpr (VPT > kRegVecsMax) {
     return cudaErrorInvalidValue;
   } else {
-    if (vpt == VPT) return cs_launch_regs<T, VPT>(p, stream, cluster, threads);
+    if (vpt == VPT) return cs_launch_regs<T, LOG, VPT>(p, stream, cluster, threads);
     if constexpr (VPT * 2 <= kRegVecsMax) {
-      return cs_dispatch_regs<T, VPT * 2>(p, stream, cluster, vpt, threads);
+      return cs_dispatch_regs<T, LOG, VPT * 2>(p, stream, cluster, vpt, threads);
     } else {
       return cudaErrorInvalidValue;
     }
@@ -774,7 +812,7 @@ static int cs_l2_throttle_smem(const CsDeviceFacts& f, int64_t row_bytes, int th
   return smem > 0 ? int(smem) : 0;
 }
 
-template <class T>
+template <class T, bool LOG>
 static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
 {
   constexpr int V = CsElem<T>::V;
@@ -788,7 +826,7 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
   if (!vec) {
     int64_t threads = (n + 31) / 32 * 32;
     if (threads > kThreads) threads = kThreads;
-    return int32_t(cs_launch_stream<T, false, false>(p, stream, 1, int(threads), 0));
+    return int32_t(cs_launch_stream<T, LOG, false, false>(p, stream, 1, int(threads), 0));
   }
 
   int64_t const nb_max = n / V;   // body vectors of a row, at most
@@ -797,10 +835,10 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
   if (n <= kWarpRowMax && nb_max <= 32 * 8) {
     int const vpt = cs_pow2_at_least((nb_max + 31) / 32);
     switch (vpt) {
-      case 1: return int32_t(cs_launch_warp<T, 1>(p, stream));
-      case 2: return int32_t(cs_launch_warp<T, 2>(p, stream));
-      case 4: return int32_t(cs_launch_warp<T, 4>(p, stream));
-      default: return int32_t(cs_launch_warp<T, 8>(p, stream));
+      case 1: return int32_t(cs_launch_warp<T, LOG, 1>(p, stream));
+      case 2: return int32_t(cs_launch_warp<T, LOG, 2>(p, stream));
+      case 4: return int32_t(cs_launch_warp<T, LOG, 4>(p, stream));
+      default: return int32_t(cs_launch_warp<T, LOG, 8>(p, stream));
     }
   }
 
@@ -818,7 +856,7 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
         if (vpt < kRegVecsMin) vpt = kRegVecsMin;
         int64_t threads = ((per_cta + vpt - 1) / vpt + 31) / 32 * 32;
         if (threads < 32) threads = 32;
-        return int32_t(cs_dispatch_regs<T>(p, stream, cluster, vpt, int(threads)));
+        return int32_t(cs_dispatch_regs<T, LOG>(p, stream, cluster, vpt, int(threads)));
       }
     }
     // Path 3 with the row part cached in shared memory.
@@ -826,7 +864,7 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
       if (per_cta * 16 + 1024 <= f.smem_optin) {
         int64_t threads = ((per_cta + kStreamUnroll - 1) / kStreamUnroll + 31) / 32 * 32;
         if (threads > kThreads) threads = kThreads;
-        return int32_t(cs_launch_stream<T, true, true>(p, stream, cluster, int(threads),
+        return int32_t(cs_launch_stream<T, LOG, true, true>(p, stream, cluster, int(threads),
                                                        int(per_cta * 16)));
       }
     }
@@ -835,15 +873,18 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
   // Path 3, write pass re-reading the row from L2.
   if (p.m > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
   int const smem = cs_l2_throttle_smem(f, n * int64_t(sizeof(T)), kThreads);
-  return int32_t(cs_launch_stream<T, true, false>(p, stream, 1, kThreads, smem));
+  return int32_t(cs_launch_stream<T, LOG, true, false>(p, stream, 1, kThreads, smem));
 }
 
 static int32_t cs_softmax_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.family != CS_FAMILY_SOFTMAX) return CS_ERR_UNSUPPORTED;
+  if (!(p.family == CS_FAMILY_SOFTMAX && kBuildSoftmax) &&
+      !(p.family == CS_FAMILY_LOG_SOFTMAX && kBuildLogSoftmax))
+    return CS_ERR_UNSUPPORTED;
   if (p.dtype_ab != p.dtype_cd) return CS_ERR_UNSUPPORTED;
   if (p.dtype_ab != CS_DTYPE_BF16 && p.dtype_ab != CS_DTYPE_F16 && p.dtype_ab != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
+  if (!kBuildDtype[p.dtype_ab]) return CS_ERR_UNSUPPORTED;
   if (p.layout_a != CS_LAYOUT_ROW || p.layout_cd != CS_LAYOUT_ROW) return CS_ERR_UNSUPPORTED;
   if (p.m < 0 || p.n < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
@@ -858,6 +899,23 @@ static int32_t cs_softmax_check(const cs_problem& p, bool check_pointers)
       return CS_ERR_UNSUPPORTED;
   }
   return CS_OK;
+}
+
+// The family's kernels for element type T, when this build compiles them (cs_softmax_check
+// has rejected the rest).
+template <class T>
+static int32_t cs_softmax_family(const cs_problem& p, bool log, cudaStream_t stream)
+{
+  constexpr int kDtype = std::is_same_v<T, float> ? CS_DTYPE_F32
+                       : std::is_same_v<T, __half> ? CS_DTYPE_F16 : CS_DTYPE_BF16;
+  if constexpr (kBuildDtype[kDtype]) {
+    if (log) {
+      if constexpr (kBuildLogSoftmax) return cs_softmax_run<T, true>(p, stream);
+    } else {
+      if constexpr (kBuildSoftmax) return cs_softmax_run<T, false>(p, stream);
+    }
+  }
+  return CS_ERR_UNSUPPORTED;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -884,11 +942,12 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   int32_t const status = cs_softmax_check(*problem, /*check_pointers=*/true);
   if (status != CS_OK) return status;
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+  bool const log = problem->family == CS_FAMILY_LOG_SOFTMAX;
   int32_t rc = CS_OK;
   switch (problem->dtype_ab) {
-    case CS_DTYPE_BF16: rc = cs_softmax_run<__nv_bfloat16>(*problem, stream); break;
-    case CS_DTYPE_F16:  rc = cs_softmax_run<__half>(*problem, stream); break;
-    default:            rc = cs_softmax_run<float>(*problem, stream); break;
+    case CS_DTYPE_BF16: rc = cs_softmax_family<__nv_bfloat16>(*problem, log, stream); break;
+    case CS_DTYPE_F16:  rc = cs_softmax_family<__half>(*problem, log, stream); break;
+    default:            rc = cs_softmax_family<float>(*problem, log, stream); break;
   }
   if (rc != CS_OK) return rc;
   return int32_t(cudaGetLastError());

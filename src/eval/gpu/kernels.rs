@@ -289,3 +289,107 @@ fn step_expr(chain: &Chain, op: &Op) -> String {
     let _ = chain;
     text
 }
+
+/// A row softmax (or log-softmax) pass as a framework runs it after a library GEMM: one
+/// block per row, an online max and sum over the row, then one write of the row.
+pub struct RowSoftmax {
+    _module: Arc<CudaModule>,
+    func: CudaFunction,
+}
+
+/// The CUDA C++ of the row softmax pass over `dtype` rows.
+pub fn row_softmax_source(dtype: DType, log: bool) -> Result<String, CudaFailure> {
+    let (ty, ld, st) = storage(dtype)?;
+    let mut src = String::from(PRELUDE);
+    let out = if log {
+        "(v - mx) - logf(sm)"
+    } else {
+        "__expf(v - mx) / sm"
+    };
+    let _ = write!(
+        src,
+        r#"
+extern "C" __global__ void cs_row_softmax(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
+{{
+  __shared__ float red_m[32];
+  __shared__ float red_s[32];
+  const {ty}* row = x + (long long)blockIdx.x * cols;
+  {ty}* out = y + (long long)blockIdx.x * cols;
+  float m = -INFINITY, s = 0.0f;
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
+    float v = {ld}(row[c]);
+    float nm = fmaxf(m, v);
+    s = s * __expf(m - nm) + __expf(v - nm);
+    m = nm;
+  }}
+  for (int o = 16; o > 0; o >>= 1) {{
+    float om = __shfl_xor_sync(0xffffffffu, m, o);
+    float os = __shfl_xor_sync(0xffffffffu, s, o);
+    float nm = fmaxf(m, om);
+    s = (m == -INFINITY ? 0.0f : s * __expf(m - nm)) + (om == -INFINITY ? 0.0f : os * __expf(om - nm));
+    m = nm;
+  }}
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {{ red_m[warp] = m; red_s[warp] = s; }}
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  float mx = -INFINITY;
+  for (int w = 0; w < warps; ++w) mx = fmaxf(mx, red_m[w]);
+  float sm = 0.0f;
+  for (int w = 0; w < warps; ++w) sm += red_m[w] == -INFINITY ? 0.0f : red_s[w] * __expf(red_m[w] - mx);
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
+    float v = {ld}(row[c]);
+    out[c] = {st}({out});
+  }}
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl RowSoftmax {
+    /// Compiles the pass (NVRTC).
+    pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowSoftmax, CudaFailure> {
+        let src = row_softmax_source(dtype, log)?;
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            &src,
+            cudarc::nvrtc::CompileOptions {
+                arch: Some("compute_90"),
+                name: Some("cutesmith_row_softmax.cu".into()),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| nvrtc_err("NVRTC", e))?;
+        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let func = module
+            .load_function("cs_row_softmax")
+            .map_err(CudaFailure::from)?;
+        Ok(RowSoftmax {
+            _module: module,
+            func,
+        })
+    }
+
+    /// Enqueues `y = softmax(x)` over `rows` rows of `cols`.
+    pub fn run(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(), CudaFailure> {
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cols = cols as i64;
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&x).arg(&y).arg(&cols);
+        // SAFETY: x and y are live device buffers of rows x cols elements of the pass's
+        // type; the parameters match the kernel's.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}

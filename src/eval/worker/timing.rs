@@ -4,7 +4,7 @@
 
 use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::HostElement;
-use crate::eval::gpu::kernels::Passes;
+use crate::eval::gpu::kernels::{Passes, RowSoftmax};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
@@ -186,9 +186,16 @@ impl Ctx<'_> {
                 }
             }
         }
-        let softmax = if fam == Family::GemmSoftmax {
-            libs.cudnn_softmax(out_dtype, batch * m, n, params.log_softmax)
-                .ok()
+        let softmax = if fam == Family::GemmSoftmax && wants(Baseline::Unfused) {
+            match RowSoftmax::compile(s_ref, out_dtype, params.log_softmax) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    self.report
+                        .notes
+                        .push(format!("unfused baseline skipped: {e}"));
+                    None
+                }
+            }
         } else {
             None
         };
@@ -245,12 +252,20 @@ impl Ctx<'_> {
                     ));
                     notes.push(if fam == Family::GemmBiasAct && !lt_epilogue {
                         Some("GEMM only: the chain is longer than cuBLASLt's epilogues".into())
+                    } else if fam == Family::GemmGlu {
+                        Some("the two GEMMs only: no gate, no product".into())
                     } else if fam != Family::Gemm && fam != Family::GemmBiasAct {
                         Some("GEMM only".into())
                     } else {
                         plan.note.clone()
                     });
-                    launches.push(Box::new(move || plan.run(s_ref, i, a, b, d, lt_alpha)));
+                    launches.push(Box::new(move || {
+                        plan.run(s_ref, i, a, b, d, lt_alpha)?;
+                        if glu {
+                            plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
+                        }
+                        Ok(())
+                    }));
                 }
                 // The unfused library sequence: the GEMM(s), then cuDNN's softmax or one
                 // elementwise pass per op.
@@ -262,12 +277,20 @@ impl Ctx<'_> {
                 } else {
                     lt.as_ref().map(|(plan, i)| -> Launch {
                         let i = *i;
-                        Box::new(move || plan.run(s_ref, i, a, b, d, lt_alpha))
+                        Box::new(move || {
+                            plan.run(s_ref, i, a, b, d, lt_alpha)?;
+                            if glu {
+                                plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
+                            }
+                            Ok(())
+                        })
                     })
                 };
                 if let Some(mut first) = first.filter(|_| wants(Baseline::Unfused)) {
                     let what = match (&passes, &softmax) {
-                        (_, Some(_)) => "the library GEMM, then cuDNN's softmax".to_string(),
+                        (_, Some(_)) => {
+                            "the library GEMM, then a row softmax pass (a block per row, online max and sum)".to_string()
+                        }
                         (Some(ps), None) => format!(
                             "the library GEMM{}, then {} elementwise pass{}",
                             if glu { "s" } else { "" },
@@ -283,8 +306,8 @@ impl Ctx<'_> {
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
                     launches.push(Box::new(move || {
                         first()?;
-                        if let Some(op) = sm {
-                            op.run(d, sc.0)?;
+                        if let Some(k) = sm {
+                            k.run(s_ref, d, sc.0, batch * m, n)?;
                         }
                         if let Some(ps) = ps {
                             ps.run(s_ref, d, pt, sc, sp)?;
@@ -339,12 +362,30 @@ impl Ctx<'_> {
                 launches.push(Box::new(move || baseline::copy(s_ref, d, a, out_bytes)));
             }
         }
-        // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round.
-        for l in launches.iter_mut() {
+        // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round. A
+        // baseline that fails here is dropped with a note (a library refusing a problem is
+        // not the candidate's fault); the candidate's own failure ends the timing.
+        let mut keep = vec![true; launches.len()];
+        for (i, l) in launches.iter_mut().enumerate() {
             for _ in 0..self.job.timing.warmup.max(1) {
-                l()?;
+                if let Err(e) = l().and_then(|()| self.s.sync()) {
+                    if i == 0 && kernel.is_some() {
+                        return Err(e);
+                    }
+                    self.report
+                        .notes
+                        .push(format!("baseline {} dropped: {e}", names[i]));
+                    keep[i] = false;
+                    break;
+                }
             }
         }
+        let mut it = keep.iter();
+        launches.retain(|_| *it.next().unwrap_or(&true));
+        let mut it = keep.iter();
+        names.retain(|_| *it.next().unwrap_or(&true));
+        let mut it = keep.iter();
+        notes.retain(|_| *it.next().unwrap_or(&true));
         self.s.sync()?;
         // Tiny problems: launch overhead would dominate single launches, so each timed
         // sample replays a CUDA graph of GRAPH_LAUNCHES launches (L2 flushed per graph).

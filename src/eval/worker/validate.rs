@@ -290,10 +290,14 @@ impl Ctx<'_> {
         let s = self.product(p, g, false, true)?;
         let host_c = &p.host_c;
         // The value entering the chain, and the bound on its error.
+        // fp32 operands on tensor cores (3xTF32) round each product at about 2^-21:
+        // independent errors, so they grow like sqrt(k), not like the sum's.
+        let tc_f32 = A::DTYPE == DType::F32 && !w.allow_tf32();
         let z_at = |i: usize, z: &[f32], s: &[f32]| -> (f64, f64) {
             let acc = scale * f64::from(z[i]);
             let c = host_c.get(i).map_or(0.0, |x| beta * x.to_f64());
-            let e = dot_bound(scale.abs() * f64::from(s[i]), u) + F32_ROUND * (acc.abs() + c.abs());
+            let sum_abs = scale.abs() * f64::from(s[i]);
+            let e = dot_bound(sum_abs, g.k, u, tc_f32) + F32_ROUND * (acc.abs() + c.abs());
             (acc + c, e)
         };
         slack = vec![0f64; p.out_len];
@@ -556,9 +560,16 @@ impl Reference {
     }
 }
 
-/// The bound on a dot product's rounding error: `ACC_SAFETY * u * sum |a b|`.
-pub(super) fn dot_bound(sum_abs: f64, u: f64) -> f64 {
-    ACC_SAFETY * u * sum_abs
+/// The bound on a dot product's rounding error over `k` terms: `ACC_SAFETY * u * sum |a
+/// b|` for the sum, plus, for fp32 operands (`tc_f32`), what splitting them into TF32
+/// parts on tensor cores adds: `TC_F32_SAFETY * 2^-21 * sum |a b| / sqrt(k)`.
+pub(super) fn dot_bound(sum_abs: f64, k: u64, u: f64, tc_f32: bool) -> f64 {
+    let per_product = if tc_f32 {
+        TC_F32_SAFETY * 2f64.powi(-21) / (k.max(1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    (ACC_SAFETY * u + per_product) * sum_abs
 }
 
 /// The chain at `x` and how far it can move when its input is off by up to `e`: the
@@ -579,6 +590,12 @@ pub(super) fn chain_with_slack(chain: &Chain, x: f64, e: f64, t: &[f64]) -> (f64
 /// rest is room for other orders and for the reference's own error. TF32 operands stay
 /// outside the bound up to K of about 7 million.
 const ACC_SAFETY: f64 = 4.0;
+
+/// How many times a per-product error of 2^-21 (fp32 operands split into TF32 parts on
+/// tensor cores, the 3xTF32 method), summed as independent errors (sum |a b| / sqrt(k)
+/// stands for the root-sum-square), an fp32-accurate tensor-core GEMM may reach. TF32
+/// operands (2^-11 per product) stay 100 times outside it at small k.
+const TC_F32_SAFETY: f64 = 12.0;
 
 /// The rounding of the final fp32 combination (`alpha * acc + beta * C`).
 const F32_ROUND: f64 = 1.2e-7;
@@ -630,9 +647,17 @@ mod tests {
     /// The honest error of an fp32 dot product stays inside the bound at K = 2^20 (the
     /// old sqrt(k)-scaled atol failed here), while TF32 operands and a missing K tile
     /// land far outside it, at K = 2^20 and at K = 4096.
+    /// The 3xTF32 split: each operand as a TF32 high part and a TF32 remainder, the
+    /// product as hi*hi + hi*lo + lo*hi.
+    fn three_tf32(x: f32, y: f32) -> f32 {
+        let (xh, yh) = (tf32(x), tf32(y));
+        let (xl, yl) = (tf32(x - xh), tf32(y - yh));
+        xh * yh + (xh * yl + xl * yh)
+    }
+
     #[test]
     fn the_dot_product_bound_holds_at_any_k_and_still_catches() {
-        for k in [4096usize, 1 << 20] {
+        for k in [64usize, 513, 4096, 1 << 20] {
             let a: Vec<f32> = (0..k).map(|i| input_value(3, 0, i as u64) as f32).collect();
             let b: Vec<f32> = (0..k).map(|i| input_value(3, 1, i as u64) as f32).collect();
             let exact: f64 = a
@@ -645,7 +670,7 @@ mod tests {
                 .zip(&b)
                 .map(|(x, y)| (f64::from(*x) * f64::from(*y)).abs())
                 .sum();
-            let bound = dot_bound(sum_abs, 2f64.powi(-24));
+            let bound = dot_bound(sum_abs, k as u64, 2f64.powi(-24), true);
             // fp32, sequential (the worst common order) and in 128 interleaved partial sums.
             let seq = a.iter().zip(&b).fold(0f32, |s, (x, y)| s + x * y);
             let mut parts = [0f32; 128];
