@@ -685,6 +685,15 @@ mod tests {
                     (f64::from(got) - exact).abs()
                 );
             }
+            let three: f32 = a
+                .iter()
+                .zip(&b)
+                .fold(0f32, |s, (x, y)| s + three_tf32(*x, *y));
+            assert!(
+                (f64::from(three) - exact).abs() <= bound,
+                "k {k}: 3xTF32 error {} > bound {bound}",
+                (f64::from(three) - exact).abs()
+            );
             let t: f32 = a
                 .iter()
                 .zip(&b)
