@@ -115,6 +115,9 @@ pub enum FaultKind {
     Race,
     /// Timed faster than the roofline floor allows: a measurement or correctness bug.
     BelowRoofline,
+    /// A timed launch's output differs from the validated answer for its inputs: the
+    /// kernel skips work when it recognizes repeated inputs, so its time is not its cost.
+    TimingInconsistent,
 }
 
 impl FaultKind {

@@ -349,6 +349,14 @@ fn generated_passes_and_chain_functors_compile() {
             options: CompileOptions::default(),
         });
     }
+    for d in [DType::BF16, DType::F32, DType::F16, DType::E4M3] {
+        let src = cutesmith::eval::gpu::kernels::verify_source(d).unwrap();
+        requests.push(CompileRequest {
+            source: format!("{src}\n{}", TINY.replace("scale", "scale_tiny")),
+            file_name: format!("verify_{}.cu", d.name()),
+            options: CompileOptions::default(),
+        });
+    }
     let functor = format!(
         "{}\n__global__ void apply_chain(cs_problem p, float* out) {{\n  out[threadIdx.x] = cs_chain_at<cs_chain>(p, 1.0f, 0, threadIdx.x, threadIdx.x);\n}}\n{}",
         chain.cpp(),

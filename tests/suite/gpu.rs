@@ -119,7 +119,11 @@ fn planted_faults_are_classified_and_the_agent_survives() {
             FaultKind::CompileError.name()
         } else {
             let w = workload(&header(path, "WORKLOAD").unwrap());
-            let e = evaluate(o.shared_object.clone(), &w, Mode::Validate, 60);
+            let mode = match header(path, "MODE").as_deref() {
+                Some("check") => Mode::Check,
+                _ => Mode::Validate,
+            };
+            let e = evaluate(o.shared_object.clone(), &w, mode, 120);
             let text = e.render();
             eprintln!("== {}\n{text}", path.display());
             e.fault

@@ -11,6 +11,8 @@ use crate::spec::DType;
 pub trait HostElement: Element + DeviceRepr + ValidAsZeroBits + Default + 'static {
     /// Rounds an f64 to this type (round to nearest even).
     fn from_f64(v: f64) -> Self;
+    /// The element's bits, widened (for device fills of a pattern).
+    fn bits(self) -> u32;
     /// The workload dtype this is.
     const DTYPE: DType;
 }
@@ -19,6 +21,9 @@ impl HostElement for f32 {
     fn from_f64(v: f64) -> Self {
         v as f32
     }
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
     const DTYPE: DType = DType::F32;
 }
 
@@ -26,12 +31,18 @@ impl HostElement for half::bf16 {
     fn from_f64(v: f64) -> Self {
         half::bf16::from_f64(v)
     }
+    fn bits(self) -> u32 {
+        u32::from(self.to_bits())
+    }
     const DTYPE: DType = DType::BF16;
 }
 
 impl HostElement for half::f16 {
     fn from_f64(v: f64) -> Self {
         half::f16::from_f64(v)
+    }
+    fn bits(self) -> u32 {
+        u32::from(self.to_bits())
     }
     const DTYPE: DType = DType::F16;
 }
@@ -46,12 +57,18 @@ impl HostElement for E4M3 {
     fn from_f64(v: f64) -> Self {
         E4M3::from_f64(v)
     }
+    fn bits(self) -> u32 {
+        u32::from(self.0)
+    }
     const DTYPE: DType = DType::E4M3;
 }
 
 impl HostElement for E5M2 {
     fn from_f64(v: f64) -> Self {
         E5M2::from_f64(v)
+    }
+    fn bits(self) -> u32 {
+        u32::from(self.0)
     }
     const DTYPE: DType = DType::E5M2;
 }

@@ -393,3 +393,130 @@ impl RowSoftmax {
         Ok(())
     }
 }
+
+/// Checks a timed launch's output on the device against the validated answer: counts the
+/// elements outside the tolerance (`|got - want| > atol + rtol |want| + slack`) and the
+/// ones still holding the harness's NaN poison, into two counters per launch.
+pub struct Verifier {
+    _module: Arc<CudaModule>,
+    func: CudaFunction,
+}
+
+/// The CUDA C++ of the verifier over `dtype` outputs.
+pub fn verify_source(dtype: DType) -> Result<String, CudaFailure> {
+    let (ty, ld, poison) = match dtype {
+        DType::F32 => ("unsigned int", "__uint_as_float(v)", "0x7FC00001u"),
+        DType::BF16 => ("unsigned short", "cs_bf16_ld(v)", "0x7FC1"),
+        DType::F16 => ("unsigned short", "cs_f16_ld(v)", "0x7E01"),
+        DType::E4M3 => ("unsigned char", "cs_e4m3_ld(v)", "0xFF"),
+        DType::E5M2 => ("unsigned char", "cs_e5m2_ld(v)", "0xFF"),
+        DType::F64 => return Err(nvrtc_err("verifier", "no f64 outputs")),
+    };
+    let mut src = String::from(PRELUDE);
+    src.push_str(
+        r#"
+__device__ __forceinline__ float cs_e4m3_ld(unsigned char b) {
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  if (e == 0xF && m == 7) return __int_as_float(0x7fc00000);
+  return e == 0 ? sign * m * 0.001953125f : sign * (1.0f + m / 8.0f) * exp2f((float)(e - 7));
+}
+__device__ __forceinline__ float cs_e5m2_ld(unsigned char b) {
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  const int e = (b >> 2) & 0x1F, m = b & 3;
+  if (e == 0x1F) return m == 0 ? sign * __int_as_float(0x7f800000) : __int_as_float(0x7fc00000);
+  return e == 0 ? sign * m * 1.52587890625e-05f : sign * (1.0f + m / 4.0f) * exp2f((float)(e - 15));
+}
+"#,
+    );
+    let _ = write!(
+        src,
+        r#"
+extern "C" __global__ void cs_verify(const {ty}* __restrict__ got, const float* __restrict__ want,
+    const float* __restrict__ slack, long long n, float rtol, float atol,
+    unsigned long long* counts)
+{{
+  unsigned long long wrong = 0, poisoned = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const {ty} v = got[i];
+    if (v == ({ty}){poison}) {{ ++poisoned; continue; }}
+    const float g = {ld};
+    const float w = want[i];
+    bool ok;
+    if (isnan(w)) ok = isnan(g);
+    else if (isinf(w)) ok = g == w;
+    else ok = isfinite(g) && fabsf(g - w) <= atol + rtol * fabsf(w) + slack[i];
+    if (!ok) ++wrong;
+  }}
+  for (int o = 16; o > 0; o >>= 1) {{
+    wrong += __shfl_xor_sync(0xffffffffu, wrong, o);
+    poisoned += __shfl_xor_sync(0xffffffffu, poisoned, o);
+  }}
+  if ((threadIdx.x & 31) == 0 && (wrong | poisoned)) {{
+    atomicAdd(&counts[0], wrong);
+    atomicAdd(&counts[1], poisoned);
+  }}
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl Verifier {
+    /// Compiles the verifier for `dtype` outputs (NVRTC).
+    pub fn compile(s: &Session, dtype: DType) -> Result<Verifier, CudaFailure> {
+        let src = verify_source(dtype)?;
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            &src,
+            cudarc::nvrtc::CompileOptions {
+                arch: Some("compute_90"),
+                name: Some("cutesmith_verify.cu".into()),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| nvrtc_err("NVRTC", e))?;
+        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let func = module
+            .load_function("cs_verify")
+            .map_err(CudaFailure::from)?;
+        Ok(Verifier {
+            _module: module,
+            func,
+        })
+    }
+
+    /// Enqueues the check of `n` elements at `got` against `want`/`slack` (device f32
+    /// arrays), adding to the two counters at `counts`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        s: &Session,
+        got: u64,
+        want: u64,
+        slack: u64,
+        n: usize,
+        (rtol, atol): (f32, f32),
+        counts: u64,
+    ) -> Result<(), CudaFailure> {
+        let blocks = (n.div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 8);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n = n as i64;
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&got)
+            .arg(&want)
+            .arg(&slack)
+            .arg(&n)
+            .arg(&rtol)
+            .arg(&atol)
+            .arg(&counts);
+        // SAFETY: got holds n outputs of the verifier's type, want and slack n f32 each,
+        // counts two u64; the parameters match the kernel's.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}

@@ -121,6 +121,30 @@ impl Session {
         Ok(())
     }
 
+    /// Fills `n` elements of `elem_bytes` (1, 2 or 4) at `dst` with the bit pattern `bits`,
+    /// stream-ordered (the NaN poison before a timed launch).
+    pub fn fill_bits(
+        &self,
+        dst: u64,
+        n: usize,
+        elem_bytes: usize,
+        bits: u32,
+    ) -> Result<(), CudaFailure> {
+        use cudarc::driver::sys;
+        let stream = self.stream.cu_stream();
+        // SAFETY: callers pass a live device buffer of at least n elements of that size;
+        // the fill is ordered on this session's stream.
+        let rc = unsafe {
+            match elem_bytes {
+                1 => sys::cuMemsetD8Async(dst, bits as u8, n, stream),
+                2 => sys::cuMemsetD16Async(dst, bits as u16, n, stream),
+                _ => sys::cuMemsetD32Async(dst, bits, n, stream),
+            }
+        };
+        rc.result()?;
+        Ok(())
+    }
+
     pub fn sync(&self) -> Result<(), CudaFailure> {
         self.stream.synchronize()?;
         Ok(())

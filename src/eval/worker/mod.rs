@@ -247,7 +247,7 @@ impl Ctx<'_> {
         eprintln!("worker: timing {headline}");
         match self.time::<A, D>(&headline) {
             Ok(t) => {
-                if let (Some(c), true) = (&t.candidate, t.floor_s > 0.0) {
+                if let (Some(c), true, None) = (&t.candidate, t.floor_s > 0.0, &self.report.fault) {
                     if c.median_us * 1e-6 < 0.9 * t.floor_s {
                         self.report.fault = Some(fault(
                             FaultKind::BelowRoofline,

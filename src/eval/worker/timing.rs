@@ -3,10 +3,10 @@
 //! alone), and the device's ceilings for the roofline floor.
 
 use crate::eval::gpu::baseline::{self, LtPlan};
-use crate::eval::gpu::data::HostElement;
-use crate::eval::gpu::kernels::{Passes, RowSoftmax};
+use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
+use crate::eval::gpu::kernels::{Passes, RowSoftmax, Verifier};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
-use crate::eval::job::{BaselineTiming, Stats, TimingReport};
+use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
 use crate::spec::{Baseline, ComputePipe, Family, Layout, Shape, Workload};
 
@@ -58,7 +58,32 @@ impl Ctx<'_> {
     ) -> Result<TimingReport, CudaFailure> {
         let seed = 0x7133_u64;
         self.s.prepare_flush()?;
+        // Two input sets, alternated launch by launch, so no two consecutive launches of a
+        // contender see the same inputs.
         let p = self.setup::<A, D>(shape, seed)?;
+        let p2 = self.setup::<A, D>(shape, seed + 1)?;
+        // The validated answers of both sets, on the device, for checking every timed
+        // launch of the candidate (f32, with the rounding of that conversion added to the
+        // slack).
+        let checks = if self.kernel.is_some() {
+            let mut sets = Vec::new();
+            for q in [&p, &p2] {
+                let r = self.reference(q)?;
+                let want: Vec<f32> = r.want.iter().map(|w| *w as f32).collect();
+                let slack: Vec<f32> = r
+                    .want
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| {
+                        (r.slack.get(i).copied().unwrap_or(0.0) + w.abs() * 2f64.powi(-23)) as f32
+                    })
+                    .collect();
+                sets.push((self.s.upload(&want)?, self.s.upload(&slack)?));
+            }
+            Some(sets)
+        } else {
+            None
+        };
         let w = self.workload;
         let params = w.params();
         let fam = w.family();
@@ -85,6 +110,7 @@ impl Ctx<'_> {
         };
 
         let mut cp = self.problem(&p);
+        let mut cp2 = self.problem(&p2);
         let kernel = self.kernel;
         let mut _ws = None;
         if let Some(kernel) = kernel {
@@ -92,12 +118,18 @@ impl Ctx<'_> {
                 code: -1,
                 message: f.message,
             })?;
+            cp2.workspace = cp.workspace;
+            cp2.workspace_bytes = cp.workspace_bytes;
         }
         let stream = self.s.stream.cu_stream();
         let libs = self.libs;
         let a = p.a.ptr;
         let b = p.b.as_ref().map_or(0, |b| b.ptr);
         let b2 = p.b2.as_ref().map_or(0, |b| b.ptr);
+        // The second set's operands (the contenders alternate between the two).
+        let a_2 = p2.a.ptr;
+        let b_2 = p2.b.as_ref().map_or(0, |b| b.ptr);
+        let b2_2 = p2.b2.as_ref().map_or(0, |b| b.ptr);
         let bias = if fam == Family::GemmBiasAct && params.bias {
             p.tensors.first().map_or(0, |t| t.buf.ptr)
         } else {
@@ -200,6 +232,12 @@ impl Ctx<'_> {
             None
         };
 
+        // The input set the candidate's last launch used, and its output (poisoned before
+        // every timed launch, outside the event pair, and checked after it).
+        let last_set = std::cell::Cell::new(0usize);
+        let outs = [p.out.at(GUARD_ELEMENTS), p2.out.at(GUARD_ELEMENTS)];
+        let poison_bits = D::poison().bits();
+        let elem = std::mem::size_of::<D>();
         let mut names: Vec<String> = Vec::new();
         let mut notes: Vec<Option<String>> = Vec::new();
         type Launch<'x> = Box<dyn FnMut() -> Result<(), CudaFailure> + 'x>;
@@ -207,10 +245,16 @@ impl Ctx<'_> {
         if let Some(kernel) = kernel {
             names.push("candidate".into());
             notes.push(None);
-            let cp = cp;
+            let (cp, cp2) = (cp, cp2);
+            let mut k = 0usize;
+            let last = &last_set;
             launches.push(Box::new(move || {
+                let set = k % 2;
+                k += 1;
+                last.set(set);
+                let problem = if set == 0 { &cp } else { &cp2 };
                 // SAFETY: as in `launch`: valid problem, live buffers, our stream.
-                let rc = unsafe { kernel.cutesmith_launch(&cp, stream as _) };
+                let rc = unsafe { kernel.cutesmith_launch(problem, stream as _) };
                 if rc != 0 {
                     return Err(CudaFailure {
                         code: rc,
@@ -224,12 +268,23 @@ impl Ctx<'_> {
             Some(g) => {
                 let glu = fam == Family::GemmGlu;
                 let (d, d2) = (base_out.ptr, base_out2.ptr);
-                let library_gemm = move || -> Result<(), CudaFailure> {
-                    libs.cublas_gemm(&g, dtype, out_dtype, d, a, b, scale, 0.0, allow_tf32)?;
-                    if glu {
-                        libs.cublas_gemm(&g, dtype, out_dtype, d2, a, b2, scale, 0.0, allow_tf32)?;
+                let rotating_gemm = move || {
+                    let mut k = 0usize;
+                    move || -> Result<(), CudaFailure> {
+                        let (a, b, b2) = if k % 2 == 0 {
+                            (a, b, b2)
+                        } else {
+                            (a_2, b_2, b2_2)
+                        };
+                        k += 1;
+                        libs.cublas_gemm(&g, dtype, out_dtype, d, a, b, scale, 0.0, allow_tf32)?;
+                        if glu {
+                            libs.cublas_gemm(
+                                &g, dtype, out_dtype, d2, a, b2, scale, 0.0, allow_tf32,
+                            )?;
+                        }
+                        Ok(())
                     }
-                    Ok(())
                 };
                 if can_cublas && wants(Baseline::Cublas) {
                     names.push("cublas".into());
@@ -242,7 +297,7 @@ impl Ctx<'_> {
                         Family::GemmSoftmax => Some("GEMM only: no softmax".into()),
                         _ => None,
                     });
-                    launches.push(Box::new(library_gemm));
+                    launches.push(Box::new(rotating_gemm()));
                 }
                 if let Some((plan, i)) = &lt {
                     let i = *i;
@@ -259,7 +314,14 @@ impl Ctx<'_> {
                     } else {
                         plan.note.clone()
                     });
+                    let mut k = 0usize;
                     launches.push(Box::new(move || {
+                        let (a, b, b2) = if k % 2 == 0 {
+                            (a, b, b2)
+                        } else {
+                            (a_2, b_2, b2_2)
+                        };
+                        k += 1;
                         plan.run(s_ref, i, a, b, d, lt_alpha)?;
                         if glu {
                             plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
@@ -273,11 +335,18 @@ impl Ctx<'_> {
                 let first: Option<Launch> = if !tail {
                     None
                 } else if can_cublas {
-                    Some(Box::new(library_gemm))
+                    Some(Box::new(rotating_gemm()))
                 } else {
                     lt.as_ref().map(|(plan, i)| -> Launch {
                         let i = *i;
+                        let mut k = 0usize;
                         Box::new(move || {
+                            let (a, b, b2) = if k % 2 == 0 {
+                                (a, b, b2)
+                            } else {
+                                (a_2, b_2, b2_2)
+                            };
+                            k += 1;
                             plan.run(s_ref, i, a, b, d, lt_alpha)?;
                             if glu {
                                 plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
@@ -332,7 +401,11 @@ impl Ctx<'_> {
                             names.push("cudnn".into());
                             notes.push(None);
                             let d = base_out.ptr;
-                            launches.push(Box::new(move || op.run(a, d)));
+                            let mut k = 0usize;
+                            launches.push(Box::new(move || {
+                                k += 1;
+                                op.run(if k % 2 == 1 { a } else { a_2 }, d)
+                            }));
                         }
                         Some(Err(e)) => self
                             .report
@@ -352,14 +425,23 @@ impl Ctx<'_> {
                     )));
                     let sc = (scratch.0.ptr, scratch.1.ptr);
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
-                    launches.push(Box::new(move || ps.run(s_ref, a, pt, sc, sp).map(|_| ())));
+                    let mut k = 0usize;
+                    launches.push(Box::new(move || {
+                        k += 1;
+                        ps.run(s_ref, if k % 2 == 1 { a } else { a_2 }, pt, sc, sp)
+                            .map(|_| ())
+                    }));
                 }
                 names.push("copy".into());
                 notes.push(Some(
                     "device-to-device copy of the same bytes: the bandwidth ceiling".into(),
                 ));
                 let d = base_out.ptr;
-                launches.push(Box::new(move || baseline::copy(s_ref, d, a, out_bytes)));
+                let mut k = 0usize;
+                launches.push(Box::new(move || {
+                    k += 1;
+                    baseline::copy(s_ref, d, if k % 2 == 1 { a } else { a_2 }, out_bytes)
+                }));
             }
         }
         // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round. A
@@ -425,10 +507,34 @@ impl Ctx<'_> {
             }
         }
         let runs = self.job.timing.runs.max(20) as usize;
+        // Every timed launch of the candidate is checked: its output poisoned before the
+        // event pair, compared with the validated answer of its input set after it, on
+        // the device (two counters per launch: outside the tolerance, still poison).
+        let verifier = match &checks {
+            Some(_) => match Verifier::compile(self.s, D::DTYPE) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    self.report.notes.push(format!(
+                        "timed launches NOT verified: the verifier failed to compile: {e}"
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let counts = self.s.zeros::<u64>(2 * runs)?;
+        let vt = w.tolerance().at(shape);
+        let tol = (vt.rtol as f32, vt.atol as f32);
         let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); launches.len()];
-        for _ in 0..runs {
+        for run in 0..runs {
             for (i, l) in launches.iter_mut().enumerate() {
                 let in_graph = matches!(graphs.get(i), Some(Some(_)));
+                let checked = i == 0 && verifier.is_some();
+                if checked {
+                    for o in outs {
+                        self.s.fill_bits(o, p.out_len, elem, poison_bits)?;
+                    }
+                }
                 if self.job.timing.flush_l2 && !in_graph {
                     self.s.flush_l2()?;
                 }
@@ -437,10 +543,46 @@ impl Ctx<'_> {
                     _ => self.s.time_us(&mut **l)?,
                 };
                 samples[i].push(t);
+                if let (true, Some(v), Some(sets)) = (checked, &verifier, &checks) {
+                    let set = last_set.get();
+                    let (want, slack) = &sets[set];
+                    v.run(
+                        self.s,
+                        outs[set],
+                        want.ptr,
+                        slack.ptr,
+                        p.out_len,
+                        tol,
+                        counts.at(2 * run),
+                    )?;
+                }
             }
         }
         drop(graphs);
         drop(launches);
+        if verifier.is_some() {
+            let c = self.s.download(&counts)?;
+            let bad: Vec<(usize, u64, u64)> = (0..runs)
+                .map(|r| (r, c[2 * r], c[2 * r + 1]))
+                .filter(|(_, wrong, unwritten)| wrong + unwritten > 0)
+                .collect();
+            match bad.first() {
+                Some((r, wrong, unwritten)) => {
+                    self.report.fault = Some(super::fault(
+                        FaultKind::TimingInconsistent,
+                        format!(
+                            "timed launch {} of {runs} left {wrong} of {} elements outside the validated tolerance and {unwritten} unwritten ({} of the {runs} timed launches differ from their validated answers): the kernel does not do the whole work on every launch, and its time does not count",
+                            r + 1,
+                            p.out_len,
+                            bad.len()
+                        ),
+                    ));
+                }
+                None => self.report.notes.push(format!(
+                    "every timed launch of the candidate verified: {runs} launches over two input sets, each output poisoned before and compared after"
+                )),
+            }
+        }
         let mut stats: Vec<Stats> = samples
             .iter()
             .filter_map(|s| Stats::from_samples(s))

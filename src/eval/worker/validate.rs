@@ -239,7 +239,7 @@ impl Ctx<'_> {
     /// slack: the dot products' own rounding bound (from the sum of |a||b| over each,
     /// scaled by the arithmetic's unit roundoff) carried through the epilogue chain by
     /// evaluating it at both ends of that interval, so the tolerance holds at any k.
-    fn reference<A: HostElement, D: HostElement>(
+    pub(super) fn reference<A: HostElement, D: HostElement>(
         &mut self,
         p: &Problem<A, D>,
     ) -> Result<Reference, CudaFailure> {

@@ -1,0 +1,786 @@
+// cutesmith template: GEMM then row softmax / log-softmax (CS_FAMILY_GEMM_SOFTMAX), the
+// attention-score and classifier-head pattern, on Hopper (sm_90a).
+//
+//   Z[l] = alpha * A[l] (m x k) * B[l] (k x n) + beta * C[l] (m x n)      for l in [0, batch)
+//   D[l][i, :] = softmax(Z[l][i, :])          (p.log_softmax == 0)
+//   D[l][i, :] = log_softmax(Z[l][i, :])      (p.log_softmax != 0)
+//
+// A and B are bf16 or f16 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16), each
+// stored row- or column-major (CS_WL_LAYOUT_A / CS_WL_LAYOUT_B: all four combinations;
+// default A row, B column). C and D are row-major, of type CS_WL_DTYPE_CD (bf16, f16 or
+// f32; default: the type of A and B). Column-major D returns CS_ERR_UNSUPPORTED.
+//
+// Strategy: two kernels on the given stream (the harness times them as one).
+//   1. A CUTLASS 3 GEMM (the Sm90 collective builders, as in gemm_sm90_cutlass3_ws.cu: a
+//      warp-specialized persistent TMA + WGMMA mainloop with clusters and multicast, and
+//      the TMA epilogue) writes alpha * A * B in fp32 to the workspace (batch * m rows of
+//      ldw = round_up(n, 4) floats). The epilogue has no source (void C): beta * C is
+//      added in stage 2, which reads each row anyway, so C needs no TMA alignment and a
+//      batch stride of 0 (one C for every batch) works too.
+//      TMA needs 16-byte aligned rows: the GEMM covers M' = m (A row-major) or m rounded
+//      down to 8 (A column-major, where M is the contiguous dimension) rows and N' = n
+//      rounded down to 8 columns; the few outputs outside (columns [N', n) of every row,
+//      rows [M', m)) are computed by a small warp-per-output dot-product kernel, so any m
+//      and n work. K must be a multiple of 8 when it is the contiguous dimension of A or
+//      B (A row-major or B column-major), every leading dimension and batch stride of A
+//      and B a multiple of 8, A and B 16-byte aligned; otherwise CS_ERR_UNSUPPORTED.
+//   2. A row softmax kernel reads each fp32 row once (16-byte loads: the workspace rows
+//      are aligned), adds beta * C, and writes D in one pass with the row in registers:
+//      one warp per row for n <= 1024, one CTA per row for n <= 32768 (8 float4 per
+//      thread, up to 1024 threads), else a CTA per row with an online (max, sum) pass
+//      and a second pass re-reading the row (from L2, just read). exp is ex2.approx of
+//      x log2e - max log2e (as in softmax_rows.cu); log_softmax is (x log2e - max log2e
+//      - log2(sum)) ln 2. D is stored 4 elements at a time when its rows allow it.
+// The intermediate costs one fp32 write and read of m x n: a row fits one CTA's tile only
+// when n <= CS_TILE_N, and a fused single-kernel version for that case (the softmax in
+// the epilogue: max and sum across the consumer warpgroups of one tile) is future work.
+//
+// Parameters (override with -DNAME=VALUE):
+//   CS_SCHEDULE   0    0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong
+//   CS_TILE_M     128  CTA tile rows (cooperative: a multiple of 128; ping-pong: of 64)
+//   CS_TILE_N     256  CTA tile columns (128 for ping-pong): a multiple of 8, <= 256
+//   CS_TILE_K     64   K per pipeline stage (64 16-bit values: one 128-byte swizzle row)
+//   CS_CLUSTER_M  2    cluster size along M (B tiles multicast across it)
+//   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
+//   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
+//   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
+
+// Device code is built without assert(): a call to __assertfail inside the consumer loop
+// makes ptxas serialize every WGMMA (see gemm_sm90_cutlass3_ws.cu). Host asserts stay;
+// cs_check rejects what make_tma_copy would assert on first.
+#if defined(__CUDA_ARCH__) && !defined(NDEBUG)
+#define NDEBUG
+#endif
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cute/tensor.hpp>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/kernel_hardware_info.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+
+#include "cutesmith_abi.h"
+
+using namespace cute;
+
+// ---------------------------------------------------------------------------------------
+// Strategy parameters
+// ---------------------------------------------------------------------------------------
+
+#ifndef CS_SCHEDULE
+#define CS_SCHEDULE 0
+#endif
+#ifndef CS_TILE_M
+#define CS_TILE_M 128
+#endif
+#ifndef CS_TILE_N
+#if CS_SCHEDULE == 1
+#define CS_TILE_N 128
+#else
+#define CS_TILE_N 256
+#endif
+#endif
+#ifndef CS_TILE_K
+#define CS_TILE_K 64
+#endif
+#ifndef CS_CLUSTER_M
+#define CS_CLUSTER_M 2
+#endif
+#ifndef CS_CLUSTER_N
+#define CS_CLUSTER_N 1
+#endif
+#ifndef CS_SWIZZLE
+#define CS_SWIZZLE 1
+#endif
+#ifndef CS_RASTER
+#define CS_RASTER 0
+#endif
+
+// ---------------------------------------------------------------------------------------
+// Workload: element types and layouts
+// ---------------------------------------------------------------------------------------
+
+#if defined(CS_WL_DTYPE_AB)
+static constexpr int kDtypeAB = CS_WL_DTYPE_AB;
+#elif defined(CS_GEMM_FP16)
+static constexpr int kDtypeAB = CS_DTYPE_F16;
+#else
+static constexpr int kDtypeAB = CS_DTYPE_BF16;
+#endif
+#if defined(CS_WL_DTYPE_CD)
+static constexpr int kDtypeCD = CS_WL_DTYPE_CD;
+#else
+static constexpr int kDtypeCD = kDtypeAB;
+#endif
+#if defined(CS_WL_LAYOUT_A)
+static constexpr int kLayoutA = CS_WL_LAYOUT_A;
+#else
+static constexpr int kLayoutA = CS_LAYOUT_ROW;
+#endif
+#if defined(CS_WL_LAYOUT_B)
+static constexpr int kLayoutB = CS_WL_LAYOUT_B;
+#else
+static constexpr int kLayoutB = CS_LAYOUT_COL;
+#endif
+
+// What this build can run at all (an instance for another workload still compiles, and
+// every launch returns CS_ERR_UNSUPPORTED).
+static constexpr bool kTypesOk =
+    (kDtypeAB == CS_DTYPE_BF16 || kDtypeAB == CS_DTYPE_F16) &&
+    (kDtypeCD == CS_DTYPE_BF16 || kDtypeCD == CS_DTYPE_F16 || kDtypeCD == CS_DTYPE_F32);
+
+// A and B in CUTLASS's types (the same bits as __nv_bfloat16 / __half); D and C in CUDA's.
+using ElementAB = std::conditional_t<kDtypeAB == CS_DTYPE_F16, cutlass::half_t, cutlass::bfloat16_t>;
+using ElementCD = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
+                  std::conditional_t<kDtypeCD == CS_DTYPE_F16, __half, __nv_bfloat16>>;
+using ElementAcc = float;
+using ElementWs  = float;   // the GEMM's output: Z without beta * C
+
+using LayoutA  = std::conditional_t<kLayoutA == CS_LAYOUT_ROW, cutlass::layout::RowMajor,
+                                    cutlass::layout::ColumnMajor>;
+using LayoutB  = std::conditional_t<kLayoutB == CS_LAYOUT_ROW, cutlass::layout::RowMajor,
+                                    cutlass::layout::ColumnMajor>;
+using LayoutWs = cutlass::layout::RowMajor;
+
+static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
+static constexpr int kAlignWs = 128 / cutlass::sizeof_bits<ElementWs>::value;   // 4
+
+static constexpr int kTileM    = CS_TILE_M;
+static constexpr int kTileN    = CS_TILE_N;
+static constexpr int kTileK    = CS_TILE_K;
+static constexpr int kClusterM = CS_CLUSTER_M;
+static constexpr int kClusterN = CS_CLUSTER_N;
+
+static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative, 1 ping-pong");
+static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
+static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
+static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
+static_assert(kTileK * 2 % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
+static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
+
+using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
+using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
+
+// ---------------------------------------------------------------------------------------
+// Stage 1: the GEMM (alpha * A * B -> fp32 workspace)
+// ---------------------------------------------------------------------------------------
+
+#if CS_SCHEDULE == 1
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+
+// D = alpha * acc, no source: ElementC void below.
+using FusionOp = cutlass::epilogue::fusion::ScaledAcc<ElementWs, float, float>;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAcc, float,
+    void, LayoutWs, kAlignWs,
+    ElementWs, LayoutWs, kAlignWs,
+    EpilogueSchedule,
+    FusionOp
+  >::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementAB, LayoutA, kAlignAB,
+    ElementAB, LayoutB, kAlignAB,
+    ElementAcc,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    MainloopSchedule
+  >::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>,   // (M,N,K,L)
+    CollectiveMainloop,
+    CollectiveEpilogue,
+    cutlass::gemm::PersistentScheduler>;
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+using StrideA  = typename GemmKernel::StrideA;   // (M,K,L): (lda, _1, L) or (_1, lda, L)
+using StrideB  = typename GemmKernel::StrideB;   // (N,K,L): (ldb, _1, L) or (_1, ldb, L)
+using StrideWs = typename GemmKernel::StrideD;   // (M,N,L): (ldw, _1, m * ldw)
+
+// A CuTe stride with the leading dimension in its dynamic mode (0 or 1) and the batch
+// stride in mode 2.
+template <class Stride>
+static Stride cs_stride(int64_t ld, int64_t batch_stride)
+{
+  Stride s{};
+  if constexpr (cute::is_static<std::remove_cv_t<std::remove_reference_t<decltype(get<0>(s))>>>::value)
+    get<1>(s) = ld;
+  else
+    get<0>(s) = ld;
+  get<2>(s) = batch_stride;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Edge outputs: the columns and rows the TMA GEMM leaves out, one warp per output
+// ---------------------------------------------------------------------------------------
+
+struct CsEdgeArgs {
+  const ElementAB* a; int64_t lda, sa; bool a_row;
+  const ElementAB* b; int64_t ldb, sb; bool b_row;
+  float* ws; int64_t ldw, sw;
+  int m, n, k, m_gemm, n_gemm;
+  int64_t per_batch;   // outputs per batch: m * (n - n_gemm) + (m - m_gemm) * n_gemm
+  int64_t total;       // batch * per_batch
+  float alpha;
+};
+
+// Output t of a batch: columns [n_gemm, n) of every row first, then rows [m_gemm, m) of
+// the columns [0, n_gemm).
+__device__ __forceinline__ void cs_edge_position(const CsEdgeArgs& e, int64_t t, int& row, int& col)
+{
+  int64_t const w1 = e.n - e.n_gemm;
+  int64_t const count1 = int64_t(e.m) * w1;
+  if (t < count1) {
+    row = int(t / w1);
+    col = e.n_gemm + int(t - int64_t(row) * w1);
+  } else {
+    int64_t const t2 = t - count1;
+    row = e.m_gemm + int(t2 / e.n_gemm);
+    col = int(t2 - int64_t(row - e.m_gemm) * e.n_gemm);
+  }
+}
+
+__global__ void __launch_bounds__(256)
+cs_edge_kernel(CsEdgeArgs e)
+{
+  int const lane = int(threadIdx.x & 31);
+  int64_t const warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); w < e.total;
+       w += warps) {
+    int64_t const bz = w / e.per_batch;
+    int row, col;
+    cs_edge_position(e, w - bz * e.per_batch, row, col);
+    const ElementAB* a = e.a + bz * e.sa;
+    const ElementAB* b = e.b + bz * e.sb;
+    float acc = 0.0f;
+    for (int kk = lane; kk < e.k; kk += 32) {
+      float const x = float(e.a_row ? a[int64_t(row) * e.lda + kk] : a[int64_t(kk) * e.lda + row]);
+      float const y = float(e.b_row ? b[int64_t(kk) * e.ldb + col] : b[int64_t(col) * e.ldb + kk]);
+      acc = fmaf(x, y, acc);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) e.ws[bz * e.sw + int64_t(row) * e.ldw + col] = e.alpha * acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stage 2: row softmax / log-softmax from the workspace into D
+// ---------------------------------------------------------------------------------------
+
+static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kLn2   = 0.69314718055994531f;
+static constexpr int kWarpRowMax = 1024;    // n <= this: one warp per row
+static constexpr int kCtaVecs    = 8;       // CTA per row: float4 vectors per thread
+static constexpr int kCtaRowMax  = 1024 * kCtaVecs * 4;   // 32768: rows held in registers
+static constexpr int kStreamThreads = 1024;
+
+__device__ __forceinline__ float cs_neg_inf() { return __int_as_float(0xff800000); }
+
+// 2^x: MUFU.EX2 (relative error ~2^-22); ex2(-inf) = +0.
+__device__ __forceinline__ float cs_ex2(float x)
+{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float cs_to_f32(float v) { return v; }
+__device__ __forceinline__ float cs_to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float cs_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T> __device__ __forceinline__ T cs_from_f32(float v);
+template <> __device__ __forceinline__ float cs_from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half cs_from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 cs_from_f32<__nv_bfloat16>(float v)
+{
+  return __float2bfloat16_rn(v);
+}
+
+// Four consecutive elements of D (the address aligned to 4 elements): 16 or 8 bytes.
+__device__ __forceinline__ uint32_t cs_pack2(__nv_bfloat16 /*tag*/, float x, float y)
+{
+  __nv_bfloat162 const h = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t cs_pack2(__half /*tag*/, float x, float y)
+{
+  __half2 const h = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ void cs_store4(float* p, const float (&f)[4])
+{
+  __stcs(reinterpret_cast<float4*>(p), make_float4(f[0], f[1], f[2], f[3]));
+}
+template <class T16>
+__device__ __forceinline__ void cs_store4(T16* p, const float (&f)[4])
+{
+  __stcs(reinterpret_cast<uint2*>(p),
+         make_uint2(cs_pack2(T16{}, f[0], f[1]), cs_pack2(T16{}, f[2], f[3])));
+}
+
+struct CsRowArgs {
+  const float* ws; int64_t ldw;        // Z rows (alpha * A * B), batch-major
+  int64_t rows; int m; int n;          // rows = batch * m
+  const ElementCD* c; int64_t ldc, sc; float beta;
+  ElementCD* d; int64_t ldd, sd;
+  bool d_vec;                          // D rows allow 4-element stores
+};
+
+// The partial state of a row: mL = max(x) log2e (or -inf when empty) and
+// s = sum(2^(x log2e - mL)). Combining is symmetric (butterflies leave the same value in
+// every lane).
+__device__ __forceinline__ void cs_combine(float& m, float& s, float m2, float s2)
+{
+  float const M  = fmaxf(m, m2);
+  float const Me = M == cs_neg_inf() ? 0.0f : M;
+  s = s * cs_ex2(m - Me) + s2 * cs_ex2(m2 - Me);
+  m = M;
+}
+
+__device__ __forceinline__ void cs_warp_reduce(float& m, float& s)
+{
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float const m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    float const s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    cs_combine(m, s, m2, s2);
+  }
+}
+
+__device__ __forceinline__ void cs_block_reduce(float& m, float& s, float2* red)
+{
+  cs_warp_reduce(m, s);
+  int const warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  if (lane == 0) red[warp] = make_float2(m, s);
+  __syncthreads();
+  float2 const v = lane < int(blockDim.x >> 5) ? red[lane] : make_float2(cs_neg_inf(), 0.0f);
+  m = v.x;
+  s = v.y;
+  cs_warp_reduce(m, s);
+}
+
+// An element of the finished row: softmax 2^(x log2e - mL) / s, log_softmax
+// (x log2e - mL - log2 s) ln 2.
+template <bool LOG>
+struct CsRowOut {
+  float ml, k;
+  __device__ __forceinline__ CsRowOut(float mL, float s)
+      : ml(mL == cs_neg_inf() ? 0.0f : mL), k(LOG ? log2f(s) : 1.0f / s) {}
+  __device__ __forceinline__ float operator()(float x) const
+  {
+    if constexpr (LOG) return (fmaf(x, kLog2e, -ml) - k) * kLn2;
+    else               return cs_ex2(fmaf(x, kLog2e, -ml)) * k;
+  }
+};
+
+// Vector j (elements 4j..4j+3) of a row: Z + beta * C, -inf past the end. kLastRead: the
+// row is not read again (evict-first load), else a plain load that leaves it in L2.
+template <bool kLastRead = true>
+__device__ __forceinline__ void cs_row_vec(const CsRowArgs& a, const float* z, const ElementCD* c,
+                                           int j, float (&f)[4])
+{
+  const float4* zv = reinterpret_cast<const float4*>(z) + j;
+  float4 const v = kLastRead ? __ldcs(zv) : __ldg(zv);
+  f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    int const col = 4 * j + e;
+    if (col >= a.n) f[e] = cs_neg_inf();
+    else if (a.beta != 0.0f) f[e] = fmaf(a.beta, cs_to_f32(c[col]), f[e]);
+  }
+}
+
+// Writes vector j of the finished row.
+template <bool LOG>
+__device__ __forceinline__ void cs_row_store(const CsRowArgs& a, ElementCD* d, int j, float (&f)[4],
+                                             const CsRowOut<LOG>& out)
+{
+#pragma unroll
+  for (int e = 0; e < 4; ++e) f[e] = out(f[e]);
+  int const col = 4 * j;
+  if (a.d_vec && col + 3 < a.n) {
+    cs_store4(d + col, f);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (col + e < a.n) d[col + e] = cs_from_f32<ElementCD>(f[e]);
+  }
+}
+
+// One row held in registers by G threads (g = 0..G-1), VPT float4 vectors each.
+template <int VPT, bool LOG, class Reduce>
+__device__ __forceinline__ void cs_row_in_registers(const CsRowArgs& a, int64_t row, int g, int G,
+                                                    Reduce reduce)
+{
+  int64_t const bz = row / a.m, r = row - bz * a.m;
+  const float* z = a.ws + row * a.ldw;
+  const ElementCD* c = a.c + bz * a.sc + r * a.ldc;
+  ElementCD* d = a.d + bz * a.sd + r * a.ldd;
+  int const nv = (a.n + 3) / 4;
+
+  float f[VPT][4];
+  float mx = cs_neg_inf();
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    int const j = g + i * G;
+    if (j < nv) {
+      cs_row_vec(a, z, c, j, f[i]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[i][e] = cs_neg_inf();
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx = fmaxf(mx, f[i][e]);
+  }
+  float mL = mx == cs_neg_inf() ? mx : mx * kLog2e;
+  float const ml = mL == cs_neg_inf() ? 0.0f : mL;
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s += cs_ex2(fmaf(f[i][e], kLog2e, -ml));
+
+  reduce(mL, s);
+  CsRowOut<LOG> const out(mL, s);
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    int const j = g + i * G;
+    if (j < nv) cs_row_store<LOG>(a, d, j, f[i], out);
+  }
+}
+
+// n <= kWarpRowMax: one warp per row, 8 rows per CTA, rows grid-strided.
+template <int VPT, bool LOG>
+__global__ void __launch_bounds__(256)
+cs_softmax_warp_kernel(CsRowArgs a)
+{
+  int64_t const warps = int64_t(blockDim.x >> 5);
+  int const lane = int(threadIdx.x & 31);
+  for (int64_t row = int64_t(blockIdx.x) * warps + (threadIdx.x >> 5); row < a.rows;
+       row += int64_t(gridDim.x) * warps)
+    cs_row_in_registers<VPT, LOG>(a, row, lane, 32, [](float& m, float& s) { cs_warp_reduce(m, s); });
+}
+
+// n <= kCtaRowMax: one CTA per row, the row in registers.
+template <bool LOG>
+__global__ void __launch_bounds__(1024, 1)
+cs_softmax_cta_kernel(CsRowArgs a)
+{
+  __shared__ float2 red[32];
+  cs_row_in_registers<kCtaVecs, LOG>(a, int64_t(blockIdx.x), int(threadIdx.x), int(blockDim.x),
+                                     [&](float& m, float& s) { cs_block_reduce(m, s, red); });
+}
+
+// Longer rows: one CTA per row, an online (max, sum) pass, then a pass that re-reads the
+// row (still in L2) and writes D.
+template <bool LOG>
+__global__ void __launch_bounds__(kStreamThreads)
+cs_softmax_stream_kernel(CsRowArgs a)
+{
+  __shared__ float2 red[32];
+  int64_t const row = int64_t(blockIdx.x);
+  int64_t const bz = row / a.m, r = row - bz * a.m;
+  const float* z = a.ws + row * a.ldw;
+  const ElementCD* c = a.c + bz * a.sc + r * a.ldc;
+  ElementCD* d = a.d + bz * a.sd + r * a.ldd;
+  int const nv = (a.n + 3) / 4;
+  int const g = int(threadIdx.x), G = int(blockDim.x);
+
+  float mL = cs_neg_inf(), s = 0.0f;
+  for (int j = g; j < nv; j += G) {
+    float f[4];
+    cs_row_vec<false>(a, z, c, j, f);
+    float const cm = fmaxf(fmaxf(f[0], f[1]), fmaxf(f[2], f[3]));
+    float const cmL = cm == cs_neg_inf() ? cm : cm * kLog2e;
+    if (cmL > mL) {                 // new running max: rescale the running sum
+      s *= cs_ex2(mL - cmL);
+      mL = cmL;
+    }
+    float const ml = mL == cs_neg_inf() ? 0.0f : mL;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s += cs_ex2(fmaf(f[e], kLog2e, -ml));
+  }
+  cs_block_reduce(mL, s, red);
+  CsRowOut<LOG> const out(mL, s);
+  for (int j = g; j < nv; j += G) {
+    float f[4];
+    cs_row_vec(a, z, c, j, f);
+    cs_row_store<LOG>(a, d, j, f, out);
+  }
+}
+
+template <bool LOG>
+static cudaError_t cs_launch_rows(const CsRowArgs& a, cudaStream_t stream)
+{
+  int64_t const nv = (int64_t(a.n) + 3) / 4;
+  if (a.n <= kWarpRowMax) {
+    int64_t grid = (a.rows + 7) / 8;
+    if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
+    int64_t const vpt = (nv + 31) / 32;
+    if (vpt <= 1)      cs_softmax_warp_kernel<1, LOG><<<unsigned(grid), 256, 0, stream>>>(a);
+    else if (vpt <= 2) cs_softmax_warp_kernel<2, LOG><<<unsigned(grid), 256, 0, stream>>>(a);
+    else if (vpt <= 4) cs_softmax_warp_kernel<4, LOG><<<unsigned(grid), 256, 0, stream>>>(a);
+    else               cs_softmax_warp_kernel<8, LOG><<<unsigned(grid), 256, 0, stream>>>(a);
+  } else if (a.n <= kCtaRowMax) {
+    int64_t threads = ((nv + kCtaVecs - 1) / kCtaVecs + 31) / 32 * 32;
+    cs_softmax_cta_kernel<LOG><<<unsigned(a.rows), unsigned(threads), 0, stream>>>(a);
+  } else {
+    cs_softmax_stream_kernel<LOG><<<unsigned(a.rows), kStreamThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: problem checks and geometry
+// ---------------------------------------------------------------------------------------
+
+static inline bool cs_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 0xF) == 0; }
+
+// A TMA global stride of a 16-bit operand (in elements): a multiple of 16 bytes, < 2^40 bytes.
+static inline bool cs_tma_stride_ok(int64_t elems)
+{
+  return elems >= 0 && elems < (int64_t(1) << 39) && elems % kAlignAB == 0;
+}
+
+struct CsGeometry {
+  int64_t m_gemm, n_gemm;       // the part the TMA GEMM computes
+  int64_t ldw;                  // workspace row stride (floats)
+  uint64_t ws_bytes;            // the fp32 rows, rounded up to 256 bytes
+};
+
+static CsGeometry cs_geometry(const cs_problem& p)
+{
+  CsGeometry g;
+  g.m_gemm = kLayoutA == CS_LAYOUT_COL ? p.m / 8 * 8 : p.m;
+  g.n_gemm = p.n / 8 * 8;
+  g.ldw = (p.n + 3) / 4 * 4;
+  g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
+  return g;
+}
+
+// The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
+// value that is still a valid TMA stride.
+static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride, int64_t ld, int64_t outer)
+{
+  return p.batch > 1 ? batch_stride : ld * outer;
+}
+
+// CS_OK when this kernel handles `p`.
+static int32_t cs_check(const cs_problem& p, bool check_pointers)
+{
+  constexpr int64_t kMaxInt = 0x7fffffffLL;
+  if (!kTypesOk) return CS_ERR_UNSUPPORTED;
+  if (p.family != CS_FAMILY_GEMM_SOFTMAX) return CS_ERR_UNSUPPORTED;
+  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD) return CS_ERR_UNSUPPORTED;
+  if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != CS_LAYOUT_ROW)
+    return CS_ERR_UNSUPPORTED;
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.k == 0) return CS_ERR_UNSUPPORTED;
+  if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
+  if (p.batch * p.m > kMaxInt) return CS_ERR_UNSUPPORTED;    // one CTA per row at most
+
+  // Mainloop (TMA): 16-byte multiples for the strides, and for K where it is contiguous.
+  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
+  if ((a_row || !b_row) && p.k % kAlignAB != 0) return CS_ERR_UNSUPPORTED;
+  if (p.lda < (a_row ? p.k : p.m) || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
+  if (p.ldb < (b_row ? p.n : p.k) || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
+  int64_t const outer_a = a_row ? p.m : p.k, outer_b = b_row ? p.k : p.n;
+  if (p.lda > INT64_MAX / outer_a || p.ldb > INT64_MAX / outer_b) return CS_ERR_UNSUPPORTED;
+  // Broadcast operands (batch stride 0) would need a stride-0 TMA dimension: not handled.
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, outer_a)) ||
+      (p.batch > 1 && p.batch_stride_a == 0)) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, outer_b)) ||
+      (p.batch > 1 && p.batch_stride_b == 0)) return CS_ERR_UNSUPPORTED;
+
+  // Stage 2: C and D rows (any alignment of the element type).
+  if (p.m > 1 && p.ldd < p.n) return CS_ERR_UNSUPPORTED;
+  if (p.batch > 1 && p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;   // D batches would race
+  bool const has_c = p.beta != 0.0f;
+  if (has_c && p.m > 1 && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
+
+  if (check_pointers) {
+    if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    if (!cs_aligned16(p.a) || !cs_aligned16(p.b)) return CS_ERR_UNSUPPORTED;
+    if (has_c && p.c == nullptr) return CS_ERR_UNSUPPORTED;
+    uintptr_t const esize = sizeof(ElementCD);
+    if (reinterpret_cast<uintptr_t>(p.d) % esize != 0) return CS_ERR_UNSUPPORTED;
+    if (has_c && reinterpret_cast<uintptr_t>(p.c) % esize != 0) return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: CUTLASS arguments
+// ---------------------------------------------------------------------------------------
+
+static typename Gemm::Arguments cs_make_arguments(const cs_problem& p, const CsGeometry& g, float* ws)
+{
+  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
+  StrideA const dA = cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
+  StrideB const dB = cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
+  StrideWs const dW = cs_stride<StrideWs>(g.ldw, p.m * g.ldw);
+
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.sm_count = p.sm_count;
+  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
+  }
+
+  int const L = int(p.batch);
+  typename Gemm::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
+      {{}, nullptr, dW, ws, dW},
+      hw_info};
+  args.epilogue.thread.alpha = p.alpha;
+  args.epilogue.thread.beta = 0.0f;   // no source: beta * C is stage 2's
+
+  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  args.scheduler.max_swizzle_size = CS_SWIZZLE;
+  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
+                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
+                                               : RasterOrderOptions::Heuristic;
+  return args;
+}
+
+// cutlass::Status -> cs_status / cudaError_t
+static int32_t cs_status_of(cutlass::Status s)
+{
+  switch (s) {
+    case cutlass::Status::kSuccess:            return CS_OK;
+    case cutlass::Status::kErrorWorkspaceNull: return CS_ERR_WORKSPACE;
+    case cutlass::Status::kErrorInternal: {
+      cudaError_t const e = cudaGetLastError();
+      return int32_t(e != cudaSuccess ? e : cudaErrorUnknown);
+    }
+    default:                                   return CS_ERR_UNSUPPORTED;
+  }
+}
+
+// Total workspace: the fp32 rows, then CUTLASS's own (tile scheduler) workspace.
+static int32_t cs_workspace(const cs_problem& p, const CsGeometry& g, uint64_t* bytes)
+{
+  *bytes = g.ws_bytes;
+  if (g.m_gemm > 0 && g.n_gemm > 0) {
+    typename Gemm::Arguments args = cs_make_arguments(p, g, nullptr);   // pointers may be NULL
+    if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+    *bytes += uint64_t(Gemm::get_workspace_size(args));
+  }
+  return CS_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// ABI entry points
+// ---------------------------------------------------------------------------------------
+
+CS_EXPORT uint32_t cutesmith_abi_version(void)
+{
+  return CS_ABI_VERSION;
+}
+
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t* bytes)
+{
+  if (bytes != nullptr) *bytes = 0;
+  if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  if (cs_check(*problem, /*check_pointers=*/false) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+  return cs_workspace(*problem, cs_geometry(*problem), bytes);
+}
+
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
+{
+  if (problem == nullptr) return CS_ERR_UNSUPPORTED;
+  const cs_problem& p = *problem;
+  if (p.abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  int32_t status = cs_check(p, /*check_pointers=*/true);
+  if (status != CS_OK) return status;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
+
+  CsGeometry const g = cs_geometry(p);
+  uint64_t need = 0;
+  status = cs_workspace(p, g, &need);
+  if (status != CS_OK) return status;
+  if (p.workspace == nullptr || p.workspace_bytes < need) return CS_ERR_WORKSPACE;
+  if (!cs_aligned16(p.workspace)) return CS_ERR_UNSUPPORTED;
+  float* ws = static_cast<float*>(p.workspace);
+
+  // Stage 1: the TMA GEMM over (m_gemm, n_gemm), then the edge outputs.
+  if (g.m_gemm > 0 && g.n_gemm > 0) {
+    typename Gemm::Arguments args = cs_make_arguments(p, g, ws);
+    Gemm gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+    void* gemm_ws = static_cast<char*>(p.workspace) + g.ws_bytes;
+    cutlass::Status s = gemm.initialize(args, gemm_ws, stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+    s = gemm.run(stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+  }
+  int64_t const per_batch = p.m * (p.n - g.n_gemm) + (p.m - g.m_gemm) * g.n_gemm;
+  if (per_batch > 0) {
+    CsEdgeArgs e;
+    e.a = static_cast<const ElementAB*>(p.a); e.lda = p.lda; e.sa = p.batch_stride_a;
+    e.a_row = kLayoutA == CS_LAYOUT_ROW;
+    e.b = static_cast<const ElementAB*>(p.b); e.ldb = p.ldb; e.sb = p.batch_stride_b;
+    e.b_row = kLayoutB == CS_LAYOUT_ROW;
+    e.ws = ws; e.ldw = g.ldw; e.sw = p.m * g.ldw;
+    e.m = int(p.m); e.n = int(p.n); e.k = int(p.k);
+    e.m_gemm = int(g.m_gemm); e.n_gemm = int(g.n_gemm);
+    e.per_batch = per_batch;
+    e.total = per_batch * p.batch;
+    e.alpha = p.alpha;
+    int64_t blocks = (e.total + 7) / 8;
+    int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;
+    if (blocks > cap) blocks = cap;
+    cs_edge_kernel<<<unsigned(blocks), 256, 0, stream>>>(e);
+    cudaError_t const err = cudaGetLastError();
+    if (err != cudaSuccess) return int32_t(err);
+  }
+
+  // Stage 2: the rows.
+  CsRowArgs a;
+  a.ws = ws; a.ldw = g.ldw;
+  a.rows = p.batch * p.m; a.m = int(p.m); a.n = int(p.n);
+  a.beta = p.beta;
+  a.c = static_cast<const ElementCD*>(p.beta != 0.0f ? p.c : p.d);   // never read when beta == 0
+  a.ldc = p.ldc; a.sc = p.batch_stride_c;
+  a.d = static_cast<ElementCD*>(p.d); a.ldd = p.ldd; a.sd = p.batch_stride_d;
+  uintptr_t const vec_bytes = 4 * sizeof(ElementCD);
+  a.d_vec = reinterpret_cast<uintptr_t>(p.d) % vec_bytes == 0 && (p.m == 1 || p.ldd % 4 == 0) &&
+            (p.batch == 1 || p.batch_stride_d % 4 == 0);
+  cudaError_t const err = p.log_softmax != 0 ? cs_launch_rows<true>(a, stream)
+                                             : cs_launch_rows<false>(a, stream);
+  return int32_t(err);
+}
