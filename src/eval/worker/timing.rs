@@ -562,25 +562,9 @@ impl Ctx<'_> {
         drop(launches);
         if verifier.is_some() {
             let c = self.s.download(&counts)?;
-            let bad: Vec<(usize, u64, u64)> = (0..runs)
-                .map(|r| (r, c[2 * r], c[2 * r + 1]))
-                .filter(|(_, wrong, unwritten)| wrong + unwritten > 0)
-                .collect();
-            match bad.first() {
-                Some((r, wrong, unwritten)) => {
-                    self.report.fault = Some(super::fault(
-                        FaultKind::TimingInconsistent,
-                        format!(
-                            "timed launch {} of {runs} left {wrong} of {} elements outside the validated tolerance and {unwritten} unwritten ({} of the {runs} timed launches differ from their validated answers): the kernel does not do the whole work on every launch, and its time does not count",
-                            r + 1,
-                            p.out_len,
-                            bad.len()
-                        ),
-                    ));
-                }
-                None => self.report.notes.push(format!(
-                    "every timed launch of the candidate verified: {runs} launches over two input sets, each output poisoned before and compared after"
-                )),
+            match timing_verdict(&c, p.out_len) {
+                Ok(note) => self.report.notes.push(note),
+                Err(f) => self.report.fault = Some(f),
             }
         }
         let mut stats: Vec<Stats> = samples
@@ -693,6 +677,33 @@ fn capture_graph(
     Ok(timed)
 }
 
+/// The verdict on the timed launches from the verifier's counters (two per launch: outside
+/// the validated tolerance, still poison): a note when every launch did the whole work,
+/// else the `timing_inconsistent` fault naming the first bad launch.
+pub(super) fn timing_verdict(
+    counts: &[u64],
+    out_len: usize,
+) -> Result<String, crate::eval::job::Fault> {
+    let runs = counts.len() / 2;
+    let bad: Vec<(usize, u64, u64)> = (0..runs)
+        .map(|r| (r, counts[2 * r], counts[2 * r + 1]))
+        .filter(|(_, wrong, unwritten)| wrong + unwritten > 0)
+        .collect();
+    match bad.first() {
+        Some((r, wrong, unwritten)) => Err(super::fault(
+            FaultKind::TimingInconsistent,
+            format!(
+                "timed launch {} of {runs} left {wrong} of {out_len} elements outside the validated tolerance and {unwritten} unwritten ({} of the {runs} timed launches differ from their validated answers): the kernel does not do the whole work on every launch, and its time does not count",
+                r + 1,
+                bad.len()
+            ),
+        )),
+        None => Ok(format!(
+            "every timed launch of the candidate verified: {runs} launches over two input sets, each output poisoned before and compared after"
+        )),
+    }
+}
+
 /// The ops a framework runs as separate elementwise passes after its library op: the
 /// chain after the GEMM (gemm, gemm_bias_act), the whole chain (activation), the gate and
 /// the product (gemm_glu); none otherwise.
@@ -708,5 +719,34 @@ fn unfused_chain(w: &Workload) -> Option<Chain> {
             Some(c)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timed_launches_are_judged_from_the_counters() {
+        // Recorded from the skip_on_repeat fixture's shape: 30 launches, the first two
+        // complete (first sight of each input set), then half of D left unwritten.
+        let mut c = vec![0u64; 60];
+        for r in 2..30 {
+            c[2 * r + 1] = 131_072;
+        }
+        let f = timing_verdict(&c, 262_144).unwrap_err();
+        assert_eq!(f.kind, FaultKind::TimingInconsistent);
+        assert!(f.message.starts_with("timed launch 3 of 30 left 0 of 262144 elements outside the validated tolerance and 131072 unwritten (28 of the 30"), "{}", f.message);
+        let ok = timing_verdict(&[0; 60], 262_144).unwrap();
+        assert!(ok.contains("30 launches"), "{ok}");
+        // A value error counts as much as an unwritten element.
+        let mut v = vec![0u64; 40];
+        v[38] = 5;
+        let f = timing_verdict(&v, 100).unwrap_err();
+        assert!(
+            f.message.contains("timed launch 20 of 20 left 5 of 100"),
+            "{}",
+            f.message
+        );
     }
 }
