@@ -1,6 +1,6 @@
 //! Running a subprocess the way every tool call in cutesmith must: in its own process
 //! group, with a wall-clock timeout that kills the whole group, and with captured output
-//! capped so a runaway tool cannot fill memory.
+//! capped (its beginning and its end kept) so a runaway tool cannot fill memory.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -145,24 +145,49 @@ pub fn kill_group(pid: i32) {
 
 type Reader = std::thread::JoinHandle<(Vec<u8>, bool)>;
 
+/// Reads a stream to its end, keeping at most `cap` bytes: the first half and the last
+/// half when it is longer (a child's final line, such as a worker's result, survives any
+/// amount of output before it), with a marker where the middle was cut.
 fn reader_thread<R: Read + Send + 'static>(mut stream: R, cap: usize) -> Reader {
     std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut truncated = false;
+        let half = cap / 2;
+        let mut head = Vec::new();
+        let mut tail: Vec<u8> = Vec::new();
+        let mut cut: u64 = 0;
         let mut buf = [0u8; 64 * 1024];
         loop {
             match stream.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let room = cap.saturating_sub(kept.len());
-                    if n > room {
-                        truncated = true;
+                    let mut chunk = &buf[..n];
+                    let room = half.saturating_sub(head.len());
+                    if room > 0 {
+                        let take = room.min(chunk.len());
+                        head.extend_from_slice(&chunk[..take]);
+                        chunk = &chunk[take..];
                     }
-                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    tail.extend_from_slice(chunk);
+                    let keep = cap - half;
+                    if tail.len() > 2 * keep.max(1) {
+                        let drop = tail.len() - keep;
+                        cut += drop as u64;
+                        tail.drain(..drop);
+                    }
                 }
             }
         }
-        (kept, truncated)
+        let keep = cap - half;
+        if tail.len() > keep {
+            let drop = tail.len() - keep;
+            cut += drop as u64;
+            tail.drain(..drop);
+        }
+        let truncated = cut > 0;
+        if truncated {
+            head.extend_from_slice(format!("\n[... {cut} bytes cut ...]\n").as_bytes());
+        }
+        head.extend_from_slice(&tail);
+        (head, truncated)
     })
 }
 
@@ -206,12 +231,18 @@ mod tests {
     }
 
     #[test]
-    fn output_is_capped() {
+    fn output_is_capped_and_keeps_the_end() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "yes x | head -c 100000"]);
+        cmd.args(["-c", "yes x | head -c 100000; echo RESULT-LINE"]);
         let out = run(cmd, Duration::from_secs(10), 1000).unwrap();
-        assert_eq!(out.stdout.len(), 1000);
         assert!(out.truncated);
+        assert!(out.stdout.len() < 1100, "{}", out.stdout.len());
+        assert!(out.stdout.starts_with("x\nx\n"));
+        assert!(
+            out.stdout.ends_with("RESULT-LINE\n"),
+            "the last line must survive"
+        );
+        assert!(out.stdout.contains("bytes cut ..."));
     }
 
     #[test]

@@ -203,6 +203,7 @@ impl Evaluator for ScriptedEvaluator {
             revalidation: None,
             fault: None,
             notes: vec!["TEST DOUBLE: no GPU ran".into()],
+            environment: None,
         };
         Ok(Evaluation {
             report: Some(report),
@@ -272,6 +273,7 @@ impl Evaluator for ScriptedEvaluator {
                 revalidation: None,
                 fault: fault.clone(),
                 notes: vec!["TEST DOUBLE: no GPU ran".into()],
+                environment: None,
             }),
             fault,
             inspect: None,

@@ -111,8 +111,11 @@ pub enum FaultKind {
     /// Right within the workload's tolerance but less precise than its arithmetic
     /// demands (e.g. TF32 or fp16 inside an fp32 workload), by the fp64 check.
     Precision,
-    /// A data race, found by compute-sanitizer racecheck.
+    /// A data race, found by compute-sanitizer racecheck (or results that move between
+    /// runs on the same inputs).
     Race,
+    /// A barrier or warp-synchronization misuse, found by compute-sanitizer synccheck.
+    SyncError,
     /// Timed faster than the roofline floor allows: a measurement or correctness bug.
     BelowRoofline,
     /// A timed launch's output differs from the validated answer for its inputs: the
@@ -274,6 +277,10 @@ pub struct WorkerReport {
     pub fault: Option<Fault>,
     /// Human-readable notes (degraded features, skipped baselines).
     pub notes: Vec<String>,
+    /// Why the worker could not evaluate anything on this machine (no usable GPU, the
+    /// ceilings could not be measured): the environment's failure, never the kernel's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 impl WorkerReport {

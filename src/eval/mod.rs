@@ -203,6 +203,7 @@ pub fn sanitize(
         if !rep.findings.is_empty() {
             let kind = match t {
                 sanitizer::Tool::Racecheck => FaultKind::Race,
+                sanitizer::Tool::Synccheck => FaultKind::SyncError,
                 _ => FaultKind::OutOfBounds,
             };
             let refine = eval.fault.as_ref().is_none_or(|f| {
@@ -210,6 +211,7 @@ pub fn sanitize(
                     f.kind,
                     FaultKind::Mismatch
                         | FaultKind::Race
+                        | FaultKind::SyncError
                         | FaultKind::KernelError
                         | FaultKind::OutOfBounds
                 )

@@ -103,6 +103,11 @@ pub(super) fn spawn_worker(
         });
     }
     let report = parsed.and_then(|r| r.ok());
+    if let Some(why) = report.as_ref().and_then(|r| r.environment.clone()) {
+        // Not the kernel's fault: stop with the environment's error (exit 2), spending
+        // no debug round on the kernel.
+        return Err(Error::NoGpu(why));
+    }
     let fault = if out.timed_out {
         Some(Fault {
             kind: FaultKind::Timeout,

@@ -133,6 +133,10 @@ pub struct CompileOutcome {
     pub command: Vec<String>,
     /// Seconds nvcc ran (when the outcome was produced, not when it was read back).
     pub nvcc_seconds: f64,
+    /// nvcc died of a signal (killed for memory, interrupted): says nothing about the
+    /// source, so the outcome is not cached.
+    #[serde(default)]
+    pub killed_by_signal: bool,
     /// True when this outcome came from the cache without running nvcc.
     #[serde(skip)]
     pub cached: bool,
@@ -227,8 +231,11 @@ pub fn compile(
             return Err(e);
         }
     };
-    // A timeout depends on the machine's load, not only on the inputs: never cache it.
-    if outcome.status == CompileStatus::TimedOut || !req.options.use_cache {
+    // A timeout or a kill depends on the machine, not only on the inputs: never cache it.
+    if outcome.status == CompileStatus::TimedOut
+        || outcome.killed_by_signal
+        || !req.options.use_cache
+    {
         let keep = cache.keep_uncached(&key, &staging)?;
         return Ok(relocate(outcome, &cache.entry_dir(&key), &keep));
     }
@@ -412,8 +419,16 @@ fn run_nvcc(
         diagnostics: Vec::new(),
         command,
         nvcc_seconds,
+        killed_by_signal: false,
         cached: false,
     };
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = out.status.and_then(|st| st.signal()) {
+            outcome.killed_by_signal = !out.timed_out;
+            full_log_note(&staging, sig)?;
+        }
+    }
     match status {
         CompileStatus::Success => {
             let dest = staging.join("kernel.so");
@@ -437,6 +452,11 @@ fn run_nvcc(
                 outcome.condensed =
                     diagnostics::condense(&warnings, &user_files, CONDENSED_MAX_BYTES);
             }
+        }
+        CompileStatus::Failed if outcome.killed_by_signal => {
+            outcome.condensed = "nvcc was killed by a signal (out of memory, or interrupted): \
+                                 not a verdict on the source; it was not cached, compile again"
+                .into();
         }
         CompileStatus::Failed => {
             outcome.condensed = if diags.is_empty() {
@@ -462,6 +482,18 @@ fn run_nvcc(
     let path = staging.join(OUTCOME_FILE);
     std::fs::write(&path, json).at(&path)?;
     Ok(outcome)
+}
+
+/// Appends the signal that ended nvcc to the kept log.
+fn full_log_note(staging: &Path, sig: i32) -> Result<()> {
+    use std::io::Write as _;
+    let path = staging.join("nvcc.log");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .at(&path)?;
+    writeln!(f, "\n[cutesmith: nvcc died of signal {sig}]").at(&path)?;
+    Ok(())
 }
 
 /// `LIBRARY_PATH` for nvcc's link step: the toolkit's own `lib`/`lib64` first. The pip

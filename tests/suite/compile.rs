@@ -376,3 +376,36 @@ fn generated_passes_and_chain_functors_compile() {
         assert!(o.ok(), "{}:\n{}", req.file_name, o.condensed);
     }
 }
+
+/// An nvcc that dies of a signal (killed for memory, interrupted) says nothing about the
+/// source: the outcome says so and is not cached, so the next compile runs again.
+#[test]
+fn a_compile_killed_by_a_signal_is_not_cached() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(mut tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("nvcc");
+    std::fs::write(&fake, "#!/bin/sh\nkill -KILL $$\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    tc.nvcc.path = fake;
+    let cache = CompileCache::new(dir.path().join("cache"));
+    let req = CompileRequest {
+        source: TINY.to_string(),
+        file_name: "tiny.cu".into(),
+        options: CompileOptions::default(),
+    };
+    let o = compile::compile(&tc, &cache, &req).unwrap();
+    assert_eq!(o.status, CompileStatus::Failed);
+    assert!(o.killed_by_signal);
+    assert!(
+        o.condensed.contains("killed by a signal"),
+        "{}",
+        o.condensed
+    );
+    assert!(
+        cache.lookup(&o.key).is_none(),
+        "a killed compile must not be cached"
+    );
+    let again = compile::compile(&tc, &cache, &req).unwrap();
+    assert!(!again.cached);
+}

@@ -64,6 +64,7 @@ fn empty_report() -> WorkerReport {
         revalidation: None,
         fault: None,
         notes: Vec::new(),
+        environment: None,
     }
 }
 
@@ -104,7 +105,7 @@ fn run(job: &Job) -> WorkerReport {
     let mut s = match Session::open() {
         Ok(s) => s,
         Err(e) => {
-            report.notes.push(e.to_string());
+            report.environment = Some(format!("the worker could not open the GPU: {e}"));
             return report;
         }
     };
@@ -114,7 +115,9 @@ fn run(job: &Job) -> WorkerReport {
     let copy_bw = match s.measure_copy_bandwidth() {
         Ok(bw) => bw,
         Err(e) => {
-            report.notes.push(format!("copy bandwidth: {e}"));
+            report.environment = Some(format!(
+                "the worker could not measure the device's copy bandwidth: {e}"
+            ));
             return report;
         }
     };
