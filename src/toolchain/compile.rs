@@ -426,7 +426,7 @@ fn run_nvcc(
         use std::os::unix::process::ExitStatusExt;
         if let Some(sig) = out.status.and_then(|st| st.signal()) {
             outcome.killed_by_signal = !out.timed_out;
-            full_log_note(&staging, sig)?;
+            full_log_note(staging, sig)?;
         }
     }
     match status {
