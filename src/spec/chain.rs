@@ -224,6 +224,18 @@ impl Chain {
             .all(|s| matches!(s.op, Op::Act(Activation::Identity, _, _)))
     }
 
+    /// The chain's one activation and its parameters, when that is all it is (no other
+    /// op, no tensor): kernels may then take it at run time, in their tuned forms.
+    pub fn single_activation(&self) -> Option<(Activation, f64, f64)> {
+        match self.steps.as_slice() {
+            [Step {
+                op: Op::Act(a, p0, p1),
+                save: None,
+            }] if self.tensors.is_empty() => Some((*a, *p0, *p1)),
+            _ => None,
+        }
+    }
+
     /// Appends an op.
     pub fn push(&mut self, op: Op) {
         self.steps.push(Step { op, save: None });

@@ -45,7 +45,11 @@ pub fn workload_block(w: &Workload) -> String {
     ] {
         s.push_str(&format!("#define {k} {v} // {what}\n"));
     }
-    if w.family().has_chain() && !w.chain().is_identity() {
+    // An activation workload that is one activation runs it from `cs_problem` (the
+    // templates' tuned forms); anything longer is the chain functor.
+    let plain_activation =
+        w.family() == crate::spec::Family::Activation && w.chain().single_activation().is_some();
+    if w.family().has_chain() && !w.chain().is_identity() && !plain_activation {
         s.push_str(&w.chain().cpp());
     }
     s

@@ -163,7 +163,21 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
-        "elementwise_activation" | "softmax_rows" | "gemm_softmax" | "gemm_glu" => Ok(()),
+        "softmax_rows" if out != dt => Err(format!(
+            "out_dtype {out}: the template writes the input's type ({dt}) only"
+        )),
+        "gemm_softmax" | "gemm_glu" => {
+            if lay.shared_a || lay.shared_b {
+                return Err(
+                    "layout shared: the template takes no batch-shared (stride 0) operand".into(),
+                );
+            }
+            if s.template == "gemm_glu" && w.params().beta != 0.0 {
+                return Err("params.beta: the template takes beta = 0 only".into());
+            }
+            Ok(())
+        }
+        "elementwise_activation" | "softmax_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
 }

@@ -291,6 +291,15 @@ impl<'a> super::Ctx<'a> {
             gate: params.gate.abi_value(),
             reserved1: 0,
         };
+        // An activation workload that is one activation (an [[epilogue]] one included)
+        // states it, with its parameters, in the problem.
+        if w.family() == Family::Activation {
+            if let Some((act, p0, p1)) = w.chain().single_activation() {
+                cp.activation = act.abi_value();
+                cp.act_alpha = p0 as f32;
+                cp.act_beta = p1 as f32;
+            }
+        }
         if let Some(g) = &p.gemm {
             cp.lda = g.lda;
             cp.ldb = g.ldb;
