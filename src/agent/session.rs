@@ -309,7 +309,11 @@ impl SessionDir {
             .iter()
             .map(|b| (b.name.clone(), b.stats.median_us, b.speedup))
             .collect();
-        Some(w.goal(t.candidate.map(|c| c.median_us), &baselines))
+        Some(w.goal(
+            t.candidate.map(|c| c.median_us),
+            &baselines,
+            t.roofline_fraction,
+        ))
     }
 }
 

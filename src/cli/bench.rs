@@ -278,7 +278,11 @@ fn row(r: &SuiteRow) -> BenchRow {
         })
         .unwrap_or_default();
     let (goal, met) = match (&workload, &r.result) {
-        (Some(w), _) => w.goal(best_us, &baselines),
+        (Some(w), _) => w.goal(
+            best_us,
+            &baselines,
+            timing.as_ref().and_then(|t| t.roofline_fraction),
+        ),
         (None, Err(e)) => (format!("error: {e}"), false),
         (None, Ok(_)) => ("no correct candidate".into(), false),
     };

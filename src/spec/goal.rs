@@ -7,15 +7,28 @@ impl Workload {
     /// The goal in words and whether it was met by a best time of `best_us` against
     /// `baselines` (name, median us, speedup of the candidate over it): GEMMs against the
     /// spec's speedup target over its baseline; memory-bound ops against 90% (softmax 80%)
-    /// of the copy.
+    /// of the copy; and, when the spec sets `target.min_roofline_fraction`, that fraction
+    /// of the roofline floor too (`roofline` is the best time's fraction).
     pub fn goal(
         &self,
         best_us: Option<f64>,
         baselines: &[(String, f64, Option<f64>)],
+        roofline: Option<f64>,
     ) -> (String, bool) {
         if best_us.is_none() {
             return ("no correct candidate".into(), false);
         }
+        let (words, met) = self.speed_goal(baselines);
+        match self.target().min_roofline_fraction {
+            Some(f) => (
+                format!("{words} and {:.0}% of the roofline", f * 100.0),
+                met && roofline.is_some_and(|r| r >= f),
+            ),
+            None => (words, met),
+        }
+    }
+
+    fn speed_goal(&self, baselines: &[(String, f64, Option<f64>)]) -> (String, bool) {
         let speedup_of = |name: &str| {
             baselines
                 .iter()
@@ -62,19 +75,34 @@ mod tests {
         let gemm = Workload::find(&dir, "gemm_bf16_4096").unwrap();
         let b = vec![("cublas".to_string(), 100.0, Some(1.05))];
         assert_eq!(
-            gemm.goal(Some(95.0), &b),
+            gemm.goal(Some(95.0), &b, None),
             ("1.00x cublas".to_string(), true)
         );
         let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
-        assert!(!gemm.goal(Some(102.0), &slow).1);
+        assert!(!gemm.goal(Some(102.0), &slow, None).1);
         let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
         let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
         assert_eq!(
-            sm.goal(Some(118.0), &copy),
+            sm.goal(Some(118.0), &copy, None),
             ("80% of copy".to_string(), true)
         );
         let act = Workload::find(&dir, "act_relu_bf16").unwrap();
-        assert!(!act.goal(Some(118.0), &copy).1, "activations need 90%");
-        assert!(!act.goal(None, &copy).1);
+        assert!(
+            !act.goal(Some(118.0), &copy, None).1,
+            "activations need 90%"
+        );
+        assert!(!act.goal(None, &copy, None).1);
+        // target.min_roofline_fraction is a second condition.
+        let roof = Workload::parse(
+            "workloads/r.toml",
+            "description = \"r\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n[[shapes]]\nm = 64\nn = 64\nk = 64\n[target]\nmin_roofline_fraction = 0.8\n",
+        )
+        .unwrap();
+        let fast = vec![("cublas".to_string(), 100.0, Some(1.5))];
+        assert_eq!(
+            roof.goal(Some(50.0), &fast, Some(0.7)),
+            ("1.00x cublas and 80% of the roofline".to_string(), false)
+        );
+        assert!(roof.goal(Some(50.0), &fast, Some(0.85)).1);
     }
 }

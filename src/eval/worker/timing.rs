@@ -39,10 +39,17 @@ pub(super) fn peak_flops(
         _ => 4096.0,
     };
     let peak = info.sm_count as f64 * info.clock_khz as f64 * 1e3 * per_sm_per_clk;
+    let what = match pipe {
+        ComputePipe::SimtF32 if gemm && tf32 / 3.0 > 256.0 => {
+            "fp32-accurate GEMM: the 3xTF32 tensor-core rate, a third of TF32's (fp32 FMA on CUDA cores is 256 FLOP/clk/SM)".to_string()
+        }
+        ComputePipe::SimtF32 => "fp32 FMA on CUDA cores".to_string(),
+        other => format!("{other:?}, dense"),
+    };
     (
         peak,
         format!(
-            "{:.0} TFLOP/s = {} SMs x {:.2} GHz x {per_sm_per_clk} FLOP/clk/SM ({pipe:?}, dense)",
+            "{:.0} TFLOP/s = {} SMs x {:.2} GHz x {per_sm_per_clk:.0} FLOP/clk/SM ({what})",
             peak / 1e12,
             info.sm_count,
             info.clock_khz as f64 / 1e6
@@ -242,6 +249,9 @@ impl Ctx<'_> {
         let mut notes: Vec<Option<String>> = Vec::new();
         type Launch<'x> = Box<dyn FnMut() -> Result<(), CudaFailure> + 'x>;
         let mut launches: Vec<Launch> = Vec::new();
+        // Per contender, work done before its event pair (outside the time): e.g. C
+        // copied into a library GEMM's in-place output when beta != 0.
+        let mut preps: Vec<Option<Launch>> = Vec::new();
         if let Some(kernel) = kernel {
             names.push("candidate".into());
             notes.push(None);
@@ -264,6 +274,25 @@ impl Ctx<'_> {
                 Ok(())
             }));
         }
+        // beta != 0: the in-place library GEMM starts from C (of the input set the next
+        // launch uses), copied outside the timed region.
+        let c_sets = [p.c.as_ref().map(|c| c.ptr), p2.c.as_ref().map(|c| c.ptr)];
+        let c_into = |d: u64| -> Option<Launch> {
+            let (Some(c1), Some(c2)) = (c_sets[0], c_sets[1]) else {
+                return None;
+            };
+            let mut k = 0usize;
+            Some(Box::new(move || {
+                let c = if k % 2 == 0 { c1 } else { c2 };
+                k += 1;
+                baseline::copy(s_ref, d, c, out_bytes)
+            }))
+        };
+        let lib_beta = if c_sets[0].is_some() {
+            params.beta
+        } else {
+            0.0
+        };
         match p.gemm {
             Some(g) => {
                 let glu = fam == Family::GemmGlu;
@@ -277,7 +306,9 @@ impl Ctx<'_> {
                             (a_2, b_2, b2_2)
                         };
                         k += 1;
-                        libs.cublas_gemm(&g, dtype, out_dtype, d, a, b, scale, 0.0, allow_tf32)?;
+                        libs.cublas_gemm(
+                            &g, dtype, out_dtype, d, a, b, scale, lib_beta, allow_tf32,
+                        )?;
                         if glu {
                             libs.cublas_gemm(
                                 &g, dtype, out_dtype, d2, a, b2, scale, 0.0, allow_tf32,
@@ -297,6 +328,8 @@ impl Ctx<'_> {
                         Family::GemmSoftmax => Some("GEMM only: no softmax".into()),
                         _ => None,
                     });
+                    preps.resize_with(launches.len(), || None);
+                    preps.push(c_into(d));
                     launches.push(Box::new(rotating_gemm()));
                 }
                 if let Some((plan, i)) = &lt {
@@ -370,6 +403,8 @@ impl Ctx<'_> {
                     };
                     names.push("unfused".into());
                     notes.push(Some(format!("{what}, as a framework runs them")));
+                    preps.resize_with(launches.len(), || None);
+                    preps.push(if can_cublas { c_into(d) } else { None });
                     let sc = (scratch.0.ptr, scratch.1.ptr);
                     let (ps, sm) = (passes.as_ref(), softmax.as_ref());
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
@@ -444,13 +479,15 @@ impl Ctx<'_> {
                 }));
             }
         }
+        preps.resize_with(launches.len(), || None);
         // Warm up, then interleave: candidate, baseline 1, baseline 2, ... per round. A
         // baseline that fails here is dropped with a note (a library refusing a problem is
         // not the candidate's fault); the candidate's own failure ends the timing.
         let mut keep = vec![true; launches.len()];
         for (i, l) in launches.iter_mut().enumerate() {
             for _ in 0..self.job.timing.warmup.max(1) {
-                if let Err(e) = l().and_then(|()| self.s.sync()) {
+                let prep = preps[i].as_mut().map_or(Ok(()), |p| p());
+                if let Err(e) = prep.and_then(|()| l()).and_then(|()| self.s.sync()) {
                     if i == 0 && kernel.is_some() {
                         return Err(e);
                     }
@@ -468,14 +505,19 @@ impl Ctx<'_> {
         names.retain(|_| *it.next().unwrap_or(&true));
         let mut it = keep.iter();
         notes.retain(|_| *it.next().unwrap_or(&true));
+        let mut it = keep.iter();
+        preps.retain(|_| *it.next().unwrap_or(&true));
         self.s.sync()?;
         // Tiny problems: launch overhead would dominate single launches, so each timed
         // sample replays a CUDA graph of GRAPH_LAUNCHES launches (L2 flushed per graph).
         // The mode is decided once for all contenders, so they are timed alike.
         let mut tiny = false;
-        for l in launches.iter_mut() {
+        for (l, prep) in launches.iter_mut().zip(preps.iter_mut()) {
             let mut probe = Vec::new();
             for _ in 0..5 {
+                if let Some(p) = prep {
+                    p()?;
+                }
                 probe.push(self.s.time_us(&mut **l)?);
             }
             probe.sort_by(f64::total_cmp);
@@ -483,8 +525,13 @@ impl Ctx<'_> {
         }
         let mut graphs: Vec<Option<TimedGraph>> = Vec::new();
         if tiny {
-            for (i, l) in launches.iter_mut().enumerate() {
-                match capture_graph(self.s, &mut **l, self.job.timing.flush_l2) {
+            for (i, (l, prep)) in launches.iter_mut().zip(preps.iter_mut()).enumerate() {
+                match capture_graph(
+                    self.s,
+                    &mut **l,
+                    prep.as_deref_mut(),
+                    self.job.timing.flush_l2,
+                ) {
                     Ok(g) => graphs.push(Some(g)),
                     Err(e) => {
                         notes[i] =
@@ -534,6 +581,9 @@ impl Ctx<'_> {
                     for o in outs {
                         self.s.fill_bits(o, p.out_len, elem, poison_bits)?;
                     }
+                }
+                if let (false, Some(p)) = (in_graph, preps[i].as_mut()) {
+                    p()?;
                 }
                 if self.job.timing.flush_l2 && !in_graph {
                     self.s.flush_l2()?;
@@ -642,6 +692,7 @@ impl TimedGraph {
 fn capture_graph(
     s: &Session,
     launch: &mut dyn FnMut() -> Result<(), CudaFailure>,
+    mut prep: Option<&mut (dyn FnMut() -> Result<(), CudaFailure> + '_)>,
     flush_l2: bool,
 ) -> Result<TimedGraph, CudaFailure> {
     use cudarc::driver::sys;
@@ -654,8 +705,11 @@ fn capture_graph(
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
     let mut result = Ok(());
     for (a, b) in &events {
+        if let Some(p) = prep.as_mut() {
+            result = p();
+        }
         if flush_l2 {
-            result = s.flush_l2();
+            result = result.and_then(|()| s.flush_l2());
         }
         result = result
             .and_then(|()| Ok(a.record(&s.stream)?))
