@@ -343,6 +343,123 @@ fn compare_with_threads<G: Element, W: Element>(
     out
 }
 
+/// How a comparison bins the bad elements (rows, columns and batches by powers of two,
+/// the tile grid), for a comparison done elsewhere (on the device) to fill the same maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binning {
+    /// Shifts of the row, column and batch bins.
+    pub rs: u32,
+    pub cs: u32,
+    pub bs: u32,
+    /// log2 of the tile side.
+    pub ts: u32,
+    /// Bins of each kind.
+    pub rows: usize,
+    pub cols: usize,
+    pub batches: usize,
+    pub tile_rows: usize,
+    pub tile_cols: usize,
+}
+
+impl Binning {
+    /// The binning [`compare`] uses for `dims`.
+    pub fn for_dims(dims: &Dims) -> Binning {
+        let g = Geo::new(dims);
+        Binning {
+            rs: g.rs,
+            cs: g.cs,
+            bs: g.bs,
+            ts: g.ts,
+            rows: g.nrb,
+            cols: g.ncb,
+            batches: g.nbb,
+            tile_rows: g.ntr,
+            tile_cols: g.ntc,
+        }
+    }
+}
+
+/// Bad-element counts per row, column, batch and tile bin (see [`Binning`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BinCounts {
+    pub rows: Vec<u64>,
+    pub cols: Vec<u64>,
+    pub batches: Vec<u64>,
+    pub tiles: Vec<u64>,
+}
+
+/// What a comparison done on the device reports: counts, extremes, the first bad
+/// elements and the worst one, and where the bad elements are; [`Comparison::from_summary`]
+/// makes the same report of it as [`compare`] makes from whole buffers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub checked: u64,
+    pub wrong: u64,
+    pub unwritten: u64,
+    pub nan_or_inf: u64,
+    #[serde(with = "float_serde")]
+    pub max_abs_err: f64,
+    #[serde(with = "float_serde")]
+    pub max_rel_err: f64,
+    /// The wrong element with the largest error.
+    pub worst: Option<Mismatch>,
+    /// The first bad elements in index order (at most 8).
+    pub first: Vec<Mismatch>,
+    pub unwritten_bins: Option<BinCounts>,
+    pub wrong_bins: Option<BinCounts>,
+}
+
+impl Comparison {
+    /// The report of a comparison summarized elsewhere (on the device), as [`compare`]
+    /// writes it: the same counts, examples and pattern sentence.
+    pub fn from_summary(
+        s: &Summary,
+        dims: &Dims,
+        tol: &ElementTolerance,
+        got_type: &str,
+        want_type: &str,
+    ) -> Comparison {
+        let geo = Geo::new(dims);
+        let maps = |b: &Option<BinCounts>| {
+            b.as_ref().map(|b| Maps {
+                rows: b.rows.clone(),
+                cols: b.cols.clone(),
+                batches: b.batches.clone(),
+                tiles: b.tiles.clone(),
+            })
+        };
+        let acc = Acc {
+            checked: s.checked,
+            wrong: s.wrong,
+            unwritten: s.unwritten,
+            nan_or_inf: s.nan_or_inf,
+            oob: 0,
+            max_abs: s.max_abs_err,
+            max_rel: s.max_rel_err,
+            worst: s.worst.clone().map(|m| ((m.got - m.want).abs(), m)),
+            first: s.first.iter().take(MAX_EXAMPLES).cloned().collect(),
+            maps_unwritten: maps(&s.unwritten_bins),
+            maps_wrong: maps(&s.wrong_bins),
+        };
+        Comparison {
+            got_type: got_type.to_string(),
+            want_type: want_type.to_string(),
+            dims: *dims,
+            tol: *tol,
+            checked: acc.checked,
+            wrong: acc.wrong,
+            unwritten: acc.unwritten,
+            nan_or_inf: acc.nan_or_inf,
+            out_of_bounds: 0,
+            max_abs_err: acc.max_abs,
+            max_rel_err: acc.max_rel,
+            pattern: pattern::pattern(&geo, &acc),
+            worst: acc.worst.map(|(_, m)| m),
+            first_wrong: acc.first,
+        }
+    }
+}
+
 /// Axis binning and the tile grid, fixed per comparison.
 struct Geo {
     batch: usize,
@@ -1150,4 +1267,97 @@ mod tests {
         assert_eq!(precision_hint(&[f64::NAN]), None);
         assert_eq!(precision_hint(&[]), None);
     }
+
+    /// The device comparison's rules, on the host: counts, extremes, the first 8 bad
+    /// elements in index order, the worst wrong one (largest error, lowest index) and the
+    /// bins. A summary made this way must give the same report as `compare`.
+    fn summarize(got: &[f32], want: &[f32], d: &Dims, tol: &ElementTolerance) -> Summary {
+        let bins = Binning::for_dims(d);
+        let mut s = Summary::default();
+        let new_bins = || BinCounts {
+            rows: vec![0; bins.rows],
+            cols: vec![0; bins.cols],
+            batches: vec![0; bins.batches],
+            tiles: vec![0; bins.tile_rows * bins.tile_cols],
+        };
+        let mut worst: Option<(f64, Mismatch)> = None;
+        for b in 0..d.batch {
+            for r in 0..d.rows {
+                for c in 0..d.cols {
+                    let i = (b * d.rows + r) * d.cols + c;
+                    s.checked += 1;
+                    let (x, y) = (f64::from(got[i]), f64::from(want[i]));
+                    if x.is_finite() && y.is_finite() {
+                        s.max_abs_err = s.max_abs_err.max((x - y).abs());
+                        if y != 0.0 {
+                            s.max_rel_err = s.max_rel_err.max((x - y).abs() / y.abs());
+                        }
+                    }
+                    let poisoned = got[i].is_poison_bits();
+                    let Some(f) = judge(poisoned, x, y, 0.0, tol) else {
+                        continue;
+                    };
+                    let m = Mismatch {
+                        batch: b,
+                        row: r,
+                        col: c,
+                        got: x,
+                        want: y,
+                        unwritten: poisoned,
+                    };
+                    let target = match f {
+                        Fault::Unwritten => {
+                            s.unwritten += 1;
+                            s.unwritten_bins.get_or_insert_with(new_bins)
+                        }
+                        Fault::Value { non_finite, err } => {
+                            s.wrong += 1;
+                            if non_finite {
+                                s.nan_or_inf += 1;
+                            }
+                            if worst.as_ref().is_none_or(|(e, _)| err > *e) {
+                                worst = Some((err, m.clone()));
+                            }
+                            s.wrong_bins.get_or_insert_with(new_bins)
+                        }
+                    };
+                    target.rows[r >> bins.rs] += 1;
+                    target.cols[c >> bins.cs] += 1;
+                    target.batches[b >> bins.bs] += 1;
+                    target.tiles[(r >> bins.ts) * bins.tile_cols + (c >> bins.ts)] += 1;
+                    if s.first.len() < 8 {
+                        s.first.push(m);
+                    }
+                }
+            }
+        }
+        s.worst = worst.map(|(_, m)| m);
+        s
+    }
+
+    #[test]
+    fn a_device_summary_gives_the_same_report() {
+        type Bad = Box<dyn Fn(usize, usize, usize) -> bool>;
+        let cases: Vec<(Dims, Bad, fn(f32) -> f32)> = vec![
+            (Dims::dense(1, 300, 200), Box::new(|_, r, c| r >= 256 || c >= 192), |_| f32::poison()),
+            (Dims::dense(2, 128, 640), Box::new(|_, _, c| c % 64 == 63), off),
+            (Dims::dense(3, 64, 64), Box::new(|b, r, _| b == 1 && r > 10), |_| f32::NAN),
+            (Dims::dense(1, 1000, 1), Box::new(|_, r, _| r % 97 == 5), off),
+            (Dims::dense(1, 50, 50), Box::new(|_, _, _| false), off),
+        ];
+        for (d, bad, f) in cases {
+            let (got, want) = make(&d, bad, f);
+            let host = compare(&got, &want, &d, &tol());
+            let summary = summarize(&got, &want, &d, &tol());
+            // A summary survives JSON (it crosses the process boundary).
+            let back: Summary =
+                serde_json::from_str(&serde_json::to_string(&summary).unwrap()).unwrap();
+            let dev = Comparison::from_summary(&back, &d, &tol(), "f32", "f32");
+            assert_eq!(dev.pattern, host.pattern);
+            assert_eq!(dev.report(), host.report());
+            assert_eq!((dev.wrong, dev.unwritten, dev.nan_or_inf), (host.wrong, host.unwritten, host.nan_or_inf));
+            assert_eq!(dev.verdict(), host.verdict());
+        }
+    }
+
 }
