@@ -357,6 +357,48 @@ fn generated_passes_and_chain_functors_compile() {
             options: CompileOptions::default(),
         });
     }
+    // The device validation's comparison kernels for each reference kind, and the
+    // harness's device operations (input generator, widening, race check).
+    {
+        use cutesmith::eval::gpu::check::{check_source, fill_source, CheckSpec, Reference};
+        let specs = [
+            (Reference::Chain, DType::BF16, DType::BF16, false),
+            (Reference::Softmax { log: true }, DType::F32, DType::F32, false),
+            (Reference::Gemm, DType::BF16, DType::BF16, true),
+            (Reference::Gemm, DType::E4M3, DType::E4M3, false),
+            (
+                Reference::Glu {
+                    gate: Activation::Silu,
+                },
+                DType::F16,
+                DType::F16,
+                false,
+            ),
+            (Reference::GemmSoftmax { log: false }, DType::F32, DType::BF16, true),
+        ];
+        for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
+            let src = check_source(&CheckSpec {
+                reference,
+                chain: chain.clone(),
+                out,
+                input,
+                col_major,
+            });
+            for entry in ["cs_check_main", "cs_check_count", "cs_dots", "cs_row_stats"] {
+                assert!(src.contains(entry), "{entry} missing");
+            }
+            requests.push(CompileRequest {
+                source: format!("{src}\n{}", TINY.replace("scale", "scale_tiny")),
+                file_name: format!("check_{i}.cu"),
+                options: CompileOptions::default(),
+            });
+        }
+        requests.push(CompileRequest {
+            source: format!("{}\n{}", fill_source(), TINY.replace("scale", "scale_tiny")),
+            file_name: "device_ops.cu".into(),
+            options: CompileOptions::default(),
+        });
+    }
     let functor = format!(
         "{}\n__global__ void apply_chain(cs_problem p, float* out) {{\n  out[threadIdx.x] = cs_chain_at<cs_chain>(p, 1.0f, 0, threadIdx.x, threadIdx.x);\n}}\n{}",
         chain.cpp(),

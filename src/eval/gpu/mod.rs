@@ -3,6 +3,7 @@
 //! baselines and timing.
 
 pub mod baseline;
+pub mod check;
 pub mod data;
 pub mod kernels;
 pub mod reference;

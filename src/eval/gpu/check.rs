@@ -1,0 +1,1042 @@
+//! Validation on the device: inputs generated from the seed by the same counter-based
+//! generator as the host's (`data::input_value`), the fp64 reference computed element by
+//! element next to the candidate's output (the epilogue chain in fp64, the row softmax
+//! from fp64 row statistics, a GEMM from cuBLAS's pedantic fp32 product and the sum of
+//! |a||b| that bounds its rounding), and the comparison reduced to a summary: counts,
+//! extremes, where the bad elements are (the same bins as the host comparison), the first
+//! bad elements and the worst. Only the summary crosses to the host
+//! ([`crate::eval::compare::Comparison::from_summary`] writes the report).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::session::{CudaFailure, Session};
+use crate::eval::compare::{BinCounts, Binning, Dims, Mismatch, Summary};
+use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
+use crate::spec::{Activation, DType};
+
+fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
+    CudaFailure {
+        code: -1,
+        message: format!("{what}: {e:?}"),
+    }
+}
+
+/// What the reference of each element is computed from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reference {
+    /// `chain(A[i])` (the activation family).
+    Chain,
+    /// Row softmax (or log-softmax) of A, from per-row statistics.
+    Softmax { log: bool },
+    /// `chain(scale * z + beta * C)` with z the GEMM product.
+    Gemm,
+    /// `gate(scale * z1) * (scale * z2)`.
+    Glu { gate: Activation },
+    /// Row softmax (or log-softmax) of `scale * z + beta * C`.
+    GemmSoftmax { log: bool },
+}
+
+/// Everything fixed for one workload's comparison kernels.
+#[derive(Debug, Clone)]
+pub struct CheckSpec {
+    pub reference: Reference,
+    pub chain: Chain,
+    /// The output's type, and the input's (A for the chain and softmax references).
+    pub out: DType,
+    pub input: DType,
+    /// D is column-major (logical rows are storage columns).
+    pub col_major: bool,
+}
+
+/// The arguments of every comparison kernel, one struct (mirrored in the C++).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckArgs {
+    pub got: u64,
+    pub r: [u64; 5],
+    pub t: [u64; 4],
+    pub counters: u64,
+    pub extremes: u64,
+    pub bins: u64,
+    pub first: u64,
+    pub detail: u64,
+    pub batch: i64,
+    pub rows: i64,
+    pub cols: i64,
+    pub ld: i64,
+    pub bstride: i64,
+    pub tb: [i64; 4],
+    pub rs: i64,
+    pub cs: i64,
+    pub bs: i64,
+    pub ts: i64,
+    pub nrb: i64,
+    pub ncb: i64,
+    pub nbb: i64,
+    pub ntc: i64,
+    pub bins_stride: i64,
+    pub from: i64,
+    pub scale: f64,
+    pub beta: f64,
+    /// The dot-product error bound per unit of sum |a b| (see the worker's `dot_bound`).
+    pub ebound: f64,
+    pub rtol: f64,
+    pub atol: f64,
+    pub scale_d: f64,
+}
+
+// SAFETY: a plain #[repr(C)] struct of integers and floats, copied by value into the
+// kernel's parameter buffer, matching the C++ `CheckArgs` field for field.
+unsafe impl DeviceRepr for CheckArgs {}
+
+const ARGS_CPP: &str = r#"
+struct CheckArgs {
+  unsigned long long got, r[5], t[4], counters, extremes, bins, first, detail;
+  long long batch, rows, cols, ld, bstride, tb[4], rs, cs, bs, ts, nrb, ncb, nbb, ntc, bins_stride, from;
+  double scale, beta, ebound, rtol, atol, scale_d;
+};
+"#;
+
+/// Loads of every element type (no CUDA headers: NVRTC has none by default).
+const LOADS: &str = r#"
+__device__ __forceinline__ double ld_f32(const void* p, long long i) { return (double)((const float*)p)[i]; }
+__device__ __forceinline__ double ld_bf16(const void* p, long long i) {
+  return (double)__uint_as_float(((unsigned)((const unsigned short*)p)[i]) << 16);
+}
+__device__ __forceinline__ double ld_f16(const void* p, long long i) {
+  unsigned short h = ((const unsigned short*)p)[i]; float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return (double)f;
+}
+__device__ __forceinline__ double ld_e4m3(const void* p, long long i) {
+  unsigned char b = ((const unsigned char*)p)[i];
+  double sign = (b & 0x80) ? -1.0 : 1.0; int e = (b >> 3) & 0xF, m = b & 7;
+  if (e == 0xF && m == 7) return __longlong_as_double(0x7ff8000000000000ll);
+  return e == 0 ? sign * m * 0.001953125 : sign * (1.0 + m / 8.0) * exp2((double)(e - 7));
+}
+__device__ __forceinline__ double ld_e5m2(const void* p, long long i) {
+  unsigned char b = ((const unsigned char*)p)[i];
+  double sign = (b & 0x80) ? -1.0 : 1.0; int e = (b >> 2) & 0x1F, m = b & 3;
+  if (e == 0x1F) return m == 0 ? sign * __longlong_as_double(0x7ff0000000000000ll) : __longlong_as_double(0x7ff8000000000000ll);
+  return e == 0 ? sign * m * 1.52587890625e-05 : sign * (1.0 + m / 4.0) * exp2((double)(e - 15));
+}
+"#;
+
+/// The activations in fp64, PyTorch's definitions (the host's `Activation::eval`).
+const FP64_FUNCTIONS: &str = r#"
+__device__ double csd_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ double csd_softplus(double x, double beta, double threshold) {
+  double bx = beta * x; return bx > threshold ? x : log1p(exp(bx)) / beta;
+}
+__device__ double csd_clamp(double x, double lo, double hi) { return isnan(x) ? x : fmin(fmax(x, lo), hi); }
+__device__ double csd_act(int a, double x, double p0, double p1) {
+  switch (a) {
+    case 0: return x;
+    case 1: return isnan(x) ? x : fmax(x, 0.0);
+    case 2: return x >= 0.0 ? x : p0 * x;
+    case 3: return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+    case 4: return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+    case 5: return x * csd_sigmoid(p0 * x);
+    case 6: return csd_sigmoid(x);
+    case 7: return tanh(x);
+    case 8: return 1.0507009873554804934 * (x > 0.0 ? x : 1.6732632423543772848 * expm1(x));
+    case 9: return x > 0.0 ? x : p0 * expm1(x);
+    case 10: return csd_clamp(x + 3.0, 0.0, 6.0) / 6.0;
+    case 11: return x * csd_clamp(x + 3.0, 0.0, 6.0) / 6.0;
+    case 12: return csd_clamp(x, p0, p1);
+    case 13: return csd_softplus(x, p0, p1);
+    case 14: return x / (1.0 + fabs(x));
+    case 15: return x * tanh(csd_softplus(x, 1.0, 20.0));
+    default: return x;
+  }
+}
+__device__ double csd_max(double x, double y) { return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : fmax(x, y); }
+__device__ double csd_min(double x, double y) { return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : fmin(x, y); }
+"#;
+
+fn loader(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "ld_f32",
+        DType::BF16 => "ld_bf16",
+        DType::F16 => "ld_f16",
+        DType::E4M3 => "ld_e4m3",
+        DType::E5M2 => "ld_e5m2",
+        DType::F64 => "ld_f32",
+    }
+}
+
+fn lit(v: f64) -> String {
+    if v.is_infinite() {
+        if v > 0.0 {
+            "__longlong_as_double(0x7ff0000000000000ll)".into()
+        } else {
+            "__longlong_as_double(0xfff0000000000000ll)".into()
+        }
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// The chain in fp64 C++: `csd_chain(z, t)`.
+fn chain_fp64(chain: &Chain) -> String {
+    let mut s = String::from("__device__ double csd_chain(double z, const double* t) {\n  (void)t;\n  double x = z;\n");
+    let saved = chain.saved.len().max(1);
+    let _ = writeln!(s, "  double sv[{saved}]; (void)sv;");
+    for st in &chain.steps {
+        let y = |o: &Operand| match o {
+            Operand::Scalar(v) => lit(*v),
+            Operand::Tensor(i) => format!("t[{i}]"),
+            Operand::Z => "z".into(),
+            Operand::Saved(i) => format!("sv[{i}]"),
+        };
+        let e = match &st.op {
+            Op::Act(a, p0, p1) => format!(
+                "csd_act({}, x, {}, {})",
+                a.abi_value(),
+                lit(*p0),
+                lit(*p1)
+            ),
+            Op::Binary(b, o) => {
+                let v = y(o);
+                match b {
+                    BinOp::Add => format!("x + {v}"),
+                    BinOp::Sub => format!("x - {v}"),
+                    BinOp::Mul => format!("x * {v}"),
+                    BinOp::Div => format!("x / {v}"),
+                    BinOp::Min => format!("csd_min(x, {v})"),
+                    BinOp::Max => format!("csd_max(x, {v})"),
+                }
+            }
+            Op::Clamp(lo, hi) => format!("csd_clamp(x, {}, {})", lit(*lo), lit(*hi)),
+            Op::Neg => "-x".into(),
+            Op::Abs => "fabs(x)".into(),
+            Op::Exp => "exp(x)".into(),
+        };
+        let _ = writeln!(s, "  x = {e};");
+        if let Some(i) = st.save {
+            let _ = writeln!(s, "  sv[{i}] = x;");
+        }
+    }
+    s.push_str("  return x;\n}\n");
+    s
+}
+
+/// Loads of the chain's tensor operands at (batch b, logical row lr, logical col lc) or
+/// dense index i, into `t[]`.
+fn tensor_loads(spec: &CheckSpec) -> String {
+    let mut tload = String::new();
+    for (i, t) in spec.chain.tensors.iter().enumerate() {
+        let idx = match t.kind {
+            TensorKind::Row => format!("b * a.tb[{i}] + lc"),
+            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            TensorKind::Matrix => "i".into(),
+        };
+        let _ = writeln!(
+            tload,
+            "  t[{i}] = {}((const void*)a.t[{i}], {idx});",
+            loader(t.dtype)
+        );
+    }
+    tload
+}
+
+/// The CUDA C++ of a workload's comparison kernels.
+pub fn check_source(spec: &CheckSpec) -> String {
+    let mut s = String::new();
+    s.push_str(ARGS_CPP);
+    s.push_str(LOADS);
+    s.push_str(FP64_FUNCTIONS);
+    s.push_str(&chain_fp64(&spec.chain));
+    let out_ld = loader(spec.out);
+    let in_ld = loader(spec.input);
+    let (poison_ty, poison) = match spec.out {
+        DType::F32 => ("unsigned int", "0x7FC00001u"),
+        DType::BF16 => ("unsigned short", "0x7FC1"),
+        DType::F16 => ("unsigned short", "0x7E01"),
+        _ => ("unsigned char", "0xFF"),
+    };
+    let tload = tensor_loads(spec);
+    let reference = match &spec.reference {
+        Reference::Chain => format!("  *want = csd_chain({in_ld}((const void*)a.r[0], i), t); *slack = 0.0;\n"),
+        Reference::Softmax { log } => format!(
+            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = {};\n  *slack = 0.0;\n",
+            if *log {
+                "x - st[0] - log(st[1])"
+            } else {
+                "exp(x - st[0]) / st[1]"
+            }
+        ),
+        Reference::Gemm => format!(
+            "{}  const double x0 = acc + cc;\n  const double w = csd_chain(x0, t);\n  double dev = 0.0;\n  const double ds[4] = {{-e, -0.5 * e, 0.5 * e, e}};\n  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  *want = w; *slack = dev;\n",
+            gemm_z(0, 1, true, spec.out)
+        ),
+        Reference::Glu { gate } => format!(
+            "{}  const double x1 = acc + cc, e1 = e;\n{}  const double x2 = acc + cc, e2 = e;\n  const double w = csd_act({g}, x1, {p0}, {p1}) * x2;\n  double dev = 0.0;\n  const double d1[4] = {{-e1, -0.5 * e1, 0.5 * e1, e1}};\n  const double d2[2] = {{-e2, e2}};\n  for (int q = 0; q < 4; ++q) for (int u = 0; u < 2; ++u) dev = fmax(dev, fabs(csd_act({g}, x1 + d1[q], {p0}, {p1}) * (x2 + d2[u]) - w));\n  *want = w; *slack = dev;\n",
+            gemm_z(0, 1, false, spec.out),
+            gemm_z(2, 3, false, spec.out).replace("const double acc", "const double acc2").replace("const double cc", "const double cc2").replace("const double e =", "const double e2_ =").replace("acc + cc, e2 = e", "acc2 + cc2, e2 = e2_"),
+            g = gate.abi_value(),
+            p0 = lit(gate.default_params().0),
+            p1 = lit(gate.default_params().1),
+        )
+        .replace("  const double x2 = acc + cc, e2 = e;\n", "  const double x2 = acc2 + cc2, e2 = e2_;\n"),
+        Reference::GemmSoftmax { log } => format!(
+            "{}  const double x = acc + cc;\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
+            gemm_z(0, 1, true, spec.out),
+            if *log { "x - st[0] - log(st[1])" } else { "p" },
+            if *log { "2.0 * st[2]" } else { "2.0 * st[2] * p" },
+        ),
+    };
+    let col_major = if spec.col_major { "true" } else { "false" };
+    let _ = write!(
+        s,
+        r#"
+// The reference of element (b, r, c) (storage coordinates; dense index i) and its slack.
+__device__ void cs_reference(const CheckArgs& a, long long i, long long b, long long r, long long c, double* want, double* slack)
+{{
+  const bool col_major = {col_major};
+  const long long lr = col_major ? c : r, lc = col_major ? r : c;
+  (void)lr; (void)lc;
+  double t[4] = {{0.0, 0.0, 0.0, 0.0}};
+{tload}{reference}  *want *= a.scale_d;
+  *slack *= fabs(a.scale_d);
+}}
+
+// 0: pass; 1: wrong; 2: unwritten. err: the error's rank (infinite for non-finite).
+__device__ int cs_judge(const CheckArgs& a, long long i, long long b, long long r, long long c,
+                        double* gv, double* wv, double* err)
+{{
+  const long long at = b * a.bstride + r * a.ld + c;
+  *gv = {out_ld}((const void*)a.got, at);
+  double slack;
+  cs_reference(a, i, b, r, c, wv, &slack);
+  *err = 0.0;
+  if (((const {poison_ty}*)a.got)[at] == ({poison_ty}){poison}) return 2;
+  const double x = *gv, y = *wv;
+  bool ok;
+  if (isnan(y)) ok = isnan(x);
+  else if (isinf(y)) ok = x == y;
+  else ok = isfinite(x) && fabs(x - y) <= a.atol + a.rtol * fabs(y) + slack;
+  if (ok) return 0;
+  const double d = fabs(x - y);
+  *err = (isfinite(y) && !isfinite(x)) || isnan(d) ? __longlong_as_double(0x7ff0000000000000ll) : d;
+  return 1;
+}}
+
+extern "C" __global__ void cs_check_main(CheckArgs a)
+{{
+  unsigned long long* counters = (unsigned long long*)a.counters;
+  unsigned long long* ext = (unsigned long long*)a.extremes;
+  unsigned long long* bins = (unsigned long long*)a.bins;
+  const long long plane = a.rows * a.cols, total = a.batch * plane;
+  unsigned long long wrong = 0, unwritten = 0, naninf = 0;
+  double max_abs = 0.0, max_rel = 0.0, max_err = 0.0;
+  long long first = 0x7fffffffffffffffll;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
+    double x, y, e;
+    const int v = cs_judge(a, i, b, r, c, &x, &y, &e);
+    if (isfinite(x) && isfinite(y)) {{
+      const double d = fabs(x - y);
+      max_abs = fmax(max_abs, d);
+      if (y != 0.0) max_rel = fmax(max_rel, d / fabs(y));
+    }}
+    if (v == 0) continue;
+    if (i < first) first = i;
+    unsigned long long* m = bins + (v == 2 ? 0 : a.bins_stride);
+    atomicAdd(&m[r >> a.rs], 1ull);
+    atomicAdd(&m[a.nrb + (c >> a.cs)], 1ull);
+    atomicAdd(&m[a.nrb + a.ncb + (b >> a.bs)], 1ull);
+    atomicAdd(&m[a.nrb + a.ncb + a.nbb + (r >> a.ts) * a.ntc + (c >> a.ts)], 1ull);
+    if (v == 2) {{ ++unwritten; continue; }}
+    ++wrong;
+    if (isfinite(y) && !isfinite(x)) ++naninf;
+    max_err = fmax(max_err, e);
+  }}
+  for (int o = 16; o > 0; o >>= 1) {{
+    wrong += __shfl_xor_sync(0xffffffffu, wrong, o);
+    unwritten += __shfl_xor_sync(0xffffffffu, unwritten, o);
+    naninf += __shfl_xor_sync(0xffffffffu, naninf, o);
+    max_abs = fmax(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, o));
+    max_rel = fmax(max_rel, __shfl_xor_sync(0xffffffffu, max_rel, o));
+    max_err = fmax(max_err, __shfl_xor_sync(0xffffffffu, max_err, o));
+    {{ const long long f2 = __shfl_xor_sync(0xffffffffu, first, o); first = f2 < first ? f2 : first; }}
+  }}
+  if ((threadIdx.x & 31) == 0) {{
+    if (wrong) atomicAdd(&counters[1], wrong);
+    if (unwritten) atomicAdd(&counters[2], unwritten);
+    if (naninf) atomicAdd(&counters[3], naninf);
+    atomicMax(&ext[0], (unsigned long long)__double_as_longlong(max_abs));
+    atomicMax(&ext[1], (unsigned long long)__double_as_longlong(max_rel));
+    atomicMax(&ext[2], (unsigned long long)__double_as_longlong(max_err));
+    if (first != 0x7fffffffffffffffll) atomicMin((unsigned long long*)a.first, (unsigned long long)first);
+  }}
+}}
+
+// The lowest index whose error equals the largest (the worst wrong element).
+extern "C" __global__ void cs_check_worst(CheckArgs a)
+{{
+  const unsigned long long target = ((const unsigned long long*)a.extremes)[2];
+  const long long plane = a.rows * a.cols, total = a.batch * plane;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
+    double x, y, e;
+    if (cs_judge(a, i, b, r, c, &x, &y, &e) == 1 && (unsigned long long)__double_as_longlong(e) == target)
+      atomicMin((unsigned long long*)a.detail + 40, (unsigned long long)i);
+  }}
+}}
+
+// The first bad elements in index order from `from` (one block, in order): up to 8, each
+// as (index, got, want, kind) in `detail`; then the worst one's got and want.
+extern "C" __global__ void cs_check_detail(CheckArgs a)
+{{
+  double* out = (double*)a.detail;
+  unsigned long long* idx = (unsigned long long*)a.detail;
+  __shared__ int found;
+  if (threadIdx.x == 0) found = 0;
+  __syncthreads();
+  const long long plane = a.rows * a.cols, total = a.batch * plane;
+  for (long long base = a.from; base < total; base += blockDim.x) {{
+    const long long i = base + threadIdx.x;
+    int v = 0; double x = 0.0, y = 0.0, e;
+    if (i < total) {{
+      const long long b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
+      v = cs_judge(a, i, b, r, c, &x, &y, &e);
+    }}
+    const unsigned mask = __ballot_sync(0xffffffffu, v != 0);
+    __shared__ unsigned warp_masks[32];
+    if ((threadIdx.x & 31) == 0) warp_masks[threadIdx.x / 32] = mask;
+    __syncthreads();
+    if (v != 0) {{
+      int before = __popc(mask & ((1u << (threadIdx.x & 31)) - 1u));
+      for (int wi = 0; wi < (int)threadIdx.x / 32; ++wi) before += __popc(warp_masks[wi]);
+      const int slot = found + before;
+      if (slot < 8) {{
+        idx[4 * slot] = (unsigned long long)i; out[4 * slot + 1] = x; out[4 * slot + 2] = y; out[4 * slot + 3] = (double)v;
+      }}
+    }}
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+      int n = 0;
+      for (int wi = 0; wi < (int)(blockDim.x + 31) / 32; ++wi) n += __popc(warp_masks[wi]);
+      found += n;
+    }}
+    __syncthreads();
+    if (found >= 8) break;
+  }}
+  if (threadIdx.x == 0) {{
+    const unsigned long long wi = idx[40];
+    if (wi < (unsigned long long)total) {{
+      const long long i = (long long)wi, b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
+      double x, y, e;
+      cs_judge(a, i, b, r, c, &x, &y, &e);
+      out[41] = x; out[42] = y;
+    }}
+  }}
+}}
+
+// Per-row statistics in fp64 for the softmax references: max and sum of exp(x - max) (and
+// for a GEMM's rows, the largest error bound of the row), one block per logical row.
+extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gemm)
+{{
+  const bool col_major = {col_major};
+  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
+  const long long row = blockIdx.x, b = row / R, lr = row % R;
+  __shared__ double red[1024];
+  double mx = -__longlong_as_double(0x7ff0000000000000ll), em = 0.0;
+  for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
+    const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
+    double x, e = 0.0;
+    if (with_gemm) {{
+      const double acc = a.scale * ld_f32((const void*)a.r[0], i);
+      const double cc = a.r[2] ? a.beta * {out_ld}((const void*)a.r[2], i) : 0.0;
+      x = acc + cc;
+      e = a.ebound * fabs(a.scale) * ld_f32((const void*)a.r[1], i) + 1.2e-7 * (fabs(acc) + fabs(cc));
+    }} else {{
+      x = {in_ld}((const void*)a.r[0], i);
+    }}
+    mx = fmax(mx, x); em = fmax(em, e);
+  }}
+  red[threadIdx.x] = mx; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]); __syncthreads(); }}
+  mx = red[0]; __syncthreads();
+  red[threadIdx.x] = em; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]); __syncthreads(); }}
+  em = red[0]; __syncthreads();
+  double sum = 0.0;
+  for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
+    const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
+    double x;
+    if (with_gemm) {{
+      x = a.scale * ld_f32((const void*)a.r[0], i) + (a.r[2] ? a.beta * {out_ld}((const void*)a.r[2], i) : 0.0);
+    }} else {{
+      x = {in_ld}((const void*)a.r[0], i);
+    }}
+    sum += exp(x - mx);
+  }}
+  red[threadIdx.x] = sum; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s]; __syncthreads(); }}
+  if (threadIdx.x == 0) {{
+    double* o = stats + (with_gemm ? 3 : 2) * row;
+    o[0] = mx; o[1] = red[0];
+    if (with_gemm) o[2] = em;
+  }}
+}}
+
+// The two counts of a timed launch's check (outside the tolerance, still poison), added
+// to counts[0] and counts[1]: the same judgement as validation's.
+extern "C" __global__ void cs_check_count(CheckArgs a, unsigned long long* counts)
+{{
+  const long long plane = a.rows * a.cols, total = a.batch * plane;
+  unsigned long long wrong = 0, unwritten = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
+    double x, y, e;
+    const int v = cs_judge(a, i, b, r, c, &x, &y, &e);
+    if (v == 1) ++wrong;
+    if (v == 2) ++unwritten;
+  }}
+  for (int o = 16; o > 0; o >>= 1) {{
+    wrong += __shfl_xor_sync(0xffffffffu, wrong, o);
+    unwritten += __shfl_xor_sync(0xffffffffu, unwritten, o);
+  }}
+  if ((threadIdx.x & 31) == 0 && (wrong | unwritten)) {{
+    atomicAdd(&counts[0], wrong);
+    atomicAdd(&counts[1], unwritten);
+  }}
+}}
+
+// Sampled GEMM entries in fp64, one block per sample (b, i, j) of `picks`: the exact dot
+// product over k and its sum of |a b| (for B and, when given, B2), C's value, the output
+// and the chain's tensors there: 10 doubles per sample in `out`.
+extern "C" __global__ void cs_dots(CheckArgs a, const long long* picks, const void* A, const void* B,
+    const void* B2, const void* Cm, long long k, long long lda, long long ldb, long long sa,
+    long long sb, int a_col, int b_col, double* out)
+{{
+  const bool col_major = {col_major};
+  const long long b = picks[3 * blockIdx.x], lr = picks[3 * blockIdx.x + 1], lc = picks[3 * blockIdx.x + 2];
+  double d1 = 0.0, s1 = 0.0, d2 = 0.0, s2 = 0.0;
+  for (long long kk = threadIdx.x; kk < k; kk += blockDim.x) {{
+    const long long ai = b * sa + (a_col ? kk * lda + lr : lr * lda + kk);
+    const long long bi = b * sb + (b_col ? lc * ldb + kk : kk * ldb + lc);
+    const double x = {in_ld}(A, ai);
+    const double t1 = x * {in_ld}(B, bi);
+    d1 += t1; s1 += fabs(t1);
+    if (B2) {{ const double t2 = x * {in_ld}(B2, bi); d2 += t2; s2 += fabs(t2); }}
+  }}
+  __shared__ double red[4][256];
+  red[0][threadIdx.x] = d1; red[1][threadIdx.x] = s1; red[2][threadIdx.x] = d2; red[3][threadIdx.x] = s2;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
+    if (threadIdx.x < s) for (int q = 0; q < 4; ++q) red[q][threadIdx.x] += red[q][threadIdx.x + s];
+    __syncthreads();
+  }}
+  if (threadIdx.x == 0) {{
+    double* o = out + 10 * blockIdx.x;
+    const long long r = col_major ? lc : lr, c = col_major ? lr : lc;
+    const long long i = b * a.rows * a.cols + r * a.cols + c;
+    double t[4] = {{0.0, 0.0, 0.0, 0.0}};
+{tload}    for (int q = 0; q < 4; ++q) o[q] = red[q][0];
+    o[4] = Cm ? {out_ld}(Cm, i) : 0.0;
+    o[5] = {out_ld}((const void*)a.got, b * a.bstride + r * a.ld + c);
+    for (int q = 0; q < 4; ++q) o[6 + q] = t[q];
+  }}
+}}
+"#
+    );
+    s
+}
+
+/// The GEMM value entering the chain at dense index i, and its error bound `e`.
+fn gemm_z(z: usize, sabs: usize, with_c: bool, out: DType) -> String {
+    let c = if with_c {
+        format!(
+            "a.r[2] ? a.beta * {}((const void*)a.r[2], i) : 0.0",
+            loader(out)
+        )
+    } else {
+        "0.0".into()
+    };
+    format!(
+        "  const double acc = a.scale * ld_f32((const void*)a.r[{z}], i);\n  const double cc = {c};\n  const double e = a.ebound * fabs(a.scale) * ld_f32((const void*)a.r[{sabs}], i) + 1.2e-7 * (fabs(acc) + fabs(cc));\n"
+    )
+}
+
+/// The generator of the harness's inputs on the device: element i of input `stream` under
+/// `seed`, the same values `data::input_value` gives on the host, rounded to the type.
+pub fn fill_source() -> String {
+    let mut s = String::from(LOADS);
+    s.push_str(
+        r#"
+__device__ __forceinline__ unsigned long long cs_mix(unsigned long long z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ double cs_input(unsigned long long seed, unsigned long long stream, unsigned long long i) {
+  const unsigned long long r = cs_mix(seed ^ cs_mix(stream * 0xA24BAED4963EE407ull ^ i));
+  const double u = (double)(r >> 11) / 9007199254740992.0;
+  const int e = (int)((r & 7ull) % 5ull);
+  double v = 2.0 * u - 1.0;
+  if (v == 0.0) v = 0.5;
+  return v * exp2((double)(e - 2));
+}
+__device__ __forceinline__ unsigned short cs_to_bf16(double v) {
+  // Round to nearest even from the double, as the host does.
+  const float f = (float)v;
+  unsigned u = __float_as_uint(f);
+  const unsigned short lo = (unsigned short)(u >> 16), hi = (unsigned short)(lo + 1);
+  const double dl = fabs(v - (double)__uint_as_float(((unsigned)lo) << 16));
+  const double dh = fabs(v - (double)__uint_as_float(((unsigned)hi) << 16));
+  if (dl < dh) return lo;
+  if (dh < dl) return hi;
+  return (lo & 1) ? hi : lo;
+}
+__device__ __forceinline__ unsigned short cs_to_f16(double v) {
+  // Straight from the double (no double rounding through f32).
+  unsigned short h;
+  asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(v));
+  return h;
+}
+__device__ unsigned char cs_to_fp8(double v, int man, int bias, double maxf) {
+  const unsigned char sign = v < 0.0 ? 0x80 : 0;
+  double a = fabs(v);
+  if (a >= maxf) a = maxf;
+  int e = a > 0.0 ? (int)floor(log2(a)) : 1 - bias;
+  if (e < 1 - bias) e = 1 - bias;
+  double q = rint(a / exp2((double)(e - man)));
+  if (q >= 2.0 * (1 << man)) { q /= 2.0; e += 1; }
+  unsigned char code;
+  if (q >= (double)(1 << man)) code = (unsigned char)(((e + bias) << man) | (int)(q - (1 << man)));
+  else code = (unsigned char)q;
+  return sign | code;
+}
+extern "C" __global__ void cs_fill(void* dst, long long n, unsigned long long seed, unsigned long long stream, int dtype)
+{
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const double v = cs_input(seed, stream, (unsigned long long)i);
+    switch (dtype) {
+      case 0: ((float*)dst)[i] = (float)v; break;
+      case 1: ((unsigned short*)dst)[i] = cs_to_f16(v); break;
+      case 2: ((unsigned short*)dst)[i] = cs_to_bf16(v); break;
+      case 4: ((unsigned char*)dst)[i] = cs_to_fp8(v, 3, 7, 448.0); break;
+      case 5: ((unsigned char*)dst)[i] = cs_to_fp8(v, 2, 15, 57344.0); break;
+      default: break;
+    }
+  }
+}
+
+// dst[i] = (float)src[i] (exact for every input type), or its absolute value.
+extern "C" __global__ void cs_widen(const void* src, float* dst, long long n, int dtype, int absolute)
+{
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    double v;
+    switch (dtype) {
+      case 1: v = ld_f16(src, i); break;
+      case 2: v = ld_bf16(src, i); break;
+      case 4: v = ld_e4m3(src, i); break;
+      case 5: v = ld_e5m2(src, i); break;
+      default: v = ld_f32(src, i); break;
+    }
+    dst[i] = (float)(absolute ? fabs(v) : v);
+  }
+}
+
+// dst = |src| for n elements of elem_bytes (1, 2, 4): the sign bit cleared.
+extern "C" __global__ void cs_abs_bits(const void* src, void* dst, long long n, int elem_bytes)
+{
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    if (elem_bytes == 4) ((unsigned*)dst)[i] = ((const unsigned*)src)[i] & 0x7fffffffu;
+    else if (elem_bytes == 2) ((unsigned short*)dst)[i] = ((const unsigned short*)src)[i] & 0x7fff;
+    else ((unsigned char*)dst)[i] = ((const unsigned char*)src)[i] & 0x7f;
+  }
+}
+
+// How many of n elements (elem_bytes each) differ bitwise between x and y, into *count.
+extern "C" __global__ void cs_count_diff(const void* x, const void* y, long long n, int elem_bytes, unsigned long long* count)
+{
+  unsigned long long d = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    if (elem_bytes == 4) d += ((const unsigned*)x)[i] != ((const unsigned*)y)[i];
+    else if (elem_bytes == 2) d += ((const unsigned short*)x)[i] != ((const unsigned short*)y)[i];
+    else d += ((const unsigned char*)x)[i] != ((const unsigned char*)y)[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+  if ((threadIdx.x & 31) == 0 && d) atomicAdd(count, d);
+}
+"#,
+    );
+    s
+}
+
+fn compile(s: &Session, src: &str, name: &str, funcs: &[&str]) -> Result<(Arc<CudaModule>, Vec<CudaFunction>), CudaFailure> {
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+        src,
+        cudarc::nvrtc::CompileOptions {
+            arch: Some("compute_90"),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| err("NVRTC", e))?;
+    let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+    let f = funcs
+        .iter()
+        .map(|n| module.load_function(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CudaFailure::from)?;
+    Ok((module, f))
+}
+
+fn grid(s: &Session, n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n.div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 16), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Workload-independent device operations of the harness: the input generator, widening
+/// and absolute values of operands (for the reference GEMMs), and bitwise comparison of
+/// two outputs (the race check).
+pub struct DeviceOps {
+    _module: Arc<CudaModule>,
+    fill: CudaFunction,
+    widen: CudaFunction,
+    abs_bits: CudaFunction,
+    count_diff: CudaFunction,
+}
+
+impl DeviceOps {
+    pub fn compile(s: &Session) -> Result<DeviceOps, CudaFailure> {
+        let (m, mut f) = compile(
+            s,
+            &fill_source(),
+            "cutesmith_ops.cu",
+            &["cs_fill", "cs_widen", "cs_abs_bits", "cs_count_diff"],
+        )?;
+        let count_diff = f.remove(3);
+        let abs_bits = f.remove(2);
+        let widen = f.remove(1);
+        let fill = f.remove(0);
+        Ok(DeviceOps {
+            _module: m,
+            fill,
+            widen,
+            abs_bits,
+            count_diff,
+        })
+    }
+
+    fn go(&self, s: &Session, f: &CudaFunction, n: usize, args: &[&dyn ArgRef]) -> Result<(), CudaFailure> {
+        let mut b = s.stream.launch_builder(f);
+        for a in args {
+            a.push(&mut b);
+        }
+        // SAFETY: each caller below passes buffers of at least n elements of the stated
+        // type and the kernel's parameters in order.
+        unsafe { b.launch(grid(s, n)) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+
+    /// Fills `n` elements of `dtype` at `dst` with input `stream` under `seed`: the values
+    /// `data::input_value` gives, rounded to the type.
+    pub fn fill(&self, s: &Session, dst: u64, n: usize, dtype: DType, seed: u64, stream: u64) -> Result<(), CudaFailure> {
+        let (n_i, d) = (n as i64, dtype.abi_value());
+        self.go(s, &self.fill, n, &[&dst, &n_i, &seed, &stream, &d])
+    }
+
+    /// `dst[i] = src[i]` as f32 (exact), or its absolute value.
+    pub fn widen(&self, s: &Session, src: u64, dst: u64, n: usize, dtype: DType, absolute: bool) -> Result<(), CudaFailure> {
+        let (n_i, d, abs) = (n as i64, dtype.abi_value(), i32::from(absolute));
+        self.go(s, &self.widen, n, &[&src, &dst, &n_i, &d, &abs])
+    }
+
+    /// `dst = |src|` over n elements of `elem_bytes`.
+    pub fn abs(&self, s: &Session, src: u64, dst: u64, n: usize, elem_bytes: usize) -> Result<(), CudaFailure> {
+        let (n_i, e) = (n as i64, elem_bytes as i32);
+        self.go(s, &self.abs_bits, n, &[&src, &dst, &n_i, &e])
+    }
+
+    /// How many of n elements differ bitwise between `x` and `y` (waits for the answer).
+    pub fn count_diff(&self, s: &Session, x: u64, y: u64, n: usize, elem_bytes: usize) -> Result<u64, CudaFailure> {
+        let count = s.zeros::<u64>(1)?;
+        let (n_i, e) = (n as i64, elem_bytes as i32);
+        self.go(s, &self.count_diff, n, &[&x, &y, &n_i, &e, &count.ptr])?;
+        Ok(s.download(&count)?[0])
+    }
+}
+
+/// A kernel argument of the harness's device operations.
+trait ArgRef {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
+}
+
+impl<T: DeviceRepr> ArgRef for T {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        b.arg(self);
+    }
+}
+
+/// The operands of the sampled fp64 dot products (device addresses; `b2` and `c` 0 when
+/// absent).
+#[derive(Debug, Clone, Copy)]
+pub struct DotOperands {
+    pub a: u64,
+    pub b: u64,
+    pub b2: u64,
+    pub c: u64,
+    pub k: i64,
+    pub lda: i64,
+    pub ldb: i64,
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub a_col: bool,
+    pub b_col: bool,
+}
+
+/// A workload's compiled comparison kernels.
+pub struct Checker {
+    _module: Arc<CudaModule>,
+    main: CudaFunction,
+    worst: CudaFunction,
+    detail: CudaFunction,
+    stats: CudaFunction,
+    count: CudaFunction,
+    dots: CudaFunction,
+    spec: CheckSpec,
+}
+
+impl Checker {
+    pub fn compile(s: &Session, spec: &CheckSpec) -> Result<Checker, CudaFailure> {
+        let (m, mut f) = compile(
+            s,
+            &check_source(spec),
+            "cutesmith_check.cu",
+            &[
+                "cs_check_main",
+                "cs_check_worst",
+                "cs_check_detail",
+                "cs_row_stats",
+                "cs_check_count",
+                "cs_dots",
+            ],
+        )?;
+        let dots = f.remove(5);
+        let count = f.remove(4);
+        let stats = f.remove(3);
+        let detail = f.remove(2);
+        let worst = f.remove(1);
+        let main = f.remove(0);
+        Ok(Checker {
+            _module: m,
+            main,
+            worst,
+            detail,
+            stats,
+            count,
+            dots,
+            spec: spec.clone(),
+        })
+    }
+
+    /// Per-row statistics for the softmax references, into `stats` (2 doubles per row,
+    /// 3 for a GEMM's rows).
+    pub fn row_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
+        let logical_rows = if self.spec.col_major { args.cols } else { args.rows };
+        let rows = (args.batch * logical_rows) as u32;
+        let with_gemm = i32::from(matches!(self.spec.reference, Reference::GemmSoftmax { .. }));
+        let cfg = LaunchConfig {
+            grid_dim: (rows.max(1), 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.stream.launch_builder(&self.stats);
+        b.arg(args).arg(&stats).arg(&with_gemm);
+        // SAFETY: the arguments describe live buffers; stats holds one entry per row.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+
+    /// Enqueues the judgement of every element of `args.got` (validation's own), adding
+    /// the wrong and the still-poisoned counts to `counts[0]` and `counts[1]`.
+    pub fn count(&self, s: &Session, args: &CheckArgs, counts: u64) -> Result<(), CudaFailure> {
+        let total = (args.batch * args.rows * args.cols) as usize;
+        let mut b = s.stream.launch_builder(&self.count);
+        b.arg(args).arg(&counts);
+        // SAFETY: the arguments describe live buffers; counts holds two u64.
+        unsafe { b.launch(grid(s, total)) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+
+    /// Sampled GEMM entries in fp64 (see `cs_dots`): per pick, the dot products over k
+    /// and their sums of |a b| for B and B2, C's value, the output and the tensors there.
+    pub fn dots(&self, s: &Session, args: &CheckArgs, picks: &[(usize, usize, usize)], g: &DotOperands) -> Result<Vec<[f64; 10]>, CudaFailure> {
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let flat: Vec<i64> = picks
+            .iter()
+            .flat_map(|&(b, i, j)| [b as i64, i as i64, j as i64])
+            .collect();
+        let picks_buf = s.upload(&flat)?;
+        let out = s.zeros::<f64>(10 * picks.len())?;
+        let cfg = LaunchConfig {
+            grid_dim: (picks.len() as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (a_col, b_col) = (i32::from(g.a_col), i32::from(g.b_col));
+        let mut b = s.stream.launch_builder(&self.dots);
+        b.arg(args)
+            .arg(&picks_buf.ptr)
+            .arg(&g.a)
+            .arg(&g.b)
+            .arg(&g.b2)
+            .arg(&g.c)
+            .arg(&g.k)
+            .arg(&g.lda)
+            .arg(&g.ldb)
+            .arg(&g.stride_a)
+            .arg(&g.stride_b)
+            .arg(&a_col)
+            .arg(&b_col)
+            .arg(&out.ptr);
+        // SAFETY: the operands hold the GEMM the strides describe; picks and out are
+        // sized for picks.len() samples.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        let raw = s.download(&out)?;
+        Ok(raw
+            .chunks_exact(10)
+            .map(|c| {
+                let mut o = [0f64; 10];
+                o.copy_from_slice(c);
+                o
+            })
+            .collect())
+    }
+
+    /// Compares the output `args.got` with the reference: the summary of the comparison.
+    pub fn compare(&self, s: &Session, mut args: CheckArgs, dims: &Dims) -> Result<Summary, CudaFailure> {
+        let bins = Binning::for_dims(dims);
+        let per = bins.rows + bins.cols + bins.batches + bins.tile_rows * bins.tile_cols;
+        let counters = s.zeros::<u64>(4)?;
+        let extremes = s.zeros::<u64>(3)?;
+        let bin_buf = s.zeros::<u64>(2 * per)?;
+        let first = s.upload(&[u64::MAX])?;
+        let mut detail_init = vec![0u64; 48];
+        detail_init[40] = u64::MAX;
+        let detail = s.upload(&detail_init)?;
+        args.counters = counters.ptr;
+        args.extremes = extremes.ptr;
+        args.bins = bin_buf.ptr;
+        args.first = first.ptr;
+        args.detail = detail.ptr;
+        args.rs = i64::from(bins.rs);
+        args.cs = i64::from(bins.cs);
+        args.bs = i64::from(bins.bs);
+        args.ts = i64::from(bins.ts);
+        args.nrb = bins.rows as i64;
+        args.ncb = bins.cols as i64;
+        args.nbb = bins.batches as i64;
+        args.ntc = bins.tile_cols as i64;
+        args.bins_stride = per as i64;
+        let total = dims.batch * dims.rows * dims.cols;
+        let launch = |f: &CudaFunction, a: &CheckArgs, cfg: LaunchConfig| -> Result<(), CudaFailure> {
+            let mut b = s.stream.launch_builder(f);
+            b.arg(a);
+            // SAFETY: every pointer in the arguments is a live device buffer of the size
+            // the dimensions state; the parameter is the one struct the kernel takes.
+            unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+            Ok(())
+        };
+        launch(&self.main, &args, grid(s, total))?;
+        let c = s.download(&counters)?;
+        let ext = s.download(&extremes)?;
+        let mut summary = Summary {
+            checked: total as u64,
+            wrong: c[1],
+            unwritten: c[2],
+            nan_or_inf: c[3],
+            max_abs_err: f64::from_bits(ext[0]),
+            max_rel_err: f64::from_bits(ext[1]),
+            ..Summary::default()
+        };
+        if summary.wrong + summary.unwritten == 0 {
+            return Ok(summary);
+        }
+        if summary.wrong > 0 {
+            launch(&self.worst, &args, grid(s, total))?;
+        }
+        args.from = s.download(&first)?[0] as i64;
+        launch(
+            &self.detail,
+            &args,
+            LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1024, 1, 1),
+                shared_mem_bytes: 0,
+            },
+        )?;
+        let raw = s.download(&detail)?;
+        let coords = |i: u64| {
+            let i = i as usize;
+            let plane = dims.rows * dims.cols;
+            (i / plane, (i % plane) / dims.cols, i % dims.cols)
+        };
+        for slot in 0..8 {
+            let kind = f64::from_bits(raw[4 * slot + 3]);
+            if kind == 0.0 {
+                break;
+            }
+            let (batch, row, col) = coords(raw[4 * slot]);
+            summary.first.push(Mismatch {
+                batch,
+                row,
+                col,
+                got: f64::from_bits(raw[4 * slot + 1]),
+                want: f64::from_bits(raw[4 * slot + 2]),
+                unwritten: kind == 2.0,
+            });
+        }
+        if summary.wrong > 0 && raw[40] < total as u64 {
+            let (batch, row, col) = coords(raw[40]);
+            summary.worst = Some(Mismatch {
+                batch,
+                row,
+                col,
+                got: f64::from_bits(raw[41]),
+                want: f64::from_bits(raw[42]),
+                unwritten: false,
+            });
+        }
+        let b = s.download(&bin_buf)?;
+        let split = |m: &[u64]| -> BinCounts {
+            let (r, rest) = m.split_at(bins.rows);
+            let (c, rest) = rest.split_at(bins.cols);
+            let (bt, t) = rest.split_at(bins.batches);
+            BinCounts {
+                rows: r.to_vec(),
+                cols: c.to_vec(),
+                batches: bt.to_vec(),
+                tiles: t.to_vec(),
+            }
+        };
+        if summary.unwritten > 0 {
+            summary.unwritten_bins = Some(split(&b[..per]));
+        }
+        if summary.wrong > 0 {
+            summary.wrong_bins = Some(split(&b[per..]));
+        }
+        Ok(summary)
+    }
+}
