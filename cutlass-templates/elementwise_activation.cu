@@ -222,7 +222,10 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     if (bx > p1) return x;
     return (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) * p2;
   } else if constexpr (Act == CS_ACT_SOFTSIGN) {
-    return x / (1.0f + fabsf(x));                     // IEEE division: right for any |x|
+    // The fast division (2 ulp) below 2^126, where it is exact enough; the IEEE one's
+    // slow-path call spilled registers. Above, x / (1 + |x|) rounds to +-1. NaN stays NaN.
+    float const den = 1.0f + fabsf(x);
+    return den >= 8.5e37f ? copysignf(1.0f, x) : cs_div_fast(x, den);
   } else if constexpr (Act == CS_ACT_MISH) {
     // x tanh(log(1 + e^x)) = x n / (n + 2), n = e^x (e^x + 2): one exponential, no
     // cancellation. Above x = 20 the ratio rounds to 1 (and e^2x would overflow at 44).

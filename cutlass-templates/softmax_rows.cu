@@ -452,12 +452,16 @@ __device__ __forceinline__ float cs_finite_or_zero(float mL)
 // log_softmax (x log2e - mL - log2 s) ln 2.
 template <bool LOG>
 struct CsRowOut {
-  float ml, k;   // k: 1 / s (softmax) or log2(s) (log_softmax)
+  // k: 1 / s (softmax); for log_softmax ml holds mL + log2(s).
+  // For log_softmax the two offsets are folded into one (ml + k), so each element costs
+  // one FMA and one multiply and the kernel holds one constant less.
+  float ml, k;
   __device__ __forceinline__ CsRowOut(float mL, float s)
-      : ml(cs_finite_or_zero(mL)), k(LOG ? log2f(s) : 1.0f / s) {}
+      : ml(LOG ? cs_finite_or_zero(mL) + log2f(s) : cs_finite_or_zero(mL)),
+        k(LOG ? 0.0f : 1.0f / s) {}
   __device__ __forceinline__ float operator()(float x) const
   {
-    if constexpr (LOG) return (fmaf(x, kLog2e, -ml) - k) * kLn2;
+    if constexpr (LOG) return fmaf(x, kLog2e, -ml) * kLn2;
     else               return cs_ex2(fmaf(x, kLog2e, -ml)) * k;
   }
 };
@@ -528,7 +532,7 @@ __device__ __forceinline__ void cs_row_in_registers(const T* __restrict__ xr, T*
 
 // Path 1: one warp per row (n <= CS_WARP_ROW_MAX), rows grid-strided.
 template <class T, int VPT, bool LOG>
-__global__ void __launch_bounds__(kWarpCtaThreads)
+__global__ void __launch_bounds__(kWarpCtaThreads, 1)
 cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, int n,
                        int64_t lda, int64_t ldd)
 {
@@ -544,11 +548,17 @@ cs_softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t m, in
 // Path 2: one CTA (or one cluster of blockIdx-consecutive CTAs) per row, row in registers.
 // Up to 8 vectors per thread the row fits in 64 registers (bound 1024 caps them there, so
 // small CTAs of a mid-size row can share an SM); 16 (CS_THREADS <= 512) needs 128.
-template <int VPT>
-struct CsRegBound { static constexpr int value = VPT <= 8 ? 1024 : kThreads; };
+// log_softmax keeps more live values per element (ptxas spilled at 64 registers): its
+// register path uses CTAs of at most 512 threads, bounded there (128 registers).
+template <bool LOG>
+struct CsRegThreads { static constexpr int value = LOG && kThreads > 512 ? 512 : kThreads; };
+template <int VPT, bool LOG>
+struct CsRegBound {
+  static constexpr int value = VPT <= 8 && !LOG ? 1024 : CsRegThreads<LOG>::value;
+};
 
 template <class T, int VPT, bool LOG>
-__global__ void __launch_bounds__(CsRegBound<VPT>::value, 1)
+__global__ void __launch_bounds__(CsRegBound<VPT, LOG>::value, 1)
 cs_softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int64_t lda, int64_t ldd)
 {
   __shared__ float2 red[32];
@@ -851,8 +861,9 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
     int64_t const per_cta = (nb_max + cluster - 1) / cluster;   // body vectors per CTA
     // Path 2: the row part in registers.
     if constexpr (kRowInRegs) {
-      if (per_cta <= int64_t(kThreads) * kRegVecsMax) {
-        int vpt = cs_pow2_at_least((per_cta + kThreads - 1) / kThreads);
+      constexpr int kRegThreads = CsRegThreads<LOG>::value;
+      if (per_cta <= int64_t(kRegThreads) * kRegVecsMax) {
+        int vpt = cs_pow2_at_least((per_cta + kRegThreads - 1) / kRegThreads);
         if (vpt < kRegVecsMin) vpt = kRegVecsMin;
         int64_t threads = ((per_cta + vpt - 1) / vpt + 31) / 32 * 32;
         if (threads < 32) threads = 32;

@@ -81,7 +81,17 @@ CS_HD float cs_softplus(float x, float beta, float threshold)
   /* log(1 + e^bx) = max(bx, 0) + log1p(e^-|bx|): no overflow for any threshold. */
   return bx > threshold ? x : (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) / beta;
 }
-CS_HD float cs_softsign(float x) { return x / (1.0f + fabsf(x)); }
+/* The fast division (2 ulp) while the denominator is below 2^126, with no IEEE slow-path
+ * call; above, the quotient rounds to +-1. NaN stays NaN. */
+CS_HD float cs_softsign(float x)
+{
+  const float den = 1.0f + fabsf(x);
+#ifdef __CUDA_ARCH__
+  return den >= 8.5e37f ? copysignf(1.0f, x) : __fdividef(x, den);
+#else
+  return x / den;
+#endif
+}
 CS_HD float cs_mish(float x)
 {
 #ifdef CS_FAST_CHAIN_MATH

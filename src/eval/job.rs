@@ -69,8 +69,12 @@ pub struct Job {
     /// Random seeds: each shape is validated once per seed with fresh inputs.
     pub seeds: Vec<u64>,
     pub timing: TimingConfig,
-    /// Sampled entries of every GEMM output checked against an fp64 CPU reference.
+    /// Sampled entries of every GEMM output checked against an fp64 reference.
     pub fp64_samples: usize,
+    /// Validate on the host (inputs generated there, whole outputs compared on the CPU)
+    /// instead of on the device; `CUTESMITH_HOST_VALIDATION=1` sets it.
+    #[serde(default)]
+    pub host_validation: bool,
 }
 
 /// How a candidate failed, as data. The agent routes on this; it is never an `Err`.

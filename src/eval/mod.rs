@@ -251,6 +251,7 @@ pub fn job_for(
             ..TimingConfig::default()
         },
         fp64_samples: 256,
+        host_validation: std::env::var("CUTESMITH_HOST_VALIDATION").is_ok_and(|v| v == "1"),
     })
 }
 

@@ -363,7 +363,12 @@ fn generated_passes_and_chain_functors_compile() {
         use cutesmith::eval::gpu::check::{check_source, fill_source, CheckSpec, Reference};
         let specs = [
             (Reference::Chain, DType::BF16, DType::BF16, false),
-            (Reference::Softmax { log: true }, DType::F32, DType::F32, false),
+            (
+                Reference::Softmax { log: true },
+                DType::F32,
+                DType::F32,
+                false,
+            ),
             (Reference::Gemm, DType::BF16, DType::BF16, true),
             (Reference::Gemm, DType::E4M3, DType::E4M3, false),
             (
@@ -374,7 +379,12 @@ fn generated_passes_and_chain_functors_compile() {
                 DType::F16,
                 false,
             ),
-            (Reference::GemmSoftmax { log: false }, DType::F32, DType::BF16, true),
+            (
+                Reference::GemmSoftmax { log: false },
+                DType::F32,
+                DType::BF16,
+                true,
+            ),
         ];
         for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
             let src = check_source(&CheckSpec {

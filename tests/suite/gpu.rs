@@ -220,3 +220,95 @@ fn every_template_validates_on_its_workloads() {
     }
     assert!(failed.is_empty(), "failed: {failed:?}");
 }
+
+/// Validation on the device and on the host reach the same verdicts, counts and fault
+/// classes: correct kernels of every reference kind pass both ways, and the planted
+/// faults that validation classifies (wrong values, unwritten tiles, lowered precision,
+/// a replayed result, a race) are classified alike.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn device_and_host_validation_agree() {
+    use cutesmith::strategy;
+    let mut cases: Vec<(Workload, CompileRequest)> = Vec::new();
+    for f in [
+        "good_gemm",
+        "wrong_k_tile",
+        "skip_last_tile",
+        "tf32_gemm",
+        "cached_result",
+        "race",
+    ] {
+        let path = fixture(&format!("faults/{f}.cu"));
+        let w = workload(&header(&path, "WORKLOAD").unwrap());
+        cases.push((
+            w,
+            CompileRequest::from_file(&path, CompileOptions::default()).unwrap(),
+        ));
+    }
+    for name in [
+        "gemm_bias_gelu_small",
+        "relu_bf16_small",
+        "softmax_f32_small",
+        "gemm_f32_small",
+    ] {
+        let w = workload(name);
+        let s = strategy::candidates(&w).remove(0);
+        let req = CompileRequest::version(&s.instantiate(&w).unwrap(), "sm_90a");
+        cases.push((w, req));
+    }
+    let tc = toolchain().expect("toolchain");
+    let reqs: Vec<_> = cases.iter().map(|c| c.1.clone()).collect();
+    let outcomes = compile::compile_many(
+        &tc,
+        &CompileCache::default_location(),
+        &reqs,
+        16,
+        &|_, _| {},
+    );
+    use_this_binary_as_worker();
+    let mut disagree = Vec::new();
+    for ((w, req), o) in cases.iter().zip(outcomes) {
+        let o = o.unwrap();
+        assert!(o.ok(), "{}: {}", req.file_name, o.condensed);
+        let run = |host: bool| {
+            let mut job = eval::job_for(w, Mode::Validate, o.shared_object.clone(), 2, 20).unwrap();
+            job.fp64_samples = 128;
+            job.host_validation = host;
+            let e = eval::evaluate(&job, Duration::from_secs(300)).unwrap();
+            eprintln!(
+                "== {} on {} ({}):\n{}",
+                req.file_name,
+                w.name(),
+                if host { "host" } else { "device" },
+                e.render()
+            );
+            let r = e.report.clone().expect("report");
+            let counts: Vec<(u64, u64)> = r
+                .validations
+                .iter()
+                .filter_map(|v| v.comparison.as_ref().map(|c| (c.wrong, c.unwritten)))
+                .collect();
+            (e.fault.map(|f| f.kind.name()), counts, r.notes)
+        };
+        let (dev, host) = (run(false), run(true));
+        assert!(
+            !dev.2.iter().any(|n| n.contains("on the host")),
+            "device validation did not run: {:?}",
+            dev.2
+        );
+        // A race's counts move from run to run; only its class must agree.
+        let racy = dev.0.as_deref() == Some("race");
+        if dev.0 != host.0 || (!racy && dev.1 != host.1) {
+            disagree.push(format!(
+                "{} on {}: device {:?} {:?}, host {:?} {:?}",
+                req.file_name,
+                w.name(),
+                dev.0,
+                dev.1,
+                host.0,
+                host.1
+            ));
+        }
+    }
+    assert!(disagree.is_empty(), "{}", disagree.join("\n"));
+}

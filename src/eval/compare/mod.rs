@@ -1338,11 +1338,28 @@ mod tests {
     #[test]
     fn a_device_summary_gives_the_same_report() {
         type Bad = Box<dyn Fn(usize, usize, usize) -> bool>;
-        let cases: Vec<(Dims, Bad, fn(f32) -> f32)> = vec![
-            (Dims::dense(1, 300, 200), Box::new(|_, r, c| r >= 256 || c >= 192), |_| f32::poison()),
-            (Dims::dense(2, 128, 640), Box::new(|_, _, c| c % 64 == 63), off),
-            (Dims::dense(3, 64, 64), Box::new(|b, r, _| b == 1 && r > 10), |_| f32::NAN),
-            (Dims::dense(1, 1000, 1), Box::new(|_, r, _| r % 97 == 5), off),
+        type Case = (Dims, Bad, fn(f32) -> f32);
+        let cases: Vec<Case> = vec![
+            (
+                Dims::dense(1, 300, 200),
+                Box::new(|_, r, c| r >= 256 || c >= 192),
+                |_| f32::poison(),
+            ),
+            (
+                Dims::dense(2, 128, 640),
+                Box::new(|_, _, c| c % 64 == 63),
+                off,
+            ),
+            (
+                Dims::dense(3, 64, 64),
+                Box::new(|b, r, _| b == 1 && r > 10),
+                |_| f32::NAN,
+            ),
+            (
+                Dims::dense(1, 1000, 1),
+                Box::new(|_, r, _| r % 97 == 5),
+                off,
+            ),
             (Dims::dense(1, 50, 50), Box::new(|_, _, _| false), off),
         ];
         for (d, bad, f) in cases {
@@ -1355,9 +1372,11 @@ mod tests {
             let dev = Comparison::from_summary(&back, &d, &tol(), "f32", "f32");
             assert_eq!(dev.pattern, host.pattern);
             assert_eq!(dev.report(), host.report());
-            assert_eq!((dev.wrong, dev.unwritten, dev.nan_or_inf), (host.wrong, host.unwritten, host.nan_or_inf));
+            assert_eq!(
+                (dev.wrong, dev.unwritten, dev.nan_or_inf),
+                (host.wrong, host.unwritten, host.nan_or_inf)
+            );
             assert_eq!(dev.verdict(), host.verdict());
         }
     }
-
 }

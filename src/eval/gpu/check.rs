@@ -181,7 +181,9 @@ fn lit(v: f64) -> String {
 
 /// The chain in fp64 C++: `csd_chain(z, t)`.
 fn chain_fp64(chain: &Chain) -> String {
-    let mut s = String::from("__device__ double csd_chain(double z, const double* t) {\n  (void)t;\n  double x = z;\n");
+    let mut s = String::from(
+        "__device__ double csd_chain(double z, const double* t) {\n  (void)t;\n  double x = z;\n",
+    );
     let saved = chain.saved.len().max(1);
     let _ = writeln!(s, "  double sv[{saved}]; (void)sv;");
     for st in &chain.steps {
@@ -192,12 +194,9 @@ fn chain_fp64(chain: &Chain) -> String {
             Operand::Saved(i) => format!("sv[{i}]"),
         };
         let e = match &st.op {
-            Op::Act(a, p0, p1) => format!(
-                "csd_act({}, x, {}, {})",
-                a.abi_value(),
-                lit(*p0),
-                lit(*p1)
-            ),
+            Op::Act(a, p0, p1) => {
+                format!("csd_act({}, x, {}, {})", a.abi_value(), lit(*p0), lit(*p1))
+            }
             Op::Binary(b, o) => {
                 let v = y(o);
                 match b {
@@ -678,7 +677,12 @@ extern "C" __global__ void cs_count_diff(const void* x, const void* y, long long
     s
 }
 
-fn compile(s: &Session, src: &str, name: &str, funcs: &[&str]) -> Result<(Arc<CudaModule>, Vec<CudaFunction>), CudaFailure> {
+fn compile(
+    s: &Session,
+    src: &str,
+    name: &str,
+    funcs: &[&str],
+) -> Result<(Arc<CudaModule>, Vec<CudaFunction>), CudaFailure> {
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(
         src,
         cudarc::nvrtc::CompileOptions {
@@ -699,7 +703,11 @@ fn compile(s: &Session, src: &str, name: &str, funcs: &[&str]) -> Result<(Arc<Cu
 
 fn grid(s: &Session, n: usize) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: ((n.div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 16), 1, 1),
+        grid_dim: (
+            (n.div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 16),
+            1,
+            1,
+        ),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     }
@@ -737,7 +745,13 @@ impl DeviceOps {
         })
     }
 
-    fn go(&self, s: &Session, f: &CudaFunction, n: usize, args: &[&dyn ArgRef]) -> Result<(), CudaFailure> {
+    fn go(
+        &self,
+        s: &Session,
+        f: &CudaFunction,
+        n: usize,
+        args: &[&dyn ArgRef],
+    ) -> Result<(), CudaFailure> {
         let mut b = s.stream.launch_builder(f);
         for a in args {
             a.push(&mut b);
@@ -750,25 +764,55 @@ impl DeviceOps {
 
     /// Fills `n` elements of `dtype` at `dst` with input `stream` under `seed`: the values
     /// `data::input_value` gives, rounded to the type.
-    pub fn fill(&self, s: &Session, dst: u64, n: usize, dtype: DType, seed: u64, stream: u64) -> Result<(), CudaFailure> {
+    pub fn fill(
+        &self,
+        s: &Session,
+        dst: u64,
+        n: usize,
+        dtype: DType,
+        seed: u64,
+        stream: u64,
+    ) -> Result<(), CudaFailure> {
         let (n_i, d) = (n as i64, dtype.abi_value());
         self.go(s, &self.fill, n, &[&dst, &n_i, &seed, &stream, &d])
     }
 
     /// `dst[i] = src[i]` as f32 (exact), or its absolute value.
-    pub fn widen(&self, s: &Session, src: u64, dst: u64, n: usize, dtype: DType, absolute: bool) -> Result<(), CudaFailure> {
+    pub fn widen(
+        &self,
+        s: &Session,
+        src: u64,
+        dst: u64,
+        n: usize,
+        dtype: DType,
+        absolute: bool,
+    ) -> Result<(), CudaFailure> {
         let (n_i, d, abs) = (n as i64, dtype.abi_value(), i32::from(absolute));
         self.go(s, &self.widen, n, &[&src, &dst, &n_i, &d, &abs])
     }
 
     /// `dst = |src|` over n elements of `elem_bytes`.
-    pub fn abs(&self, s: &Session, src: u64, dst: u64, n: usize, elem_bytes: usize) -> Result<(), CudaFailure> {
+    pub fn abs(
+        &self,
+        s: &Session,
+        src: u64,
+        dst: u64,
+        n: usize,
+        elem_bytes: usize,
+    ) -> Result<(), CudaFailure> {
         let (n_i, e) = (n as i64, elem_bytes as i32);
         self.go(s, &self.abs_bits, n, &[&src, &dst, &n_i, &e])
     }
 
     /// How many of n elements differ bitwise between `x` and `y` (waits for the answer).
-    pub fn count_diff(&self, s: &Session, x: u64, y: u64, n: usize, elem_bytes: usize) -> Result<u64, CudaFailure> {
+    pub fn count_diff(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        n: usize,
+        elem_bytes: usize,
+    ) -> Result<u64, CudaFailure> {
         let count = s.zeros::<u64>(1)?;
         let (n_i, e) = (n as i64, elem_bytes as i32);
         self.go(s, &self.count_diff, n, &[&x, &y, &n_i, &e, &count.ptr])?;
@@ -852,7 +896,11 @@ impl Checker {
     /// Per-row statistics for the softmax references, into `stats` (2 doubles per row,
     /// 3 for a GEMM's rows).
     pub fn row_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
-        let logical_rows = if self.spec.col_major { args.cols } else { args.rows };
+        let logical_rows = if self.spec.col_major {
+            args.cols
+        } else {
+            args.rows
+        };
         let rows = (args.batch * logical_rows) as u32;
         let with_gemm = i32::from(matches!(self.spec.reference, Reference::GemmSoftmax { .. }));
         let cfg = LaunchConfig {
@@ -880,7 +928,13 @@ impl Checker {
 
     /// Sampled GEMM entries in fp64 (see `cs_dots`): per pick, the dot products over k
     /// and their sums of |a b| for B and B2, C's value, the output and the tensors there.
-    pub fn dots(&self, s: &Session, args: &CheckArgs, picks: &[(usize, usize, usize)], g: &DotOperands) -> Result<Vec<[f64; 10]>, CudaFailure> {
+    pub fn dots(
+        &self,
+        s: &Session,
+        args: &CheckArgs,
+        picks: &[(usize, usize, usize)],
+        g: &DotOperands,
+    ) -> Result<Vec<[f64; 10]>, CudaFailure> {
         if picks.is_empty() {
             return Ok(Vec::new());
         }
@@ -926,7 +980,12 @@ impl Checker {
     }
 
     /// Compares the output `args.got` with the reference: the summary of the comparison.
-    pub fn compare(&self, s: &Session, mut args: CheckArgs, dims: &Dims) -> Result<Summary, CudaFailure> {
+    pub fn compare(
+        &self,
+        s: &Session,
+        mut args: CheckArgs,
+        dims: &Dims,
+    ) -> Result<Summary, CudaFailure> {
         let bins = Binning::for_dims(dims);
         let per = bins.rows + bins.cols + bins.batches + bins.tile_rows * bins.tile_cols;
         let counters = s.zeros::<u64>(4)?;
@@ -951,14 +1010,15 @@ impl Checker {
         args.ntc = bins.tile_cols as i64;
         args.bins_stride = per as i64;
         let total = dims.batch * dims.rows * dims.cols;
-        let launch = |f: &CudaFunction, a: &CheckArgs, cfg: LaunchConfig| -> Result<(), CudaFailure> {
-            let mut b = s.stream.launch_builder(f);
-            b.arg(a);
-            // SAFETY: every pointer in the arguments is a live device buffer of the size
-            // the dimensions state; the parameter is the one struct the kernel takes.
-            unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
-            Ok(())
-        };
+        let launch =
+            |f: &CudaFunction, a: &CheckArgs, cfg: LaunchConfig| -> Result<(), CudaFailure> {
+                let mut b = s.stream.launch_builder(f);
+                b.arg(a);
+                // SAFETY: every pointer in the arguments is a live device buffer of the size
+                // the dimensions state; the parameter is the one struct the kernel takes.
+                unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+                Ok(())
+            };
         launch(&self.main, &args, grid(s, total))?;
         let c = s.download(&counters)?;
         let ext = s.download(&extremes)?;

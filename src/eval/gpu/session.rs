@@ -112,6 +112,31 @@ impl Session {
         Ok(host)
     }
 
+    /// Reads `n` elements at a raw device address (waits for the copy).
+    pub fn read<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: u64,
+        n: usize,
+    ) -> Result<Vec<T>, CudaFailure> {
+        let mut host = vec![T::default(); n];
+        // SAFETY: callers pass the address of a live buffer of at least n elements; the
+        // copy completes before `host` is returned (synchronize below).
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut host, src, self.stream.cu_stream())
+        }?;
+        self.stream.synchronize()?;
+        Ok(host)
+    }
+
+    /// Copies `bytes` between raw device addresses, stream-ordered.
+    pub fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaFailure> {
+        // SAFETY: callers pass two live, non-overlapping buffers of at least `bytes`.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
+        }?;
+        Ok(())
+    }
+
     /// Copies a host slice to a raw device address and waits for the copy.
     pub fn write_raw<T: DeviceRepr>(&self, dst: u64, host: &[T]) -> Result<(), CudaFailure> {
         // SAFETY: callers pass the address of a live buffer of at least `host.len()`

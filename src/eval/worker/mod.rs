@@ -10,6 +10,7 @@
 //! validation of a launch against its reference in [`validate`], timing against the
 //! vendor libraries in [`timing`].
 
+mod device;
 mod problem;
 mod timing;
 mod validate;
@@ -146,7 +147,25 @@ fn run(job: &Job) -> WorkerReport {
             return report;
         }
     };
+    // Inputs and validation on the device unless its kernels cannot be built (then on
+    // the host, with a note saying why).
+    let dev = match device::compile(
+        &s,
+        &workload,
+        workload.dtype(),
+        workload.out_dtype(),
+        job.host_validation,
+    ) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            report
+                .notes
+                .push(format!("inputs and validation on the host ({e})"));
+            None
+        }
+    };
     let mut ctx = Ctx {
+        dev,
         s: &mut s,
         libs: &libs,
         kernel: kernel.as_ref(),
@@ -214,6 +233,8 @@ struct Ctx<'a> {
     workload: &'a Workload,
     job: &'a Job,
     report: &'a mut WorkerReport,
+    /// Device validation's kernels; `None`: validation on the host.
+    dev: Option<device::DeviceValidation>,
 }
 
 impl Ctx<'_> {

@@ -22,7 +22,7 @@ pub(super) struct ChainTensor {
     pub kind: TensorKind,
     pub dtype: DType,
     pub buf: DevBuf<u8>,
-    /// The exact values (as stored) for the reference.
+    /// The exact values (as stored) for the host reference (empty under device validation).
     pub host: Vec<f64>,
     /// Leading dimension (matrix) in elements; 1 for vectors.
     pub ld: i64,
@@ -49,7 +49,8 @@ impl ChainTensor {
     }
 }
 
-/// Device buffers (and their host images, for the reference) of one problem instance.
+/// Device buffers of one problem instance (and, under host validation, their host images
+/// for the reference; empty under device validation).
 pub(super) struct Problem<A, D> {
     pub shape: Shape,
     pub a: DevBuf<A>,
@@ -104,7 +105,26 @@ fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
 }
 
 impl<'a> super::Ctx<'a> {
-    /// Generates and uploads the inputs of `shape` under `seed`, and a poisoned output.
+    /// `n` elements of input `stream` under `seed`: generated on the device (no host
+    /// image) under device validation, else generated on the host and uploaded (the host
+    /// image kept for the host reference).
+    fn input<T: HostElement>(
+        &self,
+        n: usize,
+        seed: u64,
+        stream: u64,
+    ) -> Result<(DevBuf<T>, Vec<T>), CudaFailure> {
+        if let Some(dev) = &self.dev {
+            let buf = self.s.zeros::<T>(n)?;
+            dev.ops.fill(self.s, buf.ptr, n, T::DTYPE, seed, stream)?;
+            Ok((buf, Vec::new()))
+        } else {
+            let host: Vec<T> = data::random_vec(n, seed, stream);
+            Ok((self.s.upload(&host)?, host))
+        }
+    }
+
+    /// Generates the inputs of `shape` under `seed` and a poisoned output.
     pub(super) fn setup<A: HostElement, D: HostElement>(
         &self,
         shape: &Shape,
@@ -132,8 +152,15 @@ impl<'a> super::Ctx<'a> {
                 TensorKind::Col => (m, 1, 0),
                 TensorKind::Matrix => (out_len, ldd, m * n),
             };
-            let host = rounded_values(t.dtype, len, seed, STREAM_TENSOR0 + i as u64);
-            let buf = self.s.upload(&encode(t.dtype, &host))?;
+            let stream = STREAM_TENSOR0 + i as u64;
+            let (buf, host) = if let Some(dev) = &self.dev {
+                let buf = self.s.zeros::<u8>(len * t.dtype.bytes() as usize)?;
+                dev.ops.fill(self.s, buf.ptr, len, t.dtype, seed, stream)?;
+                (buf, Vec::new())
+            } else {
+                let host = rounded_values(t.dtype, len, seed, stream);
+                (self.s.upload(&encode(t.dtype, &host))?, host)
+            };
             tensors.push(ChainTensor {
                 kind: t.kind,
                 dtype: t.dtype,
@@ -143,10 +170,16 @@ impl<'a> super::Ctx<'a> {
                 batch_stride: stride as i64,
             });
         }
-        let out = self.s.upload(&data::poisoned_output::<D>(out_len))?;
+        // The output: guard, NaN poison, guard, written on the device.
+        let out = self.s.zeros::<D>(out_len + 2 * GUARD_ELEMENTS)?;
+        let (eb, guard) = (std::mem::size_of::<D>(), data::guard::<D>().bits());
+        self.s.fill_bits(out.ptr, GUARD_ELEMENTS, eb, guard)?;
+        self.s
+            .fill_bits(out.at(GUARD_ELEMENTS), out_len, eb, D::poison().bits())?;
+        self.s
+            .fill_bits(out.at(GUARD_ELEMENTS + out_len), GUARD_ELEMENTS, eb, guard)?;
         if !w.family().is_gemm() {
-            let host_a: Vec<A> = data::random_vec(out_len, seed, STREAM_A);
-            let a = self.s.upload(&host_a)?;
+            let (a, host_a) = self.input::<A>(out_len, seed, STREAM_A)?;
             return Ok(Problem {
                 shape: *shape,
                 a,
@@ -168,29 +201,20 @@ impl<'a> super::Ctx<'a> {
         let bb = if lay.shared_b { 1 } else { batch };
         let lda = if lay.a == Layout::Row { k } else { m };
         let ldb = if lay.b == Layout::Col { k } else { n };
-        let host_a: Vec<A> = data::random_vec(ba * m * k, seed, STREAM_A);
-        let host_b: Vec<A> = data::random_vec(bb * k * n, seed, STREAM_B);
-        let host_b2: Vec<A> = if w.family() == Family::GemmGlu {
-            data::random_vec(bb * k * n, seed, STREAM_B2)
+        let (a, host_a) = self.input::<A>(ba * m * k, seed, STREAM_A)?;
+        let (b, host_b) = self.input::<A>(bb * k * n, seed, STREAM_B)?;
+        let b = Some(b);
+        let (b2, host_b2) = if w.family() == Family::GemmGlu {
+            let (b2, h) = self.input::<A>(bb * k * n, seed, STREAM_B2)?;
+            (Some(b2), h)
         } else {
-            Vec::new()
+            (None, Vec::new())
         };
-        let host_c: Vec<D> = if params.beta != 0.0 {
-            data::random_vec(out_len, seed, STREAM_C)
+        let (c, host_c) = if params.beta != 0.0 {
+            let (c, h) = self.input::<D>(out_len, seed, STREAM_C)?;
+            (Some(c), h)
         } else {
-            Vec::new()
-        };
-        let a = self.s.upload(&host_a)?;
-        let b = Some(self.s.upload(&host_b)?);
-        let b2 = if host_b2.is_empty() {
-            None
-        } else {
-            Some(self.s.upload(&host_b2)?)
-        };
-        let c = if host_c.is_empty() {
-            None
-        } else {
-            Some(self.s.upload(&host_c)?)
+            (None, Vec::new())
         };
         Ok(Problem {
             shape: *shape,

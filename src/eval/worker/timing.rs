@@ -10,6 +10,7 @@ use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
 use crate::spec::{Baseline, ComputePipe, Family, Layout, Shape, Workload};
 
+use super::device::DeviceReference;
 use super::Ctx;
 
 /// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
@@ -69,27 +70,34 @@ impl Ctx<'_> {
         // contender see the same inputs.
         let p = self.setup::<A, D>(shape, seed)?;
         let p2 = self.setup::<A, D>(shape, seed + 1)?;
-        // The validated answers of both sets, on the device, for checking every timed
-        // launch of the candidate (f32, with the rounding of that conversion added to the
-        // slack).
-        let checks = if self.kernel.is_some() {
-            let mut sets = Vec::new();
-            for q in [&p, &p2] {
-                let r = self.reference(q)?;
-                let want: Vec<f32> = r.want.iter().map(|w| *w as f32).collect();
-                let slack: Vec<f32> = r
-                    .want
-                    .iter()
-                    .enumerate()
-                    .map(|(i, w)| {
-                        (r.slack.get(i).copied().unwrap_or(0.0) + w.abs() * 2f64.powi(-23)) as f32
-                    })
-                    .collect();
-                sets.push((self.s.upload(&want)?, self.s.upload(&slack)?));
+        // The validated answers of both sets, for checking every timed launch of the
+        // candidate: under device validation the comparison kernels' own references
+        // (the same judgement as validation's); otherwise the host reference uploaded as
+        // f32, with the rounding of that conversion added to the slack.
+        let checks = match (self.kernel.is_some(), &self.dev) {
+            (false, _) => None,
+            (true, Some(dev)) => Some(Checks::Device(Box::new([
+                self.device_reference(dev, &p)?,
+                self.device_reference(dev, &p2)?,
+            ]))),
+            (true, None) => {
+                let mut sets = Vec::new();
+                for q in [&p, &p2] {
+                    let r = self.reference(q)?;
+                    let want: Vec<f32> = r.want.iter().map(|w| *w as f32).collect();
+                    let slack: Vec<f32> = r
+                        .want
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| {
+                            (r.slack.get(i).copied().unwrap_or(0.0) + w.abs() * 2f64.powi(-23))
+                                as f32
+                        })
+                        .collect();
+                    sets.push((self.s.upload(&want)?, self.s.upload(&slack)?));
+                }
+                Some(Checks::Host(sets))
             }
-            Some(sets)
-        } else {
-            None
         };
         let w = self.workload;
         let params = w.params();
@@ -558,7 +566,8 @@ impl Ctx<'_> {
         // event pair, compared with the validated answer of its input set after it, on
         // the device (two counters per launch: outside the tolerance, still poison).
         let verifier = match &checks {
-            Some(_) => match Verifier::compile(self.s, D::DTYPE) {
+            Some(Checks::Device(_)) => None,
+            Some(Checks::Host(_)) => match Verifier::compile(self.s, D::DTYPE) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     self.report.notes.push(format!(
@@ -576,7 +585,7 @@ impl Ctx<'_> {
         for run in 0..runs {
             for (i, l) in launches.iter_mut().enumerate() {
                 let in_graph = matches!(graphs.get(i), Some(Some(_)));
-                let checked = i == 0 && verifier.is_some();
+                let checked = i == 0 && (verifier.is_some() || self.dev.is_some());
                 if checked {
                     for o in outs {
                         self.s.fill_bits(o, p.out_len, elem, poison_bits)?;
@@ -593,24 +602,32 @@ impl Ctx<'_> {
                     _ => self.s.time_us(&mut **l)?,
                 };
                 samples[i].push(t);
-                if let (true, Some(v), Some(sets)) = (checked, &verifier, &checks) {
-                    let set = last_set.get();
-                    let (want, slack) = &sets[set];
-                    v.run(
-                        self.s,
-                        outs[set],
-                        want.ptr,
-                        slack.ptr,
-                        p.out_len,
-                        tol,
-                        counts.at(2 * run),
-                    )?;
+                let set = last_set.get();
+                match (checked, &checks, &verifier, &self.dev) {
+                    (true, Some(Checks::Host(sets)), Some(v), _) => {
+                        let (want, slack) = &sets[set];
+                        v.run(
+                            self.s,
+                            outs[set],
+                            want.ptr,
+                            slack.ptr,
+                            p.out_len,
+                            tol,
+                            counts.at(2 * run),
+                        )?;
+                    }
+                    (true, Some(Checks::Device(refs)), _, Some(dev)) => {
+                        let mut args = refs[set].args;
+                        args.got = outs[set];
+                        dev.checker.count(self.s, &args, counts.at(2 * run))?;
+                    }
+                    _ => {}
                 }
             }
         }
         drop(graphs);
         drop(launches);
-        if verifier.is_some() {
+        if verifier.is_some() || matches!(checks, Some(Checks::Device(_))) {
             let c = self.s.download(&counts)?;
             match timing_verdict(&c, p.out_len) {
                 Ok(note) => self.report.notes.push(note),
@@ -662,6 +679,15 @@ impl Ctx<'_> {
             baselines,
         })
     }
+}
+
+/// The validated answers every timed launch of the candidate is checked against, per
+/// input set.
+enum Checks {
+    /// The comparison kernels' references (device validation).
+    Device(Box<[DeviceReference; 2]>),
+    /// The host reference as f32 want and slack arrays on the device.
+    Host(Vec<(DevBuf<f32>, DevBuf<f32>)>),
 }
 
 /// Launches per CUDA graph when a problem is too small to time one launch at a time.

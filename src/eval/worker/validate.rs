@@ -9,21 +9,21 @@ use crate::abi::{cs_problem, KernelLibrary};
 use crate::eval::gpu::baseline::GemmDesc;
 use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::reference;
-use crate::eval::gpu::session::CudaFailure;
+use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 use crate::spec::{DType, Family, Layout, Shape};
 
 use super::problem::Problem;
 use super::{classify_cuda, fault, Ctx};
-use crate::eval::compare::{self, Dims, Element, Verdict};
+use crate::eval::compare::{self, Comparison, Dims, Element, Verdict};
 
 impl Ctx<'_> {
     pub(super) fn validate<A: HostElement, D: HostElement>(
         &mut self,
         shape: &Shape,
         seed: u64,
-        previous: &mut Option<Reference>,
+        previous: &mut Option<u64>,
     ) -> ShapeValidation {
         let mut v = ShapeValidation {
             shape: *shape,
@@ -67,16 +67,22 @@ impl Ctx<'_> {
             return v;
         }
         v.seconds = start.elapsed().as_secs_f64();
-        let out = match self.s.download(&p.out) {
-            Ok(o) => o,
+        match self.guards_intact(&p) {
+            Ok(ok) => v.canaries_intact = ok,
+            Err(e) => {
+                v.fault = Some(classify_cuda(e.code, &e.message));
+                return v;
+            }
+        }
+        // The output (downloaded only for host validation) and its comparison.
+        let got = match self.output(&p) {
+            Ok(g) => g,
             Err(e) => {
                 v.fault = Some(classify_cuda(e.code, &e.message));
                 return v;
             }
         };
-        v.canaries_intact = data::guards_intact(&out);
-        let got = &out[GUARD_ELEMENTS..GUARD_ELEMENTS + p.out_len];
-        let reference = match self.reference(&p) {
+        let (cmp, fp64) = match self.judge(&p, &got, seed) {
             Ok(r) => r,
             Err(e) => {
                 v.fault = Some(fault(
@@ -86,12 +92,7 @@ impl Ctx<'_> {
                 return v;
             }
         };
-        let dims = self.dims(&p);
-        let vt = self.workload.tolerance().at(shape);
-        let cmp = compare::compare_with_slack(got, &reference.want, reference.slack(), &dims, &vt);
-        if let Some(g) = &p.gemm {
-            v.fp64 = Some(self.fp64_check(&p, g, got, seed));
-        }
+        v.fp64 = fp64;
         let verdict = cmp.verdict();
         v.fault = if !v.canaries_intact {
             Some(fault(
@@ -107,10 +108,7 @@ impl Ctx<'_> {
                 Verdict::PartialWrite => Some(fault(FaultKind::PartialWrite, cmp.report())),
                 Verdict::NanInf => Some(fault(FaultKind::NanInf, cmp.report())),
                 Verdict::Mismatch => {
-                    let stale = previous.as_ref().is_some_and(|prev| {
-                        compare::compare_with_slack(got, &prev.want, prev.slack(), &dims, &vt)
-                            .passed()
-                    });
+                    let stale = previous.is_some_and(|prev| self.matches_seed(&p, &got, prev));
                     if stale {
                         Some(fault(
                             FaultKind::StaleOutput,
@@ -124,7 +122,7 @@ impl Ctx<'_> {
                         pf.message.push('\n');
                         pf.message.push_str(&cmp.report());
                         Some(pf)
-                    } else if let Some(other) = self.rerun_differs(kernel, &p, &cp, got) {
+                    } else if let Some(other) = self.rerun_differs(kernel, &p, &cp, &got) {
                         Some(fault(
                             FaultKind::Race,
                             format!(
@@ -141,8 +139,70 @@ impl Ctx<'_> {
         };
         v.passed = v.fault.is_none();
         v.comparison = Some(cmp);
-        *previous = Some(reference);
+        *previous = Some(seed);
         v
+    }
+
+    /// The output proper on the host under host validation; empty (it stays on the
+    /// device) under device validation.
+    fn output<A, D: HostElement>(&self, p: &Problem<A, D>) -> Result<Vec<D>, CudaFailure> {
+        if self.dev.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut out = self.s.download(&p.out)?;
+        out.truncate(GUARD_ELEMENTS + p.out_len);
+        Ok(out.split_off(GUARD_ELEMENTS))
+    }
+
+    /// The comparison of the output with the reference, and for GEMMs the fp64 check of
+    /// sampled entries: on the device, or on the host from `got`.
+    fn judge<A: HostElement, D: HostElement>(
+        &mut self,
+        p: &Problem<A, D>,
+        got: &[D],
+        seed: u64,
+    ) -> Result<(Comparison, Option<Fp64Check>), CudaFailure> {
+        let picks = p.gemm.as_ref().map(|g| self.fp64_picks(g, seed));
+        if let Some(dev) = &self.dev {
+            let (cmp, r) = self.device_comparison(dev, p, None)?;
+            let fp64 = match &picks {
+                Some(picks) => Some(self.fp64_judge(&self.device_samples(dev, p, &r, picks)?)),
+                None => None,
+            };
+            return Ok((cmp, fp64));
+        }
+        let reference = self.reference(p)?;
+        let dims = self.dims(p);
+        let vt = self.workload.tolerance().at(&p.shape);
+        let cmp = compare::compare_with_slack(got, &reference.want, reference.slack(), &dims, &vt);
+        let fp64 = match (&p.gemm, &picks) {
+            (Some(g), Some(picks)) => Some(self.fp64_judge(&self.host_samples(p, g, got, picks))),
+            _ => None,
+        };
+        Ok((cmp, fp64))
+    }
+
+    /// Whether the output passes against the reference of the previous seed's inputs
+    /// (a kernel replaying a cached result); regenerates that seed's problem.
+    fn matches_seed<A: HostElement, D: HostElement>(
+        &mut self,
+        p: &Problem<A, D>,
+        got: &[D],
+        prev: u64,
+    ) -> bool {
+        let Ok(q) = self.setup::<A, D>(&p.shape, prev) else {
+            return false;
+        };
+        if let Some(dev) = &self.dev {
+            return self
+                .device_comparison(dev, p, Some(&q))
+                .is_ok_and(|(c, _)| c.passed());
+        }
+        let Ok(r) = self.reference(&q) else {
+            return false;
+        };
+        let vt = self.workload.tolerance().at(&p.shape);
+        compare::compare_with_slack(got, &r.want, r.slack(), &self.dims(p), &vt).passed()
     }
 
     /// Runs the same inputs up to three more times; returns how many elements differ
@@ -154,18 +214,37 @@ impl Ctx<'_> {
         cp: &cs_problem,
         first: &[D],
     ) -> Option<usize> {
+        let eb = std::mem::size_of::<D>();
+        let out = p.out.at(GUARD_ELEMENTS);
+        // Under device validation the first output is kept on the device and compared
+        // there, bit for bit.
+        let kept = match &self.dev {
+            Some(_) => {
+                let k = self.s.zeros::<D>(p.out_len).ok()?;
+                self.s.copy(k.ptr, out, p.out_len * eb).ok()?;
+                Some(k)
+            }
+            None => None,
+        };
         for _ in 0..3 {
-            let poisoned = data::poisoned_output::<D>(p.out_len);
-            self.s.write_raw(p.out.ptr, &poisoned).ok()?;
+            self.s
+                .fill_bits(out, p.out_len, eb, D::poison().bits())
+                .ok()?;
             self.launch(kernel, cp).ok()?;
             self.s.sync().ok()?;
-            let again = self.s.download(&p.out).ok()?;
-            let again = &again[GUARD_ELEMENTS..GUARD_ELEMENTS + p.out_len];
-            let differ = again
-                .iter()
-                .zip(first)
-                .filter(|(a, b)| a.to_f64().to_bits() != b.to_f64().to_bits())
-                .count();
+            let differ = match (&self.dev, &kept) {
+                (Some(dev), Some(k)) => {
+                    dev.ops.count_diff(self.s, k.ptr, out, p.out_len, eb).ok()? as usize
+                }
+                _ => {
+                    let again: Vec<D> = self.s.read(out, p.out_len).ok()?;
+                    again
+                        .iter()
+                        .zip(first)
+                        .filter(|(a, b)| a.to_f64().to_bits() != b.to_f64().to_bits())
+                        .count()
+                }
+            };
             if differ > 0 {
                 return Some(differ);
             }
@@ -173,7 +252,7 @@ impl Ctx<'_> {
         None
     }
 
-    fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
+    pub(super) fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
         let sh = p.shape;
         let (rows, cols) = match (&p.gemm, self.workload.layouts().c) {
             (Some(_), Layout::Col) => (sh.n as usize, sh.m as usize),
@@ -188,21 +267,47 @@ impl Ctx<'_> {
         }
     }
 
-    /// The f32 product `A * B` (or `|A| * |B|` with `abs`) on the device by cuBLAS in
-    /// pedantic fp32, dense in D's layout. fp8 operands are widened to f32 first (exactly).
-    fn product<A: HostElement, D: HostElement>(
+    /// The f32 product `A * B` (or `|A| * |B|` with `abs`; B2 with `second`) on the
+    /// device by cuBLAS in pedantic fp32, dense in D's layout. fp8 operands are widened to
+    /// f32 first (exactly); absolute values are taken on the device under device
+    /// validation, from the host images otherwise.
+    pub(super) fn product_buf<A: HostElement, D: HostElement>(
         &self,
         p: &Problem<A, D>,
         g: &GemmDesc,
         second: bool,
         abs: bool,
-    ) -> Result<Vec<f32>, CudaFailure> {
+    ) -> Result<DevBuf<f32>, CudaFailure> {
         let (host_b, dev_b) = if second {
             (&p.host_b2, p.b2.as_ref())
         } else {
             (&p.host_b, p.b.as_ref())
         };
+        let (b_ptr, b_len) = dev_b.map_or((0, 0), |b| (b.ptr, b.len));
         let prod = self.s.zeros::<f32>(p.out_len)?;
+        if let Some(dev) = &self.dev {
+            if A::DTYPE.is_fp8() {
+                let wa = self.s.zeros::<f32>(p.a.len)?;
+                let wb = self.s.zeros::<f32>(b_len)?;
+                dev.ops
+                    .widen(self.s, p.a.ptr, wa.ptr, p.a.len, A::DTYPE, abs)?;
+                dev.ops.widen(self.s, b_ptr, wb.ptr, b_len, A::DTYPE, abs)?;
+                self.libs
+                    .reference_gemm(g, DType::F32, wa.ptr, wb.ptr, prod.ptr)?;
+            } else if abs {
+                let eb = std::mem::size_of::<A>();
+                let xa = self.s.zeros::<A>(p.a.len)?;
+                let xb = self.s.zeros::<A>(b_len)?;
+                dev.ops.abs(self.s, p.a.ptr, xa.ptr, p.a.len, eb)?;
+                dev.ops.abs(self.s, b_ptr, xb.ptr, b_len, eb)?;
+                self.libs
+                    .reference_gemm(g, A::DTYPE, xa.ptr, xb.ptr, prod.ptr)?;
+            } else {
+                self.libs
+                    .reference_gemm(g, A::DTYPE, p.a.ptr, b_ptr, prod.ptr)?;
+            }
+            return Ok(prod);
+        }
         if A::DTYPE.is_fp8() {
             let widen = |v: &[A]| -> Vec<f32> {
                 v.iter()
@@ -228,13 +333,23 @@ impl Ctx<'_> {
             self.libs
                 .reference_gemm(g, A::DTYPE, a.ptr, b.ptr, prod.ptr)?;
         } else {
-            let b = dev_b.map_or(0, |b| b.ptr);
             self.libs
-                .reference_gemm(g, A::DTYPE, p.a.ptr, b, prod.ptr)?;
+                .reference_gemm(g, A::DTYPE, p.a.ptr, b_ptr, prod.ptr)?;
         }
-        self.s.download(&prod)
+        Ok(prod)
     }
 
+    /// [`Ctx::product_buf`], downloaded.
+    fn product<A: HostElement, D: HostElement>(
+        &self,
+        p: &Problem<A, D>,
+        g: &GemmDesc,
+        second: bool,
+        abs: bool,
+    ) -> Result<Vec<f32>, CudaFailure> {
+        let buf = self.product_buf(p, g, second, abs)?;
+        self.s.download(&buf)
+    }
     /// The expected output of a problem in fp64, and for the GEMM families a per-element
     /// slack: the dot products' own rounding bound (from the sum of |a||b| over each,
     /// scaled by the arithmetic's unit roundoff) carried through the epilogue chain by
@@ -388,22 +503,10 @@ impl Ctx<'_> {
         Ok(Reference { want, slack })
     }
 
-    /// Recomputes sampled GEMM outputs in fp64 from the inputs (exact dot products),
-    /// through the chain, and measures each error against the sum of |a b| of its dot
-    /// product scaled by the chain's local slope: an error at the level of a lower
-    /// precision's rounding (TF32, fp16) where the workload asks for more is a precision
-    /// fault even when it hides inside the output tolerance.
-    fn fp64_check<A: HostElement, D: HostElement>(
-        &self,
-        p: &Problem<A, D>,
-        g: &GemmDesc,
-        got: &[D],
-        seed: u64,
-    ) -> Fp64Check {
-        let w = self.workload;
-        let params = w.params();
-        let chain = w.chain();
-        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    /// The GEMM entries the fp64 check samples: the four corners, the last batch's last
+    /// entry, and pseudo-random others from the seed, `job.fp64_samples` in all.
+    fn fp64_picks(&self, g: &GemmDesc, seed: u64) -> Vec<(usize, usize, usize)> {
+        let (m, n) = (g.m as usize, g.n as usize);
         let batch = g.batch.max(1) as usize;
         let mut picks: Vec<(usize, usize, usize)> =
             vec![(0, 0, 0), (0, m - 1, n - 1), (0, m - 1, 0), (0, 0, n - 1)];
@@ -419,16 +522,18 @@ impl Ctx<'_> {
             let x = (r >> 16) as usize;
             picks.push(((x / 7) % batch, (x / 13) % m, (x / 17) % n));
         }
-        let u_out = reference::unit_roundoff(D::DTYPE);
-        let u_acc = effective_roundoff(w);
-        let act_factor = if chain.is_identity() { 1.0 } else { 2.0 };
-        let bound = 16.0 * u_acc * act_factor;
-        let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
-        let out_scale = if D::DTYPE.is_fp8() {
-            f64::from(params.scale_d)
-        } else {
-            1.0
-        };
+        picks
+    }
+
+    /// The sampled entries' exact dot products, from the host images of the inputs.
+    fn host_samples<A: HostElement, D: HostElement>(
+        &self,
+        p: &Problem<A, D>,
+        g: &GemmDesc,
+        got: &[D],
+        picks: &[(usize, usize, usize)],
+    ) -> Vec<Sample> {
+        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
         let a_at = |b: usize, i: usize, kk: usize| {
             let idx = b * g.stride_a as usize
                 + if g.layout_a == Layout::Row {
@@ -448,6 +553,9 @@ impl Ctx<'_> {
             host[idx].to_f64()
         };
         let dot = |host: &[A], b: usize, i: usize, j: usize| -> (f64, f64) {
+            if host.is_empty() {
+                return (0.0, 0.0);
+            }
             let (mut dot, mut abs) = (0f64, 0f64);
             for kk in 0..k {
                 let t = a_at(b, i, kk) * b_at(host, b, kk, j);
@@ -456,47 +564,83 @@ impl Ctx<'_> {
             }
             (dot, abs)
         };
-        let mut errors = Vec::with_capacity(picks.len());
-        let mut normalized = Vec::with_capacity(picks.len());
+        picks
+            .iter()
+            .map(|&(b, i, j)| {
+                let d_idx = b * m * n
+                    + if g.layout_cd == Layout::Row {
+                        i * p.ldd as usize + j
+                    } else {
+                        j * p.ldd as usize + i
+                    };
+                let (d1, s1) = dot(&p.host_b, b, i, j);
+                let (d2, s2) = dot(&p.host_b2, b, i, j);
+                let mut t = [0f64; MAX_TENSORS];
+                for (slot, tt) in t.iter_mut().zip(&p.tensors) {
+                    *slot = tt.at(g.layout_cd, b, i, j);
+                }
+                Sample {
+                    dot: d1,
+                    sum_abs: s1,
+                    dot2: d2,
+                    sum_abs2: s2,
+                    c: p.host_c.get(d_idx).map_or(0.0, |x| x.to_f64()),
+                    got: got.get(d_idx).map_or(f64::NAN, |x| x.to_f64()),
+                    t,
+                }
+            })
+            .collect()
+    }
+
+    /// Judges sampled GEMM outputs against their fp64 values (exact dot products through
+    /// the chain): each error is measured against the sum of |a b| of its dot product
+    /// scaled by the chain's local slope, so an error at the level of a lower precision's
+    /// rounding (TF32, fp16) where the workload asks for more is a precision fault even
+    /// when it hides inside the output tolerance.
+    fn fp64_judge(&self, samples: &[Sample]) -> Fp64Check {
+        let w = self.workload;
+        let params = w.params();
+        let chain = w.chain();
+        let u_out = reference::unit_roundoff(w.out_dtype());
+        let u_acc = effective_roundoff(w);
+        let act_factor = if chain.is_identity() { 1.0 } else { 2.0 };
+        let bound = 16.0 * u_acc * act_factor;
+        let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
+        let out_scale = if w.out_dtype().is_fp8() {
+            f64::from(params.scale_d)
+        } else {
+            1.0
+        };
+        let mut errors = Vec::with_capacity(samples.len());
+        let mut normalized = Vec::with_capacity(samples.len());
         let mut failed = 0;
         let mut max_e: f64 = 0.0;
-        for &(b, i, j) in &picks {
-            let d_idx = b * m * n
-                + if g.layout_cd == Layout::Row {
-                    i * p.ldd as usize + j
-                } else {
-                    j * p.ldd as usize + i
-                };
-            let c = p.host_c.get(d_idx).map_or(0.0, |x| x.to_f64());
-            let (d1, abs1) = dot(&p.host_b, b, i, j);
-            let z0 = scale * d1 + f64::from(params.beta) * c;
+        for s in samples {
+            let c = s.c;
+            let z0 = scale * s.dot + f64::from(params.beta) * c;
             let (want, slope, abs) = match w.family() {
                 Family::GemmGlu => {
-                    let (d2, abs2) = dot(&p.host_b2, b, i, j);
-                    let z2 = scale * d2;
+                    let z2 = scale * s.dot2;
                     let (g0, g1) = params.gate.default_params();
                     let f = |x: f64| params.gate.eval(x, g0, g1);
                     let want = f(z0) * z2;
                     let h = 1e-6 * z0.abs().max(1.0);
                     let slope1 = ((f(z0 + h) - f(z0 - h)) / (2.0 * h)).abs() * z2.abs();
                     let slope2 = f(z0).abs();
-                    (want, 1.0, slope1 * abs1 + slope2 * abs2)
+                    (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2)
                 }
                 _ => {
-                    let mut t = [0f64; MAX_TENSORS];
-                    for (slot, tt) in t.iter_mut().zip(&p.tensors) {
-                        *slot = tt.at(g.layout_cd, b, i, j);
-                    }
-                    let want = chain.eval(z0, &t);
+                    let t = &s.t;
+                    let want = chain.eval(z0, t);
                     let h = 1e-6 * z0.abs().max(1.0);
-                    let slope = ((chain.eval(z0 + h, &t) - chain.eval(z0 - h, &t)) / (2.0 * h))
+                    let slope = ((chain.eval(z0 + h, t) - chain.eval(z0 - h, t)) / (2.0 * h))
                         .abs()
                         .max(1e-6);
-                    (want, slope, abs1)
+                    (want, slope, s.sum_abs)
                 }
             };
             let want = want * out_scale;
-            let got = got[d_idx].to_f64();
+            let got = s.got;
             let denom = (slope
                 * (scale.abs() * abs + (f64::from(params.beta) * c).abs())
                 * out_scale.abs())
@@ -516,7 +660,7 @@ impl Ctx<'_> {
         }
         normalized.sort_by(f64::total_cmp);
         Fp64Check {
-            samples: picks.len(),
+            samples: samples.len(),
             failed,
             max_normalized_error: max_e,
             median_normalized_error: normalized.get(normalized.len() / 2).copied().unwrap_or(0.0),
@@ -524,6 +668,20 @@ impl Ctx<'_> {
             hint: compare::precision_hint(&errors),
         }
     }
+}
+
+/// One sampled GEMM entry of the fp64 check: its exact dot products (with B, and with B2
+/// for GLU) and their sums of |a b|, C's value there (unscaled), the kernel's output there
+/// and the chain's tensor operands there.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sample {
+    pub dot: f64,
+    pub sum_abs: f64,
+    pub dot2: f64,
+    pub sum_abs2: f64,
+    pub c: f64,
+    pub got: f64,
+    pub t: [f64; MAX_TENSORS],
 }
 
 /// Errors at rounding level (the median sampled entry off by less than 1e-3 of its
@@ -604,7 +762,7 @@ const F32_ROUND: f64 = 1.2e-7;
 /// products 2^-24; operands rounded to TF32 where the workload allows it 2^-10 (two
 /// operands of 2^-11 each); f16 accumulation 2^-11; fp8 tensor-core accumulation, which
 /// keeps fewer bits than fp32 between promotions, 2^-13.
-fn effective_roundoff(w: &crate::spec::Workload) -> f64 {
+pub(super) fn effective_roundoff(w: &crate::spec::Workload) -> f64 {
     if w.allow_tf32() {
         2f64.powi(-10)
     } else if w.acc_dtype() == DType::F16 {

@@ -1,0 +1,218 @@
+//! Validation on the device, the default: inputs generated there from the seed, the fp64
+//! reference computed there element by element next to the candidate's output, the
+//! comparison reduced there to a summary, the sampled fp64 dot products computed there;
+//! only summaries cross to the host. The host path (whole outputs compared on the CPU)
+//! remains for a device whose NVRTC cannot build the kernels, or when the job asks for it
+//! (`CUTESMITH_HOST_VALIDATION=1`).
+
+use crate::eval::compare::{Comparison, Element};
+use crate::eval::gpu::check::{CheckArgs, CheckSpec, Checker, DeviceOps, DotOperands, Reference};
+use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
+use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
+use crate::spec::{DType, Family, Layout, Workload};
+
+use super::problem::Problem;
+use super::validate::{dot_bound, effective_roundoff, Sample};
+use super::Ctx;
+
+/// The compiled kernels of device validation for one workload.
+pub(super) struct DeviceValidation {
+    pub ops: DeviceOps,
+    pub checker: Checker,
+}
+
+/// What the comparison kernels compute each element's reference from, for a workload.
+pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
+    let params = w.params();
+    let reference = match w.family() {
+        Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
+        Family::Activation => Reference::Chain,
+        Family::Softmax => Reference::Softmax { log: false },
+        Family::LogSoftmax => Reference::Softmax { log: true },
+        Family::GemmSoftmax => Reference::GemmSoftmax {
+            log: params.log_softmax,
+        },
+        Family::GemmGlu => Reference::Glu { gate: params.gate },
+    };
+    CheckSpec {
+        reference,
+        chain: w.chain().clone(),
+        out: d,
+        input: a,
+        col_major: w.family().is_gemm() && w.layouts().c == Layout::Col,
+    }
+}
+
+/// Compiles device validation for a workload (NVRTC); `Err` says why the host path is used.
+pub(super) fn compile(
+    s: &Session,
+    w: &Workload,
+    a: DType,
+    d: DType,
+    host: bool,
+) -> Result<DeviceValidation, String> {
+    if host {
+        return Err("the job asks for host validation".into());
+    }
+    let ops = DeviceOps::compile(s).map_err(|e| e.to_string())?;
+    let checker = Checker::compile(s, &check_spec(w, a, d)).map_err(|e| e.to_string())?;
+    Ok(DeviceValidation { ops, checker })
+}
+
+/// The reference of one problem on the device: the arguments of the comparison kernels
+/// and the buffers they read (the GEMM products, the row statistics), kept alive with it.
+pub(super) struct DeviceReference {
+    pub args: CheckArgs,
+    _products: Vec<DevBuf<f32>>,
+    _stats: Option<DevBuf<f64>>,
+}
+
+impl Ctx<'_> {
+    /// Builds the device reference of problem `p`, whose output the kernels will judge.
+    pub(super) fn device_reference<A: HostElement, D: HostElement>(
+        &self,
+        dev: &DeviceValidation,
+        p: &Problem<A, D>,
+    ) -> Result<DeviceReference, CudaFailure> {
+        let w = self.workload;
+        let params = w.params();
+        let dims = self.dims(p);
+        let vt = w.tolerance().at(&p.shape);
+        let mut args = CheckArgs {
+            got: p.out.at(GUARD_ELEMENTS),
+            batch: dims.batch as i64,
+            rows: dims.rows as i64,
+            cols: dims.cols as i64,
+            ld: dims.ld as i64,
+            bstride: dims.batch_stride as i64,
+            rtol: vt.rtol,
+            atol: vt.atol,
+            scale: f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b),
+            beta: f64::from(params.beta),
+            scale_d: if D::DTYPE.is_fp8() {
+                f64::from(params.scale_d)
+            } else {
+                1.0
+            },
+            ..CheckArgs::default()
+        };
+        for (i, t) in p.tensors.iter().enumerate().take(args.t.len()) {
+            args.t[i] = t.buf.ptr;
+            args.tb[i] = t.batch_stride;
+        }
+        let mut products = Vec::new();
+        let mut stats = None;
+        let spec = check_spec(w, A::DTYPE, D::DTYPE);
+        if let Some(g) = &p.gemm {
+            let tc_f32 = A::DTYPE == DType::F32 && !w.allow_tf32();
+            args.ebound = dot_bound(1.0, g.k, effective_roundoff(w), tc_f32);
+            products.push(self.product_buf(p, g, false, false)?);
+            products.push(self.product_buf(p, g, false, true)?);
+            args.r[0] = products[0].ptr;
+            args.r[1] = products[1].ptr;
+            if matches!(spec.reference, Reference::Glu { .. }) {
+                products.push(self.product_buf(p, g, true, false)?);
+                products.push(self.product_buf(p, g, true, true)?);
+                args.r[2] = products[2].ptr;
+                args.r[3] = products[3].ptr;
+            } else {
+                args.r[2] = p.c.as_ref().map_or(0, |c| c.ptr);
+            }
+        } else {
+            args.r[0] = p.a.ptr;
+        }
+        let rows = dims.batch * if spec.col_major { dims.cols } else { dims.rows };
+        match spec.reference {
+            Reference::Softmax { .. } => {
+                let st = self.s.zeros::<f64>(2 * rows)?;
+                args.r[1] = st.ptr;
+                dev.checker.row_stats(self.s, &args, st.ptr)?;
+                stats = Some(st);
+            }
+            Reference::GemmSoftmax { .. } => {
+                let st = self.s.zeros::<f64>(3 * rows)?;
+                args.r[3] = st.ptr;
+                dev.checker.row_stats(self.s, &args, st.ptr)?;
+                stats = Some(st);
+            }
+            _ => {}
+        }
+        Ok(DeviceReference {
+            args,
+            _products: products,
+            _stats: stats,
+        })
+    }
+
+    /// Compares problem `p`'s output with its reference on the device (or, with `of`,
+    /// with the reference of another problem of the same shape: the stale-output check).
+    pub(super) fn device_comparison<A: HostElement, D: HostElement>(
+        &self,
+        dev: &DeviceValidation,
+        p: &Problem<A, D>,
+        of: Option<&Problem<A, D>>,
+    ) -> Result<(Comparison, DeviceReference), CudaFailure> {
+        let mut r = self.device_reference(dev, of.unwrap_or(p))?;
+        r.args.got = p.out.at(GUARD_ELEMENTS);
+        let dims = self.dims(p);
+        let summary = dev.checker.compare(self.s, r.args, &dims)?;
+        let vt = self.workload.tolerance().at(&p.shape);
+        Ok((
+            Comparison::from_summary(&summary, &dims, &vt, D::NAME, <f64 as Element>::NAME),
+            r,
+        ))
+    }
+
+    /// The sampled GEMM entries of the fp64 check, computed on the device.
+    pub(super) fn device_samples<A: HostElement, D: HostElement>(
+        &self,
+        dev: &DeviceValidation,
+        p: &Problem<A, D>,
+        r: &DeviceReference,
+        picks: &[(usize, usize, usize)],
+    ) -> Result<Vec<Sample>, CudaFailure> {
+        let Some(g) = &p.gemm else {
+            return Ok(Vec::new());
+        };
+        let ops = DotOperands {
+            a: p.a.ptr,
+            b: p.b.as_ref().map_or(0, |b| b.ptr),
+            b2: p.b2.as_ref().map_or(0, |b| b.ptr),
+            c: p.c.as_ref().map_or(0, |c| c.ptr),
+            k: g.k as i64,
+            lda: g.lda,
+            ldb: g.ldb,
+            stride_a: g.stride_a,
+            stride_b: g.stride_b,
+            a_col: g.layout_a == Layout::Col,
+            b_col: g.layout_b == Layout::Col,
+        };
+        let raw = dev.checker.dots(self.s, &r.args, picks, &ops)?;
+        Ok(raw
+            .into_iter()
+            .map(|o| Sample {
+                dot: o[0],
+                sum_abs: o[1],
+                dot2: o[2],
+                sum_abs2: o[3],
+                c: o[4],
+                got: o[5],
+                t: [o[6], o[7], o[8], o[9]],
+            })
+            .collect())
+    }
+
+    /// True when both guard regions around the output still hold the pattern (only the
+    /// guards are read).
+    pub(super) fn guards_intact<A, D: HostElement>(
+        &self,
+        p: &Problem<A, D>,
+    ) -> Result<bool, CudaFailure> {
+        let g = crate::eval::gpu::data::guard::<D>().to_f64();
+        let before: Vec<D> = self.s.read(p.out.ptr, GUARD_ELEMENTS)?;
+        let after: Vec<D> = self
+            .s
+            .read(p.out.at(GUARD_ELEMENTS + p.out_len), GUARD_ELEMENTS)?;
+        Ok(before.iter().chain(&after).all(|x| x.to_f64() == g))
+    }
+}
