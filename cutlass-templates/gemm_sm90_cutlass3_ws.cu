@@ -100,6 +100,16 @@ using namespace cute;
 #ifndef CS_EPI_ALIGN1
 #define CS_EPI_ALIGN1 0    // 1: register-direct epilogue, C/D alignment 1 (odd n / ldd)
 #endif
+// The workload block (when present) decides the build: f16 operands, and an epilogue
+// chain that is a per-column bias then one activation (CS_WL_BIAS_ACT, with the
+// activation's first parameter in CS_WL_BIAS_ACT_P0).
+#if defined(CS_WL_DTYPE_AB) && CS_WL_DTYPE_AB == 1 && !defined(CS_GEMM_FP16)
+#define CS_GEMM_FP16 1
+#endif
+#if defined(CS_WL_BIAS_ACT) && !defined(CS_FUSED_BIAS_ACT)
+#define CS_FUSED_BIAS_ACT 1
+#define CS_ACT CS_WL_BIAS_ACT
+#endif
 #ifndef CS_FUSED_BIAS_ACT
 #define CS_FUSED_BIAS_ACT 0  // 1: D = act(alpha*A*B + beta*C + bias[n]), CS_FAMILY_GEMM_BIAS_ACT
 #endif
@@ -207,7 +217,7 @@ template <class T> using ActivationFn = cutlass::epilogue::thread::Tanh<T>;
 // activation(beta * C + (alpha * acc + bias)), bias: stride (0,1,0) over (M,N,L).
 using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
     ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
-static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
+[[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
 #else
 using FusionOp = cutlass::epilogue::fusion::LinearCombination<
     ElementCD, ElementCompute, ElementCD, ElementScalar>;
@@ -279,9 +289,23 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
 
-  if (p.family != kFamily) return CS_ERR_UNSUPPORTED;
 #if CS_FUSED_BIAS_ACT
+  // The bias is the chain's one operand (a row of the operand type, shared by every
+  // batch); the activation is the build's (from the workload block, or -DCS_ACT checked
+  // against the problem's when compiled alone).
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
+  if (p.num_operands != 1 || p.operands[0].kind != CS_OPERAND_ROW ||
+      p.operands[0].dtype != kDtypeAB || p.operands[0].batch_stride != 0)
+    return CS_ERR_UNSUPPORTED;
+#ifndef CS_WL_BIAS_ACT
   if (p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
+#endif
+#else
+  // No epilogue chain in this build.
+  if (p.family != kFamily || p.num_operands != 0) return CS_ERR_UNSUPPORTED;
+#if defined(CS_CHAIN_DEFINED)
+  if (!cs_chain::kIdentity) return CS_ERR_UNSUPPORTED;
+#endif
 #endif
   if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeAB || p.dtype_acc != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
@@ -333,8 +357,8 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
     if (has_c && !cs_aligned16(p.c)) return CS_ERR_UNSUPPORTED;
 #endif
 #if CS_FUSED_BIAS_ACT
-    // The bias row is read with 16-byte vectors; NULL means a zero bias.
-    if (p.bias != nullptr && !cs_aligned16(p.bias)) return CS_ERR_UNSUPPORTED;
+    // The bias row is read with 16-byte vectors.
+    if (p.operands[0].ptr == nullptr || !cs_aligned16(p.operands[0].ptr)) return CS_ERR_UNSUPPORTED;
 #endif
   }
   return CS_OK;
@@ -386,11 +410,15 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& p)
   args.epilogue.thread.alpha = ElementScalar(p.alpha);
   args.epilogue.thread.beta  = ElementScalar(p.beta);
 #if CS_FUSED_BIAS_ACT
-  args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.bias);
+  args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.operands[0].ptr);
   // dBias (0, _1, 0): one value per column n, the same for every row m and batch l.
   get<2>(args.epilogue.thread.dBias) = 0;
 #if CS_ACT == 2
+#ifdef CS_WL_BIAS_ACT_P0
+  args.epilogue.thread.activation.leaky_alpha = ElementCompute(CS_WL_BIAS_ACT_P0);
+#else
   args.epilogue.thread.activation.leaky_alpha = ElementCompute(p.act_alpha);
+#endif
 #endif
 #endif
 

@@ -92,6 +92,17 @@ impl crate::provider::Provider for BuiltinProvider {
         ask: &crate::provider::Ask,
         events: &dyn EventSink,
     ) -> Result<Option<crate::provider::Reply>> {
+        if self.candidates.is_empty() {
+            let why = strategy::coverage(&self.workload)
+                .err()
+                .unwrap_or_else(|| "no candidate left".into());
+            return Err(crate::Error::Usage(format!(
+                "no built-in kernel runs workload {} ({why}); run it with a model \
+                 (`cutesmith run {} --model NAME`, see the README's configuration)",
+                self.workload.name(),
+                self.workload.name()
+            )));
+        }
         if !self.precompiled {
             self.precompiled = true;
             if self.precompile.is_some() {

@@ -236,6 +236,32 @@ impl Chain {
         }
     }
 
+    /// The chain as a per-column bias then one activation (`x + row0`, then `act(x)`,
+    /// or the bias alone), what a library epilogue with a bias and an activation
+    /// computes: the activation (identity for none), its first parameter and the bias's
+    /// dtype.
+    pub fn bias_then_activation(&self) -> Option<(Activation, f64, DType)> {
+        let bias = |o: &Operand| matches!(o, Operand::Tensor(0));
+        let row = match self.tensors.as_slice() {
+            [t] if t.kind == TensorKind::Row => t.dtype,
+            _ => return None,
+        };
+        match self.steps.as_slice() {
+            [Step {
+                op: Op::Binary(BinOp::Add, o),
+                save: None,
+            }] if bias(o) => Some((Activation::Identity, 0.0, row)),
+            [Step {
+                op: Op::Binary(BinOp::Add, o),
+                save: None,
+            }, Step {
+                op: Op::Act(a, p0, _),
+                save: None,
+            }] if bias(o) => Some((*a, *p0, row)),
+            _ => None,
+        }
+    }
+
     /// Appends an op.
     pub fn push(&mut self, op: Op) {
         self.steps.push(Step { op, save: None });

@@ -43,7 +43,16 @@ impl Workload {
                 }
             ),
             Family::GemmGlu => format!("{s} {} {}-glu", self.layouts.blas_name(), self.params.gate),
-            Family::Activation => format!("{s} {}{chain}", self.params.activation),
+            Family::Activation => {
+                // The chain's first op is the activation (written as `activation =` or as
+                // the first `[[epilogue]]` op).
+                let act = match self.chain.steps.first().map(|st| &st.op) {
+                    Some(super::chain::Op::Act(a, _, _)) => a.name().to_string(),
+                    Some(_) => "chain".to_string(),
+                    None => self.params.activation.to_string(),
+                };
+                format!("{s} {act}{chain}")
+            }
             Family::Softmax | Family::LogSoftmax => s,
         }
     }

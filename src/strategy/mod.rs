@@ -50,6 +50,16 @@ pub fn workload_block(w: &Workload) -> String {
     let plain_activation =
         w.family() == crate::spec::Family::Activation && w.chain().single_activation().is_some();
     if w.family().has_chain() && !w.chain().is_identity() && !plain_activation {
+        // A GEMM chain that is a per-column bias then one activation, stated plainly too,
+        // for templates whose library epilogue does exactly that.
+        if w.family().is_gemm() {
+            if let Some((act, p0, _)) = w.chain().bias_then_activation() {
+                s.push_str(&format!(
+                    "#define CS_WL_BIAS_ACT {} // the chain is x + bias[col], then this cs_activation\n#define CS_WL_BIAS_ACT_P0 {p0:?}f // its first parameter\n",
+                    act.abi_value()
+                ));
+            }
+        }
         s.push_str(&w.chain().cpp());
     }
     s

@@ -4,10 +4,11 @@
 //! alignment), checked before anything is compiled.
 
 use super::{Strategy, SMEM_BUDGET};
-use crate::spec::chain::TensorKind;
 use crate::spec::{DType, Family, Layout, Workload};
 
-/// What each template takes, as the template files document it.
+/// What each template takes, as the template files document it (and check at run time:
+/// anything else they return CS_ERR_UNSUPPORTED for, or hand to their predicated
+/// fallback when the layouts are the ones it takes too).
 struct Takes {
     families: &'static [Family],
     /// Operand dtypes.
@@ -18,6 +19,22 @@ struct Takes {
     cd_col: bool,
     /// Whether A and B may be stored in any order (else only A row, B column: TN).
     any_ab_layout: bool,
+    /// Which epilogue chains a GEMM template runs.
+    chain: ChainTakes,
+    /// Whether an operand may be shared by every batch (batch stride 0).
+    shared: bool,
+}
+
+/// The epilogue chains a GEMM template runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ChainTakes {
+    /// None: D = alpha A B + beta C.
+    Identity,
+    /// A per-column bias of the operand type, then one of the first eight activations
+    /// (a library epilogue with a bias and an activation).
+    BiasAct,
+    /// Any chain (`cs_chain_at` in the template's epilogue).
+    Any,
 }
 
 fn takes(template: &str) -> Option<Takes> {
@@ -26,31 +43,39 @@ fn takes(template: &str) -> Option<Takes> {
     Some(match template {
         "gemm_sm90_cutlass3_ws" => Takes {
             families: GEMMS,
-            dtypes: &[DType::BF16, DType::F16, DType::E4M3, DType::E5M2],
-            out: Some(&[DType::BF16, DType::F16, DType::F32]),
-            cd_col: true,
-            any_ab_layout: true,
+            dtypes: HALF,
+            out: Some(HALF),
+            cd_col: false,
+            any_ab_layout: false,
+            chain: ChainTakes::BiasAct,
+            shared: false,
         },
         "gemm_sm90_tma_wgmma" => Takes {
-            families: GEMMS,
+            families: &[Family::Gemm],
             dtypes: HALF,
-            out: None,
-            cd_col: true,
-            any_ab_layout: true,
+            out: Some(HALF),
+            cd_col: false,
+            any_ab_layout: false,
+            chain: ChainTakes::Identity,
+            shared: false,
         },
         "gemm_skinny_splitk" => Takes {
-            families: GEMMS,
-            dtypes: &[DType::BF16, DType::F16, DType::F32],
-            out: None,
-            cd_col: true,
-            any_ab_layout: true,
+            families: &[Family::Gemm],
+            dtypes: HALF,
+            out: Some(HALF),
+            cd_col: false,
+            any_ab_layout: false,
+            chain: ChainTakes::Identity,
+            shared: false,
         },
         "gemm_f32_3xtf32" => Takes {
-            families: GEMMS,
+            families: &[Family::Gemm],
             dtypes: &[DType::F32],
             out: Some(&[DType::F32]),
-            cd_col: true,
-            any_ab_layout: true,
+            cd_col: false,
+            any_ab_layout: false,
+            chain: ChainTakes::Identity,
+            shared: false,
         },
         "gemm_softmax" => Takes {
             families: &[Family::GemmSoftmax],
@@ -58,6 +83,8 @@ fn takes(template: &str) -> Option<Takes> {
             out: None,
             cd_col: false,
             any_ab_layout: true,
+            chain: ChainTakes::Identity,
+            shared: false,
         },
         "gemm_glu" => Takes {
             families: &[Family::GemmGlu],
@@ -65,6 +92,8 @@ fn takes(template: &str) -> Option<Takes> {
             out: None,
             cd_col: false,
             any_ab_layout: true,
+            chain: ChainTakes::Identity,
+            shared: false,
         },
         "elementwise_activation" => Takes {
             families: &[Family::Activation],
@@ -72,6 +101,8 @@ fn takes(template: &str) -> Option<Takes> {
             out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: false,
             any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: true,
         },
         "softmax_rows" => Takes {
             families: &[Family::Softmax, Family::LogSoftmax],
@@ -79,9 +110,46 @@ fn takes(template: &str) -> Option<Takes> {
             out: None,
             cd_col: false,
             any_ab_layout: true,
+            chain: ChainTakes::Identity,
+            shared: true,
         },
         _ => return None,
     })
+}
+
+/// Whether a GEMM template running `chain` kind can compute `w`'s epilogue chain; if not,
+/// what it lacks.
+fn chain_ok(t: &Takes, w: &Workload) -> Result<(), String> {
+    let chain = w.chain();
+    if chain.is_identity() || t.chain == ChainTakes::Any {
+        return Ok(());
+    }
+    let steps = || chain.describe();
+    match t.chain {
+        ChainTakes::BiasAct => match chain.bias_then_activation() {
+            Some((act, _, dt)) if act.abi_value() <= 7 && dt == w.dtype() => Ok(()),
+            Some((_, _, dt)) if dt != w.dtype() => Err(format!(
+                "epilogue {}: the template's bias is of the operand type ({}), not {dt}",
+                steps(),
+                w.dtype()
+            )),
+            Some((act, _, _)) => Err(format!(
+                "epilogue {}: the template's epilogue takes identity, relu, leaky_relu, \
+                 gelu_erf, gelu_tanh, silu, sigmoid or tanh after the bias, not {}",
+                steps(),
+                act.name()
+            )),
+            None => Err(format!(
+                "epilogue {}: the template's epilogue is a per-column bias then one \
+                 activation",
+                steps()
+            )),
+        },
+        _ => Err(format!(
+            "epilogue {}: the template computes alpha A B + beta C only",
+            steps()
+        )),
+    }
 }
 
 /// Whether `s` can run `w`, and if not, why (checked before compiling).
@@ -126,6 +194,12 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                 lay.blas_name()
             ));
         }
+        if (lay.shared_a || lay.shared_b) && !t.shared {
+            return Err(
+                "layout shared: the template takes no batch-shared (stride 0) operand".into(),
+            );
+        }
+        chain_ok(&t, w)?;
         if dt.is_fp8() && !(lay.a == Layout::Row && lay.b == Layout::Col) {
             return Err(format!(
                 "fp8 with layouts a = {}, b = {}: fp8 WGMMA needs K-major operands (A row, \
@@ -167,11 +241,6 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             "out_dtype {out}: the template writes the input's type ({dt}) only"
         )),
         "gemm_softmax" | "gemm_glu" => {
-            if lay.shared_a || lay.shared_b {
-                return Err(
-                    "layout shared: the template takes no batch-shared (stride 0) operand".into(),
-                );
-            }
             if s.template == "gemm_glu" && w.params().beta != 0.0 {
                 return Err("params.beta: the template takes beta = 0 only".into());
             }
@@ -226,19 +295,6 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     let align1 = s.get("CS_EPI_ALIGN1", 0) == 1;
     if chained && align1 {
         return Err("the alignment-1 epilogue cannot run an epilogue chain".into());
-    }
-    // The epilogue visitor tree reads at most one matrix operand besides C.
-    let matrices = w
-        .chain()
-        .tensors
-        .iter()
-        .filter(|t| t.kind == TensorKind::Matrix)
-        .count();
-    if matrices > 1 {
-        return Err(format!(
-            "epilogue chain with {matrices} matrix operands: the template's epilogue reads \
-             at most one"
-        ));
     }
     // Shapes with N not a multiple of 8 run on the template's fallback; the headline
     // shape must get the fast path unless a chain rules the alignment-1 epilogue out.
