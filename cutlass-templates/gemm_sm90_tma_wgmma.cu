@@ -1,22 +1,56 @@
 // cutesmith template: Hopper (sm_90a) GEMM in raw CuTe.
 //
-//   D[l] (m x n, row-major) = alpha * A[l] (m x k, row-major) * B[l] (k x n, col-major)
-//                           + beta * C[l] (m x n, row-major)          for l in [0, batch)
+//   Z[l] = alpha * A[l] (m x k) * B[l] (k x n) + beta * C[l] (m x n)   (fp32)
+//   D[l] = chain(Z[l]) rounded once to D's type                        for l in [0, batch)
 //
-// Operands are "TN": A and B both keep K contiguous (B is stored as n rows of k elements,
-// i.e. layout_b == CS_LAYOUT_COL). bf16 inputs by default (-DCS_GEMM_FP16 for fp16),
-// fp32 accumulation, C and D in the input type.
+// Families: CS_FAMILY_GEMM, and CS_FAMILY_GEMM_BIAS_ACT when the workload's epilogue chain
+// is compiled in (the chain starts with the row-bias add, operand 0, and the activation).
+// Types: A and B bf16 or f16 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16);
+// C and D bf16, f16 or f32 (CS_WL_DTYPE_CD; default the type of A and B); fp32
+// accumulation. Layouts, fixed at compile time and checked at run time:
+//   A row-major (K contiguous) or column-major (M contiguous)       CS_WL_LAYOUT_A, default row
+//   B column-major (K contiguous) or row-major (N contiguous)       CS_WL_LAYOUT_B, default col
+//   C and D row- or column-major                                    CS_WL_LAYOUT_CD; when it
+//     is not given, both (the default TN build compiles one kernel for the two)
+// A batch stride of 0 for A, B or C shares one matrix across the batch.
 //
-// Strategy: one CTA computes a TILE_M x TILE_N tile of D. TMA (SM90_TMA_LOAD) brings
-// TILE_M x TILE_K / TILE_N x TILE_K tiles of A and B into 128B-swizzled shared memory
-// through a STAGES-deep ring guarded by mbarriers ("full": TMA bytes landed, "empty": every
-// consumer thread is done reading). WARPGROUPS consumer warpgroups issue WGMMA straight from
-// shared memory (SS) and keep one WGMMA batch in flight. One elected thread of warp 0 also
-// plays producer (no warp specialization). The epilogue writes D from registers with
-// predicates from an identity tensor, so m and n need not be multiples of the tile.
-// TMA fills out-of-bounds rows/columns of A and B with zeros, which handles the K residue.
+// Strategy: one CTA computes a TILE_M x TILE_N tile of a row-major D. A column-major D is
+// a row-major D^T = B^T * A^T: the host swaps the roles of A and B (and of m and n), and
+// the epilogue swaps the coordinates back for the chain, which indexes its operands by the
+// logical (row, col) of D. So the kernel always sees an "A" of M x K and a "B" of N x K,
+// each either K-major or MN-major in global memory.
+// TMA (SM90_TMA_LOAD) brings TILE_M x TILE_K / TILE_N x TILE_K tiles of A and B into
+// swizzled shared memory in their natural order (K-major: 128B-swizzled rows along K;
+// MN-major: swizzled columns along M or N, the GMMA::Layout_MN_* atoms) through a
+// STAGES-deep ring guarded by mbarriers ("full": TMA bytes landed, "empty": every consumer
+// thread is done reading). WARPGROUPS consumer warpgroups issue WGMMA straight from shared
+// memory (SS; the transposed-operand forms read MN-major tiles) and keep one WGMMA batch in
+// flight. One elected thread of warp 0 also plays producer (no warp specialization). The
+// epilogue computes alpha * acc + beta * C, applies the chain per element at its
+// coordinates (an identity tensor partitioned like the accumulator), and writes D from
+// registers with predicates from the same coordinates, so m and n need not be multiples of
+// the tile. TMA fills out-of-bounds rows/columns of A and B with zeros (the K residue).
+// A shared operand (batch stride 0) is a size-1 batch mode read at coordinate 0.
+//
+// TMA needs 16-byte aligned A and B, leading dimensions and batch strides of A and B a
+// multiple of 8 elements, and (as CUTLASS asks) the contiguous extent of A and B (k, or m
+// for a column-major A, n for a row-major B) a multiple of 8. A problem outside that with
+// no chain, TN layouts and D in the input type runs on the predicated fallback GEMM;
+// anything else returns CS_ERR_UNSUPPORTED.
+//
+// Parameters (override with -DNAME=VALUE):
+//   CS_TILE_M      128  CTA tile rows of D (multiple of 64 * CS_WARPGROUPS)
+//   CS_TILE_N      128  CTA tile columns of D (WGMMA N: multiple of 8, at most 256)
+//   CS_TILE_K      64   K per stage (64 16-bit elements = one 128-byte swizzle row)
+//   CS_STAGES      4    depth of the TMA -> WGMMA shared memory ring
+//   CS_WARPGROUPS  2    consumer warpgroups, stacked along M
+//   CS_CLUSTER_M   1    cluster shape (co-scheduling only: no TMA multicast yet)
+//   CS_CLUSTER_N   1
+// Rows and columns above are those of the row-major D the kernel computes: of D^T for a
+// column-major D.
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -32,6 +66,7 @@
 #include <cutlass/device_kernel.h>   // CUTLASS_GRID_CONSTANT
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"
 #include "cutesmith_fallback_gemm.cuh"
 
 using namespace cute;
@@ -62,20 +97,61 @@ using namespace cute;
 #define CS_CLUSTER_N 1
 #endif
 
-#ifdef CS_GEMM_FP16
-using ElementAB = cute::half_t;
-static constexpr cs_dtype kDtypeAB = CS_DTYPE_F16;
+// ---------------------------------------------------------------------------------------
+// Workload: element types and layouts
+// ---------------------------------------------------------------------------------------
+
+#if defined(CS_WL_DTYPE_AB)
+static constexpr int kDtypeAB = CS_WL_DTYPE_AB;
+#elif defined(CS_GEMM_FP16)
+static constexpr int kDtypeAB = CS_DTYPE_F16;
 #else
-using ElementAB = cute::bfloat16_t;
-static constexpr cs_dtype kDtypeAB = CS_DTYPE_BF16;
+static constexpr int kDtypeAB = CS_DTYPE_BF16;
 #endif
-using ElementCD  = ElementAB;   // C and D in the input type
-#ifdef CS_GEMM_FP16
-using FallbackElement = __half;          // the same bits as cute::half_t
+#if defined(CS_WL_DTYPE_CD)
+static constexpr int kDtypeCD = CS_WL_DTYPE_CD;
 #else
-using FallbackElement = __nv_bfloat16;   // the same bits as cute::bfloat16_t
+static constexpr int kDtypeCD = kDtypeAB;
 #endif
+#if defined(CS_WL_LAYOUT_A)
+static constexpr int kLayoutA = CS_WL_LAYOUT_A;
+#else
+static constexpr int kLayoutA = CS_LAYOUT_ROW;
+#endif
+#if defined(CS_WL_LAYOUT_B)
+static constexpr int kLayoutB = CS_WL_LAYOUT_B;
+#else
+static constexpr int kLayoutB = CS_LAYOUT_COL;
+#endif
+// Which layouts of C and D this build runs (without CS_WL_LAYOUT_CD: both).
+#if defined(CS_WL_LAYOUT_CD)
+static constexpr bool kCdRowOk = (CS_WL_LAYOUT_CD == CS_LAYOUT_ROW);
+static constexpr bool kCdColOk = (CS_WL_LAYOUT_CD == CS_LAYOUT_COL);
+#else
+static constexpr bool kCdRowOk = true;
+static constexpr bool kCdColOk = true;
+#endif
+
+// What this build can run at all (an instance for another workload still compiles, and
+// every launch returns CS_ERR_UNSUPPORTED).
+static constexpr bool kTypesOk =
+    (kDtypeAB == CS_DTYPE_BF16 || kDtypeAB == CS_DTYPE_F16) &&
+    (kDtypeCD == CS_DTYPE_BF16 || kDtypeCD == CS_DTYPE_F16 || kDtypeCD == CS_DTYPE_F32) &&
+    (kLayoutA == CS_LAYOUT_ROW || kLayoutA == CS_LAYOUT_COL) &&
+    (kLayoutB == CS_LAYOUT_ROW || kLayoutB == CS_LAYOUT_COL);
+
+using ElementAB  = std::conditional_t<kDtypeAB == CS_DTYPE_F16, cute::half_t, cute::bfloat16_t>;
+using ElementCD  = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
+                   std::conditional_t<kDtypeCD == CS_DTYPE_F16, cute::half_t, cute::bfloat16_t>>;
 using ElementAcc = float;
+// The fallback GEMM's element (the same bits as ElementAB, in CUDA's type).
+using FallbackElement = std::conditional_t<kDtypeAB == CS_DTYPE_F16, __half, __nv_bfloat16>;
+
+// Where K lies in global memory, seen as the kernel's M x K "A" and N x K "B" of a
+// row-major D: A row-major and B column-major are K-major, the others MN-major. For a
+// column-major D the kernel's A is the workload's B and its B is the workload's A.
+static constexpr GMMA::Major kMajorA = kLayoutA == CS_LAYOUT_ROW ? GMMA::Major::K : GMMA::Major::MN;
+static constexpr GMMA::Major kMajorB = kLayoutB == CS_LAYOUT_COL ? GMMA::Major::K : GMMA::Major::MN;
 
 static constexpr int kTileM      = CS_TILE_M;
 static constexpr int kTileN      = CS_TILE_N;
@@ -87,12 +163,54 @@ static constexpr int kClusterN   = CS_CLUSTER_N;
 static constexpr int kThreads    = 128 * kWarpgroups;
 
 static_assert(kTileM % (64 * kWarpgroups) == 0, "TILE_M must be a multiple of 64 * WARPGROUPS");
+static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
 static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
 static_assert(kStages >= 2, "the pipeline needs at least two stages");
+
+// The chain's operand kinds by index (cs_chain::kKind0..kKind3).
+__host__ __device__ constexpr int cs_chain_kind(int i)
+{
+  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
+       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
+}
 
 // ---------------------------------------------------------------------------------------
 // Shared memory
 // ---------------------------------------------------------------------------------------
+
+// The swizzle atom of one operand's (BLK_MN, BLK_K) tile, as CUTLASS's ss_smem_selector
+// picks it: K-major takes 128B rows along K (TILE_K spans them whole); MN-major takes the
+// widest swizzle whose atom (64, 32, 16 or 8 16-bit elements along MN) divides BLK_MN.
+template <GMMA::Major Major, class T, int BLK_MN>
+constexpr auto cs_smem_atom()
+{
+  if constexpr (Major == GMMA::Major::K) {
+    return GMMA::Layout_K_SW128_Atom<T>{};
+  } else if constexpr (BLK_MN % size<0>(GMMA::Layout_MN_SW128_Atom<T>{}) == 0) {
+    return GMMA::Layout_MN_SW128_Atom<T>{};
+  } else if constexpr (BLK_MN % size<0>(GMMA::Layout_MN_SW64_Atom<T>{}) == 0) {
+    return GMMA::Layout_MN_SW64_Atom<T>{};
+  } else if constexpr (BLK_MN % size<0>(GMMA::Layout_MN_SW32_Atom<T>{}) == 0) {
+    return GMMA::Layout_MN_SW32_Atom<T>{};
+  } else {
+    static_assert(BLK_MN % size<0>(GMMA::Layout_MN_INTER_Atom<T>{}) == 0,
+                  "an MN-major tile must be a multiple of 8 elements along MN");
+    return GMMA::Layout_MN_INTER_Atom<T>{};
+  }
+}
+
+// (BLK_MN, BLK_K, PIPE) for one operand. An MN-major tile stacks its atoms along K first
+// (Step<_2,_1,_3>, as CUTLASS's mainloops do), so one TMA box spans the whole BLK_K.
+template <GMMA::Major Major, class T, int BLK_MN>
+constexpr auto cs_smem_layout()
+{
+  auto shape = make_shape(Int<BLK_MN>{}, Int<kTileK>{}, Int<kStages>{});
+  if constexpr (Major == GMMA::Major::K) {
+    return tile_to_shape(cs_smem_atom<Major, T, BLK_MN>(), shape, Step<_1,_2,_3>{});
+  } else {
+    return tile_to_shape(cs_smem_atom<Major, T, BLK_MN>(), shape, Step<_2,_1,_3>{});
+  }
+}
 
 template <class TA, class TB,
           class SmemLayoutA,   // (BLK_M,BLK_K,PIPE)
@@ -119,14 +237,16 @@ __global__ static
 __launch_bounds__(kThreads, 1)
 void
 cs_gemm_sm90_kernel(int M, int N, int K,
-                    int La, int Lb,                       // batch extents of the TMA views (1: broadcast)
+                    int La, int Lb,                       // batch extents of the TMA views (1: shared)
                     CtaTiler cta_tiler,
                     CUTLASS_GRID_CONSTANT TmaA const tma_a,
                     CUTLASS_GRID_CONSTANT TmaB const tma_b,
                     TD const* C, int64_t ldc, int64_t batch_stride_c,
                     TD      * D, int64_t ldd, int64_t batch_stride_d,
                     TiledMma tiled_mma,
-                    float alpha, float beta)
+                    float alpha, float beta,
+                    bool transposed,                      // D^T computed: swap (m,n) for the chain
+                    CUTLASS_GRID_CONSTANT cs_problem const problem)   // the chain's operands
 {
   // =====================================================================================
   // Preconditions
@@ -157,7 +277,7 @@ cs_gemm_sm90_kernel(int M, int N, int K,
   Tensor mB = mB_nkl(_, _, Lb == 1 ? 0 : l);                           // (N,K)
 
   bool const has_c = (beta != 0.0f);
-  TD const* C_l = has_c ? C + l * batch_stride_c : C;
+  TD const* C_l = has_c ? C + l * batch_stride_c : C;                  // stride 0: shared C
   Tensor mC = make_tensor(make_gmem_ptr(C_l),
                           make_shape(M, N), make_stride(ldc, Int<1>{}));  // (M,N) row-major
   Tensor mD = make_tensor(make_gmem_ptr(D + l * batch_stride_d),
@@ -291,16 +411,23 @@ cs_gemm_sm90_kernel(int M, int N, int K,
   warpgroup_fence_operand(tCrAcc);
 
   // =====================================================================================
-  // Epilogue: D = alpha * acc + beta * C, predicated on (m < M, n < N)
+  // Epilogue: D = chain(alpha * acc + beta * C), predicated on (m < M, n < N)
   // =====================================================================================
   CUTE_UNROLL
   for (int i = 0; i < size(tCrAcc); ++i) {
-    if (elem_less(tCcD(i), shape(mD))) {
-      float v = alpha * tCrAcc(i);
+    auto const mn = tCcD(i);                                           // (m,n) of this D
+    if (elem_less(mn, shape(mD))) {
+      float z = alpha * tCrAcc(i);
       if (has_c) {
-        v += beta * static_cast<float>(tCgC(i));
+        z += beta * static_cast<float>(tCgC(i));
       }
-      tCgD(i) = static_cast<TD>(v);
+      if constexpr (!cs_chain::kIdentity) {
+        // The chain's operands are indexed by the workload's (row, col) of D.
+        int64_t const row = transposed ? get<1>(mn) : get<0>(mn);
+        int64_t const col = transposed ? get<0>(mn) : get<1>(mn);
+        z = cs_chain_at<cs_chain>(problem, z, l, row, col);
+      }
+      tCgD(i) = static_cast<TD>(z);
     }
   }
 }
@@ -319,87 +446,153 @@ static inline bool cs_tma_stride_ok(int64_t elems) {
   return elems >= 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
 }
 
+// One GEMM operand as the kernel sees it: an MN x K matrix (batched), K-major (K
+// contiguous, rows `ld` apart) or MN-major (MN contiguous, columns `ld` apart).
+struct cs_mk_operand {
+  const void* ptr;
+  int64_t mn;
+  int64_t ld;
+  int64_t batch_stride;
+};
+
+// A's or B's checks for TMA: `inner` elements contiguous, `outer` lines `ld` apart.
+static bool cs_tma_operand_ok(int64_t inner, int64_t outer, int64_t ld, int64_t batch_stride,
+                              int64_t batch)
+{
+  if (inner % 8 != 0) return false;                          // 16-byte lines (as CUTLASS asks)
+  if (ld < inner || !cs_tma_stride_ok(ld)) return false;
+  // ld * outer serves as the (never stepped) stride of a size-1 batch mode.
+  if (ld > INT64_MAX / outer || !cs_tma_stride_ok(ld * outer)) return false;
+  if (batch > 1 && !cs_tma_stride_ok(batch_stride)) return false;   // 0: one shared matrix
+  return true;
+}
+
+// The chain's operands as this build's cs_chain reads them.
+static int32_t cs_chain_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.num_operands != cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+  for (int i = 0; i < cs_chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[i];
+    if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
+    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
+    if (o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (o.kind == CS_OPERAND_MATRIX) {
+      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
+      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+    }
+    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
 // Everything the TMA descriptors and the grid need; CS_OK when this kernel handles `p`.
 static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
 
-  if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
-  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeAB || p.dtype_acc != CS_DTYPE_F32)
+  if (!kTypesOk) return CS_ERR_UNSUPPORTED;
+  // gemm_bias_act's bias and activation live in the chain: a build without one cannot.
+  if (p.family != CS_FAMILY_GEMM &&
+      !(p.family == CS_FAMILY_GEMM_BIAS_ACT && !cs_chain::kIdentity))
     return CS_ERR_UNSUPPORTED;
-  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
+  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD || p.dtype_acc != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
+  if (p.layout_a != kLayoutA || p.layout_b != kLayoutB) return CS_ERR_UNSUPPORTED;
+  if (!((p.layout_cd == CS_LAYOUT_ROW && kCdRowOk) || (p.layout_cd == CS_LAYOUT_COL && kCdColOk)))
+    return CS_ERR_UNSUPPORTED;
+  if (cs_chain_check(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
 
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
   if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // would need a beta*C-only path
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt) return CS_ERR_UNSUPPORTED;
-  if (p.k % 8 != 0) return CS_ERR_UNSUPPORTED;               // 16-byte rows for TMA
 
-  // A (m x k, row-major) and B (n x k rows, K contiguous): TMA needs 16B-multiple strides.
-  if (p.lda < p.k || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
-  if (p.ldb < p.k || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
-  // lda * m and ldb * n serve as the (never stepped) stride of a size-1 batch mode.
-  if (p.lda > INT64_MAX / p.m || !cs_tma_stride_ok(p.lda * p.m)) return CS_ERR_UNSUPPORTED;
-  if (p.ldb > INT64_MAX / p.n || !cs_tma_stride_ok(p.ldb * p.n)) return CS_ERR_UNSUPPORTED;
-  if (p.ldd < p.n) return CS_ERR_UNSUPPORTED;
-  if (p.beta != 0.0f && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
+  // A (m x k) and B (k x n) for TMA, each in its own storage order.
+  bool const a_row = (p.layout_a == CS_LAYOUT_ROW), b_col = (p.layout_b == CS_LAYOUT_COL);
+  if (!cs_tma_operand_ok(a_row ? p.k : p.m, a_row ? p.m : p.k, p.lda, p.batch_stride_a, p.batch))
+    return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_operand_ok(b_col ? p.k : p.n, b_col ? p.n : p.k, p.ldb, p.batch_stride_b, p.batch))
+    return CS_ERR_UNSUPPORTED;
 
+  // C and D: plain stores and loads, any leading dimension >= their contiguous extent.
+  int64_t const cd_inner = (p.layout_cd == CS_LAYOUT_ROW) ? p.n : p.m;
+  if (p.ldd < cd_inner) return CS_ERR_UNSUPPORTED;
+  if (p.beta != 0.0f && p.ldc < cd_inner) return CS_ERR_UNSUPPORTED;
   if (p.batch > 1) {
     if (p.batch > 65535) return CS_ERR_UNSUPPORTED;          // grid z
-    if (!cs_tma_stride_ok(p.batch_stride_a)) return CS_ERR_UNSUPPORTED;   // 0 broadcasts
-    if (!cs_tma_stride_ok(p.batch_stride_b)) return CS_ERR_UNSUPPORTED;
+    if (p.batch_stride_d <= 0) return CS_ERR_UNSUPPORTED;    // every batch writes its own D
+    if (p.beta != 0.0f && p.batch_stride_c < 0) return CS_ERR_UNSUPPORTED;   // 0: shared C
   }
 
-  int64_t const grid_n = (p.n + kTileN - 1) / kTileN;
-  if (grid_n + kClusterN > 65535) return CS_ERR_UNSUPPORTED;  // grid y
+  // The grid covers the row-major D the kernel computes (D^T for a column-major D).
+  int64_t const grid_m = (((p.layout_cd == CS_LAYOUT_ROW) ? p.m : p.n) + kTileM - 1) / kTileM;
+  int64_t const grid_n = (cd_inner + kTileN - 1) / kTileN;
+  if (grid_m + kClusterM > kMaxInt) return CS_ERR_UNSUPPORTED; // grid x
+  if (grid_n + kClusterN > 65535) return CS_ERR_UNSUPPORTED;   // grid y
 
   if (check_pointers) {
     if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
     if (!cs_aligned16(p.a) || !cs_aligned16(p.b)) return CS_ERR_UNSUPPORTED;
-    if (p.beta != 0.0f && p.c == nullptr) return CS_ERR_UNSUPPORTED;
+    if (reinterpret_cast<uintptr_t>(p.d) % sizeof(ElementCD) != 0) return CS_ERR_UNSUPPORTED;
+    if (p.beta != 0.0f && (p.c == nullptr ||
+                           reinterpret_cast<uintptr_t>(p.c) % sizeof(ElementCD) != 0))
+      return CS_ERR_UNSUPPORTED;
   }
   return CS_OK;
 }
 
-template <class TA, class TB, class TD>
-static int32_t cs_gemm_sm90_run(const cs_problem& p, cudaStream_t stream)
+// The global view TMA reads of one operand: (MN, K, L) with a static unit stride on the
+// contiguous mode.
+template <GMMA::Major Major, class T>
+static auto cs_tma_view(T const* ptr, int mn, int k, int l, int64_t ld, int64_t dl)
 {
-  int const M = int(p.m);
-  int const N = int(p.n);
+  if constexpr (Major == GMMA::Major::K) {
+    return make_tensor(make_gmem_ptr(ptr), make_shape(mn, k, l), make_stride(ld, Int<1>{}, dl));
+  } else {
+    return make_tensor(make_gmem_ptr(ptr), make_shape(mn, k, l), make_stride(Int<1>{}, ld, dl));
+  }
+}
+
+// Row-major D (M x N) = A (M x K, MajorA) * B (N x K, MajorB): builds the TMA atoms, the
+// shared memory layouts and the tiled MMA, and launches.
+template <GMMA::Major MajorA, GMMA::Major MajorB, class TA, class TB, class TD>
+static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
+                                cs_mk_operand const& b, bool transposed, cudaStream_t stream)
+{
+  int const M = int(a.mn);
+  int const N = int(b.mn);
   int const K = int(p.k);
 
-  // Batch views for TMA: a broadcast operand (stride 0) or a single batch is a size-1 mode.
+  // Batch views for TMA: a shared operand (stride 0) or a single batch is a size-1 mode.
   // A size-1 mode's stride is never stepped; give it a valid (16B-multiple) value.
-  int     const La  = (p.batch > 1 && p.batch_stride_a != 0) ? int(p.batch) : 1;
-  int     const Lb  = (p.batch > 1 && p.batch_stride_b != 0) ? int(p.batch) : 1;
-  int64_t const dLa = (La > 1) ? p.batch_stride_a : p.lda * p.m;
-  int64_t const dLb = (Lb > 1) ? p.batch_stride_b : p.ldb * p.n;
+  int64_t const outer_a = (MajorA == GMMA::Major::K) ? a.mn : p.k;
+  int64_t const outer_b = (MajorB == GMMA::Major::K) ? b.mn : p.k;
+  int     const La  = (p.batch > 1 && a.batch_stride != 0) ? int(p.batch) : 1;
+  int     const Lb  = (p.batch > 1 && b.batch_stride != 0) ? int(p.batch) : 1;
+  int64_t const dLa = (La > 1) ? a.batch_stride : a.ld * outer_a;
+  int64_t const dLb = (Lb > 1) ? b.batch_stride : b.ld * outer_b;
 
   // CTA tile and pipeline depth (static)
   auto bM = Int<kTileM>{};
   auto bN = Int<kTileN>{};
   auto bK = Int<kTileK>{};
-  auto bP = Int<kStages>{};
   auto cta_tiler = make_shape(bM, bN, bK);                              // (BLK_M,BLK_N,BLK_K)
 
-  // Shared memory: K-major, 128B swizzle (what both TMA and WGMMA want for TN)
-  auto sA = tile_to_shape(GMMA::Layout_K_SW128_Atom<TA>{}, make_shape(bM, bK, bP));  // (BLK_M,BLK_K,PIPE)
-  auto sB = tile_to_shape(GMMA::Layout_K_SW128_Atom<TB>{}, make_shape(bN, bK, bP));  // (BLK_N,BLK_K,PIPE)
+  // Shared memory: swizzled, K-major or MN-major like the operand in global memory (TMA
+  // copies tiles in their natural order; WGMMA reads either).
+  auto sA = cs_smem_layout<MajorA, TA, kTileM>();                       // (BLK_M,BLK_K,PIPE)
+  auto sB = cs_smem_layout<MajorB, TB, kTileN>();                       // (BLK_N,BLK_K,PIPE)
 
-  // WGMMA: 64 x TILE_N x 16, both operands K-major from smem (SM90_64x128x16_F32BF16BF16_SS
-  // for the default bf16 128x128 tile), kWarpgroups warpgroups stacked along M.
+  // WGMMA: 64 x TILE_N x 16 from smem (SM90_64x128x16_F32BF16BF16_SS<K,K> for the default
+  // bf16 TN 128x128 tile), kWarpgroups warpgroups stacked along M.
   using MmaOp = decltype(GMMA::ss_op_selector<TA, TB, ElementAcc, Shape<_64, Int<kTileN>, Int<kTileK>>,
-                                              GMMA::Major::K, GMMA::Major::K>());
+                                              MajorA, MajorB>());
   TiledMMA tiled_mma = make_tiled_mma(MmaOp{}, Layout<Shape<Int<kWarpgroups>, _1, _1>>{});
 
   // Global tensors for TMA inspection
-  TA const* A = static_cast<TA const*>(p.a);
-  TB const* B = static_cast<TB const*>(p.b);
-  Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, K, La),
-                          make_stride(int64_t(p.lda), Int<1>{}, dLa));           // (M,K,La)
-  Tensor mB = make_tensor(make_gmem_ptr(B), make_shape(N, K, Lb),
-                          make_stride(int64_t(p.ldb), Int<1>{}, dLb));           // (N,K,Lb)
+  Tensor mA = cs_tma_view<MajorA>(static_cast<TA const*>(a.ptr), M, K, La, a.ld, dLa);  // (M,K,La)
+  Tensor mB = cs_tma_view<MajorB>(static_cast<TB const*>(b.ptr), N, K, Lb, b.ld, dLb);  // (N,K,Lb)
 
   Copy_Atom tma_a = make_tma_atom(SM90_TMA_LOAD{}, mA, sA(_,_,0), make_shape(bM, bK));
   Copy_Atom tma_b = make_tma_atom(SM90_TMA_LOAD{}, mB, sB(_,_,0), make_shape(bN, bK));
@@ -414,8 +607,8 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cudaStream_t stream)
   if (err != cudaSuccess) return int32_t(err);
 
   auto round_up_to = [](int64_t x, int64_t r) { return (x + r - 1) / r * r; };
-  dim3 grid(unsigned(round_up_to((p.m + kTileM - 1) / kTileM, kClusterM)),
-            unsigned(round_up_to((p.n + kTileN - 1) / kTileN, kClusterN)),
+  dim3 grid(unsigned(round_up_to((M + kTileM - 1) / kTileM, kClusterM)),
+            unsigned(round_up_to((N + kTileN - 1) / kTileN, kClusterN)),
             unsigned(p.batch));
   dim3 block(unsigned(size(tiled_mma)));
 
@@ -435,15 +628,49 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cudaStream_t stream)
     config.numAttrs = 1;
   }
 
+  // C and D: the row-major M x N view of a column-major m x n matrix is the same memory.
   TD const* C = static_cast<TD const*>(p.c);
   TD*       D = static_cast<TD*>(p.d);
   err = cudaLaunchKernelEx(&config, kernel,
                            M, N, K, La, Lb, cta_tiler, tma_a, tma_b,
                            C, int64_t(p.ldc), int64_t(p.batch_stride_c),
                            D, int64_t(p.ldd), int64_t(p.batch_stride_d),
-                           tiled_mma, p.alpha, p.beta);
+                           tiled_mma, p.alpha, p.beta, transposed, p);
   if (err != cudaSuccess) return int32_t(err);
   return int32_t(cudaGetLastError());
+}
+
+// Row-major D: A * B as given. Column-major D: the row-major D^T = B^T * A^T, i.e. the
+// kernel's A is the workload's B (n x k) and its B the workload's A (m x k).
+static int32_t cs_gemm_sm90_dispatch(const cs_problem& p, cudaStream_t stream)
+{
+  cs_mk_operand const a{p.a, p.m, p.lda, p.batch_stride_a};
+  cs_mk_operand const b{p.b, p.n, p.ldb, p.batch_stride_b};
+  if (p.layout_cd == CS_LAYOUT_ROW) {
+    if constexpr (kCdRowOk) {
+      return cs_gemm_sm90_run<kMajorA, kMajorB, ElementAB, ElementAB, ElementCD>(p, a, b, false, stream);
+    }
+  } else {
+    if constexpr (kCdColOk) {
+      return cs_gemm_sm90_run<kMajorB, kMajorA, ElementAB, ElementAB, ElementCD>(p, b, a, true, stream);
+    }
+  }
+  return CS_ERR_UNSUPPORTED;
+}
+
+// The predicated fallback GEMM takes what TMA cannot (K or a leading dimension not a
+// multiple of 8, unaligned pointers) for plain TN GEMMs with D in the input type; it
+// knows no epilogue chain.
+static constexpr bool kHasFallback = kTypesOk && cs_chain::kIdentity && kDtypeCD == kDtypeAB;
+
+static bool cs_fallback_ok(const cs_problem& p, bool check_pointers)
+{
+  if constexpr (!kHasFallback) {
+    return false;
+  } else {
+    return p.family == CS_FAMILY_GEMM && p.num_operands == 0 &&
+           cs_fallback::check<FallbackElement>(p, static_cast<cs_dtype>(kDtypeAB), check_pointers) == CS_OK;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -461,8 +688,7 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
   if (cs_gemm_check(*problem, /*check_pointers=*/false) == CS_OK) return CS_OK;
-  // Not for TMA (K or a leading dimension not a multiple of 8, ...): the fallback path.
-  return cs_fallback::check<FallbackElement>(*problem, kDtypeAB, /*check_pointers=*/false);
+  return cs_fallback_ok(*problem, /*check_pointers=*/false) ? CS_OK : CS_ERR_UNSUPPORTED;
 }
 
 CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
@@ -472,10 +698,16 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
   if (status != CS_OK) {
     // What TMA cannot take runs on the predicated fallback (slower, never wrong).
-    int32_t const fallback = cs_fallback::check<FallbackElement>(*problem, kDtypeAB, true);
-    if (fallback != CS_OK || problem->family != CS_FAMILY_GEMM) return status;
-    return cs_fallback::launch<FallbackElement>(*problem, stream);
+    if constexpr (kHasFallback) {
+      if (cs_fallback_ok(*problem, /*check_pointers=*/true))
+        return cs_fallback::launch<FallbackElement>(*problem, stream);
+    }
+    return status;
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
-  return cs_gemm_sm90_run<ElementAB, ElementAB, ElementCD>(*problem, stream);
+  if constexpr (kTypesOk) {
+    return cs_gemm_sm90_dispatch(*problem, stream);
+  } else {
+    return CS_ERR_UNSUPPORTED;
+  }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs `cutesmith bench` for each suite named on the command line on the lent GPU
+# Runs `cutesmith bench` for each suite named on the command line on a GPU
 # machine (see scripts/gpu-check.sh for what to carry), copying bench/<suite>.md/.json
 # to $OUT when set.
 set -uo pipefail

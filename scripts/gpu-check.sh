@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cutesmith's GPU checks on a machine with an NVIDIA GPU, CUDA 13 and no Rust toolchain
-# (the lent GPU machine). Build on a development machine first:
+# (a GPU machine without Rust). Build on a development machine first:
 #   cargo build --release && cargo test --release --no-run
 #   mkdir -p .carry && cp target/release/cutesmith .carry/ && cp <the tests/all.rs binary> .carry/all-tests
 #   (cd <cutlass wheel>/cutlass_library/source && tar czf <repo>/.carry/cutlass.tgz include tools/util/include)

@@ -1,5 +1,5 @@
 # Sourced by the scripts/gpu-*.sh scripts: the environment for running a carried
-# cutesmith build on the lent GPU machine (system CUDA, carried CUTLASS headers).
+# cutesmith build on a GPU machine without Rust (system CUDA, carried CUTLASS headers).
 mkdir -p /tmp/cutlass
 [ -f /tmp/cutlass/include/cutlass/version.h ] || tar xzf .carry/cutlass.tgz -C /tmp/cutlass
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

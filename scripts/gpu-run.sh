@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs agent sessions (`cutesmith run`) on the lent GPU machine with the carried release
+# Runs agent sessions (`cutesmith run`) on a GPU machine without Rust with the carried release
 # binary (see scripts/gpu-check.sh for what to carry). Each argument is one session:
 #   WORKLOAD[:builtin|:replay=FILE]
 # Sessions go to $OUT/runs (default /tmp/cutesmith-gpu/runs); each log to $OUT/run-N.log.

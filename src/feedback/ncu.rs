@@ -253,7 +253,7 @@ mod tests {
     }
 }
 
-/// Parsers against ncu CSV recorded on the lent H100 (`cutesmith profile --save-csv`,
+/// Parsers against ncu CSV recorded on an H100 (`cutesmith profile --save-csv`,
 /// tests/fixtures/ncu/, 2026-11-22).
 #[cfg(test)]
 mod recorded {

@@ -1,4 +1,4 @@
-//! `cutesmith report` over a recorded run directory (two sessions recorded on the lent
+//! `cutesmith report` over a recorded run directory (two sessions recorded on an
 //! H100, tests/fixtures/runs/), then the HTML rendered by a real browser (headless
 //! Chromium) into a screenshot.
 
