@@ -1,10 +1,17 @@
 // cutesmith template: fp32 GEMM at fp32 accuracy on tensor cores (3xTF32), CUTLASS 2.x.
 //
-//   D[l] (m x n, row-major) = alpha * A[l] (m x k, row-major) * B[l] (k x n, col-major)
-//                           + beta * C[l] (m x n, row-major)          for l in [0, batch)
+//   Z[l] = alpha * A[l] (m x k) * B[l] (k x n) + beta * C[l] (m x n)     (fp32)
+//   D[l] = chain(Z[l])                                                   for l in [0, batch)
 //
-// Operands are "TN": A and B both keep K contiguous (B is stored as n rows of k elements,
-// i.e. layout_b == CS_LAYOUT_COL). A, B, C, D, accumulation, alpha and beta are all fp32.
+// Families: CS_FAMILY_GEMM, and CS_FAMILY_GEMM_BIAS_ACT when the workload's epilogue chain
+// is compiled in (the chain starts with the row-bias add, operand 0, then the activation).
+// Types: A, B, C, D, accumulation, alpha and beta all fp32 (a workload of another dtype
+// compiles and every launch returns CS_ERR_UNSUPPORTED). Layouts, fixed at compile time
+// from the workload block and checked at run time:
+//   A row-major (K contiguous) or column-major (M contiguous)   CS_WL_LAYOUT_A, default row
+//   B row-major (N contiguous) or column-major (K contiguous)   CS_WL_LAYOUT_B, default col
+//   C and D row- or column-major                                CS_WL_LAYOUT_CD, default row
+// Batches in grid z with any batch stride of A, B or C, 0 sharing one matrix.
 //
 // Strategy: CUTLASS 2.x cutlass::gemm::device::GemmUniversal on Sm80 tensor cores
 // (mma.sync m16n8k8 TF32, which Hopper runs as well) with the OpMultiplyAddFastF32
@@ -13,22 +20,45 @@
 // small*small term dropped), which keeps the error near that of an fp32 SGEMM (plain TF32
 // would lose ~10 mantissa bits). Multistage cp.async mainloop (CS_STAGES deep), a
 // CS_TILE_M x CS_TILE_N x CS_TILE_K CTA tile split among CS_WARP_M x CS_WARP_N warp tiles,
-// identity threadblock swizzle, batches in grid z (GemmUniversalMode::kBatched).
+// identity threadblock swizzle, batches in grid z (GemmUniversalMode::kBatched). CUTLASS's
+// shared-memory iterators take either storage order of A and B; a column-major D is run
+// by CUTLASS as the row-major D^T = B^T * A^T (device::GemmUniversal's specialization).
+//
+// The epilogue chain:
+//   - no chain (identity): CUTLASS's LinearCombination, D = alpha * acc + beta * C;
+//   - a chain without tensor operands: fused into CUTLASS's epilogue as its output op
+//     (LinearCombination, then cs_chain::apply on every element of the fragment);
+//   - a chain with tensor operands (gemm_bias_act's bias, row/column vectors, residuals):
+//     the GEMM writes Z into D, then a small elementwise kernel applies the chain to D in
+//     place at each element's (batch, row, col), loading the operands with cs_chain_at.
+//     D is fp32, so Z stored there loses nothing.
 //
 // Fast path: 16-byte aligned A/B/C/D (pointers, leading dimensions and batch strides
-// multiples of 4 floats) and k, n multiples of 4 (CUTLASS's alignment-4 checks). Any
-// other problem of this family runs on the predicated fallback GEMM (exact fp32 FMA).
+// multiples of 4 floats) and the contiguous extent of each operand a multiple of 4 (k or
+// m for A, n or k for B, n or m for C and D: CUTLASS's alignment-4 checks). Any other
+// problem of these families runs on the predicated fallback GEMM (exact fp32 FMA), which
+// applies the chain itself.
 //
 // Notes on the CUTLASS view of the ABI operands (GemmCoord (M,N,K), batch_count L):
-//   A: cutlass::layout::RowMajor    (m x k) ld = lda, batch_stride_A
-//   B: cutlass::layout::ColumnMajor (k x n) ld = ldb, batch_stride_B
-//   C, D: cutlass::layout::RowMajor (m x n) ld = ldc | ldd, batch_stride_C | D
+//   A: LayoutA (m x k) ld = lda, batch_stride_A
+//   B: LayoutB (k x n) ld = ldb, batch_stride_B
+//   C, D: LayoutC (m x n) ld = ldc | ldd, batch_stride_C | D
+//
+// Parameters (override with -DNAME=VALUE):
+//   CS_TILE_M   128  CTA tile rows of D
+//   CS_TILE_N   128  CTA tile columns of D
+//   CS_TILE_K   32   K per stage (fp32: 32 = 128 bytes per row)
+//   CS_STAGES   3    cp.async pipeline depth (smem = STAGES*(TILE_M+TILE_N)*TILE_K*4 B)
+//   CS_WARP_M   64   warp tile rows (TILE_M / WARP_M * TILE_N / WARP_N warps, at most 8)
+//   CS_WARP_N   32   warp tile columns
+// (For a column-major D, CUTLASS runs D^T: TILE_M then tiles the columns of D.)
 
 #if defined(__CUDA_ARCH__) && !defined(NDEBUG)
 #define NDEBUG
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -41,8 +71,10 @@
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/gemm/device/gemm_universal.h>
+#include <cutlass/device_kernel.h>   // CUTLASS_GRID_CONSTANT
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"
 #include "cutesmith_fallback_gemm.cuh"
 
 // ---------------------------------------------------------------------------------------
@@ -68,16 +100,71 @@
 #define CS_WARP_N 32       // warp tile columns (64x64 warp tiles spill: see below)
 #endif
 
+// ---------------------------------------------------------------------------------------
+// Workload: element types and layouts
+// ---------------------------------------------------------------------------------------
+
+#if defined(CS_WL_DTYPE_AB)
+static constexpr int kDtypeAB = CS_WL_DTYPE_AB;
+#else
+static constexpr int kDtypeAB = CS_DTYPE_F32;
+#endif
+#if defined(CS_WL_DTYPE_CD)
+static constexpr int kDtypeCD = CS_WL_DTYPE_CD;
+#else
+static constexpr int kDtypeCD = CS_DTYPE_F32;
+#endif
+#if defined(CS_WL_LAYOUT_A)
+static constexpr int kLayoutA = CS_WL_LAYOUT_A;
+#else
+static constexpr int kLayoutA = CS_LAYOUT_ROW;
+#endif
+#if defined(CS_WL_LAYOUT_B)
+static constexpr int kLayoutB = CS_WL_LAYOUT_B;
+#else
+static constexpr int kLayoutB = CS_LAYOUT_COL;
+#endif
+#if defined(CS_WL_LAYOUT_CD)
+static constexpr int kLayoutCD = CS_WL_LAYOUT_CD;
+#else
+static constexpr int kLayoutCD = CS_LAYOUT_ROW;
+#endif
+
+// This template computes in fp32 only: an instance for another dtype still compiles, and
+// every launch returns CS_ERR_UNSUPPORTED.
+static constexpr bool kTypesOk = (kDtypeAB == CS_DTYPE_F32 && kDtypeCD == CS_DTYPE_F32);
+
 using ElementAB      = float;
 using ElementCD      = float;
 using ElementAcc     = float;
 using ElementCompute = float;   // epilogue math, alpha, beta
 
-using LayoutA = cutlass::layout::RowMajor;      // (M,K) K contiguous
-using LayoutB = cutlass::layout::ColumnMajor;   // (K,N) K contiguous == n rows of k elements
-using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous
+using LayoutA = std::conditional_t<kLayoutA == CS_LAYOUT_COL,
+                                   cutlass::layout::ColumnMajor,    // (M,K) M contiguous
+                                   cutlass::layout::RowMajor>;      // (M,K) K contiguous
+using LayoutB = std::conditional_t<kLayoutB == CS_LAYOUT_ROW,
+                                   cutlass::layout::RowMajor,       // (K,N) N contiguous
+                                   cutlass::layout::ColumnMajor>;   // (K,N) K contiguous
+using LayoutC = std::conditional_t<kLayoutCD == CS_LAYOUT_COL,
+                                   cutlass::layout::ColumnMajor,    // (M,N) M contiguous
+                                   cutlass::layout::RowMajor>;      // (M,N) N contiguous
 
 static constexpr int kAlign = 4;   // elements per 16-byte access (A, B, C, D)
+
+// The chain's operand kinds by index (cs_chain::kKind0..kKind3).
+__host__ __device__ constexpr int cs_chain_kind(int i)
+{
+  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
+       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
+}
+
+// Where the chain runs: nowhere, inside CUTLASS's epilogue, or in a pass over D after it.
+static constexpr bool kChainFused  = !cs_chain::kIdentity && cs_chain::kOperands == 0;
+static constexpr bool kChainAfter  = !cs_chain::kIdentity && cs_chain::kOperands > 0;
+
+// ---------------------------------------------------------------------------------------
+// CUTLASS GEMM
+// ---------------------------------------------------------------------------------------
 
 static_assert(CS_TILE_M % CS_WARP_M == 0 && CS_TILE_N % CS_WARP_N == 0,
               "the CTA tile must be a whole number of warp tiles");
@@ -97,8 +184,50 @@ using ThreadblockShape = cutlass::gemm::GemmShape<CS_TILE_M, CS_TILE_N, CS_TILE_
 using WarpShape        = cutlass::gemm::GemmShape<CS_WARP_M, CS_WARP_N, CS_TILE_K>;
 using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // mma.sync tf32
 
-using EpilogueOp = cutlass::epilogue::thread::LinearCombination<
+// D = alpha * acc + beta * C: the epilogue output op when the chain is not fused.
+using LinearCombinationOp = cutlass::epilogue::thread::LinearCombination<
     ElementCD, 128 / cutlass::sizeof_bits<ElementCD>::value, ElementAcc, ElementCompute>;
+
+// D = chain(alpha * acc + beta * C) for a chain that reads no tensor operand: the output
+// op sees a fragment of kCount values and not their coordinates, which such a chain does
+// not need. CUTLASS's epilogue calls the two operator() forms (with or without C).
+class cs_chain_linear_combination : public LinearCombinationOp
+{
+public:
+  using Base = LinearCombinationOp;
+  using typename Base::Params;
+  using typename Base::FragmentOutput;
+  using typename Base::FragmentSource;
+  using typename Base::FragmentAccumulator;
+
+  // The chain may hold transcendental functions: let the epilogue unroll less.
+  static bool const kIsHeavy = true;
+
+  CUTLASS_HOST_DEVICE explicit cs_chain_linear_combination(Params const& params)
+      : Base(params) {}
+  CUTLASS_HOST_DEVICE cs_chain_linear_combination(Params const& params, int group_idx)
+      : Base(params, group_idx) {}
+
+  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accumulator,
+                                                FragmentSource const& source) const {
+    return apply_chain(Base::operator()(accumulator, source));   // alpha * acc + beta * C
+  }
+  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accumulator) const {
+    return apply_chain(Base::operator()(accumulator));           // alpha * acc
+  }
+
+private:
+  CUTLASS_HOST_DEVICE static FragmentOutput apply_chain(FragmentOutput z) {
+    float const t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};   // no operands
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < FragmentOutput::kElements; ++i) {
+      z[i] = cs_chain::apply(z[i], t);
+    }
+    return z;
+  }
+};
+
+using EpilogueOp = std::conditional_t<kChainFused, cs_chain_linear_combination, LinearCombinationOp>;
 
 using Gemm = cutlass::gemm::device::GemmUniversal<
     ElementAB, LayoutA,
@@ -117,6 +246,43 @@ using Gemm = cutlass::gemm::device::GemmUniversal<
 static_assert(Gemm::kAlignmentC == kAlign, "epilogue vector width must be 4 floats");
 
 // ---------------------------------------------------------------------------------------
+// The chain over D, in place (chains with tensor operands)
+// ---------------------------------------------------------------------------------------
+
+static constexpr int kChainThreads = 256;
+
+// D[b](row, col) = chain(D[b](row, col)) for every element of batch blockIdx.y; threads
+// walk D's contiguous dimension, so that the loads and stores of D coalesce.
+__global__ void __launch_bounds__(kChainThreads)
+cs_chain_inplace_kernel(CUTLASS_GRID_CONSTANT cs_problem const p)
+{
+  int64_t const b = blockIdx.y;
+  bool const row_major = (p.layout_cd == CS_LAYOUT_ROW);
+  int64_t const inner = row_major ? p.n : p.m;                       // contiguous extent of D
+  int64_t const total = p.m * p.n;
+  float* D = static_cast<float*>(p.d) + b * p.batch_stride_d;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t const outer_i = i / inner;
+    int64_t const inner_i = i - outer_i * inner;
+    int64_t const row = row_major ? outer_i : inner_i;
+    int64_t const col = row_major ? inner_i : outer_i;
+    float* d = D + outer_i * p.ldd + inner_i;
+    *d = cs_chain_at<cs_chain>(p, *d, b, row, col);
+  }
+}
+
+static int32_t cs_chain_inplace(const cs_problem& p, cudaStream_t stream)
+{
+  int64_t const total = p.m * p.n;
+  int64_t const blocks = (total + kChainThreads - 1) / kChainThreads;
+  int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;   // grid-stride beyond
+  dim3 const grid(unsigned(blocks < cap ? blocks : cap), unsigned(p.batch));
+  cs_chain_inplace_kernel<<<grid, kChainThreads, 0, stream>>>(p);
+  return int32_t(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------
 // Host side: problem checks
 // ---------------------------------------------------------------------------------------
 
@@ -129,32 +295,65 @@ static inline bool cs_stride_ok(int64_t elems) {
   return elems >= 0 && elems % kAlign == 0;
 }
 
+// One operand stored `outer` lines of `inner` contiguous elements, `ld` apart: CUTLASS's
+// 16-byte vector accesses need `inner` and `ld` multiples of 4 floats.
+static inline bool cs_operand_ok(int64_t inner, int64_t ld) {
+  return inner % kAlign == 0 && ld >= inner && cs_stride_ok(ld);
+}
+
+// The chain's operands as this build's cs_chain reads them.
+static int32_t cs_chain_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.num_operands != cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+  for (int i = 0; i < cs_chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[i];
+    if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
+    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
+    if (o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (o.kind == CS_OPERAND_MATRIX) {
+      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
+      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+    }
+    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
 // CS_OK when the fast (tensor core) path handles `p`.
 static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
 
-  if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
+  if (!kTypesOk) return CS_ERR_UNSUPPORTED;
+  // gemm_bias_act's bias and activation live in the chain: a build without one cannot.
+  if (p.family != CS_FAMILY_GEMM &&
+      !(p.family == CS_FAMILY_GEMM_BIAS_ACT && !cs_chain::kIdentity))
+    return CS_ERR_UNSUPPORTED;
   if (p.dtype_ab != CS_DTYPE_F32 || p.dtype_cd != CS_DTYPE_F32 || p.dtype_acc != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
-  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
+  if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != kLayoutCD)
     return CS_ERR_UNSUPPORTED;
+  if (cs_chain_check(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
 
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
   if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // the fallback does beta*C
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt) return CS_ERR_UNSUPPORTED;
   if (p.batch > 65535) return CS_ERR_UNSUPPORTED;            // grid z
-  if (p.k % kAlign != 0 || p.n % kAlign != 0) return CS_ERR_UNSUPPORTED;   // CUTLASS's checks
 
   bool const has_c = (p.beta != 0.0f);
 
-  if (p.lda < p.k || !cs_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
-  if (p.ldb < p.k || !cs_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
-  if (p.ldd < p.n || !cs_stride_ok(p.ldd)) return CS_ERR_UNSUPPORTED;
-  if (has_c && (p.ldc < p.n || !cs_stride_ok(p.ldc))) return CS_ERR_UNSUPPORTED;
+  // Each operand's contiguous extent and leading dimension (CUTLASS checks the extents
+  // in can_implement, not the leading dimensions).
+  int64_t const inner_a  = (p.layout_a  == CS_LAYOUT_ROW) ? p.k : p.m;
+  int64_t const inner_b  = (p.layout_b  == CS_LAYOUT_ROW) ? p.n : p.k;
+  int64_t const inner_cd = (p.layout_cd == CS_LAYOUT_ROW) ? p.n : p.m;
+  if (!cs_operand_ok(inner_a, p.lda) || !cs_operand_ok(inner_b, p.ldb)) return CS_ERR_UNSUPPORTED;
+  if (!cs_operand_ok(inner_cd, p.ldd)) return CS_ERR_UNSUPPORTED;
+  if (has_c && !cs_operand_ok(inner_cd, p.ldc)) return CS_ERR_UNSUPPORTED;
   if (p.batch > 1) {
-    // Batch strides keep every batch's pointer 16-byte aligned; 0 broadcasts A, B or C.
+    // Batch strides keep every batch's pointer 16-byte aligned; 0 shares A, B or C.
     if (!cs_stride_ok(p.batch_stride_a) || !cs_stride_ok(p.batch_stride_b)) return CS_ERR_UNSUPPORTED;
     if (!cs_stride_ok(p.batch_stride_d) || p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;
     if (has_c && !cs_stride_ok(p.batch_stride_c)) return CS_ERR_UNSUPPORTED;
@@ -183,7 +382,8 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& p)
   int64_t const ldc = has_c ? p.ldc : p.ldd;
   int64_t const stride_c = has_c ? p.batch_stride_c : p.batch_stride_d;
 
-  // kGemm reads batch_count as the split-K slice count: 1 there.
+  // kGemm reads batch_count as the split-K slice count: 1 there. Leading dimensions are
+  // the strides of each operand's own layout (LayoutA, LayoutB, LayoutC).
   return typename Gemm::Arguments(
       batched ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
       cutlass::gemm::GemmCoord(int(p.m), int(p.n), int(p.k)),
@@ -216,9 +416,12 @@ static int32_t cs_status_of(cutlass::Status s)
 // ABI entry points
 // ---------------------------------------------------------------------------------------
 
+// The predicated fallback GEMM (any layout, the chain applied there) for what the fast
+// path cannot take.
 static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.family != CS_FAMILY_GEMM || p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
+  if (!kTypesOk || p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
   return cs_fallback::check<float>(p, CS_DTYPE_F32, check_pointers);
 }
 
@@ -249,7 +452,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
   int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
   if (status != CS_OK) {
-    // Odd k / n / leading dimensions, misaligned pointers, k == 0: the predicated
+    // Odd extents or leading dimensions, misaligned pointers, k == 0: the predicated
     // fallback (exact fp32 FMA): slower, never wrong.
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return status;
     return cs_fallback::launch<float>(*problem, stream);
@@ -272,5 +475,11 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   cutlass::Status s = gemm.initialize(args, workspace, stream);
   if (s != cutlass::Status::kSuccess) return cs_status_of(s);
   s = gemm.run(stream);
-  return cs_status_of(s);
+  if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+
+  // Z is in D: apply a chain that reads tensor operands over it, in place.
+  if constexpr (kChainAfter) {
+    return cs_chain_inplace(*problem, stream);
+  }
+  return CS_OK;
 }

@@ -51,13 +51,13 @@ fn takes(template: &str) -> Option<Takes> {
             shared: false,
         },
         "gemm_sm90_tma_wgmma" => Takes {
-            families: &[Family::Gemm],
+            families: GEMMS,
             dtypes: HALF,
-            out: Some(HALF),
-            cd_col: false,
-            any_ab_layout: false,
-            chain: ChainTakes::Identity,
-            shared: false,
+            out: Some(&[DType::BF16, DType::F16, DType::F32]),
+            cd_col: true,
+            any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: true,
         },
         "gemm_skinny_splitk" => Takes {
             families: &[Family::Gemm],
@@ -210,7 +210,10 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         }
     }
     match s.template.as_str() {
-        "gemm_sm90_tma_wgmma" => raw_cute(s),
+        "gemm_sm90_tma_wgmma" => {
+            raw_cute(s)?;
+            tma_extents(w)
+        }
         "gemm_sm90_cutlass3_ws" => cutlass3(s, w),
         "gemm_f32_3xtf32" => {
             let (m, n, k, stages) = (
@@ -249,6 +252,46 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         "elementwise_activation" | "softmax_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
+}
+
+/// The raw CuTe GEMM's TMA needs each operand's contiguous extent to be a multiple of 8
+/// elements (k for a row-major A or column-major B, m for a column-major A, n for a
+/// row-major B) on every shape; only TN problems with no chain and D in the operand type
+/// have the predicated fallback for the rest.
+fn tma_extents(w: &Workload) -> Result<(), String> {
+    let lay = w.layouts();
+    let fallback = lay.a == Layout::Row
+        && lay.b == Layout::Col
+        && lay.c == Layout::Row
+        && w.chain().is_identity()
+        && w.out_dtype() == w.dtype();
+    if fallback {
+        return Ok(());
+    }
+    for sh in w.shapes() {
+        let a = if lay.a == Layout::Row {
+            ("k", sh.k)
+        } else {
+            ("m", sh.m)
+        };
+        let b = if lay.b == Layout::Col {
+            ("k", sh.k)
+        } else {
+            ("n", sh.n)
+        };
+        for (operand, (dim, v)) in [("A", a), ("B", b)] {
+            if v % 8 != 0 {
+                return Err(format!(
+                    "shape {sh}: {dim} = {v} is {operand}'s contiguous extent and not a multiple \
+                     of 8 (TMA), and this layout or chain has no fallback"
+                ));
+            }
+        }
+        if sh.batch > 65535 {
+            return Err(format!("shape {sh}: batch above 65535"));
+        }
+    }
+    Ok(())
 }
 
 fn raw_cute(s: &Strategy) -> Result<(), String> {

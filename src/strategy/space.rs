@@ -223,12 +223,24 @@ pub fn coverage(w: &Workload) -> Result<usize, String> {
     if valid > 0 {
         return Ok(valid);
     }
-    match space.into_iter().next() {
-        Some((s, Err(why))) => Err(format!("{}: {why}", s.template)),
-        _ => Err(format!(
+    // One reason per template, in the space's order.
+    let mut reasons: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (s, v) in space {
+        if let Err(why) = v {
+            if !seen.contains(&s.template) {
+                reasons.push(format!("{}: {why}", s.template));
+                seen.push(s.template);
+            }
+        }
+    }
+    if reasons.is_empty() {
+        Err(format!(
             "no built-in template computes family {}",
             w.family()
-        )),
+        ))
+    } else {
+        Err(reasons.join("; "))
     }
 }
 
