@@ -159,8 +159,8 @@ __host__ __device__ constexpr int cs_chain_kind(int i)
 }
 
 // Where the chain runs: nowhere, inside CUTLASS's epilogue, or in a pass over D after it.
-static constexpr bool kChainFused  = !cs_chain::kIdentity && cs_chain::kOperands == 0;
-static constexpr bool kChainAfter  = !cs_chain::kIdentity && cs_chain::kOperands > 0;
+static constexpr bool kChainFused = !cs_chain::kIdentity && cs_chain::kOperands == 0;
+static constexpr bool kChainAfter = !cs_chain::kIdentity && cs_chain::kOperands > 0;
 
 // ---------------------------------------------------------------------------------------
 // CUTLASS GEMM
@@ -251,8 +251,9 @@ static_assert(Gemm::kAlignmentC == kAlign, "epilogue vector width must be 4 floa
 
 static constexpr int kChainThreads = 256;
 
-// D[b](row, col) = chain(D[b](row, col)) for every element of batch blockIdx.y; threads
+// D[b](row, col) = Chain(D[b](row, col)) for every element of batch blockIdx.y; threads
 // walk D's contiguous dimension, so that the loads and stores of D coalesce.
+template <class Chain>
 __global__ void __launch_bounds__(kChainThreads)
 cs_chain_inplace_kernel(CUTLASS_GRID_CONSTANT cs_problem const p)
 {
@@ -268,17 +269,18 @@ cs_chain_inplace_kernel(CUTLASS_GRID_CONSTANT cs_problem const p)
     int64_t const row = row_major ? outer_i : inner_i;
     int64_t const col = row_major ? inner_i : outer_i;
     float* d = D + outer_i * p.ldd + inner_i;
-    *d = cs_chain_at<cs_chain>(p, *d, b, row, col);
+    *d = cs_chain_at<Chain>(p, *d, b, row, col);
   }
 }
 
+template <class Chain>
 static int32_t cs_chain_inplace(const cs_problem& p, cudaStream_t stream)
 {
   int64_t const total = p.m * p.n;
   int64_t const blocks = (total + kChainThreads - 1) / kChainThreads;
   int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;   // grid-stride beyond
   dim3 const grid(unsigned(blocks < cap ? blocks : cap), unsigned(p.batch));
-  cs_chain_inplace_kernel<<<grid, kChainThreads, 0, stream>>>(p);
+  cs_chain_inplace_kernel<Chain><<<grid, kChainThreads, 0, stream>>>(p);
   return int32_t(cudaGetLastError());
 }
 
@@ -479,7 +481,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
 
   // Z is in D: apply a chain that reads tensor operands over it, in place.
   if constexpr (kChainAfter) {
-    return cs_chain_inplace(*problem, stream);
+    return cs_chain_inplace<cs_chain>(*problem, stream);
   }
   return CS_OK;
 }

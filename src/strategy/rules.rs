@@ -69,13 +69,13 @@ fn takes(template: &str) -> Option<Takes> {
             shared: false,
         },
         "gemm_f32_3xtf32" => Takes {
-            families: &[Family::Gemm],
+            families: GEMMS,
             dtypes: &[DType::F32],
             out: Some(&[DType::F32]),
-            cd_col: false,
-            any_ab_layout: false,
-            chain: ChainTakes::Identity,
-            shared: false,
+            cd_col: true,
+            any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: true,
         },
         "gemm_softmax" => Takes {
             families: &[Family::GemmSoftmax],
@@ -216,6 +216,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         }
         "gemm_sm90_cutlass3_ws" => cutlass3(s, w),
         "gemm_f32_3xtf32" => {
+            tf32_extents(w)?;
             let (m, n, k, stages) = (
                 s.get("CS_TILE_M", 128),
                 s.get("CS_TILE_N", 128),
@@ -289,6 +290,46 @@ fn tma_extents(w: &Workload) -> Result<(), String> {
         }
         if sh.batch > 65535 {
             return Err(format!("shape {sh}: batch above 65535"));
+        }
+    }
+    Ok(())
+}
+
+/// The 3xTF32 GEMM's fast path needs each operand's and D's contiguous extent to be a
+/// multiple of 4 elements (16 bytes) on every shape; only TN problems with a row-major D
+/// and no chain have the predicated fallback for the rest.
+fn tf32_extents(w: &Workload) -> Result<(), String> {
+    let lay = w.layouts();
+    if lay.a == Layout::Row
+        && lay.b == Layout::Col
+        && lay.c == Layout::Row
+        && w.chain().is_identity()
+    {
+        return Ok(());
+    }
+    for sh in w.shapes() {
+        let a = if lay.a == Layout::Row {
+            ("k", sh.k)
+        } else {
+            ("m", sh.m)
+        };
+        let b = if lay.b == Layout::Col {
+            ("k", sh.k)
+        } else {
+            ("n", sh.n)
+        };
+        let d = if lay.c == Layout::Row {
+            ("n", sh.n)
+        } else {
+            ("m", sh.m)
+        };
+        for (operand, (dim, v)) in [("A", a), ("B", b), ("D", d)] {
+            if v % 4 != 0 {
+                return Err(format!(
+                    "shape {sh}: {dim} = {v} is {operand}'s contiguous extent and not a multiple \
+                     of 4, and this layout or chain has no fallback"
+                ));
+            }
         }
     }
     Ok(())
