@@ -598,75 +598,89 @@ impl Ctx<'_> {
     /// rounding (TF32, fp16) where the workload asks for more is a precision fault even
     /// when it hides inside the output tolerance.
     fn fp64_judge(&self, samples: &[Sample]) -> Fp64Check {
-        let w = self.workload;
-        let params = w.params();
-        let chain = w.chain();
-        let u_out = reference::unit_roundoff(w.out_dtype());
-        let u_acc = effective_roundoff(w);
-        let act_factor = if chain.is_identity() { 1.0 } else { 2.0 };
-        let bound = 16.0 * u_acc * act_factor;
-        let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
-        let out_scale = if w.out_dtype().is_fp8() {
-            f64::from(params.scale_d)
-        } else {
-            1.0
-        };
-        let mut errors = Vec::with_capacity(samples.len());
-        let mut normalized = Vec::with_capacity(samples.len());
-        let mut failed = 0;
-        let mut max_e: f64 = 0.0;
-        for s in samples {
-            let c = s.c;
-            let z0 = scale * s.dot + f64::from(params.beta) * c;
-            let (want, slope, abs) = match w.family() {
-                Family::GemmGlu => {
-                    let z2 = scale * s.dot2;
-                    let (g0, g1) = params.gate.default_params();
-                    let f = |x: f64| params.gate.eval(x, g0, g1);
-                    let want = f(z0) * z2;
-                    let h = 1e-6 * z0.abs().max(1.0);
-                    let slope1 = ((f(z0 + h) - f(z0 - h)) / (2.0 * h)).abs() * z2.abs();
-                    let slope2 = f(z0).abs();
-                    (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2)
-                }
-                _ => {
-                    let t = &s.t;
-                    let want = chain.eval(z0, t);
-                    let h = 1e-6 * z0.abs().max(1.0);
-                    let slope = ((chain.eval(z0 + h, t) - chain.eval(z0 - h, t)) / (2.0 * h))
-                        .abs()
-                        .max(1e-6);
-                    (want, slope, s.sum_abs)
-                }
-            };
-            let want = want * out_scale;
-            let got = s.got;
-            let denom = (slope
-                * (scale.abs() * abs + (f64::from(params.beta) * c).abs())
-                * out_scale.abs())
-                + 1e-30;
-            let e = if got.is_finite() {
-                ((got - want).abs() - 1.01 * u_out * want.abs()).max(0.0) / denom
-            } else {
-                // Finite, so the report stays valid JSON; far over any bound.
-                f64::MAX
-            };
-            if e > bound {
-                failed += 1;
+        fp64_judge(self.workload, samples)
+    }
+}
+
+/// [`Ctx::fp64_judge`] for workload `w`.
+pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64Check {
+    let params = w.params();
+    let chain = w.chain();
+    let u_out = reference::unit_roundoff(w.out_dtype());
+    let u_acc = effective_roundoff(w);
+    let act_factor = if chain.is_identity() { 1.0 } else { 2.0 };
+    let bound = 16.0 * u_acc * act_factor;
+    let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
+    let out_scale = if w.out_dtype().is_fp8() {
+        f64::from(params.scale_d)
+    } else {
+        1.0
+    };
+    let mut errors = Vec::with_capacity(samples.len());
+    let mut normalized = Vec::with_capacity(samples.len());
+    let mut failed = 0;
+    let mut max_e: f64 = 0.0;
+    for s in samples {
+        let c = s.c;
+        let z0 = scale * s.dot + f64::from(params.beta) * c;
+        let (want, slope, abs) = match w.family() {
+            Family::GemmGlu => {
+                let z2 = scale * s.dot2;
+                let (g0, g1) = params.gate.default_params();
+                let f = |x: f64| params.gate.eval(x, g0, g1);
+                let want = f(z0) * z2;
+                let h = 1e-6 * z0.abs().max(1.0);
+                let slope1 = ((f(z0 + h) - f(z0 - h)) / (2.0 * h)).abs() * z2.abs();
+                let slope2 = f(z0).abs();
+                (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2)
             }
-            max_e = max_e.max(e);
-            normalized.push(e);
-            errors.push(((got - want).abs() / denom).min(1.0));
+            _ => {
+                let t = &s.t;
+                let want = chain.eval(z0, t);
+                let h = 1e-6 * z0.abs().max(1.0);
+                let slope = ((chain.eval(z0 + h, t) - chain.eval(z0 - h, t)) / (2.0 * h))
+                    .abs()
+                    .max(1e-6);
+                (want, slope, s.sum_abs)
+            }
+        };
+        // What evaluating the chain in fp32 may add on its own, whatever the dot
+        // product's precision: a few ulps of its input's and its result's magnitudes
+        // (where the chain is flat, e.g. at GELU's minimum, the dot product's error
+        // cannot show and this is all that is left).
+        let input_mag = match w.family() {
+            Family::GemmGlu => (z0 * scale * s.dot2).abs(),
+            _ => z0.abs(),
+        };
+        let eval_allowance = CHAIN_EVAL_ULPS * F32_U * (want.abs() + input_mag);
+        let want = want * out_scale;
+        let got = s.got;
+        let denom =
+            (slope * (scale.abs() * abs + (f64::from(params.beta) * c).abs()) * out_scale.abs())
+                + 1e-30;
+        let e = if got.is_finite() {
+            ((got - want).abs() - 1.01 * u_out * want.abs() - eval_allowance * out_scale.abs())
+                .max(0.0)
+                / denom
+        } else {
+            // Finite, so the report stays valid JSON; far over any bound.
+            f64::MAX
+        };
+        if e > bound {
+            failed += 1;
         }
-        normalized.sort_by(f64::total_cmp);
-        Fp64Check {
-            samples: samples.len(),
-            failed,
-            max_normalized_error: max_e,
-            median_normalized_error: normalized.get(normalized.len() / 2).copied().unwrap_or(0.0),
-            bound,
-            hint: compare::precision_hint(&errors),
-        }
+        max_e = max_e.max(e);
+        normalized.push(e);
+        errors.push(((got - want).abs() / denom).min(1.0));
+    }
+    normalized.sort_by(f64::total_cmp);
+    Fp64Check {
+        samples: samples.len(),
+        failed,
+        max_normalized_error: max_e,
+        median_normalized_error: normalized.get(normalized.len() / 2).copied().unwrap_or(0.0),
+        bound,
+        hint: compare::precision_hint(&errors),
     }
 }
 
@@ -757,6 +771,13 @@ const TC_F32_SAFETY: f64 = 12.0;
 
 /// The rounding of the final fp32 combination (`alpha * acc + beta * C`).
 const F32_ROUND: f64 = 1.2e-7;
+
+/// fp32's unit roundoff.
+const F32_U: f64 = 5.960_464_477_539_063e-8;
+
+/// How many fp32 ulps of its input's and its result's magnitudes evaluating an epilogue
+/// chain (activations from fp32 library functions, a few ops) may cost in the fp64 check.
+const CHAIN_EVAL_ULPS: f64 = 8.0;
 
 /// The unit roundoff that bounds a GEMM's dot products: fp32 accumulation of exact
 /// products 2^-24; operands rounded to TF32 where the workload allows it 2^-10 (two
@@ -867,6 +888,70 @@ mod tests {
                 "k {k}: a missing tile passes"
             );
         }
+    }
+
+    /// The fp64 check on samples: an fp32-evaluated GELU after an exact fp32 dot product
+    /// passes even at GELU's minimum (where its slope is zero), while a TF32-level dot
+    /// product error fails, and a plain wrong value fails.
+    #[test]
+    fn the_fp64_check_allows_the_activation_its_fp32_evaluation() {
+        let w = crate::spec::Workload::find(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"),
+            "gemm_bias_gelu_bf16",
+        )
+        .unwrap();
+        let gelu = |x: f64| 0.5 * x * (1.0 + crate::spec::chain::erf(x / 2f64.sqrt()));
+        let bf16 = |x: f64| half::bf16::from_f64(x).to_f64();
+        // Sum |a b| of a K = 4096 dot product of the harness's inputs, about 1700.
+        let sum_abs = 1700.0;
+        let sample = |z: f64, bias: f64, got: f64| Sample {
+            dot: z,
+            sum_abs,
+            dot2: 0.0,
+            sum_abs2: 0.0,
+            c: 0.0,
+            got,
+            t: [bias, 0.0, 0.0, 0.0],
+        };
+        let bias = 0.25;
+        // At GELU's minimum (x = -0.7518) the fp32 GELU is off by a few ulps of its input.
+        let xmin: f64 = -0.751_791_524_693_564_5;
+        let z = xmin - bias;
+        // The worst honest case: the fp32 value a few ulps off lands just past a bf16
+        // rounding midpoint, so the output is off by the bf16 rounding plus that.
+        let want = gelu(xmin);
+        let u_bf16 = reference::unit_roundoff(DType::BF16);
+        let f32_err = 3.0 * F32_U * xmin.abs();
+        let honest = sample(z, bias, want - (1.01 * u_bf16 * want.abs() + f32_err));
+        let j = fp64_judge(&w, &[honest; 8]);
+        assert_eq!(j.failed, 0, "{j:?}");
+        // A wrong value.
+        let z3 = 3.0 - bias;
+        let wrong = sample(z3, bias, bf16(gelu(3.0) + 0.5));
+        assert_eq!(fp64_judge(&w, &[wrong]).failed, 1);
+        // An fp32 workload with a chain (z / 3, tanh, + row): an fp32-accurate result
+        // passes, one whose dot product has TF32-level error (2^-11 per product, random:
+        // sum |a b| / sqrt(K) overall) fails.
+        let w = crate::spec::Workload::find(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"),
+            "gemm_chain_div_tanh_f32",
+        )
+        .unwrap();
+        let chain = |z: f64, row: f64| (z / 3.0).tanh() + row;
+        let (z, row) = (0.3, -0.125);
+        let fp32 = sample(
+            z,
+            row,
+            f64::from(chain(z + 4.0 * F32_U * sum_abs / 64.0, row) as f32),
+        );
+        assert_eq!(fp64_judge(&w, &[fp32; 8]).failed, 0);
+        let tf32 = sample(
+            z,
+            row,
+            f64::from(chain(z + 2f64.powi(-11) * sum_abs / 64.0, row) as f32),
+        );
+        let j = fp64_judge(&w, &[tf32; 8]);
+        assert_eq!(j.failed, 8, "{j:?}");
     }
 
     #[test]
