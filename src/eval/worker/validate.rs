@@ -117,12 +117,9 @@ impl Ctx<'_> {
                                 cmp.report()
                             ),
                         ))
-                    } else if let Some(f) = v.fp64.as_ref().filter(|f| rounding_level(f)) {
-                        let mut pf = precision_fault(f);
-                        pf.message.push('\n');
-                        pf.message.push_str(&cmp.report());
-                        Some(pf)
                     } else if let Some(other) = self.rerun_differs(kernel, &p, &cp, &got) {
+                        // Before the precision attribution: a race's few wrong elements
+                        // can look like rounding where a sampled entry hits one.
                         Some(fault(
                             FaultKind::Race,
                             format!(
@@ -131,6 +128,11 @@ impl Ctx<'_> {
                                 cmp.report()
                             ),
                         ))
+                    } else if let Some(f) = v.fp64.as_ref().filter(|f| rounding_level(f)) {
+                        let mut pf = precision_fault(f);
+                        pf.message.push('\n');
+                        pf.message.push_str(&cmp.report());
+                        Some(pf)
                     } else {
                         Some(fault(FaultKind::Mismatch, cmp.report()))
                     }
