@@ -296,9 +296,20 @@ fn device_and_host_validation_agree() {
             "device validation did not run: {:?}",
             dev.2
         );
-        // A race's counts move from run to run; only its class must agree.
+        // A race's counts move from run to run; only its class must agree. Otherwise the
+        // counts agree up to the elements that sit on the tolerance's edge: the two
+        // references sum their fp64 dot products in different orders, so an element whose
+        // error equals its bound to the last bits may fall on either side (one in 262144
+        // was seen on a stale output, where thousands of errors are spread over the bound).
         let racy = dev.0.as_deref() == Some("race");
-        if dev.0 != host.0 || (!racy && dev.1 != host.1) {
+        let close = |a: &[(u64, u64)], b: &[(u64, u64)]| {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| {
+                    let slack = 2 + (x.0 + x.1) / 100_000;
+                    x.0.abs_diff(y.0) <= slack && x.1.abs_diff(y.1) <= slack
+                })
+        };
+        if dev.0 != host.0 || (!racy && !close(&dev.1, &host.1)) {
             disagree.push(format!(
                 "{} on {}: device {:?} {:?}, host {:?} {:?}",
                 req.file_name,
