@@ -424,7 +424,7 @@ static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
   if (!kTypesOk || p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
   if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
-  return cs_fallback::check<float>(p, CS_DTYPE_F32, check_pointers);
+  return cs_fallback::check<float, float, cs_chain>(p, check_pointers);
 }
 
 CS_EXPORT uint32_t cutesmith_abi_version(void)
@@ -457,7 +457,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // Odd extents or leading dimensions, misaligned pointers, k == 0: the predicated
     // fallback (exact fp32 FMA): slower, never wrong.
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return status;
-    return cs_fallback::launch<float>(*problem, stream);
+    return cs_fallback::launch<float, float, cs_chain>(*problem, stream);
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
@@ -465,7 +465,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return CS_ERR_UNSUPPORTED;
-    return cs_fallback::launch<float>(*problem, stream);
+    return cs_fallback::launch<float, float, cs_chain>(*problem, stream);
   }
 
   size_t const workspace_bytes = Gemm::get_workspace_size(args);

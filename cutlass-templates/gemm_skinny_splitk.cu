@@ -517,7 +517,7 @@ static int32_t cs_launch_mt(const cs_problem& p, cudaStream_t stream)
 static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
   if (p.family != CS_FAMILY_GEMM || p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
-  return cs_fallback::check<Element>(p, kDtype, check_pointers);
+  return cs_fallback::check<Element, Element, cs_chain>(p, check_pointers);
 }
 
 CS_EXPORT uint32_t cutesmith_abi_version(void)
@@ -547,7 +547,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // m > 64, batched, odd k / leading dimensions, misaligned A / B, k == 0: the
     // predicated fallback (exact fp32 FMA): slower, never wrong.
     if (cs_fallback_check(p, /*check_pointers=*/true) != CS_OK) return status;
-    return cs_fallback::launch<Element>(p, stream);
+    return cs_fallback::launch<Element, Element, cs_chain>(p, stream);
   }
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
 

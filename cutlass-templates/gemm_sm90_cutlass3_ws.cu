@@ -457,7 +457,7 @@ static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 #else
   if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
 #endif
-  return cs_fallback::check<FallbackElement>(p, kDtypeAB, check_pointers);
+  return cs_fallback::check<FallbackElement, FallbackElement, cs_chain>(p, check_pointers);
 }
 
 CS_EXPORT uint32_t cutesmith_abi_version(void)
@@ -490,7 +490,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // What TMA and this epilogue cannot take (K or ld not a multiple of 8, misaligned
     // pointers, broadcast batches) runs on the predicated fallback: slower, never wrong.
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return status;
-    return cs_fallback::launch<FallbackElement>(*problem, stream);
+    return cs_fallback::launch<FallbackElement, FallbackElement, cs_chain>(*problem, stream);
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
@@ -498,7 +498,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return CS_ERR_UNSUPPORTED;
-    return cs_fallback::launch<FallbackElement>(*problem, stream);
+    return cs_fallback::launch<FallbackElement, FallbackElement, cs_chain>(*problem, stream);
   }
 
   size_t const workspace_bytes = Gemm::get_workspace_size(args);

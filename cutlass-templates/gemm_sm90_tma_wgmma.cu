@@ -658,18 +658,18 @@ static int32_t cs_gemm_sm90_dispatch(const cs_problem& p, cudaStream_t stream)
   return CS_ERR_UNSUPPORTED;
 }
 
-// The predicated fallback GEMM takes what TMA cannot (K or a leading dimension not a
-// multiple of 8, unaligned pointers) for plain TN GEMMs with D in the input type; it
-// knows no epilogue chain.
-static constexpr bool kHasFallback = kTypesOk && cs_chain::kIdentity && kDtypeCD == kDtypeAB;
+// The predicated fallback GEMM takes what TMA cannot (a contiguous extent or leading
+// dimension not a multiple of 8, unaligned pointers), in every layout, with the chain.
+static constexpr bool kHasFallback = kTypesOk;
+using FallbackCD = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
+                   std::conditional_t<kDtypeCD == CS_DTYPE_F16, __half, __nv_bfloat16>>;
 
 static bool cs_fallback_ok(const cs_problem& p, bool check_pointers)
 {
   if constexpr (!kHasFallback) {
     return false;
   } else {
-    return p.family == CS_FAMILY_GEMM && p.num_operands == 0 &&
-           cs_fallback::check<FallbackElement>(p, static_cast<cs_dtype>(kDtypeAB), check_pointers) == CS_OK;
+    return cs_fallback::check<FallbackElement, FallbackCD, cs_chain>(p, check_pointers) == CS_OK;
   }
 }
 
@@ -700,7 +700,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // What TMA cannot take runs on the predicated fallback (slower, never wrong).
     if constexpr (kHasFallback) {
       if (cs_fallback_ok(*problem, /*check_pointers=*/true))
-        return cs_fallback::launch<FallbackElement>(*problem, stream);
+        return cs_fallback::launch<FallbackElement, FallbackCD, cs_chain>(*problem, stream);
     }
     return status;
   }

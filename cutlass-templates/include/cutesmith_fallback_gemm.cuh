@@ -1,138 +1,215 @@
 // cutesmith fallback GEMM: a predicated shared-memory tiled GEMM for the problems the
-// fast (TMA) paths cannot take: K or a leading dimension not a multiple of 8 elements,
-// unaligned pointers, odd everything. Templates call it from cutesmith_launch instead of
-// returning CS_ERR_UNSUPPORTED, the way a vendor library falls back to a slower kernel.
+// fast paths of a template cannot take: K or a leading dimension not a multiple of the
+// TMA alignment, unaligned pointers, odd everything. Templates call it from
+// cutesmith_launch instead of returning CS_ERR_UNSUPPORTED, the way a vendor library
+// falls back to a slower kernel. It takes every problem of the GEMM families:
 //
-//   D[b] = act(alpha * A[b] (m x k, row-major) * B[b] (n rows of k) + beta * C[b] + bias)
+//   z = alpha * (scale_a * A[b]) (m x k) * (scale_b * B[b]) (k x n) + beta * C[b]
+//   D[b] = chain(z)                                       (rounded once to D's type)
 //
-// fp32 accumulation (exact fp32 FMA), bf16 / fp16 / f32 elements, 64x64x32 tiles.
+//   - A row- or column-major, B row- or column-major, C/D row- or column-major, any
+//     leading dimension >= the minimum, any batch stride (0: one operand shared);
+//   - A/B elements TAB in {float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2},
+//     C/D elements TCD in {float, __half, __nv_bfloat16};
+//   - the epilogue chain `Chain` (cutesmith_chain.cuh) at logical coordinates; with the
+//     identity chain and family CS_FAMILY_GEMM_BIAS_ACT, the legacy p.bias + p.activation.
+//
+// fp32 accumulation with exact fp32 FMA (no TF32), 64x64x32 tiles of 256 threads.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"
 
 namespace cs_fallback {
+
+// ---------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr int32_t value = CS_DTYPE_F32; };
+template <> struct dtype_of<__half> { static constexpr int32_t value = CS_DTYPE_F16; };
+template <> struct dtype_of<__nv_bfloat16> { static constexpr int32_t value = CS_DTYPE_BF16; };
+template <> struct dtype_of<__nv_fp8_e4m3> { static constexpr int32_t value = CS_DTYPE_E4M3; };
+template <> struct dtype_of<__nv_fp8_e5m2> { static constexpr int32_t value = CS_DTYPE_E5M2; };
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return float(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e5m2 x) { return float(x); }
 __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
 
-// The ABI's activations in fp32 (accurate forms: this is the reference-grade path).
-__device__ __forceinline__ float activate(float x, int act, float slope)
-{
-  switch (act) {
-    case CS_ACT_RELU:       return x > 0.0f ? x : 0.0f;
-    case CS_ACT_LEAKY_RELU: return x >= 0.0f ? x : slope * x;
-    case CS_ACT_GELU_ERF:   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case CS_ACT_GELU_TANH:  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case CS_ACT_SILU:       return x / (1.0f + expf(-x));
-    case CS_ACT_SIGMOID:    return 1.0f / (1.0f + expf(-x));
-    case CS_ACT_TANH:       return tanhf(x);
-    default:                return x;
-  }
-}
+// ---------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------
 
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kThreads = 256;
 
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-gemm_kernel(int m, int n, int k,
-            const T* __restrict__ A, int64_t lda, int64_t sa,
-            const T* __restrict__ B, int64_t ldb, int64_t sb,
-            const T* __restrict__ C, int64_t ldc, int64_t sc,
-            T* __restrict__ D, int64_t ldd, int64_t sd,
-            const T* __restrict__ bias, float alpha, float beta, int act, float slope)
+// Element (row, col) of a matrix stored row-major (`row_major`) or column-major.
+__device__ __forceinline__ int64_t offset(bool row_major, int64_t row, int64_t col, int64_t ld)
+{
+  return row_major ? row * ld + col : col * ld + row;
+}
+
+// Fills `tile` (rows x kTileK, row-major in shared memory) with rows [r0, r0 + rows) and
+// K columns [k0, k0 + kTileK) of a rows_total x k operand: element (r, kk) at
+// offset(k_contiguous, r, kk, ld). Threads walk the contiguous dimension so that global
+// reads coalesce in either storage order.
+template <class T, int Rows>
+__device__ __forceinline__ void load_tile(float (&tile)[Rows][kTileK + 1], const T* base,
+                                          bool k_contiguous, int64_t ld, int64_t r0,
+                                          int64_t rows_total, int64_t k0, int64_t k)
+{
+#pragma unroll
+  for (int i = 0; i < (Rows * kTileK) / kThreads; ++i) {
+    int const e = threadIdx.x + i * kThreads;
+    int const tr = k_contiguous ? e / kTileK : e % Rows;
+    int const tk = k_contiguous ? e % kTileK : e / Rows;
+    int64_t const gr = r0 + tr, gk = k0 + tk;
+    tile[tr][tk] = (gr < rows_total && gk < k) ? to_float(base[offset(k_contiguous, gr, gk, ld)]) : 0.0f;
+  }
+}
+
+template <class TAB, class TCD, class Chain>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(cs_problem p)
 {
   __shared__ float As[kTileM][kTileK + 1];   // +1: no bank conflicts on the column reads
-  __shared__ float Bs[kTileN][kTileK + 1];
-  int const tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  __shared__ float Bs[kTileN][kTileK + 1];   // B^T: n rows of k
+  int const tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   int64_t const row0 = int64_t(blockIdx.y) * kTileM, col0 = int64_t(blockIdx.x) * kTileN;
-  int64_t const bz = blockIdx.z;
-  const T* Ab = A + bz * sa;
-  const T* Bb = B + bz * sb;
+  int64_t const b = blockIdx.z;
+  const TAB* A = static_cast<const TAB*>(p.a) + b * p.batch_stride_a;
+  const TAB* B = static_cast<const TAB*>(p.b) + b * p.batch_stride_b;
+  // A (m x k) keeps K contiguous when row-major; B^T (n x k) when B is column-major.
+  bool const a_k_contiguous = p.layout_a == CS_LAYOUT_ROW;
+  bool const b_k_contiguous = p.layout_b == CS_LAYOUT_COL;
   float acc[4][4] = {};
-  for (int k0 = 0; k0 < k; k0 += kTileK) {
-#pragma unroll
-    for (int r = 0; r < (kTileM * kTileK) / kThreads; ++r) {
-      int const e = tid + r * kThreads, tr = e / kTileK, tk = e % kTileK;
-      int64_t const gk = k0 + tk;
-      As[tr][tk] = (row0 + tr < m && gk < k) ? to_float(Ab[(row0 + tr) * lda + gk]) : 0.0f;
-      Bs[tr][tk] = (col0 + tr < n && gk < k) ? to_float(Bb[(col0 + tr) * ldb + gk]) : 0.0f;
-    }
+  for (int64_t k0 = 0; k0 < p.k; k0 += kTileK) {
+    load_tile<TAB, kTileM>(As, A, a_k_contiguous, p.lda, row0, p.m, k0, p.k);
+    load_tile<TAB, kTileN>(Bs, B, b_k_contiguous, p.ldb, col0, p.n, k0, p.k);
     __syncthreads();
 #pragma unroll 8
     for (int kk = 0; kk < kTileK; ++kk) {
-      float a[4], b[4];
+      float a[4], bv[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[i] = As[ty + 16 * i][kk];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = Bs[tx + 16 * j][kk];
+      for (int j = 0; j < 4; ++j) bv[j] = Bs[tx + 16 * j][kk];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
     }
     __syncthreads();
   }
+
+  bool const cd_row = p.layout_cd == CS_LAYOUT_ROW;
+  float const scale = p.alpha * p.scale_a * p.scale_b;
+  const TCD* C = static_cast<const TCD*>(p.c) + b * p.batch_stride_c;
+  TCD* D = static_cast<TCD*>(p.d) + b * p.batch_stride_d;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       int64_t const gm = row0 + ty + 16 * i, gn = col0 + tx + 16 * j;
-      if (gm < m && gn < n) {
-        float v = alpha * acc[i][j];
-        if (beta != 0.0f) v += beta * to_float(C[bz * sc + gm * ldc + gn]);
-        if (bias != nullptr) v += to_float(bias[gn]);
-        store(&D[bz * sd + gm * ldd + gn], activate(v, act, slope));
+      if (gm < p.m && gn < p.n) {
+        float z = scale * acc[i][j];
+        if (p.beta != 0.0f) z += p.beta * to_float(C[offset(cd_row, gm, gn, p.ldc)]);
+        float v;
+        if constexpr (Chain::kIdentity) {
+          v = z;
+          if (p.family == CS_FAMILY_GEMM_BIAS_ACT) {
+            v += to_float(static_cast<const TCD*>(p.bias)[gn]);
+            v = cs_activate(p.activation, v, p.act_alpha, p.act_beta);
+          }
+        } else {
+          v = cs_chain_at<Chain>(p, z, b, gm, gn);
+        }
+        store(&D[offset(cd_row, gm, gn, p.ldd)], v);
       }
     }
   }
 }
 
-// CS_OK when the fallback can run `p` (TN, element type T); pointers checked at launch.
-template <class T>
-int32_t check(const cs_problem& p, cs_dtype dtype, bool check_pointers)
+// ---------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------
+
+// The chain's operand kinds by index (Chain::kKind0..kKind3).
+template <class Chain>
+constexpr int chain_kind(int i)
 {
-  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
-  if (p.dtype_ab != dtype || p.dtype_cd != dtype) return CS_ERR_UNSUPPORTED;
-  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
-    return CS_ERR_UNSUPPORTED;
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
-  if (p.m > 0x7fffffffLL || p.n > 0x7fffffffLL || p.k > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
-  if ((p.m + kTileM - 1) / kTileM > 65535 || p.batch > 65535) return CS_ERR_UNSUPPORTED;
-  if (p.lda < p.k || p.ldb < p.k || p.ldd < p.n) return CS_ERR_UNSUPPORTED;
-  if (p.beta != 0.0f && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
-  if (check_pointers && p.m > 0 && p.n > 0 && p.batch > 0) {
-    if (p.d == nullptr || (p.k > 0 && (p.a == nullptr || p.b == nullptr))) return CS_ERR_UNSUPPORTED;
-    if (p.beta != 0.0f && p.c == nullptr) return CS_ERR_UNSUPPORTED;
-    if (p.family == CS_FAMILY_GEMM_BIAS_ACT && p.bias == nullptr) return CS_ERR_UNSUPPORTED;
+  return i == 0 ? Chain::kKind0 : i == 1 ? Chain::kKind1 : i == 2 ? Chain::kKind2 : Chain::kKind3;
+}
+
+// CS_OK when p's tensor operands are the ones `Chain` reads (none for the identity).
+template <class Chain>
+int32_t chain_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.num_operands != Chain::kOperands) return CS_ERR_UNSUPPORTED;
+  for (int i = 0; i < Chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[i];
+    if (o.kind != chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (o.kind == CS_OPERAND_MATRIX) {
+      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
+      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+    }
+    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
   }
   return CS_OK;
 }
 
-// Enqueues the fallback GEMM (after `check` said CS_OK).
-template <class T>
+// CS_OK when the fallback takes `p` with A/B elements TAB, C/D elements TCD and the
+// epilogue `Chain`; the pointers are checked only with `check_pointers` (at launch).
+template <class TAB, class TCD, class Chain>
+int32_t check(const cs_problem& p, bool check_pointers)
+{
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
+  if (p.dtype_ab != dtype_of<TAB>::value || p.dtype_cd != dtype_of<TCD>::value) return CS_ERR_UNSUPPORTED;
+  if (p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
+  auto const layout_ok = [](int32_t l) { return l == CS_LAYOUT_ROW || l == CS_LAYOUT_COL; };
+  if (!layout_ok(p.layout_a) || !layout_ok(p.layout_b) || !layout_ok(p.layout_cd)) return CS_ERR_UNSUPPORTED;
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if ((p.m + kTileM - 1) / kTileM > 65535 || (p.n + kTileN - 1) / kTileN > 0x7fffffffLL ||
+      p.batch > 65535)
+    return CS_ERR_UNSUPPORTED;
+  // Minimum leading dimensions: the contiguous extent of each stored operand.
+  int64_t const min_lda = p.layout_a == CS_LAYOUT_ROW ? p.k : p.m;
+  int64_t const min_ldb = p.layout_b == CS_LAYOUT_ROW ? p.n : p.k;
+  int64_t const min_ldcd = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+  if (p.lda < min_lda || p.ldb < min_ldb || p.ldd < min_ldcd) return CS_ERR_UNSUPPORTED;
+  if (p.beta != 0.0f && p.ldc < min_ldcd) return CS_ERR_UNSUPPORTED;
+  if (p.batch_stride_a < 0 || p.batch_stride_b < 0 || p.batch_stride_c < 0 || p.batch_stride_d < 0)
+    return CS_ERR_UNSUPPORTED;
+  if (chain_check<Chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (check_pointers && p.m > 0 && p.n > 0 && p.batch > 0) {
+    if (p.d == nullptr || (p.k > 0 && (p.a == nullptr || p.b == nullptr))) return CS_ERR_UNSUPPORTED;
+    if (p.beta != 0.0f && p.c == nullptr) return CS_ERR_UNSUPPORTED;
+    if (Chain::kIdentity && p.family == CS_FAMILY_GEMM_BIAS_ACT && p.bias == nullptr)
+      return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+// Enqueues the fallback GEMM (after `check<TAB, TCD, Chain>(p, true)` said CS_OK).
+template <class TAB, class TCD, class Chain>
 int32_t launch(const cs_problem& p, cudaStream_t stream)
 {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
-  bool const fused = p.family == CS_FAMILY_GEMM_BIAS_ACT;
   dim3 const grid(unsigned((p.n + kTileN - 1) / kTileN), unsigned((p.m + kTileM - 1) / kTileM),
                   unsigned(p.batch));
-  gemm_kernel<T><<<grid, kThreads, 0, stream>>>(
-      int(p.m), int(p.n), int(p.k),
-      static_cast<const T*>(p.a), p.lda, p.batch_stride_a,
-      static_cast<const T*>(p.b), p.ldb, p.batch_stride_b,
-      static_cast<const T*>(p.c), p.ldc, p.batch_stride_c,
-      static_cast<T*>(p.d), p.ldd, p.batch_stride_d,
-      fused ? static_cast<const T*>(p.bias) : nullptr, p.alpha, p.beta,
-      fused ? p.activation : int(CS_ACT_IDENTITY), p.act_alpha);
+  gemm_kernel<TAB, TCD, Chain><<<grid, kThreads, 0, stream>>>(p);
   return int32_t(cudaGetLastError());
 }
 

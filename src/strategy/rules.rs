@@ -212,11 +212,11 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
     match s.template.as_str() {
         "gemm_sm90_tma_wgmma" => {
             raw_cute(s)?;
-            tma_extents(w)
+            batch_limit(w)
         }
         "gemm_sm90_cutlass3_ws" => cutlass3(s, w),
         "gemm_f32_3xtf32" => {
-            tf32_extents(w)?;
+            batch_limit(w)?;
             let (m, n, k, stages) = (
                 s.get("CS_TILE_M", 128),
                 s.get("CS_TILE_N", 128),
@@ -255,84 +255,17 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
     }
 }
 
-/// The raw CuTe GEMM's TMA needs each operand's contiguous extent to be a multiple of 8
-/// elements (k for a row-major A or column-major B, m for a column-major A, n for a
-/// row-major B) on every shape; only TN problems with no chain and D in the operand type
-/// have the predicated fallback for the rest.
-fn tma_extents(w: &Workload) -> Result<(), String> {
-    let lay = w.layouts();
-    let fallback = lay.a == Layout::Row
-        && lay.b == Layout::Col
-        && lay.c == Layout::Row
-        && w.chain().is_identity()
-        && w.out_dtype() == w.dtype();
-    if fallback {
-        return Ok(());
+/// Every GEMM template hands what its fast path cannot take (a contiguous extent or
+/// leading dimension off the TMA alignment, an unaligned pointer) to the predicated
+/// fallback GEMM of `cutesmith_fallback_gemm.cuh`, which takes every layout and chain but
+/// puts the batch on the grid's z dimension.
+fn batch_limit(w: &Workload) -> Result<(), String> {
+    match w.shapes().iter().find(|sh| sh.batch > 65535) {
+        Some(sh) => Err(format!(
+            "shape {sh}: batch above 65535 (the grid's z dimension)"
+        )),
+        None => Ok(()),
     }
-    for sh in w.shapes() {
-        let a = if lay.a == Layout::Row {
-            ("k", sh.k)
-        } else {
-            ("m", sh.m)
-        };
-        let b = if lay.b == Layout::Col {
-            ("k", sh.k)
-        } else {
-            ("n", sh.n)
-        };
-        for (operand, (dim, v)) in [("A", a), ("B", b)] {
-            if v % 8 != 0 {
-                return Err(format!(
-                    "shape {sh}: {dim} = {v} is {operand}'s contiguous extent and not a multiple \
-                     of 8 (TMA), and this layout or chain has no fallback"
-                ));
-            }
-        }
-        if sh.batch > 65535 {
-            return Err(format!("shape {sh}: batch above 65535"));
-        }
-    }
-    Ok(())
-}
-
-/// The 3xTF32 GEMM's fast path needs each operand's and D's contiguous extent to be a
-/// multiple of 4 elements (16 bytes) on every shape; only TN problems with a row-major D
-/// and no chain have the predicated fallback for the rest.
-fn tf32_extents(w: &Workload) -> Result<(), String> {
-    let lay = w.layouts();
-    if lay.a == Layout::Row
-        && lay.b == Layout::Col
-        && lay.c == Layout::Row
-        && w.chain().is_identity()
-    {
-        return Ok(());
-    }
-    for sh in w.shapes() {
-        let a = if lay.a == Layout::Row {
-            ("k", sh.k)
-        } else {
-            ("m", sh.m)
-        };
-        let b = if lay.b == Layout::Col {
-            ("k", sh.k)
-        } else {
-            ("n", sh.n)
-        };
-        let d = if lay.c == Layout::Row {
-            ("n", sh.n)
-        } else {
-            ("m", sh.m)
-        };
-        for (operand, (dim, v)) in [("A", a), ("B", b), ("D", d)] {
-            if v % 4 != 0 {
-                return Err(format!(
-                    "shape {sh}: {dim} = {v} is {operand}'s contiguous extent and not a multiple \
-                     of 4, and this layout or chain has no fallback"
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn raw_cute(s: &Strategy) -> Result<(), String> {
