@@ -25,6 +25,11 @@ pub enum Error {
     #[error("no CUDA device: {0}")]
     NoGpu(String),
 
+    /// The sandbox for model-written code cannot be set up on this machine (and
+    /// `--no-sandbox` was not given): environment error, exit code 2.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+
     /// A subprocess (nvcc, cuobjdump, pip) could not be started or waited on.
     #[error("could not run {program}: {source}")]
     Spawn {

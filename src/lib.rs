@@ -19,6 +19,7 @@ pub mod feedback;
 pub mod process;
 pub mod provider;
 pub mod report;
+pub mod sandbox;
 pub mod spec;
 pub mod strategy;
 pub mod toolchain;

@@ -72,6 +72,16 @@ pub struct GlobalArgs {
         value_parser = clap::builder::FalseyValueParser::new()
     )]
     pub no_install: bool,
+    /// Run model-written code (and nvcc on it) without the sandbox, with your rights:
+    /// only where the machine cannot sandbox (`cutesmith doctor` says why). Sessions
+    /// record it.
+    #[arg(
+        long,
+        global = true,
+        env = "CUTESMITH_NO_SANDBOX",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub no_sandbox: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -250,6 +260,18 @@ pub fn ensure_toolchain(opts: &ToolchainOptions, no_install: bool) -> Result<Too
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
+    // Other processes of the user (a model-written kernel among them, were it to escape)
+    // cannot read this process's memory or /proc/<pid>/environ (the model's API key).
+    // The worker stays dumpable: it holds no secret, and profilers attach to it.
+    if !matches!(cli.command, Command::Worker { .. }) {
+        // SAFETY: prctl(2) with constant arguments.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
+    }
+    if cli.global.no_sandbox {
+        crate::sandbox::disable();
+    }
     let config = Config::load(cli.global.config.as_deref())?;
     let opts = toolchain_options(&cli.global, &config);
     let no_install = cli.global.no_install;

@@ -84,6 +84,7 @@ pub(super) fn spawn_worker(
         .current_dir(dir.path())
         .env_clear()
         .envs(worker_env(std::env::vars(), dir.path()));
+    crate::sandbox::apply(&mut cmd, &worker_policy(job, dir.path(), wrapper.as_ref())?)?;
     let out = process::run(cmd, timeout, 16 << 20)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);
@@ -136,6 +137,47 @@ pub(super) fn spawn_worker(
         seconds: out.elapsed.as_secs_f64(),
         sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
     })
+}
+
+/// What a worker may touch: the system's and CUDA's libraries (the library path, the
+/// CUDA installation, the toolkit `cutesmith setup` installs), this program, the one
+/// shared object, the GPU; it writes only its temp directory (and, under a profiler, the
+/// profiler's log file), and talks only to the wrapper over its own loopback.
+fn worker_policy(
+    job: &Job,
+    dir: &Path,
+    wrapper: Option<&(&Path, Vec<String>)>,
+) -> Result<crate::sandbox::Policy> {
+    let mut p = crate::sandbox::Policy::new()
+        .gpu()
+        .write(dir)
+        .read(worker_exe()?)
+        .read(crate::toolchain::cache_toolkit_dir());
+    if let Some(so) = &job.shared_object {
+        p = p.read(so);
+    }
+    for var in ["LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"] {
+        if let Some(v) = std::env::var_os(var) {
+            for d in std::env::split_paths(&v).filter(|d| d.is_absolute()) {
+                p = p.read(d);
+            }
+        }
+    }
+    if let Some((exe, args)) = wrapper {
+        // The wrapper's own installation (bin/ and its siblings), and its log file.
+        if let Some(root) = exe.parent().and_then(Path::parent) {
+            p = p.read(root);
+        }
+        for pair in args.windows(2) {
+            if pair[0] == "--log-file" {
+                if let Some(parent) = Path::new(&pair[1]).parent() {
+                    p = p.write(parent);
+                }
+            }
+        }
+        p = p.loopback();
+    }
+    Ok(p)
 }
 
 fn describe_status(status: Option<std::process::ExitStatus>) -> String {

@@ -204,6 +204,8 @@ pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
         tc.fingerprint().as_bytes(),
         &abi,
         sass.as_bytes(),
+        // A source refused a file by the sandbox may compile without it.
+        if crate::sandbox::disabled() { b"unsandboxed" } else { b"sandboxed" },
     ])
 }
 
@@ -347,11 +349,15 @@ fn run_nvcc(
     let args = nvcc_args(tc, &req.options);
     let mut cmd = Command::new(&tc.nvcc.path);
     cmd.current_dir(work.path())
+        .env_clear()
+        .envs(nvcc_env(work.path()))
         .env("LIBRARY_PATH", library_path(&tc.nvcc.path))
         .args(&args)
         .arg(&src_name)
         .arg("-o")
         .arg("kernel.so");
+    crate::sandbox::apply(&mut cmd, &nvcc_policy(tc, &args, work.path()))?;
+    let sandboxed = !crate::sandbox::disabled();
     let mut command: Vec<String> = vec![tc.nvcc.path.display().to_string()];
     command.extend(args.iter().cloned());
     command.extend([src_name.clone(), "-o".into(), "kernel.so".into()]);
@@ -465,6 +471,9 @@ fn run_nvcc(
                 diagnostics::condense(&diags, &user_files, CONDENSED_MAX_BYTES)
             };
             outcome.primary_location = diagnostics::primary_location(&diags, &user_files);
+            if sandboxed && log_text.contains("Permission denied") {
+                outcome.condensed.push_str(SANDBOX_NOTE);
+            }
         }
         CompileStatus::TimedOut => {
             outcome.condensed = format!(
@@ -498,6 +507,54 @@ fn full_log_note(staging: &Path, sig: i32) -> Result<()> {
 
 /// `LIBRARY_PATH` for nvcc's link step: the toolkit's own `lib`/`lib64` first. The pip
 /// wheels keep `libcudart_static.a` in `lib/`, where their `nvcc.profile` does not look.
+/// Added to a failed compile's summary when nvcc was refused a file.
+const SANDBOX_NOTE: &str = "\n(the cutesmith sandbox refused a file: nvcc reads only the system's \
+     compiler and headers, the CUDA toolkit, the CUTLASS headers and cutlass-templates/include; \
+     include nothing else)";
+
+/// Environment variables nvcc and its host compiler may see; the rest (API keys,
+/// tokens) stays out of reach of a source that includes `/proc/self/environ`.
+const NVCC_ENV_ALLOWED: &[&str] = &["PATH", "LANG", "LC_ALL", "NVCC_CCBIN"];
+
+fn nvcc_env(work: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| NVCC_ENV_ALLOWED.contains(&k.as_str()))
+        .collect();
+    let work = work.display().to_string();
+    env.push(("HOME".into(), work.clone()));
+    env.push(("TMPDIR".into(), work));
+    env
+}
+
+/// What nvcc may read: the system (host compiler, its headers), the toolkit, the CUTLASS
+/// headers, `cutlass-templates/include` and the include directories named on its
+/// command line (the user's configuration, not the model's); it writes only its temp
+/// directory. A source that includes anything else fails to compile.
+pub fn nvcc_policy(tc: &Toolchain, args: &[String], work: &Path) -> crate::sandbox::Policy {
+    let mut p = crate::sandbox::Policy::new()
+        .write(work)
+        .read(&tc.cutlass.include)
+        .read(&tc.abi_include)
+        .read(crate::toolchain::cache_toolkit_dir());
+    if let Some(root) = tc.nvcc.path.parent().and_then(Path::parent) {
+        p = p.read(root);
+    }
+    if let Some(util) = &tc.cutlass.util_include {
+        p = p.read(util);
+    }
+    for a in args {
+        if let Some(dir) = a.strip_prefix("-I").filter(|d| !d.is_empty()) {
+            p = p.read(dir);
+        }
+    }
+    if let Some(v) = std::env::var_os("LIBRARY_PATH") {
+        for d in std::env::split_paths(&v).filter(|d| d.is_absolute()) {
+            p = p.read(d);
+        }
+    }
+    p
+}
+
 fn library_path(nvcc: &Path) -> std::ffi::OsString {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(root) = nvcc.parent().and_then(Path::parent) {
