@@ -22,7 +22,7 @@ pub mod sanitizer;
 mod spawn;
 pub mod worker;
 
-pub use spawn::{worker_env, worker_exe};
+pub use spawn::{spawn_program, worker_env, worker_exe};
 
 use std::path::Path;
 use std::time::Duration;

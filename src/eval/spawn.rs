@@ -60,6 +60,17 @@ pub(super) fn spawn_worker(
     timeout: Duration,
     wrapper: Option<(&Path, Vec<String>)>,
 ) -> Result<Evaluation> {
+    spawn_program(&worker_exe()?, job, timeout, wrapper)
+}
+
+/// [`spawn_worker`] with another program in the worker's place (`exe worker --job FILE`,
+/// same directory, environment and sandbox): how tests probe what a worker can reach.
+pub fn spawn_program(
+    exe: &Path,
+    job: &Job,
+    timeout: Duration,
+    wrapper: Option<(&Path, Vec<String>)>,
+) -> Result<Evaluation> {
     let dir = tempfile::Builder::new()
         .prefix("cutesmith-worker-")
         .tempdir()
@@ -71,12 +82,12 @@ pub(super) fn spawn_worker(
     })?;
     std::fs::write(&job_path, text).at(&job_path)?;
     let mut cmd = match &wrapper {
-        Some((exe, args)) => {
-            let mut c = Command::new(exe);
-            c.args(args).arg(worker_exe()?);
+        Some((wrapper_exe, args)) => {
+            let mut c = Command::new(wrapper_exe);
+            c.args(args).arg(exe);
             c
         }
-        None => Command::new(worker_exe()?),
+        None => Command::new(exe),
     };
     cmd.arg("worker")
         .arg("--job")
@@ -84,7 +95,7 @@ pub(super) fn spawn_worker(
         .current_dir(dir.path())
         .env_clear()
         .envs(worker_env(std::env::vars(), dir.path()));
-    crate::sandbox::apply(&mut cmd, &worker_policy(job, dir.path(), wrapper.as_ref())?)?;
+    crate::sandbox::apply(&mut cmd, &worker_policy(exe, job, dir.path(), wrapper.as_ref()))?;
     let out = process::run(cmd, timeout, 16 << 20)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);
@@ -144,14 +155,15 @@ pub(super) fn spawn_worker(
 /// shared object, the GPU; it writes only its temp directory (and, under a profiler, the
 /// profiler's log file), and talks only to the wrapper over its own loopback.
 fn worker_policy(
+    exe: &Path,
     job: &Job,
     dir: &Path,
     wrapper: Option<&(&Path, Vec<String>)>,
-) -> Result<crate::sandbox::Policy> {
+) -> crate::sandbox::Policy {
     let mut p = crate::sandbox::Policy::new()
         .gpu()
         .write(dir)
-        .read(worker_exe()?)
+        .read(exe)
         .read(crate::toolchain::cache_toolkit_dir());
     if let Some(so) = &job.shared_object {
         p = p.read(so);
@@ -177,7 +189,7 @@ fn worker_policy(
         }
         p = p.loopback();
     }
-    Ok(p)
+    p
 }
 
 fn describe_status(status: Option<std::process::ExitStatus>) -> String {

@@ -8,4 +8,5 @@ mod compile;
 mod gpu;
 mod mock_model;
 mod report;
+mod sandbox;
 mod session;

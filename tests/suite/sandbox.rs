@@ -1,0 +1,196 @@
+//! The sandbox, tested without a GPU: a probe program started through the worker's own
+//! spawn path tries what a hostile kernel's host code would, and nvcc is refused a file
+//! outside the allowed trees.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use cutesmith::eval::{self, job::Mode};
+use cutesmith::sandbox::{self, Status};
+use cutesmith::spec::Workload;
+use cutesmith::toolchain::cache::CompileCache;
+use cutesmith::toolchain::compile::{self, CompileRequest};
+
+use super::common::{root, toolchain};
+use crate::require_tool;
+
+/// Whether this machine sandboxes; fails under CI when it does not.
+fn sandbox_available() -> bool {
+    match sandbox::status() {
+        Status::Available { .. } => true,
+        Status::Unavailable(why) => require_tool(&format!("the sandbox ({why})"), false),
+    }
+}
+
+/// The probe's C source: each attempt prints `name: ok` or `name: denied (errno)`, and
+/// `name: LEAKED` when it read the secret.
+const PROBE: &str = r#"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void report(const char* what, int ok) {
+  if (ok) fprintf(stderr, "%s: ok\n", what);
+  else fprintf(stderr, "%s: denied (%s)\n", what, strerror(errno));
+}
+
+/* Reads `path`; 1 when it could, and prints LEAKED when the text holds the secret. */
+static int read_secret(const char* what, const char* path) {
+  char buf[65536];
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n < 0) return 0;
+  buf[n] = 0;
+  for (ssize_t i = 0; i < n; ++i) if (buf[i] == 0) buf[i] = ' ';
+  if (strstr(buf, SECRET)) fprintf(stderr, "%s: LEAKED\n", what);
+  return 1;
+}
+
+int main(void) {
+  char path[256];
+  snprintf(path, sizeof path, "/proc/%d/environ", PARENT_PID);
+  report("parent_environ", read_secret("parent_environ", path));
+  report("home_file", read_secret("home_file", HOME_FILE));
+
+  int fd = open(OUTSIDE, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  report("write_outside", fd >= 0);
+  if (fd >= 0) close(fd);
+
+  fd = open("inside.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  report("write_inside", fd >= 0 && write(fd, "x", 1) == 1);
+  if (fd >= 0) close(fd);
+
+  report("read_self", read_secret("read_self", "/proc/self/status"));
+
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  int connected = 0;
+  if (s >= 0) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(PORT);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected = connect(s, (struct sockaddr*)&a, sizeof a) == 0;
+    close(s);
+  }
+  report("connect_loopback", connected);
+  return 0;
+}
+"#;
+
+#[test]
+fn a_worker_cannot_reach_secrets_files_or_the_network() {
+    if !sandbox_available() {
+        return;
+    }
+    let cc = ["cc", "gcc", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if !require_tool("a C compiler", cc.is_some()) {
+        return;
+    }
+    let secret = format!("sk-cutesmith-probe-{}", std::process::id());
+    let home = std::env::var_os("HOME").expect("HOME");
+    let home_file = Path::new(&home).join(format!(".cutesmith-probe-{}", std::process::id()));
+    std::fs::write(&home_file, format!("token = {secret}\n")).unwrap();
+    let outside = std::env::temp_dir().join(format!("cutesmith-probe-out-{}", std::process::id()));
+    let _ = std::fs::remove_file(&outside);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("probe.c");
+    std::fs::File::create(&src)
+        .unwrap()
+        .write_all(PROBE.as_bytes())
+        .unwrap();
+    let exe = dir.path().join("probe");
+    let built = Command::new(cc.unwrap())
+        .arg("-O1")
+        .arg(format!("-DPARENT_PID={}", std::process::id()))
+        .arg(format!("-DSECRET=\"{secret}\""))
+        .arg(format!("-DHOME_FILE=\"{}\"", home_file.display()))
+        .arg(format!("-DOUTSIDE=\"{}\"", outside.display()))
+        .arg(format!("-DPORT={port}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // Without the sandbox every attempt succeeds (so the attempts themselves work):
+    // this process's environment (where the model's API key lives) is readable, the
+    // planted file leaks, the write and the connection go through.
+    let bare = Command::new(&exe).current_dir(dir.path()).output().unwrap();
+    let bare = String::from_utf8_lossy(&bare.stderr).into_owned();
+    for line in [
+        "parent_environ: ok",
+        "home_file: LEAKED",
+        "write_outside: ok",
+        "connect_loopback: ok",
+    ] {
+        assert!(bare.contains(line), "unsandboxed probe: {line} missing in\n{bare}");
+    }
+    let _ = std::fs::remove_file(&outside);
+    while listener.accept().is_ok() {}
+
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let out = e.stderr_tail.clone();
+    eprintln!("sandboxed probe:\n{out}");
+    std::fs::remove_file(&home_file).unwrap();
+    for line in [
+        "parent_environ: denied",
+        "home_file: denied",
+        "write_outside: denied",
+        "connect_loopback: denied",
+        "write_inside: ok",
+        "read_self: ok",
+    ] {
+        assert!(out.contains(line), "sandboxed probe: {line} missing in\n{out}");
+    }
+    assert!(!out.contains("LEAKED"), "{out}");
+    assert!(!outside.exists(), "the probe wrote {}", outside.display());
+    assert!(
+        listener.accept().is_err(),
+        "the probe reached the test's loopback listener"
+    );
+}
+
+#[test]
+fn nvcc_is_refused_a_file_outside_the_allowed_trees() {
+    let Some(tc) = toolchain() else { return };
+    if !sandbox_available() {
+        return;
+    }
+    let home = std::env::var_os("HOME").expect("HOME");
+    let secret = format!("cutesmith_probe_secret_{}", std::process::id());
+    let planted = Path::new(&home).join(format!(".cutesmith-probe-{}.h", std::process::id()));
+    std::fs::write(&planted, format!("int {secret} = 42;\n")).unwrap();
+    let source = format!("#include \"{}\"\n", planted.display());
+    let req = CompileRequest::version(&source, "sm_90a");
+    let o = compile::compile(&tc, &CompileCache::default_location(), &req);
+    std::fs::remove_file(&planted).unwrap();
+    let o = o.unwrap();
+    assert!(!o.ok(), "a source including {} compiled", planted.display());
+    assert!(o.condensed.contains("sandbox"), "{}", o.condensed);
+    assert!(!o.condensed.contains(&secret), "{}", o.condensed);
+    let log = std::fs::read_to_string(&o.log_path).unwrap();
+    assert!(!log.contains(&secret), "the kept log holds the file: {log}");
+}
