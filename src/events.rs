@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{IoContext, Result};
 
+fn sandboxed_default() -> bool {
+    true
+}
+
 /// One thing that happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -21,6 +25,9 @@ pub enum Event {
         provider: String,
         evaluator: String,
         resumed: bool,
+        /// False under `--no-sandbox`.
+        #[serde(default = "sandboxed_default")]
+        sandboxed: bool,
     },
     StageStarted {
         stage: String,
@@ -106,9 +113,15 @@ impl Event {
                 provider,
                 evaluator,
                 resumed,
+                sandboxed,
             } => format!(
-                "session {id} {} for {workload}: provider {provider}, evaluator {evaluator}",
-                if *resumed { "resumed" } else { "started" }
+                "session {id} {} for {workload}: provider {provider}, evaluator {evaluator}{}",
+                if *resumed { "resumed" } else { "started" },
+                if *sandboxed {
+                    ""
+                } else {
+                    " (NO SANDBOX: kernels run with your rights)"
+                }
             ),
             Event::StageStarted { stage, version } => match version {
                 Some(v) => format!("[v{v}] {stage} ..."),

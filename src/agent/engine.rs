@@ -122,6 +122,7 @@ impl Engine {
             provider: e.provider.name(),
             evaluator: e.evaluator.name(),
             resumed,
+            sandboxed: !crate::sandbox::disabled(),
         });
         Ok(e)
     }

@@ -148,6 +148,7 @@ pub fn create(
         timing_runs: plan.timing_runs,
         timeout_s: plan.timeout_s,
         max_candidates: plan.max_candidates,
+        sandboxed: !crate::sandbox::disabled(),
     };
     let dir = SessionDir::create(runs_dir, &spec.id)?;
     let events = events(&dir.root)?;

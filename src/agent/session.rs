@@ -63,6 +63,14 @@ pub struct SessionSpec {
     /// Built-in provider: candidates to try.
     #[serde(default = "default_candidates")]
     pub max_candidates: usize,
+    /// False when the session was started with `--no-sandbox`: its kernels (and nvcc
+    /// on them) ran with the user's rights.
+    #[serde(default = "default_sandboxed")]
+    pub sandboxed: bool,
+}
+
+fn default_sandboxed() -> bool {
+    true
 }
 
 fn default_seeds() -> u64 {

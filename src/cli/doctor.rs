@@ -33,6 +33,8 @@ pub struct DoctorReport {
     pub libraries: Vec<LibraryInfo>,
     pub model: String,
     pub cache_dir: String,
+    /// What the sandbox for model-written code does here, or why it cannot.
+    pub sandbox: String,
 }
 
 impl DoctorReport {
@@ -45,6 +47,7 @@ impl DoctorReport {
             libraries: gpu::libraries(),
             model: config.model_summary(),
             cache_dir: toolchain::cache_dir().display().to_string(),
+            sandbox: crate::sandbox::describe(),
         }
     }
 
@@ -144,6 +147,7 @@ impl DoctorReport {
         }
         line("model", self.model.clone());
         line("cache", self.cache_dir.clone());
+        line("sandbox", self.sandbox.clone());
         if self.toolchain.is_err() {
             s.push_str(&format!(
                 "\nto compile kernels: {}\n",

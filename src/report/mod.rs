@@ -153,7 +153,16 @@ fn tables(rows: &[Row]) -> (Cells, Vec<(String, Cells)>) {
         .iter()
         .map(|r| {
             (
-                format!("{} ({})", r.spec.workload, r.spec.id),
+                format!(
+                    "{} ({}){}",
+                    r.spec.workload,
+                    r.spec.id,
+                    if r.spec.sandboxed {
+                        ""
+                    } else {
+                        ", run without the sandbox (--no-sandbox)"
+                    }
+                ),
                 version_rows(&r.state),
             )
         })

@@ -124,6 +124,7 @@ async fn a_model_session_through_a_mock_openai_server() {
         timing_runs: 20,
         timeout_s: 60,
         max_candidates: 4,
+        sandboxed: true,
     };
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
@@ -433,6 +434,7 @@ async fn a_model_session_seeded_from_the_builtin_provider() {
         timing_runs: 20,
         timeout_s: 60,
         max_candidates: 1,
+        sandboxed: true,
     };
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
