@@ -194,3 +194,49 @@ fn nvcc_is_refused_a_file_outside_the_allowed_trees() {
     let log = std::fs::read_to_string(&o.log_path).unwrap();
     assert!(!log.contains(&secret), "the kept log holds the file: {log}");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_hostile_kernel_is_validated_and_every_attempt_fails() {
+    if std::env::var_os("CUTESMITH_WORKER_EXE").is_none() {
+        std::env::set_var("CUTESMITH_WORKER_EXE", env!("CARGO_BIN_EXE_cutesmith"));
+    }
+    let tc = toolchain().expect("toolchain");
+    assert!(sandbox_available(), "{:?}", sandbox::status());
+    let home = std::env::var_os("HOME").expect("HOME");
+    let pid = std::process::id();
+    let planted = Path::new(&home).join(format!(".cutesmith-hostile-{pid}"));
+    std::fs::write(&planted, "token = sk-hostile\n").unwrap();
+    let outside = std::env::temp_dir().join(format!("cutesmith-hostile-out-{pid}"));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let path = super::common::fixture("hostile/probe_relu.cu");
+    let mut req = CompileRequest::from_file(&path, Default::default()).unwrap();
+    req.options.defines = vec![
+        format!("CS_PARENT_PID={pid}"),
+        format!("CS_HOME_FILE=\"{}\"", planted.display()),
+        format!("CS_OUTSIDE=\"{}\"", outside.display()),
+        format!("CS_PORT={port}"),
+    ];
+    let o = compile::compile(&tc, &CompileCache::default_location(), &req).unwrap();
+    assert!(o.ok(), "{}", o.condensed);
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let job = eval::job_for(&w, Mode::Validate, o.shared_object.clone(), 2, 1).unwrap();
+    let e = eval::run(&job, Duration::from_secs(300), eval::Under::Plain).unwrap();
+    std::fs::remove_file(&planted).unwrap();
+    eprintln!("{}\nworker stderr:\n{}", e.render(), e.stderr_tail);
+    assert!(e.fault.is_none(), "{}", e.render());
+    for what in [
+        "parent_environ",
+        "other_environs",
+        "home_file",
+        "write_outside",
+        "connect",
+    ] {
+        let line = format!("hostile {what}: denied");
+        assert!(e.stderr_tail.contains(&line), "{line} missing");
+    }
+    assert!(!outside.exists());
+    assert!(listener.accept().is_err(), "the kernel reached the listener");
+}
