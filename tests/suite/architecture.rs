@@ -16,7 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("feedback", &["feedback"]),
     ("evaluation and strategies", &["eval", "strategy"]),
     ("toolchain", &["toolchain"]),
-    ("processes", &["process"]),
+    ("processes", &["process", "sandbox"]),
     ("events", &["events"]),
     ("workload specs", &["spec"]),
     ("shared data", &["abi", "config", "clock"]),
