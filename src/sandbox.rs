@@ -11,8 +11,9 @@
 //! 2. **Landlock** (Linux 5.13+): reads and execution only beneath the policy's read
 //!    paths (the system's libraries, the toolkit, the CUTLASS headers, the one shared
 //!    object), writes only beneath its write paths (the process's own temp directory),
-//!    `/proc/self` and, for GPU processes, the `/dev` nodes with device ioctls; from
-//!    Landlock ABI 4 on, TCP bind and connect are denied too.
+//!    the namespace's own `/proc` and private `/dev/shm` and, for GPU processes, the
+//!    `/dev` nodes with device ioctls; from Landlock ABI 4 on, TCP bind and connect are
+//!    denied too.
 //! 3. **seccomp**: `socket(2)` for the internet, packet and netlink families and
 //!    `io_uring_setup(2)` fail with EACCES.
 //!
@@ -70,8 +71,7 @@ impl Policy {
         self
     }
 
-    /// Opens the GPU: read, write and device ioctls on `/dev`, reads of `/sys` and
-    /// `/proc/driver`.
+    /// Opens the GPU: read, write and device ioctls on `/dev`, reads of `/sys`.
     pub fn gpu(mut self) -> Self {
         self.gpu = true;
         self
@@ -343,8 +343,8 @@ struct Prepared {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     rules: Vec<Rule>,
-    proc_self: CString,
-    proc_driver: CString,
+    tmpfs: CString,
+    dev_shm: CString,
     abi: u32,
     handled_fs: u64,
     handled_net: u64,
@@ -399,8 +399,8 @@ fn prepare(policy: &Policy) -> Result<Prepared> {
         uid_map: format!("{uid} {uid} 1\n").into_bytes(),
         gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         rules,
-        proc_self: c("/proc/self")?,
-        proc_driver: c("/proc/driver")?,
+        tmpfs: c("tmpfs")?,
+        dev_shm: c("/dev/shm")?,
         abi,
         handled_fs: all,
         handled_net: if abi >= 4 && !policy.loopback {
@@ -514,6 +514,15 @@ fn enter(p: &Prepared) -> io::Result<()> {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         ))?;
+        // A private /dev/shm (POSIX shared memory of the CUDA libraries and profilers),
+        // gone with the namespace; the machine's own stays out of reach.
+        let shm_private = libc::mount(
+            p.tmpfs.as_ptr(),
+            p.dev_shm.as_ptr(),
+            p.tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            std::ptr::null(),
+        ) == 0;
         check(libc::sethostname(p.hostname.as_ptr().cast(), p.hostname.len()))?;
         if p.loopback {
             loopback_up()?;
@@ -565,9 +574,12 @@ fn enter(p: &Prepared) -> io::Result<()> {
         for r in &p.rules {
             add(&r.path, r.access)?;
         }
-        // This process's own /proc entries (CUDA writes there), and the driver's.
-        add(&p.proc_self, p.handled_fs)?;
-        add(&p.proc_driver, (LL_READ_FILE | LL_READ_DIR) & p.handled_fs)?;
+        // The namespace's own /proc: it shows only this process and its children (a
+        // profiler's target among them), whose entries CUDA reads and writes.
+        add(&p.proc_dir, (LL_READ_FILE | LL_WRITE_FILE | LL_READ_DIR) & p.handled_fs)?;
+        if shm_private {
+            add(&p.dev_shm, p.handled_fs)?;
+        }
         check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
         if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) < 0 {
             return Err(os_err());
