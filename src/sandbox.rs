@@ -575,8 +575,9 @@ fn enter(p: &Prepared) -> io::Result<()> {
             add(&r.path, r.access)?;
         }
         // The namespace's own /proc: it shows only this process and its children (a
-        // profiler's target among them), whose entries CUDA reads and writes.
-        add(&p.proc_dir, (LL_READ_FILE | LL_WRITE_FILE | LL_READ_DIR) & p.handled_fs)?;
+        // profiler's target among them), whose entries CUDA opens for writing with
+        // truncation (read and write alone make cuInit fail with "OS call failed").
+        add(&p.proc_dir, p.handled_fs)?;
         if shm_private {
             add(&p.dev_shm, p.handled_fs)?;
         }
