@@ -186,9 +186,11 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
       return fmaf(h, tanhf(u), h);
     }
   } else if constexpr (Act == CS_ACT_SILU) {
+    // x * sigmoid(beta x), beta = p0 (1: SiLU; swish with a beta otherwise).
     // __fdividef (2 ulp) is exact enough even for f32; it only flushes x / y to 0 for
     // |y| > 2^126, where the true result is below 1e-36 anyway.
-    float const e = kFast ? cs_exp_fast(-x) : expf(-x);
+    float const bx = p0 * x;
+    float const e = kFast ? cs_exp_fast(-bx) : expf(-bx);
     return cs_div_fast(x, 1.0f + e);
   } else if constexpr (Act == CS_ACT_SIGMOID) {
     float const e = kFast ? cs_exp_fast(-x) : expf(-x);

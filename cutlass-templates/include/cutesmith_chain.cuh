@@ -113,7 +113,7 @@ CS_HD float cs_activate(int act, float x, float p0, float p1)
     case CS_ACT_LEAKY_RELU: return cs_leaky_relu(x, p0);
     case CS_ACT_GELU_ERF: return cs_gelu_erf(x);
     case CS_ACT_GELU_TANH: return cs_gelu_tanh(x);
-    case CS_ACT_SILU: return cs_silu(x, 1.0f);
+    case CS_ACT_SILU: return cs_silu(x, p0);   /* p0: beta (1 by default) */
     case CS_ACT_SIGMOID: return cs_sigmoid(x);
     case CS_ACT_TANH: return cs_tanh(x);
     case CS_ACT_SELU: return cs_selu(x);
