@@ -48,7 +48,9 @@ pub struct Policy {
 
 /// System trees every process needs to read: the dynamic loader and libraries, the
 /// compilers, `/etc` (the loader cache, locale), and `/opt` where vendor toolkits live.
-const SYSTEM_READ: &[&str] = &["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt"];
+const SYSTEM_READ: &[&str] = &[
+    "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt",
+];
 
 impl Policy {
     /// A policy with read access to the system trees and nothing else.
@@ -133,7 +135,9 @@ fn probe() -> Status {
                 .into(),
         );
     }
-    let Some(truth) = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).is_file())
+    let Some(truth) = ["/bin/true", "/usr/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
     else {
         return Status::Unavailable("no /bin/true to probe with".into());
     };
@@ -178,7 +182,9 @@ pub fn describe() -> String {
 
 /// Median start-to-exit time of `/bin/true` bare and in the sandbox, in ms (5 runs each).
 pub fn overhead_ms() -> Option<(f64, f64)> {
-    let truth = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).is_file())?;
+    let truth = ["/bin/true", "/usr/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())?;
     let time = |boxed: bool| -> Option<f64> {
         let mut t = Vec::new();
         for _ in 0..5 {
@@ -312,7 +318,12 @@ fn seccomp_program() -> Vec<libc::sock_filter> {
         bpf(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, AUDIT_ARCH),
         bpf(BPF_RET | BPF_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
         bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, NR),
-        bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, libc::SYS_io_uring_setup as u32),
+        bpf(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            0,
+            1,
+            libc::SYS_io_uring_setup as u32,
+        ),
         bpf(BPF_RET | BPF_K, 0, 0, deny),
         // Not socket(2): to the allow after the family checks.
         bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, n + 1, libc::SYS_socket as u32),
@@ -370,8 +381,14 @@ fn prepare(policy: &Policy) -> Result<Prepared> {
     let mut rules = Vec::new();
     let mut add = |p: &Path, access: u64| {
         // Paths that do not exist here (no /lib32) need no rule.
-        let Ok(meta) = std::fs::metadata(p) else { return };
-        let access = if meta.is_dir() { access } else { access & LL_FILE_RIGHTS };
+        let Ok(meta) = std::fs::metadata(p) else {
+            return;
+        };
+        let access = if meta.is_dir() {
+            access
+        } else {
+            access & LL_FILE_RIGHTS
+        };
         if let Some(path) = cstring(p) {
             rules.push(Rule { path, access });
         }
@@ -390,7 +407,10 @@ fn prepare(policy: &Policy) -> Result<Prepared> {
         );
     } else {
         // /dev/null, /dev/urandom and the like.
-        add(Path::new("/dev"), (LL_READ_FILE | LL_WRITE_FILE | LL_READ_DIR) & all);
+        add(
+            Path::new("/dev"),
+            (LL_READ_FILE | LL_WRITE_FILE | LL_READ_DIR) & all,
+        );
     }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -442,7 +462,11 @@ fn write_file(path: &CString, data: &[u8]) -> io::Result<()> {
             return Err(os_err());
         }
         let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        let err = if n < 0 || n as usize != data.len() { Some(os_err()) } else { None };
+        let err = if n < 0 || n as usize != data.len() {
+            Some(os_err())
+        } else {
+            None
+        };
         libc::close(fd);
         err.map_or(Ok(()), Err)
     }
@@ -495,7 +519,11 @@ fn enter(p: &Prepared) -> io::Result<()> {
                 libc::signal(sig, libc::SIG_DFL);
                 libc::kill(libc::getpid(), sig);
             }
-            libc::_exit(if libc::WIFEXITED(st) { libc::WEXITSTATUS(st) } else { 125 });
+            libc::_exit(if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                125
+            });
         }
 
         // The sandboxed process: PID 1 of its namespace.
@@ -523,7 +551,10 @@ fn enter(p: &Prepared) -> io::Result<()> {
             libc::MS_NOSUID | libc::MS_NODEV,
             std::ptr::null(),
         ) == 0;
-        check(libc::sethostname(p.hostname.as_ptr().cast(), p.hostname.len()))?;
+        check(libc::sethostname(
+            p.hostname.as_ptr().cast(),
+            p.hostname.len(),
+        ))?;
         if p.loopback {
             loopback_up()?;
         }
@@ -672,7 +703,11 @@ mod tests {
         let deny = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
         let socket = libc::SYS_socket as u32;
         for fam in DENIED_FAMILIES {
-            assert_eq!(run_filter(&p, AUDIT_ARCH, socket, *fam as u32), deny, "family {fam}");
+            assert_eq!(
+                run_filter(&p, AUDIT_ARCH, socket, *fam as u32),
+                deny,
+                "family {fam}"
+            );
         }
         assert_eq!(
             run_filter(&p, AUDIT_ARCH, socket, libc::AF_UNIX as u32),
@@ -680,7 +715,12 @@ mod tests {
         );
         let uring = libc::SYS_io_uring_setup as u32;
         assert_eq!(run_filter(&p, AUDIT_ARCH, uring, 0), deny);
-        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_ioctl, libc::SYS_mmap] {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_ioctl,
+            libc::SYS_mmap,
+        ] {
             let got = run_filter(&p, AUDIT_ARCH, nr as u32, libc::AF_INET as u32);
             assert_eq!(got, libc::SECCOMP_RET_ALLOW, "syscall {nr}");
         }
@@ -700,6 +740,9 @@ mod tests {
             .find(|r| r.path.as_bytes() == exe.as_os_str().as_bytes())
             .unwrap();
         assert_eq!(rule.access & !LL_FILE_RIGHTS, 0);
-        assert!(p.rules.iter().all(|r| r.path.as_bytes() != b"/nonexistent/cutesmith"));
+        assert!(p
+            .rules
+            .iter()
+            .all(|r| r.path.as_bytes() != b"/nonexistent/cutesmith"));
     }
 }

@@ -95,7 +95,10 @@ pub fn spawn_program(
         .current_dir(dir.path())
         .env_clear()
         .envs(worker_env(std::env::vars(), dir.path()));
-    crate::sandbox::apply(&mut cmd, &worker_policy(exe, job, dir.path(), wrapper.as_ref()))?;
+    crate::sandbox::apply(
+        &mut cmd,
+        &worker_policy(exe, job, dir.path(), wrapper.as_ref()),
+    )?;
     let out = process::run(cmd, timeout, 16 << 20)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);

@@ -205,7 +205,11 @@ pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
         &abi,
         sass.as_bytes(),
         // A source refused a file by the sandbox may compile without it.
-        if crate::sandbox::disabled() { b"unsandboxed" } else { b"sandboxed" },
+        if crate::sandbox::disabled() {
+            b"unsandboxed"
+        } else {
+            b"sandboxed"
+        },
     ])
 }
 

@@ -144,7 +144,10 @@ fn a_worker_cannot_reach_secrets_files_or_the_network() {
         "write_outside: ok",
         "connect_loopback: ok",
     ] {
-        assert!(bare.contains(line), "unsandboxed probe: {line} missing in\n{bare}");
+        assert!(
+            bare.contains(line),
+            "unsandboxed probe: {line} missing in\n{bare}"
+        );
     }
     let _ = std::fs::remove_file(&outside);
     while listener.accept().is_ok() {}
@@ -163,7 +166,10 @@ fn a_worker_cannot_reach_secrets_files_or_the_network() {
         "write_inside: ok",
         "read_self: ok",
     ] {
-        assert!(out.contains(line), "sandboxed probe: {line} missing in\n{out}");
+        assert!(
+            out.contains(line),
+            "sandboxed probe: {line} missing in\n{out}"
+        );
     }
     assert!(!out.contains("LEAKED"), "{out}");
     assert!(!outside.exists(), "the probe wrote {}", outside.display());
@@ -238,5 +244,8 @@ fn a_hostile_kernel_is_validated_and_every_attempt_fails() {
         assert!(e.stderr_tail.contains(&line), "{line} missing");
     }
     assert!(!outside.exists());
-    assert!(listener.accept().is_err(), "the kernel reached the listener");
+    assert!(
+        listener.accept().is_err(),
+        "the kernel reached the listener"
+    );
 }
