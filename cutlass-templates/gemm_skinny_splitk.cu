@@ -206,6 +206,14 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
   for (int k0 = kbeg; k0 < kend; k0 += kc) {
+    // Each chunk accumulates on its own and is then added to acc with an fp32 FADD:
+    // the tensor cores' accumulation is not round-to-nearest, and over K = 2^20 in one
+    // accumulator its error grows with the number of MMAs, not with their square root.
+    float cacc[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cacc[i][j] = 0.0f;
     int const kcur = min(kc, kend - k0);           // multiple of 8
     int const nsteps = (kcur + 31) / 32;
     int const vec_per_row = (nsteps * 32) / 8;      // 16-byte vectors per staged row
@@ -250,17 +258,21 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
     if constexpr (MT <= 2) {
     // Two register buffers: batch i+1 is in flight while batch i feeds the MMAs.
     for (int s0 = kg; s0 < nsteps; s0 += 2 * kBatch) {
-      cs_mma_batch<MT>(acc, bv, sA, sstride, s0, nsteps, g, c);
+      cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
       cs_load_b(bv, Brow, k0, s0 + 2 * kBatch, nsteps, kcur, nvalid, c);
-      cs_mma_batch<MT>(acc, bw, sA, sstride, s0 + kBatch, nsteps, g, c);
+      cs_mma_batch<MT>(cacc, bw, sA, sstride, s0 + kBatch, nsteps, g, c);
       cs_load_b(bw, Brow, k0, s0 + 3 * kBatch, nsteps, kcur, nvalid, c);
     }
     } else
 #endif
     for (int s0 = kg; s0 < nsteps; s0 += kBatch) {
       if (s0 != kg) load_b(s0);
-      cs_mma_batch<MT>(acc, bv, sA, sstride, s0, nsteps, g, c);
+      cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
     }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] += cacc[i][j];
   }
 
 #if CS_PDL && CS_SPLIT_K > 1

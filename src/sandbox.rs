@@ -3,9 +3,9 @@
 //!
 //! Three layers, all set up in the child between fork and exec ([`apply`]):
 //!
-//! 1. **Namespaces**: new user, mount, PID, network, IPC and UTS namespaces. The child is
-//!    process 1 of its own PID namespace with a fresh `/proc`, so no other process of the
-//!    machine (its parent `cutesmith` included) is visible; its network namespace has
+//! 1. **Namespaces**: new user, mount, PID, network, IPC and UTS namespaces. The program
+//!    runs under a minimal init (process 1) of its own PID namespace with a fresh `/proc`,
+//!    so no other process of the machine (its parent `cutesmith` included) is visible; its network namespace has
 //!    only a loopback interface (down, unless the policy brings it up for a profiler that
 //!    talks to its target over loopback).
 //! 2. **Landlock** (Linux 5.13+): reads and execution only beneath the policy's read
@@ -491,28 +491,24 @@ fn enter(p: &Prepared) -> io::Result<()> {
         write_file(&p.gid_map_path, &p.gid_map)?;
 
         // The new PID namespace takes effect for children: fork once more. The middle
-        // process waits for the sandboxed one and leaves with its status.
+        // process (outside the namespace) waits for its init and leaves with the status
+        // of the sandboxed program, which the init sends through `status`.
+        let mut status = [0 as libc::c_int; 2];
+        check(libc::pipe2(status.as_mut_ptr(), libc::O_CLOEXEC))?;
         let pid = libc::fork();
         if pid < 0 {
             return Err(os_err());
         }
         if pid > 0 {
-            // Close everything (the spawn's error pipe included, so that the parent sees
-            // the grandchild's exec), then mirror the sandboxed process's end.
-            if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
-                for fd in 0..1024 {
-                    libc::close(fd);
-                }
-            }
+            // Keep only the status pipe (the spawn's error pipe closes, so that the parent
+            // sees the program's exec), then mirror the program's end.
+            keep_only(status[0]);
             let mut st: libc::c_int = 0;
-            loop {
-                let r = libc::waitpid(pid, &mut st, 0);
-                if r == pid {
-                    break;
-                }
-                if r < 0 && *libc::__errno_location() != libc::EINTR {
-                    libc::_exit(125);
-                }
+            wait_for(pid, &mut st);
+            let mut program: libc::c_int = 0;
+            let n = libc::read(3, (&mut program as *mut libc::c_int).cast(), 4);
+            if n == 4 {
+                st = program;
             }
             if libc::WIFSIGNALED(st) {
                 let sig = libc::WTERMSIG(st);
@@ -558,6 +554,24 @@ fn enter(p: &Prepared) -> io::Result<()> {
         if p.loopback {
             loopback_up()?;
         }
+
+        // PID 1 stays a plain init: the program runs as its child, so that signals reach
+        // it as they would outside (a process 1 ignores the ones it has no handler for)
+        // and its orphans are reaped; when the init leaves, the kernel ends them all.
+        let program = libc::fork();
+        if program < 0 {
+            return Err(os_err());
+        }
+        if program > 0 {
+            keep_only(status[1]);
+            let mut st: libc::c_int = 0;
+            wait_for(program, &mut st);
+            libc::write(3, (&st as *const libc::c_int).cast(), 4);
+            libc::_exit(0);
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        libc::close(status[0]);
+        libc::close(status[1]);
 
         // Landlock.
         let attr = RulesetAttr {
@@ -632,6 +646,34 @@ fn enter(p: &Prepared) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Closes every descriptor but `fd`, which becomes descriptor 3 (async-signal-safe).
+unsafe fn keep_only(fd: libc::c_int) {
+    if fd != 3 {
+        libc::dup2(fd, 3);
+    }
+    if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) != 0 {
+        for other in 4..1024 {
+            libc::close(other);
+        }
+    }
+    for std_fd in 0..3 {
+        libc::close(std_fd);
+    }
+}
+
+/// Waits for `pid`, through interruptions; `_exit(125)` if it cannot.
+unsafe fn wait_for(pid: libc::pid_t, st: &mut libc::c_int) {
+    loop {
+        let r = libc::waitpid(pid, st, 0);
+        if r == pid {
+            return;
+        }
+        if r < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(125);
+        }
+    }
 }
 
 /// Brings up `lo` in the private network namespace.
