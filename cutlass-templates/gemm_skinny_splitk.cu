@@ -177,7 +177,7 @@ __device__ __forceinline__ void cs_mma_batch(float (&acc)[MT][4], const uint4 (&
 
 // MT: 16-row tiles of A (ceil(m/16), 1..4). kc: K chunk staged in smem (multiple of 64).
 template <int MT>
-__global__ void __launch_bounds__(CS_THREADS, 2)
+__global__ void __launch_bounds__(CS_THREADS, MT <= 3 ? 2 : 1)   // 4 row tiles + chunk sums: 1 CTA/SM, no spills
 cs_skinny_gemm_kernel(int m, int n, int k, int kc,
                       const Element* __restrict__ A, int64_t lda,
                       const Element* __restrict__ B, int64_t ldb,
