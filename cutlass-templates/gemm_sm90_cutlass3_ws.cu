@@ -7,9 +7,12 @@
 //   D[l] = act(alpha * A[l] * B[l] + beta * C[l] + bias),  bias[n]: one value per column
 //                                                         of D, broadcast along M and L
 //
-// Operands are "TN": A and B both keep K contiguous (B is stored as n rows of k elements,
-// i.e. layout_b == CS_LAYOUT_COL). bf16 inputs by default (-DCS_GEMM_FP16 for fp16),
-// fp32 accumulation, C, D and bias in the input type.
+// Storage orders: A row- or column-major, B row- or column-major (CS_WL_LAYOUT_A /
+// CS_WL_LAYOUT_B from the workload block; default A row, B column: "TN", both K-major).
+// TMA and WGMMA take K-major and MN-major 16-bit operands alike, so every combination
+// runs the same mainloop. C/D row-major, or column-major (CS_WL_LAYOUT_CD = 1, plain
+// GEMMs only): then the kernel computes the row-major D^T = B^T A^T. bf16 inputs by
+// default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the input type.
 //
 // Strategy: CUTLASS 3's Sm90 collective builders (CuTe inside). The mainloop is the
 // warp-specialized TMA + WGMMA collective: one producer warpgroup issues TMA loads (with
@@ -40,6 +43,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -135,9 +139,31 @@ using FallbackElement = __half;          // the same bits as cutlass::half_t
 using FallbackElement = __nv_bfloat16;   // the same bits as cutlass::bfloat16_t
 #endif
 
-using LayoutA = cutlass::layout::RowMajor;      // (M,K) K contiguous
-using LayoutB = cutlass::layout::ColumnMajor;   // (K,N) K contiguous == n rows of k elements
-using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous
+// Storage orders (cs_layout) from the workload block; default TN with row-major D.
+#ifndef CS_WL_LAYOUT_A
+#define CS_WL_LAYOUT_A 0
+#endif
+#ifndef CS_WL_LAYOUT_B
+#define CS_WL_LAYOUT_B 1
+#endif
+#ifndef CS_WL_LAYOUT_CD
+#define CS_WL_LAYOUT_CD 0
+#endif
+static constexpr int kLayoutA = CS_WL_LAYOUT_A, kLayoutB = CS_WL_LAYOUT_B, kLayoutCD = CS_WL_LAYOUT_CD;
+// A column-major D is computed as its row-major transpose, D^T = B^T A^T: the kernel's
+// A' is B^T (n x k) and its B' is A^T (k x m), each read in the other storage order.
+static constexpr bool kSwap = kLayoutCD == CS_LAYOUT_COL;
+static constexpr bool kAKMajor = kSwap ? kLayoutB == CS_LAYOUT_COL : kLayoutA == CS_LAYOUT_ROW;
+static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB == CS_LAYOUT_COL;
+#if CS_FUSED_BIAS_ACT && CS_WL_LAYOUT_CD == 1
+#error "the fused bias epilogue writes row-major D only (computed transposed, the bias would run along rows)"
+#endif
+
+// The kernel's operands: K-major (K contiguous) or MN-major (M or N contiguous), both of
+// which TMA and WGMMA take for 16-bit types.
+using LayoutA = std::conditional_t<kAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+using LayoutB = std::conditional_t<kBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous (D itself, or D^T)
 using LayoutD = cutlass::layout::RowMajor;
 
 static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
@@ -283,9 +309,42 @@ static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride,
   return p.batch > 1 ? batch_stride : ld * rows;
 }
 
-// Everything the TMA descriptors and CUTLASS need; CS_OK when this kernel handles `p`.
-// Every failure that make_tma_copy would assert on is rejected here first.
+// The problem as the kernel computes it: `p` itself, or for a column-major D its
+// transpose (m and n, A and B swapped; D^T is row-major with D's leading dimension).
+static cs_problem cs_effective(const cs_problem& p)
+{
+  if constexpr (!kSwap) {
+    return p;
+  } else {
+    cs_problem q = p;
+    q.m = p.n;
+    q.n = p.m;
+    q.a = p.b;
+    q.b = p.a;
+    q.lda = p.ldb;
+    q.ldb = p.lda;
+    q.batch_stride_a = p.batch_stride_b;
+    q.batch_stride_b = p.batch_stride_a;
+    q.layout_a = kAKMajor ? CS_LAYOUT_ROW : CS_LAYOUT_COL;
+    q.layout_b = kBKMajor ? CS_LAYOUT_COL : CS_LAYOUT_ROW;
+    q.layout_cd = CS_LAYOUT_ROW;
+    return q;
+  }
+}
+
+static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers);
+
+// Everything the TMA descriptors and CUTLASS need; CS_OK when this kernel handles `p`
+// (in this build's storage orders). Every failure that make_tma_copy would assert on is
+// rejected here first.
 static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != kLayoutCD)
+    return CS_ERR_UNSUPPORTED;
+  return cs_gemm_check_effective(cs_effective(p), check_pointers);
+}
+
+static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
 
@@ -309,25 +368,26 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 #endif
   if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeAB || p.dtype_acc != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
-  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
-    return CS_ERR_UNSUPPORTED;
 
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
   if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // would need a beta*C-only path
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
-  if (p.k % kAlignAB != 0) return CS_ERR_UNSUPPORTED;        // 16-byte rows for TMA
-
   bool const has_c = (p.beta != 0.0f);
 
-  // Mainloop (TMA): A (m x k, row-major) and B (n rows of k): 16B-multiple strides.
-  if (p.lda < p.k || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
-  if (p.ldb < p.k || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
-  if (p.lda > INT64_MAX / p.m || p.ldb > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
+  // Mainloop (TMA): each operand's contiguous extent a multiple of 16 bytes, its leading
+  // dimension (the stride of its other extent) a 16-byte multiple and at least that
+  // extent. A (m x k): k contiguous when K-major, m otherwise; B (k x n): k or n.
+  int64_t const a_inner = kAKMajor ? p.k : p.m, a_outer = kAKMajor ? p.m : p.k;
+  int64_t const b_inner = kBKMajor ? p.k : p.n, b_outer = kBKMajor ? p.n : p.k;
+  if (a_inner % kAlignAB != 0 || b_inner % kAlignAB != 0) return CS_ERR_UNSUPPORTED;
+  if (p.lda < a_inner || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
+  if (p.ldb < b_inner || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
+  if (p.lda > INT64_MAX / a_outer || p.ldb > INT64_MAX / b_outer) return CS_ERR_UNSUPPORTED;
   // Broadcast operands (batch stride 0) would need a stride-0 TMA dimension: not handled.
-  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, p.m)) ||
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, a_outer)) ||
       (p.batch > 1 && p.batch_stride_a == 0)) return CS_ERR_UNSUPPORTED;
-  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, p.n)) ||
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, b_outer)) ||
       (p.batch > 1 && p.batch_stride_b == 0)) return CS_ERR_UNSUPPORTED;
 
   // Epilogue
@@ -368,20 +428,32 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 // Host side: CUTLASS arguments
 // ---------------------------------------------------------------------------------------
 
-static typename Gemm::Arguments cs_make_arguments(const cs_problem& p)
+// An operand's CuTe stride: (ld, 1, L) when K-major, (1, ld, L) when MN-major.
+template <bool KMajor, class Stride>
+static void cs_set_stride(Stride& d, int64_t ld, int64_t batch_stride)
 {
+  if constexpr (KMajor) {
+    get<0>(d) = ld;
+  } else {
+    get<1>(d) = ld;
+  }
+  get<2>(d) = batch_stride;
+}
+
+static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
+{
+  cs_problem const p = cs_effective(problem);
   int const M = int(p.m);
   int const N = int(p.n);
   int const K = int(p.k);
   int const L = int(p.batch);
   bool const has_c = (p.beta != 0.0f);
 
+  // A: (M,K,L), B: (N,K,L).
   StrideA dA{};
-  get<0>(dA) = p.lda;
-  get<2>(dA) = cs_batch_stride(p, p.batch_stride_a, p.lda, p.m);
   StrideB dB{};
-  get<0>(dB) = p.ldb;
-  get<2>(dB) = cs_batch_stride(p, p.batch_stride_b, p.ldb, p.n);
+  cs_set_stride<kAKMajor>(dA, p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, kAKMajor ? p.m : p.k));
+  cs_set_stride<kBKMajor>(dB, p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, kBKMajor ? p.n : p.k));
   StrideD dD{};
   get<0>(dD) = p.ldd;
   get<2>(dD) = cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m);

@@ -45,8 +45,8 @@ fn takes(template: &str) -> Option<Takes> {
             families: GEMMS,
             dtypes: HALF,
             out: Some(HALF),
-            cd_col: false,
-            any_ab_layout: false,
+            cd_col: true,
+            any_ab_layout: true,
             chain: ChainTakes::BiasAct,
             shared: false,
         },
@@ -309,6 +309,9 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         return Err("tile sides must be 64, 128 or 256".into());
     }
     let chained = !w.chain().is_identity();
+    if chained && w.layouts().c == Layout::Col {
+        return Err("layout c = col with an epilogue: the fused bias epilogue writes row-major D only (a column-major D is computed transposed)".into());
+    }
     let align1 = s.get("CS_EPI_ALIGN1", 0) == 1;
     if chained && align1 {
         return Err("the alignment-1 epilogue cannot run an epilogue chain".into());
