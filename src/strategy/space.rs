@@ -27,6 +27,26 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     let skinny_all = w.shapes().iter().all(|sh| sh.m <= 64 || sh.n <= 64);
     let gemm = matches!(w.family(), Family::Gemm | Family::GemmBiasAct);
     if gemm && skinny && skinny_all && !w.dtype().is_fp8() {
+        // First, K slices sized to the headline: about two waves of CTAs on a 132-SM
+        // GPU over the long side's 64-column blocks, the headline's K a multiple of
+        // 8 x slices (other shapes that are not take the template's fallback), at least
+        // 1024 K per slice.
+        let h = w.headline();
+        let blocks = (if h.m <= 64 { h.n } else { h.m }).div_ceil(64).max(1);
+        let mut split = 1i64;
+        while split * 2 * blocks as i64 <= 264 && split < 64 {
+            split *= 2;
+        }
+        while split > 1 && (h.k % (8 * split as u64) != 0 || h.k / (split as u64) < 1024) {
+            split /= 2;
+        }
+        if split != 4 {
+            out.push(mk(
+                "gemm_skinny_splitk",
+                with(&[("CS_SPLIT_K", split), ("CS_BLOCK_N", 64)], &fp16),
+                "split-K sized to the shape: about two waves of CTAs over the 64-column blocks, the last CTA of a column block sums the splits",
+            ));
+        }
         for (p, why) in [
             (
                 &[("CS_SPLIT_K", 4), ("CS_BLOCK_N", 64)][..],
