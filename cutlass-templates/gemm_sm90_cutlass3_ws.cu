@@ -83,8 +83,17 @@ using namespace cute;
 #define CS_TILE_N 256      // CTA tile columns of D (WGMMA N: multiple of 8, <= 256)
 #endif
 #endif
+#if defined(CS_WL_DTYPE_AB) && (CS_WL_DTYPE_AB == 4 || CS_WL_DTYPE_AB == 5)
+#define CS_FP8 1           // e4m3 / e5m2 operands (the workload block says so)
+#else
+#define CS_FP8 0
+#endif
 #ifndef CS_TILE_K
+#if CS_FP8
+#define CS_TILE_K 128      // K per stage: 128 fp8 = 128 bytes = one SW128 row
+#else
 #define CS_TILE_K 64       // K per stage: 64 bf16 = 128 bytes = one SW128 row
+#endif
 #endif
 #ifndef CS_CLUSTER_M
 #define CS_CLUSTER_M 2     // cluster shape: B tiles are TMA-multicast across the M CTAs,
@@ -121,23 +130,49 @@ using namespace cute;
 #define CS_ACT 0           // cs_activation of the fused build (0..7)
 #endif
 
-#ifdef CS_GEMM_FP16
+#if CS_FP8 && CS_WL_DTYPE_AB == 4
+using ElementAB = cutlass::float_e4m3_t;
+using FallbackElement = __nv_fp8_e4m3;   // the same bits
+static constexpr cs_dtype kDtypeAB = CS_DTYPE_E4M3;
+#elif CS_FP8
+using ElementAB = cutlass::float_e5m2_t;
+using FallbackElement = __nv_fp8_e5m2;
+static constexpr cs_dtype kDtypeAB = CS_DTYPE_E5M2;
+#elif defined(CS_GEMM_FP16)
 using ElementAB = cutlass::half_t;
+using FallbackElement = __half;          // the same bits as cutlass::half_t
 static constexpr cs_dtype kDtypeAB = CS_DTYPE_F16;
 #else
 using ElementAB = cutlass::bfloat16_t;
+using FallbackElement = __nv_bfloat16;   // the same bits as cutlass::bfloat16_t
 static constexpr cs_dtype kDtypeAB = CS_DTYPE_BF16;
 #endif
-using ElementCD      = ElementAB;   // C and D in the input type
-using ElementBias    = ElementAB;   // bias in the input type
+// C and D: the input type for 16-bit inputs; for fp8 inputs the workload's output type
+// (bf16 by default, f16 or f32).
+#if CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0
+using ElementCD = float;
+using FallbackCD = float;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_F32;
+#elif CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 1
+using ElementCD = cutlass::half_t;
+using FallbackCD = __half;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_F16;
+#elif CS_FP8
+#if defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD != 2
+#error "fp8 builds write bf16, f16 or f32 D (CS_WL_DTYPE_CD 2, 1 or 0)"
+#endif
+using ElementCD = cutlass::bfloat16_t;
+using FallbackCD = __nv_bfloat16;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_BF16;
+#else
+using ElementCD = ElementAB;
+using FallbackCD = FallbackElement;
+static constexpr cs_dtype kDtypeCD = kDtypeAB;
+#endif
+using ElementBias    = ElementCD;   // bias in D's type
 using ElementAcc     = float;
 using ElementCompute = float;       // epilogue math
 using ElementScalar  = float;       // alpha, beta
-#ifdef CS_GEMM_FP16
-using FallbackElement = __half;          // the same bits as cutlass::half_t
-#else
-using FallbackElement = __nv_bfloat16;   // the same bits as cutlass::bfloat16_t
-#endif
 
 // Storage orders (cs_layout) from the workload block; default TN with row-major D.
 #ifndef CS_WL_LAYOUT_A
@@ -155,6 +190,9 @@ static constexpr int kLayoutA = CS_WL_LAYOUT_A, kLayoutB = CS_WL_LAYOUT_B, kLayo
 static constexpr bool kSwap = kLayoutCD == CS_LAYOUT_COL;
 static constexpr bool kAKMajor = kSwap ? kLayoutB == CS_LAYOUT_COL : kLayoutA == CS_LAYOUT_ROW;
 static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB == CS_LAYOUT_COL;
+#if CS_FP8 && (CS_WL_LAYOUT_A != 0 || CS_WL_LAYOUT_B != 1 || CS_WL_LAYOUT_CD != 0 || CS_FUSED_BIAS_ACT)
+#error "fp8 WGMMA takes K-major operands only: A row, B column, row-major D, no fused epilogue"
+#endif
 #if CS_FUSED_BIAS_ACT && CS_WL_LAYOUT_CD == 1
 #error "the fused bias epilogue writes row-major D only (computed transposed, the bias would run along rows)"
 #endif
@@ -297,10 +335,13 @@ static inline bool cs_aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 0xF) == 0;
 }
 
-// A TMA global stride (given in elements): a multiple of 16 bytes and below 2^40 bytes.
-static inline bool cs_tma_stride_ok(int64_t elems) {
-  constexpr int64_t kElem = int64_t(sizeof(ElementAB));
-  return elems >= 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
+// A TMA global stride (given in elements of A/B, or of C/D): a multiple of 16 bytes and
+// below 2^40 bytes.
+static inline bool cs_tma_stride_ok(int64_t elems, int64_t elem_bytes = int64_t(sizeof(ElementAB))) {
+  return elems >= 0 && elems < (int64_t(1) << 40) / elem_bytes && (elems * elem_bytes) % 16 == 0;
+}
+static inline bool cs_tma_stride_cd_ok(int64_t elems) {
+  return cs_tma_stride_ok(elems, int64_t(sizeof(ElementCD)));
 }
 
 // The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
@@ -354,7 +395,7 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   // against the problem's when compiled alone).
   if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
   if (p.num_operands != 1 || p.operands[0].kind != CS_OPERAND_ROW ||
-      p.operands[0].dtype != kDtypeAB || p.operands[0].batch_stride != 0)
+      p.operands[0].dtype != kDtypeCD || p.operands[0].batch_stride != 0)
     return CS_ERR_UNSUPPORTED;
 #ifndef CS_WL_BIAS_ACT
   if (p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
@@ -366,7 +407,7 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   if (!cs_chain::kIdentity) return CS_ERR_UNSUPPORTED;
 #endif
 #endif
-  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeAB || p.dtype_acc != CS_DTYPE_F32)
+  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD || p.dtype_acc != CS_DTYPE_F32)
     return CS_ERR_UNSUPPORTED;
 
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
@@ -397,13 +438,13 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
 #if !CS_EPI_ALIGN1
   // TMA store of D / load of C: 16-byte rows (CUTLASS also checks n % 8) and strides.
   if (p.n % kAlignCD != 0) return CS_ERR_UNSUPPORTED;
-  if (!cs_tma_stride_ok(p.ldd)) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_cd_ok(p.ldd)) return CS_ERR_UNSUPPORTED;
   if (p.ldd > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
-  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m))) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m))) return CS_ERR_UNSUPPORTED;
   if (has_c) {
-    if (!cs_tma_stride_ok(p.ldc)) return CS_ERR_UNSUPPORTED;
+    if (!cs_tma_stride_cd_ok(p.ldc)) return CS_ERR_UNSUPPORTED;
     if (p.ldc > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
-    if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m)) ||
+    if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m)) ||
         (p.batch > 1 && p.batch_stride_c == 0)) return CS_ERR_UNSUPPORTED;
   }
 #endif
@@ -479,7 +520,8 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
       {{}, ptr_c, dC, static_cast<ElementCD*>(p.d), dD},
       hw_info};
 
-  args.epilogue.thread.alpha = ElementScalar(p.alpha);
+  // fp8: the math uses scale_a * A and scale_b * B (1 for other types).
+  args.epilogue.thread.alpha = ElementScalar(p.alpha * p.scale_a * p.scale_b);
   args.epilogue.thread.beta  = ElementScalar(p.beta);
 #if CS_FUSED_BIAS_ACT
   args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.operands[0].ptr);
@@ -529,7 +571,7 @@ static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 #else
   if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
 #endif
-  return cs_fallback::check<FallbackElement, FallbackElement, cs_chain>(p, check_pointers);
+  return cs_fallback::check<FallbackElement, FallbackCD, cs_chain>(p, check_pointers);
 }
 
 CS_EXPORT uint32_t cutesmith_abi_version(void)
@@ -562,7 +604,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // What TMA and this epilogue cannot take (K or ld not a multiple of 8, misaligned
     // pointers, broadcast batches) runs on the predicated fallback: slower, never wrong.
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return status;
-    return cs_fallback::launch<FallbackElement, FallbackElement, cs_chain>(*problem, stream);
+    return cs_fallback::launch<FallbackElement, FallbackCD, cs_chain>(*problem, stream);
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
@@ -570,7 +612,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return CS_ERR_UNSUPPORTED;
-    return cs_fallback::launch<FallbackElement, FallbackElement, cs_chain>(*problem, stream);
+    return cs_fallback::launch<FallbackElement, FallbackCD, cs_chain>(*problem, stream);
   }
 
   size_t const workspace_bytes = Gemm::get_workspace_size(args);

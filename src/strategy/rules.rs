@@ -43,8 +43,8 @@ fn takes(template: &str) -> Option<Takes> {
     Some(match template {
         "gemm_sm90_cutlass3_ws" => Takes {
             families: GEMMS,
-            dtypes: HALF,
-            out: Some(HALF),
+            dtypes: &[DType::BF16, DType::F16, DType::E4M3, DType::E5M2],
+            out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: true,
             any_ab_layout: true,
             chain: ChainTakes::BiasAct,
@@ -302,6 +302,36 @@ fn raw_cute(s: &Strategy) -> Result<(), String> {
 
 fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     let (m, n) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
+    let (dt, out) = (w.dtype(), w.out_dtype());
+    if !dt.is_fp8() && out != dt {
+        return Err(format!(
+            "out_dtype {out}: with {dt} operands the template writes {dt} (other outputs for fp8 operands only)"
+        ));
+    }
+    if dt.is_fp8() {
+        if !w.chain().is_identity() {
+            return Err(
+                "fp8 with an epilogue: the template's fp8 build runs alpha A B + beta C only"
+                    .into(),
+            );
+        }
+        if w.layouts().c == Layout::Col {
+            return Err("fp8 with layout c = col: the fp8 build writes row-major D only".into());
+        }
+        // Accumulators per thread: a cooperative tile is split over two warpgroups, a
+        // ping-pong tile held by one.
+        let per_thread = m * n
+            / if s.get("CS_SCHEDULE", 0) == 1 {
+                128
+            } else {
+                256
+            };
+        if per_thread > 64 {
+            return Err(format!(
+                "fp8 tile {m}x{n}: the accurate fp8 mainloop keeps a second set of accumulators (promoted every few k-blocks); above 64 per thread ({per_thread} here) they spill"
+            ));
+        }
+    }
     if s.get("CS_SCHEDULE", 0) == 0 && m < 128 {
         return Err("the cooperative schedule needs TILE_M >= 128".into());
     }

@@ -21,7 +21,8 @@ pub struct KernelSass {
     pub name: String,
     /// Every instruction, NOPs included.
     pub instructions: u64,
-    /// Hopper warpgroup MMA (`HGMMA.64x128x16.F32.BF16 ...`).
+    /// Hopper warpgroup MMA (`HGMMA.64x128x16.F32.BF16 ...`; fp8 `QGMMA.64x128x32.F32.E4M3.E4M3`
+    /// and integer `IGMMA` counted too).
     pub hgmma: u64,
     /// Warp-level tensor-core MMA (Ampere-style `HMMA.16816`).
     pub hmma: u64,
@@ -78,7 +79,7 @@ impl KernelSass {
         self.instructions += 1;
         let wide = modifiers.split('.').any(|m| m == "128" || m == "256");
         match opcode {
-            "HGMMA" => self.hgmma += 1,
+            "HGMMA" | "QGMMA" | "IGMMA" => self.hgmma += 1,
             "HMMA" => self.hmma += 1,
             "FFMA" => self.ffma += 1,
             "UTMALDG" => self.utmaldg += 1,
