@@ -126,6 +126,13 @@ using namespace cute;
 #ifndef CS_FUSED_BIAS_ACT
 #define CS_FUSED_BIAS_ACT 0  // 1: D = act(alpha*A*B + beta*C + bias[n]), CS_FAMILY_GEMM_BIAS_ACT
 #endif
+// An epilogue chain that reads no tensor operand (scales, clamps, activations, the
+// pre-activation value) runs element by element inside the TMA epilogue: D = chain(z).
+#if defined(CS_WL_CHAIN_FREE) && !CS_FUSED_BIAS_ACT
+#define CS_CHAIN_EPI 1
+#else
+#define CS_CHAIN_EPI 0
+#endif
 #ifndef CS_ACT
 #define CS_ACT 0           // cs_activation of the fused build (0..7)
 #endif
@@ -190,7 +197,7 @@ static constexpr int kLayoutA = CS_WL_LAYOUT_A, kLayoutB = CS_WL_LAYOUT_B, kLayo
 static constexpr bool kSwap = kLayoutCD == CS_LAYOUT_COL;
 static constexpr bool kAKMajor = kSwap ? kLayoutB == CS_LAYOUT_COL : kLayoutA == CS_LAYOUT_ROW;
 static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB == CS_LAYOUT_COL;
-#if CS_FP8 && (CS_WL_LAYOUT_A != 0 || CS_WL_LAYOUT_B != 1 || CS_WL_LAYOUT_CD != 0 || CS_FUSED_BIAS_ACT)
+#if CS_FP8 && (CS_WL_LAYOUT_A != 0 || CS_WL_LAYOUT_B != 1 || CS_WL_LAYOUT_CD != 0 || CS_FUSED_BIAS_ACT || CS_CHAIN_EPI)
 #error "fp8 WGMMA takes K-major operands only: A row, B column, row-major D, no fused epilogue"
 #endif
 #if CS_FUSED_BIAS_ACT && CS_WL_LAYOUT_CD == 1
@@ -221,7 +228,7 @@ static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
 static_assert(!CS_STREAMK || CS_SCHEDULE == 0, "stream-K needs the cooperative schedule");
-#if CS_FUSED_BIAS_ACT && CS_EPI_ALIGN1
+#if (CS_FUSED_BIAS_ACT || CS_CHAIN_EPI) && CS_EPI_ALIGN1
 #error "CS_FUSED_BIAS_ACT needs the TMA epilogue: the NoSmem (alignment 1) builder only does alpha*acc + beta*C"
 #endif
 
@@ -282,6 +289,28 @@ template <class T> using ActivationFn = cutlass::epilogue::thread::Tanh<T>;
 using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
     ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
 [[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
+#elif CS_CHAIN_EPI
+// cs_chain::apply as an elementwise functor on the epilogue's fp32 fragments.
+template <class T>
+struct CsChainFn {
+  CUTLASS_HOST_DEVICE T operator()(T const& z) const {
+    float const t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    return T(cs_chain::apply(float(z), t));
+  }
+};
+template <class T, int N>
+struct CsChainFn<cutlass::Array<T, N>> {
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& z) const {
+    cutlass::Array<T, N> d;
+    CsChainFn<T> f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) d[i] = f(z[i]);
+    return d;
+  }
+};
+// chain(alpha * acc + beta * C)
+using FusionOp = cutlass::epilogue::fusion::LinCombEltAct<
+    CsChainFn, ElementCD, ElementCompute, ElementCD, ElementScalar>;
 #else
 using FusionOp = cutlass::epilogue::fusion::LinearCombination<
     ElementCD, ElementCompute, ElementCD, ElementScalar>;
@@ -400,6 +429,10 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
 #ifndef CS_WL_BIAS_ACT
   if (p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
 #endif
+#elif CS_CHAIN_EPI
+  // The chain runs in the epilogue; it reads no operand.
+  if (p.family != CS_FAMILY_GEMM || p.num_operands != 0 || cs_chain::kOperands != 0)
+    return CS_ERR_UNSUPPORTED;
 #else
   // No epilogue chain in this build.
   if (p.family != kFamily || p.num_operands != 0) return CS_ERR_UNSUPPORTED;

@@ -121,6 +121,10 @@ pub enum Command {
         workload: String,
         #[arg(long, default_value = "workloads")]
         workloads_dir: PathBuf,
+        /// Also write each valid strategy's kernel source (workload block, parameters,
+        /// template) to DIR as NN-<template>.cu, ready for `cutesmith compile` or `check`.
+        #[arg(long, value_name = "DIR")]
+        emit: Option<PathBuf>,
     },
     /// Run the built-in provider over a suite (GPU) and write bench/<suite>.md and .json.
     Bench(bench::BenchArgs),
@@ -293,7 +297,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Strategies {
             workload,
             workloads_dir,
-        } => strategies::cmd_strategies(&workloads_dir, &workload),
+            emit,
+        } => strategies::cmd_strategies(&workloads_dir, &workload, emit.as_deref()),
         Command::Bench(args) => bench::cmd_bench(&opts, no_install, &config, args),
     }
 }

@@ -224,6 +224,12 @@ impl Chain {
             .all(|s| matches!(s.op, Op::Act(Activation::Identity, _, _)))
     }
 
+    /// Whether the chain reads a tensor operand (a bias row, a column vector, a
+    /// residual matrix), not only the accumulator and constants.
+    pub fn reads_tensors(&self) -> bool {
+        !self.tensors.is_empty()
+    }
+
     /// The chain's one activation and its parameters, when that is all it is (no other
     /// op, no tensor): kernels may then take it at run time, in their tuned forms.
     pub fn single_activation(&self) -> Option<(Activation, f64, f64)> {

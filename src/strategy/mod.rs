@@ -58,6 +58,8 @@ pub fn workload_block(w: &Workload) -> String {
                     "#define CS_WL_BIAS_ACT {} // the chain is x + bias[col], then this cs_activation\n#define CS_WL_BIAS_ACT_P0 {p0:?}f // its first parameter\n",
                     act.abi_value()
                 ));
+            } else if !w.chain().reads_tensors() {
+                s.push_str("#define CS_WL_CHAIN_FREE 1 // the chain reads no tensor operand\n");
             }
         }
         s.push_str(&w.chain().cpp());

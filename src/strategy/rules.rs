@@ -31,8 +31,9 @@ enum ChainTakes {
     /// None: D = alpha A B + beta C.
     Identity,
     /// A per-column bias of the operand type, then one of the first eight activations
-    /// (a library epilogue with a bias and an activation).
-    BiasAct,
+    /// (a library epilogue with a bias and an activation), or any chain that reads no
+    /// tensor operand (an elementwise functor in the library epilogue).
+    BiasActOrFree,
     /// Any chain (`cs_chain_at` in the template's epilogue).
     Any,
 }
@@ -47,7 +48,7 @@ fn takes(template: &str) -> Option<Takes> {
             out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: true,
             any_ab_layout: true,
-            chain: ChainTakes::BiasAct,
+            chain: ChainTakes::BiasActOrFree,
             shared: false,
         },
         "gemm_sm90_tma_wgmma" => Takes {
@@ -126,7 +127,8 @@ fn chain_ok(t: &Takes, w: &Workload) -> Result<(), String> {
     }
     let steps = || chain.describe();
     match t.chain {
-        ChainTakes::BiasAct => match chain.bias_then_activation() {
+        ChainTakes::BiasActOrFree if !chain.reads_tensors() => Ok(()),
+        ChainTakes::BiasActOrFree => match chain.bias_then_activation() {
             Some((act, _, dt)) if act.abi_value() <= 7 && dt == w.dtype() => Ok(()),
             Some((_, _, dt)) if dt != w.dtype() => Err(format!(
                 "epilogue {}: the template's bias is of the operand type ({}), not {dt}",
@@ -140,8 +142,8 @@ fn chain_ok(t: &Takes, w: &Workload) -> Result<(), String> {
                 act.name()
             )),
             None => Err(format!(
-                "epilogue {}: the template's epilogue is a per-column bias then one \
-                 activation",
+                "epilogue {}: the template's epilogue reads at most a per-column bias, then \
+                 one activation",
                 steps()
             )),
         },
@@ -339,7 +341,7 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         return Err("tile sides must be 64, 128 or 256".into());
     }
     let chained = !w.chain().is_identity();
-    if chained && w.layouts().c == Layout::Col {
+    if chained && w.chain().reads_tensors() && w.layouts().c == Layout::Col {
         return Err("layout c = col with an epilogue: the fused bias epilogue writes row-major D only (a column-major D is computed transposed)".into());
     }
     let align1 = s.get("CS_EPI_ALIGN1", 0) == 1;
