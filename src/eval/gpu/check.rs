@@ -272,14 +272,13 @@ pub fn check_source(spec: &CheckSpec) -> String {
             gemm_z(0, 1, true, spec.out)
         ),
         Reference::Glu { gate } => format!(
-            "{}  const double x1 = acc + cc, e1 = e;\n{}  const double x2 = acc + cc, e2 = e;\n  const double w = csd_act({g}, x1, {p0}, {p1}) * x2;\n  double dev = 0.0;\n  const double d1[4] = {{-e1, -0.5 * e1, 0.5 * e1, e1}};\n  const double d2[2] = {{-e2, e2}};\n  for (int q = 0; q < 4; ++q) for (int u = 0; u < 2; ++u) dev = fmax(dev, fabs(csd_act({g}, x1 + d1[q], {p0}, {p1}) * (x2 + d2[u]) - w));\n  *want = w; *slack = dev;\n",
+            "{}  const double x1 = acc + cc, e1 = e;\n{}  const double x2 = acc2 + cc2;\n  const double w = csd_act({g}, x1, {p0}, {p1}) * x2;\n  double dev = 0.0;\n  const double d1[4] = {{-e1, -0.5 * e1, 0.5 * e1, e1}};\n  const double d2[2] = {{-e2, e2}};\n  for (int q = 0; q < 4; ++q) for (int u = 0; u < 2; ++u) dev = fmax(dev, fabs(csd_act({g}, x1 + d1[q], {p0}, {p1}) * (x2 + d2[u]) - w));\n  *want = w; *slack = dev;\n",
             gemm_z(0, 1, false, spec.out),
-            gemm_z(2, 3, false, spec.out).replace("const double acc", "const double acc2").replace("const double cc", "const double cc2").replace("const double e =", "const double e2_ =").replace("acc + cc, e2 = e", "acc2 + cc2, e2 = e2_"),
+            gemm_z_named(2, 3, false, spec.out, "2"),
             g = gate.abi_value(),
             p0 = lit(gate.default_params().0),
             p1 = lit(gate.default_params().1),
-        )
-        .replace("  const double x2 = acc + cc, e2 = e;\n", "  const double x2 = acc2 + cc2, e2 = e2_;\n"),
+        ),
         Reference::GemmSoftmax { log } => format!(
             "{}  const double x = acc + cc;\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             gemm_z(0, 1, true, spec.out),
@@ -552,6 +551,11 @@ extern "C" __global__ void cs_dots(CheckArgs a, const long long* picks, const vo
 
 /// The GEMM value entering the chain at dense index i, and its error bound `e`.
 fn gemm_z(z: usize, sabs: usize, with_c: bool, out: DType) -> String {
+    gemm_z_named(z, sabs, with_c, out, "")
+}
+
+/// [`gemm_z`] declaring `acc{n}`, `cc{n}` and `e{n}` (a second product beside the first).
+fn gemm_z_named(z: usize, sabs: usize, with_c: bool, out: DType, n: &str) -> String {
     let c = if with_c {
         format!(
             "a.r[2] ? a.beta * {}((const void*)a.r[2], i) : 0.0",
@@ -561,7 +565,7 @@ fn gemm_z(z: usize, sabs: usize, with_c: bool, out: DType) -> String {
         "0.0".into()
     };
     format!(
-        "  const double acc = a.scale * ld_f32((const void*)a.r[{z}], i);\n  const double cc = {c};\n  const double e = a.ebound * fabs(a.scale) * ld_f32((const void*)a.r[{sabs}], i) + 1.2e-7 * (fabs(acc) + fabs(cc));\n"
+        "  const double acc{n} = a.scale * ld_f32((const void*)a.r[{z}], i);\n  const double cc{n} = {c};\n  const double e{n} = a.ebound * fabs(a.scale) * ld_f32((const void*)a.r[{sabs}], i) + 1.2e-7 * (fabs(acc{n}) + fabs(cc{n}));\n"
     )
 }
 
