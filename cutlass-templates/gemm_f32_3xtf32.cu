@@ -437,6 +437,11 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (bytes != nullptr) *bytes = 0;
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  // GEMV-like shapes (one side of D <= 16, long K) take the split-K GEMV path.
+  if (cs_fallback_check(*problem, /*check_pointers=*/false) == CS_OK && cs_fallback::gemv_takes(*problem)) {
+    *bytes = cs_fallback::gemv_workspace_bytes(*problem);
+    return CS_OK;
+  }
   if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK)
     return cs_fallback_check(*problem, /*check_pointers=*/false);   // 0 bytes on the fallback
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
@@ -452,6 +457,8 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
 {
   if (problem == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  if (cs_fallback_check(*problem, /*check_pointers=*/true) == CS_OK && cs_fallback::gemv_takes(*problem))
+    return cs_fallback::launch_gemv<float, float, cs_chain>(*problem, stream);
   int32_t const status = cs_gemm_check(*problem, /*check_pointers=*/true);
   if (status != CS_OK) {
     // Odd extents or leading dimensions, misaligned pointers, k == 0: the predicated

@@ -213,4 +213,200 @@ int32_t launch(const cs_problem& p, cudaStream_t stream)
   return int32_t(cudaGetLastError());
 }
 
+// ---------------------------------------------------------------------------------------
+// The GEMV path: one side of D at most kGemvMaxSmall wide, long K
+// ---------------------------------------------------------------------------------------
+//
+// D is L x s (or s x L) with s = min(m, n) <= 16: memory-bound on the long operand (A when
+// n is small, B when m is small), which is read once. The grid is (long-side blocks,
+// K slices, batch); each CTA stages a K chunk of the small operand in shared memory and
+// accumulates, for its rows of the long operand, the s dot products over its K slice in
+// registers (exact fp32 FMA): a warp per row when the long operand keeps K contiguous
+// (lanes stride K, then a shuffle reduction), a thread per row otherwise (threads stride
+// the rows, which are then contiguous). Each slice's partial sums go to the workspace;
+// a second kernel adds the slices in order (deterministic), applies alpha, beta * C and
+// the chain, and stores D.
+
+constexpr int kGemvMaxSmall = 16, kGemvThreads = 256, kGemvChunk = 512;
+
+// The two operands seen as long (L x k) and small (k x s), and the output's orientation.
+struct GemvArgs {
+  cs_problem p;
+  const void* lng;          // long operand
+  int64_t l_row, l_k, l_batch;   // element strides: per long row, per k, per batch
+  const void* sml;          // small operand
+  int64_t s_col, s_k, s_batch;
+  int64_t L, S;             // long and small extents
+  bool small_is_n;          // D(r, j) with r long (n small), else D(j, r)
+  int split;                // K slices
+  int64_t kslice;
+  float* partials;          // [batch][split][L][S]
+};
+
+// Whether the GEMV path takes `p` (after `check` said the fallback does).
+inline bool gemv_takes(const cs_problem& p)
+{
+  int64_t const small = p.m < p.n ? p.m : p.n;
+  return small >= 1 && small <= kGemvMaxSmall && p.k >= 4096 && p.batch <= 65535;
+}
+
+// K slices: up to 2048 CTAs over the long side (several per SM: enough loads in flight
+// to stream the long operand at full bandwidth), slices of >= 2048 K.
+inline int gemv_split(const cs_problem& p)
+{
+  int64_t const L = p.m < p.n ? p.n : p.m;
+  bool const long_k_contig = p.n <= p.m ? p.layout_a == CS_LAYOUT_ROW : p.layout_b == CS_LAYOUT_COL;
+  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 : kGemvThreads;
+  int64_t const ctas = (L + rows_per_cta - 1) / rows_per_cta * (p.batch > 0 ? p.batch : 1);
+  int64_t split = 1;
+  while (split < 1024 && ctas * split * 2 <= 2048 && p.k / (split * 2) >= 2048) split *= 2;
+  return int(split);
+}
+
+inline uint64_t gemv_workspace_bytes(const cs_problem& p)
+{
+  int64_t const L = p.m < p.n ? p.n : p.m, S = p.m < p.n ? p.m : p.n;
+  return uint64_t(p.batch) * uint64_t(gemv_split(p)) * uint64_t(L) * uint64_t(S) * 4u;
+}
+
+template <class TAB, bool LongKContig>
+__global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
+{
+  __shared__ float sS[kGemvChunk][kGemvMaxSmall + 1];   // +1: lanes' rows in distinct banks
+  int64_t const b = blockIdx.z;
+  int const slice = blockIdx.y;
+  int64_t const k0 = int64_t(slice) * g.kslice;
+  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
+  const TAB* lng = static_cast<const TAB*>(g.lng) + b * g.l_batch;
+  const TAB* sml = static_cast<const TAB*>(g.sml) + b * g.s_batch;
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t const r = LongKContig ? int64_t(blockIdx.x) * (kGemvThreads / 32) + warp
+                                : int64_t(blockIdx.x) * kGemvThreads + threadIdx.x;
+  int const S = int(g.S);
+  float acc[kGemvMaxSmall];
+#pragma unroll
+  for (int j = 0; j < kGemvMaxSmall; ++j) acc[j] = 0.0f;
+  // The small operand's chunk is loaded along its contiguous dimension.
+  bool const small_k_contig = g.s_k == 1;
+  for (int64_t kc = k0; kc < k1; kc += kGemvChunk) {
+    int const n = int(k1 - kc < kGemvChunk ? k1 - kc : kGemvChunk);
+    __syncthreads();
+    for (int e = threadIdx.x; e < n * S; e += kGemvThreads) {
+      int const kk = small_k_contig ? e % n : e / S;
+      int const j = small_k_contig ? e / n : e % S;
+      sS[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
+    }
+    __syncthreads();
+    if (r < g.L) {
+      const TAB* row = lng + r * g.l_row + kc * g.l_k;
+      if (LongKContig) {
+        // Eight loads in flight per lane, then their FMAs.
+        int kk = lane;
+        for (; kk + 224 < n; kk += 256) {
+          float a[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) a[u] = to_float(row[kk + 32 * u]);
+#pragma unroll
+          for (int u = 0; u < 8; ++u)
+#pragma unroll
+            for (int j = 0; j < kGemvMaxSmall; ++j)
+              if (j < S) acc[j] = fmaf(a[u], sS[kk + 32 * u][j], acc[j]);
+        }
+        for (; kk < n; kk += 32) {
+          float const a = to_float(row[kk]);
+#pragma unroll
+          for (int j = 0; j < kGemvMaxSmall; ++j)
+            if (j < S) acc[j] = fmaf(a, sS[kk][j], acc[j]);
+        }
+      } else {
+        for (int kk = 0; kk < n; ++kk) {
+          float const a = to_float(row[kk * g.l_k]);
+#pragma unroll
+          for (int j = 0; j < kGemvMaxSmall; ++j)
+            if (j < S) acc[j] = fmaf(a, sS[kk][j], acc[j]);
+        }
+      }
+    }
+  }
+  if (LongKContig) {
+#pragma unroll
+    for (int j = 0; j < kGemvMaxSmall; ++j)
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+    if (lane != 0) return;
+  }
+  if (r >= g.L) return;
+  float* out = g.partials + ((b * g.split + slice) * g.L + r) * g.S;
+#pragma unroll
+  for (int j = 0; j < kGemvMaxSmall; ++j)
+    if (j < S) out[j] = acc[j];
+}
+
+template <class TCD, class Chain>
+__global__ void __launch_bounds__(kGemvThreads) gemv_finish_kernel(GemvArgs g)
+{
+  cs_problem const& p = g.p;
+  int64_t const total = p.batch * g.L * g.S;
+  bool const cd_row = p.layout_cd == CS_LAYOUT_ROW;
+  float const scale = p.alpha * p.scale_a * p.scale_b;
+  for (int64_t i = int64_t(blockIdx.x) * kGemvThreads + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * kGemvThreads) {
+    int64_t const b = i / (g.L * g.S), within = i % (g.L * g.S);
+    int64_t const r = within / g.S, j = within % g.S;
+    float sum = 0.0f;
+    for (int sl = 0; sl < g.split; ++sl) sum += g.partials[((b * g.split + sl) * g.L + r) * g.S + j];
+    int64_t const row = g.small_is_n ? r : j, col = g.small_is_n ? j : r;
+    float z = scale * sum;
+    if (p.beta != 0.0f)
+      z += p.beta * to_float(static_cast<const TCD*>(p.c)[b * p.batch_stride_c + offset(cd_row, row, col, p.ldc)]);
+    float v;
+    if constexpr (Chain::kIdentity) {
+      v = z;
+      if (p.family == CS_FAMILY_GEMM_BIAS_ACT) {
+        v += to_float(static_cast<const TCD*>(p.bias)[col]);
+        v = cs_activate(p.activation, v, p.act_alpha, p.act_beta);
+      }
+    } else {
+      v = cs_chain_at<Chain>(p, z, b, row, col);
+    }
+    store(&static_cast<TCD*>(p.d)[b * p.batch_stride_d + offset(cd_row, row, col, p.ldd)], v);
+  }
+}
+
+// Enqueues the GEMV path (after `check<TAB, TCD, Chain>(p, true)` said CS_OK and
+// `gemv_takes(p)`); the workspace must hold `gemv_workspace_bytes(p)`.
+template <class TAB, class TCD, class Chain>
+int32_t launch_gemv(const cs_problem& p, cudaStream_t stream)
+{
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
+  if (p.workspace == nullptr || p.workspace_bytes < gemv_workspace_bytes(p)) return CS_ERR_WORKSPACE;
+  if ((reinterpret_cast<uintptr_t>(p.workspace) & 3u) != 0) return CS_ERR_UNSUPPORTED;
+  GemvArgs g{};
+  g.p = p;
+  g.small_is_n = p.n <= p.m;
+  bool const a_row = p.layout_a == CS_LAYOUT_ROW, b_row = p.layout_b == CS_LAYOUT_ROW;
+  if (g.small_is_n) {   // long: A (r, k); small: B (k, j)
+    g.lng = p.a; g.l_row = a_row ? p.lda : 1; g.l_k = a_row ? 1 : p.lda; g.l_batch = p.batch_stride_a;
+    g.sml = p.b; g.s_k = b_row ? p.ldb : 1; g.s_col = b_row ? 1 : p.ldb; g.s_batch = p.batch_stride_b;
+    g.L = p.m; g.S = p.n;
+  } else {              // long: B^T (c, k); small: A^T (k, i)
+    g.lng = p.b; g.l_row = b_row ? 1 : p.ldb; g.l_k = b_row ? p.ldb : 1; g.l_batch = p.batch_stride_b;
+    g.sml = p.a; g.s_k = a_row ? 1 : p.lda; g.s_col = a_row ? p.lda : 1; g.s_batch = p.batch_stride_a;
+    g.L = p.n; g.S = p.m;
+  }
+  g.split = gemv_split(p);
+  g.kslice = (p.k + g.split - 1) / g.split;
+  g.partials = static_cast<float*>(p.workspace);
+  bool const long_k_contig = g.l_k == 1;
+  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 : kGemvThreads;
+  dim3 const grid(unsigned((g.L + rows_per_cta - 1) / rows_per_cta), unsigned(g.split), unsigned(p.batch));
+  if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
+  else gemv_partials_kernel<TAB, false><<<grid, kGemvThreads, 0, stream>>>(g);
+  int64_t const outs = p.batch * g.L * g.S;
+  int64_t blocks = (outs + kGemvThreads - 1) / kGemvThreads;
+  if (blocks > 4096) blocks = 4096;
+  gemv_finish_kernel<TCD, Chain><<<unsigned(blocks), kGemvThreads, 0, stream>>>(g);
+  return int32_t(cudaGetLastError());
+}
+
 }  // namespace cs_fallback
