@@ -36,7 +36,9 @@
 //
 // Fast path: family GEMM, dtypes match, TN, m <= 64, batch == 1, k % (8*SPLIT) == 0,
 // lda / ldb multiples of 8, A / B 16-byte aligned. D and C are written / read element by
-// element (any n, ldd, ldc). Anything else runs on the predicated fallback GEMM.
+// element (any n, ldd, ldc). GEMV-like shapes it cannot take (n <= 16 with m > 64, other
+// layouts) run on the split-K GEMV path of cutesmith_fallback_gemm.cuh; anything else on
+// the predicated fallback GEMM.
 
 #include <cstdint>
 
@@ -542,8 +544,14 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (bytes != nullptr) *bytes = 0;
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
-  if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK)
-    return cs_fallback_check(*problem, /*check_pointers=*/false);   // 0 bytes on the fallback
+  if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK) {
+    // The other orientation (n <= 16) and other layouts: the split-K GEMV path when the
+    // shape is GEMV-like, else the predicated fallback (0 bytes).
+    int32_t const fb = cs_fallback_check(*problem, /*check_pointers=*/false);
+    if (fb == CS_OK && cs_fallback::gemv_takes(*problem))
+      *bytes = cs_fallback::gemv_workspace_bytes(*problem);
+    return fb;
+  }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
   *bytes = cs_partials_bytes(*problem);
   return CS_OK;
@@ -559,6 +567,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // m > 64, batched, odd k / leading dimensions, misaligned A / B, k == 0: the
     // predicated fallback (exact fp32 FMA): slower, never wrong.
     if (cs_fallback_check(p, /*check_pointers=*/true) != CS_OK) return status;
+    if (cs_fallback::gemv_takes(p)) return cs_fallback::launch_gemv<Element, Element, cs_chain>(p, stream);
     return cs_fallback::launch<Element, Element, cs_chain>(p, stream);
   }
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;

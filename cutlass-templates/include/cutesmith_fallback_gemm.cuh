@@ -221,13 +221,16 @@ int32_t launch(const cs_problem& p, cudaStream_t stream)
 // n is small, B when m is small), which is read once. The grid is (long-side blocks,
 // K slices, batch); each CTA stages a K chunk of the small operand in shared memory and
 // accumulates, for its rows of the long operand, the s dot products over its K slice in
-// registers (exact fp32 FMA): a warp per row when the long operand keeps K contiguous
-// (lanes stride K, then a shuffle reduction), a thread per row otherwise (threads stride
-// the rows, which are then contiguous). Each slice's partial sums go to the workspace;
+// registers (exact fp32 FMA): a warp per kGemvRowsPerWarp rows when the long operand keeps
+// K contiguous (lanes stride K, then a shuffle reduction), a thread per row otherwise
+// (threads stride the rows, which are then contiguous). Each slice's partial sums go to the workspace;
 // a second kernel adds the slices in order (deterministic), applies alpha, beta * C and
 // the chain, and stores D.
 
 constexpr int kGemvMaxSmall = 16, kGemvThreads = 256, kGemvChunk = 512;
+// Rows of the long operand per warp when it keeps K contiguous: each staged value of the
+// small operand is read once from shared memory for all of them.
+constexpr int kGemvRowsPerWarp = 4;
 
 // The two operands seen as long (L x k) and small (k x s), and the output's orientation.
 struct GemvArgs {
@@ -256,7 +259,7 @@ inline int gemv_split(const cs_problem& p)
 {
   int64_t const L = p.m < p.n ? p.n : p.m;
   bool const long_k_contig = p.n <= p.m ? p.layout_a == CS_LAYOUT_ROW : p.layout_b == CS_LAYOUT_COL;
-  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 : kGemvThreads;
+  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
   int64_t const ctas = (L + rows_per_cta - 1) / rows_per_cta * (p.batch > 0 ? p.batch : 1);
   int64_t split = 1;
   while (split < 1024 && ctas * split * 2 <= 2048 && p.k / (split * 2) >= 2048) split *= 2;
@@ -273,6 +276,7 @@ template <class TAB, bool LongKContig>
 __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
 {
   __shared__ float sS[kGemvChunk][kGemvMaxSmall + 1];   // +1: lanes' rows in distinct banks
+  constexpr int R = LongKContig ? kGemvRowsPerWarp : 1;   // long rows per warp / thread
   int64_t const b = blockIdx.z;
   int const slice = blockIdx.y;
   int64_t const k0 = int64_t(slice) * g.kslice;
@@ -280,12 +284,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
   const TAB* lng = static_cast<const TAB*>(g.lng) + b * g.l_batch;
   const TAB* sml = static_cast<const TAB*>(g.sml) + b * g.s_batch;
   int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int64_t const r = LongKContig ? int64_t(blockIdx.x) * (kGemvThreads / 32) + warp
-                                : int64_t(blockIdx.x) * kGemvThreads + threadIdx.x;
+  int64_t const r0 = LongKContig ? (int64_t(blockIdx.x) * (kGemvThreads / 32) + warp) * R
+                                 : int64_t(blockIdx.x) * kGemvThreads + threadIdx.x;
   int const S = int(g.S);
-  float acc[kGemvMaxSmall];
+  float acc[R][kGemvMaxSmall];
 #pragma unroll
-  for (int j = 0; j < kGemvMaxSmall; ++j) acc[j] = 0.0f;
+  for (int q = 0; q < R; ++q)
+#pragma unroll
+    for (int j = 0; j < kGemvMaxSmall; ++j) acc[q][j] = 0.0f;
   // The small operand's chunk is loaded along its contiguous dimension.
   bool const small_k_contig = g.s_k == 1;
   for (int64_t kc = k0; kc < k1; kc += kGemvChunk) {
@@ -297,49 +303,71 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
       sS[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
     }
     __syncthreads();
-    if (r < g.L) {
-      const TAB* row = lng + r * g.l_row + kc * g.l_k;
-      if (LongKContig) {
-        // Eight loads in flight per lane, then their FMAs.
+    if (r0 < g.L) {
+      if constexpr (LongKContig) {
+        // Lanes stride K over R rows at once (rows past L read row r0 again, unused).
+        const TAB* rows[R];
+#pragma unroll
+        for (int q = 0; q < R; ++q) rows[q] = lng + (r0 + q < g.L ? r0 + q : r0) * g.l_row + kc;
         int kk = lane;
-        for (; kk + 224 < n; kk += 256) {
-          float a[8];
+        for (; kk + 32 < n; kk += 64) {
+          float a[2][R];
 #pragma unroll
-          for (int u = 0; u < 8; ++u) a[u] = to_float(row[kk + 32 * u]);
+          for (int u = 0; u < 2; ++u)
 #pragma unroll
-          for (int u = 0; u < 8; ++u)
+            for (int q = 0; q < R; ++q) a[u][q] = to_float(rows[q][kk + 32 * u]);
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
 #pragma unroll
             for (int j = 0; j < kGemvMaxSmall; ++j)
-              if (j < S) acc[j] = fmaf(a[u], sS[kk + 32 * u][j], acc[j]);
+              if (j < S) {
+                float const sv = sS[kk + 32 * u][j];
+#pragma unroll
+                for (int q = 0; q < R; ++q) acc[q][j] = fmaf(a[u][q], sv, acc[q][j]);
+              }
         }
         for (; kk < n; kk += 32) {
-          float const a = to_float(row[kk]);
+          float a[R];
+#pragma unroll
+          for (int q = 0; q < R; ++q) a[q] = to_float(rows[q][kk]);
 #pragma unroll
           for (int j = 0; j < kGemvMaxSmall; ++j)
-            if (j < S) acc[j] = fmaf(a, sS[kk][j], acc[j]);
+            if (j < S) {
+              float const sv = sS[kk][j];
+#pragma unroll
+              for (int q = 0; q < R; ++q) acc[q][j] = fmaf(a[q], sv, acc[q][j]);
+            }
         }
       } else {
+        const TAB* row = lng + r0 * g.l_row + kc * g.l_k;
         for (int kk = 0; kk < n; ++kk) {
           float const a = to_float(row[kk * g.l_k]);
 #pragma unroll
           for (int j = 0; j < kGemvMaxSmall; ++j)
-            if (j < S) acc[j] = fmaf(a, sS[kk][j], acc[j]);
+            if (j < S) acc[0][j] = fmaf(a, sS[kk][j], acc[0][j]);
         }
       }
     }
   }
-  if (LongKContig) {
+  if constexpr (LongKContig) {
 #pragma unroll
-    for (int j = 0; j < kGemvMaxSmall; ++j)
+    for (int q = 0; q < R; ++q)
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+      for (int j = 0; j < kGemvMaxSmall; ++j)
+        if (j < S)
+#pragma unroll
+          for (int o = 16; o > 0; o /= 2) acc[q][j] += __shfl_xor_sync(0xffffffffu, acc[q][j], o);
     if (lane != 0) return;
   }
-  if (r >= g.L) return;
-  float* out = g.partials + ((b * g.split + slice) * g.L + r) * g.S;
 #pragma unroll
-  for (int j = 0; j < kGemvMaxSmall; ++j)
-    if (j < S) out[j] = acc[j];
+  for (int q = 0; q < R; ++q) {
+    int64_t const r = r0 + q;
+    if (r >= g.L) return;
+    float* out = g.partials + ((b * g.split + slice) * g.L + r) * g.S;
+#pragma unroll
+    for (int j = 0; j < kGemvMaxSmall; ++j)
+      if (j < S) out[j] = acc[q][j];
+  }
 }
 
 template <class TCD, class Chain>
@@ -398,7 +426,7 @@ int32_t launch_gemv(const cs_problem& p, cudaStream_t stream)
   g.kslice = (p.k + g.split - 1) / g.split;
   g.partials = static_cast<float*>(p.workspace);
   bool const long_k_contig = g.l_k == 1;
-  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 : kGemvThreads;
+  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
   dim3 const grid(unsigned((g.L + rows_per_cta - 1) / rows_per_cta), unsigned(g.split), unsigned(p.batch));
   if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
   else gemv_partials_kernel<TAB, false><<<grid, kGemvThreads, 0, stream>>>(g);

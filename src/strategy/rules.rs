@@ -64,8 +64,8 @@ fn takes(template: &str) -> Option<Takes> {
             families: &[Family::Gemm],
             dtypes: HALF,
             out: Some(HALF),
-            cd_col: false,
-            any_ab_layout: false,
+            cd_col: true,
+            any_ab_layout: true,
             chain: ChainTakes::Identity,
             shared: false,
         },
@@ -239,6 +239,25 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             if let Some(sh) = w.shapes().iter().find(|sh| sh.m > 64 && sh.n > 64) {
                 return Err(format!(
                     "for M <= 64 or N <= 64 (a GEMV-like shape); shape {sh} is neither"
+                ));
+            }
+            // The tensor-core fast path is TN with row-major D and M <= 64; the rest runs
+            // on the split-K GEMV path, which needs a side of at most 16.
+            let lay = w.layouts();
+            let tn = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
+            let gemv = |sh: &&crate::spec::Shape| sh.m.min(sh.n) <= 16 && sh.k >= 4096;
+            if let Some(sh) = w
+                .shapes()
+                .iter()
+                .find(|sh| !(tn && sh.m <= 64) && !gemv(sh))
+            {
+                return Err(format!(
+                    "shape {sh} with layouts a = {}, b = {}, c = {}: the tensor-core path takes \
+                     TN, row-major D and M <= 64; anything else runs the GEMV path (a side \
+                     <= 16, K >= 4096) or the slow predicated fallback",
+                    lay.a.name(),
+                    lay.b.name(),
+                    lay.c.name()
                 ));
             }
             Ok(())
