@@ -246,11 +246,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             let lay = w.layouts();
             let tn = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
             let gemv = |sh: &&crate::spec::Shape| sh.m.min(sh.n) <= 16 && sh.k >= 4096;
-            if let Some(sh) = w
-                .shapes()
-                .iter()
-                .find(|sh| !(tn && sh.m <= 64) && !gemv(sh))
-            {
+            if let Some(sh) = w.shapes().iter().find(|sh| !(gemv(sh) || tn && sh.m <= 64)) {
                 return Err(format!(
                     "shape {sh} with layouts a = {}, b = {}, c = {}: the tensor-core path takes \
                      TN, row-major D and M <= 64; anything else runs the GEMV path (a side \
