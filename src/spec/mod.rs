@@ -254,6 +254,79 @@ fn spec_files(dir: &Path) -> Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_shape_no_gpu_holds_is_refused_at_load_with_its_size() {
+        let text = "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n\n\
+                    [[shapes]]\nm = 4096\nn = 4096\nk = 4096\n\n\
+                    [[shapes]]\nm = 2147483648\nn = 4096\nk = 4096\n";
+        let start = std::time::Instant::now();
+        let e = err("huge", text);
+        assert!(start.elapsed().as_secs_f64() < 1.0);
+        assert!(e.contains("shapes[1]"), "{e}");
+        assert!(e.contains("2147483648x4096x4096"), "{e}");
+        // A (2^31 x 4096) and D (2^31 x 4096) in bf16: 35.2 TB before any reference.
+        assert!(e.contains("35.2 TB of operands and output alone"), "{e}");
+        assert!(e.contains("more than any GPU holds"), "{e}");
+        // The same spec without the huge shape loads.
+        let ok = text.split("\n\n[[shapes]]\nm = 2147483648").next().unwrap();
+        assert!(parse("huge", ok).is_ok());
+    }
+
+    #[test]
+    fn device_footprints_per_family() {
+        let gib = |w: &Workload| w.device_bytes(&w.shapes()[0]);
+        let g = |extra: &str| {
+            parse(
+                "g",
+                &format!(
+                    "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n{extra}\n\
+                     [[shapes]]\nm = 1000\nn = 2000\nk = 3000\nbatch = 2\n"
+                ),
+            )
+            .unwrap()
+        };
+        // Two input sets of A and B (bf16), D (bf16), two fp32 reference planes.
+        let (a, b, out) = (
+            1000.0 * 3000.0 * 2.0,
+            3000.0 * 2000.0 * 2.0,
+            1000.0 * 2000.0 * 2.0,
+        );
+        assert_eq!(gib(&g("")), 2.0 * 2.0 * (a + b) + out * 2.0 + 8.0 * out);
+        // beta != 0 adds C (two sets); a shared B counts once per set.
+        assert_eq!(
+            gib(&g("[params]\nbeta = 1.0\n")),
+            2.0 * (2.0 * (a + b) + out * 2.0) + out * 2.0 + 8.0 * out
+        );
+        assert_eq!(
+            gib(&g("[layout]\nshared = [\"b\"]\n")),
+            2.0 * (2.0 * a + b) + out * 2.0 + 8.0 * out
+        );
+        let act = parse(
+            "a",
+            "description = \"x\"\nfamily = \"activation\"\ndtype = \"f32\"\n\
+             [[shapes]]\nm = 10\nn = 100\n[params]\nactivation = \"relu\"\n",
+        )
+        .unwrap();
+        assert_eq!(gib(&act), 2.0 * 1000.0 * 4.0 + 1000.0 * 4.0);
+        let sm = parse(
+            "s",
+            "description = \"x\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n\
+             [[shapes]]\nm = 10\nn = 100\n",
+        )
+        .unwrap();
+        assert_eq!(gib(&sm), 2.0 * 1000.0 * 2.0 + 1000.0 * 2.0);
+        let glu = parse(
+            "u",
+            "description = \"x\"\nfamily = \"gemm_glu\"\ndtype = \"bf16\"\n\
+             [[shapes]]\nm = 10\nn = 20\nk = 30\n",
+        )
+        .unwrap();
+        assert_eq!(
+            gib(&glu),
+            2.0 * (10.0 * 30.0 + 2.0 * 30.0 * 20.0) * 2.0 + 200.0 * 2.0 + 16.0 * 200.0
+        );
+    }
+
     fn dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads")
     }

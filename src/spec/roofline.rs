@@ -98,6 +98,53 @@ impl Workload {
         }
     }
 
+    /// Device bytes that validating and timing `shape` holds at once: the operands of two
+    /// input sets (timing alternates them), the output, the chain's tensors and, for the
+    /// GEMM families, the fp32 reference products (the value and the sum of |a b| per
+    /// output, twice for gemm_glu). An estimate for admission, not an allocator's count.
+    pub fn device_bytes(&self, shape: &Shape) -> f64 {
+        let (m, n, k, b) = (
+            shape.m as f64,
+            shape.n as f64,
+            shape.k as f64,
+            shape.batch as f64,
+        );
+        let inb = self.dtype.bytes() as f64;
+        let outb = self.out_dtype.bytes() as f64;
+        let out = m * n * b;
+        let ba = if self.layouts.shared_a { 1.0 } else { b };
+        let bb = if self.layouts.shared_b { 1.0 } else { b };
+        let tensors: f64 = self
+            .chain
+            .tensors
+            .iter()
+            .map(|t| {
+                let per = match t.kind {
+                    TensorKind::Row => n,
+                    TensorKind::Col => m,
+                    TensorKind::Matrix => m * n * b,
+                };
+                per * t.dtype.bytes() as f64
+            })
+            .sum();
+        let c = if self.params.beta != 0.0 {
+            out * outb
+        } else {
+            0.0
+        };
+        match self.family {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => {
+                2.0 * ((m * k * ba + k * n * bb) * inb + c) + out * outb + tensors + 8.0 * out
+            }
+            Family::GemmGlu => {
+                2.0 * (m * k * ba + 2.0 * k * n * bb) * inb + out * outb + 16.0 * out
+            }
+            Family::Activation | Family::Softmax | Family::LogSoftmax => {
+                2.0 * out * inb + out * outb + tensors
+            }
+        }
+    }
+
     /// FLOPs per byte on `shape`.
     pub fn arithmetic_intensity(&self, shape: &Shape) -> f64 {
         let bytes = self.min_bytes(shape);

@@ -23,6 +23,25 @@ pub(super) struct Validator<'a> {
     pub(super) text: Option<&'a str>,
 }
 
+/// The most device memory any workload shape may need (1 TiB: beyond every GPU).
+pub const MAX_DEVICE_BYTES: f64 = 1_099_511_627_776.0;
+
+/// Bytes for people: "35.2 TB", "1.10 TB", "512 MB" (decimal units).
+pub fn human_bytes(b: f64) -> String {
+    let units = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
+    for (scale, name) in units {
+        if b >= scale {
+            let v = b / scale;
+            return if v >= 10.0 {
+                format!("{v:.1} {name}")
+            } else {
+                format!("{v:.2} {name}")
+            };
+        }
+    }
+    format!("{b:.0} B")
+}
+
 impl Validator<'_> {
     fn err(&self, field: impl Into<String>, message: impl Into<String>) -> WorkloadError {
         let field = field.into();
@@ -92,7 +111,7 @@ impl Validator<'_> {
         };
         let target = self.target(family, fused, spec.target)?;
 
-        Ok(Workload {
+        let w = Workload {
             name,
             path: self.path.to_path_buf(),
             description,
@@ -107,7 +126,24 @@ impl Validator<'_> {
             chain,
             tolerance,
             target,
-        })
+        };
+        // Admission: a shape no GPU could hold is refused here, before anything allocates.
+        for (i, sh) in w.shapes.iter().enumerate() {
+            let bytes = w.device_bytes(sh);
+            if bytes > MAX_DEVICE_BYTES {
+                return Err(self.err(
+                    format!("shapes[{i}]"),
+                    format!(
+                        "{sh} needs about {} of device memory to validate ({} of operands \
+                         and output alone): more than any GPU holds ({}); make it smaller",
+                        human_bytes(bytes),
+                        human_bytes(w.min_bytes(sh)),
+                        human_bytes(MAX_DEVICE_BYTES)
+                    ),
+                ));
+            }
+        }
+        Ok(w)
     }
 
     /// The epilogue chain: for gemm_bias_act the bias add and the activation first, for
