@@ -151,13 +151,6 @@ using LayoutC = std::conditional_t<kLayoutCD == CS_LAYOUT_COL,
 
 static constexpr int kAlign = 4;   // elements per 16-byte access (A, B, C, D)
 
-// The chain's operand kinds by index (cs_chain::kKind0..kKind3).
-__host__ __device__ constexpr int cs_chain_kind(int i)
-{
-  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
-       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
-}
-
 // Where the chain runs: nowhere, inside CUTLASS's epilogue, or in a pass over D after it.
 static constexpr bool kChainFused = !cs_chain::kIdentity && cs_chain::kOperands == 0;
 static constexpr bool kChainAfter = !cs_chain::kIdentity && cs_chain::kOperands > 0;
@@ -303,23 +296,11 @@ static inline bool cs_operand_ok(int64_t inner, int64_t ld) {
   return inner % kAlign == 0 && ld >= inner && cs_stride_ok(ld);
 }
 
-// The chain's operands as this build's cs_chain reads them.
+// The chain's operands as this build's cs_chain reads them (the one check, shared with
+// the fallback).
 static int32_t cs_chain_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.num_operands != cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
-  for (int i = 0; i < cs_chain::kOperands; ++i) {
-    cs_operand const& o = p.operands[i];
-    if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
-    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
-    if (o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
-    if (o.kind == CS_OPERAND_MATRIX) {
-      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
-      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
-      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
-    }
-    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
-  }
-  return CS_OK;
+  return cs_fallback::chain_check<cs_chain>(p, check_pointers);
 }
 
 // CS_OK when the fast (tensor core) path handles `p`.

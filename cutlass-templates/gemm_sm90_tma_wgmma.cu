@@ -167,13 +167,6 @@ static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8,
 static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
 static_assert(kStages >= 2, "the pipeline needs at least two stages");
 
-// The chain's operand kinds by index (cs_chain::kKind0..kKind3).
-__host__ __device__ constexpr int cs_chain_kind(int i)
-{
-  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
-       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
-}
-
 // ---------------------------------------------------------------------------------------
 // Shared memory
 // ---------------------------------------------------------------------------------------
@@ -467,23 +460,11 @@ static bool cs_tma_operand_ok(int64_t inner, int64_t outer, int64_t ld, int64_t 
   return true;
 }
 
-// The chain's operands as this build's cs_chain reads them.
+// The chain's operands as this build's cs_chain reads them (the one check, shared with
+// the fallback).
 static int32_t cs_chain_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.num_operands != cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
-  for (int i = 0; i < cs_chain::kOperands; ++i) {
-    cs_operand const& o = p.operands[i];
-    if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
-    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
-    if (o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
-    if (o.kind == CS_OPERAND_MATRIX) {
-      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
-      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
-      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
-    }
-    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
-  }
-  return CS_OK;
+  return cs_fallback::chain_check<cs_chain>(p, check_pointers);
 }
 
 // Everything the TMA descriptors and the grid need; CS_OK when this kernel handles `p`.

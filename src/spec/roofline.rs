@@ -67,19 +67,7 @@ impl Workload {
         );
         let inb = self.dtype.bytes() as f64;
         let outb = self.out_dtype.bytes() as f64;
-        let tensors: f64 = self
-            .chain
-            .tensors
-            .iter()
-            .map(|t| {
-                let per = match t.kind {
-                    TensorKind::Row => n,
-                    TensorKind::Col => m,
-                    TensorKind::Matrix => m * n * b,
-                };
-                per * t.dtype.bytes() as f64
-            })
-            .sum();
+        let tensors = self.tensor_bytes(shape);
         let ba = if self.layouts.shared_a { 1.0 } else { b };
         let bb = if self.layouts.shared_b { 1.0 } else { b };
         let c = if self.params.beta != 0.0 {
@@ -114,19 +102,7 @@ impl Workload {
         let out = m * n * b;
         let ba = if self.layouts.shared_a { 1.0 } else { b };
         let bb = if self.layouts.shared_b { 1.0 } else { b };
-        let tensors: f64 = self
-            .chain
-            .tensors
-            .iter()
-            .map(|t| {
-                let per = match t.kind {
-                    TensorKind::Row => n,
-                    TensorKind::Col => m,
-                    TensorKind::Matrix => m * n * b,
-                };
-                per * t.dtype.bytes() as f64
-            })
-            .sum();
+        let tensors = self.tensor_bytes(shape);
         let c = if self.params.beta != 0.0 {
             out * outb
         } else {
@@ -143,6 +119,24 @@ impl Workload {
                 2.0 * out * inb + out * outb + tensors
             }
         }
+    }
+
+    /// Bytes of the chain's tensors on `shape`: a row vector `n`, a column vector `m` (both
+    /// shared by the batch), a matrix `m n` per batch, each in its own type.
+    fn tensor_bytes(&self, shape: &Shape) -> f64 {
+        let (m, n, b) = (shape.m as f64, shape.n as f64, shape.batch as f64);
+        self.chain
+            .tensors
+            .iter()
+            .map(|t| {
+                let per = match t.kind {
+                    TensorKind::Row => n,
+                    TensorKind::Col => m,
+                    TensorKind::Matrix => m * n * b,
+                };
+                per * t.dtype.bytes() as f64
+            })
+            .sum()
     }
 
     /// FLOPs per byte on `shape`.
