@@ -126,9 +126,10 @@ using namespace cute;
 #ifndef CS_FUSED_BIAS_ACT
 #define CS_FUSED_BIAS_ACT 0  // 1: D = act(alpha*A*B + beta*C + bias[n]), CS_FAMILY_GEMM_BIAS_ACT
 #endif
-// An epilogue chain that reads no tensor operand (scales, clamps, activations, the
-// pre-activation value) runs element by element inside the TMA epilogue: D = chain(z).
-#if defined(CS_WL_CHAIN_FREE) && !CS_FUSED_BIAS_ACT
+// Any other epilogue chain (scales, clamps, activations, the pre-activation value, row /
+// column vectors and residual matrices) runs element by element inside the TMA epilogue
+// as a visitor-tree node: D = chain(z), z = alpha * acc + beta * C.
+#if (defined(CS_WL_CHAIN) || defined(CS_WL_CHAIN_FREE)) && !CS_FUSED_BIAS_ACT
 #define CS_CHAIN_EPI 1
 #else
 #define CS_CHAIN_EPI 0
@@ -290,27 +291,112 @@ using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
     ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
 [[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
 #elif CS_CHAIN_EPI
-// cs_chain::apply as an elementwise functor on the epilogue's fp32 fragments.
-template <class T>
-struct CsChainFn {
-  CUTLASS_HOST_DEVICE T operator()(T const& z) const {
-    float const t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    return T(cs_chain::apply(float(z), t));
+// The workload's epilogue chain as one node of an epilogue visitor tree (EVT) on top of
+// CUTLASS's alpha * acc + beta * C: for each element the consumer warps hold, the node
+// takes z from its child, loads the chain's tensor operands (row / column vectors, full
+// matrices) straight from global memory at the element's logical (row, col, batch), and
+// stores cs_chain::apply(z, t) rounded once to D's type. It runs inside the TMA
+// warp-specialized epilogue (staged through shared memory, TMA store of D), so the chain
+// costs one read of each operand and no extra pass over D.
+namespace cs_evt {
+using namespace cutlass::epilogue::fusion;
+
+struct ChainArguments {
+  cs_operand operands[CS_MAX_OPERANDS];   // the chain's tensor operands (cs_problem's)
+  int32_t layout_cd;                      // D's storage order, for matrix operands
+};
+
+template <class ElementOutput>
+struct Sm90CsChain {
+  struct SharedStorage {};
+  using Arguments = ChainArguments;
+  using Params = ChainArguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) { return true; }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE Sm90CsChain() {}
+  CUTLASS_HOST_DEVICE Sm90CsChain(Params const& params, SharedStorage const&) : params(params) {}
+
+  Params params;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(ProducerLoadArgs<Args...> const&) {
+    return EmptyProducerLoadCallbacks{};
+  }
+
+  // tCcD: this thread's coordinates, relative to its first element; residue: the problem's
+  // (M, N) minus that first element (an element is inside the problem iff its relative
+  // coordinate is below the residue).
+  template <class CTensor, class ThrResidue>
+  struct ConsumerStoreCallbacks : EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor tCcD, ThrResidue residue, int64_t m0, int64_t n0,
+                                          int64_t l, Params const& params)
+        : tCcD(tCcD), residue(residue), m0(m0), n0(n0), l(l), params(params) {}
+
+    CTensor tCcD;                 // (CPY,CPY_M,CPY_N,EPI_M,EPI_N)
+    ThrResidue residue;
+    int64_t m0, n0, l;            // the thread's first element in the kernel's (M, N, L)
+    Params const& params;
+
+    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<ElementOutput, FragmentSize>
+    visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int epi_m, int epi_n,
+          cutlass::Array<ElementInput, FragmentSize> const& frg_z) {
+      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+      cutlass::Array<ElementOutput, FragmentSize> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        auto const c = tCcD_mn(epi_v * FragmentSize + i);
+        float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (cs_chain::kOperands > 0) {
+          if (elem_less(c, residue)) {
+            int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
+            // The kernel's (m, n) is D's (row, col), or (col, row) when D is computed
+            // transposed.
+            int64_t const row = kSwap ? kn : km, col = kSwap ? km : kn;
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < cs_chain::kOperands; ++j)
+              t[j] = cs_operand_load(params.operands[j], params.layout_cd, l, row, col);
+          }
+        }
+        out[i] = ElementOutput(cs_chain::apply(float(frg_z[i]), t));
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(ConsumerStoreArgs<Args...> const& args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    int64_t const m0 = int64_t(M) - int64_t(get<0>(args.residue_tCcD));
+    int64_t const n0 = int64_t(N) - int64_t(get<1>(args.residue_tCcD));
+    int64_t const l = int64_t(get<3>(args.tile_coord_mnkl));
+    return ConsumerStoreCallbacks<decltype(args.tCcD), decltype(args.residue_tCcD)>(
+        args.tCcD, args.residue_tCcD, m0, n0, l, params);
   }
 };
-template <class T, int N>
-struct CsChainFn<cutlass::Array<T, N>> {
-  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& z) const {
-    cutlass::Array<T, N> d;
-    CsChainFn<T> f;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) d[i] = f(z[i]);
-    return d;
-  }
-};
-// chain(alpha * acc + beta * C)
-using FusionOp = cutlass::epilogue::fusion::LinCombEltAct<
-    CsChainFn, ElementCD, ElementCompute, ElementCD, ElementScalar>;
+}  // namespace cs_evt
+
+// chain(alpha * acc + beta * C), D = its result rounded once.
+using FusionOp = cutlass::epilogue::fusion::Sm90EVT<
+    cs_evt::Sm90CsChain<ElementCD>,
+    cutlass::epilogue::fusion::Sm90LinearCombination<ElementCompute, ElementCompute, ElementCD, ElementScalar>>;
+[[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM;
 #else
 using FusionOp = cutlass::epilogue::fusion::LinearCombination<
     ElementCD, ElementCompute, ElementCD, ElementScalar>;
@@ -379,10 +465,62 @@ static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride,
   return p.batch > 1 ? batch_stride : ld * rows;
 }
 
-// The problem as the kernel computes it: `p` itself, or for a column-major D its
-// transpose (m and n, A and B swapped; D^T is row-major with D's leading dimension).
-static cs_problem cs_effective(const cs_problem& p)
+// A batch whose B is shared (batch stride 0) is one GEMM with the batches' rows stacked
+// when A, C, D and every chain operand step by exactly one batch of rows: (batch * m) x n
+// = (batch * m) x k times k x n. The same with A shared and a column-major D, stacking
+// columns. TMA has no stride-0 dimension, so this is how a shared operand reaches the fast
+// path; other shared cases take the fallback.
+static cs_problem cs_fold_batch(const cs_problem& p)
 {
+  if (p.batch <= 1 || p.m <= 0 || p.n <= 0) return p;
+  bool const has_c = (p.beta != 0.0f);
+  if (p.batch_stride_b == 0 && p.batch_stride_a != 0 && p.layout_a == CS_LAYOUT_ROW &&
+      p.layout_cd == CS_LAYOUT_ROW) {
+    // Rows stack: A[l] row i is row l*m + i of one (batch*m) x k matrix, and so on.
+    bool ok = p.batch_stride_a == p.lda * p.m && p.batch_stride_d == p.ldd * p.m &&
+              (!has_c || p.batch_stride_c == p.ldc * p.m);
+    for (int i = 0; ok && i < p.num_operands && i < CS_MAX_OPERANDS; ++i) {
+      cs_operand const& o = p.operands[i];
+      ok = o.kind == CS_OPERAND_ROW    ? o.batch_stride == 0
+         : o.kind == CS_OPERAND_COL    ? o.batch_stride == p.m
+         : o.kind == CS_OPERAND_MATRIX ? o.batch_stride == o.ld * p.m
+                                       : false;
+    }
+    if (!ok) return p;
+    cs_problem q = p;
+    q.m = p.m * p.batch;
+    q.batch = 1;
+    q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = q.batch_stride_d = 0;
+    return q;
+  }
+  if (p.batch_stride_a == 0 && p.batch_stride_b != 0 && p.layout_b == CS_LAYOUT_COL &&
+      p.layout_cd == CS_LAYOUT_COL) {
+    // Columns stack: B[l] column j is column l*n + j of one k x (batch*n) matrix.
+    bool ok = p.batch_stride_b == p.ldb * p.n && p.batch_stride_d == p.ldd * p.n &&
+              (!has_c || p.batch_stride_c == p.ldc * p.n);
+    for (int i = 0; ok && i < p.num_operands && i < CS_MAX_OPERANDS; ++i) {
+      cs_operand const& o = p.operands[i];
+      ok = o.kind == CS_OPERAND_COL    ? o.batch_stride == 0
+         : o.kind == CS_OPERAND_ROW    ? o.batch_stride == p.n
+         : o.kind == CS_OPERAND_MATRIX ? o.batch_stride == o.ld * p.n
+                                       : false;
+    }
+    if (!ok) return p;
+    cs_problem q = p;
+    q.n = p.n * p.batch;
+    q.batch = 1;
+    q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = q.batch_stride_d = 0;
+    return q;
+  }
+  return p;
+}
+
+// The problem as the kernel computes it: `p` itself (batches folded, above), or for a
+// column-major D its transpose (m and n, A and B swapped; D^T is row-major with D's
+// leading dimension).
+static cs_problem cs_effective(const cs_problem& problem)
+{
+  cs_problem const p = cs_fold_batch(problem);
   if constexpr (!kSwap) {
     return p;
   } else {
@@ -430,9 +568,9 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   if (p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
 #endif
 #elif CS_CHAIN_EPI
-  // The chain runs in the epilogue; it reads no operand.
-  if (p.family != CS_FAMILY_GEMM || p.num_operands != 0 || cs_chain::kOperands != 0)
-    return CS_ERR_UNSUPPORTED;
+  // The chain runs in the epilogue and reads its operands at logical coordinates.
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
+  if (cs_fallback::chain_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
 #else
   // No epilogue chain in this build.
   if (p.family != kFamily || p.num_operands != 0) return CS_ERR_UNSUPPORTED;
@@ -554,8 +692,30 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
       hw_info};
 
   // fp8: the math uses scale_a * A and scale_b * B (1 for other types).
-  args.epilogue.thread.alpha = ElementScalar(p.alpha * p.scale_a * p.scale_b);
-  args.epilogue.thread.beta  = ElementScalar(p.beta);
+  ElementScalar const alpha = ElementScalar(p.alpha * p.scale_a * p.scale_b);
+  ElementScalar const beta = ElementScalar(p.beta);
+#if CS_CHAIN_EPI
+  // The tree's arguments, children first: beta * C + (alpha * acc), then the chain node.
+  cs_evt::ChainArguments chain{};
+  for (int i = 0; i < CS_MAX_OPERANDS; ++i) chain.operands[i] = p.operands[i];
+  chain.layout_cd = problem.layout_cd;
+  args.epilogue.thread = {
+      {                       // beta * C + (alpha * acc)
+        {{beta}},             //   beta
+        {},                   //   C
+        {                     //   alpha * acc
+          {{alpha}},          //     alpha
+          {},                 //     acc
+          {}                  //     multiplies
+        },
+        {}                    //   multiply_add
+      },
+      chain                   // the chain node
+  };
+#else
+  args.epilogue.thread.alpha = alpha;
+  args.epilogue.thread.beta  = beta;
+#endif
 #if CS_FUSED_BIAS_ACT
   args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.operands[0].ptr);
   // dBias (0, _1, 0): one value per column n, the same for every row m and batch l.

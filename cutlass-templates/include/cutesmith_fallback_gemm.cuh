@@ -192,6 +192,8 @@ int32_t check(const cs_problem& p, bool check_pointers)
   if (p.beta != 0.0f && p.ldc < min_ldcd) return CS_ERR_UNSUPPORTED;
   if (p.batch_stride_a < 0 || p.batch_stride_b < 0 || p.batch_stride_c < 0 || p.batch_stride_d < 0)
     return CS_ERR_UNSUPPORTED;
+  // Every batch writes its own D (a shared D would be a race between batches).
+  if (p.batch > 1 && p.m > 0 && p.n > 0 && p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;
   if (chain_check<Chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
   if (check_pointers && p.m > 0 && p.n > 0 && p.batch > 0) {
     if (p.d == nullptr || (p.k > 0 && (p.a == nullptr || p.b == nullptr))) return CS_ERR_UNSUPPORTED;

@@ -53,13 +53,25 @@ pub fn workload_block(w: &Workload) -> String {
         // A GEMM chain that is a per-column bias then one activation, stated plainly too,
         // for templates whose library epilogue does exactly that.
         if w.family().is_gemm() {
-            if let Some((act, p0, _)) = w.chain().bias_then_activation() {
-                s.push_str(&format!(
-                    "#define CS_WL_BIAS_ACT {} // the chain is x + bias[col], then this cs_activation\n#define CS_WL_BIAS_ACT_P0 {p0:?}f // its first parameter\n",
-                    act.abi_value()
-                ));
-            } else if !w.chain().reads_tensors() {
-                s.push_str("#define CS_WL_CHAIN_FREE 1 // the chain reads no tensor operand\n");
+            match w.chain().bias_then_activation() {
+                Some((act, p0, dt))
+                    if act.abi_value() <= 7
+                        && dt == w.out_dtype()
+                        && lay.c == crate::spec::Layout::Row =>
+                {
+                    s.push_str(&format!(
+                        "#define CS_WL_BIAS_ACT {} // the chain is x + bias[col], then this cs_activation\n#define CS_WL_BIAS_ACT_P0 {p0:?}f // its first parameter\n",
+                        act.abi_value()
+                    ));
+                }
+                _ => {
+                    if !w.chain().reads_tensors() {
+                        s.push_str(
+                            "#define CS_WL_CHAIN_FREE 1 // the chain reads no tensor operand\n",
+                        );
+                    }
+                    s.push_str("#define CS_WL_CHAIN 1 // any other chain: the cs_chain functor\n");
+                }
             }
         }
         s.push_str(&w.chain().cpp());

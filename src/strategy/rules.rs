@@ -30,11 +30,8 @@ struct Takes {
 enum ChainTakes {
     /// None: D = alpha A B + beta C.
     Identity,
-    /// A per-column bias of the operand type, then one of the first eight activations
-    /// (a library epilogue with a bias and an activation), or any chain that reads no
-    /// tensor operand (an elementwise functor in the library epilogue).
-    BiasActOrFree,
-    /// Any chain (`cs_chain_at` in the template's epilogue).
+    /// Any chain (`cs_chain_at` in the template's epilogue, or a visitor-tree node in a
+    /// library epilogue).
     Any,
 }
 
@@ -48,8 +45,8 @@ fn takes(template: &str) -> Option<Takes> {
             out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: true,
             any_ab_layout: true,
-            chain: ChainTakes::BiasActOrFree,
-            shared: false,
+            chain: ChainTakes::Any,
+            shared: true,
         },
         "gemm_sm90_tma_wgmma" => Takes {
             families: GEMMS,
@@ -125,33 +122,10 @@ fn chain_ok(t: &Takes, w: &Workload) -> Result<(), String> {
     if chain.is_identity() || t.chain == ChainTakes::Any {
         return Ok(());
     }
-    let steps = || chain.describe();
-    match t.chain {
-        ChainTakes::BiasActOrFree if !chain.reads_tensors() => Ok(()),
-        ChainTakes::BiasActOrFree => match chain.bias_then_activation() {
-            Some((act, _, dt)) if act.abi_value() <= 7 && dt == w.dtype() => Ok(()),
-            Some((_, _, dt)) if dt != w.dtype() => Err(format!(
-                "epilogue {}: the template's bias is of the operand type ({}), not {dt}",
-                steps(),
-                w.dtype()
-            )),
-            Some((act, _, _)) => Err(format!(
-                "epilogue {}: the template's epilogue takes identity, relu, leaky_relu, \
-                 gelu_erf, gelu_tanh, silu, sigmoid or tanh after the bias, not {}",
-                steps(),
-                act.name()
-            )),
-            None => Err(format!(
-                "epilogue {}: the template's epilogue reads at most a per-column bias, then \
-                 one activation",
-                steps()
-            )),
-        },
-        _ => Err(format!(
-            "epilogue {}: the template computes alpha A B + beta C only",
-            steps()
-        )),
-    }
+    Err(format!(
+        "epilogue {}: the template computes alpha A B + beta C only",
+        chain.describe()
+    ))
 }
 
 /// Whether `s` can run `w`, and if not, why (checked before compiling).
@@ -356,8 +330,14 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         return Err("tile sides must be 64, 128 or 256".into());
     }
     let chained = !w.chain().is_identity();
-    if chained && w.chain().reads_tensors() && w.layouts().c == Layout::Col {
-        return Err("layout c = col with an epilogue: the fused bias epilogue writes row-major D only (a column-major D is computed transposed)".into());
+    // A shared operand reaches TMA (which has no stride-0 dimension) as one GEMM with the
+    // batches stacked: rows of A and D for a shared B, columns of B and D for a shared A.
+    let lay = w.layouts();
+    if lay.shared_b && !(lay.a == Layout::Row && lay.c == Layout::Row && !lay.shared_a) {
+        return Err("layout shared = [\"b\"]: the template stacks the batches' rows of A and D into one GEMM, which needs a = row and c = row".into());
+    }
+    if lay.shared_a && !(lay.b == Layout::Col && lay.c == Layout::Col && !lay.shared_b) {
+        return Err("layout shared = [\"a\"]: the template stacks the batches' columns of B and D into one GEMM, which needs b = col and c = col".into());
     }
     let align1 = s.get("CS_EPI_ALIGN1", 0) == 1;
     if chained && align1 {
