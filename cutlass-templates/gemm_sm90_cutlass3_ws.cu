@@ -291,13 +291,27 @@ using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
     ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
 [[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
 #elif CS_CHAIN_EPI
-// The workload's epilogue chain as one node of an epilogue visitor tree (EVT) on top of
-// CUTLASS's alpha * acc + beta * C: for each element the consumer warps hold, the node
-// takes z from its child, loads the chain's tensor operands (row / column vectors, full
-// matrices) straight from global memory at the element's logical (row, col, batch), and
-// stores cs_chain::apply(z, t) rounded once to D's type. It runs inside the TMA
-// warp-specialized epilogue (staged through shared memory, TMA store of D), so the chain
-// costs one read of each operand and no extra pass over D.
+// The workload's epilogue chain as one node of an epilogue visitor tree (EVT): for each
+// element the consumer warps hold, the node takes z (alpha * acc + beta * C) from its
+// child and stores cs_chain::apply(z, t) rounded once to D's type. The chain's tensor
+// operands (row / column vectors, matrices) are loaded from global memory at the elements'
+// logical (row, col, batch), all of a subtile's at once before it is visited (one memory
+// latency per subtile, not per element). One matrix operand of D's type may instead take
+// the place of C (CS_CHAIN_C_OPERAND, when beta is 0): the collective then brings its
+// tiles into shared memory by TMA, pipelined with the mainloop, as it would bring C.
+// Everything runs inside the TMA warp-specialized epilogue, so the chain costs one read of
+// each operand and no extra pass over D.
+#if defined(CS_WL_CHAIN_C_OPERAND)
+#define CS_CHAIN_C_OPERAND CS_WL_CHAIN_C_OPERAND
+#else
+#define CS_CHAIN_C_OPERAND -1
+#endif
+static constexpr int kCOperand = CS_CHAIN_C_OPERAND;
+static_assert(kCOperand < cs_chain::kOperands, "CS_CHAIN_C_OPERAND names no chain operand");
+static_assert(kCOperand < 0 || cs_fallback::chain_kind<cs_chain>(kCOperand) == CS_OPERAND_MATRIX,
+              "CS_CHAIN_C_OPERAND must name a matrix operand");
+static_assert(kCOperand < 0 || cs_fallback::chain_dtype<cs_chain>(kCOperand) == int(kDtypeCD),
+              "CS_CHAIN_C_OPERAND must name an operand of D's type");
 namespace cs_evt {
 using namespace cutlass::epilogue::fusion;
 
@@ -305,6 +319,9 @@ struct ChainArguments {
   cs_operand operands[CS_MAX_OPERANDS];   // the chain's tensor operands (cs_problem's)
   int32_t layout_cd;                      // D's storage order, for matrix operands
 };
+
+// Operands loaded from global memory by the node (all but the one in C's place).
+static constexpr int kLoaded = cs_chain::kOperands - (kCOperand >= 0 ? 1 : 0);
 
 template <class ElementOutput>
 struct Sm90CsChain {
@@ -344,6 +361,9 @@ struct Sm90CsChain {
   // coordinate is below the residue).
   template <class CTensor, class ThrResidue>
   struct ConsumerStoreCallbacks : EmptyConsumerStoreCallbacks {
+    // Elements of one epilogue subtile this thread holds.
+    static constexpr int kVals = decltype(size(take<0, 3>(shape(std::declval<CTensor>()))))::value;
+
     CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor tCcD, ThrResidue residue, int64_t m0, int64_t n0,
                                           int64_t l, Params const& params)
         : tCcD(tCcD), residue(residue), m0(m0), n0(n0), l(l), params(params) {}
@@ -352,31 +372,76 @@ struct Sm90CsChain {
     ThrResidue residue;
     int64_t m0, n0, l;            // the thread's first element in the kernel's (M, N, L)
     Params const& params;
+    float vals[kLoaded > 0 ? kLoaded : 1][kLoaded > 0 ? kVals : 1];
 
-    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    // Before a subtile is visited: every loaded operand at every element of it.
+    CUTLASS_DEVICE void previsit(int epi_m, int epi_n, int, bool) {
+      if constexpr (kLoaded > 0) {
+        Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kVals; ++i) {
+          auto const c = tCcD_mn(i);
+          bool const in = elem_less(c, residue);
+          int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
+          // The kernel's (m, n) is D's (row, col), or (col, row) when D is computed
+          // transposed.
+          int64_t const row = kSwap ? kn : km, col = kSwap ? km : kn;
+          cute::for_each(cute::make_int_sequence<cs_chain::kOperands>{}, [&](auto J) {
+            constexpr int j = decltype(J)::value;
+            if constexpr (j != kCOperand) {
+              constexpr int slot = (kCOperand >= 0 && j > kCOperand) ? j - 1 : j;
+              constexpr int kind = cs_fallback::chain_kind<cs_chain>(j);
+              constexpr int dtype = cs_fallback::chain_dtype<cs_chain>(j);
+              cs_operand const& o = params.operands[j];
+              float v = 0.0f;
+              if (in) {
+                int64_t const idx = cs_operand_index<kind>(o, params.layout_cd, l, row, col);
+                v = dtype >= 0 ? cs_load_typed<dtype>(o.ptr, idx) : cs_load_as_float(o.ptr, o.dtype, idx);
+              }
+              vals[slot][i] = v;
+            }
+          });
+        }
+      }
+    }
+
+    template <int FragmentSize, class FrgC>
     CUTLASS_DEVICE cutlass::Array<ElementOutput, FragmentSize>
-    visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int epi_m, int epi_n,
-          cutlass::Array<ElementInput, FragmentSize> const& frg_z) {
-      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+    apply(int epi_v, cutlass::Array<float, FragmentSize> const& z, FrgC const& frg_c) {
       cutlass::Array<ElementOutput, FragmentSize> out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentSize; ++i) {
-        auto const c = tCcD_mn(epi_v * FragmentSize + i);
         float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (cs_chain::kOperands > 0) {
-          if (elem_less(c, residue)) {
-            int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
-            // The kernel's (m, n) is D's (row, col), or (col, row) when D is computed
-            // transposed.
-            int64_t const row = kSwap ? kn : km, col = kSwap ? km : kn;
-            CUTLASS_PRAGMA_UNROLL
-            for (int j = 0; j < cs_chain::kOperands; ++j)
-              t[j] = cs_operand_load(params.operands[j], params.layout_cd, l, row, col);
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < cs_chain::kOperands; ++j) {
+          if (j == kCOperand) {
+            if constexpr (kCOperand >= 0) t[j] = float(frg_c[i]);
+          } else if constexpr (kLoaded > 0) {
+            int const slot = (kCOperand >= 0 && j > kCOperand) ? j - 1 : j;
+            t[j] = vals[slot][epi_v * FragmentSize + i];
           }
         }
-        out[i] = ElementOutput(cs_chain::apply(float(frg_z[i]), t));
+        out[i] = ElementOutput(cs_chain::apply(z[i], t));
       }
       return out;
+    }
+
+    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<ElementOutput, FragmentSize>
+    visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int, int,
+          cutlass::Array<ElementInput, FragmentSize> const& frg_z) {
+      cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> to_f32;
+      return apply<FragmentSize>(epi_v, to_f32(frg_z), frg_z);
+    }
+
+    // With the matrix operand in C's place: z and that operand.
+    template <typename ElementAccumulator, typename ElementInput, typename ElementC, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<ElementOutput, FragmentSize>
+    visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int, int,
+          cutlass::Array<ElementInput, FragmentSize> const& frg_z,
+          cutlass::Array<ElementC, FragmentSize> const& frg_c) {
+      cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> to_f32;
+      return apply<FragmentSize>(epi_v, to_f32(frg_z), frg_c);
     }
   };
 
@@ -392,10 +457,22 @@ struct Sm90CsChain {
 };
 }  // namespace cs_evt
 
+#if CS_CHAIN_C_OPERAND >= 0
+// chain(alpha * acc, C = the matrix operand), D = its result rounded once.
+using FusionOp = cutlass::epilogue::fusion::Sm90EVT<
+    cs_evt::Sm90CsChain<ElementCD>,
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute,
+                                               cutlass::FloatRoundStyle::round_to_nearest>,
+        cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementScalar, Stride<_0, _0, int64_t>>,
+        cutlass::epilogue::fusion::Sm90AccFetch>,
+    cutlass::epilogue::fusion::Sm90SrcFetch<ElementCD>>;
+#else
 // chain(alpha * acc + beta * C), D = its result rounded once.
 using FusionOp = cutlass::epilogue::fusion::Sm90EVT<
     cs_evt::Sm90CsChain<ElementCD>,
     cutlass::epilogue::fusion::Sm90LinearCombination<ElementCompute, ElementCompute, ElementCD, ElementScalar>>;
+#endif
 [[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM;
 #else
 using FusionOp = cutlass::epilogue::fusion::LinearCombination<
@@ -520,7 +597,18 @@ static cs_problem cs_fold_batch(const cs_problem& p)
 // leading dimension).
 static cs_problem cs_effective(const cs_problem& problem)
 {
+#if CS_CHAIN_EPI && CS_CHAIN_C_OPERAND >= 0
+  // The chain's matrix operand in C's place (beta is 0: the caller checks): read like C.
+  cs_problem with_c = problem;
+  cs_operand const& o = problem.operands[CS_CHAIN_C_OPERAND];
+  with_c.c = o.ptr;
+  with_c.ldc = o.ld;
+  with_c.batch_stride_c = o.batch_stride;
+  with_c.beta = 1.0f;
+  cs_problem const p = cs_fold_batch(with_c);
+#else
   cs_problem const p = cs_fold_batch(problem);
+#endif
   if constexpr (!kSwap) {
     return p;
   } else {
@@ -549,6 +637,10 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 {
   if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != kLayoutCD)
     return CS_ERR_UNSUPPORTED;
+#if CS_CHAIN_EPI && CS_CHAIN_C_OPERAND >= 0
+  // C's place is taken by the chain's matrix operand.
+  if (p.beta != 0.0f || p.num_operands <= CS_CHAIN_C_OPERAND) return CS_ERR_UNSUPPORTED;
+#endif
   return cs_gemm_check_effective(cs_effective(p), check_pointers);
 }
 
@@ -695,10 +787,23 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
   ElementScalar const alpha = ElementScalar(p.alpha * p.scale_a * p.scale_b);
   ElementScalar const beta = ElementScalar(p.beta);
 #if CS_CHAIN_EPI
-  // The tree's arguments, children first: beta * C + (alpha * acc), then the chain node.
   cs_evt::ChainArguments chain{};
   for (int i = 0; i < CS_MAX_OPERANDS; ++i) chain.operands[i] = p.operands[i];
   chain.layout_cd = problem.layout_cd;
+#if CS_CHAIN_C_OPERAND >= 0
+  // The tree's arguments, children first: alpha * acc, C (the matrix operand), the chain.
+  args.epilogue.thread = {
+      {                       // alpha * acc
+        {{alpha}},            //   alpha
+        {},                   //   acc
+        {}                    //   multiplies
+      },
+      {},                     // C
+      chain                   // the chain node
+  };
+  (void)beta;
+#else
+  // The tree's arguments, children first: beta * C + (alpha * acc), then the chain node.
   args.epilogue.thread = {
       {                       // beta * C + (alpha * acc)
         {{beta}},             //   beta
@@ -712,6 +817,7 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
       },
       chain                   // the chain node
   };
+#endif
 #else
   args.epilogue.thread.alpha = alpha;
   args.epilogue.thread.beta  = beta;
@@ -761,6 +867,8 @@ static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
 #if CS_FUSED_BIAS_ACT
   if (p.family != CS_FAMILY_GEMM_BIAS_ACT || p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
+#elif CS_CHAIN_EPI
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
 #else
   if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
 #endif

@@ -11,6 +11,8 @@
  *     static constexpr int kOperands = 1;           // tensor operands the chain reads
  *     static constexpr int kKind0 = CS_OPERAND_ROW;  // kKind0..kKind3: cs_operand_kind
  *     ...
+ *     static constexpr int kDtype0 = CS_DTYPE_BF16;  // kDtype0..kDtype3: cs_dtype (-1: none)
+ *     ...
  *     static constexpr bool kIdentity = false;
  *     __host__ __device__ static float apply(float z, const float (&t)[CS_MAX_OPERANDS]);
  *   };
@@ -143,6 +145,28 @@ CS_HD float cs_load_as_float(const void *base, int32_t dtype, int64_t idx)
   }
 }
 
+/* Element idx of an array of cs_dtype DT, as fp32 (the type known at compile time). */
+template <int DT>
+CS_HD float cs_load_typed(const void *base, int64_t idx)
+{
+  if constexpr (DT == CS_DTYPE_F32) return static_cast<const float *>(base)[idx];
+  else if constexpr (DT == CS_DTYPE_F16) return __half2float(static_cast<const __half *>(base)[idx]);
+  else if constexpr (DT == CS_DTYPE_BF16) return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[idx]);
+  else if constexpr (DT == CS_DTYPE_F64) return float(static_cast<const double *>(base)[idx]);
+  else if constexpr (DT == CS_DTYPE_E4M3) return float(static_cast<const __nv_fp8_e4m3 *>(base)[idx]);
+  else if constexpr (DT == CS_DTYPE_E5M2) return float(static_cast<const __nv_fp8_e5m2 *>(base)[idx]);
+  else return 0.0f;
+}
+
+/* The element index of operand `o` (of kind KIND) at (row, col) of batch b of D. */
+template <int KIND>
+CS_HD int64_t cs_operand_index(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col)
+{
+  if constexpr (KIND == CS_OPERAND_ROW) return b * o.batch_stride + col;
+  else if constexpr (KIND == CS_OPERAND_COL) return b * o.batch_stride + row;
+  else return b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
+}
+
 /* Operand `o` at element (row, col) of batch b of D (m x n, layout_cd). */
 CS_HD float cs_operand_load(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row,
                             int64_t col)
@@ -181,6 +205,10 @@ struct cs_chain {
   static constexpr int kKind1 = CS_OPERAND_NONE;
   static constexpr int kKind2 = CS_OPERAND_NONE;
   static constexpr int kKind3 = CS_OPERAND_NONE;
+  static constexpr int kDtype0 = -1;
+  static constexpr int kDtype1 = -1;
+  static constexpr int kDtype2 = -1;
+  static constexpr int kDtype3 = -1;
   static constexpr bool kIdentity = true;
   CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
 };

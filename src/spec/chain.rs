@@ -655,6 +655,13 @@ impl Chain {
                 .map_or("CS_OPERAND_NONE", |t| t.kind.cpp());
             let _ = writeln!(s, "  static constexpr int kKind{i} = {k};");
         }
+        for i in 0..MAX_TENSORS {
+            let d = self
+                .tensors
+                .get(i)
+                .map_or(-1, |t| i64::from(t.dtype.abi_value()));
+            let _ = writeln!(s, "  static constexpr int kDtype{i} = {d};");
+        }
         let _ = writeln!(
             s,
             "  static constexpr bool kIdentity = {};",
