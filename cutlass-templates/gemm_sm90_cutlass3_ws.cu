@@ -6,13 +6,20 @@
 //   with -DCS_FUSED_BIAS_ACT=1 (family CS_FAMILY_GEMM_BIAS_ACT):
 //   D[l] = act(alpha * A[l] * B[l] + beta * C[l] + bias),  bias[n]: one value per column
 //                                                         of D, broadcast along M and L
+//   with an epilogue chain (CS_WL_CHAIN, from the workload block):
+//   D[l] = chain(alpha * A[l] * B[l] + beta * C[l]), the chain reading its tensor operands
+//          (row / column vectors, matrices) at each element: a visitor-tree node below
 //
 // Storage orders: A row- or column-major, B row- or column-major (CS_WL_LAYOUT_A /
 // CS_WL_LAYOUT_B from the workload block; default A row, B column: "TN", both K-major).
 // TMA and WGMMA take K-major and MN-major 16-bit operands alike, so every combination
-// runs the same mainloop. C/D row-major, or column-major (CS_WL_LAYOUT_CD = 1, plain
-// GEMMs only): then the kernel computes the row-major D^T = B^T A^T. bf16 inputs by
-// default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the input type.
+// runs the same mainloop. C/D row-major, or column-major (CS_WL_LAYOUT_CD = 1; not with
+// the library bias epilogue): then the kernel computes the row-major D^T = B^T A^T. bf16
+// inputs by default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the
+// input type; fp8 (e4m3 / e5m2, A row and B column only) writes bf16, f16 or f32.
+// Batches: any batch strides; a shared B (stride 0) with A and D row-major, or a shared A
+// with B and D column-major, runs as one GEMM with the batches stacked (TMA has no
+// stride-0 dimension); other shared operands take the fallback.
 //
 // Strategy: CUTLASS 3's Sm90 collective builders (CuTe inside). The mainloop is the
 // warp-specialized TMA + WGMMA collective: one producer warpgroup issues TMA loads (with
@@ -198,9 +205,12 @@ static constexpr int kLayoutA = CS_WL_LAYOUT_A, kLayoutB = CS_WL_LAYOUT_B, kLayo
 static constexpr bool kSwap = kLayoutCD == CS_LAYOUT_COL;
 static constexpr bool kAKMajor = kSwap ? kLayoutB == CS_LAYOUT_COL : kLayoutA == CS_LAYOUT_ROW;
 static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB == CS_LAYOUT_COL;
-#if CS_FP8 && (CS_WL_LAYOUT_A != 0 || CS_WL_LAYOUT_B != 1 || CS_WL_LAYOUT_CD != 0 || CS_FUSED_BIAS_ACT || CS_CHAIN_EPI)
-#error "fp8 WGMMA takes K-major operands only: A row, B column, row-major D, no fused epilogue"
+// fp8 WGMMA reads K-major operands only. A row and B column are K-major in both
+// orientations (a column-major D swaps them into B^T and A^T, still K-major).
+#if CS_FP8 && (CS_WL_LAYOUT_A != 0 || CS_WL_LAYOUT_B != 1)
+#error "fp8 WGMMA takes K-major operands only: A row-major and B column-major (CS_WL_LAYOUT_A 0, CS_WL_LAYOUT_B 1)"
 #endif
+static_assert(!CS_FP8 || (kAKMajor && kBKMajor), "fp8: both kernel operands must be K-major");
 #if CS_FUSED_BIAS_ACT && CS_WL_LAYOUT_CD == 1
 #error "the fused bias epilogue writes row-major D only (computed transposed, the bias would run along rows)"
 #endif
@@ -865,7 +875,10 @@ static int32_t cs_status_of(cutlass::Status s)
 // The fallback takes what this build's family takes (and the same activation).
 static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
-#if CS_FUSED_BIAS_ACT
+#if CS_FUSED_BIAS_ACT && defined(CS_WL_BIAS_ACT)
+  // The workload's chain (bias, then the activation) runs in the fallback's epilogue.
+  if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;
+#elif CS_FUSED_BIAS_ACT
   if (p.family != CS_FAMILY_GEMM_BIAS_ACT || p.activation != CS_ACT) return CS_ERR_UNSUPPORTED;
 #elif CS_CHAIN_EPI
   if (p.family != CS_FAMILY_GEMM && p.family != CS_FAMILY_GEMM_BIAS_ACT) return CS_ERR_UNSUPPORTED;

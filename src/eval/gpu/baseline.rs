@@ -275,11 +275,9 @@ impl Libraries {
         .map_err(|e| fail("cublasGemmStridedBatchedEx", e))
     }
 
-    /// Prepares a cuBLASLt matmul (with a bias + ReLU/GELU epilogue when asked) and the
-    /// heuristic's top algorithms.
     /// A cuBLASLt plan for `D = alpha * A * B` (+ a bias/activation epilogue when it
-    /// has one), A and B of `dtype`, D of `out_dtype`. fp8 operands take the per-tensor
-    /// scales `scales` (device pointers to fp32 scalars for A, B and, for an fp8 D, D).
+    /// has one), A and B of `dtype`, D of `out_dtype`. The scales of fp8 A and B are the
+    /// caller's to fold into alpha; an fp8 D takes `d_scale` (a device pointer to an fp32).
     #[allow(clippy::too_many_arguments)]
     pub fn lt_plan(
         &self,
@@ -288,7 +286,7 @@ impl Libraries {
         out_dtype: DType,
         allow_tf32: bool,
         epilogue: Option<(Activation, u64)>,
-        scales: Option<(u64, u64, u64)>,
+        d_scale: Option<u64>,
         workspace: u64,
         workspace_bytes: usize,
     ) -> Result<LtPlan, CudaFailure> {
@@ -326,28 +324,16 @@ impl Libraries {
             (&tb) as *const i32 as _,
             4,
         )?;
-        if let Some((sa, sb, sd)) = scales {
-            use ltsys::cublasLtMatmulDescAttributes_t as D;
-            // cuBLASLt's fp8 GEMM applies the scales of A and B to the product, and the
-            // scale of D when D is fp8.
-            let (first, second) = if x.first_is_a { (sa, sb) } else { (sb, sa) };
+        // fp8 operands' per-tensor scales reach cuBLASLt folded into alpha (the caller's):
+        // for scalar scales that is the same product, and with A/B scale pointers set, every
+        // algorithm the heuristic offered returned NOT_SUPPORTED from cublasLtMatmul
+        // (cuBLASLt 13 on an H200, e4m3 TN, bf16 D). An fp8 D takes its scale by pointer.
+        if let Some(sd) = d_scale {
             set_desc(
-                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                (&first) as *const u64 as _,
+                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_D_SCALE_POINTER,
+                (&sd) as *const u64 as _,
                 8,
             )?;
-            set_desc(
-                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                (&second) as *const u64 as _,
-                8,
-            )?;
-            if out_dtype.is_fp8() {
-                set_desc(
-                    D::CUBLASLT_MATMUL_DESC_D_SCALE_POINTER,
-                    (&sd) as *const u64 as _,
-                    8,
-                )?;
-            }
         }
         let mut note = None;
         if let Some((act, bias)) = epilogue {

@@ -12,7 +12,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::spec::{DType, Family, Layout, Workload};
 
 use super::problem::Problem;
-use super::validate::{dot_bound, effective_roundoff, Sample};
+use super::validate::{dot_bound, effective_roundoff, Sample, Summation};
 use super::Ctx;
 
 /// The compiled kernels of device validation for one workload.
@@ -104,8 +104,8 @@ impl Ctx<'_> {
         let mut stats = None;
         let spec = check_spec(w, A::DTYPE, D::DTYPE);
         if let Some(g) = &p.gemm {
-            let tc_f32 = A::DTYPE == DType::F32 && !w.allow_tf32();
-            args.ebound = dot_bound(1.0, g.k, effective_roundoff(w), tc_f32);
+            let summation = Summation::of(A::DTYPE, w.allow_tf32());
+            args.ebound = dot_bound(1.0, g.k, effective_roundoff(w), summation);
             products.push(self.product_buf(p, g, false, false)?);
             products.push(self.product_buf(p, g, false, true)?);
             args.r[0] = products[0].ptr;

@@ -184,20 +184,24 @@ impl Ctx<'_> {
         };
 
         // cuBLASLt: the fastest of its heuristic's algorithms.
-        let lt_alpha = if dtype.is_fp8() { params.alpha } else { scale };
+        // fp8: the scales of A and B folded into alpha (`scale`), as for every contender.
+        let lt_alpha = scale;
         let lt_epilogue = fam == Family::GemmBiasAct && w.chain().steps.len() <= 2;
         let mut lt: Option<(LtPlan, usize)> = None;
         if let Some(g) = p.gemm.filter(|_| libs.has_cublaslt()) {
             if wants(Baseline::Cublaslt) || dtype.is_fp8() {
                 let epi = lt_epilogue.then_some((params.activation, bias));
-                let sc = scales.as_ref().map(|s| (s.ptr, s.ptr + 4, s.ptr + 8));
+                let d_scale = scales
+                    .as_ref()
+                    .filter(|_| out_dtype.is_fp8())
+                    .map(|s| s.ptr + 8);
                 match libs.lt_plan(
                     &g,
                     dtype,
                     out_dtype,
                     allow_tf32,
                     epi,
-                    sc,
+                    d_scale,
                     lt_ws.ptr,
                     lt_ws_bytes,
                 ) {
