@@ -44,7 +44,9 @@
 //   bounds cap registers accordingly) walk the chunks with a grid-stride loop; the one
 //   partial chunk at the end (if any) is done one group at a time.
 // - Math (run-time activations): 16-bit outputs use __expf / __fdividef where they were
-//   tuned (gelu_tanh, silu, sigmoid, tanh, mish): their ~1e-6 relative error is far below
+//   tuned (gelu_tanh, silu, sigmoid, tanh, mish; elu / selu as exp - 1 away from 0 and a
+//   polynomial near it, softplus's log1p(e) as log(1 + e) or a polynomial for small e):
+//   their ~1e-5 relative error or less is far below
 //   the 2^-9 / 2^-12 of rounding the result to 16 bits, and they keep bf16 (4 bytes moved
 //   per element) from becoming issue bound. f32 outputs use the accurate forms (expf,
 //   tanhf, erff, expm1f, log1pf; divisions by 1 + exp(-x) use __fdividef, 2 ulp), accurate
@@ -153,6 +155,40 @@ CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
 #endif
 }
 
+// expm1(x) for x <= 0 (and NaN). kFast (a 16-bit result): ex2.approx minus 1, whose
+// absolute error (~2^-22) is relative error below 1e-5 where |expm1(x)| >= 0.03, and the
+// Taylor polynomial nearer 0 (next term x^5 / 120: relative error below 1e-8 there):
+// a few instructions instead of expm1f's ~30.
+template <bool kFast>
+CS_HD float cs_expm1_neg(float x)
+{
+  if constexpr (kFast) {
+    if (x > -0.03f) return x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
+    return cs_exp_fast(x) - 1.0f;
+  } else {
+    return expm1f(x);
+  }
+}
+
+// log(1 + exp(y)) for y <= 0. kFast (a 16-bit result): e = exp(y) <= 1; log of 1 + e by
+// lg2.approx where 1 + e >= 1.01 (the result >= 0.00995, its ~2^-22 absolute error is
+// relative error below 1e-5), e - e^2/2 + e^3/3 - e^4/4 below (relative error below 3e-9).
+template <bool kFast>
+CS_HD float cs_log1p_exp_neg(float y)
+{
+  if constexpr (kFast) {
+    float const e = cs_exp_fast(y);
+    if (e < 0.01f) return e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+#ifdef __CUDA_ARCH__
+    return __logf(1.0f + e);
+#else
+    return logf(1.0f + e);
+#endif
+  } else {
+    return log1pf(expf(y));
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Run-time activations (fp32 in, fp32 out)
 // ---------------------------------------------------------------------------------------
@@ -205,11 +241,11 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
       return tanhf(x);
     }
   } else if constexpr (Act == CS_ACT_SELU) {
-    // expm1f: exp(x) - 1 would lose all relative accuracy for x near 0.
+    // expm1: exp(x) - 1 would lose all relative accuracy for x near 0.
     float const alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
-    return scale * (x > 0.0f ? x : alpha * expm1f(x));
+    return scale * (x > 0.0f ? x : alpha * cs_expm1_neg<kFast>(x));
   } else if constexpr (Act == CS_ACT_ELU) {
-    return x > 0.0f ? x : p0 * expm1f(x);
+    return x > 0.0f ? x : p0 * cs_expm1_neg<kFast>(x);
   } else if constexpr (Act == CS_ACT_HARDSIGMOID) {
     // relu6(x + 3) / 6: exactly 0 at x <= -3 and 1 at x >= 3 (6 * fl(1/6) rounds to 1).
     return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
@@ -222,7 +258,7 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     // is the same function without overflow for large bx (thresholds above 88).
     float const bx = p0 * x;
     if (bx > p1) return x;
-    return (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) * p2;
+    return (fmaxf(bx, 0.0f) + cs_log1p_exp_neg<kFast>(-fabsf(bx))) * p2;
   } else if constexpr (Act == CS_ACT_SOFTSIGN) {
     // The fast division (2 ulp) below 2^126, where it is exact enough; the IEEE one's
     // slow-path call spilled registers. Above, x / (1 + |x|) rounds to +-1. NaN stays NaN.

@@ -250,11 +250,26 @@ using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
 // Schedules
 // ---------------------------------------------------------------------------------------
 
+// fp8: the plain schedules make the builder pick the accurate fp8 mainloop
+// (MainloopSm90TmaGmmaWarpSpecializedFP8, which adds the WGMMA accumulators into a second,
+// fp32 set after every k-block: two accumulator sets per thread, so at most 64
+// accumulators per thread fit without spilling); CS_FP8_FAST_ACCUM=1 takes the
+// FP8FastAccum schedules: one set that WGMMA accumulates into over all of K (the 16-bit
+// tiles fit again; less accurate for long K, which validation judges). 16-bit builds
+// ignore it.
+#ifndef CS_FP8_FAST_ACCUM
+#define CS_FP8_FAST_ACCUM 0
+#endif
+static constexpr bool kFp8FastAccum = CS_FP8 && CS_FP8_FAST_ACCUM;
 #if CS_SCHEDULE == 1
-using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using MainloopSchedule = std::conditional_t<kFp8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
 using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecialized;
 #else
-using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using MainloopSchedule = std::conditional_t<kFp8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
 using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #endif
 

@@ -308,7 +308,7 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
             } else {
                 256
             };
-        if per_thread > 64 {
+        if per_thread > 64 && s.get("CS_FP8_FAST_ACCUM", 0) == 0 {
             return Err(format!(
                 "fp8 tile {m}x{n}: the accurate fp8 mainloop keeps a second set of accumulators (promoted every few k-blocks); above 64 per thread ({per_thread} here) they spill"
             ));

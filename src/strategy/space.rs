@@ -126,6 +126,17 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 2), ("CS_SWIZZLE", 4)][..], "cooperative 128x256, cluster 2x1, tiles rastered along N with swizzle 4: L2 reuse of A"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_RASTER", 1), ("CS_SWIZZLE", 2)][..], "cooperative 128x256, cluster 2x1, rastered along M with swizzle 2: L2 reuse of B"),
             ];
+            if w.dtype().is_fp8() {
+                // fp8: tiles whose two accumulator sets fit (the accurate mainloop), and the
+                // large tiles with fast accumulation (one set; validation judges its error).
+                for (p, why) in [
+                    (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_FP8_FAST_ACCUM", 1)][..], "fp8 cooperative 128x256x128, cluster 2x1, fast accumulation: one accumulator set over all of K, the large tile"),
+                    (&[("CS_TILE_M", 64), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2), ("CS_SCHEDULE", 1)][..], "fp8 ping-pong 64x128x128, cluster 2x1, accurate accumulation: one warpgroup's epilogue under the other's MMAs"),
+                    (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_CLUSTER_N", 2)][..], "fp8 cooperative 128x128x128, cluster 1x2, accurate accumulation: A tiles multicast"),
+                ] {
+                    out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+                }
+            }
             let order: Vec<usize> = if skinny {
                 vec![3, 2, 1, 0, 4, 5, 6, 7]
             } else {
