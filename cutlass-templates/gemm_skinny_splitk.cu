@@ -1,52 +1,90 @@
-// cutesmith template: skinny GEMM (m <= 64), split-K, mma.sync tensor cores, bf16 / fp16.
+// cutesmith template: skinny GEMM (one side of D at most 64), split-K, mma.sync tensor cores.
 //
-//   D (m x n, row-major) = alpha * A (m x k, row-major) * B (k x n, col-major) + beta * C
+//   Z[b] = alpha * A[b] (m x k) * B[b] (k x n) + beta * C[b]           (fp32)
+//   D[b] = chain(Z[b]) rounded once to D's type                        for b in [0, batch)
 //
-// Operands are "TN": A and B both keep K contiguous (B is stored as n rows of k elements,
-// i.e. layout_b == CS_LAYOUT_COL). bf16 inputs by default (-DCS_GEMM_FP16 for fp16), C and
-// D of the same type, fp32 accumulation, alpha and beta in fp32, batch 1.
+// Families: CS_FAMILY_GEMM, and CS_FAMILY_GEMM_BIAS_ACT when the workload's epilogue chain
+// is compiled in (the chain then starts with the row-bias add, operand 0, and the
+// activation). Types: A and B bf16 or f16 (CS_WL_DTYPE_AB; default bf16, or f16 with
+// -DCS_GEMM_FP16); C and D bf16, f16 or f32 (CS_WL_DTYPE_CD; default A's type); fp32
+// accumulation; alpha and beta in fp32. A build for fp8 or f32 A/B runs everything on the
+// fallback. Layouts are checked at run time (the CS_WL_LAYOUT_* macros are not needed).
 //
-// Strategy: with m <= 64 the problem is bound by streaming B (n*k elements) once from
-// DRAM. The grid is ceil(n / CS_BLOCK_N) x CS_SPLIT_K CTAs: CTA (x, z) owns the columns
-// [x*BLOCK_N, (x+1)*BLOCK_N) and the K slice [z*k/SPLIT, (z+1)*k/SPLIT). Its warps are
-// NT = BLOCK_N/8 column tiles (8 columns each) times KG = warps/NT K groups that interleave
-// 32-wide K steps. Per K chunk (sized so A stays under CS_SMEM_A bytes of shared memory)
-// the CTA stages A (rows padded with zeros up to a multiple of 16) in shared memory; every
-// warp then streams its 8 rows of B straight from global memory into registers, one
-// 16-byte ld.global.nc per lane per 32-wide K step (CS_UNROLL steps in flight), and runs
-// mma.sync.m16n8k16 (fp32 accumulate) against A fragments read with 16-byte lds.
+// Fast path (this file's kernel): A row-major and B column-major ("TN": both keep K
+// contiguous), C and D row- or column-major with any ldc / ldd, min(m, n) <= 64, any
+// batch <= 65535 with any batch strides (0: A, B or C shared by every batch; D needs its
+// own), k % (8 * CS_SPLIT_K) == 0 and k <= 2^31 - 2^16 (K = 2^20 and beyond), lda / ldb
+// (and batch strides of A / B) multiples of 8, A / B 16-byte aligned, the split-K partials
+// within 4 GiB of workspace.
+// Everything else: the split-K GEMV path of cutesmith_fallback_gemm.cuh when one side is
+// <= 16 and k >= 4096 (other layouts of A / B), else its predicated fallback GEMM (m and n
+// both > 64, a K residue, odd leading dimensions, misaligned pointers, k == 0).
 //
-// K permutation: a lane (group g = lane/4, c = lane%4) loads B[n0+g][k0+8c .. k0+8c+8) and
-// A[r][k0+8c .. k0+8c+8) for its rows r = g, g+8 (4 registers of 2 elements each: q0..q3).
-// MMA 0 of the step takes {q0, q1}, MMA 1 {q2, q3}, as the fragment registers that the PTX
-// layout assigns to the logical k = {2c, 2c+1} and {2c+8, 2c+9}. A and B use the same map
-// from logical to actual k, so each MMA sums a permutation of 16 of the 32 K values and the
-// two together cover the step exactly once.
+// Orientation: the kernel always computes a "row-major" D' = A' (m' x k, K contiguous) *
+// B' (k x n', B'^T stored as n' rows of k), m' <= 64: the small side is m', the long side
+// (the operand streamed from DRAM) n'.
+//   m <= n:  A' = A,   B' = B,   (m', n') = (m, n), D'(i, j) = D(i, j)
+//   n <  m:  A' = B^T, B' = A^T, (m', n') = (n, m), D'(i, j) = D(j, i)   (D^T = B^T A^T)
+// With A row-major and B column-major both A and B^T are rows of K, so the swap only
+// exchanges pointers, leading dimensions and batch strides. The epilogue maps (i, j) back
+// to D's logical (row, col), reads C and writes D through their layout (layout_cd, ldc,
+// ldd) and evaluates the chain at (row, col), which indexes its operands the workload's way.
+//
+// Strategy: with m' <= 64 the problem is bound by streaming B' (n'*k elements) once from
+// DRAM. The grid is ceil(n' / CS_BLOCK_N) x CS_SPLIT_K x batch CTAs (batch 1 runs a
+// kernel variant without the per-batch pointer arithmetic): CTA (x, y, b) owns
+// the columns [x*BLOCK_N, (x+1)*BLOCK_N) of D'[b] and the K slice [y*k/SPLIT,
+// (y+1)*k/SPLIT). Its warps are NT = BLOCK_N/8 column tiles (8 columns each) times
+// KG = warps/NT K groups that interleave 32-wide K steps. Per K chunk (sized so A' stays
+// under CS_SMEM_A bytes of shared memory) the CTA stages A' (rows padded with zeros up to a
+// multiple of 16) in shared memory; every warp then streams its 8 rows of B'^T straight from
+// global memory into registers, one 16-byte ld.global.nc per lane per 32-wide K step
+// (CS_UNROLL steps in flight), and runs mma.sync.m16n8k16 (fp32 accumulate) against A'
+// fragments read with 16-byte lds. Offsets are 64-bit: n' * k may exceed 2^31.
+//
+// K permutation: a lane (group g = lane/4, c = lane%4) loads B'^T[n0+g][k0+8c .. k0+8c+8)
+// and A'[r][k0+8c .. k0+8c+8) for its rows r = g, g+8 (4 registers of 2 elements each:
+// q0..q3). MMA 0 of the step takes {q0, q1}, MMA 1 {q2, q3}, as the fragment registers
+// that the PTX layout assigns to the logical k = {2c, 2c+1} and {2c+8, 2c+9}. A' and B'
+// use the same map from logical to actual k, so each MMA sums a permutation of 16 of the
+// 32 K values and the two together cover the step exactly once.
 //
 // Partials: K groups of a CTA are summed through shared memory; with CS_SPLIT_K > 1 every
-// split writes fp32 partials (split x m x n, from the harness workspace). With
-// CS_FUSED_REDUCE=1 (default) each CTA then fences and bumps a per-column-block counter
-// kept in the workspace after the partials; the last CTA to arrive sums the splits
-// (__ldcg), applies alpha / beta*C, writes D and resets the counter to 0 for the next
-// launch. With CS_FUSED_REDUCE=0 a second kernel on the same stream does the sum
+// split writes fp32 partials (batch x split x m' x n', from the harness workspace). With
+// CS_FUSED_REDUCE=1 (default) each CTA then fences and bumps a counter per (batch, column
+// block) kept in the workspace after the partials; the last CTA to arrive sums the splits
+// (__ldcg), runs the epilogue and resets the counter to 0 for the next launch. With
+// CS_FUSED_REDUCE=0 a second kernel on the same stream does the sum and the epilogue
 // (CS_PDL=1 makes it a programmatic dependent launch). With CS_SPLIT_K == 1 the main
-// kernel writes D itself. CS_L2_256B=1 (default) adds the .L2::256B prefetch-size hint to
-// the B loads. Measured on the H100 at 16x4096x4096 bf16 (cuBLAS in the same run
-// 21.9-22.8 us): the separate reduce 21.9-22.9 us, fused reduce + L2 hint 21.25-21.34 us.
+// kernel runs the epilogue itself. Epilogue, per element of D: z = alpha*scale_a*scale_b
+// * acc + beta * C(row, col), then z = chain(z) at (row, col) unless the chain is the
+// identity, then one rounding to D's type. Measured on the H100 at 16x4096x4096 bf16 (TN,
+// batch 1, before the orientations / chain / batch were added; the batch-1 kernel's inner
+// loop compiles to the same instructions) with cuBLAS in the same run at 21.9-22.8 us: the
+// separate reduce 21.9-22.9 us, fused reduce + L2 hint 21.25-21.34 us.
 //
-// Fast path: family GEMM, dtypes match, TN, m <= 64, batch == 1, k % (8*SPLIT) == 0,
-// lda / ldb multiples of 8, A / B 16-byte aligned. D and C are written / read element by
-// element (any n, ldd, ldc). GEMV-like shapes it cannot take (n <= 16 with m > 64, other
-// layouts) run on the split-K GEMV path of cutesmith_fallback_gemm.cuh; anything else on
-// the predicated fallback GEMM.
+// Parameters (override with -DNAME=VALUE):
+//   CS_SPLIT_K       4      K slices (grid y); 1 writes D from the main kernel
+//   CS_BLOCK_N       64     columns of D' per CTA (multiple of 8)
+//   CS_THREADS       256    threads per CTA (warps: a multiple of CS_BLOCK_N/8)
+//   CS_UNROLL        8      32-wide K steps of B' in flight per warp (16 B per lane each)
+//   CS_PIPE          0      1: register double buffer for the B' loads (m' <= 32)
+//   CS_PDL           0      1: the separate reduce kernel is a programmatic dependent launch
+//   CS_FUSED_REDUCE  1      1: the last CTA of each column block sums the splits
+//   CS_L2_256B       1      1: B' loads carry the .L2::256B prefetch-size hint
+//   CS_SMEM_A        98304  shared memory budget for the staged A' chunk, bytes
+//   CS_GEMM_FP16     unset  f16 A/B when the workload block gives no CS_WL_DTYPE_AB
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"
 #include "cutesmith_fallback_gemm.cuh"
 
 // ---------------------------------------------------------------------------------------
@@ -57,16 +95,16 @@
 #define CS_SPLIT_K 4        // K slices (grid y); 1 writes D directly
 #endif
 #ifndef CS_BLOCK_N
-#define CS_BLOCK_N 64       // columns of D per CTA (multiple of 8)
+#define CS_BLOCK_N 64       // columns of D' per CTA (multiple of 8)
 #endif
 #ifndef CS_THREADS
 #define CS_THREADS 256      // threads per CTA (warps = THREADS/32, multiple of BLOCK_N/8)
 #endif
 #ifndef CS_UNROLL
-#define CS_UNROLL 8         // 32-wide K steps of B in flight per warp (16 B per lane each)
+#define CS_UNROLL 8         // 32-wide K steps of B' in flight per warp (16 B per lane each)
 #endif
 #ifndef CS_PIPE
-#define CS_PIPE 0           // 1: register double buffer: the next batch of B loads is issued
+#define CS_PIPE 0           // 1: register double buffer: the next batch of B' loads is issued
 #endif                      //    before the MMAs of the current one
 #ifndef CS_PDL
 #define CS_PDL 0            // 1: the split-K reduce kernel is a programmatic dependent launch
@@ -75,41 +113,90 @@
 #define CS_FUSED_REDUCE 1   // 1: no second kernel: the last CTA of each column block (atomic
 #endif                      //    counter in the workspace, reset by that CTA) sums the splits
 #ifndef CS_L2_256B
-#define CS_L2_256B 1        // 1: B loads carry the .L2::256B prefetch-size hint
+#define CS_L2_256B 1        // 1: B' loads carry the .L2::256B prefetch-size hint
 #endif
 #ifndef CS_SMEM_A
-#define CS_SMEM_A 98304     // shared memory budget for the staged A chunk, bytes
+#define CS_SMEM_A 98304     // shared memory budget for the staged A' chunk, bytes
 #endif
 
-#ifdef CS_GEMM_FP16
-using Element = __half;
-static constexpr cs_dtype kDtype = CS_DTYPE_F16;
+// ---------------------------------------------------------------------------------------
+// Workload: element types
+// ---------------------------------------------------------------------------------------
+
+#if defined(CS_WL_DTYPE_AB)
+static constexpr int kDtypeAB = CS_WL_DTYPE_AB;
+#elif defined(CS_GEMM_FP16)
+static constexpr int kDtypeAB = CS_DTYPE_F16;
 #else
-using Element = __nv_bfloat16;
-static constexpr cs_dtype kDtype = CS_DTYPE_BF16;
+static constexpr int kDtypeAB = CS_DTYPE_BF16;
 #endif
+#if defined(CS_WL_DTYPE_CD)
+static constexpr int kDtypeCD = CS_WL_DTYPE_CD;
+#else
+static constexpr int kDtypeCD = kDtypeAB;
+#endif
+
+// The C++ element of a cs_dtype (void: none this template takes).
+template <int Dtype> struct cs_element { using type = void; };
+template <> struct cs_element<CS_DTYPE_F32> { using type = float; };
+template <> struct cs_element<CS_DTYPE_F16> { using type = __half; };
+template <> struct cs_element<CS_DTYPE_BF16> { using type = __nv_bfloat16; };
+template <> struct cs_element<CS_DTYPE_E4M3> { using type = __nv_fp8_e4m3; };
+template <> struct cs_element<CS_DTYPE_E5M2> { using type = __nv_fp8_e5m2; };
+
+// What this build runs: the tensor-core path (16-bit A/B) and the fallback (which also
+// takes fp8 and f32 A/B). A build for anything else still compiles and every launch
+// returns CS_ERR_UNSUPPORTED.
+static constexpr bool kCdOk =
+    kDtypeCD == CS_DTYPE_BF16 || kDtypeCD == CS_DTYPE_F16 || kDtypeCD == CS_DTYPE_F32;
+static constexpr bool kFastOk =
+    kCdOk && (kDtypeAB == CS_DTYPE_BF16 || kDtypeAB == CS_DTYPE_F16);
+static constexpr bool kFallbackOk =
+    kCdOk && !std::is_void<typename cs_element<kDtypeAB>::type>::value;
+
+using ElementAB =
+    std::conditional_t<kFallbackOk, typename cs_element<kDtypeAB>::type, __nv_bfloat16>;
+using ElementCD = std::conditional_t<kCdOk, typename cs_element<kDtypeCD>::type, __nv_bfloat16>;
 
 static constexpr int kWarps = CS_THREADS / 32;
 static constexpr int kNT = CS_BLOCK_N / 8;    // column tiles (8 wide) per CTA
 static constexpr int kKG = kWarps / kNT;      // K groups per column tile
-static constexpr int kPadA = 32;              // row pad of staged A (elements): stride = 64 B mod 128 B
+static constexpr int kPadA = 32;              // row pad of staged A' (elements): 64 B mod 128 B
+static constexpr int64_t kMaxSmall = 64;      // the small side m' of D'
+static constexpr uint64_t kMaxWorkspace = uint64_t(4) << 30;   // split-K partials + counters
 
 static_assert(CS_BLOCK_N % 8 == 0, "CS_BLOCK_N must be a multiple of 8");
 static_assert(CS_THREADS % 32 == 0 && CS_THREADS <= 1024, "CS_THREADS: whole warps, <= 1024");
 static_assert(kNT >= 1 && kWarps % kNT == 0, "warps must be a multiple of CS_BLOCK_N/8");
 static_assert(CS_SPLIT_K >= 1 && CS_SPLIT_K <= 65535, "CS_SPLIT_K out of range");
 static_assert(CS_UNROLL >= 1, "CS_UNROLL >= 1");
+static_assert(kPadA % 8 == 0, "staged A' rows must stay 16-byte aligned");
+
+// ---------------------------------------------------------------------------------------
+// Kernel arguments: the problem in the kernel's orientation
+// ---------------------------------------------------------------------------------------
+
+// D' (m x n, m <= 64) = A' (m x k) * B' (k x n), A' and B'^T stored as rows of K. Passed as
+// a __grid_constant__ parameter: every field is read from the constant bank.
+struct cs_skinny_args {
+  const ElementAB* a;       // A': m rows of k, lda apart (batch b at a + b * batch_a), or
+                            // with a_kmajor false k columns of m, lda apart
+  bool a_kmajor;            // A' stored as rows of K (else as columns: M contiguous)
+  const ElementAB* b;       // B'^T: n rows of k, ldb apart
+  int64_t lda, ldb, batch_a, batch_b;
+  int m, n, k, kc;          // m', n', k and the K chunk staged in shared memory
+  bool swapped;             // D'(i, j) = D(j, i): A' = B^T, B' = A^T
+  float alpha;              // alpha * scale_a * scale_b
+  float* partials;          // [batch][CS_SPLIT_K][m][n] fp32 (CS_SPLIT_K > 1)
+  unsigned* counters;       // [batch][column blocks] arrival counters (CS_FUSED_REDUCE)
+  cs_problem p;             // the workload's problem: C, D, their layout, beta, the chain
+};
 
 // ---------------------------------------------------------------------------------------
 // Device side
 // ---------------------------------------------------------------------------------------
 
-__device__ __forceinline__ float cs_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float cs_to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ void cs_store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void cs_store(__half* p, float x) { *p = __float2half_rn(x); }
-
-// Streaming 16-byte load of B (read once: no L1 allocation).
+// Streaming 16-byte load of B' (read once: no L1 allocation).
 __device__ __forceinline__ uint4 cs_ldg_stream(const void* p)
 {
   uint4 v;
@@ -127,23 +214,23 @@ __device__ __forceinline__ uint4 cs_ldg_stream(const void* p)
 __device__ __forceinline__ void cs_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1)
 {
-#ifdef CS_GEMM_FP16
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
+  if constexpr (kDtypeAB == CS_DTYPE_F16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 }
 
-// B vectors of steps s0, s0 + KG, ... (zeros past the chunk, past n).
-__device__ __forceinline__ void cs_load_b(uint4 (&bv)[CS_UNROLL], const Element* Brow, int k0,
+// B' vectors of steps s0, s0 + KG, ... (zeros past the chunk, past n).
+__device__ __forceinline__ void cs_load_b(uint4 (&bv)[CS_UNROLL], const ElementAB* Brow, int k0,
                                           int s0, int nsteps, int kcur, bool nvalid, int c)
 {
 #pragma unroll
@@ -155,10 +242,10 @@ __device__ __forceinline__ void cs_load_b(uint4 (&bv)[CS_UNROLL], const Element*
   }
 }
 
-// The MMAs of one batch of B (steps s0, s0 + KG, ...) against the staged A.
+// The MMAs of one batch of B' (steps s0, s0 + KG, ...) against the staged A'.
 template <int MT>
 __device__ __forceinline__ void cs_mma_batch(float (&acc)[MT][4], const uint4 (&bv)[CS_UNROLL],
-                                             const Element* sA, int sstride, int s0, int nsteps,
+                                             const ElementAB* sA, int sstride, int s0, int nsteps,
                                              int g, int c)
 {
 #pragma unroll
@@ -177,29 +264,50 @@ __device__ __forceinline__ void cs_mma_batch(float (&acc)[MT][4], const uint4 (&
   }
 }
 
-// MT: 16-row tiles of A (ceil(m/16), 1..4). kc: K chunk staged in smem (multiple of 64).
-template <int MT>
+// The epilogue of one element (i, j) of D'[b] with its K sum `acc`: back to D's logical
+// (row, col), z = alpha * acc + beta * C(row, col), the chain at (row, col), one rounding.
+__device__ __forceinline__ void cs_write_d(const cs_skinny_args& args, int64_t b, int64_t i,
+                                           int64_t j, float acc)
+{
+  cs_problem const& p = args.p;
+  int64_t const row = args.swapped ? j : i, col = args.swapped ? i : j;
+  bool const cd_row = p.layout_cd == CS_LAYOUT_ROW;
+  float z = args.alpha * acc;
+  if (p.beta != 0.0f) {
+    const ElementCD* C = static_cast<const ElementCD*>(p.c) + b * p.batch_stride_c;
+    z += p.beta * cs_fallback::to_float(C[cs_fallback::offset(cd_row, row, col, p.ldc)]);
+  }
+  if constexpr (!cs_chain::kIdentity) z = cs_chain_at<cs_chain>(p, z, b, row, col);
+  ElementCD* D = static_cast<ElementCD*>(p.d) + b * p.batch_stride_d;
+  cs_fallback::store(&D[cs_fallback::offset(cd_row, row, col, p.ldd)], z);
+}
+
+// MT: 16-row tiles of A' (ceil(m'/16), 1..4). One CTA: columns [x*BLOCK_N, (x+1)*BLOCK_N)
+// of D'[b], K slice y, with (x, y, b) = blockIdx. Batched = false (batch 1) keeps the
+// per-batch pointer arithmetic out of the hot loops' registers.
+template <int MT, bool Batched>
 __global__ void __launch_bounds__(CS_THREADS, MT <= 3 ? 2 : 1)   // 4 row tiles + chunk sums: 1 CTA/SM, no spills
-cs_skinny_gemm_kernel(int m, int n, int k, int kc,
-                      const Element* __restrict__ A, int64_t lda,
-                      const Element* __restrict__ B, int64_t ldb,
-                      const Element* __restrict__ C, int64_t ldc,
-                      Element* __restrict__ D, int64_t ldd,
-                      float* __restrict__ partials, unsigned* __restrict__ counters,
-                      float alpha, float beta)
+cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
 {
   extern __shared__ __align__(16) unsigned char cs_smem[];
-  Element* sA = reinterpret_cast<Element*>(cs_smem);   // [MT*16][kc + kPadA]
+  int const m = args.m, n = args.n, k = args.k, kc = args.kc;
+  ElementAB* sA = reinterpret_cast<ElementAB*>(cs_smem);   // [MT*16][kc + kPadA]
   int const sstride = kc + kPadA;
+
+  // This batch's operands (a batch stride of 0 shares one matrix).
+  int64_t const batch = Batched ? int64_t(blockIdx.z) : 0;
+  const ElementAB* A = Batched ? args.a + batch * args.batch_a : args.a;
+  const ElementAB* B = Batched ? args.b + batch * args.batch_b : args.b;
+  int64_t const lda = args.lda, ldb = args.ldb;
 
   int const tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   int const g = lane / 4, c = lane % 4;
   int const nt = warp % kNT, kg = warp / kNT;
   int const kslice = k / CS_SPLIT_K;
   int const kbeg = int(blockIdx.y) * kslice, kend = kbeg + kslice;
-  int64_t const nrow = int64_t(blockIdx.x) * CS_BLOCK_N + nt * 8 + g;   // this lane's B row
+  int64_t const nrow = int64_t(blockIdx.x) * CS_BLOCK_N + nt * 8 + g;   // this lane's B'^T row
   bool const nvalid = nrow < n;
-  const Element* Brow = B + (nvalid ? nrow : 0) * ldb;
+  const ElementAB* Brow = nvalid ? B + nrow * ldb : B;
 
   float acc[MT][4];
 #pragma unroll
@@ -226,36 +334,74 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
     uint4 bw[CS_UNROLL];
 #endif
     auto load_b = [&](int s0) { cs_load_b(bv, Brow, k0, s0, nsteps, kcur, nvalid, c); };
-    load_b(kg);   // the first batch of B is in flight while A is staged
+    load_b(kg);   // the first batch of B' is in flight while A' is staged
     constexpr int kBatch = kKG * CS_UNROLL;   // steps per batch, over the K groups
 #if CS_PIPE
     // (MT > 2 would spill with two buffers: those tiles keep one.)
     if constexpr (MT <= 2) cs_load_b(bw, Brow, k0, kg + kBatch, nsteps, kcur, nvalid, c);
 #endif
 
-    // Stage A[0 .. MT*16) x [k0, k0 + nsteps*32) with zeros outside m x [k0, kend),
+    // Stage A'[0 .. MT*16) x [k0, k0 + nsteps*32) with zeros outside m x [k0, kend),
     // 8 independent 16-byte loads per thread in flight.
     __syncthreads();
-    for (int v0 = tid; v0 < total_vec; v0 += 8 * CS_THREADS) {
-      uint4 tmp[8];
+    if (args.a_kmajor) {
+      for (int v0 = tid; v0 < total_vec; v0 += 8 * CS_THREADS) {
+        uint4 tmp[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        int const v = v0 + i * CS_THREADS;
-        int const r = v / vec_per_row, col = (v % vec_per_row) * 8;
-        tmp[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (v < total_vec && r < m && col < kcur)
-          tmp[i] = __ldg(reinterpret_cast<const uint4*>(A + int64_t(r) * lda + (k0 + col)));
+        for (int i = 0; i < 8; ++i) {
+          int const v = v0 + i * CS_THREADS;
+          int const r = v / vec_per_row, col = (v % vec_per_row) * 8;
+          tmp[i] = make_uint4(0u, 0u, 0u, 0u);
+          if (v < total_vec && r < m && col < kcur)
+            tmp[i] = __ldg(reinterpret_cast<const uint4*>(A + int64_t(r) * lda + (k0 + col)));
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          int const v = v0 + i * CS_THREADS;
+          int const r = v / vec_per_row, col = (v % vec_per_row) * 8;
+          if (v < total_vec) *reinterpret_cast<uint4*>(sA + r * sstride + col) = tmp[i];
+        }
       }
+    } else {
+      // A' stored with M contiguous (column k at A + k * lda): each K index's m' values
+      // are read along M (16-byte vectors when whole) and written down the staged rows.
+      int const mvec = (MT * 16) / 8;             // 8-row groups per K index
+      int const total = nsteps * 32 * mvec;
+      bool const vec_ok = (lda % 8) == 0 && (reinterpret_cast<uintptr_t>(A) & 15u) == 0;
+      for (int v0 = tid; v0 < total; v0 += 4 * CS_THREADS) {
+        uint4 tmp[4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        int const v = v0 + i * CS_THREADS;
-        int const r = v / vec_per_row, col = (v % vec_per_row) * 8;
-        if (v < total_vec) *reinterpret_cast<uint4*>(sA + r * sstride + col) = tmp[i];
+        for (int i = 0; i < 4; ++i) {
+          int const v = v0 + i * CS_THREADS;
+          int const kk = v / mvec, r0 = (v % mvec) * 8;
+          tmp[i] = make_uint4(0u, 0u, 0u, 0u);
+          if (v < total && kk < kcur && r0 < m) {
+            const ElementAB* src = A + int64_t(k0 + kk) * lda + r0;
+            if (vec_ok && r0 + 8 <= m) {
+              tmp[i] = __ldg(reinterpret_cast<const uint4*>(src));
+            } else {
+              ElementAB e[8];
+#pragma unroll
+              for (int q = 0; q < 8; ++q) e[q] = r0 + q < m ? src[q] : ElementAB(0.0f);
+              tmp[i] = *reinterpret_cast<const uint4*>(e);
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          int const v = v0 + i * CS_THREADS;
+          int const kk = v / mvec, r0 = (v % mvec) * 8;
+          if (v < total) {
+            const ElementAB* e = reinterpret_cast<const ElementAB*>(&tmp[i]);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) sA[(r0 + q) * sstride + kk] = e[q];
+          }
+        }
       }
     }
     __syncthreads();
 
-    // Stream B: steps s = kg, kg + KG, ... of 32 K values, CS_UNROLL in flight.
+    // Stream B': steps s = kg, kg + KG, ... of 32 K values, CS_UNROLL in flight.
 #if CS_PIPE
     if constexpr (MT <= 2) {
     // Two register buffers: batch i+1 is in flight while batch i feeds the MMAs.
@@ -283,7 +429,7 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
-  // Sum the K groups of each column tile through shared memory (reusing the A buffer).
+  // Sum the K groups of each column tile through shared memory (reusing the A' buffer).
   if constexpr (kKG > 1) {
     float* red = reinterpret_cast<float*>(cs_smem);   // [(KG-1)*NT][MT*4][32]
     __syncthreads();
@@ -305,7 +451,11 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
     }
   }
 
-  // acc[mt][j]: row mt*16 + g + (j >= 2 ? 8 : 0), column n0 + 2c + (j & 1).
+  // This batch's split-K partials [CS_SPLIT_K][m][n] (unused with CS_SPLIT_K == 1).
+  float* const partials =
+      CS_SPLIT_K > 1 ? args.partials + batch * (int64_t(CS_SPLIT_K) * m * n) : nullptr;
+
+  // acc[mt][j]: row mt*16 + g + (j >= 2 ? 8 : 0), column n0 + 2c + (j & 1) of D'.
   int64_t const col0 = int64_t(blockIdx.x) * CS_BLOCK_N + nt * 8 + 2 * c;
   if (kg == 0)
 #pragma unroll
@@ -316,9 +466,7 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
       int64_t const col = col0 + (j & 1);
       if (row < m && col < n) {
         if constexpr (CS_SPLIT_K == 1) {
-          float v = alpha * acc[mt][j];
-          if (beta != 0.0f) v += beta * cs_to_float(C[int64_t(row) * ldc + col]);
-          cs_store(&D[int64_t(row) * ldd + col], v);
+          cs_write_d(args, batch, row, col, acc[mt][j]);
         } else {
           partials[(int64_t(blockIdx.y) * m + row) * n + col] = acc[mt][j];
         }
@@ -327,16 +475,17 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
   }
 
 #if CS_FUSED_REDUCE && CS_SPLIT_K > 1
-  // Split-K fix-up in the same kernel: the last of the CS_SPLIT_K CTAs of this column
-  // block to arrive sums every split's partials and writes D. Classic threadfence
-  // reduction: partials stored, fence, then the arrival counted.
+  // Split-K fix-up in the same kernel: the last of the CS_SPLIT_K CTAs of this (batch,
+  // column block) to arrive sums every split's partials and runs the epilogue. Classic
+  // threadfence reduction: partials stored, fence, then the arrival counted.
   __shared__ int cs_last;
+  unsigned* counter = args.counters + batch * gridDim.x + blockIdx.x;
   __threadfence();
   __syncthreads();
   if (tid == 0) {
-    unsigned const old = atomicAdd(counters + blockIdx.x, 1u);
+    unsigned const old = atomicAdd(counter, 1u);
     int const last = (old == unsigned(CS_SPLIT_K - 1));
-    if (last) counters[blockIdx.x] = 0u;   // every split has arrived: ready for the next launch
+    if (last) *counter = 0u;   // every split has arrived: ready for the next launch
     cs_last = last;
   }
   __syncthreads();
@@ -366,9 +515,7 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
           float sum = 0.0f;
 #pragma unroll
           for (int sk = 0; sk < CS_SPLIT_K; ++sk) sum += part[e][sk];
-          float v = alpha * sum;
-          if (beta != 0.0f) v += beta * cs_to_float(C[int64_t(row) * ldc + col]);
-          cs_store(&D[int64_t(row) * ldd + col], v);
+          cs_write_d(args, batch, row, col, sum);
         }
       }
     }
@@ -376,26 +523,25 @@ cs_skinny_gemm_kernel(int m, int n, int k, int kc,
 #endif
 }
 
-// D[row][col] = alpha * sum_s partials[s][row][col] + beta * C[row][col], every element.
+// The separate split-K reduce (CS_FUSED_REDUCE=0): for every batch b and element (i, j)
+// of D', sums partials[b][s][i][j] over the splits and runs the epilogue.
 __global__ void __launch_bounds__(256)
-cs_splitk_reduce_kernel(int m, int n, const float* __restrict__ partials,
-                        const Element* __restrict__ C, int64_t ldc,
-                        Element* __restrict__ D, int64_t ldd, float alpha, float beta)
+cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 {
-  int64_t const total = int64_t(m) * n;
+  int64_t const mn = int64_t(args.m) * args.n;
+  int64_t const total = mn * args.p.batch;
 #if CS_PDL
   // Programmatic dependent launch: wait until the split-K kernel's partials are complete.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    int64_t const row = idx / n, col = idx % n;
+    int64_t const b = idx / mn, e = idx % mn;
+    const float* part = args.partials + b * (int64_t(CS_SPLIT_K) * mn) + e;
     float sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < CS_SPLIT_K; ++s) sum += partials[int64_t(s) * total + idx];
-    float v = alpha * sum;
-    if (beta != 0.0f) v += beta * cs_to_float(C[row * ldc + col]);
-    cs_store(&D[row * ldd + col], v);
+    for (int s = 0; s < CS_SPLIT_K; ++s) sum += part[int64_t(s) * mn];
+    cs_write_d(args, b, e / args.n, e % args.n, sum);
   }
 }
 
@@ -405,41 +551,25 @@ cs_splitk_reduce_kernel(int m, int n, const float* __restrict__ partials,
 
 static inline bool cs_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// CS_OK when the fast path handles `p`.
-static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
+// The kernel's orientation: D' = D^T (A' = B^T, B' = A^T) when n is the smaller side.
+static inline bool cs_swapped(const cs_problem& p) { return p.n < p.m; }
+
+// Column blocks of D' (the grid's x): over the long side.
+static inline int64_t cs_col_blocks(const cs_problem& p)
 {
-  if (p.family != CS_FAMILY_GEMM) return CS_ERR_UNSUPPORTED;
-  if (p.dtype_ab != kDtype || p.dtype_cd != kDtype || p.dtype_acc != CS_DTYPE_F32)
-    return CS_ERR_UNSUPPORTED;
-  if (p.layout_a != CS_LAYOUT_ROW || p.layout_b != CS_LAYOUT_COL || p.layout_cd != CS_LAYOUT_ROW)
-    return CS_ERR_UNSUPPORTED;
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
-  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
-  if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // the fallback does beta*C
-  if (p.m > 64 || p.batch != 1) return CS_ERR_UNSUPPORTED;
-  if (p.n > 0x7fffffffLL || p.k > 0x7fff0000LL) return CS_ERR_UNSUPPORTED;   // k0 + kc fits int
-  if ((p.n + CS_BLOCK_N - 1) / CS_BLOCK_N > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
-  if (p.k % (8LL * CS_SPLIT_K) != 0) return CS_ERR_UNSUPPORTED;
-  if (p.lda < p.k || p.lda % 8 != 0) return CS_ERR_UNSUPPORTED;
-  if (p.ldb < p.k || p.ldb % 8 != 0) return CS_ERR_UNSUPPORTED;
-  if (p.ldd < p.n) return CS_ERR_UNSUPPORTED;
-  bool const has_c = (p.beta != 0.0f);
-  if (has_c && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
-  if (check_pointers) {
-    if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
-    if (!cs_aligned16(p.a) || !cs_aligned16(p.b)) return CS_ERR_UNSUPPORTED;
-    if (has_c && p.c == nullptr) return CS_ERR_UNSUPPORTED;
-  }
-  return CS_OK;
+  int64_t const long_side = cs_swapped(p) ? p.m : p.n;
+  return (long_side + CS_BLOCK_N - 1) / CS_BLOCK_N;
 }
 
+// fp32 partials of every batch and K slice (cs_gemm_check bounds the product).
 static uint64_t cs_partials_only_bytes(const cs_problem& p)
 {
   if (CS_SPLIT_K == 1) return 0;
-  return uint64_t(CS_SPLIT_K) * uint64_t(p.m) * uint64_t(p.n) * sizeof(float);
+  return uint64_t(CS_SPLIT_K) * uint64_t(p.batch) * uint64_t(p.m) * uint64_t(p.n) * sizeof(float);
 }
 
-// Partials, then (CS_FUSED_REDUCE) one arrival counter per column block at a 256-byte offset.
+// Partials, then (CS_FUSED_REDUCE) one arrival counter per (batch, column block) at a
+// 256-byte offset.
 static uint64_t cs_counters_offset(const cs_problem& p)
 {
   return (cs_partials_only_bytes(p) + 255) / 256 * 256;
@@ -449,51 +579,135 @@ static uint64_t cs_partials_bytes(const cs_problem& p)
 {
   if (CS_SPLIT_K == 1) return 0;
 #if CS_FUSED_REDUCE
-  return cs_counters_offset(p) + uint64_t((p.n + CS_BLOCK_N - 1) / CS_BLOCK_N) * sizeof(unsigned);
+  return cs_counters_offset(p) + uint64_t(p.batch) * uint64_t(cs_col_blocks(p)) * sizeof(unsigned);
 #else
   return cs_partials_only_bytes(p);
 #endif
 }
 
-template <int MT>
-static int32_t cs_launch_mt(const cs_problem& p, cudaStream_t stream)
+// CS_OK when the tensor-core path handles `p`.
+static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 {
-  int const k = int(p.k);
-  int const kslice = k / CS_SPLIT_K;
-  // K chunk: a multiple of 64 whose A tile fits CS_SMEM_A; chunks of equal size.
-  int kc_max = (CS_SMEM_A / (MT * 16 * int(sizeof(Element))) - kPadA) / 64 * 64;
+  constexpr int64_t kMaxInt = 0x7fffffffLL;
+
+  if (!kFastOk) return CS_ERR_UNSUPPORTED;
+  // gemm_bias_act's bias and activation live in the chain: a build without one cannot.
+  if (p.family != CS_FAMILY_GEMM &&
+      !(p.family == CS_FAMILY_GEMM_BIAS_ACT && !cs_chain::kIdentity))
+    return CS_ERR_UNSUPPORTED;
+  if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD || p.dtype_acc != CS_DTYPE_F32)
+    return CS_ERR_UNSUPPORTED;
+  // The long operand (streamed) keeps K contiguous: B column-major (m <= n) or A
+  // row-major (n < m); the small one is staged from either order. C and D either order.
+  if (cs_swapped(p) ? p.layout_a != CS_LAYOUT_ROW : p.layout_b != CS_LAYOUT_COL)
+    return CS_ERR_UNSUPPORTED;
+  if (p.layout_a != CS_LAYOUT_ROW && p.layout_a != CS_LAYOUT_COL) return CS_ERR_UNSUPPORTED;
+  if (p.layout_b != CS_LAYOUT_ROW && p.layout_b != CS_LAYOUT_COL) return CS_ERR_UNSUPPORTED;
+  if (p.layout_cd != CS_LAYOUT_ROW && p.layout_cd != CS_LAYOUT_COL) return CS_ERR_UNSUPPORTED;
+  if (cs_fallback::chain_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // the fallback does beta*C
+  // The small side m' <= 64; the long side n' (grid x) and k (k0 + kc) fit an int.
+  int64_t const small_side = p.m < p.n ? p.m : p.n, long_side = p.m < p.n ? p.n : p.m;
+  if (small_side > kMaxSmall || long_side > kMaxInt || p.k > 0x7fff0000LL)
+    return CS_ERR_UNSUPPORTED;
+  if (p.batch > 65535) return CS_ERR_UNSUPPORTED;            // grid z
+  if (p.k % (8LL * CS_SPLIT_K) != 0) return CS_ERR_UNSUPPORTED;
+  // The long operand's rows of K in whole 16-byte vectors; the small one K-major the same
+  // way, or M-major with ld >= its M extent (staged by vectors when ld allows).
+  bool const a_kmajor = p.layout_a == CS_LAYOUT_ROW, b_kmajor = p.layout_b == CS_LAYOUT_COL;
+  if (a_kmajor ? (p.lda < p.k || p.lda % 8 != 0) : p.lda < p.m) return CS_ERR_UNSUPPORTED;
+  if (b_kmajor ? (p.ldb < p.k || p.ldb % 8 != 0) : p.ldb < p.n) return CS_ERR_UNSUPPORTED;
+  // C and D: element accesses, any leading dimension >= their contiguous extent.
+  bool const has_c = (p.beta != 0.0f);
+  int64_t const cd_inner = (p.layout_cd == CS_LAYOUT_ROW) ? p.n : p.m;
+  if (p.ldd < cd_inner) return CS_ERR_UNSUPPORTED;
+  if (has_c && p.ldc < cd_inner) return CS_ERR_UNSUPPORTED;
+  if (p.batch > 1) {
+    // Every batch's A and B rows stay 16-byte aligned (0: shared); each batch has its own D.
+    if (p.batch_stride_a < 0 || p.batch_stride_a % 8 != 0) return CS_ERR_UNSUPPORTED;
+    if (p.batch_stride_b < 0 || p.batch_stride_b % 8 != 0) return CS_ERR_UNSUPPORTED;
+    if (p.batch_stride_d <= 0) return CS_ERR_UNSUPPORTED;
+    if (has_c && p.batch_stride_c < 0) return CS_ERR_UNSUPPORTED;
+  }
+  // The split-K workspace, at most kMaxWorkspace (m * n * batch < 2^53: no overflow).
+  if (CS_SPLIT_K > 1 && uint64_t(p.m) * uint64_t(p.n) * uint64_t(p.batch) >
+                            kMaxWorkspace / (sizeof(float) * CS_SPLIT_K))
+    return CS_ERR_UNSUPPORTED;
+  if (cs_partials_bytes(p) > kMaxWorkspace) return CS_ERR_UNSUPPORTED;
+  if (check_pointers) {
+    if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    // The streamed operand by 16-byte vectors (the M-major small one checks its own).
+    if ((a_kmajor && !cs_aligned16(p.a)) || (b_kmajor && !cs_aligned16(p.b))) return CS_ERR_UNSUPPORTED;
+    if (reinterpret_cast<uintptr_t>(p.a) % sizeof(ElementAB) != 0 ||
+        reinterpret_cast<uintptr_t>(p.b) % sizeof(ElementAB) != 0)
+      return CS_ERR_UNSUPPORTED;
+    if (reinterpret_cast<uintptr_t>(p.d) % sizeof(ElementCD) != 0) return CS_ERR_UNSUPPORTED;
+    if (has_c && (p.c == nullptr || reinterpret_cast<uintptr_t>(p.c) % sizeof(ElementCD) != 0))
+      return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+// The kernel's arguments for `p` (all but the K chunk): A' (m' x k) and B'^T (n' x k), both
+// rows of K, swapped when n is the smaller side.
+static cs_skinny_args cs_kernel_args(const cs_problem& p)
+{
+  bool const swapped = cs_swapped(p);
+  cs_skinny_args args{};
+  args.p = p;
+  args.swapped = swapped;
+  args.a = static_cast<const ElementAB*>(swapped ? p.b : p.a);
+  args.b = static_cast<const ElementAB*>(swapped ? p.a : p.b);
+  args.lda = swapped ? p.ldb : p.lda;
+  // A' = A is K-major when A is row-major; A' = B^T when B is column-major.
+  args.a_kmajor = swapped ? p.layout_b == CS_LAYOUT_COL : p.layout_a == CS_LAYOUT_ROW;
+  args.ldb = swapped ? p.lda : p.ldb;
+  args.batch_a = p.batch > 1 ? (swapped ? p.batch_stride_b : p.batch_stride_a) : 0;
+  args.batch_b = p.batch > 1 ? (swapped ? p.batch_stride_a : p.batch_stride_b) : 0;
+  args.m = int(swapped ? p.n : p.m);
+  args.n = int(swapped ? p.m : p.n);
+  args.k = int(p.k);
+  args.alpha = p.alpha * p.scale_a * p.scale_b;
+  args.partials = CS_SPLIT_K > 1 ? static_cast<float*>(p.workspace) : nullptr;
+  args.counters = (CS_SPLIT_K > 1 && CS_FUSED_REDUCE)
+                      ? reinterpret_cast<unsigned*>(static_cast<char*>(p.workspace) +
+                                                    cs_counters_offset(p))
+                      : nullptr;
+  return args;
+}
+
+// Launches the kernel (and the separate reduce) for `p`, with `args` = cs_kernel_args(p).
+template <int MT, bool Batched>
+static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
+{
+  // K chunk: a multiple of 64 whose A' tile fits CS_SMEM_A; chunks of equal size.
+  int const kslice = args.k / CS_SPLIT_K;
+  int kc_max = (CS_SMEM_A / (MT * 16 * int(sizeof(ElementAB))) - kPadA) / 64 * 64;
   if (kc_max < 64) kc_max = 64;
   int const nchunks = (kslice + kc_max - 1) / kc_max;
-  int const kc = ((kslice + nchunks - 1) / nchunks + 63) / 64 * 64;
-  size_t smem = size_t(MT * 16) * size_t(kc + kPadA) * sizeof(Element);
-  if constexpr (kKG > 1) {   // the K-group reduction reuses the A buffer
+  args.kc = ((kslice + nchunks - 1) / nchunks + 63) / 64 * 64;
+  size_t smem = size_t(MT * 16) * size_t(args.kc + kPadA) * sizeof(ElementAB);
+  if constexpr (kKG > 1) {   // the K-group reduction reuses the A' buffer
     size_t const red = size_t(kKG - 1) * kNT * MT * 4 * 32 * sizeof(float);
     if (red > smem) smem = red;
   }
 
-  auto kernel = cs_skinny_gemm_kernel<MT>;
+  auto kernel = cs_skinny_gemm_kernel<MT, Batched>;
   if (smem > 48 * 1024) {
     cudaError_t const e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return int32_t(e);
   }
-  dim3 const grid(unsigned((p.n + CS_BLOCK_N - 1) / CS_BLOCK_N), unsigned(CS_SPLIT_K));
-  kernel<<<grid, CS_THREADS, smem, stream>>>(
-      int(p.m), int(p.n), k, kc,
-      static_cast<const Element*>(p.a), p.lda,
-      static_cast<const Element*>(p.b), p.ldb,
-      static_cast<const Element*>(p.c), p.ldc,
-      static_cast<Element*>(p.d), p.ldd,
-      static_cast<float*>(p.workspace),
-      CS_SPLIT_K > 1 ? reinterpret_cast<unsigned*>(static_cast<char*>(p.workspace) +
-                                                   cs_counters_offset(p))
-                     : nullptr,
-      p.alpha, p.beta);
+  dim3 const grid(unsigned(cs_col_blocks(p)), unsigned(CS_SPLIT_K), unsigned(p.batch));
+  kernel<<<grid, CS_THREADS, smem, stream>>>(args);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return int32_t(e);
 
   if (CS_SPLIT_K > 1 && !CS_FUSED_REDUCE) {
-    int64_t const total = p.m * p.n;
+    int64_t const total = p.batch * p.m * p.n;
     int64_t blocks = (total + 255) / 256;
     int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;
     if (blocks > cap) blocks = cap;
@@ -508,16 +722,10 @@ static int32_t cs_launch_mt(const cs_problem& p, cudaStream_t stream)
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, cs_splitk_reduce_kernel,
-                           int(p.m), int(p.n), static_cast<const float*>(p.workspace),
-                           static_cast<const Element*>(p.c), p.ldc, static_cast<Element*>(p.d),
-                           p.ldd, p.alpha, p.beta);
+    e = cudaLaunchKernelEx(&cfg, cs_splitk_reduce_kernel, args);
     if (e == cudaSuccess) e = cudaGetLastError();
 #else
-    cs_splitk_reduce_kernel<<<unsigned(blocks), 256, 0, stream>>>(
-        int(p.m), int(p.n), static_cast<const float*>(p.workspace),
-        static_cast<const Element*>(p.c), p.ldc, static_cast<Element*>(p.d), p.ldd,
-        p.alpha, p.beta);
+    cs_splitk_reduce_kernel<<<unsigned(blocks), 256, 0, stream>>>(args);
     e = cudaGetLastError();
 #endif
   }
@@ -528,10 +736,14 @@ static int32_t cs_launch_mt(const cs_problem& p, cudaStream_t stream)
 // ABI entry points
 // ---------------------------------------------------------------------------------------
 
+// CS_OK when the fallback (the GEMV path or the predicated GEMM) takes `p`.
 static int32_t cs_fallback_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.family != CS_FAMILY_GEMM || p.dtype_acc != CS_DTYPE_F32) return CS_ERR_UNSUPPORTED;
-  return cs_fallback::check<Element, Element, cs_chain>(p, check_pointers);
+  if constexpr (!kFallbackOk) {
+    return CS_ERR_UNSUPPORTED;
+  } else {
+    return cs_fallback::check<ElementAB, ElementCD, cs_chain>(p, check_pointers);
+  }
 }
 
 CS_EXPORT uint32_t cutesmith_abi_version(void)
@@ -545,8 +757,8 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
   if (cs_gemm_check(*problem, /*check_pointers=*/false) != CS_OK) {
-    // The other orientation (n <= 16) and other layouts: the split-K GEMV path when the
-    // shape is GEMV-like, else the predicated fallback (0 bytes).
+    // Other layouts of A / B, both sides > 64, odd k or leading dimensions: the split-K
+    // GEMV path when the shape is GEMV-like, else the predicated fallback (0 bytes).
     int32_t const fb = cs_fallback_check(*problem, /*check_pointers=*/false);
     if (fb == CS_OK && cs_fallback::gemv_takes(*problem))
       *bytes = cs_fallback::gemv_workspace_bytes(*problem);
@@ -564,11 +776,13 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   cs_problem const& p = *problem;
   int32_t const status = cs_gemm_check(p, /*check_pointers=*/true);
   if (status != CS_OK) {
-    // m > 64, batched, odd k / leading dimensions, misaligned A / B, k == 0: the
-    // predicated fallback (exact fp32 FMA): slower, never wrong.
+    // Both sides > 64, other layouts of A / B, odd k / leading dimensions / batch strides,
+    // misaligned A / B, k == 0: the GEMV path or the predicated fallback (exact fp32 FMA):
+    // slower, never wrong.
     if (cs_fallback_check(p, /*check_pointers=*/true) != CS_OK) return status;
-    if (cs_fallback::gemv_takes(p)) return cs_fallback::launch_gemv<Element, Element, cs_chain>(p, stream);
-    return cs_fallback::launch<Element, Element, cs_chain>(p, stream);
+    if (cs_fallback::gemv_takes(p))
+      return cs_fallback::launch_gemv<ElementAB, ElementCD, cs_chain>(p, stream);
+    return cs_fallback::launch<ElementAB, ElementCD, cs_chain>(p, stream);
   }
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
 
@@ -576,10 +790,23 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need)) return CS_ERR_WORKSPACE;
   if (need > 0 && (reinterpret_cast<uintptr_t>(p.workspace) & 3u) != 0) return CS_ERR_UNSUPPORTED;
 
-  switch ((p.m + 15) / 16) {
-    case 1:  return cs_launch_mt<1>(p, stream);
-    case 2:  return cs_launch_mt<2>(p, stream);
-    case 3:  return cs_launch_mt<3>(p, stream);
-    default: return cs_launch_mt<4>(p, stream);
+  if constexpr (kFastOk) {
+    cs_skinny_args const a = cs_kernel_args(p);
+    int const tiles = (a.m + 15) / 16;   // 16-row tiles of the small side
+    if (p.batch == 1) {
+      switch (tiles) {
+        case 1:  return cs_launch_mt<1, false>(p, a, stream);
+        case 2:  return cs_launch_mt<2, false>(p, a, stream);
+        case 3:  return cs_launch_mt<3, false>(p, a, stream);
+        default: return cs_launch_mt<4, false>(p, a, stream);
+      }
+    }
+    switch (tiles) {
+      case 1:  return cs_launch_mt<1, true>(p, a, stream);
+      case 2:  return cs_launch_mt<2, true>(p, a, stream);
+      case 3:  return cs_launch_mt<3, true>(p, a, stream);
+      default: return cs_launch_mt<4, true>(p, a, stream);
+    }
   }
+  return CS_ERR_UNSUPPORTED;
 }

@@ -2,8 +2,9 @@
 # Validates and times chosen built-in strategies on a GPU machine without Rust (see
 # scripts/gpu-check.sh for what to carry). Each argument is WORKLOAD[:N[,N...]]: the
 # workload's valid strategies numbered as `cutesmith strategies WORKLOAD` lists them
-# (default: the first). All sources compile first, in parallel; then `cutesmith check`
-# runs each in turn. Sources and logs go to $OUT (default /tmp/cutesmith-gpu).
+# (default: the first), or WORKLOAD=FILE.cu (a source as it is, e.g. one emitted from an
+# earlier template for a before/after comparison). All sources compile first, in parallel;
+# then `cutesmith check` runs each in turn. Sources and logs go to $OUT (default /tmp/cutesmith-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cutesmith-gpu}
@@ -14,6 +15,11 @@ cs=.carry/cutesmith
 files=()
 pairs=()
 for spec in "$@"; do
+  if [[ "$spec" == *=*.cu ]]; then   # WORKLOAD=FILE.cu: a source as it is
+    files+=("${spec#*=}")
+    pairs+=("${spec%%=*} ${spec#*=}")
+    continue
+  fi
   w=${spec%%:*}
   nums=${spec#"$w"}
   nums=${nums#:}

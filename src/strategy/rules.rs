@@ -58,13 +58,13 @@ fn takes(template: &str) -> Option<Takes> {
             shared: true,
         },
         "gemm_skinny_splitk" => Takes {
-            families: &[Family::Gemm],
+            families: GEMMS,
             dtypes: HALF,
-            out: Some(HALF),
+            out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: true,
             any_ab_layout: true,
-            chain: ChainTakes::Identity,
-            shared: false,
+            chain: ChainTakes::Any,
+            shared: true,
         },
         "gemm_f32_3xtf32" => Takes {
             families: GEMMS,
@@ -215,19 +215,27 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                     "for M <= 64 or N <= 64 (a GEMV-like shape); shape {sh} is neither"
                 ));
             }
-            // The tensor-core fast path is TN with row-major D and M <= 64; the rest runs
-            // on the split-K GEMV path, which needs a side of at most 16.
+            // The tensor-core path streams the long side's operand, which must keep K
+            // contiguous (B column-major when M <= N, A row-major when N < M); the small
+            // one is staged from either order. The rest runs on the split-K GEMV path,
+            // which needs a side of at most 16, or the slow predicated fallback.
             let lay = w.layouts();
-            let tn = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
-            let gemv = |sh: &&crate::spec::Shape| sh.m.min(sh.n) <= 16 && sh.k >= 4096;
-            if let Some(sh) = w.shapes().iter().find(|sh| !(gemv(sh) || tn && sh.m <= 64)) {
+            let tensor_cores = |sh: &crate::spec::Shape| {
+                if sh.n < sh.m {
+                    lay.a == Layout::Row
+                } else {
+                    lay.b == Layout::Col
+                }
+            };
+            let gemv = |sh: &crate::spec::Shape| sh.m.min(sh.n) <= 16 && sh.k >= 4096;
+            if let Some(sh) = w.shapes().iter().find(|sh| !(gemv(sh) || tensor_cores(sh))) {
                 return Err(format!(
-                    "shape {sh} with layouts a = {}, b = {}, c = {}: the tensor-core path takes \
-                     TN, row-major D and M <= 64; anything else runs the GEMV path (a side \
-                     <= 16, K >= 4096) or the slow predicated fallback",
+                    "shape {sh} with layouts a = {}, b = {}: the tensor-core path streams the \
+                     long side's operand with K contiguous (b = col when M <= N, a = row when \
+                     N < M); anything else runs the GEMV path (a side <= 16, K >= 4096) or the \
+                     slow predicated fallback",
                     lay.a.name(),
-                    lay.b.name(),
-                    lay.c.name()
+                    lay.b.name()
                 ));
             }
             Ok(())
