@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Parallel nvcc processes (default: one per core).
     #[arg(short, long)]
     pub jobs: Option<usize>,
+    /// Keep the rows already in OUT/<suite>.json (from an interrupted run on the same
+    /// device) and run only the suite's other workloads.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// What happened to one candidate (a version of the workload's session).
@@ -140,6 +144,22 @@ pub fn cmd_bench(
         .map(|d| d.arch())
         .unwrap_or_else(|| "sm_90a".into());
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
+    // Rows of an earlier, interrupted run of this suite on this device.
+    let kept: Vec<BenchRow> = if args.resume {
+        previous_rows(&args.out, &name, &device, &spec.workloads)?
+    } else {
+        Vec::new()
+    };
+    if !kept.is_empty() {
+        eprintln!(
+            "resuming: {} of {} workloads already measured in {}/{name}.json",
+            kept.len(),
+            spec.workloads.len(),
+            args.out.display()
+        );
+    }
+    let order = spec.workloads.clone();
+    spec.workloads.retain(|n| !kept.iter().any(|r| &r.workload == n));
     let workloads = spec
         .workloads
         .iter()
@@ -177,12 +197,18 @@ pub fn cmd_bench(
         },
     };
     let date = crate::clock::today();
-    let report = |rows: &[SuiteRow]| BenchReport {
-        suite: name.clone(),
-        description: spec.description.clone(),
-        device: device.clone(),
-        date: date.clone(),
-        rows: rows.iter().map(row).collect(),
+    let report = |rows: &[SuiteRow]| {
+        let mut all: Vec<BenchRow> = kept.clone();
+        all.extend(rows.iter().map(row));
+        // In the suite's order.
+        all.sort_by_key(|r| order.iter().position(|n| n == &r.workload));
+        BenchReport {
+            suite: name.clone(),
+            description: spec.description.clone(),
+            device: device.clone(),
+            date: date.clone(),
+            rows: all,
+        }
     };
     let (rows, _) =
         suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
@@ -201,6 +227,36 @@ pub fn cmd_bench(
     } else {
         suite::exit_code(&rows).max(super::EXIT_GOAL_NOT_MET)
     })
+}
+
+/// The rows of `dir/<suite>.json` for workloads still in the suite, when that report was
+/// measured on `device`; none when there is no report. A report from another device is
+/// an error (ratios are measured on one kind of GPU), as is one that cannot be read.
+fn previous_rows(dir: &Path, suite: &str, device: &str, names: &[String]) -> Result<Vec<BenchRow>> {
+    let path = dir.join(format!("{suite}.json"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).at(&path),
+    };
+    let old: BenchReport = serde_json::from_str(&text).map_err(|e| Error::Format {
+        context: format!("{} (--resume)", path.display()),
+        message: e.to_string(),
+    })?;
+    if old.device != device {
+        return Err(Error::Format {
+            context: format!("{} (--resume)", path.display()),
+            message: format!(
+                "measured on {}, this run is on {device}: run without --resume, or with another --out",
+                old.device
+            ),
+        });
+    }
+    Ok(old
+        .rows
+        .into_iter()
+        .filter(|r| names.contains(&r.workload))
+        .collect())
 }
 
 /// Compiles every candidate of every workload first, all cores at once, exactly as the
@@ -507,5 +563,24 @@ mod tests {
             md.contains("| act | elementwise_activation VECS_PER_THREAD=4 | out_of_bounds | - |"),
             "{md}"
         );
+
+        // --resume keeps the rows of workloads still in the suite, from the same device.
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &r).unwrap();
+        let names = vec!["act".to_string(), "gemm".to_string()];
+        let kept = previous_rows(dir.path(), "s", "GPU", &names).unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].workload, "act");
+        assert!(previous_rows(dir.path(), "s", "GPU", &["gemm".to_string()])
+            .unwrap()
+            .is_empty());
+        assert!(previous_rows(dir.path(), "other", "GPU", &names)
+            .unwrap()
+            .is_empty());
+        let err = previous_rows(dir.path(), "s", "Another GPU", &names).unwrap_err();
+        assert!(err.to_string().contains("measured on GPU"), "{err}");
+        std::fs::write(dir.path().join("s.json"), "{ truncated").unwrap();
+        let err = previous_rows(dir.path(), "s", "GPU", &names).unwrap_err();
+        assert!(err.to_string().contains("s.json"), "{err}");
     }
 }
