@@ -10,8 +10,10 @@
 // accumulation; alpha and beta in fp32. A build for fp8 or f32 A/B runs everything on the
 // fallback. Layouts are checked at run time (the CS_WL_LAYOUT_* macros are not needed).
 //
-// Fast path (this file's kernel): A row-major and B column-major ("TN": both keep K
-// contiguous), C and D row- or column-major with any ldc / ldd, min(m, n) <= 64, any
+// Fast path (this file's kernel): the long side's operand keeps K contiguous (B column-
+// major when m <= n, A row-major when n < m; it is streamed with 16-byte loads), the small
+// side's operand in either order (staged through shared memory, transposed on the way
+// when M-major), C and D row- or column-major with any ldc / ldd, min(m, n) <= 64, any
 // batch <= 65535 with any batch strides (0: A, B or C shared by every batch; D needs its
 // own), k % (8 * CS_SPLIT_K) == 0 and k <= 2^31 - 2^16 (K = 2^20 and beyond), lda / ldb
 // (and batch strides of A / B) multiples of 8, A / B 16-byte aligned, the split-K partials
@@ -25,8 +27,8 @@
 // (the operand streamed from DRAM) n'.
 //   m <= n:  A' = A,   B' = B,   (m', n') = (m, n), D'(i, j) = D(i, j)
 //   n <  m:  A' = B^T, B' = A^T, (m', n') = (n, m), D'(i, j) = D(j, i)   (D^T = B^T A^T)
-// With A row-major and B column-major both A and B^T are rows of K, so the swap only
-// exchanges pointers, leading dimensions and batch strides. The epilogue maps (i, j) back
+// The swap only exchanges pointers, leading dimensions and batch strides; A' is K-major
+// (rows of K) or M-major (columns of M, `a_kmajor` false), B'^T always rows of K. The epilogue maps (i, j) back
 // to D's logical (row, col), reads C and writes D through their layout (layout_cd, ldc,
 // ldd) and evaluates the chain at (row, col), which indexes its operands the workload's way.
 //
@@ -68,7 +70,6 @@
 //   CS_BLOCK_N       64     columns of D' per CTA (multiple of 8)
 //   CS_THREADS       256    threads per CTA (warps: a multiple of CS_BLOCK_N/8)
 //   CS_UNROLL        8      32-wide K steps of B' in flight per warp (16 B per lane each)
-//   CS_PIPE          0      1: register double buffer for the B' loads (m' <= 32)
 //   CS_PDL           0      1: the separate reduce kernel is a programmatic dependent launch
 //   CS_FUSED_REDUCE  1      1: the last CTA of each column block sums the splits
 //   CS_L2_256B       1      1: B' loads carry the .L2::256B prefetch-size hint
@@ -103,9 +104,6 @@
 #ifndef CS_UNROLL
 #define CS_UNROLL 8         // 32-wide K steps of B' in flight per warp (16 B per lane each)
 #endif
-#ifndef CS_PIPE
-#define CS_PIPE 0           // 1: register double buffer: the next batch of B' loads is issued
-#endif                      //    before the MMAs of the current one
 #ifndef CS_PDL
 #define CS_PDL 0            // 1: the split-K reduce kernel is a programmatic dependent launch
 #endif
@@ -330,16 +328,9 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     int const total_vec = MT * 16 * vec_per_row;
 
     uint4 bv[CS_UNROLL];
-#if CS_PIPE
-    uint4 bw[CS_UNROLL];
-#endif
     auto load_b = [&](int s0) { cs_load_b(bv, Brow, k0, s0, nsteps, kcur, nvalid, c); };
     load_b(kg);   // the first batch of B' is in flight while A' is staged
     constexpr int kBatch = kKG * CS_UNROLL;   // steps per batch, over the K groups
-#if CS_PIPE
-    // (MT > 2 would spill with two buffers: those tiles keep one.)
-    if constexpr (MT <= 2) cs_load_b(bw, Brow, k0, kg + kBatch, nsteps, kcur, nvalid, c);
-#endif
 
     // Stage A'[0 .. MT*16) x [k0, k0 + nsteps*32) with zeros outside m x [k0, kend),
     // 8 independent 16-byte loads per thread in flight.
@@ -402,17 +393,6 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     __syncthreads();
 
     // Stream B': steps s = kg, kg + KG, ... of 32 K values, CS_UNROLL in flight.
-#if CS_PIPE
-    if constexpr (MT <= 2) {
-    // Two register buffers: batch i+1 is in flight while batch i feeds the MMAs.
-    for (int s0 = kg; s0 < nsteps; s0 += 2 * kBatch) {
-      cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
-      cs_load_b(bv, Brow, k0, s0 + 2 * kBatch, nsteps, kcur, nvalid, c);
-      cs_mma_batch<MT>(cacc, bw, sA, sstride, s0 + kBatch, nsteps, g, c);
-      cs_load_b(bw, Brow, k0, s0 + 3 * kBatch, nsteps, kcur, nvalid, c);
-    }
-    } else
-#endif
     for (int s0 = kg; s0 < nsteps; s0 += kBatch) {
       if (s0 != kg) load_b(s0);
       cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);

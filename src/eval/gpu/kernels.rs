@@ -309,13 +309,15 @@ pub fn row_softmax_source(dtype: DType, log: bool) -> Result<String, CudaFailure
     let _ = write!(
         src,
         r#"
+// NVRTC has no math.h: negative infinity by its bits.
+#define CS_NEG_INF __int_as_float(0xff800000)
 extern "C" __global__ void cs_row_softmax(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
 {{
   __shared__ float red_m[32];
   __shared__ float red_s[32];
   const {ty}* row = x + (long long)blockIdx.x * cols;
   {ty}* out = y + (long long)blockIdx.x * cols;
-  float m = -INFINITY, s = 0.0f;
+  float m = CS_NEG_INF, s = 0.0f;
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
     float v = {ld}(row[c]);
     float nm = fmaxf(m, v);
@@ -326,17 +328,17 @@ extern "C" __global__ void cs_row_softmax(const {ty}* __restrict__ x, {ty}* __re
     float om = __shfl_xor_sync(0xffffffffu, m, o);
     float os = __shfl_xor_sync(0xffffffffu, s, o);
     float nm = fmaxf(m, om);
-    s = (m == -INFINITY ? 0.0f : s * __expf(m - nm)) + (om == -INFINITY ? 0.0f : os * __expf(om - nm));
+    s = (m == CS_NEG_INF ? 0.0f : s * __expf(m - nm)) + (om == CS_NEG_INF ? 0.0f : os * __expf(om - nm));
     m = nm;
   }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {{ red_m[warp] = m; red_s[warp] = s; }}
   __syncthreads();
   const int warps = blockDim.x / 32;
-  float mx = -INFINITY;
+  float mx = CS_NEG_INF;
   for (int w = 0; w < warps; ++w) mx = fmaxf(mx, red_m[w]);
   float sm = 0.0f;
-  for (int w = 0; w < warps; ++w) sm += red_m[w] == -INFINITY ? 0.0f : red_s[w] * __expf(red_m[w] - mx);
+  for (int w = 0; w < warps; ++w) sm += red_m[w] == CS_NEG_INF ? 0.0f : red_s[w] * __expf(red_m[w] - mx);
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
     float v = {ld}(row[c]);
     out[c] = {st}({out});
