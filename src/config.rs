@@ -18,6 +18,16 @@ use crate::error::{Error, Result};
 pub struct ConfigSpec {
     pub model: Option<ModelSpec>,
     pub toolchain: Option<ToolchainSpec>,
+    pub limits: Option<LimitsSpec>,
+}
+
+/// Resource limits (`[limits]`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// Host memory a worker (and what it starts) may hold, e.g. "16G" or "512M"
+    /// (default: half of the host's available memory). `--host-memory` wins.
+    pub host_memory: Option<String>,
 }
 
 /// An OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp server).
@@ -90,6 +100,8 @@ pub struct Config {
     /// `None` means the built-in provider (no model configured).
     pub model: Option<ModelConfig>,
     pub toolchain: ToolchainSpec,
+    /// `[limits] host_memory`, as written (parsed where it is used, naming the file).
+    pub host_memory: Option<String>,
 }
 
 /// Environment variables that override the file.
@@ -150,6 +162,7 @@ impl Config {
             file,
             model,
             toolchain: spec.toolchain.unwrap_or_default(),
+            host_memory: spec.limits.and_then(|l| l.host_memory),
         }
     }
 
@@ -169,6 +182,34 @@ impl Config {
             ),
         }
     }
+}
+
+/// A size in bytes from "16G", "512M", "2GiB", "1.5T", "4096" (powers of 1024; the
+/// suffix's case and a trailing "B" or "iB" do not matter).
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a size (e.g. 16G, 512M, 2GiB)"))?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let unit = unit.trim_end_matches("ib").trim_end_matches('b');
+    let scale: f64 = match unit {
+        "" => 1.0,
+        "k" => 1024.0,
+        "m" => 1024.0 * 1024.0,
+        "g" => 1024.0 * 1024.0 * 1024.0,
+        "t" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("\"{text}\": unknown unit (use K, M, G or T)")),
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > 1.8e19 {
+        return Err(format!("\"{text}\" is out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 fn default_file() -> Option<PathBuf> {
@@ -219,5 +260,18 @@ mod tests {
     #[test]
     fn unknown_fields_are_rejected() {
         assert!(toml::from_str::<ConfigSpec>("[model]\napi_key = \"sk-...\"\n").is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("16G").unwrap(), 16 << 30);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size(" 1.5g ").unwrap(), 3 << 29);
+        assert_eq!(parse_size("1T").unwrap(), 1 << 40);
+        assert!(parse_size("lots").unwrap_err().contains("\"lots\" is not a size"));
+        assert!(parse_size("3X").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("0").is_err());
     }
 }

@@ -25,6 +25,11 @@ pub enum Error {
     #[error("no CUDA device: {0}")]
     NoGpu(String),
 
+    /// A limit of the machine stopped an evaluation (the GPU's free memory, the workers'
+    /// host memory budget): environment error, exit code 2; the message names the limit.
+    #[error("resource: {0}")]
+    Resource(String),
+
     /// The sandbox for model-written code cannot be set up on this machine (and
     /// `--no-sandbox` was not given): environment error, exit code 2.
     #[error("sandbox: {0}")]

@@ -24,6 +24,12 @@ pub struct ProcessOutput {
     pub truncated: bool,
     /// Wall-clock time from spawn to exit.
     pub elapsed: Duration,
+    /// The largest resident memory the process and its descendants held together, as
+    /// sampled while it ran (Linux `/proc`; 0 where that cannot be read).
+    pub peak_rss: u64,
+    /// `Some((rss, limit))` when the process tree went over its memory limit and was
+    /// killed for it.
+    pub over_memory: Option<(u64, u64)>,
 }
 
 impl ProcessOutput {
@@ -64,7 +70,19 @@ pub const DEFAULT_OUTPUT_CAP: usize = 8 << 20;
 ///
 /// Standard input is closed; both output streams are captured up to `cap` bytes each
 /// (the rest is read and dropped so the child never blocks on a full pipe).
-pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOutput> {
+pub fn run(cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOutput> {
+    run_limited(cmd, timeout, cap, None)
+}
+
+/// [`run`] with a ceiling on the resident memory of the process and its descendants
+/// together: sampled every few milliseconds; over it, the whole group is killed and the
+/// output says so (`over_memory`). `None`: no ceiling (the peak is still measured).
+pub fn run_limited(
+    mut cmd: Command,
+    timeout: Duration,
+    cap: usize,
+    memory_limit: Option<u64>,
+) -> Result<ProcessOutput> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -93,7 +111,17 @@ pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOut
     let err_reader = child.stderr.take().map(|s| reader_thread(s, cap));
 
     let mut timed_out = false;
+    let mut peak_rss = 0u64;
+    let mut over_memory = None;
     let status = loop {
+        let rss = tree_rss(pid);
+        peak_rss = peak_rss.max(rss);
+        if let Some(limit) = memory_limit.filter(|l| rss > *l) {
+            over_memory = Some((rss, limit));
+            kill_group(pid);
+            let _ = child.wait();
+            break None;
+        }
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) => {}
@@ -129,7 +157,60 @@ pub fn run(mut cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOut
         timed_out,
         truncated: t1 || t2,
         elapsed,
+        peak_rss,
+        over_memory,
     })
+}
+
+/// Resident bytes of process `pid` and every descendant (its threads' children, walked
+/// through `/proc/<pid>/task/<tid>/children`); 0 when `/proc` cannot be read.
+pub fn tree_rss(pid: i32) -> u64 {
+    let page = page_size();
+    let mut total = 0u64;
+    let mut stack = vec![pid];
+    let mut seen = 0usize;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > 4096 {
+            break;
+        }
+        if let Ok(statm) = std::fs::read_to_string(format!("/proc/{p}/statm")) {
+            let resident: u64 = statm
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            total += resident * page;
+        }
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                if let Ok(children) = std::fs::read_to_string(t.path().join("children")) {
+                    stack.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+                }
+            }
+        }
+    }
+    total
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf(3) with a constant name reads a system constant.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
+}
+
+/// Bytes of memory available to new work on this host (`MemAvailable` of
+/// `/proc/meminfo`), when it can be read.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 /// Sends SIGKILL to every process of the group led by `pid`.

@@ -817,6 +817,15 @@ impl Engine {
         let text = e.render();
         self.dir
             .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;
+        // A limit of the machine (GPU memory, the host budget) stops the session, saved
+        // and resumable, without a debug round against a kernel that did nothing wrong.
+        if let Some(f) = e
+            .fault
+            .as_ref()
+            .filter(|f| f.kind == crate::eval::job::FaultKind::Resource)
+        {
+            return Err(Error::Resource(f.message.clone()));
+        }
         let passed = e.passed();
         let fault = e.fault.as_ref().map(|f| f.kind.name());
         let shapes = e.report.as_ref().map_or(0, |r| r.validations.len());

@@ -212,6 +212,7 @@ impl Evaluator for ScriptedEvaluator {
             stderr_tail: String::new(),
             seconds: 0.0,
             sanitizer_output: None,
+            peak_rss: 0,
         })
     }
 
@@ -280,6 +281,7 @@ impl Evaluator for ScriptedEvaluator {
             stderr_tail: String::new(),
             seconds: self.delay.as_secs_f64(),
             sanitizer_output: None,
+            peak_rss: 0,
         })
     }
 }

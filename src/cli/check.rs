@@ -94,12 +94,33 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
         for rep in &findings {
             print!("{}", rep.summary());
         }
+        println!("{}", memory_line(&eval, job.host_memory_limit));
+    }
+    // A limit of the machine, not the kernel: an environment error.
+    if eval
+        .fault
+        .as_ref()
+        .is_some_and(|f| f.kind == FaultKind::Resource)
+    {
+        return Ok(EXIT_ERROR);
     }
     Ok(if eval.passed() {
         EXIT_OK
     } else {
         EXIT_GOAL_NOT_MET
     })
+}
+
+/// What the run cost the host: the worker's peak resident memory and its limit.
+fn memory_line(eval: &eval::Evaluation, limit: Option<u64>) -> String {
+    let peak = crate::spec::human_bytes(eval.peak_rss as f64);
+    match limit {
+        Some(l) => format!(
+            "host memory: the worker's peak resident set was {peak} (limit {}, --host-memory)",
+            crate::spec::human_bytes(l as f64)
+        ),
+        None => format!("host memory: the worker's peak resident set was {peak}"),
+    }
 }
 
 /// Runs the cheapest shape under each compute-sanitizer tool asked for

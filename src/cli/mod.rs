@@ -82,6 +82,11 @@ pub struct GlobalArgs {
         value_parser = clap::builder::FalseyValueParser::new()
     )]
     pub no_sandbox: bool,
+    /// Host memory a worker (with everything it starts) may hold, e.g. 16G or 512M; over
+    /// it the worker is stopped with a `resource` fault (default: [limits] host_memory in
+    /// cutesmith.toml, else half of the host's available memory).
+    #[arg(long, global = true, env = "CUTESMITH_HOST_MEMORY", value_name = "SIZE")]
+    pub host_memory: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -277,6 +282,20 @@ fn dispatch(cli: Cli) -> Result<i32> {
         crate::sandbox::disable();
     }
     let config = Config::load(cli.global.config.as_deref())?;
+    // The workers' host memory budget: the flag, else the config file's.
+    if let Some(text) = &cli.global.host_memory {
+        let bytes = crate::config::parse_size(text)
+            .map_err(|e| Error::Usage(format!("--host-memory: {e}")))?;
+        crate::eval::set_host_budget(bytes);
+    } else if let Some(text) = &config.host_memory {
+        let file = config
+            .file
+            .as_ref()
+            .map_or_else(|| "the config file".to_string(), |f| f.display().to_string());
+        let bytes = crate::config::parse_size(text)
+            .map_err(|e| Error::Usage(format!("{file}: [limits] host_memory: {e}")))?;
+        crate::eval::set_host_budget(bytes);
+    }
     let opts = toolchain_options(&cli.global, &config);
     let no_install = cli.global.no_install;
     match cli.command {

@@ -131,7 +131,7 @@ pub fn cmd_session(
             }
             Err(e) => {
                 let _ = writeln!(out, "error: {e}");
-                if matches!(e, Error::Model(_) | Error::NoGpu(_)) {
+                if matches!(e, Error::Model(_) | Error::NoGpu(_) | Error::Resource(_)) {
                     let _ = writeln!(out, "(the session is saved; fix the cause and go on)");
                 }
             }

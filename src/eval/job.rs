@@ -75,6 +75,11 @@ pub struct Job {
     /// instead of on the device; `CUTESMITH_HOST_VALIDATION=1` sets it.
     #[serde(default)]
     pub host_validation: bool,
+    /// The host memory the worker and everything it starts may hold together; over it
+    /// the parent kills it and files a `resource` fault (`None`: no ceiling). A host
+    /// validation run that would not fit validates on the device instead.
+    #[serde(default)]
+    pub host_memory_limit: Option<u64>,
 }
 
 /// How a candidate failed, as data. The agent routes on this; it is never an `Err`.
@@ -125,6 +130,10 @@ pub enum FaultKind {
     /// A timed launch's output differs from the validated answer for its inputs: the
     /// kernel skips work when it recognizes repeated inputs, so its time is not its cost.
     TimingInconsistent,
+    /// A limit of the machine stopped the evaluation, not the kernel: the GPU lacks the
+    /// free memory the problem needs, or the worker went over its host memory limit.
+    /// The message names the limit and the figures. Never debugged against the kernel.
+    Resource,
 }
 
 impl FaultKind {

@@ -47,6 +47,9 @@ pub struct Evaluation {
     /// The wrapper's output (compute-sanitizer prints its report on stdout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sanitizer_output: Option<String>,
+    /// The largest host memory the worker (with what it started) held, sampled (bytes).
+    #[serde(default)]
+    pub peak_rss: u64,
 }
 
 impl Evaluation {
@@ -94,6 +97,7 @@ pub fn run(job: &Job, timeout: Duration, under: Under<'_>) -> Result<Evaluation>
                 stderr_tail: String::new(),
                 seconds: 0.0,
                 sanitizer_output: None,
+                peak_rss: 0,
             });
         }
         inspected = Some(rep);
@@ -228,6 +232,24 @@ pub fn sanitize(
     Ok(findings)
 }
 
+/// The host memory a worker may hold (with everything it starts), set once from
+/// `--host-memory` / `[limits] host_memory`; unset, half of the memory the host has
+/// available when the job is made.
+static HOST_BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Sets the host memory budget of every worker this process starts (first call wins).
+pub fn set_host_budget(bytes: u64) {
+    let _ = HOST_BUDGET.set(bytes);
+}
+
+/// The host memory budget of a worker: the one set, or half of `MemAvailable`.
+pub fn host_budget() -> Option<u64> {
+    HOST_BUDGET
+        .get()
+        .copied()
+        .or_else(|| crate::process::mem_available().map(|b| b / 2))
+}
+
 /// Builds a job for a workload: its spec's text, seeds 1..=`seeds`, `runs` timed runs.
 pub fn job_for(
     workload: &Workload,
@@ -252,6 +274,7 @@ pub fn job_for(
         },
         fp64_samples: 256,
         host_validation: std::env::var("CUTESMITH_HOST_VALIDATION").is_ok_and(|v| v == "1"),
+        host_memory_limit: host_budget(),
     })
 }
 

@@ -99,7 +99,7 @@ pub fn spawn_program(
         &mut cmd,
         &worker_policy(exe, job, dir.path(), wrapper.as_ref()),
     )?;
-    let out = process::run(cmd, timeout, 16 << 20)?;
+    let out = process::run_limited(cmd, timeout, 16 << 20, job.host_memory_limit)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);
     let line = out
@@ -123,7 +123,19 @@ pub fn spawn_program(
         // no debug round on the kernel.
         return Err(Error::NoGpu(why));
     }
-    let fault = if out.timed_out {
+    let fault = if let Some((rss, limit)) = out.over_memory {
+        Some(Fault {
+            kind: FaultKind::Resource,
+            message: format!(
+                "the worker held {} of host memory, over its limit of {} (--host-memory, \
+                 or [limits] host_memory in cutesmith.toml; default half of the host's \
+                 available memory), and was stopped: raise the limit, or validate fewer or \
+                 smaller shapes",
+                crate::spec::human_bytes(rss as f64),
+                crate::spec::human_bytes(limit as f64)
+            ),
+        })
+    } else if out.timed_out {
         Some(Fault {
             kind: FaultKind::Timeout,
             message: format!(
@@ -150,6 +162,7 @@ pub fn spawn_program(
         stderr_tail,
         seconds: out.elapsed.as_secs_f64(),
         sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
+        peak_rss: out.peak_rss,
     })
 }
 

@@ -50,6 +50,7 @@ mod tolerance;
 use std::path::{Path, PathBuf};
 
 pub use chain::Chain;
+pub use rules::human_bytes;
 use error::Result;
 pub use error::WorkloadError;
 use location::parse_error;

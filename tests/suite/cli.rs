@@ -120,3 +120,36 @@ fn a_malformed_workload_names_file_field_and_allowed_values() {
     assert!(t.contains("dtype"), "{t}");
     assert!(t.contains("bf16"), "{t}");
 }
+
+#[test]
+fn a_bad_host_memory_limit_is_refused_naming_the_flag_or_the_file() {
+    let o = cutesmith(&["--host-memory", "lots", "workloads"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("--host-memory: \"lots\" is not a size"), "{t}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cutesmith.toml");
+    std::fs::write(&cfg, "[limits]\nhost_memory = \"12X\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["workloads"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("[limits] host_memory"), "{t}");
+    assert!(t.contains("cutesmith.toml"), "{t}");
+
+    std::fs::write(&cfg, "[limits]\nhost_memory = \"12G\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["workloads"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}

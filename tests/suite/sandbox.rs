@@ -248,3 +248,64 @@ fn a_hostile_kernel_is_validated_and_every_attempt_fails() {
         "the kernel reached the listener"
     );
 }
+
+/// A stub worker that only allocates and touches memory, 16 MiB at a time.
+const HOG: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  for (int i = 0; i < 256; ++i) {
+    char* p = malloc(16u << 20);
+    if (!p) return 3;
+    memset(p, i + 1, 16u << 20);
+    usleep(2000);
+  }
+  return 0;
+}
+"#;
+
+#[test]
+fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
+    let cc = ["cc", "gcc", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if !require_tool("a C compiler", cc.is_some()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("hog.c");
+    std::fs::write(&src, HOG).unwrap();
+    let exe = dir.path().join("hog");
+    let built = Command::new(cc.unwrap())
+        .arg("-O1")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let mut job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    job.host_memory_limit = Some(256 << 20);
+    let start = std::time::Instant::now();
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let f = e.fault.expect("a fault");
+    assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
+    assert!(f.message.contains("over its limit of 268.4 MB"), "{}", f.message);
+    assert!(e.peak_rss > 256 << 20, "peak {}", e.peak_rss);
+    assert!(e.peak_rss < 1 << 30, "stopped late: peak {}", e.peak_rss);
+    assert!(start.elapsed() < Duration::from_secs(30));
+
+    // Under a limit it does not reach, the same program runs to its end, and its peak
+    // (4 GiB of touched pages, 16 MiB at a time) is measured.
+    job.host_memory_limit = Some(8 << 30);
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let kind = e.fault.as_ref().map(|f| f.kind);
+    assert_ne!(kind, Some(eval::job::FaultKind::Resource));
+    assert!(e.peak_rss > 2 << 30, "peak {}", e.peak_rss);
+}

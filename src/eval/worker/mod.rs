@@ -147,6 +147,30 @@ fn run(job: &Job) -> WorkerReport {
             return report;
         }
     };
+    // Admission: every shape must fit the GPU's free memory before anything of it is
+    // allocated; not the kernel's fault when it does not.
+    if let Some(f) = device_admission(&s, &workload, job) {
+        report.fault = Some(f);
+        return report;
+    }
+    // Host validation (asked for) only where its host copies fit the worker's budget;
+    // otherwise the device validates, streaming summaries only to the host.
+    let mut host_validation = job.host_validation;
+    if let (true, Some(limit)) = (host_validation, job.host_memory_limit) {
+        if let Some(sh) = workload
+            .shapes()
+            .iter()
+            .find(|sh| host_validation_bytes(&workload, sh) > 0.8 * limit as f64)
+        {
+            report.notes.push(format!(
+                "validated on the device: host validation of {sh} would hold about {} of host \
+                 memory, over 80% of the worker's budget of {}",
+                crate::spec::human_bytes(host_validation_bytes(&workload, sh)),
+                crate::spec::human_bytes(limit as f64)
+            ));
+            host_validation = false;
+        }
+    }
     // Inputs and validation on the device unless its kernels cannot be built (then on
     // the host, with a note saying why).
     let dev = match device::compile(
@@ -154,7 +178,7 @@ fn run(job: &Job) -> WorkerReport {
         &workload,
         workload.dtype(),
         workload.out_dtype(),
-        job.host_validation,
+        host_validation,
     ) {
         Ok(d) => Some(d),
         Err(e) => {
@@ -197,6 +221,41 @@ fn run(job: &Job) -> WorkerReport {
         )),
     }
     report
+}
+
+/// The resource fault for the first of the job's shapes that needs more device memory
+/// than the GPU has free (`cuMemGetInfo`), from the workload's footprint estimate; `None`
+/// when every shape fits (or the free memory cannot be read).
+fn device_admission(s: &Session, w: &Workload, job: &Job) -> Option<Fault> {
+    let (free, total) = s.ctx.mem_get_info().ok()?;
+    let shapes: Vec<&Shape> = if job.shapes.is_empty() {
+        w.shapes().iter().collect()
+    } else {
+        job.shapes.iter().filter_map(|i| w.shapes().get(*i)).collect()
+    };
+    // The L2 flush buffer, the vendor libraries' workspaces and the context's own use.
+    const MARGIN: f64 = 512.0 * 1024.0 * 1024.0;
+    let sh = shapes
+        .into_iter()
+        .find(|sh| w.device_bytes(sh) + MARGIN > free as f64)?;
+    Some(fault(
+        FaultKind::Resource,
+        format!(
+            "shape {sh} needs about {} of device memory (two input sets, the output, the \
+             chain's tensors and the reference planes), and the GPU has {} free of {}: \
+             nothing was allocated; free the GPU, or validate smaller shapes",
+            crate::spec::human_bytes(w.device_bytes(sh)),
+            crate::spec::human_bytes(free as f64),
+            crate::spec::human_bytes(total as f64)
+        ),
+    ))
+}
+
+/// Host bytes validating `sh` on the host holds: both input sets, the output read back,
+/// and the fp64 reference with its per-element bound.
+fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
+    let out = sh.m as f64 * sh.n as f64 * sh.batch as f64;
+    2.0 * w.min_bytes(sh) + 16.0 * out
 }
 
 fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {
