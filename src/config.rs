@@ -206,7 +206,7 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
         _ => return Err(format!("\"{text}\": unknown unit (use K, M, G or T)")),
     };
     let bytes = value * scale;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > 1.8e19 {
+    if !bytes.is_finite() || !(1.0..=1.8e19).contains(&bytes) {
         return Err(format!("\"{text}\" is out of range"));
     }
     Ok(bytes as u64)
@@ -270,7 +270,9 @@ mod tests {
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size(" 1.5g ").unwrap(), 3 << 29);
         assert_eq!(parse_size("1T").unwrap(), 1 << 40);
-        assert!(parse_size("lots").unwrap_err().contains("\"lots\" is not a size"));
+        assert!(parse_size("lots")
+            .unwrap_err()
+            .contains("\"lots\" is not a size"));
         assert!(parse_size("3X").unwrap_err().contains("unknown unit"));
         assert!(parse_size("0").is_err());
     }

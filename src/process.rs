@@ -185,7 +185,11 @@ pub fn tree_rss(pid: i32) -> u64 {
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
             for t in tasks.flatten() {
                 if let Ok(children) = std::fs::read_to_string(t.path().join("children")) {
-                    stack.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+                    stack.extend(
+                        children
+                            .split_whitespace()
+                            .filter_map(|c| c.parse::<i32>().ok()),
+                    );
                 }
             }
         }

@@ -159,7 +159,8 @@ pub fn cmd_bench(
         );
     }
     let order = spec.workloads.clone();
-    spec.workloads.retain(|n| !kept.iter().any(|r| &r.workload == n));
+    spec.workloads
+        .retain(|n| !kept.iter().any(|r| &r.workload == n));
     let workloads = spec
         .workloads
         .iter()

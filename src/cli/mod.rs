@@ -85,7 +85,12 @@ pub struct GlobalArgs {
     /// Host memory a worker (with everything it starts) may hold, e.g. 16G or 512M; over
     /// it the worker is stopped with a `resource` fault (default: [limits] host_memory in
     /// cutesmith.toml, else half of the host's available memory).
-    #[arg(long, global = true, env = "CUTESMITH_HOST_MEMORY", value_name = "SIZE")]
+    #[arg(
+        long,
+        global = true,
+        env = "CUTESMITH_HOST_MEMORY",
+        value_name = "SIZE"
+    )]
     pub host_memory: Option<String>,
 }
 
@@ -288,10 +293,10 @@ fn dispatch(cli: Cli) -> Result<i32> {
             .map_err(|e| Error::Usage(format!("--host-memory: {e}")))?;
         crate::eval::set_host_budget(bytes);
     } else if let Some(text) = &config.host_memory {
-        let file = config
-            .file
-            .as_ref()
-            .map_or_else(|| "the config file".to_string(), |f| f.display().to_string());
+        let file = config.file.as_ref().map_or_else(
+            || "the config file".to_string(),
+            |f| f.display().to_string(),
+        );
         let bytes = crate::config::parse_size(text)
             .map_err(|e| Error::Usage(format!("{file}: [limits] host_memory: {e}")))?;
         crate::eval::set_host_budget(bytes);

@@ -50,10 +50,10 @@ mod tolerance;
 use std::path::{Path, PathBuf};
 
 pub use chain::Chain;
-pub use rules::human_bytes;
 use error::Result;
 pub use error::WorkloadError;
 use location::parse_error;
+pub use rules::human_bytes;
 use rules::Validator;
 pub use schema::*;
 pub use tolerance::{ElementTolerance, Tolerance};

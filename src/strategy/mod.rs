@@ -73,8 +73,7 @@ pub fn workload_block(w: &Workload) -> String {
                     s.push_str("#define CS_WL_CHAIN 1 // any other chain: the cs_chain functor\n");
                     // A matrix operand of D's type can be read in C's place (no C: beta 0).
                     let c_operand = w.chain().tensors.iter().position(|t| {
-                        t.kind == crate::spec::chain::TensorKind::Matrix
-                            && t.dtype == w.out_dtype()
+                        t.kind == crate::spec::chain::TensorKind::Matrix && t.dtype == w.out_dtype()
                     });
                     if let Some(j) = c_operand.filter(|_| w.params().beta == 0.0) {
                         s.push_str(&format!(

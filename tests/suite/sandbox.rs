@@ -296,7 +296,11 @@ fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
     let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
     let f = e.fault.expect("a fault");
     assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
-    assert!(f.message.contains("over its limit of 268.4 MB"), "{}", f.message);
+    assert!(
+        f.message.contains("over its limit of 268.4 MB"),
+        "{}",
+        f.message
+    );
     assert!(e.peak_rss > 256 << 20, "peak {}", e.peak_rss);
     assert!(e.peak_rss < 1 << 30, "stopped late: peak {}", e.peak_rss);
     assert!(start.elapsed() < Duration::from_secs(30));

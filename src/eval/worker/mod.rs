@@ -111,6 +111,13 @@ fn run(job: &Job) -> WorkerReport {
         }
     };
     report.device = Some(s.info.clone());
+    // Admission: every shape must fit the GPU's free memory before anything of it is
+    // allocated (first thing, so the refusal takes well under a second); not the
+    // kernel's fault when it does not.
+    if let Some(f) = device_admission(&s, &workload, job) {
+        report.fault = Some(f);
+        return report;
+    }
     let libs = Libraries::open(&s);
     report.notes.extend(libs.notes.iter().cloned());
     let copy_bw = match s.measure_copy_bandwidth() {
@@ -147,12 +154,6 @@ fn run(job: &Job) -> WorkerReport {
             return report;
         }
     };
-    // Admission: every shape must fit the GPU's free memory before anything of it is
-    // allocated; not the kernel's fault when it does not.
-    if let Some(f) = device_admission(&s, &workload, job) {
-        report.fault = Some(f);
-        return report;
-    }
     // Host validation (asked for) only where its host copies fit the worker's budget;
     // otherwise the device validates, streaming summaries only to the host.
     let mut host_validation = job.host_validation;
@@ -231,7 +232,10 @@ fn device_admission(s: &Session, w: &Workload, job: &Job) -> Option<Fault> {
     let shapes: Vec<&Shape> = if job.shapes.is_empty() {
         w.shapes().iter().collect()
     } else {
-        job.shapes.iter().filter_map(|i| w.shapes().get(*i)).collect()
+        job.shapes
+            .iter()
+            .filter_map(|i| w.shapes().get(*i))
+            .collect()
     };
     // The L2 flush buffer, the vendor libraries' workspaces and the context's own use.
     const MARGIN: f64 = 512.0 * 1024.0 * 1024.0;

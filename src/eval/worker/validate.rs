@@ -902,8 +902,12 @@ mod tests {
     fn the_tensor_core_bound_holds_for_truncating_accumulation_and_catches_a_lost_tile() {
         for k in [4096usize, 65536, 1 << 20] {
             for seed in 1..=3u64 {
-                let a: Vec<f32> = (0..k).map(|i| input_value(seed, 0, i as u64) as f32).collect();
-                let b: Vec<f32> = (0..k).map(|i| input_value(seed, 1, i as u64) as f32).collect();
+                let a: Vec<f32> = (0..k)
+                    .map(|i| input_value(seed, 0, i as u64) as f32)
+                    .collect();
+                let b: Vec<f32> = (0..k)
+                    .map(|i| input_value(seed, 1, i as u64) as f32)
+                    .collect();
                 let products: Vec<f64> = a
                     .iter()
                     .zip(&b)
@@ -914,14 +918,20 @@ mod tests {
                 let bound = dot_bound(sum_abs, k as u64, F32_U, Summation::TensorCore);
                 let rounded_only = dot_bound(sum_abs, k as u64, F32_U, Summation::Rounded);
                 let err = (f64::from(tensor_core_sum(&a, &b)) - exact).abs();
-                assert!(err <= bound, "k {k} seed {seed}: truncating sum off by {err} > {bound}");
+                assert!(
+                    err <= bound,
+                    "k {k} seed {seed}: truncating sum off by {err} > {bound}"
+                );
                 if k == 4096 {
                     // The rounded-sum bound alone is too tight for it at this k; the tensor-core
                     // term is what admits it.
                     assert!(bound > 4.0 * rounded_only);
                     // A kernel that skips the last 64-wide K tile is caught.
                     let lost: f64 = products[k - 64..].iter().sum();
-                    assert!(lost.abs() > bound, "seed {seed}: lost tile {lost} within {bound}");
+                    assert!(
+                        lost.abs() > bound,
+                        "seed {seed}: lost tile {lost} within {bound}"
+                    );
                 }
             }
         }
