@@ -80,6 +80,10 @@ pub struct Job {
     /// validation run that would not fit validates on the device instead.
     #[serde(default)]
     pub host_memory_limit: Option<u64>,
+    /// The largest file the worker (and what it starts) may write, in bytes
+    /// (`RLIMIT_FSIZE`; over it the write fails with SIGXFSZ and the fault is `resource`).
+    #[serde(default)]
+    pub file_size_limit: Option<u64>,
 }
 
 /// How a candidate failed, as data. The agent routes on this; it is never an `Err`.

@@ -250,6 +250,10 @@ pub fn host_budget() -> Option<u64> {
         .or_else(|| crate::process::mem_available().map(|b| b / 2))
 }
 
+/// The largest file a worker writes by default: its job and report are kilobytes; a
+/// profiler's log under `profile` stays far below this.
+pub const WORKER_FILE_SIZE_LIMIT: u64 = 16 << 30;
+
 /// Builds a job for a workload: its spec's text, seeds 1..=`seeds`, `runs` timed runs.
 pub fn job_for(
     workload: &Workload,
@@ -275,6 +279,7 @@ pub fn job_for(
         fp64_samples: 256,
         host_validation: std::env::var("CUTESMITH_HOST_VALIDATION").is_ok_and(|v| v == "1"),
         host_memory_limit: host_budget(),
+        file_size_limit: Some(WORKER_FILE_SIZE_LIMIT),
     })
 }
 

@@ -95,6 +95,31 @@ pub fn spawn_program(
         .current_dir(dir.path())
         .env_clear()
         .envs(worker_env(std::env::vars(), dir.path()));
+    // Hard limits the kernel enforces on the worker and all it starts: CPU time (a
+    // backstop behind the wall-clock timeout: four cores busy for all of it) and the size
+    // of any file written.
+    let cpu_seconds = 4 * timeout.as_secs().max(1) + 60;
+    let file_size = job.file_size_limit;
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // setrlimit(2), which is async-signal-safe, on values computed before the fork.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let cpu = libc::rlimit {
+                rlim_cur: cpu_seconds as libc::rlim_t,
+                rlim_max: (cpu_seconds + 10) as libc::rlim_t,
+            };
+            libc::setrlimit(libc::RLIMIT_CPU, &cpu);
+            if let Some(bytes) = file_size {
+                let f = libc::rlimit {
+                    rlim_cur: bytes as libc::rlim_t,
+                    rlim_max: bytes as libc::rlim_t,
+                };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &f);
+            }
+            Ok(())
+        });
+    }
     crate::sandbox::apply(
         &mut cmd,
         &worker_policy(exe, job, dir.path(), wrapper.as_ref()),
@@ -134,6 +159,11 @@ pub fn spawn_program(
                 crate::spec::human_bytes(rss as f64),
                 crate::spec::human_bytes(limit as f64)
             ),
+        })
+    } else if let Some(limit) = limit_signal(out.status, cpu_seconds, file_size) {
+        Some(Fault {
+            kind: FaultKind::Resource,
+            message: limit,
         })
     } else if out.timed_out {
         Some(Fault {
@@ -208,6 +238,30 @@ fn worker_policy(
     p
 }
 
+/// The limit that ended the worker, when a limit's signal did: SIGXCPU (CPU time) or
+/// SIGXFSZ (file size), named with its value.
+fn limit_signal(
+    status: Option<std::process::ExitStatus>,
+    cpu_seconds: u64,
+    file_size: Option<u64>,
+) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    match status?.signal()? {
+        libc::SIGXCPU => Some(format!(
+            "the worker used its {cpu_seconds} s of CPU time (four times the timeout, plus a \
+             minute) and was stopped: the host code spins or computes far too much"
+        )),
+        libc::SIGXFSZ => Some(format!(
+            "the worker tried to write a file larger than its limit of {} and was stopped",
+            file_size.map_or_else(
+                || "the limit".into(),
+                |b| crate::spec::human_bytes(b as f64)
+            )
+        )),
+        _ => None,
+    }
+}
+
 fn describe_status(status: Option<std::process::ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
@@ -257,6 +311,19 @@ mod tests {
             .collect();
         assert_eq!(tf32, vec!["0"]);
         assert!(env.contains(&("HOME".to_string(), "/tmp/w".to_string())));
+    }
+
+    #[test]
+    fn a_limit_signal_is_a_resource_fault_and_others_are_not() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = |raw: i32| Some(std::process::ExitStatus::from_raw(raw));
+        let cpu = limit_signal(status(libc::SIGXCPU), 1260, None).unwrap();
+        assert!(cpu.contains("1260 s of CPU time"), "{cpu}");
+        let fsize = limit_signal(status(libc::SIGXFSZ), 1260, Some(16 << 30)).unwrap();
+        assert!(fsize.contains("limit of 17.2 GB"), "{fsize}");
+        assert!(limit_signal(status(libc::SIGSEGV), 1260, None).is_none());
+        assert!(limit_signal(status(3 << 8), 1260, None).is_none());
+        assert!(limit_signal(None, 1260, None).is_none());
     }
 
     #[test]

@@ -313,3 +313,62 @@ fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
     assert_ne!(kind, Some(eval::job::FaultKind::Resource));
     assert!(e.peak_rss > 2 << 30, "peak {}", e.peak_rss);
 }
+
+/// A stub worker that writes a 64 MiB file into its directory, 1 MiB at a time.
+const WRITER: &str = r#"
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  static char buf[1 << 20];
+  memset(buf, 7, sizeof buf);
+  int fd = open("big.bin", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return 3;
+  for (int i = 0; i < 64; ++i)
+    if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) return 4;
+  close(fd);
+  return 0;
+}
+"#;
+
+#[test]
+fn a_worker_writing_past_its_file_size_limit_gets_the_resource_verdict() {
+    let cc = ["cc", "gcc", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if !require_tool("a C compiler", cc.is_some()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("writer.c");
+    std::fs::write(&src, WRITER).unwrap();
+    let exe = dir.path().join("writer");
+    let built = Command::new(cc.unwrap())
+        .arg("-O1")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let mut job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    job.file_size_limit = Some(4 << 20);
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let f = e.fault.expect("a fault");
+    assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
+    assert!(
+        f.message.contains("larger than its limit of 4.19 MB"),
+        "{}",
+        f.message
+    );
+    // With the default limit the same program writes its file and ends normally (its
+    // missing report is a crash, not a resource fault).
+    job.file_size_limit = Some(eval::WORKER_FILE_SIZE_LIMIT);
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    assert_eq!(e.fault.map(|f| f.kind), Some(eval::job::FaultKind::Crash));
+}
