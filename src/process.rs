@@ -30,6 +30,18 @@ pub struct ProcessOutput {
     /// `Some((rss, limit))` when the process tree went over its memory limit and was
     /// killed for it.
     pub over_memory: Option<(u64, u64)>,
+    /// `Some((count, limit))` when the process tree held more processes than its limit
+    /// and was killed for it.
+    pub over_processes: Option<(usize, usize)>,
+}
+
+/// Ceilings [`run_limited`] enforces on a process tree by sampling it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Resident bytes of the whole tree.
+    pub memory: Option<u64>,
+    /// Processes in the tree (a fork bomb is stopped within a sampling period).
+    pub processes: Option<usize>,
 }
 
 impl ProcessOutput {
@@ -71,17 +83,18 @@ pub const DEFAULT_OUTPUT_CAP: usize = 8 << 20;
 /// Standard input is closed; both output streams are captured up to `cap` bytes each
 /// (the rest is read and dropped so the child never blocks on a full pipe).
 pub fn run(cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOutput> {
-    run_limited(cmd, timeout, cap, None)
+    run_limited(cmd, timeout, cap, Limits::default())
 }
 
-/// [`run`] with a ceiling on the resident memory of the process and its descendants
-/// together: sampled every few milliseconds; over it, the whole group is killed and the
-/// output says so (`over_memory`). `None`: no ceiling (the peak is still measured).
+/// [`run`] with ceilings on the resident memory of the process and its descendants
+/// together and on their number: sampled every few milliseconds; over one, the whole
+/// group is killed and the output says which (`over_memory`, `over_processes`). The
+/// memory peak is measured either way.
 pub fn run_limited(
     mut cmd: Command,
     timeout: Duration,
     cap: usize,
-    memory_limit: Option<u64>,
+    limits: Limits,
 ) -> Result<ProcessOutput> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     cmd.stdin(Stdio::null())
@@ -113,11 +126,16 @@ pub fn run_limited(
     let mut timed_out = false;
     let mut peak_rss = 0u64;
     let mut over_memory = None;
+    let mut over_processes = None;
     let status = loop {
-        let rss = tree_rss(pid);
+        let (rss, count) = tree_usage(pid);
         peak_rss = peak_rss.max(rss);
-        if let Some(limit) = memory_limit.filter(|l| rss > *l) {
+        if let Some(limit) = limits.memory.filter(|l| rss > *l) {
             over_memory = Some((rss, limit));
+        } else if let Some(limit) = limits.processes.filter(|l| count > *l) {
+            over_processes = Some((count, limit));
+        }
+        if over_memory.is_some() || over_processes.is_some() {
             kill_group(pid);
             let _ = child.wait();
             break None;
@@ -159,19 +177,21 @@ pub fn run_limited(
         elapsed,
         peak_rss,
         over_memory,
+        over_processes,
     })
 }
 
 /// Resident bytes of process `pid` and every descendant (its threads' children, walked
-/// through `/proc/<pid>/task/<tid>/children`); 0 when `/proc` cannot be read.
-pub fn tree_rss(pid: i32) -> u64 {
+/// through `/proc/<pid>/task/<tid>/children`), and how many processes that is; 0 bytes
+/// when `/proc` cannot be read. The walk stops counting past 65536 processes.
+pub fn tree_usage(pid: i32) -> (u64, usize) {
     let page = page_size();
     let mut total = 0u64;
     let mut stack = vec![pid];
     let mut seen = 0usize;
     while let Some(p) = stack.pop() {
         seen += 1;
-        if seen > 4096 {
+        if seen > 65536 {
             break;
         }
         if let Ok(statm) = std::fs::read_to_string(format!("/proc/{p}/statm")) {
@@ -194,7 +214,7 @@ pub fn tree_rss(pid: i32) -> u64 {
             }
         }
     }
-    total
+    (total, seen)
 }
 
 fn page_size() -> u64 {

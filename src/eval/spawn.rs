@@ -55,6 +55,10 @@ pub fn worker_exe() -> Result<PathBuf> {
 
 /// Starts `cutesmith worker` (optionally under a wrapper program such as
 /// compute-sanitizer) in a fresh temp directory with a scrubbed environment.
+/// The processes a worker may hold at once (itself, the sandbox's two, a profiler and
+/// its helpers): more is a fork bomb.
+pub const WORKER_MAX_PROCESSES: usize = 256;
+
 pub(super) fn spawn_worker(
     job: &Job,
     timeout: Duration,
@@ -124,7 +128,11 @@ pub fn spawn_program(
         &mut cmd,
         &worker_policy(exe, job, dir.path(), wrapper.as_ref()),
     )?;
-    let out = process::run_limited(cmd, timeout, 16 << 20, job.host_memory_limit)?;
+    let limits = process::Limits {
+        memory: job.host_memory_limit,
+        processes: Some(WORKER_MAX_PROCESSES),
+    };
+    let out = process::run_limited(cmd, timeout, 16 << 20, limits)?;
     let stderr_tail = tail(&out.stderr, 4000);
     let marker = format!("{RESULT_MARKER} {} ", job.nonce);
     let line = out
@@ -158,6 +166,14 @@ pub fn spawn_program(
                  smaller shapes",
                 crate::spec::human_bytes(rss as f64),
                 crate::spec::human_bytes(limit as f64)
+            ),
+        })
+    } else if let Some((count, limit)) = out.over_processes {
+        Some(Fault {
+            kind: FaultKind::Resource,
+            message: format!(
+                "the worker and what it started grew to {count} processes, over the limit of \
+                 {limit}, and were stopped: a kernel's host code must not fork"
             ),
         })
     } else if let Some(limit) = limit_signal(out.status, cpu_seconds, file_size) {

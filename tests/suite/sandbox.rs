@@ -372,3 +372,57 @@ fn a_worker_writing_past_its_file_size_limit_gets_the_resource_verdict() {
     let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
     assert_eq!(e.fault.map(|f| f.kind), Some(eval::job::FaultKind::Crash));
 }
+
+/// A stub worker that forks 600 children which sleep, then waits for them.
+const FORKER: &str = r#"
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+  for (int i = 0; i < 600; ++i) {
+    pid_t p = fork();
+    if (p == 0) { sleep(20); _exit(0); }
+    if (p < 0) break;
+    usleep(1000);
+  }
+  while (wait(0) > 0) {}
+  return 0;
+}
+"#;
+
+#[test]
+fn a_worker_that_forks_too_many_processes_gets_the_resource_verdict() {
+    let cc = ["cc", "gcc", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if !require_tool("a C compiler", cc.is_some()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("forker.c");
+    std::fs::write(&src, FORKER).unwrap();
+    let exe = dir.path().join("forker");
+    let built = Command::new(cc.unwrap())
+        .arg("-O1")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    let start = std::time::Instant::now();
+    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let f = e.fault.expect("a fault");
+    assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
+    assert!(f.message.contains("over the limit of 256"), "{}", f.message);
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+}
