@@ -572,49 +572,46 @@ static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride,
 // = (batch * m) x k times k x n. The same with A shared and a column-major D, stacking
 // columns. TMA has no stride-0 dimension, so this is how a shared operand reaches the fast
 // path; other shared cases take the fallback.
+// Whether batch l of every batch-strided tensor starts exactly `extent` rows (or columns)
+// of D after batch l-1: the stacked operand (its batch stride and leading dimension), D, C
+// and the chain's operands (a vector indexed along the stacked side, `along`, steps by
+// `extent`; the other kind of vector is shared; a matrix steps by `extent` of its ld).
+static bool cs_batches_stack(const cs_problem& p, int64_t stacked_stride, int64_t stacked_ld,
+                             int64_t extent, int32_t along)
+{
+  bool ok = stacked_stride == stacked_ld * extent && p.batch_stride_d == p.ldd * extent &&
+            (p.beta == 0.0f || p.batch_stride_c == p.ldc * extent);
+  for (int i = 0; ok && i < p.num_operands && i < CS_MAX_OPERANDS; ++i) {
+    cs_operand const& o = p.operands[i];
+    ok = o.kind == along                ? o.batch_stride == extent
+       : o.kind == CS_OPERAND_MATRIX    ? o.batch_stride == o.ld * extent
+       : o.kind == CS_OPERAND_ROW ||
+         o.kind == CS_OPERAND_COL       ? o.batch_stride == 0
+                                        : false;
+  }
+  return ok;
+}
+
 static cs_problem cs_fold_batch(const cs_problem& p)
 {
   if (p.batch <= 1 || p.m <= 0 || p.n <= 0) return p;
-  bool const has_c = (p.beta != 0.0f);
+  cs_problem q = p;
   if (p.batch_stride_b == 0 && p.batch_stride_a != 0 && p.layout_a == CS_LAYOUT_ROW &&
-      p.layout_cd == CS_LAYOUT_ROW) {
+      p.layout_cd == CS_LAYOUT_ROW &&
+      cs_batches_stack(p, p.batch_stride_a, p.lda, p.m, CS_OPERAND_COL)) {
     // Rows stack: A[l] row i is row l*m + i of one (batch*m) x k matrix, and so on.
-    bool ok = p.batch_stride_a == p.lda * p.m && p.batch_stride_d == p.ldd * p.m &&
-              (!has_c || p.batch_stride_c == p.ldc * p.m);
-    for (int i = 0; ok && i < p.num_operands && i < CS_MAX_OPERANDS; ++i) {
-      cs_operand const& o = p.operands[i];
-      ok = o.kind == CS_OPERAND_ROW    ? o.batch_stride == 0
-         : o.kind == CS_OPERAND_COL    ? o.batch_stride == p.m
-         : o.kind == CS_OPERAND_MATRIX ? o.batch_stride == o.ld * p.m
-                                       : false;
-    }
-    if (!ok) return p;
-    cs_problem q = p;
     q.m = p.m * p.batch;
-    q.batch = 1;
-    q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = q.batch_stride_d = 0;
-    return q;
-  }
-  if (p.batch_stride_a == 0 && p.batch_stride_b != 0 && p.layout_b == CS_LAYOUT_COL &&
-      p.layout_cd == CS_LAYOUT_COL) {
+  } else if (p.batch_stride_a == 0 && p.batch_stride_b != 0 && p.layout_b == CS_LAYOUT_COL &&
+             p.layout_cd == CS_LAYOUT_COL &&
+             cs_batches_stack(p, p.batch_stride_b, p.ldb, p.n, CS_OPERAND_ROW)) {
     // Columns stack: B[l] column j is column l*n + j of one k x (batch*n) matrix.
-    bool ok = p.batch_stride_b == p.ldb * p.n && p.batch_stride_d == p.ldd * p.n &&
-              (!has_c || p.batch_stride_c == p.ldc * p.n);
-    for (int i = 0; ok && i < p.num_operands && i < CS_MAX_OPERANDS; ++i) {
-      cs_operand const& o = p.operands[i];
-      ok = o.kind == CS_OPERAND_COL    ? o.batch_stride == 0
-         : o.kind == CS_OPERAND_ROW    ? o.batch_stride == p.n
-         : o.kind == CS_OPERAND_MATRIX ? o.batch_stride == o.ld * p.n
-                                       : false;
-    }
-    if (!ok) return p;
-    cs_problem q = p;
     q.n = p.n * p.batch;
-    q.batch = 1;
-    q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = q.batch_stride_d = 0;
-    return q;
+  } else {
+    return p;
   }
-  return p;
+  q.batch = 1;
+  q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = q.batch_stride_d = 0;
+  return q;
 }
 
 // The problem as the kernel computes it: `p` itself (batches folded, above), or for a

@@ -59,31 +59,8 @@ impl Workload {
     /// of them). gemm_glu reads B and B2. Activation and softmax: `m n` in, `m n` out, and
     /// the chain's tensors.
     pub fn min_bytes(&self, shape: &Shape) -> f64 {
-        let (m, n, k, b) = (
-            shape.m as f64,
-            shape.n as f64,
-            shape.k as f64,
-            shape.batch as f64,
-        );
-        let inb = self.dtype.bytes() as f64;
-        let outb = self.out_dtype.bytes() as f64;
-        let tensors = self.tensor_bytes(shape);
-        let ba = if self.layouts.shared_a { 1.0 } else { b };
-        let bb = if self.layouts.shared_b { 1.0 } else { b };
-        let c = if self.params.beta != 0.0 {
-            m * n * b * outb
-        } else {
-            0.0
-        };
-        match self.family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => {
-                (m * k * ba + k * n * bb) * inb + m * n * b * outb + c + tensors
-            }
-            Family::GemmGlu => (m * k * ba + 2.0 * k * n * bb) * inb + m * n * b * outb,
-            Family::Activation | Family::Softmax | Family::LogSoftmax => {
-                m * n * b * (inb + outb) + tensors
-            }
-        }
+        let t = self.tensor_sizes(shape);
+        t.inputs + t.output + t.chain
     }
 
     /// Device bytes that validating and timing `shape` holds at once: the operands of two
@@ -91,6 +68,18 @@ impl Workload {
     /// GEMM families, the fp32 reference products (the value and the sum of |a b| per
     /// output, twice for gemm_glu). An estimate for admission, not an allocator's count.
     pub fn device_bytes(&self, shape: &Shape) -> f64 {
+        let t = self.tensor_sizes(shape);
+        let reference_planes = match self.family {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => 8.0,
+            Family::GemmGlu => 16.0,
+            Family::Activation | Family::Softmax | Family::LogSoftmax => 0.0,
+        };
+        2.0 * t.inputs + t.output + t.chain + reference_planes * t.elements
+    }
+
+    /// The bytes of `shape`'s tensors, by role (what [`Workload::min_bytes`] and
+    /// [`Workload::device_bytes`] add up).
+    fn tensor_sizes(&self, shape: &Shape) -> TensorSizes {
         let (m, n, k, b) = (
             shape.m as f64,
             shape.n as f64,
@@ -99,25 +88,29 @@ impl Workload {
         );
         let inb = self.dtype.bytes() as f64;
         let outb = self.out_dtype.bytes() as f64;
-        let out = m * n * b;
+        let elements = m * n * b;
         let ba = if self.layouts.shared_a { 1.0 } else { b };
         let bb = if self.layouts.shared_b { 1.0 } else { b };
-        let tensors = self.tensor_bytes(shape);
         let c = if self.params.beta != 0.0 {
-            out * outb
+            elements * outb
         } else {
             0.0
         };
-        match self.family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => {
-                2.0 * ((m * k * ba + k * n * bb) * inb + c) + out * outb + tensors + 8.0 * out
-            }
-            Family::GemmGlu => {
-                2.0 * (m * k * ba + 2.0 * k * n * bb) * inb + out * outb + 16.0 * out
-            }
+        let (inputs, chain) = match self.family {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => (
+                (m * k * ba + k * n * bb) * inb + c,
+                self.tensor_bytes(shape),
+            ),
+            Family::GemmGlu => ((m * k * ba + 2.0 * k * n * bb) * inb, 0.0),
             Family::Activation | Family::Softmax | Family::LogSoftmax => {
-                2.0 * out * inb + out * outb + tensors
+                (elements * inb, self.tensor_bytes(shape))
             }
+        };
+        TensorSizes {
+            inputs,
+            output: elements * outb,
+            chain,
+            elements,
         }
     }
 
@@ -181,4 +174,15 @@ impl Workload {
             })
             .map_or(0, |(i, _)| i)
     }
+}
+
+/// One shape's tensors by role, in bytes (elements: of the output).
+struct TensorSizes {
+    /// A and B (and B2), once per batch unless shared, and C when beta != 0.
+    inputs: f64,
+    /// D.
+    output: f64,
+    /// The epilogue chain's tensors.
+    chain: f64,
+    elements: f64,
 }

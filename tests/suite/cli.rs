@@ -130,26 +130,22 @@ fn a_bad_host_memory_limit_is_refused_naming_the_flag_or_the_file() {
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("cutesmith.toml");
-    std::fs::write(&cfg, "[limits]\nhost_memory = \"12X\"\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .arg("--config")
-        .arg(&cfg)
-        .args(["workloads"])
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let with_config = |body: &str| {
+        std::fs::write(&cfg, body).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["workloads"])
+            .current_dir(root())
+            .output()
+            .unwrap()
+    };
+    let o = with_config("[limits]\nhost_memory = \"12X\"\n");
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("[limits] host_memory"), "{t}");
     assert!(t.contains("cutesmith.toml"), "{t}");
 
-    std::fs::write(&cfg, "[limits]\nhost_memory = \"12G\"\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .arg("--config")
-        .arg(&cfg)
-        .args(["workloads"])
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = with_config("[limits]\nhost_memory = \"12G\"\n");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }

@@ -2,9 +2,8 @@
 //! spawn path tries what a hostile kernel's host code would, and nvcc is refused a file
 //! outside the allowed trees.
 
-use std::io::Write;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -23,6 +22,51 @@ fn sandbox_available() -> bool {
         Status::Available { .. } => true,
         Status::Unavailable(why) => require_tool(&format!("the sandbox ({why})"), false),
     }
+}
+
+/// A C compiler on this machine (`cc`, `gcc` or `clang`); fails under CI when none is.
+fn c_compiler() -> Option<&'static str> {
+    let cc = ["cc", "gcc", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if require_tool("a C compiler", cc.is_some()) {
+        cc
+    } else {
+        None
+    }
+}
+
+/// Builds the C program `src` with `flags` in a new temporary directory; the directory
+/// and the program's path. `None` (after `c_compiler` said why) without a compiler.
+fn build_c(name: &str, src: &str, flags: &[String]) -> Option<(tempfile::TempDir, PathBuf)> {
+    let cc = c_compiler()?;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join(format!("{name}.c"));
+    std::fs::write(&source, src).unwrap();
+    let exe = dir.path().join(name);
+    let built = Command::new(cc)
+        .arg("-O1")
+        .args(flags)
+        .arg(&source)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some((dir, exe))
+}
+
+/// Runs the stub `exe` through the worker's spawn path (sandbox and limits) on a
+/// validation job, after `adjust` has set the job's limits.
+fn run_stub(exe: &Path, adjust: impl FnOnce(&mut eval::job::Job)) -> eval::Evaluation {
+    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
+    let mut job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    adjust(&mut job);
+    eval::spawn_program(exe, &job, Duration::from_secs(60), None).unwrap()
 }
 
 /// The probe's C source: each attempt prints `name: ok` or `name: denied (errno)`, and
@@ -93,10 +137,7 @@ fn a_worker_cannot_reach_secrets_files_or_the_network() {
     if !sandbox_available() {
         return;
     }
-    let cc = ["cc", "gcc", "clang"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok());
-    if !require_tool("a C compiler", cc.is_some()) {
+    if c_compiler().is_none() {
         return;
     }
     let secret = format!("sk-cutesmith-probe-{}", std::process::id());
@@ -109,30 +150,16 @@ fn a_worker_cannot_reach_secrets_files_or_the_network() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
 
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("probe.c");
-    std::fs::File::create(&src)
-        .unwrap()
-        .write_all(PROBE.as_bytes())
-        .unwrap();
-    let exe = dir.path().join("probe");
-    let built = Command::new(cc.unwrap())
-        .arg("-O1")
-        .arg(format!("-DPARENT_PID={}", std::process::id()))
-        .arg(format!("-DSECRET=\"{secret}\""))
-        .arg(format!("-DHOME_FILE=\"{}\"", home_file.display()))
-        .arg(format!("-DOUTSIDE=\"{}\"", outside.display()))
-        .arg(format!("-DPORT={port}"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let flags = [
+        format!("-DPARENT_PID={}", std::process::id()),
+        format!("-DSECRET=\"{secret}\""),
+        format!("-DHOME_FILE=\"{}\"", home_file.display()),
+        format!("-DOUTSIDE=\"{}\"", outside.display()),
+        format!("-DPORT={port}"),
+    ];
+    let Some((dir, exe)) = build_c("probe", PROBE, &flags) else {
+        return;
+    };
     // Without the sandbox every attempt succeeds (so the attempts themselves work):
     // this process's environment (where the model's API key lives) is readable, the
     // planted file leaks, the write and the connection go through.
@@ -267,33 +294,11 @@ int main(void) {
 
 #[test]
 fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
-    let cc = ["cc", "gcc", "clang"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok());
-    if !require_tool("a C compiler", cc.is_some()) {
+    let Some((_dir, exe)) = build_c("hog", HOG, &[]) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("hog.c");
-    std::fs::write(&src, HOG).unwrap();
-    let exe = dir.path().join("hog");
-    let built = Command::new(cc.unwrap())
-        .arg("-O1")
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
-    let mut job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
-    job.host_memory_limit = Some(256 << 20);
+    };
     let start = std::time::Instant::now();
-    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let e = run_stub(&exe, |job| job.host_memory_limit = Some(256 << 20));
     let f = e.fault.expect("a fault");
     assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
     assert!(
@@ -307,8 +312,7 @@ fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
 
     // Under a limit it does not reach, the same program runs to its end, and its peak
     // (4 GiB of touched pages, 16 MiB at a time) is measured.
-    job.host_memory_limit = Some(8 << 30);
-    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let e = run_stub(&exe, |job| job.host_memory_limit = Some(8 << 30));
     let kind = e.fault.as_ref().map(|f| f.kind);
     assert_ne!(kind, Some(eval::job::FaultKind::Resource));
     assert!(e.peak_rss > 2 << 30, "peak {}", e.peak_rss);
@@ -333,32 +337,10 @@ int main(void) {
 
 #[test]
 fn a_worker_writing_past_its_file_size_limit_gets_the_resource_verdict() {
-    let cc = ["cc", "gcc", "clang"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok());
-    if !require_tool("a C compiler", cc.is_some()) {
+    let Some((_dir, exe)) = build_c("writer", WRITER, &[]) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("writer.c");
-    std::fs::write(&src, WRITER).unwrap();
-    let exe = dir.path().join("writer");
-    let built = Command::new(cc.unwrap())
-        .arg("-O1")
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
-    let mut job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
-    job.file_size_limit = Some(4 << 20);
-    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    };
+    let e = run_stub(&exe, |job| job.file_size_limit = Some(4 << 20));
     let f = e.fault.expect("a fault");
     assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
     assert!(
@@ -368,8 +350,9 @@ fn a_worker_writing_past_its_file_size_limit_gets_the_resource_verdict() {
     );
     // With the default limit the same program writes its file and ends normally (its
     // missing report is a crash, not a resource fault).
-    job.file_size_limit = Some(eval::WORKER_FILE_SIZE_LIMIT);
-    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let e = run_stub(&exe, |job| {
+        job.file_size_limit = Some(eval::WORKER_FILE_SIZE_LIMIT)
+    });
     assert_eq!(e.fault.map(|f| f.kind), Some(eval::job::FaultKind::Crash));
 }
 
@@ -391,32 +374,11 @@ int main(void) {
 
 #[test]
 fn a_worker_that_forks_too_many_processes_gets_the_resource_verdict() {
-    let cc = ["cc", "gcc", "clang"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok());
-    if !require_tool("a C compiler", cc.is_some()) {
+    let Some((_dir, exe)) = build_c("forker", FORKER, &[]) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("forker.c");
-    std::fs::write(&src, FORKER).unwrap();
-    let exe = dir.path().join("forker");
-    let built = Command::new(cc.unwrap())
-        .arg("-O1")
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let w = Workload::find(root().join("workloads"), "act_relu_bf16").unwrap();
-    let job = eval::job_for(&w, Mode::Validate, None, 1, 1).unwrap();
+    };
     let start = std::time::Instant::now();
-    let e = eval::spawn_program(&exe, &job, Duration::from_secs(60), None).unwrap();
+    let e = run_stub(&exe, |_| {});
     let f = e.fault.expect("a fault");
     assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
     assert!(f.message.contains("over the limit of 256"), "{}", f.message);
