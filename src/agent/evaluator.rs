@@ -213,6 +213,7 @@ impl Evaluator for ScriptedEvaluator {
             seconds: 0.0,
             sanitizer_output: None,
             peak_rss: 0,
+            memory_ceiling: None,
         })
     }
 
@@ -282,6 +283,7 @@ impl Evaluator for ScriptedEvaluator {
             seconds: self.delay.as_secs_f64(),
             sanitizer_output: None,
             peak_rss: 0,
+            memory_ceiling: None,
         })
     }
 }

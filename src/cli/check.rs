@@ -111,12 +111,23 @@ pub fn cmd_check(opts: &ToolchainOptions, no_install: bool, args: CheckArgs) -> 
     })
 }
 
-/// What the run cost the host: the worker's peak resident memory and its limit.
+/// What the run cost the host: the worker's peak resident memory, its limit, and what
+/// enforced the limit (and why not a cgroup, where it was not one).
 fn memory_line(eval: &eval::Evaluation, limit: Option<u64>) -> String {
     let peak = crate::spec::human_bytes(eval.peak_rss as f64);
+    let enforced = match &eval.memory_ceiling {
+        Some(c @ crate::process::MemoryCeiling::Cgroup { .. }) => {
+            format!(", enforced by a {}", c.mechanism())
+        }
+        Some(c @ crate::process::MemoryCeiling::Sampled { why_not_cgroup }) => {
+            format!(", enforced on {} ({why_not_cgroup})", c.mechanism())
+        }
+        None => String::new(),
+    };
     match limit {
         Some(l) => format!(
-            "host memory: the worker's peak resident set was {peak} (limit {}, --host-memory)",
+            "host memory: the worker's peak resident set was {peak} (limit {}, \
+             --host-memory{enforced})",
             crate::spec::human_bytes(l as f64)
         ),
         None => format!("host memory: the worker's peak resident set was {peak}"),

@@ -50,6 +50,10 @@ pub struct Evaluation {
     /// The largest host memory the worker (with what it started) held, sampled (bytes).
     #[serde(default)]
     pub peak_rss: u64,
+    /// What held the worker to its host memory limit (a cgroup, or sampling and why no
+    /// cgroup); `None` when no worker ran or no limit was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_ceiling: Option<crate::process::MemoryCeiling>,
 }
 
 impl Evaluation {
@@ -98,6 +102,7 @@ pub fn run(job: &Job, timeout: Duration, under: Under<'_>) -> Result<Evaluation>
                 seconds: 0.0,
                 sanitizer_output: None,
                 peak_rss: 0,
+                memory_ceiling: None,
             });
         }
         inspected = Some(rep);

@@ -156,17 +156,10 @@ pub fn spawn_program(
         // no debug round on the kernel.
         return Err(Error::NoGpu(why));
     }
-    let fault = if let Some((rss, limit)) = out.over_memory {
+    let fault = if let Some((held, limit)) = out.over_memory {
         Some(Fault {
             kind: FaultKind::Resource,
-            message: format!(
-                "the worker held {} of host memory, over its limit of {} (--host-memory, \
-                 or [limits] host_memory in cutesmith.toml; default half of the host's \
-                 available memory), and was stopped: raise the limit, or validate fewer or \
-                 smaller shapes",
-                crate::spec::human_bytes(rss as f64),
-                crate::spec::human_bytes(limit as f64)
-            ),
+            message: memory_message(held, limit, out.memory_ceiling.as_ref()),
         })
     } else if let Some((count, limit)) = out.over_processes {
         Some(Fault {
@@ -209,6 +202,7 @@ pub fn spawn_program(
         seconds: out.elapsed.as_secs_f64(),
         sanitizer_output: wrapper.map(|_| tail(&out.stdout, 64 * 1024)),
         peak_rss: out.peak_rss,
+        memory_ceiling: out.memory_ceiling,
     })
 }
 
@@ -252,6 +246,27 @@ fn worker_policy(
         p = p.loopback();
     }
     p
+}
+
+/// The resource fault's text for a worker stopped at its host memory limit: the memory it
+/// held, the limit, and the mechanism that enforced it.
+fn memory_message(held: u64, limit: u64, ceiling: Option<&process::MemoryCeiling>) -> String {
+    let held = crate::spec::human_bytes(held as f64);
+    let limit = crate::spec::human_bytes(limit as f64);
+    let how = "--host-memory, or [limits] host_memory in cutesmith.toml; default half of the \
+               host's available memory";
+    let advice = "raise the limit, or validate fewer or smaller shapes";
+    match ceiling {
+        Some(c @ process::MemoryCeiling::Cgroup { .. }) => format!(
+            "the worker reached its limit of {limit} of host memory (enforced by the {}, \
+             peak {held}; {how}) and the kernel's OOM killer stopped it: {advice}",
+            c.mechanism()
+        ),
+        _ => format!(
+            "the worker held {held} of host memory, over its limit of {limit} (enforced on \
+             sampled resident memory; {how}), and was stopped: {advice}"
+        ),
+    }
 }
 
 /// The limit that ended the worker, when a limit's signal did: SIGXCPU (CPU time) or
@@ -340,6 +355,26 @@ mod tests {
         assert!(limit_signal(status(libc::SIGSEGV), 1260, None).is_none());
         assert!(limit_signal(status(3 << 8), 1260, None).is_none());
         assert!(limit_signal(None, 1260, None).is_none());
+    }
+
+    #[test]
+    fn the_memory_fault_names_the_mechanism_that_held_the_limit() {
+        let cgroup = process::MemoryCeiling::Cgroup {
+            path: PathBuf::from("/sys/fs/cgroup/cutesmith-worker-1-0"),
+            peak: Some(268_000_000),
+        };
+        let m = memory_message(268_000_000, 268_435_456, Some(&cgroup));
+        assert!(m.contains("cgroup v2 memory.max"), "{m}");
+        assert!(m.contains("limit of 268.4 MB"), "{m}");
+        assert!(m.contains("peak 268.0 MB"), "{m}");
+        let sampled = process::MemoryCeiling::Sampled {
+            why_not_cgroup: "no cgroup v2 here".into(),
+        };
+        let m = memory_message(300_000_000, 268_435_456, Some(&sampled));
+        assert!(m.contains("sampled resident memory"), "{m}");
+        assert!(m.contains("held 300.0 MB"), "{m}");
+        assert!(m.contains("over its limit of 268.4 MB"), "{m}");
+        assert_eq!(m, memory_message(300_000_000, 268_435_456, None));
     }
 
     #[test]

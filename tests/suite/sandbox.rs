@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cutesmith::eval::{self, job::Mode};
+use cutesmith::process::MemoryCeiling;
 use cutesmith::sandbox::{self, Status};
 use cutesmith::spec::Workload;
 use cutesmith::toolchain::cache::CompileCache;
@@ -299,23 +300,61 @@ fn a_worker_over_its_host_memory_limit_gets_the_resource_verdict() {
     };
     let start = std::time::Instant::now();
     let e = run_stub(&exe, |job| job.host_memory_limit = Some(256 << 20));
+    let ceiling = e
+        .memory_ceiling
+        .clone()
+        .expect("the mechanism of the memory limit");
+    eprintln!("the hog's memory ceiling: {ceiling:?}");
     let f = e.fault.expect("a fault");
     assert_eq!(f.kind, eval::job::FaultKind::Resource, "{}", f.message);
+    assert!(f.message.contains("limit of 268.4 MB"), "{}", f.message);
     assert!(
-        f.message.contains("over its limit of 268.4 MB"),
-        "{}",
+        f.message.contains(ceiling.mechanism()),
+        "{}: {}",
+        ceiling.mechanism(),
         f.message
     );
-    assert!(e.peak_rss > 256 << 20, "peak {}", e.peak_rss);
+    match &ceiling {
+        MemoryCeiling::Cgroup { path, peak } => {
+            // The kernel held the tree to memory.max; the cgroup is gone afterwards.
+            assert!(f.message.contains("cgroup v2 memory.max"), "{}", f.message);
+            assert!(!path.exists(), "{} was left behind", path.display());
+            if let Some(peak) = peak {
+                assert!(*peak > 128 << 20 && *peak < 320 << 20, "cgroup peak {peak}");
+            }
+            assert!(e.peak_rss > 64 << 20, "peak {}", e.peak_rss);
+        }
+        MemoryCeiling::Sampled { why_not_cgroup } => {
+            assert!(
+                !why_not_cgroup.trim().is_empty(),
+                "no reason for the fallback"
+            );
+            assert!(
+                f.message.contains("sampled resident memory"),
+                "{}",
+                f.message
+            );
+            assert!(
+                f.message.contains("over its limit of 268.4 MB"),
+                "{}",
+                f.message
+            );
+            assert!(e.peak_rss > 256 << 20, "peak {}", e.peak_rss);
+        }
+    }
     assert!(e.peak_rss < 1 << 30, "stopped late: peak {}", e.peak_rss);
     assert!(start.elapsed() < Duration::from_secs(30));
 
-    // Under a limit it does not reach, the same program runs to its end, and its peak
-    // (4 GiB of touched pages, 16 MiB at a time) is measured.
+    // Under a limit it does not reach, the same program runs to its end under the same
+    // mechanism, and its peak (4 GiB of touched pages, 16 MiB at a time) is measured.
     let e = run_stub(&exe, |job| job.host_memory_limit = Some(8 << 30));
     let kind = e.fault.as_ref().map(|f| f.kind);
     assert_ne!(kind, Some(eval::job::FaultKind::Resource));
     assert!(e.peak_rss > 2 << 30, "peak {}", e.peak_rss);
+    assert_eq!(
+        e.memory_ceiling.as_ref().map(MemoryCeiling::mechanism),
+        Some(ceiling.mechanism())
+    );
 }
 
 /// A stub worker that writes a 64 MiB file into its directory, 1 MiB at a time.

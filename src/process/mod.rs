@@ -1,11 +1,19 @@
 //! Running a subprocess the way every tool call in cutesmith must: in its own process
 //! group, with a wall-clock timeout that kills the whole group, and with captured output
-//! capped (its beginning and its end kept) so a runaway tool cannot fill memory.
+//! capped (its beginning and its end kept) so a runaway tool cannot fill memory; and, for
+//! workers, ceilings on the memory and the process count of the whole tree ([`run_limited`]):
+//! a cgroup v2 `memory.max` where one can be made (the `cgroup` submodule), else a
+//! sampled one.
+
+mod cgroup;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -27,18 +35,45 @@ pub struct ProcessOutput {
     /// The largest resident memory the process and its descendants held together, as
     /// sampled while it ran (Linux `/proc`; 0 where that cannot be read).
     pub peak_rss: u64,
-    /// `Some((rss, limit))` when the process tree went over its memory limit and was
-    /// killed for it.
+    /// `Some((held, limit))` when the process tree went over its memory limit and was
+    /// stopped for it: `held` is the sampled resident memory over the limit, or, under a
+    /// cgroup, the cgroup's `memory.peak` (the sampled peak where the kernel lacks it).
     pub over_memory: Option<(u64, u64)>,
     /// `Some((count, limit))` when the process tree held more processes than its limit
     /// and was killed for it.
     pub over_processes: Option<(usize, usize)>,
+    /// What enforced the memory limit; `None` when there was none.
+    pub memory_ceiling: Option<MemoryCeiling>,
 }
 
-/// Ceilings [`run_limited`] enforces on a process tree by sampling it.
+/// The mechanism that held a process tree to its memory limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mechanism", rename_all = "snake_case")]
+pub enum MemoryCeiling {
+    /// A cgroup v2 `memory.max` (without swap): the kernel's OOM killer ends the tree at
+    /// the limit. `path` is the cgroup's directory (removed after the run); `peak` its
+    /// `memory.peak` in bytes, where the kernel has it (5.19+).
+    Cgroup { path: PathBuf, peak: Option<u64> },
+    /// The parent sampled the tree's resident memory every few milliseconds and killed
+    /// it over the limit, because no cgroup could be made: `why_not_cgroup` says why.
+    Sampled { why_not_cgroup: String },
+}
+
+impl MemoryCeiling {
+    /// The mechanism in a few words, for messages.
+    pub fn mechanism(&self) -> &'static str {
+        match self {
+            MemoryCeiling::Cgroup { .. } => "cgroup v2 memory.max",
+            MemoryCeiling::Sampled { .. } => "sampled resident memory",
+        }
+    }
+}
+
+/// Ceilings [`run_limited`] enforces on a process tree.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Limits {
-    /// Resident bytes of the whole tree.
+    /// Bytes of the whole tree: a cgroup v2 `memory.max` where one can be made, else its
+    /// sampled resident memory.
     pub memory: Option<u64>,
     /// Processes in the tree (a fork bomb is stopped within a sampling period).
     pub processes: Option<usize>,
@@ -86,10 +121,17 @@ pub fn run(cmd: Command, timeout: Duration, cap: usize) -> Result<ProcessOutput>
     run_limited(cmd, timeout, cap, Limits::default())
 }
 
-/// [`run`] with ceilings on the resident memory of the process and its descendants
-/// together and on their number: sampled every few milliseconds; over one, the whole
-/// group is killed and the output says which (`over_memory`, `over_processes`). The
-/// memory peak is measured either way.
+/// [`run`] with ceilings on the memory of the process and its descendants together and on
+/// their number; over one, the whole group is killed and the output says which
+/// (`over_memory`, `over_processes`).
+///
+/// The memory ceiling is a cgroup v2 `memory.max` when a child cgroup can be made under
+/// this process's own (the child joins it between fork and exec; the kernel's OOM killer
+/// enforces it; the cgroup is removed afterwards); otherwise, and whenever any step of
+/// that fails, the parent samples the tree's resident memory every few milliseconds and
+/// kills it over the limit. `memory_ceiling` says which held, and why not the cgroup.
+/// The sampling runs in both cases: it measures the resident peak and counts the
+/// processes.
 pub fn run_limited(
     mut cmd: Command,
     timeout: Duration,
@@ -111,12 +153,41 @@ pub fn run_limited(
             Ok(())
         });
     }
+    let mut ceiling = None;
+    let mut worker_cgroup = None;
+    if let Some(memory) = limits.memory {
+        match cgroup::WorkerCgroup::create(memory, limits.processes) {
+            Ok(cg) => {
+                let (procs, status) = cg.join_fds();
+                // Registered after the caller's closures: under the sandbox it runs in the
+                // sandboxed program (the sandbox's two waiting processes stay outside).
+                // SAFETY: `join` makes two write(2) calls on descriptors that `cg`
+                // opened before the fork and keeps open until after the spawn.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        cgroup::join(procs, status);
+                        Ok(())
+                    });
+                }
+                worker_cgroup = Some(cg);
+            }
+            Err(why_not_cgroup) => ceiling = Some(MemoryCeiling::Sampled { why_not_cgroup }),
+        }
+    }
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| Error::Spawn {
         program: program.clone(),
         source,
     })?;
     let pid = child.id() as i32;
+    if let Some(cg) = &worker_cgroup {
+        let running = matches!(child.try_wait(), Ok(None));
+        if let Err(why_not_cgroup) = cg.check_joined(running) {
+            // The child runs outside the cgroup: the sampler holds the ceiling instead.
+            ceiling = Some(MemoryCeiling::Sampled { why_not_cgroup });
+            worker_cgroup = None;
+        }
+    }
     if let Ok(mut live) = LIVE.lock() {
         live.push(pid);
     }
@@ -130,9 +201,18 @@ pub fn run_limited(
     let status = loop {
         let (rss, count) = tree_usage(pid);
         peak_rss = peak_rss.max(rss);
-        if let Some(limit) = limits.memory.filter(|l| rss > *l) {
-            over_memory = Some((rss, limit));
-        } else if let Some(limit) = limits.processes.filter(|l| count > *l) {
+        if let Some(limit) = limits.memory {
+            over_memory = match &worker_cgroup {
+                Some(cg) => cg
+                    .oom_killed()
+                    .then(|| (cg.peak().unwrap_or(peak_rss), limit)),
+                None => (rss > limit).then_some((rss, limit)),
+            };
+        }
+        if let Some(limit) = limits
+            .processes
+            .filter(|l| over_memory.is_none() && count > *l)
+        {
             over_processes = Some((count, limit));
         }
         if over_memory.is_some() || over_processes.is_some() {
@@ -162,6 +242,20 @@ pub fn run_limited(
     };
     // The group may still hold grandchildren (nvcc's cicc, ptxas): end them too.
     kill_group(pid);
+    if let Some(cg) = worker_cgroup.take() {
+        // An OOM kill the loop did not see before the child's exit still decides.
+        if over_memory.is_none() && cg.oom_killed() {
+            over_memory = limits
+                .memory
+                .map(|limit| (cg.peak().unwrap_or(peak_rss), limit));
+        }
+        ceiling = Some(MemoryCeiling::Cgroup {
+            path: cg.path().to_path_buf(),
+            peak: cg.peak(),
+        });
+        // Dropping it ends what is left in it and removes the directory.
+        drop(cg);
+    }
     if let Ok(mut live) = LIVE.lock() {
         live.retain(|p| *p != pid);
     }
@@ -178,6 +272,7 @@ pub fn run_limited(
         peak_rss,
         over_memory,
         over_processes,
+        memory_ceiling: ceiling,
     })
 }
 
@@ -348,6 +443,33 @@ mod tests {
             "the last line must survive"
         );
         assert!(out.stdout.contains("bytes cut ..."));
+    }
+
+    #[test]
+    fn the_memory_ceiling_names_its_mechanism() {
+        let quick = || {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "echo ok"]);
+            cmd
+        };
+        let out = run(quick(), Duration::from_secs(10), 1024).unwrap();
+        assert_eq!(out.memory_ceiling, None);
+        let limits = Limits {
+            memory: Some(1 << 30),
+            processes: Some(64),
+        };
+        let out = run_limited(quick(), Duration::from_secs(10), 1024, limits).unwrap();
+        assert_eq!(out.stdout, "ok\n");
+        assert!(out.over_memory.is_none());
+        match out.memory_ceiling {
+            Some(MemoryCeiling::Cgroup { path, .. }) => {
+                assert!(!path.exists(), "{} was left behind", path.display());
+            }
+            Some(MemoryCeiling::Sampled { why_not_cgroup }) => {
+                assert!(!why_not_cgroup.trim().is_empty());
+            }
+            None => panic!("a memory limit without a mechanism"),
+        }
     }
 
     #[test]
