@@ -31,8 +31,8 @@
 //   chunk is THREADS groups past group j-1), then computes, then stores them, so every
 //   thread has VECS_PER_THREAD groups of loads in flight (for the transcendental ops and
 //   for chains a zero-mask dependency keeps ptxas from sinking the later loads below the
-//   math, see cs_tie_loads). Loads and stores carry the streaming hint (ld/st.global.cs:
-//   evict-first, the data is touched once).
+//   math, see cs_tie_loads). Loads and stores are plain (CS_STREAMING_HINT=1 gives them
+//   the evict-first hint, which measured slower).
 // - Chains with ROW / COL / MATRIX operands need each element's (row, col): one 32-bit
 //   division by n per group (a multiply-high by a precomputed reciprocal, CsDivmod), then
 //   a column counter that wraps to the next row. Operand values are read with __ldg (the
@@ -40,9 +40,11 @@
 //   (f32, f16 or bf16: the usual case) the kernel is instantiated for it, so each read
 //   is one branch-free load. Problems of 2^31 elements or more with operands take the
 //   2-D path below.
-// - A persistent grid: sm_count * BLOCKS_PER_SM blocks (all resident at once: the launch
-//   bounds cap registers accordingly) walk the chunks with a grid-stride loop; the one
-//   partial chunk at the end (if any) is done one group at a time.
+// - The grid: by default one block per chunk (a one-shot grid; the hardware keeps the
+//   SMs full as blocks retire); with BLOCKS_PER_SM = N > 0 a persistent grid of
+//   sm_count * N blocks (all resident at once: the launch bounds cap registers
+//   accordingly) walks the chunks with a grid-stride loop. Either way the one partial
+//   chunk at the end (if any) is done one group at a time.
 // - Math (run-time activations): 16-bit outputs use __expf / __fdividef where they were
 //   tuned (gelu_tanh, silu, sigmoid, tanh, mish; elu / selu as exp - 1 away from 0 and a
 //   polynomial near it, softplus's log1p(e) as log(1 + e) or a polynomial for small e):
@@ -62,9 +64,18 @@
 // No workspace, no allocation, no synchronization: one kernel launch on the given stream.
 //
 // Parameters (override with -DNAME=VALUE):
-//   CS_VECS_PER_THREAD  4    independent groups (16-byte vectors) per thread per iteration
+//   CS_VECS_PER_THREAD  2    independent groups (16-byte vectors) per thread per iteration
 //   CS_THREADS          256  threads per block
-//   CS_BLOCKS_PER_SM    4    resident blocks per SM (grid = sm_count * this)
+//   CS_BLOCKS_PER_SM    0    0: a one-shot grid, one block per chunk of THREADS * VECS
+//                            groups (no loop; blocks retire and new ones start, so the
+//                            SMs stay full); N > 0: a persistent grid of sm_count * N
+//                            blocks walking the chunks (grid-stride)
+//   CS_STREAMING_HINT   0    1: loads and stores carry the evict-first hint (.cs)
+//
+// Measured on the H200 for 2^24 elements (scripts/probes/stream_variants.cu): the one-shot
+// grid with one 16-byte vector per thread and plain accesses moves the bytes as fast as
+// cudaMemcpyAsync (99-100%, clamp and selu, f32 and bf16); a persistent grid of 4 x 256
+// with 4 vectors per thread and the .cs hint reached 86-91%.
 
 #include <cstdint>
 #include <type_traits>
@@ -81,13 +92,16 @@
 // ---------------------------------------------------------------------------------------
 
 #ifndef CS_VECS_PER_THREAD
-#define CS_VECS_PER_THREAD 4
+#define CS_VECS_PER_THREAD 2
 #endif
 #ifndef CS_THREADS
 #define CS_THREADS 256
 #endif
 #ifndef CS_BLOCKS_PER_SM
-#define CS_BLOCKS_PER_SM 4
+#define CS_BLOCKS_PER_SM 0
+#endif
+#ifndef CS_STREAMING_HINT
+#define CS_STREAMING_HINT 0
 #endif
 
 static constexpr int kVecs        = CS_VECS_PER_THREAD;
@@ -97,8 +111,18 @@ static constexpr int kBlocksPerSm = CS_BLOCKS_PER_SM;
 static_assert(kVecs >= 1 && kVecs <= 16, "CS_VECS_PER_THREAD must be in [1, 16]");
 static_assert(kThreads >= 32 && kThreads <= 1024 && kThreads % 32 == 0,
               "CS_THREADS must be a multiple of 32 in [32, 1024]");
-static_assert(kBlocksPerSm >= 1 && kThreads * kBlocksPerSm <= 2048,
+static_assert(kBlocksPerSm >= 0 && kThreads * kBlocksPerSm <= 2048,
               "CS_THREADS * CS_BLOCKS_PER_SM must fit an SM (2048 threads)");
+// Blocks per SM the flat kernel's register budget is sized for (launch bounds): the
+// persistent grid's own count; a one-shot grid aims at a full SM (2048 threads: 32
+// registers) for a run-time activation with at most 2 vectors a thread, half of one (64
+// registers) otherwise: chains keep their operand pointers and positions in registers, and
+// squeezed into 32 they spilled.
+template <class Op>
+struct CsMinBlocks {
+  static constexpr int value = kBlocksPerSm > 0 ? kBlocksPerSm
+                             : (kVecs <= 2 && !Op::kManyRegs ? 2048 / kThreads : 1024 / kThreads);
+};
 // The flat kernel's scalar head + tail (< 2 groups = at most 14 elements) is done by
 // one block, one element per thread.
 static_assert(kThreads >= 2 * 8, "CS_THREADS too small for the scalar head and tail");
@@ -281,13 +305,14 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
 // ---------------------------------------------------------------------------------------
 
 // An op maps (x, row, col) to the fp32 result. kRowCol: it reads the element's position
-// (chain operands). kCopy: D = A bit for bit when A and D have one type. kLong: the math
+// (chain operands). kManyRegs: it needs more registers than a run-time activation. kCopy: D = A bit for bit when A and D have one type. kLong: the math
 // is long enough for ptxas to sink later loads below it (see cs_tie_loads).
 
 // A run-time activation, instantiated per cs_activation value.
 template <int Act, bool kFast>
 struct CsActOp {
   static constexpr bool kRowCol = false;
+  static constexpr bool kManyRegs = false;
   static constexpr bool kCopy = Act == CS_ACT_IDENTITY;
   static constexpr bool kLong = Act == CS_ACT_GELU_ERF || Act == CS_ACT_GELU_TANH ||
                                 Act == CS_ACT_SILU || Act == CS_ACT_SIGMOID ||
@@ -340,6 +365,7 @@ template <int OperandDtype>
 struct CsChainOp {
   static constexpr int kOperands = cs_chain::kOperands;
   static constexpr bool kRowCol = kOperands > 0;
+  static constexpr bool kManyRegs = true;
   static constexpr bool kCopy = false;
   static constexpr bool kLong = true;
   const void* ptr[CS_MAX_OPERANDS];
@@ -428,27 +454,45 @@ template <> struct CsElem<__half> {
   }
 };
 
-// A vector of W 32-bit words (W = 4: 16 bytes, W = 2: 8 bytes), loaded and stored with
-// the streaming hint: LDG.E.EF.128 / STG.E.EF.128 (or .64).
+// A vector of W 32-bit words (W = 4: 16 bytes, W = 2: 8 bytes): LDG.E.128 / STG.E.128 (or
+// .64). With CS_STREAMING_HINT=1 they carry the evict-first hint (ld/st.global.cs); on the
+// H200 that measured ~5% slower than plain accesses for a 64 MiB in / 64 MiB out stream
+// (scripts/probes/stream_variants.cu), so it is off by default.
 template <int W> struct CsVec;
 template <> struct CsVec<4> {
   uint32_t w[4];
   __device__ __forceinline__ static CsVec load(const void* p) {
+#if CS_STREAMING_HINT
     uint4 const v = __ldcs(static_cast<const uint4*>(p));
+#else
+    uint4 const v = *static_cast<const uint4*>(p);
+#endif
     return CsVec{{v.x, v.y, v.z, v.w}};
   }
   __device__ __forceinline__ void store(void* p) const {
+#if CS_STREAMING_HINT
     __stcs(static_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+#else
+    *static_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+#endif
   }
 };
 template <> struct CsVec<2> {
   uint32_t w[2];
   __device__ __forceinline__ static CsVec load(const void* p) {
+#if CS_STREAMING_HINT
     uint2 const v = __ldcs(static_cast<const uint2*>(p));
+#else
+    uint2 const v = *static_cast<const uint2*>(p);
+#endif
     return CsVec{{v.x, v.y}};
   }
   __device__ __forceinline__ void store(void* p) const {
+#if CS_STREAMING_HINT
     __stcs(static_cast<uint2*>(p), make_uint2(w[0], w[1]));
+#else
+    *static_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+#endif
   }
 };
 
@@ -543,7 +587,7 @@ struct CsDivmod {
 // the tail after them are scalar. `n` and `div_n` (the row length) are used only by ops
 // that read (row, col), which run here only when total < 2^31.
 template <class TA, class TD, class Op>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, CsMinBlocks<Op>::value)
 cs_act_flat_kernel(TA const* a, TD* d, int64_t head, int64_t ngroups, int64_t total,
                    CsDivmod div_n, Op op, uint32_t zero)
 {
@@ -696,7 +740,10 @@ static int32_t cs_act_run(const cs_problem& p, int sm_count, Op const& op, cudaS
 {
   using Grp = CsGroup<TA, TD>;
   constexpr int64_t G = Grp::G;
-  int64_t const max_blocks = int64_t(sm_count) * kBlocksPerSm;
+  // A persistent grid's size; a one-shot grid takes a block per chunk (at most 2^31 - 1
+  // blocks: past that the blocks loop, which only a problem of 2^39 elements would need).
+  int64_t const max_blocks = kBlocksPerSm > 0 ? int64_t(sm_count) * kBlocksPerSm : 0x7fffffffLL;
+  int64_t const resident = int64_t(sm_count) * CsMinBlocks<Op>::value;   // the 2-D path's target
 
   TA const* a = static_cast<TA const*>(p.a);
   TD*       d = static_cast<TD*>(p.d);
@@ -726,7 +773,7 @@ static int32_t cs_act_run(const cs_problem& p, int sm_count, Op const& op, cudaS
     int64_t const n   = flatten ? total : p.n;
     int64_t const lda = flatten ? n : (p.m == 1 ? p.n : p.lda);
     int64_t const ldd = flatten ? n : (p.m == 1 ? p.n : p.ldd);
-    int64_t const target = max_blocks * 4;
+    int64_t const target = resident * 4;
     int64_t gx = (n + kThreads - 1) / kThreads;
     if (gx > target) gx = target;
     int64_t gy = target / gx;

@@ -74,6 +74,8 @@
 //   CS_FUSED_REDUCE  1      1: the last CTA of each column block sums the splits
 //   CS_L2_256B       1      1: B' loads carry the .L2::256B prefetch-size hint
 //   CS_SMEM_A        98304  shared memory budget for the staged A' chunk, bytes
+//   CS_B_DOUBLE      0      1: double-buffered B' registers (loads of the next batch in
+//                           flight during this batch's MMAs)
 //   CS_GEMM_FP16     unset  f16 A/B when the workload block gives no CS_WL_DTYPE_AB
 
 #include <cstdint>
@@ -115,6 +117,9 @@
 #endif
 #ifndef CS_SMEM_A
 #define CS_SMEM_A 98304     // shared memory budget for the staged A' chunk, bytes
+#endif
+#ifndef CS_B_DOUBLE
+#define CS_B_DOUBLE 0       // 1: two register buffers of B' per warp (next batch in flight)
 #endif
 
 // ---------------------------------------------------------------------------------------
@@ -393,10 +398,23 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     __syncthreads();
 
     // Stream B': steps s = kg, kg + KG, ... of 32 K values, CS_UNROLL in flight.
+#if CS_B_DOUBLE
+    // Two register buffers: the next batch's loads are issued before this batch's MMAs,
+    // so 2 x CS_UNROLL vectors per lane are in flight while the tensor cores work (the
+    // loads and MMAs are asm volatile: they issue in the order written).
+    uint4 bv2[CS_UNROLL];
+    for (int s0 = kg; s0 < nsteps; s0 += 2 * kBatch) {
+      cs_load_b(bv2, Brow, k0, s0 + kBatch, nsteps, kcur, nvalid, c);
+      cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
+      if (s0 + 2 * kBatch < nsteps) load_b(s0 + 2 * kBatch);
+      cs_mma_batch<MT>(cacc, bv2, sA, sstride, s0 + kBatch, nsteps, g, c);
+    }
+#else
     for (int s0 = kg; s0 < nsteps; s0 += kBatch) {
       if (s0 != kg) load_b(s0);
       cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
     }
+#endif
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll

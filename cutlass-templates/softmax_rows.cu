@@ -91,6 +91,9 @@
 #ifndef CS_CLUSTER_MAX
 #define CS_CLUSTER_MAX 2          // largest cluster one long row may be split over (1, 2, 4, 8)
 #endif
+#ifndef CS_STREAMING_HINT
+#define CS_STREAMING_HINT 1       // 16-byte loads ld.global.nc.L1::no_allocate, stores st.global.cs
+#endif
 #ifndef CS_L2_BUDGET_PCT
 #define CS_L2_BUDGET_PCT 70       // L2 re-read path: rows in flight <= this % of L2 (0: no cap)
 #endif
@@ -152,13 +155,18 @@ __device__ __forceinline__ float cs_ex2(float x)
   return y;
 }
 
-// 16-byte load, read-only path, no L1 allocation (data is touched once by this thread).
+// 16-byte load: with CS_STREAMING_HINT, the read-only path with no L1 allocation (data is
+// touched once by this thread); without, a plain load.
 __device__ __forceinline__ uint4 cs_ld_vec(const uint4* p)
 {
+#if CS_STREAMING_HINT
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
+#else
+  return *p;
+#endif
 }
 
 // 16-byte load with an L2 cache policy (createpolicy).
@@ -184,11 +192,16 @@ __device__ __forceinline__ uint64_t cs_policy_evict_first()
   return p;
 }
 
-// 16-byte streaming store (evict-first: the output is not read again by this kernel).
+// 16-byte store: with CS_STREAMING_HINT evict-first (the output is not read again by this
+// kernel); without, a plain store.
 __device__ __forceinline__ void cs_st_vec(uint4* p, uint4 v)
 {
+#if CS_STREAMING_HINT
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
                :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+#else
+  *p = v;
+#endif
 }
 
 // Cluster: rank, size, barriers, distributed shared memory load.

@@ -55,23 +55,63 @@ CS_HD float cs_sigmoidf(float x)
   return 1.0f / (1.0f + expf(-x));
 #endif
 }
+#ifdef CS_FAST_CHAIN_MATH
+/* expm1(x) for x <= 0 (and NaN): ex2.approx minus 1 (absolute error ~2^-22, relative
+ * below 1e-5 where |expm1 x| >= 0.03), the Taylor polynomial nearer 0 (relative error
+ * below 1e-8 there). */
+CS_HD float cs_fast_expm1_neg(float x)
+{
+  if (x > -0.03f) return x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
+  return __expf(x) - 1.0f;
+}
+/* log(1 + exp(y)) for y <= 0: lg2.approx of 1 + e where that is >= 1.01, the series
+ * e - e^2/2 + e^3/3 - e^4/4 below (relative error below 3e-9). */
+CS_HD float cs_fast_log1p_exp_neg(float y)
+{
+  const float e = __expf(y);
+  if (e < 0.01f) return e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+  return __logf(1.0f + e);
+}
+#endif
 CS_HD float cs_relu(float x) { return fmaxf(x, 0.0f); }
 CS_HD float cs_leaky_relu(float x, float slope) { return x >= 0.0f ? x : slope * x; }
 CS_HD float cs_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 CS_HD float cs_gelu_tanh(float x)
 {
+#ifdef CS_FAST_CHAIN_MATH
+  /* 0.5 x (1 + tanh u) = x sigmoid(2u) = x / (1 + exp(-2u)). */
+  const float z = x * fmaf(x * x, -0.071354816273801242f, -1.5957691216057308f);   /* -2u */
+  return __fdividef(x, 1.0f + __expf(z));
+#else
   return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+#endif
 }
 /* silu with beta (swish): x * sigmoid(beta * x); beta = 1 is silu. */
 CS_HD float cs_silu(float x, float beta) { return x * cs_sigmoidf(beta * x); }
 CS_HD float cs_sigmoid(float x) { return cs_sigmoidf(x); }
-CS_HD float cs_tanh(float x) { return tanhf(x); }
+CS_HD float cs_tanh(float x)
+{
+#ifdef CS_FAST_CHAIN_MATH
+  /* tanh|x| = 1 - 2 / (1 + exp(2|x|)): absolute error ~1e-7 near 0. */
+  return copysignf(1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * fabsf(x))), x);
+#else
+  return tanhf(x);
+#endif
+}
+CS_HD float cs_expm1_nonpos(float x)   /* expm1(x) for x <= 0 */
+{
+#ifdef CS_FAST_CHAIN_MATH
+  return cs_fast_expm1_neg(x);
+#else
+  return expm1f(x);
+#endif
+}
 CS_HD float cs_selu(float x)
 {
   const float alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
-  return scale * (x > 0.0f ? x : alpha * expm1f(x));
+  return scale * (x > 0.0f ? x : alpha * cs_expm1_nonpos(x));
 }
-CS_HD float cs_elu(float x, float alpha) { return x > 0.0f ? x : alpha * expm1f(x); }
+CS_HD float cs_elu(float x, float alpha) { return x > 0.0f ? x : alpha * cs_expm1_nonpos(x); }
 /* PyTorch's: relu6(x + 3) / 6. */
 CS_HD float cs_hardsigmoid(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f); }
 CS_HD float cs_hardswish(float x) { return x * cs_hardsigmoid(x); }
@@ -81,7 +121,11 @@ CS_HD float cs_softplus(float x, float beta, float threshold)
 {
   float bx = beta * x;
   /* log(1 + e^bx) = max(bx, 0) + log1p(e^-|bx|): no overflow for any threshold. */
+#ifdef CS_FAST_CHAIN_MATH
+  return bx > threshold ? x : __fdividef(fmaxf(bx, 0.0f) + cs_fast_log1p_exp_neg(-fabsf(bx)), beta);
+#else
   return bx > threshold ? x : (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) / beta;
+#endif
 }
 /* The fast division (2 ulp) while the denominator is below 2^126, with no IEEE slow-path
  * call; above, the quotient rounds to +-1. NaN stays NaN. */

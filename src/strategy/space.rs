@@ -162,15 +162,19 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         Family::Activation => {
             for (v, b, why) in [
                 (
-                    4,
-                    4,
-                    "4 x 16 B in flight per thread, 4 blocks of 256 per SM",
-                ),
-                (8, 4, "8 x 16 B in flight per thread: more bytes in flight"),
-                (
                     2,
-                    8,
-                    "2 x 16 B per thread, 8 blocks per SM: more threads, fewer registers",
+                    0,
+                    "a block of 256 per 2 x 256 x 16 B, no loop: two loads in flight per thread",
+                ),
+                (
+                    1,
+                    0,
+                    "a block of 256 per 256 x 16 B, no loop: the shape of a device copy",
+                ),
+                (
+                    4,
+                    4,
+                    "persistent: 4 blocks of 256 per SM walk the chunks, 4 x 16 B in flight",
                 ),
             ] {
                 out.push(mk(
