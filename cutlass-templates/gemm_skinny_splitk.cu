@@ -74,6 +74,11 @@
 //   CS_FUSED_REDUCE  1      1: the last CTA of each column block sums the splits
 //   CS_L2_256B       1      1: B' loads carry the .L2::256B prefetch-size hint
 //   CS_SMEM_A        98304  shared memory budget for the staged A' chunk, bytes
+//   CS_MIN_BLOCKS    0      CTAs per SM the register budget is sized for (launch bounds);
+//                           0: 2 (1 with 4 row tiles: m' > 48)
+//   CS_B_ROWWISE     0      1: each warp loads its 8 rows of B'^T one row (512 contiguous
+//                           bytes) per instruction into a shared-memory tile and reads the
+//                           MMA fragments from there (THREADS = 4 * BLOCK_N, UNROLL = 8)
 //   CS_B_DOUBLE      0      1: double-buffered B' registers (loads of the next batch in
 //                           flight during this batch's MMAs)
 //   CS_GEMM_FP16     unset  f16 A/B when the workload block gives no CS_WL_DTYPE_AB
@@ -117,6 +122,12 @@
 #endif
 #ifndef CS_SMEM_A
 #define CS_SMEM_A 98304     // shared memory budget for the staged A' chunk, bytes
+#endif
+#ifndef CS_MIN_BLOCKS
+#define CS_MIN_BLOCKS 0     // CTAs per SM the registers are budgeted for (0: 2, or 1 for 4 row tiles)
+#endif
+#ifndef CS_B_ROWWISE
+#define CS_B_ROWWISE 0      // 1: B' read a row per instruction and regrouped in shared memory
 #endif
 #ifndef CS_B_DOUBLE
 #define CS_B_DOUBLE 0       // 1: two register buffers of B' per warp (next batch in flight)
@@ -174,6 +185,12 @@ static_assert(kNT >= 1 && kWarps % kNT == 0, "warps must be a multiple of CS_BLO
 static_assert(CS_SPLIT_K >= 1 && CS_SPLIT_K <= 65535, "CS_SPLIT_K out of range");
 static_assert(CS_UNROLL >= 1, "CS_UNROLL >= 1");
 static_assert(kPadA % 8 == 0, "staged A' rows must stay 16-byte aligned");
+// CS_B_ROWWISE: a warp's batch is its 8 rows x 8 steps of 32 K (512 bytes a row), staged
+// in rows of kRowB elements (256 + 32: the 64-byte pad puts rows g and g + 1 on different
+// banks for the fragment reads).
+static constexpr int kRowB = 256 + 32;
+static_assert(!CS_B_ROWWISE || (kKG == 1 && CS_UNROLL == 8),
+              "CS_B_ROWWISE needs CS_THREADS == 4 * CS_BLOCK_N (one K group) and CS_UNROLL == 8");
 
 // ---------------------------------------------------------------------------------------
 // Kernel arguments: the problem in the kernel's orientation
@@ -289,13 +306,17 @@ __device__ __forceinline__ void cs_write_d(const cs_skinny_args& args, int64_t b
 // of D'[b], K slice y, with (x, y, b) = blockIdx. Batched = false (batch 1) keeps the
 // per-batch pointer arithmetic out of the hot loops' registers.
 template <int MT, bool Batched>
-__global__ void __launch_bounds__(CS_THREADS, MT <= 3 ? 2 : 1)   // 4 row tiles + chunk sums: 1 CTA/SM, no spills
+__global__ void __launch_bounds__(CS_THREADS, CS_MIN_BLOCKS > 0 ? CS_MIN_BLOCKS : (MT <= 3 ? 2 : 1))
 cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
 {
   extern __shared__ __align__(16) unsigned char cs_smem[];
   int const m = args.m, n = args.n, k = args.k, kc = args.kc;
   ElementAB* sA = reinterpret_cast<ElementAB*>(cs_smem);   // [MT*16][kc + kPadA]
   int const sstride = kc + kPadA;
+#if CS_B_ROWWISE
+  // [warps][8 rows][kRowB]: after the A' tile.
+  ElementAB* sBw = sA + size_t(MT * 16) * sstride + size_t(threadIdx.x / 32) * 8 * kRowB;
+#endif
 
   // This batch's operands (a batch stride of 0 shares one matrix).
   int64_t const batch = Batched ? int64_t(blockIdx.z) : 0;
@@ -332,10 +353,26 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     int const vec_per_row = (nsteps * 32) / 8;      // 16-byte vectors per staged row
     int const total_vec = MT * 16 * vec_per_row;
 
+    constexpr int kBatch = kKG * CS_UNROLL;   // steps per batch, over the K groups
+#if CS_B_ROWWISE
+    // This warp's 8 rows of B'^T, one row per load instruction (lane l: K l*8 .. l*8+8 of
+    // the batch), so every instruction reads 512 contiguous bytes.
+    uint4 rv[8];
+    auto load_rows = [&](int s0) {
+      int const kk = s0 * 32 + lane * 8;   // within the chunk
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        int64_t const row = int64_t(blockIdx.x) * CS_BLOCK_N + nt * 8 + r;
+        rv[r] = make_uint4(0u, 0u, 0u, 0u);
+        if (row < n && kk < kcur) rv[r] = cs_ldg_stream(B + row * ldb + (k0 + kk));
+      }
+    };
+    load_rows(kg);   // the first batch of B' is in flight while A' is staged
+#else
     uint4 bv[CS_UNROLL];
     auto load_b = [&](int s0) { cs_load_b(bv, Brow, k0, s0, nsteps, kcur, nvalid, c); };
     load_b(kg);   // the first batch of B' is in flight while A' is staged
-    constexpr int kBatch = kKG * CS_UNROLL;   // steps per batch, over the K groups
+#endif
 
     // Stage A'[0 .. MT*16) x [k0, k0 + nsteps*32) with zeros outside m x [k0, kend),
     // 8 independent 16-byte loads per thread in flight.
@@ -398,7 +435,23 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     __syncthreads();
 
     // Stream B': steps s = kg, kg + KG, ... of 32 K values, CS_UNROLL in flight.
-#if CS_B_DOUBLE
+#if CS_B_ROWWISE
+    // Rows through this warp's shared-memory tile: stored as loaded, read back in the
+    // fragment order (row g, K s*32 + c*8), the next batch's loads in flight meanwhile.
+    for (int s0 = kg; s0 < nsteps; s0 += kBatch) {
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+        *reinterpret_cast<uint4*>(sBw + r * kRowB + lane * 8) = rv[r];
+      __syncwarp();
+      if (s0 + kBatch < nsteps) load_rows(s0 + kBatch);
+      uint4 bv[CS_UNROLL];
+#pragma unroll
+      for (int u = 0; u < CS_UNROLL; ++u)
+        bv[u] = *reinterpret_cast<const uint4*>(sBw + g * kRowB + u * 32 + c * 8);
+      cs_mma_batch<MT>(cacc, bv, sA, sstride, s0, nsteps, g, c);
+    }
+#elif CS_B_DOUBLE
     // Two register buffers: the next batch's loads are issued before this batch's MMAs,
     // so 2 x CS_UNROLL vectors per lane are in flight while the tensor cores work (the
     // loads and MMAs are asm volatile: they issue in the order written).
@@ -491,7 +544,9 @@ cs_skinny_gemm_kernel(const __grid_constant__ cs_skinny_args args)
     __threadfence();
     int64_t const c0 = int64_t(blockIdx.x) * CS_BLOCK_N;
     int const total = m * CS_BLOCK_N;
-    constexpr int kPer = 4;   // elements per thread per pass: all their loads in flight at once
+    // Elements per thread per pass, all their CS_SPLIT_K loads in flight at once (at most
+    // 32 partials a thread: more spilled).
+    constexpr int kPer = CS_SPLIT_K >= 16 ? 1 : CS_SPLIT_K >= 8 ? 2 : 4;
     for (int base = tid; base < total; base += CS_THREADS * kPer) {
       float part[kPer][CS_SPLIT_K];
 #pragma unroll
@@ -688,6 +743,7 @@ static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream
   int const nchunks = (kslice + kc_max - 1) / kc_max;
   args.kc = ((kslice + nchunks - 1) / nchunks + 63) / 64 * 64;
   size_t smem = size_t(MT * 16) * size_t(args.kc + kPadA) * sizeof(ElementAB);
+  if (CS_B_ROWWISE) smem += size_t(kWarps) * 8 * kRowB * sizeof(ElementAB);
   if constexpr (kKG > 1) {   // the K-group reduction reuses the A' buffer
     size_t const red = size_t(kKG - 1) * kNT * MT * 4 * 32 * sizeof(float);
     if (red > smem) smem = red;
