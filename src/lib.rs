@@ -23,5 +23,6 @@ pub mod sandbox;
 pub mod spec;
 pub mod strategy;
 pub mod toolchain;
+pub mod tuning;
 
 pub use error::{Error, Result};

@@ -794,6 +794,57 @@ impl Engine {
         }
     }
 
+    /// Adds the evaluation of version `n` to the tuning database (when it ran on a GPU and
+    /// the database can be opened: a failure there costs the session nothing but a note).
+    fn remember(&self, n: u32, e: &Evaluation) {
+        let Some(report) = e.report.as_ref() else {
+            return;
+        };
+        let Some(device) = report.device.as_ref() else {
+            return;
+        };
+        let Some(path) = crate::tuning::default_path() else {
+            return;
+        };
+        let (_, change) = self.change_of(n);
+        let timing = report.timing.as_ref();
+        let vendor = timing.and_then(|t| t.fastest_vendor());
+        let h = self.workload.headline();
+        let record = crate::tuning::Record {
+            at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+            gpu: device.name.clone(),
+            toolkit: self.toolchain.nvcc.version.clone(),
+            workload: self.workload.name().to_string(),
+            class: crate::tuning::class_of(&self.workload),
+            m: h.m,
+            n: h.n,
+            k: h.k,
+            batch: h.batch,
+            strategy: change,
+            provider: self.provider.name(),
+            outcome: if e.passed() {
+                "correct".to_string()
+            } else {
+                e.fault
+                    .as_ref()
+                    .map_or_else(|| "failed".to_string(), |f| f.kind.name().to_string())
+            },
+            median_us: timing
+                .and_then(|t| t.candidate.as_ref())
+                .map(|c| c.median_us),
+            vendor: vendor.map(|b| b.name.clone()),
+            vendor_us: vendor.map(|b| b.stats.median_us),
+        };
+        let result = crate::tuning::TuningDb::open(&path).and_then(|db| db.record(&record));
+        if let Err(err) = result {
+            self.emit(Event::Note {
+                text: format!("v{n} not added to the tuning database: {err}"),
+            });
+        }
+    }
+
     // ---------------------------------------------------------------- validate
 
     fn validate_stage(&mut self) -> Result<(Outcome, String)> {
@@ -814,6 +865,7 @@ impl Engine {
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
+        self.remember(n, &e);
         let text = e.render();
         self.dir
             .write_atomic(&d.join("evaluation.txt"), text.as_bytes())?;

@@ -272,8 +272,12 @@ fn precompile(
     jobs: usize,
 ) {
     let mut requests: Vec<CompileRequest> = Vec::new();
+    let db = crate::tuning::default_path();
+    let mut ranked = 0;
     for w in workloads {
-        for s in strategy::candidates(w).into_iter().take(candidates) {
+        let (planned, known) = crate::tuning::planned(w, candidates, db.as_deref());
+        ranked += known;
+        for s in planned {
             let Ok(src) = s.instantiate(w) else { continue };
             if !requests.iter().any(|r| r.source == src) {
                 requests.push(CompileRequest::version(&src, arch));
@@ -281,7 +285,7 @@ fn precompile(
         }
     }
     eprintln!(
-        "compiling {} distinct kernel instances, {jobs} at a time",
+        "compiling {} distinct kernel instances, {jobs} at a time ({ranked} candidates ordered by what the tuning database measured before)",
         requests.len()
     );
     let done = std::sync::atomic::AtomicUsize::new(0);

@@ -19,6 +19,7 @@ pub mod session;
 pub mod setup;
 pub mod strategies;
 pub mod suite;
+pub mod tuning;
 pub mod workloads;
 
 use std::path::PathBuf;
@@ -124,6 +125,12 @@ pub enum Command {
     Cache {
         #[arg(long)]
         clear: bool,
+    },
+    /// Show, export or import the tuning database (every evaluated candidate, by GPU,
+    /// workload class and shape), which orders the built-in candidates of later runs.
+    Tuning {
+        #[command(subcommand)]
+        action: tuning::TuningAction,
     },
     /// List the candidate strategies for a workload, with the rule that rejects each invalid one.
     Strategies {
@@ -318,6 +325,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Resume(args) => run::cmd_resume(&opts, no_install, args),
         Command::Worker { job } => Ok(crate::eval::worker::main(&job)),
         Command::Cache { clear } => cache::cmd_cache(clear),
+        Command::Tuning { action } => tuning::cmd_tuning(action),
         Command::Strategies {
             workload,
             workloads_dir,

@@ -29,10 +29,12 @@ impl BuiltinProvider {
     pub fn new(w: &Workload, max_candidates: usize) -> BuiltinProvider {
         BuiltinProvider {
             workload: w.clone(),
-            candidates: strategy::candidates(w)
-                .into_iter()
-                .take(max_candidates)
-                .collect(),
+            candidates: crate::tuning::planned(
+                w,
+                max_candidates,
+                crate::tuning::default_path().as_deref(),
+            )
+            .0,
             precompile: None,
             precompiled: false,
         }

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("reports over sessions", &["report"]),
     ("engine", &["agent"]),
     ("providers", &["provider"]),
+    ("tuning history", &["tuning"]),
     ("feedback", &["feedback"]),
     ("evaluation and strategies", &["eval", "strategy"]),
     ("toolchain", &["toolchain"]),

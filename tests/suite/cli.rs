@@ -149,3 +149,74 @@ fn a_bad_host_memory_limit_is_refused_naming_the_flag_or_the_file() {
     let o = with_config("[limits]\nhost_memory = \"12G\"\n");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+/// `cutesmith tuning` against a database of its own: import adds rows once, show names
+/// each shape's best strategy beside the vendor's time, export writes them back, and a
+/// bad line is refused with the file and line named and nothing imported.
+#[test]
+fn tuning_database_imports_shows_and_exports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("t.sqlite");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+            .args(args)
+            .env("CUTESMITH_TUNING_DB", &db)
+            .output()
+            .expect("run cutesmith")
+    };
+    let row = |strategy: &str, outcome: &str, us: &str| {
+        format!(
+            r#"{{"at":1,"gpu":"NVIDIA H200","toolkit":"13.0.88","workload":"gemm_bf16_rr","class":"gemm|bf16>bf16|rowrowrow|none","m":4096,"n":4096,"k":4096,"batch":1,"strategy":"{strategy}","provider":"builtin","outcome":"{outcome}","median_us":{us},"vendor":"cublas","vendor_us":175.0}}"#
+        )
+    };
+    let file = dir.path().join("rows.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n{}\n",
+            row("gemm_sm90_cutlass3_ws TILE_N=256", "correct", "178.0"),
+            row("gemm_sm90_cutlass3_ws TILE_N=128", "correct", "190.5"),
+            row("gemm_sm90_tma_wgmma", "mismatch", "null")
+        ),
+    )
+    .expect("write rows");
+    let f = file.to_str().expect("utf-8 path");
+    let o = run(&["tuning", "import", f]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("3 rows read, 3 added"), "{}", text(&o));
+    let o = run(&["tuning", "import", f]);
+    assert!(text(&o).contains("0 added"), "{}", text(&o));
+
+    let o = run(&["tuning", "show"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("3 rows"), "{t}");
+    assert!(
+        t.contains("gemm_bf16_rr 4096x4096x4096: 3 evaluated; best gemm_sm90_cutlass3_ws TILE_N=256 at 178.00 us, cublas 175.00 us (0.98x)"),
+        "{t}"
+    );
+
+    let out = dir.path().join("out.jsonl");
+    let o = run(&["tuning", "export", out.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(&out)
+            .expect("export")
+            .lines()
+            .count(),
+        3
+    );
+
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!("{}\n{{\"at\": \"x\"}}\n", row("s", "correct", "1.0")),
+    )
+    .expect("write");
+    let o = run(&["tuning", "import", bad.to_str().expect("utf-8 path")]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("bad.jsonl line 2"), "{t}");
+    let o = run(&["tuning", "show"]);
+    assert!(text(&o).contains("3 rows"), "{}", text(&o));
+}

@@ -1,0 +1,556 @@
+//! The tuning database: every evaluated candidate, from any provider, with the GPU it ran
+//! on, the workload's signature, the strategy and its time beside the vendor library's.
+//! One SQLite file in the cache directory (`tuning.sqlite`), written by every session and
+//! worker of the machine (WAL journal, a busy timeout: concurrent writers wait their turn).
+//!
+//! The built-in provider reads it back through [`plan`]: on a workload whose class
+//! (family, types, layouts, epilogue) was measured before, strategies that won on the
+//! nearest shapes go first, strategies that failed or lost clearly on this very shape are
+//! left out, and the untried ones keep the space's order; so a second run of a suite
+//! compiles fewer candidates and still starts from the best one it knows.
+//! `cutesmith tuning` shows, exports and imports the rows so a team can share them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::spec::{Shape, Workload};
+
+/// The database file: `$CUTESMITH_TUNING_DB`, else `tuning.sqlite` in the cache
+/// directory; `None` when that variable is `off` (no recording, no reordering).
+pub fn default_path() -> Option<PathBuf> {
+    match std::env::var("CUTESMITH_TUNING_DB") {
+        Ok(v) if v == "off" => None,
+        Ok(v) if !v.is_empty() => Some(PathBuf::from(v)),
+        _ => Some(crate::toolchain::cache_dir().join("tuning.sqlite")),
+    }
+}
+
+/// What a workload is for tuning purposes, apart from its shape: strategies transfer
+/// between shapes of one class, not between classes.
+pub fn class_of(w: &Workload) -> String {
+    let l = w.layouts();
+    let chain = if w.chain().is_identity() {
+        "none".to_string()
+    } else {
+        let h = blake3::hash(w.chain().cpp().as_bytes()).to_hex();
+        h.as_str()[..12].to_string()
+    };
+    format!(
+        "{}|{}>{}|{}{}{}{}{}|{}",
+        w.family().name(),
+        w.dtype().name(),
+        w.out_dtype().name(),
+        l.a.name(),
+        l.b.name(),
+        l.c.name(),
+        if l.shared_a { "+sa" } else { "" },
+        if l.shared_b { "+sb" } else { "" },
+        chain
+    )
+}
+
+/// One evaluated candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Seconds since the Unix epoch.
+    pub at: i64,
+    /// The GPU's name as the driver reports it.
+    pub gpu: String,
+    /// The toolkit that compiled the candidate (nvcc's version), where known.
+    pub toolkit: String,
+    /// The workload's name (for people; the class and shape are what match).
+    pub workload: String,
+    /// [`class_of`] the workload.
+    pub class: String,
+    /// The headline shape it was timed on.
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u64,
+    /// The strategy's label (`template K=V ...`) for the built-in provider, the model's
+    /// stated change otherwise.
+    pub strategy: String,
+    /// Who wrote the candidate: `builtin`, `model`, ...
+    pub provider: String,
+    /// `correct`, or the fault's kind.
+    pub outcome: String,
+    /// Median time of the candidate, when timed.
+    pub median_us: Option<f64>,
+    /// The fastest vendor baseline and its median time, when timed.
+    pub vendor: Option<String>,
+    pub vendor_us: Option<f64>,
+}
+
+/// An open tuning database.
+pub struct TuningDb {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn db_err(path: &Path, e: rusqlite::Error) -> Error {
+    Error::Format {
+        context: format!("the tuning database {}", path.display()),
+        message: format!("{e} (set CUTESMITH_TUNING_DB=off to run without it)"),
+    }
+}
+
+impl TuningDb {
+    /// Opens (creating) the database at `path`.
+    pub fn open(path: &Path) -> Result<TuningDb> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| db_err(path, e))?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(|e| db_err(path, e))?;
+        // WAL: readers never block the writer; writers queue on the busy timeout.
+        let _: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| db_err(path, e))?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS evaluations (
+                id INTEGER PRIMARY KEY,
+                at INTEGER NOT NULL,
+                gpu TEXT NOT NULL,
+                toolkit TEXT NOT NULL,
+                workload TEXT NOT NULL,
+                class TEXT NOT NULL,
+                m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, batch INTEGER NOT NULL,
+                strategy TEXT NOT NULL,
+                provider TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                median_us REAL,
+                vendor TEXT,
+                vendor_us REAL
+            );
+            CREATE INDEX IF NOT EXISTS evaluations_class ON evaluations (class, gpu);",
+        )
+        .map_err(|e| db_err(path, e))?;
+        Ok(TuningDb {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Where it lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Adds one row.
+    pub fn record(&self, r: &Record) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO evaluations (at, gpu, toolkit, workload, class, m, n, k, batch,
+                    strategy, provider, outcome, median_us, vendor, vendor_us)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                params![
+                    r.at,
+                    r.gpu,
+                    r.toolkit,
+                    r.workload,
+                    r.class,
+                    r.m as i64,
+                    r.n as i64,
+                    r.k as i64,
+                    r.batch as i64,
+                    r.strategy,
+                    r.provider,
+                    r.outcome,
+                    r.median_us,
+                    r.vendor,
+                    r.vendor_us
+                ],
+            )
+            .map_err(|e| db_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Every row, oldest first; only those of `class` when given.
+    pub fn rows(&self, class: Option<&str>) -> Result<Vec<Record>> {
+        let sql = "SELECT at, gpu, toolkit, workload, class, m, n, k, batch, strategy, provider,
+                          outcome, median_us, vendor, vendor_us
+                   FROM evaluations WHERE (?1 IS NULL OR class = ?1) ORDER BY id";
+        let mut stmt = self.conn.prepare(sql).map_err(|e| db_err(&self.path, e))?;
+        let rows = stmt
+            .query_map(params![class], |r| {
+                Ok(Record {
+                    at: r.get(0)?,
+                    gpu: r.get(1)?,
+                    toolkit: r.get(2)?,
+                    workload: r.get(3)?,
+                    class: r.get(4)?,
+                    m: r.get::<_, i64>(5)? as u64,
+                    n: r.get::<_, i64>(6)? as u64,
+                    k: r.get::<_, i64>(7)? as u64,
+                    batch: r.get::<_, i64>(8)? as u64,
+                    strategy: r.get(9)?,
+                    provider: r.get(10)?,
+                    outcome: r.get(11)?,
+                    median_us: r.get(12)?,
+                    vendor: r.get(13)?,
+                    vendor_us: r.get(14)?,
+                })
+            })
+            .map_err(|e| db_err(&self.path, e))?;
+        rows.collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| db_err(&self.path, e))
+    }
+
+    /// The GPU most rows of `class` were measured on (the machine's own, usually).
+    pub fn usual_gpu(&self, class: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT gpu FROM evaluations WHERE class = ?1
+                 GROUP BY gpu ORDER BY COUNT(*) DESC, MAX(id) DESC LIMIT 1",
+                params![class],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db_err(&self.path, e))
+    }
+
+    /// Adds rows (an import); returns how many were new (rows equal in every field to
+    /// one already there are skipped, so importing the same file twice adds nothing).
+    pub fn import(&self, rows: &[Record]) -> Result<usize> {
+        let existing = self.rows(None)?;
+        let mut added = 0;
+        for r in rows {
+            if !existing.contains(r) {
+                self.record(r)?;
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
+}
+
+/// How far apart two shapes are for tuning: the sum of |log2| ratios of m, n, k and batch
+/// (0: the same shape; 1: one side twice as large).
+pub fn shape_distance(a: &Shape, b: &Shape) -> f64 {
+    let d = |x: u64, y: u64| ((x.max(1) as f64) / (y.max(1) as f64)).log2().abs();
+    d(a.m, b.m) + d(a.n, b.n) + d(a.k, b.k) + d(a.batch, b.batch)
+}
+
+/// What the history says of one strategy for a shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Known {
+    /// The strategy's label.
+    pub strategy: String,
+    /// Distance from the shape asked about to the nearest shape it was measured on.
+    pub distance: f64,
+    /// At that shape: its time relative to the best correct time there (1.0: the best);
+    /// `None` when it failed there.
+    pub relative: Option<f64>,
+}
+
+/// For each strategy in `rows` (one class, one GPU), what it did at the nearest shape to
+/// `shape` it was measured on.
+pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
+    // Best correct time per measured shape.
+    let key = |r: &Record| (r.m, r.n, r.k, r.batch);
+    let mut best: BTreeMap<(u64, u64, u64, u64), f64> = BTreeMap::new();
+    for r in rows {
+        if let (true, Some(us)) = (r.outcome == "correct", r.median_us) {
+            let e = best.entry(key(r)).or_insert(us);
+            *e = e.min(us);
+        }
+    }
+    let mut per: BTreeMap<String, Known> = BTreeMap::new();
+    for r in rows {
+        let s = Shape {
+            m: r.m,
+            n: r.n,
+            k: r.k,
+            batch: r.batch,
+        };
+        let distance = shape_distance(&s, shape);
+        let relative = match (r.outcome == "correct", r.median_us, best.get(&key(r))) {
+            (true, Some(us), Some(b)) if *b > 0.0 => Some(us / b),
+            _ => None,
+        };
+        let candidate = Known {
+            strategy: r.strategy.clone(),
+            distance,
+            relative,
+        };
+        match per.get_mut(&r.strategy) {
+            None => {
+                per.insert(r.strategy.clone(), candidate);
+            }
+            Some(k) => {
+                // The nearest shape wins; at equal distance the better result (a later
+                // success over a failure, a faster time over a slower one).
+                let better = candidate.distance < k.distance - 1e-9
+                    || ((candidate.distance - k.distance).abs() <= 1e-9
+                        && candidate.relative.unwrap_or(f64::INFINITY)
+                            < k.relative.unwrap_or(f64::INFINITY));
+                if better {
+                    *k = candidate;
+                }
+            }
+        }
+    }
+    per.into_values().collect()
+}
+
+/// Strategies measured on this very shape that lost by more than this are not tried again.
+pub const DROP_SLOWER_THAN: f64 = 1.10;
+
+/// The candidates to try, in order, at most `budget`: strategies the history knows ranked
+/// by what they did on the nearest shape (time relative to the best there, then distance),
+/// then the untried ones in the space's order. On the exact shape, strategies that failed
+/// or were more than [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else
+/// would remain. `labels` are the space's candidates, most promising first.
+pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
+    let find = |l: &str| history.iter().find(|k| k.strategy == l);
+    let exact_drop =
+        |k: &Known| k.distance < 1e-9 && k.relative.is_none_or(|r| r > DROP_SLOWER_THAN);
+    let mut known: Vec<(usize, &Known)> = Vec::new();
+    let mut untried = Vec::new();
+    let mut dropped = Vec::new();
+    for (i, l) in labels.iter().enumerate() {
+        match find(l) {
+            Some(k) if exact_drop(k) => dropped.push(i),
+            Some(k) if k.relative.is_some() => known.push((i, k)),
+            // Failed on another shape only: it may work here, but after the rest.
+            Some(_) => dropped.push(i),
+            None => untried.push(i),
+        }
+    }
+    known.sort_by(|a, b| {
+        // Nearer shapes' evidence first when it differs by at least one doubling; within
+        // that, the faster.
+        let da = a.1.distance.floor();
+        let db = b.1.distance.floor();
+        da.total_cmp(&db).then(
+            a.1.relative
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.1.relative.unwrap_or(f64::INFINITY)),
+        )
+    });
+    let mut out: Vec<usize> = known.iter().map(|(i, _)| *i).collect();
+    out.extend(untried);
+    if out.is_empty() {
+        out = dropped;
+    } else {
+        // Candidates that failed elsewhere only come after everything else.
+        out.extend(
+            dropped
+                .into_iter()
+                .filter(|i| find(&labels[*i]).is_some_and(|k| !exact_drop(k))),
+        );
+    }
+    out.truncate(budget.max(1));
+    out
+}
+
+/// The built-in candidates of `w` to try, at most `budget`, ordered by the tuning
+/// database at `db` (the space's order where it knows nothing, or when there is no
+/// database), and how many of them the history ranked.
+pub fn planned(
+    w: &Workload,
+    budget: usize,
+    db: Option<&Path>,
+) -> (Vec<crate::strategy::Strategy>, usize) {
+    let all = crate::strategy::candidates(w);
+    let history = db
+        .filter(|p| p.is_file())
+        .and_then(|p| TuningDb::open(p).ok())
+        .and_then(|db| {
+            let class = class_of(w);
+            let gpu = db.usual_gpu(&class).ok()??;
+            let rows: Vec<Record> = db
+                .rows(Some(&class))
+                .ok()?
+                .into_iter()
+                .filter(|r| r.gpu == gpu)
+                .collect();
+            Some(known(&rows, w.headline()))
+        })
+        .unwrap_or_default();
+    let labels: Vec<String> = all.iter().map(|s| s.label()).collect();
+    let order = plan(&labels, &history, budget);
+    let ranked = order
+        .iter()
+        .filter(|i| history.iter().any(|k| k.strategy == labels[**i]))
+        .count();
+    (order.into_iter().map(|i| all[i].clone()).collect(), ranked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(strategy: &str, m: u64, outcome: &str, us: Option<f64>) -> Record {
+        Record {
+            at: 0,
+            gpu: "NVIDIA H200".into(),
+            toolkit: "13.0".into(),
+            workload: "w".into(),
+            class: "gemm|bf16>bf16|rcr|none".into(),
+            m,
+            n: 4096,
+            k: 4096,
+            batch: 1,
+            strategy: strategy.into(),
+            provider: "builtin".into(),
+            outcome: outcome.into(),
+            median_us: us,
+            vendor: Some("cublas".into()),
+            vendor_us: Some(100.0),
+        }
+    }
+
+    #[test]
+    fn distance_is_log2_ratios() {
+        let a = Shape::gemm(4096, 4096, 4096);
+        assert_eq!(shape_distance(&a, &a), 0.0);
+        assert!((shape_distance(&a, &Shape::gemm(2048, 4096, 8192)) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn plan_puts_winners_first_drops_losers_and_failures_on_the_same_shape() {
+        let labels: Vec<String> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rows = vec![
+            rec("a", 4096, "correct", Some(120.0)),
+            rec("b", 4096, "correct", Some(100.0)),
+            rec("c", 4096, "mismatch", None),
+            rec("d", 4096, "correct", Some(104.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        // b (best), d (4% slower), then the untried e; a (20% slower) and c (failed) dropped.
+        assert_eq!(plan(&labels, &k, 10), vec![1, 3, 4]);
+        assert_eq!(plan(&labels, &k, 2), vec![1, 3]);
+    }
+
+    #[test]
+    fn plan_on_a_nearby_shape_reorders_but_drops_nothing_that_worked() {
+        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let rows = vec![
+            rec("a", 2048, "correct", Some(130.0)),
+            rec("b", 2048, "correct", Some(100.0)),
+            rec("c", 2048, "mismatch", None),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        // Measured at half the rows: b, then a; c failed elsewhere, so it goes last.
+        assert_eq!(plan(&labels, &k, 10), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn plan_without_history_keeps_the_space_order() {
+        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(plan(&labels, &[], 2), vec![0, 1]);
+    }
+
+    #[test]
+    fn plan_never_returns_nothing() {
+        let labels: Vec<String> = ["a"].iter().map(|s| s.to_string()).collect();
+        let rows = vec![rec("a", 4096, "mismatch", None)];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &k, 3), vec![0]);
+    }
+
+    #[test]
+    fn the_nearest_shape_decides_and_a_later_success_beats_a_failure() {
+        let rows = vec![
+            rec("a", 1024, "correct", Some(50.0)),
+            rec("a", 4096, "mismatch", None),
+            rec("a", 4096, "correct", Some(100.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].distance, 0.0);
+        assert_eq!(k[0].relative, Some(1.0));
+    }
+
+    #[test]
+    fn planned_candidates_follow_the_database_for_the_workload_class() {
+        let w = Workload::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/workloads/gemm_bf16_rr.toml"
+        ))
+        .expect("workload");
+        let labels: Vec<String> = crate::strategy::candidates(&w)
+            .iter()
+            .map(|s| s.label())
+            .collect();
+        assert!(labels.len() >= 3, "{labels:?}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.sqlite");
+        // No database file yet: the space's order.
+        let (none, ranked) = planned(&w, 3, Some(&path));
+        assert_eq!(
+            none.iter().map(|s| s.label()).collect::<Vec<_>>(),
+            labels[..3]
+        );
+        assert_eq!(ranked, 0);
+        let db = TuningDb::open(&path).expect("open");
+        let h = w.headline();
+        let mut r = rec(&labels[0], h.m, "mismatch", None);
+        (r.class, r.n, r.k, r.batch) = (class_of(&w), h.n, h.k, h.batch);
+        db.record(&r).expect("record");
+        r.strategy = labels[2].clone();
+        (r.outcome, r.median_us) = ("correct".into(), Some(90.0));
+        db.record(&r).expect("record");
+        // Another class's rows change nothing here.
+        db.record(&rec(&labels[1], h.m, "correct", Some(1.0)))
+            .expect("record");
+        let (order, ranked) = planned(&w, 3, Some(&path));
+        let got: Vec<String> = order.iter().map(|s| s.label()).collect();
+        assert_eq!(
+            got,
+            vec![labels[2].clone(), labels[1].clone(), labels[3].clone()]
+        );
+        assert_eq!(ranked, 1);
+    }
+
+    #[test]
+    fn rows_round_trip_and_import_skips_duplicates_and_writers_can_share_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.sqlite");
+        let db = TuningDb::open(&path).expect("open");
+        db.record(&rec("a", 4096, "correct", Some(100.0)))
+            .expect("record");
+        // Several writers at once, each with its own connection, as workers have.
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let db = TuningDb::open(&path).expect("open");
+                    for i in 0..25 {
+                        db.record(&rec(&format!("s{t}-{i}"), 4096, "correct", Some(1.0)))
+                            .expect("concurrent record");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("writer");
+        }
+        let rows = db.rows(None).expect("rows");
+        assert_eq!(rows.len(), 101);
+        assert_eq!(rows[0], rec("a", 4096, "correct", Some(100.0)));
+        assert_eq!(
+            db.usual_gpu("gemm|bf16>bf16|rcr|none")
+                .expect("gpu")
+                .as_deref(),
+            Some("NVIDIA H200")
+        );
+        assert_eq!(db.import(&rows).expect("import"), 0);
+        let other = TuningDb::open(&dir.path().join("u.sqlite")).expect("open");
+        assert_eq!(other.import(&rows[..3]).expect("import"), 3);
+        assert_eq!(other.rows(Some("nope")).expect("rows").len(), 0);
+    }
+}
