@@ -142,7 +142,22 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             } else {
                 vec![0, 4, 2, 5, 6, 7, 1, 3]
             };
-            for i in order {
+            // Stream-K for problems whose large tiles leave SMs idle in the last wave
+            // (the small-M projections of LLM inference: 256 x 4096 is 32 tiles of
+            // 128 x 256 for 132 SMs): ahead of everything when under half the SMs have a
+            // tile, after the first large-tile candidate when the last wave is short.
+            let eff = wave_efficiency(h, 128, 256, SM_COUNT);
+            let streamk: [(&[(&str, i64)], &str); 2] = [
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x256: the K loop of the tiles split over all SMs, so no SM idles in a partial last wave"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x128: smaller tiles, the K loop split over all SMs"),
+            ];
+            let add_streamk = !skinny && !w.dtype().is_fp8() && eff < 0.8;
+            for (j, i) in order.into_iter().enumerate() {
+                if add_streamk && ((eff < 0.5 && j == 0) || (eff >= 0.5 && j == 1)) {
+                    for (p, why) in streamk {
+                        out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+                    }
+                }
                 let (p, why) = cutlass[i];
                 out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
             }
@@ -279,6 +294,18 @@ pub fn coverage(w: &Workload) -> Result<usize, String> {
     }
 }
 
+/// SMs the candidate order assumes (H100 SXM and H200); the tuning database orders by
+/// what was measured on the GPU at hand.
+const SM_COUNT: u64 = 132;
+
+/// The fraction of SM slots doing work over the waves of `tm` x `tn` tiles of the headline
+/// shape on `sms` SMs, one tile per SM at a time (1.0: every wave full).
+pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f64 {
+    let tiles = h.m.div_ceil(tm) * h.n.div_ceil(tn) * h.batch.max(1);
+    let waves = tiles.div_ceil(sms).max(1);
+    tiles as f64 / (waves * sms) as f64
+}
+
 /// The valid candidates, in order.
 pub fn candidates(w: &Workload) -> Vec<Strategy> {
     space(w)
@@ -296,6 +323,30 @@ mod tests {
 
     fn workloads_dir() -> PathBuf {
         PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
+    }
+
+    #[test]
+    fn stream_k_joins_where_large_tiles_leave_sms_idle() {
+        use crate::spec::Shape;
+        assert_eq!(
+            wave_efficiency(&Shape::gemm(4096, 4096, 4096), 128, 256, 132),
+            512.0 / 528.0
+        );
+        assert!(
+            (wave_efficiency(&Shape::gemm(256, 4096, 4096), 128, 256, 132) - 32.0 / 132.0).abs()
+                < 1e-12
+        );
+        let labels = |name: &str| -> Vec<String> {
+            let w = Workload::find(workloads_dir(), name).unwrap();
+            candidates(&w).iter().map(|s| s.label()).collect()
+        };
+        // 4096^3: every wave nearly full; no stream-K candidate.
+        assert!(labels("gemm_bf16_rc")
+            .iter()
+            .all(|l| !l.contains("STREAMK")));
+        // M = 256 against N = 4096: a quarter of the SMs busy; stream-K first.
+        let small = labels("llm_llama3_8b_o_m256");
+        assert!(small[0].contains("STREAMK=1"), "{small:?}");
     }
 
     #[test]
