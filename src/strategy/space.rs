@@ -24,6 +24,10 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         rationale: why.into(),
     };
     let skinny = w.headline().m <= 64 || w.headline().n <= 64;
+    // Above 32 rows on the small side the CUTLASS 3 64-row ping-pong tiles beat the split-K
+    // template (measured on the H200, bench/llm-run1.md: M = 64 at 0.31-0.45x cuBLAS with
+    // split-K); at 32 and below split-K streams the long operand best.
+    let skinny_first = w.headline().m.min(w.headline().n) <= 32;
     let skinny_all = w.shapes().iter().all(|sh| sh.m <= 64 || sh.n <= 64);
     let gemm = matches!(w.family(), Family::Gemm | Family::GemmBiasAct);
     if gemm && skinny && skinny_all && !w.dtype().is_fp8() {
@@ -148,8 +152,8 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             // tile, after the first large-tile candidate when the last wave is short.
             let eff = wave_efficiency(h, 128, 256, SM_COUNT);
             let streamk: [(&[(&str, i64)], &str); 2] = [
-                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x256: the K loop of the tiles split over all SMs, so no SM idles in a partial last wave"),
-                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x128: smaller tiles, the K loop split over all SMs"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x128: the K loop of the tiles split over all SMs, so no SM idles in a partial last wave (ahead of 128x256 on every M = 256 and 1024 projection of bench/llm-run1.md)"),
+                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x256: larger tiles, the K loop split over all SMs"),
             ];
             let add_streamk = !skinny && !w.dtype().is_fp8() && eff < 0.8;
             for (j, i) in order.into_iter().enumerate() {
@@ -245,6 +249,18 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     why,
                 ));
             }
+        }
+    }
+    if gemm && skinny && !skinny_first {
+        // The 64-row ping-pong tile ahead of the split-K candidates (see `skinny_first`).
+        let pp64 = out.iter().position(|s| {
+            s.template == "gemm_sm90_cutlass3_ws"
+                && s.get("CS_TILE_M", 128) == 64
+                && s.get("CS_SCHEDULE", 0) == 1
+        });
+        if let Some(i) = pp64 {
+            let s = out.remove(i);
+            out.insert(0, s);
         }
     }
     out.into_iter()
@@ -344,6 +360,9 @@ mod tests {
         assert!(labels("gemm_bf16_rc")
             .iter()
             .all(|l| !l.contains("STREAMK")));
+        // M = 64: the 64-row ping-pong tile first; M = 16: split-K first.
+        assert!(labels("llm_llama3_8b_o_m64")[0].contains("SCHEDULE=1 TILE_M=64"));
+        assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));
         // M = 256 against N = 4096: a quarter of the SMs busy; stream-K first.
         let small = labels("llm_llama3_8b_o_m256");
         assert!(small[0].contains("STREAMK=1"), "{small:?}");

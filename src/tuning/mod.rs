@@ -250,6 +250,9 @@ pub struct Known {
     /// At that shape: its time relative to the best correct time there (1.0: the best);
     /// `None` when it failed there.
     pub relative: Option<f64>,
+    /// At that shape: the fastest vendor baseline's time over its time (above 1.0: it
+    /// beat the vendor library), when both were timed.
+    pub vs_vendor: Option<f64>,
 }
 
 /// For each strategy in `rows` (one class, one GPU), what it did at the nearest shape to
@@ -277,10 +280,15 @@ pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
             (true, Some(us), Some(b)) if *b > 0.0 => Some(us / b),
             _ => None,
         };
+        let vs_vendor = match (relative, r.vendor_us, r.median_us) {
+            (Some(_), Some(v), Some(us)) if us > 0.0 => Some(v / us),
+            _ => None,
+        };
         let candidate = Known {
             strategy: r.strategy.clone(),
             distance,
             relative,
+            vs_vendor,
         };
         match per.get_mut(&r.strategy) {
             None => {
@@ -305,9 +313,15 @@ pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
 /// Strategies measured on this very shape that lost by more than this are not tried again.
 pub const DROP_SLOWER_THAN: f64 = 1.10;
 
+/// When the best strategy the history knows reached less than this fraction of the vendor
+/// library's speed, the untried candidates go right after it, ahead of the other known
+/// ones: what was tried is not good enough to keep repeating.
+pub const EXPLORE_BELOW_VENDOR: f64 = 0.9;
+
 /// The candidates to try, in order, at most `budget`: strategies the history knows ranked
 /// by what they did on the nearest shape (time relative to the best there, then distance),
-/// then the untried ones in the space's order. On the exact shape, strategies that failed
+/// then the untried ones in the space's order (right after the best known one when that
+/// was below [`EXPLORE_BELOW_VENDOR`] of the vendor library). On the exact shape, strategies that failed
 /// or were more than [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else
 /// would remain. `labels` are the space's candidates, most promising first.
 pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
@@ -337,8 +351,19 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
                 .total_cmp(&b.1.relative.unwrap_or(f64::INFINITY)),
         )
     });
-    let mut out: Vec<usize> = known.iter().map(|(i, _)| *i).collect();
-    out.extend(untried);
+    let poor = known
+        .first()
+        .and_then(|(_, k)| k.vs_vendor)
+        .is_some_and(|v| v < EXPLORE_BELOW_VENDOR);
+    let mut out: Vec<usize> = Vec::new();
+    if poor {
+        out.push(known[0].0);
+        out.extend(untried);
+        out.extend(known.iter().skip(1).map(|(i, _)| *i));
+    } else {
+        out.extend(known.iter().map(|(i, _)| *i));
+        out.extend(untried);
+    }
     if out.is_empty() {
         out = dropped;
     } else {
@@ -446,6 +471,25 @@ mod tests {
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         // Measured at half the rows: b, then a; c failed elsewhere, so it goes last.
         assert_eq!(plan(&labels, &k, 10), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn plan_explores_when_the_best_known_is_well_behind_the_vendor() {
+        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        // Both known ones at 0.33x and 0.31x of cuBLAS (100 us): the untried c goes second.
+        let rows = vec![
+            rec("a", 4096, "correct", Some(300.0)),
+            rec("b", 4096, "correct", Some(320.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &k, 2), vec![0, 2]);
+        // At 0.95x: the known ones first.
+        let rows = vec![
+            rec("a", 4096, "correct", Some(105.0)),
+            rec("b", 4096, "correct", Some(110.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
     }
 
     #[test]
