@@ -320,8 +320,10 @@ pub const EXPLORE_BELOW_VENDOR: f64 = 0.9;
 
 /// The candidates to try, in order, at most `budget`: strategies the history knows ranked
 /// by what they did on the nearest shape (time relative to the best there, then distance),
-/// then the untried ones in the space's order (right after the best known one when that
-/// was below [`EXPLORE_BELOW_VENDOR`] of the vendor library). On the exact shape, strategies that failed
+/// then the untried ones in the space's order. When the best known one was measured on this
+/// very shape at [`EXPLORE_BELOW_VENDOR`] of the vendor library or better, only this
+/// shape's known good ones are tried (a re-run compiles nothing new); below it, what did
+/// well on other shapes and the untried ones come right after the best. On the exact shape, strategies that failed
 /// or were more than [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else
 /// would remain. `labels` are the space's candidates, most promising first.
 pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
@@ -355,11 +357,26 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
         .first()
         .and_then(|(_, k)| k.vs_vendor)
         .is_some_and(|v| v < EXPLORE_BELOW_VENDOR);
+    let trusted = !poor && known.first().is_some_and(|(_, k)| k.distance < 1e-9);
     let mut out: Vec<usize> = Vec::new();
     if poor {
+        // The best, then what did well elsewhere but was not tried on this shape, then
+        // the untried, then the rest of this shape's known ones.
         out.push(known[0].0);
+        let (here, elsewhere): (Vec<_>, Vec<_>) =
+            known.iter().skip(1).partition(|(_, k)| k.distance < 1e-9);
+        out.extend(elsewhere.iter().map(|(i, _)| *i));
         out.extend(untried);
-        out.extend(known.iter().skip(1).map(|(i, _)| *i));
+        out.extend(here.iter().map(|(i, _)| *i));
+    } else if trusted {
+        // Measured on this very shape and good enough: re-measure only what won (and
+        // what came within the noise band), compile nothing new.
+        out.extend(
+            known
+                .iter()
+                .filter(|(_, k)| k.distance < 1e-9)
+                .map(|(i, _)| *i),
+        );
     } else {
         out.extend(known.iter().map(|(i, _)| *i));
         out.extend(untried);
@@ -455,9 +472,10 @@ mod tests {
             rec("d", 4096, "correct", Some(104.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        // b (best), d (4% slower), then the untried e; a (20% slower) and c (failed) dropped.
-        assert_eq!(plan(&labels, &k, 10), vec![1, 3, 4]);
-        assert_eq!(plan(&labels, &k, 2), vec![1, 3]);
+        // b (best, at 1.0x of the vendor), d (4% slower); a (20% slower) and c (failed)
+        // dropped; the untried e not compiled: this shape is settled.
+        assert_eq!(plan(&labels, &k, 10), vec![1, 3]);
+        assert_eq!(plan(&labels, &k, 1), vec![1]);
     }
 
     #[test]
@@ -483,13 +501,22 @@ mod tests {
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &k, 2), vec![0, 2]);
-        // At 0.95x: the known ones first.
+        // At 0.95x: settled, the known ones only.
         let rows = vec![
             rec("a", 4096, "correct", Some(105.0)),
             rec("b", 4096, "correct", Some(110.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
+        assert_eq!(plan(&labels, &k, 3), vec![0, 1]);
+        // Poor here, but c did well on another shape: it goes before the untried.
+        let labels: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let rows = vec![
+            rec("a", 4096, "correct", Some(300.0)),
+            rec("b", 4096, "correct", Some(320.0)),
+            rec("c", 1024, "correct", Some(50.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &k, 3), vec![0, 2, 3]);
     }
 
     #[test]
@@ -553,10 +580,9 @@ mod tests {
             .expect("record");
         let (order, ranked) = planned(&w, 3, Some(&path));
         let got: Vec<String> = order.iter().map(|s| s.label()).collect();
-        assert_eq!(
-            got,
-            vec![labels[2].clone(), labels[1].clone(), labels[3].clone()]
-        );
+        // labels[2] beat the vendor (90 us against 100) on this very shape: settled, it
+        // alone is tried; labels[0] failed here and is dropped.
+        assert_eq!(got, vec![labels[2].clone()]);
         assert_eq!(ranked, 1);
     }
 
