@@ -616,6 +616,11 @@ impl Engine {
                         history => history,
                         repeat_warning => last_failed,
                         hint => hint,
+                        tuning => crate::tuning::summary(
+                            &self.workload,
+                            crate::tuning::default_path().as_deref(),
+                            3,
+                        ),
                         source => self.dir.version_source(n).unwrap_or_default(),
                     },
                 )?
@@ -797,6 +802,9 @@ impl Engine {
     /// Adds the evaluation of version `n` to the tuning database (when it ran on a GPU and
     /// the database can be opened: a failure there costs the session nothing but a note).
     fn remember(&self, n: u32, e: &Evaluation) {
+        if !self.evaluator.measures() {
+            return;
+        }
         let Some(report) = e.report.as_ref() else {
             return;
         };

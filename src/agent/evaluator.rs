@@ -33,6 +33,12 @@ pub trait Evaluator: Send + Sync {
     /// Validates (every shape and seed) and times one compiled version.
     fn evaluate(&self, w: &Workload, shared_object: &Path, source: &str) -> Result<Evaluation>;
 
+    /// Whether its results are measurements worth keeping in the tuning database (a test
+    /// double's are not).
+    fn measures(&self) -> bool {
+        true
+    }
+
     /// Profiles one launch of a correct version under Nsight Compute, when the evaluator
     /// can: `Ok(profiles)`, or `Err(why not)`, which the session records and goes on.
     fn profile(
@@ -174,6 +180,10 @@ impl ScriptedEvaluator {
 }
 
 impl Evaluator for ScriptedEvaluator {
+    fn measures(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> String {
         "scripted test double (no GPU)".into()
     }

@@ -311,6 +311,7 @@ mod tests {
             version => 3, failure_kind => "compile error", failure => "x.cu(3): error",
             source => "int main;", profile => "12 us", history => "- v1 ...",
             missing => "no code", hint => "try vectors",
+            tuning => "on H100:\n- 1024: best x at 1.00 us",
         };
         for (name, _) in BUILT_IN {
             let text = p.render(name, &ctx).unwrap();
@@ -319,6 +320,8 @@ mod tests {
         }
         let g = p.render("generate", &ctx).unwrap();
         assert!(g.contains("relu_f32") && g.contains("try vectors") && g.contains("memory bound"));
+        let o = p.render("optimize", &ctx).unwrap();
+        assert!(o.contains("tuning database measured") && o.contains("- 1024: best x at 1.00 us"));
         let sys = p.render("system", &ctx).unwrap();
         assert!(sys.contains("```strategy") && sys.contains("/* abi */"));
     }

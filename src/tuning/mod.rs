@@ -428,6 +428,88 @@ pub fn planned(
     (order.into_iter().map(|i| all[i].clone()).collect(), ranked)
 }
 
+/// A few lines for the model's optimize prompt: on the nearest shapes of `w`'s class
+/// measured on the usual GPU (at most `shapes` of them, nearest first), what won (with its
+/// time against the vendor library) and what lost or failed. `None` when the database
+/// knows nothing of the class.
+pub fn summary(w: &Workload, db: Option<&Path>, shapes: usize) -> Option<String> {
+    let db = TuningDb::open(db.filter(|p| p.is_file())?).ok()?;
+    let class = class_of(w);
+    let gpu = db.usual_gpu(&class).ok()??;
+    let rows: Vec<Record> = db
+        .rows(Some(&class))
+        .ok()?
+        .into_iter()
+        .filter(|r| r.gpu == gpu)
+        .collect();
+    // Measured shapes, nearest first.
+    let mut keys: Vec<(u64, u64, u64, u64)> =
+        rows.iter().map(|r| (r.m, r.n, r.k, r.batch)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let h = w.headline();
+    let dist = |k: &(u64, u64, u64, u64)| {
+        shape_distance(
+            &Shape {
+                m: k.0,
+                n: k.1,
+                k: k.2,
+                batch: k.3,
+            },
+            h,
+        )
+    };
+    keys.sort_by(|a, b| dist(a).total_cmp(&dist(b)));
+    let mut lines = vec![format!("on {gpu}:")];
+    for key in keys.iter().take(shapes.max(1)) {
+        let here: Vec<&Record> = rows
+            .iter()
+            .filter(|r| (r.m, r.n, r.k, r.batch) == *key)
+            .collect();
+        let mut best: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut failed: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut vendor: Option<(&str, f64)> = None;
+        for r in &here {
+            match (r.outcome.as_str(), r.median_us) {
+                ("correct", Some(us)) => {
+                    let e = best.entry(r.strategy.as_str()).or_insert(us);
+                    *e = e.min(us);
+                }
+                (kind, _) if kind != "correct" => {
+                    failed.insert(r.strategy.as_str(), kind);
+                }
+                _ => {}
+            }
+            if let (Some(v), Some(vu)) = (r.vendor.as_deref(), r.vendor_us) {
+                vendor = Some((v, vu));
+            }
+        }
+        let mut ranked: Vec<(&str, f64)> = best.into_iter().collect();
+        ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let shape = if key.3 > 1 {
+            format!("{}x({}x{}x{})", key.3, key.0, key.1, key.2)
+        } else {
+            format!("{}x{}x{}", key.0, key.1, key.2)
+        };
+        let mut line = format!("- {shape}:");
+        if let Some((s, us)) = ranked.first() {
+            line.push_str(&format!(" best {s} at {us:.2} us"));
+            if let Some((v, vu)) = vendor {
+                line.push_str(&format!(" ({v} {vu:.2} us, {:.2}x)", vu / us));
+            }
+        }
+        for (s, us) in ranked.iter().skip(1).take(2) {
+            let b = ranked[0].1;
+            line.push_str(&format!("; {s} {:.2}x slower", us / b));
+        }
+        for (s, kind) in failed.iter().take(2) {
+            line.push_str(&format!("; {s} failed ({kind})"));
+        }
+        lines.push(line);
+    }
+    Some(lines.join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,6 +666,43 @@ mod tests {
         // alone is tried; labels[0] failed here and is dropped.
         assert_eq!(got, vec![labels[2].clone()]);
         assert_eq!(ranked, 1);
+    }
+
+    #[test]
+    fn the_prompt_summary_names_winners_losers_and_failures_nearest_first() {
+        let w = Workload::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/workloads/gemm_bf16_rr.toml"
+        ))
+        .expect("workload");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.sqlite");
+        assert_eq!(summary(&w, Some(&path), 2), None);
+        let db = TuningDb::open(&path).expect("open");
+        let h = w.headline();
+        let row = |s: &str, m: u64, outcome: &str, us: Option<f64>| {
+            let mut r = rec(s, m, outcome, us);
+            (r.class, r.n, r.k, r.batch) = (class_of(&w), h.n, h.k, h.batch);
+            r
+        };
+        for r in [
+            row("big tile", h.m, "correct", Some(90.0)),
+            row("small tile", h.m, "correct", Some(99.0)),
+            row("raw", h.m, "mismatch", None),
+            row("big tile", h.m / 4, "correct", Some(30.0)),
+            row("far", h.m / 64, "correct", Some(3.0)),
+        ] {
+            db.record(&r).expect("record");
+        }
+        let text = summary(&w, Some(&path), 2).expect("a summary");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "on NVIDIA H200:");
+        assert_eq!(
+            lines[1],
+            format!("- {}x{}x{}: best big tile at 90.00 us (cublas 100.00 us, 1.11x); small tile 1.10x slower; raw failed (mismatch)", h.m, h.n, h.k)
+        );
+        assert!(lines[2].contains(&format!("- {}x", h.m / 4)), "{text}");
+        assert_eq!(lines.len(), 3, "{text}");
     }
 
     #[test]

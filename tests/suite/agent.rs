@@ -296,6 +296,7 @@ fn a_killed_session_is_finished_by_resume_with_no_version_lost() {
         c.args(args)
             .env("CUTESMITH_TEST_EVALUATOR", "scripted")
             .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "1500")
+            .env("CUTESMITH_TUNING_DB", tmp.path().join("tuning.sqlite"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
@@ -387,6 +388,8 @@ fn a_killed_session_is_finished_by_resume_with_no_version_lost() {
         sj.contains("scripted test double"),
         "the session says it used the test double"
     );
+    // A test double's answers are not measurements: nothing reached the tuning database.
+    assert!(!tmp.path().join("tuning.sqlite").exists());
 }
 
 /// `--seed-from-builtin`: the built-in provider writes the first version, the model then
