@@ -395,6 +395,22 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
     out
 }
 
+/// The rows of `w`'s class measured on the GPU that has most of them, with its name;
+/// `None` without a database file or rows of the class (or when it cannot be read: the
+/// history only orders candidates, so an unreadable one is passed over).
+fn class_history(w: &Workload, db: Option<&Path>) -> Option<(String, Vec<Record>)> {
+    let db = TuningDb::open(db.filter(|p| p.is_file())?).ok()?;
+    let class = class_of(w);
+    let gpu = db.usual_gpu(&class).ok()??;
+    let rows = db
+        .rows(Some(&class))
+        .ok()?
+        .into_iter()
+        .filter(|r| r.gpu == gpu)
+        .collect();
+    Some((gpu, rows))
+}
+
 /// The built-in candidates of `w` to try, at most `budget`, ordered by the tuning
 /// database at `db` (the space's order where it knows nothing, or when there is no
 /// database), and how many of them the history ranked.
@@ -404,20 +420,8 @@ pub fn planned(
     db: Option<&Path>,
 ) -> (Vec<crate::strategy::Strategy>, usize) {
     let all = crate::strategy::candidates(w);
-    let history = db
-        .filter(|p| p.is_file())
-        .and_then(|p| TuningDb::open(p).ok())
-        .and_then(|db| {
-            let class = class_of(w);
-            let gpu = db.usual_gpu(&class).ok()??;
-            let rows: Vec<Record> = db
-                .rows(Some(&class))
-                .ok()?
-                .into_iter()
-                .filter(|r| r.gpu == gpu)
-                .collect();
-            Some(known(&rows, w.headline()))
-        })
+    let history = class_history(w, db)
+        .map(|(_, rows)| known(&rows, w.headline()))
         .unwrap_or_default();
     let labels: Vec<String> = all.iter().map(|s| s.label()).collect();
     let order = plan(&labels, &history, budget);
@@ -433,15 +437,7 @@ pub fn planned(
 /// time against the vendor library) and what lost or failed. `None` when the database
 /// knows nothing of the class.
 pub fn summary(w: &Workload, db: Option<&Path>, shapes: usize) -> Option<String> {
-    let db = TuningDb::open(db.filter(|p| p.is_file())?).ok()?;
-    let class = class_of(w);
-    let gpu = db.usual_gpu(&class).ok()??;
-    let rows: Vec<Record> = db
-        .rows(Some(&class))
-        .ok()?
-        .into_iter()
-        .filter(|r| r.gpu == gpu)
-        .collect();
+    let (gpu, rows) = class_history(w, db)?;
     // Measured shapes, nearest first.
     let mut keys: Vec<(u64, u64, u64, u64)> =
         rows.iter().map(|r| (r.m, r.n, r.k, r.batch)).collect();
