@@ -52,6 +52,9 @@ pub struct ModelSpec {
     pub read_timeout_s: Option<u64>,
     /// Attempts per request on 429, 5xx, timeouts and cut streams (default 4).
     pub max_attempts: Option<u32>,
+    /// `auto`, `edits` or `whole`: how optimize and debug requests ask to be answered
+    /// (`run --reply-mode` wins).
+    pub reply_mode: Option<String>,
 }
 
 /// Toolchain paths a user may pin in the file (flags and environment still win).
@@ -102,6 +105,8 @@ pub struct Config {
     pub toolchain: ToolchainSpec,
     /// `[limits] host_memory`, as written (parsed where it is used, naming the file).
     pub host_memory: Option<String>,
+    /// `[model] reply_mode`, as written (parsed where it is used, naming the file).
+    pub reply_mode: Option<String>,
 }
 
 /// Environment variables that override the file.
@@ -138,6 +143,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Config {
         let m = spec.model.unwrap_or_default();
+        let reply_mode = m.reply_mode.clone();
         let base_url = env(ENV_BASE_URL).or(m.base_url);
         let model_name = env(ENV_MODEL).or(m.model);
         let model = match (base_url, model_name) {
@@ -163,6 +169,7 @@ impl Config {
             model,
             toolchain: spec.toolchain.unwrap_or_default(),
             host_memory: spec.limits.and_then(|l| l.host_memory),
+            reply_mode,
         }
     }
 

@@ -47,6 +47,24 @@ pub struct Engine {
     last_tick: Instant,
 }
 
+/// The kernel a reply gives: its whole file, or its edits applied to `base` (the source
+/// the prompt showed); `Err(what a repair request must say)` otherwise.
+fn resolve_code(parsed: &reply::Parsed, base: Option<&str>) -> std::result::Result<String, String> {
+    if let Some(code) = &parsed.code {
+        return Ok(code.clone());
+    }
+    if let Some(missing) = parsed.missing() {
+        return Err(missing);
+    }
+    match base {
+        Some(b) => reply::apply_edits(b, &parsed.edits),
+        None => Err(
+            "the reply had edits, but there is no earlier version to apply them to: give the whole .cu file in one ```cuda block"
+                .into(),
+        ),
+    }
+}
+
 /// What the engine needs besides the session: where kernels come from and where they run.
 pub struct Parts {
     pub provider: Box<dyn Provider>,
@@ -417,27 +435,32 @@ impl Engine {
         if use_seed {
             self.state.seeded += 1;
         }
+        // The version the prompt showed: what edits apply to.
+        let parent = match stage {
+            Stage::Debug => self.state.current,
+            Stage::Optimize => self.state.best,
+            _ => None,
+        };
+        let base = parent.and_then(|p| self.dir.version_source(p).ok());
         let mut parsed = reply::parse(&first.text);
         let mut text = first.text;
-        if let Some(missing) = parsed.missing() {
-            // One repair request, carrying the unusable reply and what was missing.
-            let ctx = minijinja::context! { missing => missing };
+        let mut code = resolve_code(&parsed, base.as_deref());
+        if let Err(missing) = &code {
+            // One repair request, carrying the unusable reply and what was missing (or
+            // which edit did not apply, and why).
+            let ctx = minijinja::context! { missing => missing, edits => base.is_some() };
             ask.messages.push(Message::assistant(text.clone()));
             ask.messages
                 .push(Message::user(self.prompts.render("repair", &ctx)?));
             ask.purpose = Purpose::Repair;
-            match self.propose(&ask, use_seed).await? {
-                Some(r) => {
-                    parsed = reply::parse(&r.text);
-                    text = r.text;
-                }
-                None => {
-                    parsed.code = None;
-                }
+            if let Some(r) = self.propose(&ask, use_seed).await? {
+                parsed = reply::parse(&r.text);
+                text = r.text;
+                code = resolve_code(&parsed, base.as_deref());
             }
         }
         let origin = if use_seed { "builtin" } else { purpose.name() };
-        let Some(code) = parsed.code else {
+        let Ok(code) = code else {
             self.state.memory.record(Attempt {
                 version: n,
                 origin: origin.into(),
@@ -467,11 +490,6 @@ impl Engine {
             });
         }
         self.dir.write_version(n, &code, &text, &strategy)?;
-        let parent = match stage {
-            Stage::Debug => self.state.current,
-            Stage::Optimize => self.state.best,
-            _ => None,
-        };
         self.add_version(n, parent, origin, &strategy.change);
         // Built-in seed candidates are not the provider's optimization rounds.
         if stage == Stage::Optimize && !use_seed {
@@ -578,6 +596,7 @@ impl Engine {
             Purpose::Debug => {
                 let n = self.state.current.unwrap_or(0);
                 let (kind, failure) = self.failure_evidence(n);
+                let source = self.dir.version_source(n).unwrap_or_default();
                 self.prompts.render(
                     "debug",
                     &minijinja::context! {
@@ -585,7 +604,9 @@ impl Engine {
                         version => n,
                         failure_kind => kind,
                         failure => failure,
-                        source => self.dir.version_source(n).unwrap_or_default(),
+                        edits => self.spec.reply_mode.invites_edits(self.state.best.is_some()),
+                        numbered => reply::numbered(&source),
+                        source => source,
                         hint => hint,
                         history => (!self.state.memory.attempts.is_empty()).then_some(history),
                     },
@@ -593,6 +614,7 @@ impl Engine {
             }
             Purpose::Optimize => {
                 let n = self.state.best.unwrap_or(0);
+                let source = self.dir.version_source(n).unwrap_or_default();
                 let last_failed = self
                     .state
                     .memory
@@ -621,7 +643,9 @@ impl Engine {
                             crate::tuning::default_path().as_deref(),
                             3,
                         ),
-                        source => self.dir.version_source(n).unwrap_or_default(),
+                        edits => self.spec.reply_mode.invites_edits(true),
+                        numbered => reply::numbered(&source),
+                        source => source,
                     },
                 )?
             }

@@ -38,6 +38,8 @@ pub struct Plan {
     pub timeout_s: u64,
     /// Built-in provider: candidates it offers.
     pub max_candidates: usize,
+    /// Whether optimize and debug prompts invite edit replies.
+    pub reply_mode: super::session::ReplyMode,
 }
 
 /// The evaluator for a session: the GPU one (which needs a GPU: `Error::NoGpu`
@@ -149,6 +151,7 @@ pub fn create(
         timeout_s: plan.timeout_s,
         max_candidates: plan.max_candidates,
         sandboxed: !crate::sandbox::disabled(),
+        reply_mode: plan.reply_mode,
     };
     let dir = SessionDir::create(runs_dir, &spec.id)?;
     let events = events(&dir.root)?;

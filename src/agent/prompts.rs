@@ -322,6 +322,18 @@ mod tests {
         assert!(g.contains("relu_f32") && g.contains("try vectors") && g.contains("memory bound"));
         let o = p.render("optimize", &ctx).unwrap();
         assert!(o.contains("tuning database measured") && o.contains("- 1024: best x at 1.00 us"));
+        assert!(o.contains("```cuda\nint main;") && !o.contains("<<<<<<< SEARCH"));
+        // Inviting edits: the numbered source instead, and the edit format.
+        for name in ["optimize", "debug"] {
+            let with_edits =
+                minijinja::context! { edits => true, numbered => "1| int main;\n", ..ctx.clone() };
+            let t = p.render(name, &with_edits).unwrap();
+            assert!(
+                t.contains("<<<<<<< SEARCH") && t.contains("1| int main;"),
+                "{name}: {t}"
+            );
+            assert!(!t.contains("```cuda\nint main;"), "{name}");
+        }
         let sys = p.render("system", &ctx).unwrap();
         assert!(sys.contains("```strategy") && sys.contains("/* abi */"));
     }

@@ -67,6 +67,36 @@ pub struct SessionSpec {
     /// on them) ran with the user's rights.
     #[serde(default = "default_sandboxed")]
     pub sandboxed: bool,
+    /// Whether optimize and debug prompts invite edit replies.
+    #[serde(default)]
+    pub reply_mode: ReplyMode,
+}
+
+/// How the model is asked to answer optimize and debug requests. A whole file is accepted
+/// in every mode, and edits whenever the prompt showed a source to edit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplyMode {
+    /// Edits (search/replace blocks against the numbered source) from the first correct
+    /// version on; the first generation is a whole file.
+    #[default]
+    Auto,
+    /// Edits whenever there is a source to edit (debugging the first version too).
+    Edits,
+    /// Whole files only.
+    Whole,
+}
+
+impl ReplyMode {
+    /// Whether an optimize or debug prompt invites edits, given whether some version is
+    /// correct yet.
+    pub fn invites_edits(self, have_correct: bool) -> bool {
+        match self {
+            ReplyMode::Whole => false,
+            ReplyMode::Edits => true,
+            ReplyMode::Auto => have_correct,
+        }
+    }
 }
 
 fn default_sandboxed() -> bool {

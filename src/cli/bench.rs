@@ -180,6 +180,7 @@ pub fn cmd_bench(
         replay: None,
         seed_from_builtin: 0,
         max_candidates: candidates,
+        reply_mode: None,
         rounds,
         debug_attempts: rounds,
         patience: rounds,

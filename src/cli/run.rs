@@ -14,7 +14,7 @@ use crate::agent::engine::Engine;
 use crate::agent::evaluator::{Evaluator, TEST_EVALUATOR_ENV};
 use crate::agent::launch::{self, Plan};
 use crate::agent::machine::{Budgets, Stage};
-use crate::agent::session::{ProviderSpec, SessionDir, State};
+use crate::agent::session::{ProviderSpec, ReplyMode, SessionDir, State};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::events::{EventSink, Fanout, JsonlSink};
@@ -48,6 +48,12 @@ pub struct RunArgs {
     /// Built-in provider: candidates to try (the most promising first).
     #[arg(long, default_value_t = 4)]
     pub max_candidates: usize,
+    /// How the model answers optimize and debug requests: `auto` (edits against the
+    /// numbered source once a version is correct), `edits`, or `whole` (whole files only).
+    /// Whole files are accepted in every mode. Default: `[model] reply_mode` in the config,
+    /// else auto.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub reply_mode: Option<crate::agent::session::ReplyMode>,
     /// Optimization rounds.
     #[arg(long, default_value_t = 8)]
     pub rounds: u32,
@@ -220,10 +226,31 @@ pub fn new_session(
         timing_runs: args.timing_runs,
         timeout_s: args.timeout,
         max_candidates: args.max_candidates,
+        reply_mode: match args.reply_mode {
+            Some(m) => m,
+            None => config_reply_mode(config)?,
+        },
     };
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
     launch::create(&args.runs_dir, &workload, plan, tc, ev, jobs, |dir| {
         sinks(dir, &args.view, extra)
+    })
+}
+
+/// `[model] reply_mode` from the config file (auto when absent); a value that is not a mode
+/// is an error naming the file and the key.
+fn config_reply_mode(config: &Config) -> Result<ReplyMode> {
+    let Some(text) = config.reply_mode.as_deref() else {
+        return Ok(ReplyMode::Auto);
+    };
+    <ReplyMode as clap::ValueEnum>::from_str(text, true).map_err(|_| {
+        Error::Usage(format!(
+            "{}: [model] reply_mode = {text:?}: expected \"auto\", \"edits\" or \"whole\"",
+            config
+                .file
+                .as_ref()
+                .map_or_else(|| "the config".to_string(), |f| f.display().to_string())
+        ))
     })
 }
 
@@ -355,4 +382,33 @@ pub fn summary(dir: &SessionDir, state: &State) -> String {
         state.spent.wall_s
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_reply_mode_is_read_or_refused_naming_the_file() {
+        let mut config = Config::default();
+        assert_eq!(config_reply_mode(&config).unwrap(), ReplyMode::Auto);
+        config.reply_mode = Some("Edits".into());
+        assert_eq!(config_reply_mode(&config).unwrap(), ReplyMode::Edits);
+        config.reply_mode = Some("diff".into());
+        config.file = Some(PathBuf::from("/home/u/cutesmith.toml"));
+        let e = config_reply_mode(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("/home/u/cutesmith.toml: [model] reply_mode = \"diff\"")
+                && e.contains("\"auto\", \"edits\" or \"whole\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn auto_invites_edits_only_once_a_version_is_correct() {
+        assert!(!ReplyMode::Auto.invites_edits(false));
+        assert!(ReplyMode::Auto.invites_edits(true));
+        assert!(ReplyMode::Edits.invites_edits(false));
+        assert!(!ReplyMode::Whole.invites_edits(true));
+    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cutesmith::agent::engine::{Engine, Parts};
 use cutesmith::agent::evaluator::ScriptedEvaluator;
 use cutesmith::agent::machine::{Budgets, Stage};
-use cutesmith::agent::session::{ProviderSpec, SessionDir, SessionSpec, State};
+use cutesmith::agent::session::{ProviderSpec, ReplyMode, SessionDir, SessionSpec, State};
 use cutesmith::config::ModelConfig;
 use cutesmith::events::{self, Event, Fanout, JsonlSink};
 use cutesmith::provider::openai::OpenAiProvider;
@@ -125,6 +125,7 @@ async fn a_model_session_through_a_mock_openai_server() {
         timeout_s: 60,
         max_candidates: 4,
         sandboxed: true,
+        reply_mode: ReplyMode::Auto,
     };
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
@@ -438,6 +439,7 @@ async fn a_model_session_seeded_from_the_builtin_provider() {
         timeout_s: 60,
         max_candidates: 1,
         sandboxed: true,
+        reply_mode: ReplyMode::Auto,
     };
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
@@ -643,4 +645,152 @@ fn ctrl_c_stops_at_once_and_says_how_to_resume() {
         .unwrap()
         .path();
     assert_eq!(state_of(&root).stage, Stage::Validate);
+}
+
+/// Edit replies: once a version is correct the optimize prompt shows the numbered source
+/// and invites edits; an edit reply becomes the next version byte for byte; an edit whose
+/// SEARCH lines are not in the file gets one repair request naming it, and the repaired
+/// edits apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_replies_apply_exactly_and_a_broken_edit_is_named_in_the_repair() {
+    let Some(tc) = toolchain() else { return };
+    let v1 = kernel("median_us=100", "// v1");
+    let edit_reply = |change: &str, pairs: &[(&str, &str)]| {
+        let mut t = format!(
+            "```strategy\nchange: {change}\nwhy: test\nexpected_gain: 1.2x\n```\n```edit\n"
+        );
+        for (search, replace) in pairs {
+            t.push_str(&format!(
+                "<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+            ));
+        }
+        t.push_str("```\n");
+        t
+    };
+    let faster = edit_reply(
+        "faster marker",
+        &[
+            (
+                "// cutesmith-test: median_us=100",
+                "// cutesmith-test: median_us=80",
+            ),
+            ("// v1", "// v2\n// a second line"),
+        ],
+    );
+    let broken = edit_reply("bad anchor", &[("// v7 is not here", "// nothing")]);
+    // The second pair deletes a line: an empty REPLACE.
+    let mut repaired = edit_reply(
+        "faster again",
+        &[(
+            "// cutesmith-test: median_us=80",
+            "// cutesmith-test: median_us=70",
+        )],
+    );
+    repaired = repaired.replace(
+        ">>>>>>> REPLACE\n```",
+        ">>>>>>> REPLACE\n<<<<<<< SEARCH\n// a second line\n=======\n>>>>>>> REPLACE\n```",
+    );
+    let server = mock_model::serve(vec![
+        sse(&reply("first", &v1)), // 0 generate: whole file, v1 correct
+        sse(&faster),              // 1 optimize: edits -> v2
+        sse(&broken),              // 2 optimize: an edit that does not apply ...
+        sse(&repaired),            // 3 ... the repair: edits -> v3
+    ])
+    .await;
+    std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
+    let model = ModelConfig {
+        base_url: format!("{}/v1", server.uri()),
+        model: "mock-model".into(),
+        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
+        temperature: None,
+        max_tokens: None,
+        reasoning_effort: None,
+        price_prompt_per_mtok: None,
+        price_completion_per_mtok: None,
+        connect_timeout_s: Some(5),
+        read_timeout_s: Some(10),
+        max_attempts: Some(1),
+    };
+    let runs = tempfile::tempdir().unwrap();
+    let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
+    let spec = SessionSpec {
+        id: "edits".into(),
+        created: "now".into(),
+        workload: w.name().into(),
+        workload_source: w.path().to_path_buf(),
+        provider: ProviderSpec::Model {
+            model: model.clone(),
+        },
+        evaluator: "scripted".into(),
+        budgets: Budgets {
+            rounds: 2,
+            patience: 5,
+            roofline_target: 0.0,
+            ..Budgets::default()
+        },
+        arch: "sm_90a".into(),
+        seed_from_builtin: 0,
+        seeds: 1,
+        timing_runs: 20,
+        timeout_s: 60,
+        max_candidates: 4,
+        sandboxed: true,
+        reply_mode: ReplyMode::Auto,
+    };
+    let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
+    let root = dir.root.clone();
+    let parts = Parts {
+        provider: Box::new(OpenAiProvider::new(model).unwrap()),
+        seed: None,
+        evaluator: Arc::new(ScriptedEvaluator {
+            delay: Duration::ZERO,
+        }),
+        toolchain: tc,
+        cache: CompileCache::default_location(),
+        events: Arc::new(Fanout(vec![])),
+    };
+    let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
+    engine.run().await.unwrap();
+
+    let b = bodies(&server.received_requests().await.unwrap());
+    assert_eq!(b.len(), 4);
+    // The first generation asks for a whole file; the optimize prompt shows v1 numbered
+    // and invites edits.
+    assert!(!user_text(&b[0]).contains("<<<<<<< SEARCH"));
+    let opt = user_text(&b[1]);
+    assert!(
+        opt.contains("<<<<<<< SEARCH") && opt.contains("numbered"),
+        "{opt}"
+    );
+    assert!(
+        opt.contains(" 1| // cutesmith-test: median_us=100"),
+        "{opt}"
+    );
+    // The repair names the edit that did not apply.
+    let repair = user_text(&b[3]);
+    assert!(
+        repair.contains("edit 1 does not apply") && repair.contains("`// v7 is not here`"),
+        "{repair}"
+    );
+
+    let src =
+        |n: u32| std::fs::read_to_string(root.join(format!("versions/v{n:03}/kernel.cu"))).unwrap();
+    let v2 = v1
+        .replace(
+            "// cutesmith-test: median_us=100",
+            "// cutesmith-test: median_us=80",
+        )
+        .replace("// v1\n", "// v2\n// a second line\n");
+    assert_eq!(src(1), v1);
+    assert_eq!(src(2), v2);
+    let v3 = v2
+        .replace(
+            "// cutesmith-test: median_us=80",
+            "// cutesmith-test: median_us=70",
+        )
+        .replace("// a second line\n", "");
+    assert_eq!(src(3), v3);
+    let st = state_of(&root);
+    assert_eq!(st.best, Some(3));
+    assert_eq!(st.best_us, Some(70.0));
 }
