@@ -52,6 +52,52 @@ fn user_text(b: &Value) -> String {
         .join("\n")
 }
 
+/// The model settings for the mock server at `uri`.
+fn mock_model_config(uri: &str, max_attempts: u32) -> ModelConfig {
+    ModelConfig {
+        base_url: format!("{uri}/v1"),
+        model: "mock-model".into(),
+        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
+        temperature: None,
+        max_tokens: None,
+        reasoning_effort: None,
+        price_prompt_per_mtok: None,
+        price_completion_per_mtok: None,
+        connect_timeout_s: Some(5),
+        read_timeout_s: Some(10),
+        max_attempts: Some(max_attempts),
+    }
+}
+
+/// A model session on `w` with the scripted evaluator, `rounds` optimization rounds and no
+/// roofline stop.
+fn model_spec(id: &str, w: &Workload, model: &ModelConfig, rounds: u32) -> SessionSpec {
+    SessionSpec {
+        id: id.into(),
+        created: "now".into(),
+        workload: w.name().into(),
+        workload_source: w.path().to_path_buf(),
+        provider: ProviderSpec::Model {
+            model: model.clone(),
+        },
+        evaluator: "scripted".into(),
+        budgets: Budgets {
+            rounds,
+            patience: 5,
+            roofline_target: 0.0,
+            ..Budgets::default()
+        },
+        arch: "sm_90a".into(),
+        seed_from_builtin: 0,
+        seeds: 1,
+        timing_runs: 20,
+        timeout_s: 60,
+        max_candidates: 4,
+        sandboxed: true,
+        reply_mode: ReplyMode::Auto,
+    }
+}
+
 fn state_of(root: &Path) -> State {
     serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap()
 }
@@ -89,44 +135,17 @@ async fn a_model_session_through_a_mock_openai_server() {
 
     std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
     let model = ModelConfig {
-        base_url: format!("{}/v1", server.uri()),
-        model: "mock-model".into(),
-        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
         temperature: Some(0.2),
         max_tokens: Some(8000),
-        reasoning_effort: None,
         price_prompt_per_mtok: Some(1.0),
         price_completion_per_mtok: Some(4.0),
-        connect_timeout_s: Some(5),
-        read_timeout_s: Some(10),
-        max_attempts: Some(3),
+        ..mock_model_config(&server.uri(), 3)
     };
     let mut provider = OpenAiProvider::new(model.clone()).unwrap();
     provider.retry_base = Duration::from_millis(50);
     let runs = tempfile::tempdir().unwrap();
     let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-    let spec = SessionSpec {
-        id: "mock-session".into(),
-        created: "now".into(),
-        workload: w.name().into(),
-        workload_source: w.path().to_path_buf(),
-        provider: ProviderSpec::Model { model },
-        evaluator: "scripted".into(),
-        budgets: Budgets {
-            rounds: 3,
-            patience: 5,
-            roofline_target: 0.0,
-            ..Budgets::default()
-        },
-        arch: "sm_90a".into(),
-        seed_from_builtin: 0,
-        seeds: 1,
-        timing_runs: 20,
-        timeout_s: 60,
-        max_candidates: 4,
-        sandboxed: true,
-        reply_mode: ReplyMode::Auto,
-    };
+    let spec = model_spec("mock-session", &w, &model, 3);
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
     let sink = JsonlSink::open(&root.join("events.jsonl")).unwrap();
@@ -403,44 +422,12 @@ async fn a_model_session_seeded_from_the_builtin_provider() {
         &kernel("median_us=60", "// model"),
     ))])
     .await;
-    let model = ModelConfig {
-        base_url: format!("{}/v1", server.uri()),
-        model: "mock-model".into(),
-        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
-        temperature: None,
-        max_tokens: None,
-        reasoning_effort: None,
-        price_prompt_per_mtok: None,
-        price_completion_per_mtok: None,
-        connect_timeout_s: Some(5),
-        read_timeout_s: Some(10),
-        max_attempts: Some(2),
-    };
+    let model = mock_model_config(&server.uri(), 2);
     let runs = tempfile::tempdir().unwrap();
     let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-    let spec = SessionSpec {
-        id: "seeded".into(),
-        created: "now".into(),
-        workload: w.name().into(),
-        workload_source: w.path().to_path_buf(),
-        provider: ProviderSpec::Model {
-            model: model.clone(),
-        },
-        evaluator: "scripted".into(),
-        budgets: Budgets {
-            rounds: 1,
-            roofline_target: 0.0,
-            ..Budgets::default()
-        },
-        arch: "sm_90a".into(),
-        seed_from_builtin: 1,
-        seeds: 1,
-        timing_runs: 20,
-        timeout_s: 60,
-        max_candidates: 1,
-        sandboxed: true,
-        reply_mode: ReplyMode::Auto,
-    };
+    let mut spec = model_spec("seeded", &w, &model, 1);
+    spec.seed_from_builtin = 1;
+    spec.max_candidates = 1;
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
     let parts = Parts {
@@ -698,45 +685,10 @@ async fn edit_replies_apply_exactly_and_a_broken_edit_is_named_in_the_repair() {
     ])
     .await;
     std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
-    let model = ModelConfig {
-        base_url: format!("{}/v1", server.uri()),
-        model: "mock-model".into(),
-        api_key_env: "CUTESMITH_TEST_MODEL_KEY".into(),
-        temperature: None,
-        max_tokens: None,
-        reasoning_effort: None,
-        price_prompt_per_mtok: None,
-        price_completion_per_mtok: None,
-        connect_timeout_s: Some(5),
-        read_timeout_s: Some(10),
-        max_attempts: Some(1),
-    };
+    let model = mock_model_config(&server.uri(), 1);
     let runs = tempfile::tempdir().unwrap();
     let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-    let spec = SessionSpec {
-        id: "edits".into(),
-        created: "now".into(),
-        workload: w.name().into(),
-        workload_source: w.path().to_path_buf(),
-        provider: ProviderSpec::Model {
-            model: model.clone(),
-        },
-        evaluator: "scripted".into(),
-        budgets: Budgets {
-            rounds: 2,
-            patience: 5,
-            roofline_target: 0.0,
-            ..Budgets::default()
-        },
-        arch: "sm_90a".into(),
-        seed_from_builtin: 0,
-        seeds: 1,
-        timing_runs: 20,
-        timeout_s: 60,
-        max_candidates: 4,
-        sandboxed: true,
-        reply_mode: ReplyMode::Auto,
-    };
+    let spec = model_spec("edits", &w, &model, 2);
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
     let parts = Parts {
