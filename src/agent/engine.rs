@@ -231,6 +231,7 @@ impl Engine {
         let ev = self.evaluator.clone();
         let w = self.workload.clone();
         let probe = tokio::task::block_in_place(|| ev.probe(&w))?;
+        self.state.spent.gpu_s += probe.seconds;
         if probe.report.is_none() {
             return Err(Error::NoGpu(format!(
                 "the probe worker did not answer: {}",
@@ -896,6 +897,7 @@ impl Engine {
         let ev = self.evaluator.clone();
         let w = self.workload.clone();
         let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
+        self.state.spent.gpu_s += e.seconds;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
         self.remember(n, &e);
         let text = e.render();

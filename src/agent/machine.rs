@@ -150,6 +150,9 @@ pub struct Spent {
     pub cost_usd: f64,
     pub wall_s: f64,
     pub model_requests: u32,
+    /// Seconds evaluations held the GPU (worker wall time: validation, timing, the probe).
+    #[serde(default)]
+    pub gpu_s: f64,
 }
 
 impl Budgets {

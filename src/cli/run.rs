@@ -374,12 +374,8 @@ pub fn summary(dir: &SessionDir, state: &State) -> String {
         None => s.push_str("no correct version\n"),
     }
     s.push_str(&format!(
-        "spent: {} model requests, {} + {} tokens, ${:.4}, {:.0} s\n",
-        state.spent.model_requests,
-        state.spent.prompt_tokens,
-        state.spent.completion_tokens,
-        state.spent.cost_usd,
-        state.spent.wall_s
+        "spent: {}\n",
+        crate::report::cost_line(&state.spent)
     ));
     s
 }

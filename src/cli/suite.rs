@@ -228,6 +228,11 @@ pub fn cmd_run_suite(
             Err(e) => println!("| {} | - | - | error: {e} |", r.workload),
         }
     }
+    let states: Vec<&crate::agent::session::State> = rows
+        .iter()
+        .filter_map(|r| r.result.as_ref().ok().map(|(_, _, s)| s))
+        .collect();
+    println!("cost: {}", crate::report::cost_totals(&states));
     println!("events: {}", events.display());
     Ok(exit_code(&rows))
 }

@@ -125,6 +125,80 @@ pub fn version_rows(state: &State) -> Cells {
         .collect()
 }
 
+/// What one session cost: model calls, tokens, dollars, wall and GPU time, in one line.
+pub fn cost_line(s: &crate::agent::machine::Spent) -> String {
+    format!(
+        "{} model calls, {} prompt + {} completion tokens, ${:.4}, {:.0} s wall, {:.0} s on the GPU",
+        s.model_requests, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.wall_s, s.gpu_s
+    )
+}
+
+/// What a set of sessions cost together, and per result: tokens per session that reached
+/// a correct kernel, model calls per accepted version.
+pub fn cost_totals(states: &[&State]) -> String {
+    let mut t = crate::agent::machine::Spent::default();
+    let (mut correct, mut accepted) = (0u64, 0u64);
+    for s in states {
+        t.model_requests += s.spent.model_requests;
+        t.prompt_tokens += s.spent.prompt_tokens;
+        t.completion_tokens += s.spent.completion_tokens;
+        t.cost_usd += s.spent.cost_usd;
+        t.wall_s += s.spent.wall_s;
+        t.gpu_s += s.spent.gpu_s;
+        correct += u64::from(s.best.is_some());
+        accepted += s.versions.iter().filter(|v| v.accepted).count() as u64;
+    }
+    let tokens = t.prompt_tokens + t.completion_tokens;
+    let per = |x: u64, n: u64| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}", x as f64 / n as f64)
+        }
+    };
+    format!(
+        "{} sessions: {}; {} tokens per session with a correct kernel ({correct}), {} model calls per accepted version ({accepted})",
+        states.len(),
+        cost_line(&t),
+        per(tokens, correct),
+        if accepted == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}", f64::from(t.model_requests) / accepted as f64)
+        }
+    )
+}
+
+/// The cost table's columns.
+const COST_HEAD: [&str; 8] = [
+    "workload",
+    "session",
+    "model calls",
+    "prompt tokens",
+    "completion tokens",
+    "cost $",
+    "wall s",
+    "GPU s",
+];
+
+fn cost_rows(rows: &[Row]) -> Cells {
+    rows.iter()
+        .map(|r| {
+            let s = &r.state.spent;
+            vec![
+                r.spec.workload.clone(),
+                r.spec.id.clone(),
+                s.model_requests.to_string(),
+                s.prompt_tokens.to_string(),
+                s.completion_tokens.to_string(),
+                format!("{:.4}", s.cost_usd),
+                format!("{:.0}", s.wall_s),
+                format!("{:.0}", s.gpu_s),
+            ]
+        })
+        .collect()
+}
+
 /// (summary rows, per-session (title, version rows)).
 fn tables(rows: &[Row]) -> (Cells, Vec<(String, Cells)>) {
     let summary = rows
@@ -260,6 +334,13 @@ pub fn write(rows: &[Row], out: &Path) -> Result<PathBuf> {
         rows.len()
     );
     md.push_str(&md_table(&SUMMARY_HEAD, &summary));
+    let costs = cost_rows(rows);
+    let states: Vec<&State> = rows.iter().map(|r| &r.state).collect();
+    let totals = cost_totals(&states);
+    md.push_str(&format!(
+        "\n## Cost\n\n{}\nIn all, {totals}.\n",
+        md_table(&COST_HEAD, &costs)
+    ));
     for (name, _) in &charts {
         md.push_str(&format!("\n![{name}]({name})\n"));
     }
@@ -278,6 +359,9 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}}th{
         rows.len()
     );
     html.push_str(&html_table(&SUMMARY_HEAD, &summary));
+    html.push_str("<h2>Cost</h2>");
+    html.push_str(&html_table(&COST_HEAD, &costs));
+    html.push_str(&format!("<p>In all, {}.</p>", esc(&totals)));
     html.push_str("<div class=\"charts\">");
     for (_, svg) in &charts {
         html.push_str(svg);
@@ -291,4 +375,49 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}}th{
     let hp = out.join("report.html");
     std::fs::write(&hp, html).map_err(|e| Error::io(&hp, e))?;
     Ok(hp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::machine::Spent;
+
+    #[test]
+    fn cost_totals_add_up_and_divide_by_results() {
+        let a = State {
+            spent: Spent {
+                model_requests: 6,
+                prompt_tokens: 30_000,
+                completion_tokens: 9_000,
+                cost_usd: 0.12,
+                wall_s: 100.0,
+                gpu_s: 40.0,
+                ..Spent::default()
+            },
+            best: Some(2),
+            ..State::default()
+        };
+        let b = State {
+            spent: Spent {
+                model_requests: 2,
+                prompt_tokens: 10_000,
+                completion_tokens: 1_000,
+                cost_usd: 0.03,
+                wall_s: 20.0,
+                gpu_s: 5.0,
+                ..Spent::default()
+            },
+            ..State::default()
+        };
+        assert_eq!(
+            cost_line(&a.spent),
+            "6 model calls, 30000 prompt + 9000 completion tokens, $0.1200, 100 s wall, 40 s on the GPU"
+        );
+        // No accepted versions recorded: calls per accepted version is "-"; one session
+        // reached a correct kernel: all 50000 tokens count against it.
+        assert_eq!(
+            cost_totals(&[&a, &b]),
+            "2 sessions: 8 model calls, 40000 prompt + 10000 completion tokens, $0.1500, 120 s wall, 45 s on the GPU; 50000 tokens per session with a correct kernel (1), - model calls per accepted version (0)"
+        );
+    }
 }

@@ -39,6 +39,15 @@ fn a_report_of_recorded_runs_renders_in_a_headless_browser() {
         md.contains("| v2 | debug | fix the CuTe pointer wrapper"),
         "{md}"
     );
+    // What the sessions cost (built-in provider sessions: calls, no tokens), each and in all.
+    assert!(md.contains("## Cost"), "{md}");
+    assert!(
+        md.contains(
+            "| act_silu_bf16 | act_silu_bf16-20261122-062719-9469 | 4 | 0 | 0 | 0.0000 | 79 | 0 |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("In all, 2 sessions: 8 model calls, 0 prompt + 0 completion tokens, $0.0000, 92 s wall, 0 s on the GPU; 0 tokens per session with a correct kernel (2), 2.7 model calls per accepted version (3)."), "{md}");
     for svg in ["speedup.svg", "roofline.svg", "progress.svg"] {
         let s = std::fs::read_to_string(out.path().join(svg)).unwrap();
         assert!(s.starts_with("<svg") && s.contains("<rect"), "{svg}");
