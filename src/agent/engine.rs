@@ -607,6 +607,8 @@ impl Engine {
                         failure => failure,
                         edits => self.spec.reply_mode.invites_edits(self.state.best.is_some()),
                         numbered => reply::numbered(&source),
+                        headers => self.header_lookup(n),
+                        cutlass_version => self.toolchain.cutlass.version,
                         source => source,
                         hint => hint,
                         history => (!self.state.memory.attempts.is_empty()).then_some(history),
@@ -652,6 +654,24 @@ impl Engine {
             }
         };
         Ok(vec![Message::system(system), Message::user(user)])
+    }
+
+    /// For a version that failed to compile: the CuTe/CUTLASS declarations its errors
+    /// point at, from the installed headers (see `toolchain::headers`).
+    fn header_lookup(&self, n: u32) -> Option<String> {
+        let d = self.dir.version_dir(n);
+        let c = self
+            .dir
+            .read_json::<CompileOutcome>(&d.join("compile.json"))
+            .ok()
+            .filter(|c| !c.ok())?;
+        let cutlass = &self.toolchain.cutlass;
+        let index = crate::toolchain::headers::HeaderIndex::load_or_build(
+            &cutlass.include,
+            &cutlass.version,
+            &crate::toolchain::cache_dir().join("header-index"),
+        );
+        crate::toolchain::headers::lookup(&index, &cutlass.include, &c.diagnostics, 4000)
     }
 
     /// (what failed, the evidence) for a failed version: condensed compile diagnostics or

@@ -312,6 +312,7 @@ mod tests {
             source => "int main;", profile => "12 us", history => "- v1 ...",
             missing => "no code", hint => "try vectors",
             tuning => "on H100:\n- 1024: best x at 1.00 us",
+            headers => "cute/algorithm/gemm.hpp:70\ngemm(...)",
         };
         for (name, _) in BUILT_IN {
             let text = p.render(name, &ctx).unwrap();
@@ -320,6 +321,12 @@ mod tests {
         }
         let g = p.render("generate", &ctx).unwrap();
         assert!(g.contains("relu_f32") && g.contains("try vectors") && g.contains("memory bound"));
+        let d = p.render("debug", &ctx).unwrap();
+        assert!(
+            d.contains("x.cu(3): error\n\nFrom the CUTLASS 4.2.0 headers on this machine")
+                && d.contains("```cpp\ncute/algorithm/gemm.hpp:70\ngemm(...)\n```\n\nFix it."),
+            "{d}"
+        );
         let o = p.render("optimize", &ctx).unwrap();
         assert!(o.contains("tuning database measured") && o.contains("- 1024: best x at 1.00 us"));
         assert!(o.contains("```cuda\nint main;") && !o.contains("<<<<<<< SEARCH"));

@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod compile;
 pub mod diagnostics;
+pub mod headers;
 pub mod ptxas;
 pub mod sass;
 pub mod setup;

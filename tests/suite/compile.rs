@@ -490,3 +490,70 @@ fn a_compile_killed_by_a_signal_is_not_cached() {
     let again = compile::compile(&tc, &cache, &req).unwrap();
     assert!(!again.cached);
 }
+
+/// The two mistakes a model typically makes in the raw CuTe Hopper template, made in our
+/// own template and compiled for real: the debug prompt's header lookup quotes the
+/// installed CUTLASS declarations each error points at.
+#[test]
+fn header_lookup_quotes_the_declarations_behind_two_typical_cute_mistakes() {
+    use cutesmith::toolchain::headers::{lookup, HeaderIndex};
+    let Some(tc) = toolchain() else { return };
+    let template =
+        std::fs::read_to_string(root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu")).unwrap();
+    // 1: a K-major operand tiled with an M/N-major swizzle atom.
+    let k_atom = "    return GMMA::Layout_K_SW128_Atom<T>{};";
+    assert_eq!(template.matches(k_atom).count(), 1);
+    let wrong_atom = template.replace(k_atom, "    return GMMA::Layout_MN_SW128_Atom<T>{};");
+    // 2: gemm() given the A fragment as the accumulator.
+    let call = "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrAcc);";
+    assert_eq!(template.matches(call).count(), 1);
+    let wrong_acc = template.replace(
+        call,
+        "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrA(_,_,_,read_stage));",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let requests: Vec<CompileRequest> =
+        [("wrong_atom.cu", &wrong_atom), ("wrong_acc.cu", &wrong_acc)]
+            .iter()
+            .map(|(name, text)| {
+                let p = dir.path().join(name);
+                std::fs::write(&p, text).unwrap();
+                request(&p)
+            })
+            .collect();
+    let cache = CompileCache::default_location();
+    let outcomes: Vec<_> =
+        compile::compile_many(&tc, &cache, &requests, compile::default_jobs(), &|_, _| {})
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+    let index = HeaderIndex::build(&tc.cutlass.include, &tc.cutlass.version);
+
+    let atom = &outcomes[0];
+    assert_ne!(atom.status, CompileStatus::Success);
+    let text = lookup(&index, &tc.cutlass.include, &atom.diagnostics, 4000)
+        .unwrap_or_else(|| panic!("nothing found for:\n{}", atom.condensed));
+    assert!(
+        text.contains("the assertion, cute/atom/mma_traits_sm90_gmma.hpp:"),
+        "{text}\n--- from:\n{}",
+        atom.condensed
+    );
+    assert!(text.contains("Not a canonical GMMA_K Layout"), "{text}");
+    for a in [
+        "Layout_K_SW128_Atom",
+        "Layout_K_SW64_Atom",
+        "Layout_MN_SW128_Atom",
+    ] {
+        assert!(text.contains(a), "{a} missing:\n{text}");
+    }
+
+    let acc = &outcomes[1];
+    assert_ne!(acc.status, CompileStatus::Success);
+    let text = lookup(&index, &tc.cutlass.include, &acc.diagnostics, 4000)
+        .unwrap_or_else(|| panic!("nothing found for:\n{}", acc.condensed));
+    assert!(
+        text.contains("cute/algorithm/gemm.hpp:") && text.contains("gemm(MMA_Atom<MMA>"),
+        "{text}\n--- from:\n{}",
+        acc.condensed
+    );
+}
