@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use wiremock::{Request, ResponseTemplate};
 
 use super::common::{fixture, toolchain};
-use super::mock_model::{self, cut, sse};
+use super::mock_model::{self, cut, sse, sse_counted};
 
 fn reply(change: &str, kernel: &str) -> String {
     format!(
@@ -745,4 +745,72 @@ async fn edit_replies_apply_exactly_and_a_broken_edit_is_named_in_the_repair() {
     let st = state_of(&root);
     assert_eq!(st.best, Some(3));
     assert_eq!(st.best_us, Some(70.0));
+}
+
+/// The same improvement of the 700-line raw CuTe Hopper template (one more pipeline
+/// stage), answered once as a whole file and once as an edit: the same v2 byte for byte,
+/// and the edit reply costs a small fraction of the completion tokens (counted by the
+/// mock server from the reply text, word and punctuation pieces).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_reply_costs_a_fraction_of_the_whole_file() {
+    let Some(tc) = toolchain() else { return };
+    let template = std::fs::read_to_string(
+        super::common::root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"),
+    )
+    .unwrap();
+    assert!(template.lines().count() >= 300);
+    let v1 = format!("// cutesmith-test: median_us=100\n{template}");
+    let stages = "#define CS_STAGES 4        // depth of the TMA -> WGMMA shared memory ring";
+    let stages5 = "#define CS_STAGES 5        // depth of the TMA -> WGMMA shared memory ring";
+    let v2 = v1
+        .replace(
+            "// cutesmith-test: median_us=100",
+            "// cutesmith-test: median_us=80",
+        )
+        .replace(stages, stages5);
+    let first = reply("first", &v1);
+    let whole = reply("five stages", &v2);
+    let edit = format!(
+        "```strategy\nchange: five stages\nwhy: test\nexpected_gain: 1.1x\n```\n```edit\n<<<<<<< SEARCH\n// cutesmith-test: median_us=100\n=======\n// cutesmith-test: median_us=80\n>>>>>>> REPLACE\n<<<<<<< SEARCH\n{stages}\n=======\n{stages5}\n>>>>>>> REPLACE\n```\n"
+    );
+    let mut spent = Vec::new();
+    for (name, second) in [("whole", &whole), ("edit", &edit)] {
+        let server = mock_model::serve(vec![sse_counted(&first), sse_counted(second)]).await;
+        std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
+        let model = mock_model_config(&server.uri(), 1);
+        let runs = tempfile::tempdir().unwrap();
+        let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
+        let spec = model_spec(name, &w, &model, 1);
+        let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
+        let root = dir.root.clone();
+        let parts = Parts {
+            provider: Box::new(OpenAiProvider::new(model).unwrap()),
+            seed: None,
+            evaluator: Arc::new(ScriptedEvaluator {
+                delay: Duration::ZERO,
+            }),
+            toolchain: tc.clone(),
+            cache: CompileCache::default_location(),
+            events: Arc::new(Fanout(vec![])),
+        };
+        let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
+        engine.run().await.unwrap();
+        let st = state_of(&root);
+        assert_eq!(st.best, Some(2), "{name}: v2 compiled and was faster");
+        let got = std::fs::read_to_string(root.join("versions/v002/kernel.cu")).unwrap();
+        assert_eq!(got, v2, "{name}: v2 differs");
+        // The optimize reply's completion tokens: the session's less the first reply's.
+        let tokens = st.spent.completion_tokens - mock_model::token_estimate(&first);
+        eprintln!(
+            "{name} reply: {tokens} completion tokens ({} lines of kernel)",
+            v2.lines().count()
+        );
+        spent.push(tokens);
+    }
+    assert!(
+        spent[1] * 4 <= spent[0],
+        "edit {} tokens, whole file {}",
+        spent[1],
+        spent[0]
+    );
 }

@@ -40,6 +40,37 @@ fn chunk(delta: Value, finish: Value) -> String {
 
 /// A streamed reply: the text in pieces, a finish, the usage (100 + 50 tokens), [DONE].
 pub fn sse(text: &str) -> ResponseTemplate {
+    sse_with_usage(text, 50)
+}
+
+/// Completion tokens of `text` as a tokenizer would count them, roughly: every word and
+/// every punctuation mark (a run of spaces is free). Real BPE tokenizers split code into
+/// about as many pieces.
+pub fn token_estimate(text: &str) -> u64 {
+    let mut n = 0u64;
+    let mut in_word = false;
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            if !in_word {
+                n += 1;
+            }
+            in_word = true;
+        } else {
+            in_word = false;
+            if !c.is_whitespace() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// [`sse`] whose usage reports [`token_estimate`] completion tokens for the text.
+pub fn sse_counted(text: &str) -> ResponseTemplate {
+    sse_with_usage(text, token_estimate(text))
+}
+
+fn sse_with_usage(text: &str, completion_tokens: u64) -> ResponseTemplate {
     let mut body = String::new();
     let chars: Vec<char> = text.chars().collect();
     for piece in chars.chunks(300) {
@@ -49,7 +80,8 @@ pub fn sse(text: &str) -> ResponseTemplate {
     body.push_str(&chunk(json!({}), json!("stop")));
     let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 0,
         "model": "mock-model", "choices": [],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}});
+        "usage": {"prompt_tokens": 100, "completion_tokens": completion_tokens,
+                  "total_tokens": 100 + completion_tokens}});
     body.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
     ResponseTemplate::new(200)
         .insert_header("content-type", "text/event-stream")
