@@ -671,7 +671,14 @@ impl Engine {
             &cutlass.version,
             &crate::toolchain::cache_dir().join("header-index"),
         );
-        crate::toolchain::headers::lookup(&index, &cutlass.include, &c.diagnostics, 4000)
+        let source = self.dir.version_source(n).ok();
+        crate::toolchain::headers::lookup(
+            &index,
+            &cutlass.include,
+            &c.diagnostics,
+            source.as_deref(),
+            4000,
+        )
     }
 
     /// (what failed, the evidence) for a failed version: condensed compile diagnostics or

@@ -258,14 +258,19 @@ pub fn names_in(diags: &[Diagnostic], max: usize) -> Vec<String> {
     out
 }
 
-/// For the debug prompt: the declarations of the names the errors point at (at most 3
+static SMEM_LAYOUT_LINE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"Layout_\w*Atom|tile_to_shape|SmemLayout|ss_smem_selector").ok());
+
+/// For the debug prompt: the declarations of the names the errors point at (at most 4
 /// declarations each), the lines around a static assertion that fired in a header, and for
-/// an assertion about a GMMA layout the family of valid layout atoms; `None` when none of
+/// an assertion about a GMMA layout the family of valid layout atoms and the lines of
+/// `user_source` (the failing kernel) that build shared-memory layouts; `None` when none of
 /// it is found. At most `budget` bytes.
 pub fn lookup(
     index: &HeaderIndex,
     include: &Path,
     diags: &[Diagnostic],
+    user_source: Option<&str>,
     budget: usize,
 ) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
@@ -312,6 +317,23 @@ pub fn lookup(
                         .collect::<Vec<_>>()
                         .join(", ")
                 ));
+            }
+            // The assertion fires deep inside the MMA; the type it rejects was built
+            // where the kernel lays out its shared memory.
+            if let (Some(src), Some(re)) = (user_source, SMEM_LAYOUT_LINE.as_ref()) {
+                let lines: Vec<String> = src
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| re.is_match(l))
+                    .take(10)
+                    .map(|(i, l)| format!("{:>5}| {}", i + 1, l.trim_end()))
+                    .collect();
+                if !lines.is_empty() {
+                    parts.push(format!(
+                        "the lines of your kernel that build shared-memory layouts (the layout the assertion rejects comes from one of them):\n{}",
+                        lines.join("\n")
+                    ));
+                }
             }
         }
         break;
@@ -421,7 +443,7 @@ mod tests {
             "no instance of overloaded function \"cute::gemm\" matches the argument list; argument types are: (cute::TiledMMA<...>, ...)",
         );
         assert_eq!(names_in(std::slice::from_ref(&d), 6)[0], "gemm");
-        let text = lookup(&ix, dir.path(), &[d], 4000).expect("found");
+        let text = lookup(&ix, dir.path(), &[d], None, 4000).expect("found");
         assert!(text.contains("cute/algorithm/gemm.hpp:8\n// Dispatch: three arguments to four\ntemplate <class TA, class ALayout,"), "{text}");
         assert!(text.contains("gemm(MMA_Atom<MMA> const& mma,"), "{text}");
     }
@@ -435,9 +457,14 @@ mod tests {
             11,
             "static assertion failed with \"Not a canonical GMMA_K Layout: Expected K-size 2\"",
         );
-        let text = lookup(&ix, dir.path(), &[d], 4000).expect("found");
+        let kernel = "#include <cute/tensor.hpp>\nusing namespace cute;\nauto sB = tile_to_shape(GMMA::Layout_MN_SW128_Atom<half_t>{}, Shape<_128,_64>{});\n";
+        let text = lookup(&ix, dir.path(), &[d], Some(kernel), 4000).expect("found");
         assert!(
             text.contains("the assertion, cute/atom/mma_traits_sm90_gmma.hpp:11"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    3| auto sB = tile_to_shape(GMMA::Layout_MN_SW128_Atom<half_t>{}"),
             "{text}"
         );
         assert!(text.contains("static_assert(is_k"), "{text}");
@@ -447,6 +474,6 @@ mod tests {
         );
         // Nothing to say about an error outside the headers with no library names.
         let plain = error("kernel.cu", 3, "identifier \"x\" is undefined");
-        assert_eq!(lookup(&ix, dir.path(), &[plain], 4000), None);
+        assert_eq!(lookup(&ix, dir.path(), &[plain], Some(kernel), 4000), None);
     }
 }

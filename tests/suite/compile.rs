@@ -531,8 +531,26 @@ fn header_lookup_quotes_the_declarations_behind_two_typical_cute_mistakes() {
 
     let atom = &outcomes[0];
     assert_ne!(atom.status, CompileStatus::Success);
-    let text = lookup(&index, &tc.cutlass.include, &atom.diagnostics, 4000)
-        .unwrap_or_else(|| panic!("nothing found for:\n{}", atom.condensed));
+    let text = lookup(
+        &index,
+        &tc.cutlass.include,
+        &atom.diagnostics,
+        Some(&wrong_atom),
+        4000,
+    )
+    .unwrap_or_else(|| panic!("nothing found for:\n{}", atom.condensed));
+    // The user-code line that built the rejected layout, with its number.
+    let bad_line = wrong_atom
+        .lines()
+        .position(|l| l == "    return GMMA::Layout_MN_SW128_Atom<T>{};")
+        .unwrap()
+        + 1;
+    assert!(
+        text.contains(&format!(
+            "{bad_line:>5}|     return GMMA::Layout_MN_SW128_Atom<T>{{}};"
+        )),
+        "{text}"
+    );
     assert!(
         text.contains("the assertion, cute/atom/mma_traits_sm90_gmma.hpp:"),
         "{text}\n--- from:\n{}",
@@ -549,7 +567,7 @@ fn header_lookup_quotes_the_declarations_behind_two_typical_cute_mistakes() {
 
     let acc = &outcomes[1];
     assert_ne!(acc.status, CompileStatus::Success);
-    let text = lookup(&index, &tc.cutlass.include, &acc.diagnostics, 4000)
+    let text = lookup(&index, &tc.cutlass.include, &acc.diagnostics, None, 4000)
         .unwrap_or_else(|| panic!("nothing found for:\n{}", acc.condensed));
     assert!(
         text.contains("cute/algorithm/gemm.hpp:") && text.contains("gemm(MMA_Atom<MMA>"),
