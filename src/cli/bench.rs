@@ -181,6 +181,7 @@ pub fn cmd_bench(
         seed_from_builtin: 0,
         max_candidates: candidates,
         reply_mode: None,
+        slurm: Default::default(),
         rounds,
         debug_attempts: rounds,
         patience: rounds,

@@ -17,6 +17,7 @@ pub mod report;
 pub mod run;
 pub mod session;
 pub mod setup;
+pub mod slurm;
 pub mod strategies;
 pub mod suite;
 pub mod tuning;

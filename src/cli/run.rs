@@ -92,6 +92,8 @@ pub struct RunArgs {
     pub no_profile: bool,
     #[command(flatten)]
     pub view: ViewArgs,
+    #[command(flatten)]
+    pub slurm: super::slurm::SlurmArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -165,7 +167,16 @@ pub fn cmd_run(
         );
     }
     if let Some((name, suite)) = crate::spec::suite::named(&args.workloads_dir, &args.workload)? {
+        if args.slurm.slurm {
+            return super::slurm::cmd_run_slurm(&args, &name, &suite);
+        }
         return super::suite::cmd_run_suite(opts, no_install, config, args, &name, suite);
+    }
+    if args.slurm.slurm {
+        return Err(Error::Usage(format!(
+            "--slurm runs a suite (workloads/suites/NAME.toml), one task per workload; {} is a single workload: run it here, or in a one-line suite",
+            args.workload
+        )));
     }
     let engine = new_session(opts, no_install, config, &args, Vec::new())?;
     drive(engine)

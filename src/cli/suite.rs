@@ -127,35 +127,18 @@ pub fn run_sessions(
     );
     let rt = run::runtime()?;
     let mut rows = Vec::new();
+    if let Some(other) = suite
+        .provider
+        .as_deref()
+        .filter(|p| !matches!(*p, "builtin" | "model"))
+    {
+        say(
+            &pb,
+            format!("suite {name}: unknown provider {other:?}; using the default"),
+        );
+    }
     for w in &suite.workloads {
-        let mut a = args.clone();
-        a.workload = w.clone();
-        a.view.quiet = true;
-        match suite.provider.as_deref() {
-            Some("builtin") => a.builtin = true,
-            Some("model") | None => {}
-            Some(other) => {
-                say(
-                    &pb,
-                    format!("suite {name}: unknown provider {other:?}; using the default"),
-                );
-            }
-        }
-        if let Some(r) = suite.rounds {
-            a.rounds = r;
-        }
-        if let Some(t) = suite.max_time_s {
-            a.max_time = t;
-        }
-        if let Some(t) = suite.max_tokens {
-            a.max_tokens = t;
-        }
-        if let Some(s) = suite.seeds {
-            a.seeds = s;
-        }
-        if let Some(c) = suite.max_candidates {
-            a.max_candidates = c;
-        }
+        let a = args_for(args, suite, w);
         let extra: Vec<Box<dyn EventSink>> = vec![
             Box::new(ProgressSink {
                 pb: pb.clone(),
@@ -186,6 +169,33 @@ pub fn run_sessions(
     }
     pb.finish_and_clear();
     Ok((rows, events_path))
+}
+
+/// The arguments of one workload's session in a suite: the command line's, with the
+/// suite's settings (provider, rounds, budgets, seeds, candidates) over them.
+pub fn args_for(args: &RunArgs, suite: &SuiteSpec, w: &str) -> RunArgs {
+    let mut a = args.clone();
+    a.workload = w.to_string();
+    a.view.quiet = true;
+    if suite.provider.as_deref() == Some("builtin") {
+        a.builtin = true;
+    }
+    if let Some(r) = suite.rounds {
+        a.rounds = r;
+    }
+    if let Some(t) = suite.max_time_s {
+        a.max_time = t;
+    }
+    if let Some(t) = suite.max_tokens {
+        a.max_tokens = t;
+    }
+    if let Some(s) = suite.seeds {
+        a.seeds = s;
+    }
+    if let Some(c) = suite.max_candidates {
+        a.max_candidates = c;
+    }
+    a
 }
 
 /// The exit code of a suite: 0 when every workload met its goal, 1 when one missed it,

@@ -220,3 +220,101 @@ fn tuning_database_imports_shows_and_exports() {
     let o = run(&["tuning", "show"]);
     assert!(text(&o).contains("3 rows"), "{}", text(&o));
 }
+
+/// `run SUITE --slurm` against stand-ins for sbatch, squeue and sacct that run the array's
+/// tasks here, one after the other: the finished workload's session is in the shared runs
+/// directory and marked done, the failed task is reported with the command that resubmits
+/// it alone, and a resubmitted task of a finished workload does nothing.
+#[test]
+fn a_suite_runs_as_a_slurm_array_and_a_failed_task_can_be_resubmitted_alone() {
+    let Some(_tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let ends = dir.path().join("ends");
+    let stubs = [
+        (
+            "sbatch",
+            format!(
+                "#!/bin/bash\nscript=\"${{@: -1}}\"\nlast=$(sed -n 's/^#SBATCH --array=0-//p' \"$script\")\nfor k in $(seq 0 \"$last\"); do SLURM_ARRAY_TASK_ID=$k bash \"$script\" > {d}/task$k.log 2>&1; echo \"$k|$?\" >> {e}; done\necho '4242;local'\n",
+                d = dir.path().display(),
+                e = ends.display()
+            ),
+        ),
+        ("squeue", "#!/bin/bash\nexit 0\n".to_string()),
+        (
+            "sacct",
+            format!(
+                "#!/bin/bash\nwhile IFS='|' read -r k rc; do s=COMPLETED; [ \"$rc\" = 0 ] || s=FAILED; echo \"4242_$k|$s|$rc:0\"; done < {}\n",
+                ends.display()
+            ),
+        ),
+    ];
+    for (name, text) in &stubs {
+        let p = bin.join(name);
+        std::fs::write(&p, text).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let suite = dir.path().join("pair.toml");
+    std::fs::write(
+        &suite,
+        "description = \"one workload that runs, one that does not exist\"\nworkloads = [\"relu_bf16_small\", \"no_such_workload\"]\nprovider = \"builtin\"\nmax_candidates = 1\nrounds = 1\nseeds = 1\n",
+    )
+    .unwrap();
+    let runs = dir.path().join("runs");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["run", suite.to_str().unwrap(), "--slurm", "--workloads-dir"])
+        .arg(fixture("workloads"))
+        .arg("--runs-dir")
+        .arg(&runs)
+        .current_dir(root())
+        .env("PATH", path)
+        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TUNING_DB", dir.path().join("tuning.sqlite"))
+        .env("CUTESMITH_SLURM_POLL_MS", "10")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("submitted job array 4242 (2 tasks)"), "{t}");
+    let row = t
+        .lines()
+        .find(|l| l.starts_with("| relu_bf16_small | 0 | COMPLETED (exit 0:0) |"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(
+        row.contains(&runs.display().to_string()) && row.contains("| v1 "),
+        "{row}"
+    );
+    assert!(
+        t.contains("| no_such_workload | 1 | FAILED (exit 2:0) | - | - | - |"),
+        "{t}"
+    );
+    let script = runs.join("slurm/pair.sbatch");
+    assert!(
+        t.contains(&format!(
+            "resubmit them alone with: sbatch --array=1 {}",
+            script.display()
+        )),
+        "{t}"
+    );
+    assert!(runs.join("slurm/done/relu_bf16_small").exists());
+    assert!(!runs.join("slurm/done/no_such_workload").exists());
+    // Resubmitting the finished task does nothing.
+    let again = Command::new("bash")
+        .arg(&script)
+        .env("SLURM_ARRAY_TASK_ID", "0")
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    assert!(
+        text(&again).contains("relu_bf16_small: finished earlier"),
+        "{}",
+        text(&again)
+    );
+}
