@@ -98,6 +98,37 @@ fn model_spec(id: &str, w: &Workload, model: &ModelConfig, rounds: u32) -> Sessi
     }
 }
 
+/// Runs a model session on the relu fixture against the mock server at `uri` (the
+/// scripted evaluator in place of the GPU); returns the runs directory, to keep it alive,
+/// and the session's directory.
+async fn run_mock_session(
+    tc: &cutesmith::toolchain::Toolchain,
+    uri: &str,
+    id: &str,
+    rounds: u32,
+) -> (tempfile::TempDir, PathBuf) {
+    std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
+    let model = mock_model_config(uri, 1);
+    let runs = tempfile::tempdir().unwrap();
+    let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
+    let spec = model_spec(id, &w, &model, rounds);
+    let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
+    let root = dir.root.clone();
+    let parts = Parts {
+        provider: Box::new(OpenAiProvider::new(model).unwrap()),
+        seed: None,
+        evaluator: Arc::new(ScriptedEvaluator {
+            delay: Duration::ZERO,
+        }),
+        toolchain: tc.clone(),
+        cache: CompileCache::default_location(),
+        events: Arc::new(Fanout(vec![])),
+    };
+    let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
+    engine.run().await.unwrap();
+    (runs, root)
+}
+
 fn state_of(root: &Path) -> State {
     serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap()
 }
@@ -684,25 +715,7 @@ async fn edit_replies_apply_exactly_and_a_broken_edit_is_named_in_the_repair() {
         sse(&repaired),            // 3 ... the repair: edits -> v3
     ])
     .await;
-    std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
-    let model = mock_model_config(&server.uri(), 1);
-    let runs = tempfile::tempdir().unwrap();
-    let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-    let spec = model_spec("edits", &w, &model, 2);
-    let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
-    let root = dir.root.clone();
-    let parts = Parts {
-        provider: Box::new(OpenAiProvider::new(model).unwrap()),
-        seed: None,
-        evaluator: Arc::new(ScriptedEvaluator {
-            delay: Duration::ZERO,
-        }),
-        toolchain: tc,
-        cache: CompileCache::default_location(),
-        events: Arc::new(Fanout(vec![])),
-    };
-    let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
-    engine.run().await.unwrap();
+    let (_runs, root) = run_mock_session(&tc, &server.uri(), "edits", 2).await;
 
     let b = bodies(&server.received_requests().await.unwrap());
     assert_eq!(b.len(), 4);
@@ -776,25 +789,7 @@ async fn an_edit_reply_costs_a_fraction_of_the_whole_file() {
     let mut spent = Vec::new();
     for (name, second) in [("whole", &whole), ("edit", &edit)] {
         let server = mock_model::serve(vec![sse_counted(&first), sse_counted(second)]).await;
-        std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
-        let model = mock_model_config(&server.uri(), 1);
-        let runs = tempfile::tempdir().unwrap();
-        let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-        let spec = model_spec(name, &w, &model, 1);
-        let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
-        let root = dir.root.clone();
-        let parts = Parts {
-            provider: Box::new(OpenAiProvider::new(model).unwrap()),
-            seed: None,
-            evaluator: Arc::new(ScriptedEvaluator {
-                delay: Duration::ZERO,
-            }),
-            toolchain: tc.clone(),
-            cache: CompileCache::default_location(),
-            events: Arc::new(Fanout(vec![])),
-        };
-        let mut engine = Engine::create(dir, spec, &w, parts).unwrap();
-        engine.run().await.unwrap();
+        let (_runs, root) = run_mock_session(&tc, &server.uri(), name, 1).await;
         let st = state_of(&root);
         assert_eq!(st.best, Some(2), "{name}: v2 compiled and was faster");
         let got = std::fs::read_to_string(root.join("versions/v002/kernel.cu")).unwrap();
