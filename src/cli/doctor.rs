@@ -35,6 +35,35 @@ pub struct DoctorReport {
     pub cache_dir: String,
     /// What the sandbox for model-written code does here, or why it cannot.
     pub sandbox: String,
+    /// The tuning database: its file and how many evaluations it holds, or why none.
+    pub tuning: String,
+    /// The Slurm client (`sbatch --version`), for `run SUITE --slurm`.
+    pub slurm: String,
+}
+
+fn tuning_summary() -> String {
+    let Some(path) = crate::tuning::default_path() else {
+        return "off (CUTESMITH_TUNING_DB=off)".into();
+    };
+    if !path.is_file() {
+        return format!(
+            "{} (not made yet: the first GPU evaluation makes it)",
+            path.display()
+        );
+    }
+    match crate::tuning::TuningDb::open(&path).and_then(|db| db.rows(None)) {
+        Ok(rows) => format!("{} ({} evaluations)", path.display(), rows.len()),
+        Err(e) => format!("{} (unreadable: {e})", path.display()),
+    }
+}
+
+fn slurm_summary() -> String {
+    let mut cmd = std::process::Command::new("sbatch");
+    cmd.arg("--version");
+    match crate::process::run(cmd, std::time::Duration::from_secs(10), 4096) {
+        Ok(o) if o.success() => o.stdout.trim().to_string(),
+        _ => "not found (sbatch, squeue and sacct are needed only for run SUITE --slurm)".into(),
+    }
 }
 
 impl DoctorReport {
@@ -48,6 +77,8 @@ impl DoctorReport {
             model: config.model_summary(),
             cache_dir: toolchain::cache_dir().display().to_string(),
             sandbox: crate::sandbox::describe(),
+            tuning: tuning_summary(),
+            slurm: slurm_summary(),
         }
     }
 
@@ -148,6 +179,8 @@ impl DoctorReport {
         line("model", self.model.clone());
         line("cache", self.cache_dir.clone());
         line("sandbox", self.sandbox.clone());
+        line("tuning database", self.tuning.clone());
+        line("Slurm", self.slurm.clone());
         if self.toolchain.is_err() {
             s.push_str(&format!(
                 "\nto compile kernels: {}\n",

@@ -33,6 +33,18 @@ fn doctor_reports_the_toolchain_with_versions() {
     assert!(t.contains("CUTLASS") && t.contains("4.2.0"), "{t}");
     assert!(t.contains("GPU"), "{t}");
     assert!(t.contains("model"), "{t}");
+    // The tuning database and the Slurm client: where and what, or why not.
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("tuning database ")
+                && (l.contains(".sqlite") || l.contains("off"))),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("Slurm ") && (l.contains("slurm") || l.contains("not found"))),
+        "{t}"
+    );
     let json = cutesmith(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(v["toolchain"]["Ok"]["nvcc"]["version"]
