@@ -809,3 +809,47 @@ async fn an_edit_reply_costs_a_fraction_of_the_whole_file() {
         spent[0]
     );
 }
+
+/// A model's typical CuTe mistake (the A fragment passed as the accumulator to `gemm`, made
+/// in our own raw Hopper template) fails to compile; the debug request then carries the
+/// `cute::gemm` overloads from the installed headers under their heading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_debug_prompt_quotes_the_cute_declarations_a_compile_error_points_at() {
+    let Some(tc) = toolchain() else { return };
+    let template = std::fs::read_to_string(
+        super::common::root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"),
+    )
+    .unwrap();
+    let call = "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrAcc);";
+    assert_eq!(template.matches(call).count(), 1);
+    let wrong = template.replace(
+        call,
+        "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrA(_,_,_,read_stage));",
+    );
+    let v1 = format!("// cutesmith-test: median_us=100\n{wrong}");
+    let v2 = format!("// cutesmith-test: median_us=100\n{template}");
+    let server = mock_model::serve(vec![
+        sse(&reply("first", &v1)), // 0 generate: does not compile
+        sse(&reply("fix", &v2)),   // 1 debug: the fix
+        sse(&reply("same", &v2)),  // 2 optimize
+    ])
+    .await;
+    let (_runs, root) = run_mock_session(&tc, &server.uri(), "headers", 1).await;
+    let b = bodies(&server.received_requests().await.unwrap());
+    assert_eq!(b.len(), 3);
+    let debug = user_text(&b[1]);
+    let version = tc.cutlass.version.clone();
+    assert!(
+        debug.contains(&format!(
+            "From the CUTLASS {version} headers on this machine"
+        )),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("cute/algorithm/gemm.hpp:") && debug.contains("gemm(MMA_Atom<MMA>"),
+        "{debug}"
+    );
+    // The first request, before any failure, carries none of it.
+    assert!(!user_text(&b[0]).contains("headers on this machine"));
+    assert_eq!(state_of(&root).best, Some(2));
+}
