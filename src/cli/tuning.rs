@@ -127,10 +127,11 @@ fn show(db: &TuningDb, workload: Option<&str>) -> Result<i32> {
         }
     }
     for ((gpu, _class, name, [m, n, k, b]), (count, best)) in &groups {
-        let shape = if *b > 1 {
-            format!("{b}x({m}x{n}x{k})")
-        } else {
-            format!("{m}x{n}x{k}")
+        let shape = crate::spec::Shape {
+            m: *m,
+            n: *n,
+            k: *k,
+            batch: *b,
         };
         match best {
             Some(r) => {

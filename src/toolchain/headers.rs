@@ -61,6 +61,17 @@ const NOT_FUNCTIONS: &[&str] = &[
     "defined",
 ];
 
+/// A file of the CuTe/CUTLASS headers as the index names it (`cute/...` or `cutlass/...`),
+/// or `None` for any other file.
+fn library_path(file: &str) -> Option<String> {
+    ["cute/", "cutlass/"].iter().find_map(|dir| {
+        file.match_indices(dir)
+            .map(|(i, _)| i)
+            .find(|&i| i == 0 || file.as_bytes()[i - 1] == b'/')
+            .map(|i| file[i..].to_string())
+    })
+}
+
 /// The names a header text declares, with their lines.
 fn scan(text: &str) -> Vec<(String, u32)> {
     let mut out = Vec::new();
@@ -236,14 +247,13 @@ pub fn names_in(diags: &[Diagnostic], max: usize) -> Vec<String> {
         }
     }
     for d in diags.iter().filter(|d| d.severity == Severity::Error) {
-        let library = |f: &str| f.contains("cute/") || f.contains("cutlass/");
-        if !library(&d.file) {
+        if library_path(&d.file).is_none() {
             continue;
         }
         let name = d
             .instantiation
             .iter()
-            .filter(|f| library(&f.file) || f.file.is_empty())
+            .filter(|f| library_path(&f.file).is_some() || f.file.is_empty())
             .find_map(|f| {
                 let what = f.what.split(" [with ").next().unwrap_or(&f.what);
                 let what = what
@@ -275,15 +285,10 @@ pub fn lookup(
 ) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     for d in diags.iter().filter(|d| d.severity == Severity::Error) {
-        let in_headers = d.file.contains("/cute/") || d.file.contains("/cutlass/");
-        if !(in_headers && d.message.contains("static assertion")) {
+        let rel = library_path(&d.file);
+        if rel.is_none() || !d.message.contains("static assertion") {
             continue;
         }
-        let rel = d
-            .file
-            .find("cute/")
-            .or_else(|| d.file.find("cutlass/"))
-            .map(|i| d.file[i..].to_string());
         if let (Some(rel), Some(line)) = (rel, d.line) {
             let decl = Decl {
                 file: rel.clone(),
@@ -339,18 +344,13 @@ pub fn lookup(
         break;
     }
     // Headers the errors passed through: their declarations come first.
-    let rel = |f: &str| {
-        f.find("cute/")
-            .or_else(|| f.find("cutlass/"))
-            .map(|i| f[i..].to_string())
-    };
     let mentioned: Vec<String> = diags
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .flat_map(|d| {
             std::iter::once(d.file.as_str()).chain(d.instantiation.iter().map(|f| f.file.as_str()))
         })
-        .filter_map(rel)
+        .filter_map(library_path)
         .collect();
     for name in names_in(diags, 6) {
         let Some(decls) = index.names.get(&name) else {
@@ -412,6 +412,20 @@ mod tests {
             snippet: None,
             code: None,
         }
+    }
+
+    #[test]
+    fn library_paths_are_the_header_trees_only() {
+        assert_eq!(
+            library_path("/opt/x/include/cute/atom/a.hpp").as_deref(),
+            Some("cute/atom/a.hpp")
+        );
+        assert_eq!(
+            library_path("cutlass/gemm/g.h").as_deref(),
+            Some("cutlass/gemm/g.h")
+        );
+        assert_eq!(library_path("/home/u/execute/k.cu"), None);
+        assert_eq!(library_path("kernel.cu"), None);
     }
 
     #[test]

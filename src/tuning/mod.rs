@@ -86,6 +86,18 @@ pub struct Record {
     pub vendor_us: Option<f64>,
 }
 
+impl Record {
+    /// The shape it was timed on.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            batch: self.batch,
+        }
+    }
+}
+
 /// An open tuning database.
 pub struct TuningDb {
     conn: Connection,
@@ -269,13 +281,7 @@ pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
     }
     let mut per: BTreeMap<String, Known> = BTreeMap::new();
     for r in rows {
-        let s = Shape {
-            m: r.m,
-            n: r.n,
-            k: r.k,
-            batch: r.batch,
-        };
-        let distance = shape_distance(&s, shape);
+        let distance = shape_distance(&r.shape(), shape);
         let relative = match (r.outcome == "correct", r.median_us, best.get(&key(r))) {
             (true, Some(us), Some(b)) if *b > 0.0 => Some(us / b),
             _ => None,
@@ -439,29 +445,21 @@ pub fn planned(
 pub fn summary(w: &Workload, db: Option<&Path>, shapes: usize) -> Option<String> {
     let (gpu, rows) = class_history(w, db)?;
     // Measured shapes, nearest first.
-    let mut keys: Vec<(u64, u64, u64, u64)> =
-        rows.iter().map(|r| (r.m, r.n, r.k, r.batch)).collect();
-    keys.sort_unstable();
-    keys.dedup();
+    let mut keys: Vec<Shape> = Vec::new();
+    for r in &rows {
+        if !keys.contains(&r.shape()) {
+            keys.push(r.shape());
+        }
+    }
     let h = w.headline();
-    let dist = |k: &(u64, u64, u64, u64)| {
-        shape_distance(
-            &Shape {
-                m: k.0,
-                n: k.1,
-                k: k.2,
-                batch: k.3,
-            },
-            h,
-        )
-    };
-    keys.sort_by(|a, b| dist(a).total_cmp(&dist(b)));
+    keys.sort_by(|a, b| {
+        shape_distance(a, h)
+            .total_cmp(&shape_distance(b, h))
+            .then((a.m, a.n, a.k, a.batch).cmp(&(b.m, b.n, b.k, b.batch)))
+    });
     let mut lines = vec![format!("on {gpu}:")];
     for key in keys.iter().take(shapes.max(1)) {
-        let here: Vec<&Record> = rows
-            .iter()
-            .filter(|r| (r.m, r.n, r.k, r.batch) == *key)
-            .collect();
+        let here: Vec<&Record> = rows.iter().filter(|r| r.shape() == *key).collect();
         let mut best: BTreeMap<&str, f64> = BTreeMap::new();
         let mut failed: BTreeMap<&str, &str> = BTreeMap::new();
         let mut vendor: Option<(&str, f64)> = None;
@@ -482,12 +480,7 @@ pub fn summary(w: &Workload, db: Option<&Path>, shapes: usize) -> Option<String>
         }
         let mut ranked: Vec<(&str, f64)> = best.into_iter().collect();
         ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let shape = if key.3 > 1 {
-            format!("{}x({}x{}x{})", key.3, key.0, key.1, key.2)
-        } else {
-            format!("{}x{}x{}", key.0, key.1, key.2)
-        };
-        let mut line = format!("- {shape}:");
+        let mut line = format!("- {key}:");
         if let Some((s, us)) = ranked.first() {
             line.push_str(&format!(" best {s} at {us:.2} us"));
             if let Some((v, vu)) = vendor {
