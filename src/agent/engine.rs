@@ -47,24 +47,6 @@ pub struct Engine {
     last_tick: Instant,
 }
 
-/// The kernel a reply gives: its whole file, or its edits applied to `base` (the source
-/// the prompt showed); `Err(what a repair request must say)` otherwise.
-fn resolve_code(parsed: &reply::Parsed, base: Option<&str>) -> std::result::Result<String, String> {
-    if let Some(code) = &parsed.code {
-        return Ok(code.clone());
-    }
-    if let Some(missing) = parsed.missing() {
-        return Err(missing);
-    }
-    match base {
-        Some(b) => reply::apply_edits(b, &parsed.edits),
-        None => Err(
-            "the reply had edits, but there is no earlier version to apply them to: give the whole .cu file in one ```cuda block"
-                .into(),
-        ),
-    }
-}
-
 /// What the engine needs besides the session: where kernels come from and where they run.
 pub struct Parts {
     pub provider: Box<dyn Provider>,
@@ -445,7 +427,7 @@ impl Engine {
         let base = parent.and_then(|p| self.dir.version_source(p).ok());
         let mut parsed = reply::parse(&first.text);
         let mut text = first.text;
-        let mut code = resolve_code(&parsed, base.as_deref());
+        let mut code = parsed.kernel(base.as_deref());
         if let Err(missing) = &code {
             // One repair request, carrying the unusable reply and what was missing (or
             // which edit did not apply, and why).
@@ -457,7 +439,7 @@ impl Engine {
             if let Some(r) = self.propose(&ask, use_seed).await? {
                 parsed = reply::parse(&r.text);
                 text = r.text;
-                code = resolve_code(&parsed, base.as_deref());
+                code = parsed.kernel(base.as_deref());
             }
         }
         let origin = if use_seed { "builtin" } else { purpose.name() };

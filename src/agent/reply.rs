@@ -72,6 +72,24 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// The kernel the reply gives: its whole file, or its edits applied to `base` (the
+    /// source the prompt showed); `Err(what a repair request must say)` otherwise.
+    pub fn kernel(&self, base: Option<&str>) -> Result<String, String> {
+        if let Some(code) = &self.code {
+            return Ok(code.clone());
+        }
+        if let Some(missing) = self.missing() {
+            return Err(missing);
+        }
+        match base {
+            Some(b) => apply_edits(b, &self.edits),
+            None => Err(
+                "the reply had edits, but there is no earlier version to apply them to: give the whole .cu file in one ```cuda block"
+                    .into(),
+            ),
+        }
+    }
+
     /// What a repair request must ask for, or `None` when the reply is usable (a whole
     /// file, or well-formed edits; whether the edits apply is [`apply_edits`]'s question).
     pub fn missing(&self) -> Option<String> {
