@@ -18,6 +18,7 @@ pub mod events;
 pub mod feedback;
 pub mod process;
 pub mod provider;
+pub mod pytorch;
 pub mod report;
 pub mod sandbox;
 pub mod spec;

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::session::SessionDir;
 use crate::error::{Error, Result};
+use crate::pytorch::package;
+use crate::spec::Workload;
 
 /// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
 /// includes, and a README with how to build and call it and what it measured.
@@ -31,34 +33,8 @@ pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<Pa
     written.push(cu);
     // The ABI header and every other project header the kernel includes (the GEMM
     // templates include the predicated fallback GEMM), so the files build on their own.
-    let mut headers: Vec<PathBuf> = std::fs::read_dir(abi_include)
-        .map_err(|e| Error::io(abi_include, e))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .is_some_and(|n| {
-                    n == "cutesmith_abi.h" || source.contains(&format!("#include \"{n}\""))
-                })
-        })
-        .collect();
-    headers.sort();
-    for h in headers {
-        let to = out.join(h.file_name().unwrap_or_default());
-        std::fs::copy(&h, &to).map_err(|e| Error::io(&h, e))?;
-        written.push(to);
-    }
-    let v = state.version(best);
-    let measured = match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
-        (Some(t), Some(b)) => format!(
-            "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
-            workload.headline(),
-            b / t
-        ),
-        (Some(t), None) => format!("{t:.2} us on the headline shape {}", workload.headline()),
-        _ => "not timed".into(),
-    };
+    written.extend(copy_headers(&source, abi_include, out)?);
+    let measured = measured(&state, best, &workload);
     let readme = format!(
         "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch={compute},code={arch} -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
         spec.id,
@@ -76,5 +52,94 @@ pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<Pa
     let rd = out.join("README.md");
     std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
     written.push(rd);
+    Ok(written)
+}
+
+/// What the session measured for version `best`, one sentence.
+fn measured(state: &super::session::State, best: u32, workload: &Workload) -> String {
+    let v = state.version(best);
+    match (v.and_then(|v| v.median_us), v.and_then(|v| v.vendor_us)) {
+        (Some(t), Some(b)) => format!(
+            "{t:.2} us on the headline shape {}, against {b:.2} us for the vendor library in the same run ({:.2}x)",
+            workload.headline(),
+            b / t
+        ),
+        (Some(t), None) => format!("{t:.2} us on the headline shape {}", workload.headline()),
+        _ => "not timed".into(),
+    }
+}
+
+/// Copies `cutesmith_abi.h` and every project header `source` includes, and the project
+/// headers those include in turn, from `abi_include` into `out`.
+fn copy_headers(source: &str, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    let available: Vec<String> = std::fs::read_dir(abi_include)
+        .map_err(|e| Error::io(abi_include, e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    let mut wanted: Vec<String> = vec!["cutesmith_abi.h".into()];
+    let mut queue: Vec<String> = vec![source.to_string()];
+    while let Some(text) = queue.pop() {
+        for name in &available {
+            if !wanted.contains(name) && text.contains(&format!("#include \"{name}\"")) {
+                wanted.push(name.clone());
+                let path = abi_include.join(name);
+                queue.push(std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?);
+            }
+        }
+    }
+    wanted.sort();
+    let mut written = Vec::new();
+    for name in wanted {
+        let (from, to) = (abi_include.join(&name), out.join(&name));
+        std::fs::copy(&from, &to).map_err(|e| Error::io(&from, e))?;
+        written.push(to);
+    }
+    Ok(written)
+}
+
+/// Writes the best kernel as a PyTorch package under `out` (see
+/// [`crate::pytorch::package`]): the kernel and its headers in `<package>/csrc/`, the
+/// operator, the build, the reference, `test_kernel.py` and a README. `cutlass_include`
+/// is recorded as the build's last resort for the CUTLASS headers.
+pub fn export_torch(
+    dir: &SessionDir,
+    abi_include: &Path,
+    cutlass_include: Option<&Path>,
+    out: &Path,
+) -> Result<Vec<PathBuf>> {
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
+    let workload = dir.workload(&spec)?;
+    let best = state
+        .best
+        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
+    let csrc = package::csrc_dir(out, &workload);
+    std::fs::create_dir_all(&csrc).map_err(|e| Error::io(&csrc, e))?;
+    let source = dir.version_source(best)?;
+    let name = format!("{}.cu", workload.name());
+    let cu = csrc.join(&name);
+    let header = format!(
+        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n",
+        spec.id,
+        workload.name(),
+        workload.description()
+    );
+    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
+    let mut written = vec![cu];
+    written.extend(copy_headers(&source, abi_include, &csrc)?);
+    let measured = measured(&state, best, &workload);
+    written.extend(package::write_package(
+        &package::PackageInput {
+            workload: &workload,
+            kernel_file: &name,
+            arch: &spec.arch,
+            session: &spec.id,
+            version: best,
+            measured: &measured,
+            cutlass_include,
+        },
+        out,
+    )?);
     Ok(written)
 }

@@ -39,6 +39,17 @@ pub struct DoctorReport {
     pub tuning: String,
     /// The Slurm client (`sbatch --version`), for `run SUITE --slurm`.
     pub slurm: String,
+    /// The Python of the PyTorch bridge (CUTESMITH_PYTHON or python3) and its torch, or
+    /// why none and what to install.
+    pub pytorch: String,
+}
+
+fn pytorch_summary() -> String {
+    let python = crate::pytorch::python::python();
+    match crate::pytorch::python::probe(&python) {
+        Ok(info) => info.summary(),
+        Err(e) => format!("{e} (needed only by import and export --torch)"),
+    }
 }
 
 fn tuning_summary() -> String {
@@ -79,6 +90,7 @@ impl DoctorReport {
             sandbox: crate::sandbox::describe(),
             tuning: tuning_summary(),
             slurm: slurm_summary(),
+            pytorch: pytorch_summary(),
         }
     }
 
@@ -181,6 +193,7 @@ impl DoctorReport {
         line("sandbox", self.sandbox.clone());
         line("tuning database", self.tuning.clone());
         line("Slurm", self.slurm.clone());
+        line("PyTorch", self.pytorch.clone());
         if self.toolchain.is_err() {
             s.push_str(&format!(
                 "\nto compile kernels: {}\n",

@@ -12,6 +12,7 @@ pub mod compile;
 pub mod console;
 pub mod doctor;
 pub mod export;
+pub mod import;
 pub mod profile;
 pub mod report;
 pub mod run;
@@ -161,12 +162,33 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Write the best kernel of a session as a standalone drop-in: the .cu (with its
     /// launch entry), the ABI header, and a README with how to build and call it.
+    ///
+    /// With --torch DIR: a Python package around the kernel instead, a PyTorch custom
+    /// operator (torch.library) built with torch.utils.cpp_extension, with test_kernel.py
+    /// (checks it against the workload's PyTorch reference and times both) and a README.
     Export {
         /// The session directory (runs/<id>).
         session: PathBuf,
         /// Where the files go.
         #[arg(long, default_value = "export")]
         out: PathBuf,
+        /// Write a PyTorch package into DIR (the kernel, its headers, the operator, the
+        /// build, test_kernel.py, README.md) instead of the plain drop-in.
+        #[arg(long, value_name = "DIR", conflicts_with = "out")]
+        torch: Option<PathBuf>,
+    },
+    /// Turn a PyTorch problem file (KernelBench convention: class Model, get_inputs(),
+    /// get_init_inputs()) into a workload spec: traced on the meta device (no GPU), every
+    /// node mapped or named; needs a Python with torch (CUTESMITH_PYTHON or python3).
+    Import {
+        /// The problem file (.py).
+        problem: PathBuf,
+        /// The spec to write (default: workloads/<file stem>.toml).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Replace the spec if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(run::ResumeArgs),
@@ -322,7 +344,19 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Profile(args) => profile::cmd_profile(&opts, no_install, args),
         Command::Session(args) => session::cmd_session(&opts, no_install, &config, args),
         Command::Report(args) => report::cmd_report(args),
-        Command::Export { session, out } => export::cmd_export(&session, &out),
+        Command::Export {
+            session,
+            out,
+            torch,
+        } => match torch {
+            Some(dir) => export::cmd_export_torch(&opts, &session, &dir),
+            None => export::cmd_export(&session, &out),
+        },
+        Command::Import {
+            problem,
+            out,
+            force,
+        } => import::cmd_import(&problem, out, force),
         Command::Resume(args) => run::cmd_resume(&opts, no_install, args),
         Command::Worker { job } => Ok(crate::eval::worker::main(&job)),
         Command::Cache { clear } => cache::cmd_cache(clear),

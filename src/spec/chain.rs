@@ -25,7 +25,7 @@
 
 use std::fmt::Write as _;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::schema::{Activation, DType};
 
@@ -36,38 +36,38 @@ pub const MAX_TENSORS: usize = 4;
 pub const MAX_OPS: usize = 32;
 
 /// One `[[epilogue]]` entry as written.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpSpec {
     /// The op: a binary op (add, sub, mul, div, min, max), scale (mul by value), clamp,
     /// neg, abs, exp, or any activation.
     pub op: String,
     /// Binary ops and scale: the scalar operand.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     /// Binary ops: `row`, `col`, `matrix`, `z`, or a name given by an earlier `save`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operand: Option<String>,
     /// A tensor operand's element type (default: the workload's out_dtype).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<DType>,
     /// leaky_relu slope, elu alpha.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<f64>,
     /// silu/swish beta, softplus beta.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta: Option<f64>,
     /// clamp and hardtanh lower bound.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<f64>,
     /// clamp and hardtanh upper bound.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
     /// softplus threshold.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
     /// Names this op's result, so a later op can read it as `operand`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save: Option<String>,
 }
 

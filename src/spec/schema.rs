@@ -5,10 +5,10 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which computation a kernel performs (`cs_family`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     /// `D = alpha * A * B + beta * C`, batched.
@@ -110,7 +110,7 @@ impl fmt::Display for Family {
 
 /// Element type of an operand or result (`cs_dtype`). Specs may name f32, f16 and bf16;
 /// F64 exists only because the ABI has it (a reference or harness may use it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 pub enum DType {
     /// IEEE binary32.
     #[serde(rename = "f32")]
@@ -128,7 +128,7 @@ pub enum DType {
     #[serde(rename = "e5m2")]
     E5M2,
     /// IEEE binary64; not accepted in spec files.
-    #[serde(skip_deserializing)]
+    #[serde(skip_deserializing, rename = "f64")]
     F64,
 }
 
@@ -203,7 +203,7 @@ impl fmt::Display for DType {
 
 /// Storage order of a matrix operand (`cs_layout`): Row means the second index is
 /// contiguous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
     /// Row-major.
@@ -237,7 +237,7 @@ impl fmt::Display for Layout {
 }
 
 /// Elementwise function of the activation and GEMM-epilogue families (`cs_activation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
     /// `x`.
@@ -356,7 +356,7 @@ impl fmt::Display for Activation {
 }
 
 /// A library or reference kernel the candidate is timed against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Baseline {
     /// `cublasGemmEx` / `cublasGemmStridedBatchedEx` (GEMM families).
@@ -407,7 +407,7 @@ impl fmt::Display for Baseline {
 
 /// How the absolute tolerance grows with the problem, so one spec value fits every
 /// shape of the workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AtolScale {
     /// `atol` as written (activations).
@@ -439,11 +439,11 @@ pub enum ComputePipe {
 
 /// A spec file as parsed: every field as the author wrote it, before defaults and
 /// cross-field rules. Use [`Workload`] for anything but schema work.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadSpec {
     /// Optional; when present it must equal the file stem.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// One line a person understands.
     pub description: String,
@@ -452,54 +452,54 @@ pub struct WorkloadSpec {
     /// Operand type (A and B; the input of activation and softmax).
     pub dtype: DType,
     /// Result type (C and D); default `dtype`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_dtype: Option<DType>,
     /// Accumulation type; default f32.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acc_dtype: Option<DType>,
     /// f32 GEMM only: the kernel may round operands to tf32.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_tf32: bool,
     /// GEMM families only.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<LayoutSpec>,
     /// Problem sizes; the first is the headline.
     pub shapes: Vec<ShapeSpec>,
     /// Op parameters.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ParamsSpec::is_empty")]
     pub params: ParamsSpec,
     /// Overrides of the per-dtype tolerance.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<ToleranceSpec>,
     /// Baselines and goals.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetSpec>,
     /// The epilogue chain: elementwise ops applied in order to the GEMM's result (or, for
     /// the activation family, after the activation). See [`super::chain`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub epilogue: Vec<super::chain::OpSpec>,
 }
 
 /// `[layout]` as written.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayoutSpec {
     /// A (m x k); default row.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a: Option<Layout>,
     /// B (k x n); default col.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub b: Option<Layout>,
     /// C and D (m x n); default row.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub c: Option<Layout>,
     /// Operands shared by every batch (batch stride 0): `["a"]`, `["b"]` or both.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<Vec<SharedOperand>>,
 }
 
 /// An operand that can be shared by the whole batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SharedOperand {
     A,
@@ -507,89 +507,105 @@ pub enum SharedOperand {
 }
 
 /// One `[[shapes]]` entry as written; signed so a negative size gets a clear message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShapeSpec {
     /// GEMM rows; softmax rows; activation rows (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub m: Option<i64>,
     /// GEMM columns; softmax columns; activation elements per row.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<i64>,
     /// GEMM reduction size.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k: Option<i64>,
     /// GEMM batch count (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<i64>,
 }
 
 /// `[params]` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ParamsSpec {
     /// Activation and gemm_bias_act: the elementwise function.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<Activation>,
     /// leaky_relu only: the negative slope (default 0.01).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaky_slope: Option<f32>,
     /// GEMM families: scale of A*B (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<f32>,
     /// GEMM families: scale of C (default 0, C not read).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta: Option<f32>,
     /// gemm_bias_act: add a bias vector of n elements (default true).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bias: Option<bool>,
     /// fp8 GEMMs: per-tensor scale of A (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_a: Option<f32>,
     /// fp8 GEMMs: per-tensor scale of B (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_b: Option<f32>,
     /// fp8 output: D stores the result times this (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_d: Option<f32>,
     /// gemm_glu: the gate activation (default silu: SwiGLU; gelu_tanh: GEGLU).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Activation>,
     /// gemm_softmax: log-softmax instead of softmax (default false).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_softmax: Option<bool>,
 }
 
+impl ParamsSpec {
+    /// True when no parameter is written (the table is left out of a serialized spec).
+    pub fn is_empty(&self) -> bool {
+        *self == ParamsSpec::default()
+    }
+}
+
+impl WorkloadSpec {
+    /// The spec as TOML text, in the layout of the files under `workloads/`: what
+    /// [`super::Workload::parse`] reads back into the same spec. Fields left `None` are
+    /// left out.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+}
+
 /// `[tolerance]` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToleranceSpec {
     /// Relative tolerance.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtol: Option<f64>,
     /// Absolute tolerance before `atol_scale`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub atol: Option<f64>,
     /// How atol grows with the shape.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub atol_scale: Option<AtolScale>,
 }
 
 /// `[target]` as written.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetSpec {
     /// What to time against; default per family.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baselines: Option<Vec<Baseline>>,
     /// The baseline the speedup goal is measured against; default the first baseline.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_vs: Option<Baseline>,
     /// Goal: baseline time / candidate time on the headline shape (default 1.0).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_speedup: Option<f64>,
     /// Goal: roofline floor / candidate time on the headline shape, in (0, 1].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_roofline_fraction: Option<f64>,
 }
 

@@ -1,0 +1,48 @@
+//! `cutesmith import PROBLEM.py [--out workloads/NAME.toml] [--force]`: a PyTorch problem
+//! file (KernelBench convention) becomes a workload spec ([`crate::pytorch::import`]).
+
+use std::path::{Path, PathBuf};
+
+use super::EXIT_OK;
+use crate::error::{Error, Result};
+use crate::pytorch::{import, python};
+
+pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i32> {
+    let out = out.unwrap_or_else(|| {
+        PathBuf::from("workloads").join(format!("{}.toml", import::workload_name(problem)))
+    });
+    if out.extension().is_none_or(|e| e != "toml") {
+        return Err(Error::Usage(format!(
+            "--out {}: a workload spec is a .toml file (its stem is the workload's name)",
+            out.display()
+        )));
+    }
+    if out.exists() && !force {
+        return Err(Error::Usage(format!(
+            "{} already exists; pass --force to replace it, or --out another file",
+            out.display()
+        )));
+    }
+    let py = python::python();
+    let imported = import::import(problem, &py)?;
+    let (text, workload) = import::render(&imported, problem, &out)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    std::fs::write(&out, &text).map_err(|e| Error::io(&out, e))?;
+    println!("wrote {}", out.display());
+    println!(
+        "  {}: {} {}, headline {}, {} shapes",
+        workload.name(),
+        workload.dtype(),
+        workload.family(),
+        workload.headline(),
+        workload.shapes().len()
+    );
+    println!("  ops: {}", imported.ops.join(" -> "));
+    println!(
+        "next: cutesmith run {} (on a GPU machine), then cutesmith export runs/<id> --torch DIR",
+        out.display()
+    );
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,1490 @@
+//! `cutesmith import`: a PyTorch problem file (KernelBench convention) becomes a workload
+//! spec. `trace.py` (run by the Python of [`super::python`]) traces the module on the
+//! meta device and prints its ATen graph as JSON ([`Graph`]); [`map_graph`] recognizes
+//! one workload in it (a GEMM with the elementwise chain after it, an activation chain,
+//! a row softmax or log-softmax, a GEMM then a softmax) and builds the [`WorkloadSpec`],
+//! or lists every node it cannot map.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::process;
+use crate::spec::chain::OpSpec;
+use crate::spec::Layout;
+use crate::spec::{
+    Activation, DType, Family, LayoutSpec, ParamsSpec, ShapeSpec, SharedOperand, Workload,
+    WorkloadSpec,
+};
+
+/// The tracer, shipped inside the binary and written to a temp file for each import.
+pub const TRACER: &str = include_str!("trace.py");
+
+/// The graph `trace.py` prints.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Graph {
+    /// `torch.__version__` of the Python that traced it.
+    pub torch: String,
+    /// Every node but the output, in graph order.
+    pub nodes: Vec<Node>,
+    /// The output node's values (`{"node": name}` for a tensor).
+    pub output: Vec<Value>,
+}
+
+/// One node of the exported graph.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Node {
+    pub name: String,
+    /// `placeholder` or `call_function`.
+    pub op: String,
+    /// The ATen op (`aten.mm.default`), or for a parameter/buffer its attribute path.
+    pub target: Option<String>,
+    /// Placeholders: `user_input`, `parameter`, `buffer`, `constant_tensor`, ...
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub args: Vec<Value>,
+    #[serde(default)]
+    pub kwargs: BTreeMap<String, Value>,
+    /// The tensor it makes (shape, stride, dtype), on the meta device.
+    pub val: Option<Meta>,
+}
+
+/// A tensor's shape, strides (in elements) and dtype.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Meta {
+    pub shape: Vec<i64>,
+    pub stride: Vec<i64>,
+    pub dtype: String,
+}
+
+/// A node the importer cannot map, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmapped {
+    /// The node's name in the traced graph (`conv2d`), or `output`.
+    pub node: String,
+    /// Its ATen op.
+    pub target: String,
+    pub message: String,
+}
+
+impl fmt::Display for Unmapped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "node `{}` ({}): {}",
+            self.node, self.target, self.message
+        )
+    }
+}
+
+/// What an import made: the spec and what it came from.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub spec: WorkloadSpec,
+    /// `torch.__version__` of the tracer.
+    pub torch: String,
+    /// The ops recognized, in order, for the file's header comment.
+    pub ops: Vec<String>,
+}
+
+const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax over the last \
+    dimension, and after them elementwise add, sub, mul, div, minimum, maximum, clamp, neg, \
+    abs, exp and the activations relu, relu6, leaky_relu, gelu, silu, sigmoid, tanh, selu, \
+    elu, hardsigmoid, hardswish, hardtanh, softplus, mish";
+
+/// Runs the tracer on `problem` with `python` and maps the graph; `name` is the
+/// workload's name (for the description only).
+pub fn import(problem: &Path, python: &Path) -> Result<Imported> {
+    if !problem.is_file() {
+        return Err(Error::Usage(format!(
+            "{}: no such problem file (a .py with class Model, get_inputs() and \
+             get_init_inputs())",
+            problem.display()
+        )));
+    }
+    let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let script = dir.path().join("cutesmith_trace.py");
+    std::fs::write(&script, TRACER).map_err(|e| Error::io(&script, e))?;
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg(problem)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Tracing is on the meta device: no GPU is touched even where there is one.
+        .env("CUDA_VISIBLE_DEVICES", "");
+    let out =
+        process::run(cmd, Duration::from_secs(600), 16 << 20).map_err(|e| Error::ToolMissing {
+            what: format!("Python ({})", python.display()),
+            hint: format!("{e}; set CUTESMITH_PYTHON to a Python 3 that has torch"),
+        })?;
+    let line = out.stdout.lines().rev().find(|l| l.starts_with('{'));
+    let Some(line) = line else {
+        return Err(Error::Usage(format!(
+            "{}: the tracer ({}) printed no graph{}: {}",
+            problem.display(),
+            python.display(),
+            if out.timed_out {
+                " (timed out after 10 min)"
+            } else {
+                ""
+            },
+            tail(&out.combined(), 20)
+        )));
+    };
+    let v: Value = serde_json::from_str(line).map_err(|e| Error::Format {
+        context: format!("the tracer's output for {}", problem.display()),
+        message: e.to_string(),
+    })?;
+    if let Some(err) = v.get("error") {
+        let s = |k: &str| err.get(k).and_then(Value::as_str).unwrap_or_default();
+        if s("stage") == "torch" {
+            return Err(Error::ToolMissing {
+                what: format!("torch (in {})", python.display()),
+                hint: format!(
+                    "`import torch` failed ({}); {}",
+                    s("message"),
+                    super::python::install_hint(python)
+                ),
+            });
+        }
+        let detail = s("detail").trim();
+        return Err(Error::Usage(format!(
+            "{}: {} ({} stage){}",
+            problem.display(),
+            s("message"),
+            s("stage"),
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!("\n{detail}")
+            }
+        )));
+    }
+    let graph: Graph = serde_json::from_value(v).map_err(|e| Error::Format {
+        context: format!("the tracer's graph for {}", problem.display()),
+        message: e.to_string(),
+    })?;
+    let file = problem
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match map_graph(&graph, &file) {
+        Ok((spec, ops)) => Ok(Imported {
+            spec,
+            torch: graph.torch,
+            ops,
+        }),
+        Err(list) => Err(Error::Usage(format!(
+            "{}: cannot map {} node{} of Model onto a workload spec; nothing was written:\n{}\n\
+             supported: {SUPPORTED}",
+            problem.display(),
+            list.len(),
+            if list.len() == 1 { "" } else { "s" },
+            list.iter()
+                .map(|u| format!("  {u}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ))),
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A workload name from a problem file's stem: lowercase, other characters as `_`.
+pub fn workload_name(problem: &Path) -> String {
+    let stem = problem
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "imported".into()
+    } else {
+        name
+    }
+}
+
+/// The spec as the file `cutesmith import` writes: a header comment, then the TOML;
+/// validated through the normal loader as `out` before anything is written. Returns
+/// the text and the workload it loads as.
+pub fn render(imported: &Imported, problem: &Path, out: &Path) -> Result<(String, Workload)> {
+    let body = imported.spec.to_toml().map_err(|e| Error::Format {
+        context: format!("the spec for {}", out.display()),
+        message: e.to_string(),
+    })?;
+    let text = format!(
+        "# Imported by `cutesmith import` from {} (torch {}).\n# Ops: {}\n{body}",
+        problem.display(),
+        imported.torch,
+        imported.ops.join(" -> ")
+    );
+    let w = Workload::parse(out, &text)?;
+    Ok((text, w))
+}
+
+// ---------------------------------------------------------------------------------
+// Mapping the graph.
+
+/// What a call_function node is to the importer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Gemm,
+    Softmax {
+        log: bool,
+    },
+    Elementwise,
+    /// A view or copy that keeps values (transpose, reshape, expand, contiguous).
+    View,
+    Unknown,
+}
+
+fn op_name(target: &str) -> &str {
+    // "aten.mm.default" -> "mm"; "aten.add.Tensor" -> "add"
+    let t = target.strip_prefix("aten.").unwrap_or(target);
+    t.split('.').next().unwrap_or(t)
+}
+
+fn classify(target: &str) -> Class {
+    match op_name(target) {
+        "mm" | "matmul" | "bmm" | "linear" | "addmm" => Class::Gemm,
+        "softmax" | "_softmax" => Class::Softmax { log: false },
+        "log_softmax" | "_log_softmax" => Class::Softmax { log: true },
+        "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum" | "clamp" | "clamp_min"
+        | "clamp_max" | "neg" | "abs" | "exp" | "relu" | "relu6" | "leaky_relu" | "gelu"
+        | "silu" | "sigmoid" | "tanh" | "selu" | "elu" | "hardsigmoid" | "hardswish"
+        | "hardtanh" | "softplus" | "mish" | "dropout" => Class::Elementwise,
+        "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
+        | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
+        | "detach" => Class::View,
+        _ => Class::Unknown,
+    }
+}
+
+fn unknown_message(target: &str) -> String {
+    let op = op_name(target);
+    let what = match op {
+        o if o.starts_with("conv") => " (a convolution)".to_string(),
+        o if o.contains("pool") => " (pooling)".to_string(),
+        o if o.contains("norm") => " (a normalization)".to_string(),
+        "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" => {
+            " (a reduction)".to_string()
+        }
+        _ => String::new(),
+    };
+    format!("no cutesmith workload family computes aten.{op}{what}")
+}
+
+fn dtype_of(name: &str) -> Option<DType> {
+    match name {
+        "float32" => Some(DType::F32),
+        "float16" => Some(DType::F16),
+        "bfloat16" => Some(DType::BF16),
+        "float8_e4m3fn" => Some(DType::E4M3),
+        "float8_e5m2" => Some(DType::E5M2),
+        _ => None,
+    }
+}
+
+struct Mapper<'g> {
+    nodes: HashMap<&'g str, &'g Node>,
+    order: HashMap<&'g str, usize>,
+    problems: Vec<Unmapped>,
+}
+
+/// A value as the elementwise mapper sees an argument.
+enum Arg<'g> {
+    Node(&'g str),
+    Num(f64),
+    Other,
+}
+
+fn arg(v: &Value) -> Arg<'_> {
+    if let Some(n) = v.get("node").and_then(Value::as_str) {
+        return Arg::Node(n);
+    }
+    if let Some(x) = v.as_f64() {
+        return Arg::Num(x);
+    }
+    if let Some(b) = v.as_bool() {
+        return Arg::Num(if b { 1.0 } else { 0.0 });
+    }
+    if let Some(f) = v.get("float").and_then(Value::as_str) {
+        return Arg::Num(match f {
+            "inf" => f64::INFINITY,
+            "-inf" => f64::NEG_INFINITY,
+            _ => f64::NAN,
+        });
+    }
+    Arg::Other
+}
+
+/// Positional argument `i`, else keyword `key`.
+fn param<'g>(n: &'g Node, i: usize, key: &str) -> Option<&'g Value> {
+    n.args
+        .get(i)
+        .or_else(|| n.kwargs.get(key))
+        .filter(|v| !v.is_null())
+}
+
+fn num_param(n: &Node, i: usize, key: &str) -> Option<f64> {
+    param(n, i, key).and_then(|v| match arg(v) {
+        Arg::Num(x) => Some(x),
+        _ => None,
+    })
+}
+
+/// 2-D storage order of a `rows x cols` tensor with `strides`, packed (no padding).
+fn layout_2d(rows: i64, cols: i64, s0: i64, s1: i64) -> Option<Layout> {
+    let row = (s1 == 1 || cols == 1) && (s0 == cols || rows == 1);
+    let col = (s0 == 1 || rows == 1) && (s1 == rows || cols == 1);
+    if row {
+        Some(Layout::Row)
+    } else if col {
+        Some(Layout::Col)
+    } else {
+        None
+    }
+}
+
+/// Whether `m` is a packed row-major (C-contiguous) tensor.
+fn contiguous(m: &Meta) -> bool {
+    let mut expect = 1i64;
+    for (d, s) in m.shape.iter().zip(&m.stride).rev() {
+        if *d != 1 && *s != expect {
+            return false;
+        }
+        expect *= d;
+    }
+    true
+}
+
+/// The GEMM the core node computes.
+struct GemmDims {
+    m: i64,
+    n: i64,
+    k: i64,
+    batch: i64,
+    a: Layout,
+    b: Layout,
+    shared_a: bool,
+    shared_b: bool,
+    dtype: DType,
+    /// linear / addmm: the bias node (a vector of n).
+    bias: Option<String>,
+    alpha: Option<f64>,
+}
+
+impl<'g> Mapper<'g> {
+    fn problem(&mut self, n: &Node, message: impl Into<String>) {
+        self.problems.push(Unmapped {
+            node: n.name.clone(),
+            target: n.target.clone().unwrap_or_else(|| n.op.clone()),
+            message: message.into(),
+        });
+    }
+
+    fn meta(&self, name: &str) -> Option<&'g Meta> {
+        self.nodes.get(name).and_then(|n| n.val.as_ref())
+    }
+
+    /// The placeholder a value comes from through views only, or None.
+    fn source(&self, name: &str) -> Option<&'g Node> {
+        let mut cur = *self.nodes.get(name)?;
+        loop {
+            if cur.op == "placeholder" {
+                return Some(cur);
+            }
+            if classify(cur.target.as_deref().unwrap_or_default()) != Class::View {
+                return None;
+            }
+            let Some(Arg::Node(prev)) = cur.args.first().map(arg) else {
+                return None;
+            };
+            cur = *self.nodes.get(prev)?;
+        }
+    }
+
+    /// A GEMM operand's 2-D layout (or 3-D with a packed or zero batch stride).
+    fn operand(&mut self, core: &Node, which: &str, name: &str) -> Option<(Meta, Layout, bool)> {
+        let Some(m) = self.meta(name).cloned() else {
+            self.problem(
+                core,
+                format!("operand {which} (`{name}`) has no tensor metadata"),
+            );
+            return None;
+        };
+        if self.source(name).is_none() {
+            self.problem(
+                core,
+                format!(
+                    "operand {which} (`{name}`) is computed, not an input or parameter (seen \
+                     through transposes and reshapes): cutesmith fuses no prologue"
+                ),
+            );
+            return None;
+        }
+        let r = m.shape.len();
+        if !(2..=3).contains(&r) {
+            self.problem(
+                core,
+                format!(
+                    "operand {which} has {r} dimensions {:?}; a GEMM operand has 2 (or 3 with a batch)",
+                    m.shape
+                ),
+            );
+            return None;
+        }
+        let (rows, cols) = (m.shape[r - 2], m.shape[r - 1]);
+        let (s0, s1) = (m.stride[r - 2], m.stride[r - 1]);
+        let Some(l) = layout_2d(rows, cols, s0, s1) else {
+            self.problem(
+                core,
+                format!(
+                    "operand {which} ({rows} x {cols}, strides {:?}) is neither a packed \
+                     row-major nor a packed column-major matrix",
+                    m.stride
+                ),
+            );
+            return None;
+        };
+        let mut shared = false;
+        if r == 3 {
+            let sb = m.stride[0];
+            if sb == 0 && m.shape[0] > 1 {
+                shared = true;
+            } else if sb != rows * cols && m.shape[0] > 1 {
+                self.problem(
+                    core,
+                    format!(
+                        "operand {which}'s batch stride {sb} is neither {} (packed) nor 0 (shared)",
+                        rows * cols
+                    ),
+                );
+                return None;
+            }
+        }
+        Some((m, l, shared))
+    }
+
+    fn gemm(&mut self, core: &'g Node) -> Option<GemmDims> {
+        let op = op_name(core.target.as_deref().unwrap_or_default()).to_string();
+        let node_arg = |i: usize| match core.args.get(i).map(arg) {
+            Some(Arg::Node(n)) => Some(n),
+            _ => None,
+        };
+        let (ia, ib, bias) = match op.as_str() {
+            "addmm" => (1, 2, node_arg(0).map(str::to_string)),
+            "linear" => (0, 1, node_arg(2).map(str::to_string)),
+            _ => (0, 1, None),
+        };
+        let (Some(an), Some(bn)) = (node_arg(ia), node_arg(ib)) else {
+            self.problem(core, "its operands are not tensors of the graph");
+            return None;
+        };
+        let mut alpha = None;
+        if op == "addmm" {
+            let beta = num_param(core, 3, "beta").unwrap_or(1.0);
+            if beta != 1.0 {
+                self.problem(
+                    core,
+                    format!("addmm with beta = {beta}: only beta = 1 maps"),
+                );
+                return None;
+            }
+            alpha = num_param(core, 4, "alpha").filter(|a| *a != 1.0);
+        }
+        let am = self.meta(an).cloned()?;
+        let bm = self.meta(bn).cloned()?;
+        let Some(dtype) = dtype_of(&am.dtype) else {
+            self.problem(
+                core,
+                format!("operands of dtype {}: cutesmith GEMMs take float32, float16, bfloat16, float8_e4m3fn or float8_e5m2", am.dtype),
+            );
+            return None;
+        };
+        if am.dtype != bm.dtype {
+            self.problem(
+                core,
+                format!("operands of two dtypes ({} and {})", am.dtype, bm.dtype),
+            );
+            return None;
+        }
+        if let Some(b) = &bias {
+            match self.meta(b) {
+                Some(v) if v.shape.len() == 1 || v.shape.iter().rev().skip(1).all(|d| *d == 1) => {}
+                _ => {
+                    self.problem(core, "the bias is not a vector of the output's columns");
+                    return None;
+                }
+            }
+        }
+        // linear / ND matmul with a 2-D right operand: leading dimensions of A fold into m.
+        let fold = (op == "linear" || op == "matmul") && am.shape.len() >= 3 && bm.shape.len() == 2;
+        let mut dims = if op == "linear" {
+            if bm.shape.len() != 2 {
+                self.problem(core, "linear with a weight that is not 2-D");
+                return None;
+            }
+            let (n, k) = (bm.shape[0], bm.shape[1]);
+            // B = W^T: W row-major (out, in) is B column-major.
+            let wl = layout_2d(n, k, bm.stride[0], bm.stride[1]);
+            let b = match wl {
+                Some(Layout::Row) => Layout::Col,
+                Some(Layout::Col) => Layout::Row,
+                None => {
+                    self.problem(
+                        core,
+                        format!("the weight's strides {:?} are not packed", bm.stride),
+                    );
+                    return None;
+                }
+            };
+            self.source(bn).or_else(|| {
+                self.problem(core, "the weight is computed, not a parameter or input");
+                None
+            })?;
+            let (m, a) = self.lhs(core, an, &am, fold)?;
+            GemmDims {
+                m,
+                n,
+                k,
+                batch: 1,
+                a,
+                b,
+                shared_a: false,
+                shared_b: false,
+                dtype,
+                bias,
+                alpha,
+            }
+        } else if fold {
+            let (m, a) = self.lhs(core, an, &am, true)?;
+            let (_, b, _) = self.operand(core, "B", bn)?;
+            GemmDims {
+                m,
+                n: bm.shape[1],
+                k: bm.shape[0],
+                batch: 1,
+                a,
+                b,
+                shared_a: false,
+                shared_b: false,
+                dtype,
+                bias,
+                alpha,
+            }
+        } else {
+            let (am, a, sa) = self.operand(core, "A", an)?;
+            let (bm, b, sb) = self.operand(core, "B", bn)?;
+            let (ra, rb) = (am.shape.len(), bm.shape.len());
+            if (op == "mm" || op == "addmm") && (ra != 2 || rb != 2) {
+                self.problem(core, "mm takes 2-D operands");
+                return None;
+            }
+            let batch = match (ra, rb) {
+                (2, 2) => 1,
+                (3, 3) if am.shape[0] == bm.shape[0] => am.shape[0],
+                (2, 3) => bm.shape[0],
+                (3, 2) => am.shape[0],
+                _ => {
+                    self.problem(
+                        core,
+                        format!("batch sizes differ: {:?} and {:?}", am.shape, bm.shape),
+                    );
+                    return None;
+                }
+            };
+            GemmDims {
+                m: am.shape[ra - 2],
+                n: bm.shape[rb - 1],
+                k: am.shape[ra - 1],
+                batch,
+                a,
+                b,
+                shared_a: batch > 1 && (ra == 2 || sa),
+                shared_b: batch > 1 && (rb == 2 || sb),
+                dtype,
+                bias,
+                alpha,
+            }
+        };
+        if dims.shared_a && dims.shared_b {
+            self.problem(
+                core,
+                "both operands are shared by the whole batch (one GEMM repeated)",
+            );
+            return None;
+        }
+        if dims.batch == 1 {
+            dims.shared_a = false;
+            dims.shared_b = false;
+        }
+        Some(dims)
+    }
+
+    /// The left operand of linear / a folded matmul: its rows (leading dimensions folded
+    /// into m when it is C-contiguous) and its layout.
+    fn lhs(&mut self, core: &Node, an: &str, am: &Meta, fold: bool) -> Option<(i64, Layout)> {
+        if am.shape.len() == 2 && !fold {
+            let (_, l, _) = self.operand(core, "A", an)?;
+            return Some((am.shape[0], l));
+        }
+        if am.shape.len() < 2 {
+            self.problem(
+                core,
+                format!("a {}-D input; a GEMM's A has 2 or more", am.shape.len()),
+            );
+            return None;
+        }
+        if !contiguous(am) {
+            self.problem(
+                core,
+                format!("the input {:?} with strides {:?} is not contiguous, so its leading dimensions cannot fold into m", am.shape, am.stride),
+            );
+            return None;
+        }
+        self.source(an).or_else(|| {
+            self.problem(core, "operand A is computed, not an input or parameter");
+            None
+        })?;
+        let last = *am.shape.last().unwrap_or(&1);
+        Some((am.shape.iter().product::<i64>() / last.max(1), Layout::Row))
+    }
+}
+
+/// Maps a traced graph onto a workload spec; `file` names the problem file in the
+/// description. On failure, every node that could not be mapped, with why.
+pub fn map_graph(
+    graph: &Graph,
+    file: &str,
+) -> std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>> {
+    let mut mp = Mapper {
+        nodes: graph.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+        order: graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect(),
+        problems: Vec::new(),
+    };
+    let calls: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "call_function")
+        .collect();
+    // Every op of the graph must be one we know.
+    for n in &calls {
+        let t = n.target.as_deref().unwrap_or_default();
+        if classify(t) == Class::Unknown {
+            mp.problem(n, unknown_message(t));
+        }
+    }
+    let out_name = match graph.output.as_slice() {
+        [v] => match arg(v) {
+            Arg::Node(n) => Some(n.to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(out_name) = out_name else {
+        mp.problems.push(Unmapped {
+            node: "output".into(),
+            target: "output".into(),
+            message: format!(
+                "Model returns {} values; a workload has one output tensor",
+                graph.output.len()
+            ),
+        });
+        return Err(mp.problems);
+    };
+    if !mp.problems.is_empty() {
+        return Err(mp.problems);
+    }
+    let gemms: Vec<&Node> = calls
+        .iter()
+        .copied()
+        .filter(|n| classify(n.target.as_deref().unwrap_or_default()) == Class::Gemm)
+        .collect();
+    let softmaxes: Vec<&Node> = calls
+        .iter()
+        .copied()
+        .filter(|n| {
+            matches!(
+                classify(n.target.as_deref().unwrap_or_default()),
+                Class::Softmax { .. }
+            )
+        })
+        .collect();
+    for extra in gemms.iter().skip(1) {
+        mp.problem(
+            extra,
+            "a second matrix product: a workload is one GEMM (with its epilogue)",
+        );
+    }
+    for extra in softmaxes.iter().skip(1) {
+        mp.problem(extra, "a second softmax: a workload has one");
+    }
+    if !mp.problems.is_empty() {
+        return Err(mp.problems);
+    }
+    let mut ops: Vec<String> = Vec::new();
+    let spec = match (gemms.first(), softmaxes.first()) {
+        (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
+        (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),
+        (None, None) => map_activation(&mut mp, graph, &out_name, file, &mut ops),
+    };
+    match spec {
+        Some(s) if mp.problems.is_empty() => Ok((s, ops)),
+        _ => {
+            if mp.problems.is_empty() {
+                mp.problems.push(Unmapped {
+                    node: out_name,
+                    target: "output".into(),
+                    message: "no workload recognized".into(),
+                });
+            }
+            Err(mp.problems)
+        }
+    }
+}
+
+/// Shapes for a headline: the headline, a ragged one (about a quarter of each size, odd)
+/// and a small one, without repeats.
+fn ragged(d: i64) -> i64 {
+    if d <= 2 {
+        d
+    } else {
+        ((d + 3) / 4) | 1
+    }
+}
+
+fn small(d: i64, cap: i64) -> i64 {
+    if d <= cap {
+        (d - 1).max(1)
+    } else {
+        cap
+    }
+}
+
+fn gemm_shapes(m: i64, n: i64, k: i64, batch: i64) -> Vec<ShapeSpec> {
+    let b = |x: i64| (x > 1).then_some(x);
+    let mut v = vec![
+        ShapeSpec {
+            m: Some(m),
+            n: Some(n),
+            k: Some(k),
+            batch: b(batch),
+        },
+        ShapeSpec {
+            m: Some(ragged(m)),
+            n: Some(ragged(n)),
+            k: Some(ragged(k)),
+            batch: b(batch.min(3)),
+        },
+        ShapeSpec {
+            m: Some(small(m, 127)),
+            n: Some(small(n, 255)),
+            k: Some(small(k, 64)),
+            batch: b(batch.min(2)),
+        },
+    ];
+    dedup(&mut v);
+    v
+}
+
+fn row_shapes(m: i64, n: i64) -> Vec<ShapeSpec> {
+    let mut v = vec![
+        ShapeSpec {
+            m: Some(m),
+            n: Some(n),
+            ..Default::default()
+        },
+        ShapeSpec {
+            m: Some(ragged(m)),
+            n: Some(ragged(n)),
+            ..Default::default()
+        },
+        ShapeSpec {
+            m: Some(small(m, 33)),
+            n: Some(small(n, 1023)),
+            ..Default::default()
+        },
+    ];
+    dedup(&mut v);
+    v
+}
+
+fn dedup(v: &mut Vec<ShapeSpec>) {
+    let mut seen = HashSet::new();
+    v.retain(|s| seen.insert((s.m, s.n, s.k, s.batch.unwrap_or(1))));
+}
+
+/// The chain after `start` up to `out`, as `[[epilogue]]` ops; `rows` and `cols` are the
+/// output's (m, n) for classifying tensor operands; `z_ok` whether `start` may be read
+/// back as operand z.
+fn chain_after<'g>(
+    mp: &mut Mapper<'g>,
+    start: &str,
+    out: &str,
+    out_dims: (i64, i64, i64),
+    out_dtype: DType,
+    ops: &mut Vec<String>,
+) -> Option<Vec<OpSpec>> {
+    // The nodes that depend on `start`, in graph order.
+    let mut chainy: HashSet<String> = HashSet::from([start.to_string()]);
+    let mut members: Vec<&'g Node> = Vec::new();
+    let mut all: Vec<&'g Node> = mp.nodes.values().copied().collect();
+    all.sort_by_key(|n| mp.order.get(n.name.as_str()).copied().unwrap_or(0));
+    for n in all {
+        if n.op != "call_function" || n.name == start {
+            continue;
+        }
+        let reads = n
+            .args
+            .iter()
+            .chain(n.kwargs.values())
+            .any(|a| matches!(arg(a), Arg::Node(x) if chainy.contains(x)));
+        if reads {
+            chainy.insert(n.name.clone());
+            members.push(n);
+        }
+    }
+    let mut specs: Vec<OpSpec> = Vec::new();
+    let mut emitted: HashMap<String, usize> = HashMap::new();
+    let mut current = start.to_string();
+    let mut saves = 0usize;
+    for n in members {
+        let t = n.target.clone().unwrap_or_default();
+        let op = op_name(&t).to_string();
+        match classify(&t) {
+            Class::Elementwise => {}
+            Class::View if matches!(op.as_str(), "clone" | "contiguous" | "alias" | "detach") => {
+                if n.args
+                    .first()
+                    .map(arg)
+                    .is_some_and(|a| matches!(a, Arg::Node(x) if x == current))
+                {
+                    current = n.name.clone();
+                    continue;
+                }
+                mp.problem(n, "a copy of a value other than the previous op's result");
+                return None;
+            }
+            _ => {
+                mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only");
+                return None;
+            }
+        }
+        if op == "dropout" {
+            let train = n.args.get(2).and_then(Value::as_bool).unwrap_or(false);
+            if train {
+                mp.problem(n, "dropout in training mode is random; call model.eval()");
+                return None;
+            }
+            current = n.name.clone();
+            continue;
+        }
+        // Which positional argument is the running value x, and the other operand.
+        let a0 = n.args.first().map(arg);
+        let a1 = param(n, 1, "other").map(arg);
+        let x_first = matches!(a0, Some(Arg::Node(x)) if x == current);
+        let x_second = matches!(a1, Some(Arg::Node(x)) if x == current);
+        if !x_first && !x_second {
+            mp.problem(
+                n,
+                format!(
+                    "reads an earlier value, not the result of the previous op (`{current}`): the chain must be one sequence of elementwise ops"
+                ),
+            );
+            return None;
+        }
+        let binary = matches!(
+            op.as_str(),
+            "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum"
+        );
+        let mut spec = OpSpec {
+            op: op.clone(),
+            ..Default::default()
+        };
+        if binary {
+            let other = if x_first { a1 } else { a0 };
+            // add / sub scale their second operand by alpha: that folds into a constant
+            // added to x, and into nothing else.
+            let alpha = num_param(n, 2, "alpha").unwrap_or(1.0);
+            let folds = x_first
+                && matches!(op.as_str(), "add" | "sub")
+                && matches!(other, Some(Arg::Num(_)));
+            if alpha != 1.0 && matches!(op.as_str(), "add" | "sub" | "rsub") && !folds {
+                mp.problem(
+                    n,
+                    format!(
+                        "{op} with alpha = {alpha}: only alpha = 1 maps, or a constant times alpha"
+                    ),
+                );
+                return None;
+            }
+            // The other operand: a constant, z, a saved value, or a tensor input.
+            match other {
+                Some(Arg::Num(v)) => {
+                    let v = if matches!(op.as_str(), "add" | "sub" | "rsub") {
+                        v * alpha
+                    } else {
+                        v
+                    };
+                    spec.value = Some(v);
+                }
+                Some(Arg::Node(o)) if o == start && o != current => spec.operand = Some("z".into()),
+                Some(Arg::Node(o)) if o == current || emitted.contains_key(o) => {
+                    // x (op) x, or an earlier result: save it and read it back.
+                    if o == start {
+                        spec.operand = Some("z".into());
+                    } else if let Some(&i) = emitted.get(o) {
+                        let name = specs[i].save.clone().unwrap_or_else(|| {
+                            saves += 1;
+                            format!("s{saves}")
+                        });
+                        specs[i].save = Some(name.clone());
+                        spec.operand = Some(name);
+                    } else {
+                        mp.problem(
+                            n,
+                            format!("reads `{o}` twice in a way the chain cannot express"),
+                        );
+                        return None;
+                    }
+                }
+                Some(Arg::Node(o)) => {
+                    let kind = tensor_operand(mp, n, o, out_dims)?;
+                    let dt = mp.meta(o).and_then(|m| dtype_of(&m.dtype));
+                    spec.operand = Some(kind.into());
+                    if let Some(d) = dt.filter(|d| *d != out_dtype) {
+                        spec.dtype = Some(d);
+                    }
+                }
+                _ => {
+                    mp.problem(n, "its second operand is neither a number nor a tensor");
+                    return None;
+                }
+            }
+            // Non-commutative ops with x on the right: c - x = -x + c; c / x does not map.
+            let x_right = !x_first || op == "rsub";
+            match op.as_str() {
+                "maximum" => spec.op = "max".into(),
+                "minimum" => spec.op = "min".into(),
+                "sub" | "rsub" if x_right => {
+                    specs.push(OpSpec {
+                        op: "neg".into(),
+                        ..Default::default()
+                    });
+                    ops.push("neg".into());
+                    spec.op = "add".into();
+                }
+                "sub" | "rsub" => spec.op = "sub".into(),
+                "div" if x_right => {
+                    mp.problem(
+                        n,
+                        "divides by the running value (c / x): no chain op computes that",
+                    );
+                    return None;
+                }
+                "div" if n.kwargs.get("rounding_mode").is_some_and(|v| !v.is_null()) => {
+                    mp.problem(n, "division with a rounding mode");
+                    return None;
+                }
+                _ => {}
+            }
+        } else {
+            if !x_first {
+                mp.problem(n, "the running value is not its first argument");
+                return None;
+            }
+            if !unary(mp, n, &op, &mut spec) {
+                return None;
+            }
+        }
+        ops.push(describe(&spec));
+        emitted.insert(n.name.clone(), specs.len());
+        specs.push(spec);
+        current = n.name.clone();
+    }
+    if current != out {
+        let n = mp.nodes.get(out).copied();
+        match n {
+            Some(n) => mp.problem(
+                n,
+                format!("the output is not the end of the chain from `{start}`"),
+            ),
+            None => mp.problems.push(Unmapped {
+                node: out.into(),
+                target: "output".into(),
+                message: "the output is not computed by the graph".into(),
+            }),
+        }
+        return None;
+    }
+    Some(specs)
+}
+
+fn describe(s: &OpSpec) -> String {
+    let mut t = s.op.clone();
+    if let Some(v) = s.value {
+        t.push_str(&format!(" {v}"));
+    }
+    if let Some(o) = &s.operand {
+        t.push_str(&format!(" {o}"));
+    }
+    t
+}
+
+/// Fills a unary op's spec (activations and their parameters, clamp); false after a
+/// problem was recorded.
+fn unary(mp: &mut Mapper<'_>, n: &Node, op: &str, spec: &mut OpSpec) -> bool {
+    let p = |i: usize, k: &str| num_param(n, i, k);
+    match op {
+        "relu" | "silu" | "sigmoid" | "tanh" | "selu" | "hardsigmoid" | "hardswish" | "mish"
+        | "neg" | "abs" | "exp" => {}
+        "relu6" => {
+            spec.op = "hardtanh".into();
+            spec.min = Some(0.0);
+            spec.max = Some(6.0);
+        }
+        "leaky_relu" => spec.alpha = Some(p(1, "negative_slope").unwrap_or(0.01)),
+        "gelu" => {
+            let approx = param(n, 1, "approximate")
+                .and_then(Value::as_str)
+                .unwrap_or("none");
+            spec.op = match approx {
+                "none" => "gelu_erf".into(),
+                "tanh" => "gelu_tanh".into(),
+                other => {
+                    mp.problem(n, format!("gelu with approximate = {other:?}"));
+                    return false;
+                }
+            };
+        }
+        "elu" => {
+            let (scale, input_scale) = (
+                p(2, "scale").unwrap_or(1.0),
+                p(3, "input_scale").unwrap_or(1.0),
+            );
+            if scale != 1.0 || input_scale != 1.0 {
+                mp.problem(
+                    n,
+                    format!("elu with scale {scale} and input_scale {input_scale}: only 1 maps"),
+                );
+                return false;
+            }
+            spec.alpha = Some(p(1, "alpha").unwrap_or(1.0));
+        }
+        "hardtanh" => {
+            spec.min = Some(p(1, "min_val").unwrap_or(-1.0));
+            spec.max = Some(p(2, "max_val").unwrap_or(1.0));
+        }
+        "softplus" => {
+            spec.beta = Some(p(1, "beta").unwrap_or(1.0));
+            spec.threshold = Some(p(2, "threshold").unwrap_or(20.0));
+        }
+        "clamp" | "clamp_min" | "clamp_max" => {
+            let bound = |i: usize, k: &str| -> Option<std::result::Result<f64, ()>> {
+                param(n, i, k).map(|v| match arg(v) {
+                    Arg::Num(x) => Ok(x),
+                    _ => Err(()),
+                })
+            };
+            let (lo, hi) = match op {
+                "clamp" => (bound(1, "min"), bound(2, "max")),
+                "clamp_min" => (bound(1, "min"), None),
+                _ => (None, bound(1, "max")),
+            };
+            if matches!(lo, Some(Err(()))) || matches!(hi, Some(Err(()))) {
+                mp.problem(n, "clamp with tensor bounds: only numbers map");
+                return false;
+            }
+            spec.op = "clamp".into();
+            spec.min = lo.and_then(std::result::Result::ok);
+            spec.max = hi.and_then(std::result::Result::ok);
+        }
+        other => {
+            mp.problem(n, format!("{other} does not map"));
+            return false;
+        }
+    }
+    true
+}
+
+/// How a tensor operand of an elementwise op is indexed against the (batch, m, n) output.
+fn tensor_operand(
+    mp: &mut Mapper<'_>,
+    n: &Node,
+    o: &str,
+    out: (i64, i64, i64),
+) -> Option<&'static str> {
+    let (batch, m, nn) = out;
+    let Some(meta) = mp.meta(o).cloned() else {
+        mp.problem(n, format!("operand `{o}` has no tensor metadata"));
+        return None;
+    };
+    if mp.source(o).is_none() {
+        mp.problem(
+            n,
+            format!("operand `{o}` is computed, not an input, parameter or buffer"),
+        );
+        return None;
+    }
+    if dtype_of(&meta.dtype).is_none_or(DType::is_fp8) {
+        mp.problem(
+            n,
+            format!(
+                "operand `{o}` is {}; tensor operands are float32, float16 or bfloat16",
+                meta.dtype
+            ),
+        );
+        return None;
+    }
+    // Drop leading 1s; what is left says how it broadcasts.
+    let dims: Vec<i64> = meta.shape.iter().copied().skip_while(|d| *d == 1).collect();
+    let kind = match dims.as_slice() {
+        [x] if *x == nn => Some("row"),
+        [x, 1] if *x == m => Some("col"),
+        [a, b] if *a == m && *b == nn && batch == 1 => Some("matrix"),
+        [bb, a, b] if *bb == batch && *a == m && *b == nn => Some("matrix"),
+        _ => None,
+    };
+    match kind {
+        Some("matrix") if !contiguous(&meta) => {
+            mp.problem(
+                n,
+                format!(
+                    "operand `{o}` is not contiguous (strides {:?})",
+                    meta.stride
+                ),
+            );
+            None
+        }
+        Some(k) => Some(k),
+        None => {
+            mp.problem(
+                n,
+                format!(
+                    "operand `{o}` of shape {:?} is neither a row vector ({nn}), a column vector ({m} x 1) nor a matrix like the output ({m} x {nn})",
+                    meta.shape
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Moves a leading activation that `[params] activation` can state (no parameter but a
+/// leaky slope) out of the chain.
+fn leading_activation(specs: &mut Vec<OpSpec>, params: &mut ParamsSpec) {
+    let Some(first) = specs.first() else { return };
+    let Some(act) = Activation::ALL
+        .iter()
+        .copied()
+        .find(|a| a.name() == first.op)
+    else {
+        return;
+    };
+    let plain = first.value.is_none()
+        && first.operand.is_none()
+        && first.beta.is_none()
+        && first.min.is_none()
+        && first.max.is_none()
+        && first.threshold.is_none()
+        && first.save.is_none()
+        && (first.alpha.is_none() || act == Activation::LeakyRelu);
+    if !plain || act == Activation::Elu {
+        return;
+    }
+    params.activation = Some(act);
+    if act == Activation::LeakyRelu {
+        params.leaky_slope = first.alpha.map(|a| a as f32);
+    }
+    specs.remove(0);
+}
+
+fn map_gemm<'g>(
+    mp: &mut Mapper<'g>,
+    core: &'g Node,
+    softmax: Option<&'g Node>,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let g = mp.gemm(core)?;
+    let out_meta = mp.meta(&core.name).cloned()?;
+    let out_dtype = dtype_of(&out_meta.dtype)?;
+    let t = core.target.clone().unwrap_or_default();
+    ops.push(op_name(&t).to_string());
+    let mut params = ParamsSpec::default();
+    if let Some(a) = g.alpha {
+        params.alpha = Some(a as f32);
+    }
+    let (family, epilogue) = if let Some(s) = softmax {
+        let Some(Arg::Node(input)) = s.args.first().map(arg) else {
+            mp.problem(s, "softmax of something that is not a tensor");
+            return None;
+        };
+        if input != core.name || s.name != out || g.bias.is_some() {
+            mp.problem(s, "a softmax that is not applied straight to the GEMM's result as the output (gemm_softmax fuses only that)");
+            return None;
+        }
+        softmax_dim_ok(mp, s)?;
+        if matches!(
+            classify(s.target.as_deref().unwrap_or_default()),
+            Class::Softmax { log: true }
+        ) {
+            params.log_softmax = Some(true);
+        }
+        ops.push(op_name(s.target.as_deref().unwrap_or_default()).into());
+        (Family::GemmSoftmax, Vec::new())
+    } else {
+        let mut chain = chain_after(mp, &core.name, out, (g.batch, g.m, g.n), out_dtype, ops)?;
+        if g.bias.is_some() {
+            leading_activation(&mut chain, &mut params);
+            params.bias = Some(true);
+            if params.activation.is_none() {
+                params.activation = Some(Activation::Identity);
+            }
+            (Family::GemmBiasAct, chain)
+        } else {
+            (Family::Gemm, chain)
+        }
+    };
+    let layout = LayoutSpec {
+        a: Some(g.a),
+        b: Some(g.b),
+        c: None,
+        shared: match (g.shared_a, g.shared_b) {
+            (true, _) => Some(vec![SharedOperand::A]),
+            (_, true) => Some(vec![SharedOperand::B]),
+            _ => None,
+        },
+    };
+    let what = format!(
+        "{} {}{} GEMM{}{}",
+        g.dtype,
+        if g.batch > 1 { "batched " } else { "" },
+        match (g.a, g.b) {
+            (Layout::Row, Layout::Row) => "A row, B row",
+            (Layout::Row, Layout::Col) => "A row, B col",
+            (Layout::Col, Layout::Row) => "A col, B row",
+            (Layout::Col, Layout::Col) => "A col, B col",
+        },
+        if g.bias.is_some() { " + bias" } else { "" },
+        match family {
+            Family::GemmSoftmax => " then a row softmax",
+            _ if !epilogue.is_empty() => " then an elementwise chain",
+            _ => "",
+        }
+    );
+    Some(WorkloadSpec {
+        name: None,
+        description: format!("{what}; imported from {file}"),
+        family,
+        dtype: g.dtype,
+        out_dtype: (out_dtype != g.dtype).then_some(out_dtype),
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: Some(layout),
+        shapes: gemm_shapes(g.m, g.n, g.k, g.batch),
+        params,
+        tolerance: None,
+        target: None,
+        epilogue,
+    })
+}
+
+fn softmax_dim_ok(mp: &mut Mapper<'_>, s: &Node) -> Option<()> {
+    let rank = s.val.as_ref().map_or(0, |m| m.shape.len()) as i64;
+    let dim = param(s, 1, "dim").and_then(Value::as_i64).unwrap_or(-1);
+    if dim != -1 && dim != rank - 1 {
+        mp.problem(s, format!("softmax over dimension {dim} of {rank}: cutesmith normalizes rows (the last dimension)"));
+        return None;
+    }
+    let half_to_float = param(s, 2, "half_to_float")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let dtype_kw = s.kwargs.get("dtype").is_some_and(|v| !v.is_null())
+        || s.args.get(2).is_some_and(|v| v.get("dtype").is_some());
+    if half_to_float || dtype_kw {
+        mp.problem(s, "softmax with an output dtype other than its input's");
+        return None;
+    }
+    Some(())
+}
+
+/// The rows (product of the leading dimensions) and columns (last dimension) of a
+/// contiguous input.
+fn rows_of(mp: &mut Mapper<'_>, n: &Node, m: &Meta) -> Option<(i64, i64)> {
+    if !contiguous(m) {
+        mp.problem(
+            n,
+            format!(
+                "its input {:?} (strides {:?}) is not contiguous",
+                m.shape, m.stride
+            ),
+        );
+        return None;
+    }
+    let cols = *m.shape.last().unwrap_or(&1);
+    let rows = m.shape.iter().product::<i64>() / cols.max(1);
+    Some((rows.max(1), cols))
+}
+
+fn map_softmax(
+    mp: &mut Mapper<'_>,
+    s: &Node,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let Some(Arg::Node(input)) = s.args.first().map(arg) else {
+        mp.problem(s, "softmax of something that is not a tensor");
+        return None;
+    };
+    let input = input.to_string();
+    softmax_dim_ok(mp, s)?;
+    if s.name != out {
+        mp.problem(
+            s,
+            "ops after the softmax: the softmax families fuse nothing after it",
+        );
+        return None;
+    }
+    if mp.source(&input).is_none() {
+        mp.problem(s, format!("its input `{input}` is computed, not an input of Model: the softmax families fuse nothing before it"));
+        return None;
+    }
+    let meta = mp.meta(&input).cloned()?;
+    let Some(dtype) = dtype_of(&meta.dtype).filter(|d| !d.is_fp8()) else {
+        mp.problem(
+            s,
+            format!(
+                "input of dtype {}; softmax takes float32, float16 or bfloat16",
+                meta.dtype
+            ),
+        );
+        return None;
+    };
+    let (m, n) = rows_of(mp, s, &meta)?;
+    let log = matches!(
+        classify(s.target.as_deref().unwrap_or_default()),
+        Class::Softmax { log: true }
+    );
+    ops.push(op_name(s.target.as_deref().unwrap_or_default()).into());
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{dtype} row {} over {m} rows of {n}; imported from {file}",
+            if log { "log-softmax" } else { "softmax" }
+        ),
+        family: if log {
+            Family::LogSoftmax
+        } else {
+            Family::Softmax
+        },
+        dtype,
+        out_dtype: None,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: None,
+        shapes: row_shapes(m, n),
+        params: ParamsSpec::default(),
+        tolerance: None,
+        target: None,
+        epilogue: Vec::new(),
+    })
+}
+
+fn map_activation(
+    mp: &mut Mapper<'_>,
+    graph: &Graph,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let inputs: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "placeholder" && n.kind.as_deref() == Some("user_input"))
+        .collect();
+    // The input the output depends on through elementwise ops.
+    let Some(x) = inputs.iter().find(|i| {
+        graph.nodes.iter().any(|n| {
+            n.op == "call_function"
+                && n.args
+                    .first()
+                    .map(arg)
+                    .is_some_and(|a| matches!(a, Arg::Node(v) if v == i.name))
+        })
+    }) else {
+        mp.problems.push(Unmapped {
+            node: out.into(),
+            target: "output".into(),
+            message: "no op reads an input of Model".into(),
+        });
+        return None;
+    };
+    let meta = x.val.clone()?;
+    let Some(dtype) = dtype_of(&meta.dtype).filter(|d| !d.is_fp8()) else {
+        mp.problem(
+            x,
+            format!(
+                "input of dtype {}; activations take float32, float16 or bfloat16",
+                meta.dtype
+            ),
+        );
+        return None;
+    };
+    let (m, n) = rows_of(mp, x, &meta)?;
+    let mut params = ParamsSpec::default();
+    let mut chain = chain_after(mp, &x.name, out, (1, m, n), dtype, ops)?;
+    if chain.is_empty() {
+        mp.problems.push(Unmapped {
+            node: out.into(),
+            target: "output".into(),
+            message: "Model returns its input: nothing to compute".into(),
+        });
+        return None;
+    }
+    leading_activation(&mut chain, &mut params);
+    let names: Vec<String> = ops.clone();
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{dtype} elementwise {} over {m} x {n}; imported from {file}",
+            names.join(", ")
+        ),
+        family: Family::Activation,
+        dtype,
+        out_dtype: None,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: None,
+        shapes: row_shapes(m, n),
+        params,
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+    })
+}

@@ -1,0 +1,265 @@
+"""The workload in PyTorch ops: random inputs in the kernel's layouts, the reference
+(exact in float64, or in the inputs' dtypes for timing) and the tolerance check, all read
+from workload.json."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "e4m3": getattr(torch, "float8_e4m3fn", None),
+    "e5m2": getattr(torch, "float8_e5m2", None),
+}
+GEMM = ("gemm", "gemm_bias_act", "gemm_softmax", "gemm_glu")
+
+
+def dims(shape):
+    return (int(shape.get("m", 1)), int(shape["n"]), int(shape.get("k", 0)),
+            int(shape.get("batch", 1)))
+
+
+def _matrix(rows, cols, layout, batch, batched, dtype, gen, device):
+    def rand(*s):
+        t = torch.rand(*s, generator=gen, device=device, dtype=torch.float32) * 2 - 1
+        return t.to(dtype)
+
+    lead = (batch,) if batched else ()
+    if layout == "row":
+        return rand(*lead, rows, cols)
+    return rand(*lead, cols, rows).transpose(-1, -2)
+
+
+def make_inputs(w, shape, device="cuda", seed=0):
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    m, n, k, batch = dims(shape)
+    ab, cd = DTYPES[w["dtype"]], DTYPES[w["out_dtype"]]
+    lay = w["layout"]
+    out = []
+    batched = batch > 1
+    if w["family"] in GEMM:
+        out.append(_matrix(m, k, lay["a"], batch, batched and not lay["shared_a"], ab, gen, device))
+        out.append(_matrix(k, n, lay["b"], batch, batched and not lay["shared_b"], ab, gen, device))
+        if w["family"] == "gemm_glu":
+            out.append(_matrix(k, n, lay["b"], batch, batched and not lay["shared_b"], ab, gen, device))
+        if w["params"]["beta"] != 0:
+            out.append(_matrix(m, n, lay["c"], batch, batched, cd, gen, device))
+    else:
+        shape_x = (m, n) if m > 1 else (n,)
+        out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
+    for t in w["chain"]["tensors"]:
+        dt = DTYPES[t["dtype"]]
+        if t["kind"] == "row":
+            out.append((torch.rand(n, generator=gen, device=device) * 2 - 1).to(dt))
+        elif t["kind"] == "col":
+            out.append((torch.rand(m, 1, generator=gen, device=device) * 2 - 1).to(dt))
+        else:
+            out.append(_matrix(m, n, lay["c"], batch, batched, dt, gen, device))
+    return out
+
+
+def output_shape(w, inputs):
+    cd = DTYPES[w["out_dtype"]]
+    if w["family"] not in GEMM:
+        return tuple(inputs[0].shape), cd
+    a, b = inputs[0], inputs[1]
+    m, n = a.shape[-2], b.shape[-1]
+    if a.dim() == 3 or b.dim() == 3:
+        batch = a.shape[0] if a.dim() == 3 else b.shape[0]
+        return (batch, m, n), cd
+    return (m, n), cd
+
+
+def activation(name, x, p0, p1):
+    if name == "identity":
+        return x
+    if name == "relu":
+        return torch.relu(x)
+    if name == "leaky_relu":
+        return F.leaky_relu(x, p0)
+    if name == "gelu_erf":
+        return F.gelu(x)
+    if name == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    if name == "silu":
+        return x * torch.sigmoid(p0 * x)
+    if name == "sigmoid":
+        return torch.sigmoid(x)
+    if name == "tanh":
+        return torch.tanh(x)
+    if name == "selu":
+        return F.selu(x)
+    if name == "elu":
+        return F.elu(x, alpha=p0)
+    if name == "hardsigmoid":
+        return F.hardsigmoid(x)
+    if name == "hardswish":
+        return F.hardswish(x)
+    if name == "hardtanh":
+        return F.hardtanh(x, p0, p1)
+    if name == "softplus":
+        return F.softplus(x, beta=p0, threshold=p1)
+    if name == "softsign":
+        return F.softsign(x)
+    if name == "mish":
+        return F.mish(x)
+    raise ValueError(f"unknown activation {name}")
+
+
+def chain(w, z, tensors):
+    """The epilogue chain on z (any dtype; tensors already broadcastable to z)."""
+    x = z
+    saved = {}
+    for step in w["chain"]["steps"]:
+        op = step["op"]
+        if op == "act":
+            x = activation(step["name"], x, step["p0"], step["p1"])
+        elif op == "binary":
+            o = step["operand"]
+            y = {"scalar": lambda: o["value"], "tensor": lambda: tensors[o["index"]],
+                 "z": lambda: z, "saved": lambda: saved[o["index"]]}[o["kind"]]()
+            fn = step["fn"]
+            if fn == "add":
+                x = x + y
+            elif fn == "sub":
+                x = x - y
+            elif fn == "mul":
+                x = x * y
+            elif fn == "div":
+                x = x / y
+            elif fn in ("min", "max"):
+                if not torch.is_tensor(y):
+                    y = torch.full_like(x, y)
+                x = torch.minimum(x, y) if fn == "min" else torch.maximum(x, y)
+        elif op == "clamp":
+            x = torch.clamp(x, min=step["min"], max=step["max"])
+        elif op == "neg":
+            x = -x
+        elif op == "abs":
+            x = torch.abs(x)
+        elif op == "exp":
+            x = torch.exp(x)
+        if step.get("save") is not None:
+            saved[step["save"]] = x
+    return x
+
+
+def _split(w, inputs):
+    fam = w["family"]
+    i = 0
+    parts = {}
+    if fam in GEMM:
+        parts["a"], parts["b"] = inputs[0], inputs[1]
+        i = 2
+        if fam == "gemm_glu":
+            parts["b2"] = inputs[i]
+            i += 1
+        if w["params"]["beta"] != 0:
+            parts["c"] = inputs[i]
+            i += 1
+    else:
+        parts["x"] = inputs[0]
+        i = 1
+    parts["tensors"] = inputs[i:]
+    return parts
+
+
+def _dot_bound(w, sum_abs, k):
+    # Mirrors the harness (src/eval/worker/validate.rs: dot_bound).
+    u = w["roundoff"]
+    kf = max(k, 1)
+    extra = {"rounded": 0.0,
+             "tc_f32": 12.0 * 2.0 ** -21 / math.sqrt(kf),
+             "tc": 1.0 * math.sqrt(kf) * 2.0 ** -24}[w["summation"]]
+    return (4.0 * u + extra) * sum_abs
+
+
+def reference(w, inputs, exact=False, with_slack=False):
+    """The workload in PyTorch. exact: in float64 (with with_slack, also the per-element
+    room the GEMM's own rounding needs); else in the inputs' dtypes."""
+    p = w["params"]
+    fam = w["family"]
+    parts = _split(w, inputs)
+    dt = torch.float64 if exact else DTYPES[w["out_dtype"]]
+
+    def cast(t):
+        if exact:
+            return t.to(torch.float64)
+        if t.dtype in (DTYPES["e4m3"], DTYPES["e5m2"]):
+            return t.to(torch.bfloat16)
+        return t
+
+    tensors = [cast(t).to(dt) for t in parts["tensors"]]
+    if fam not in GEMM:
+        x = cast(parts["x"])
+        if fam == "softmax":
+            return _ret(torch.softmax(x, -1).to(dt), None, with_slack)
+        if fam == "log_softmax":
+            return _ret(torch.log_softmax(x, -1).to(dt), None, with_slack)
+        return _ret(chain(w, x.to(dt), tensors), None, with_slack)
+    a, b = cast(parts["a"]), cast(parts["b"])
+    scale = p["alpha"] * p["scale_a"] * p["scale_b"]
+    acc = torch.matmul(a, b)
+    z = scale * acc.to(dt)
+    if "c" in parts:
+        z = z + p["beta"] * cast(parts["c"]).to(dt)
+    e = None
+    if exact and with_slack:
+        k = a.shape[-1]
+        sum_abs = abs(scale) * torch.matmul(a.abs(), b.abs())
+        e = _dot_bound(w, sum_abs, k) + 1.2e-7 * z.abs()
+    if fam == "gemm_glu":
+        z2 = scale * torch.matmul(a, cast(parts["b2"])).to(dt)
+        g = lambda u, v: activation(p["gate"], u, *w["gate_params"]) * v  # noqa: E731
+        want = g(z, z2)
+        if e is None:
+            return _ret(want, None, with_slack)
+        e2 = _dot_bound(w, abs(scale) * torch.matmul(a.abs(), cast(parts["b2"]).abs()), a.shape[-1])
+        dev = torch.zeros_like(want)
+        for d1 in (-1.0, -0.5, 0.5, 1.0):
+            for d2 in (-1.0, 1.0):
+                dev = torch.maximum(dev, (g(z + d1 * e, z2 + d2 * e2) - want).abs())
+        return _ret(want, dev, with_slack)
+    if fam == "gemm_softmax":
+        f = torch.log_softmax if p["log_softmax"] else torch.softmax
+        want = f(z, -1)
+        if e is None:
+            return _ret(want, None, with_slack)
+        emax = e.amax(-1, keepdim=True)
+        dev = 2 * emax if p["log_softmax"] else 2 * emax * want
+        return _ret(want, dev, with_slack)
+    want = chain(w, z, tensors)
+    if e is None:
+        return _ret(want, None, with_slack)
+    dev = torch.zeros_like(want)
+    for d in (-1.0, -0.5, 0.5, 1.0):
+        dev = torch.maximum(dev, (chain(w, z + d * e, tensors) - want).abs())
+    return _ret(want, dev, with_slack)
+
+
+def _ret(want, dev, with_slack):
+    if with_slack:
+        return want, (dev if dev is not None else torch.zeros_like(want))
+    return want
+
+
+def check(w, shape, got, inputs):
+    """(passed, max abs error, count of elements out of tolerance) of `got` against the
+    exact reference, with the workload's tolerance on `shape`."""
+    want, slack = reference(w, inputs, exact=True, with_slack=True)
+    g = got.to(torch.float64)
+    if w["out_dtype"] in ("e4m3", "e5m2"):
+        want = want * w["params"]["scale_d"]
+        slack = slack * abs(w["params"]["scale_d"])
+    tol = w["tolerance"]
+    m, n, k, _ = dims(shape)
+    atol = tol["atol"] * {"none": 1.0, "sqrt_k": math.sqrt(max(k, 1)),
+                          "inv_n": 1.0 / max(n, 1)}[tol["atol_scale"]]
+    err = (g - want).abs()
+    bad = ~(err <= atol + tol["rtol"] * want.abs() + slack)
+    bad = bad & ~(torch.isnan(want) & torch.isnan(g))
+    return (int(bad.sum()) == 0, float(err.nan_to_num(float("inf")).max()), int(bad.sum()))

@@ -1,0 +1,172 @@
+# cutesmith's PyTorch tracer (shipped inside the cutesmith binary; `cutesmith import` runs
+# it with the Python of CUTESMITH_PYTHON or python3 on PATH).
+#
+# usage: python3 trace.py PROBLEM.py
+#
+# Loads a problem file in the KernelBench convention (class Model(nn.Module),
+# get_inputs(), get_init_inputs()), builds the model and its inputs on the `meta` device
+# (no memory is allocated and no GPU is needed: device="cuda", .cuda() and .to("cuda") in
+# the file are redirected to meta), traces it with torch.export into ATen ops, and prints
+# the graph as one JSON object on stdout. It maps nothing: cutesmith (Rust) reads the
+# graph and decides what it becomes.
+#
+# Output: {"torch": VERSION, "nodes": [...], "output": [NAME...], "inputs": [...]}, or
+# {"error": {"stage": ..., "message": ..., "detail": ...}} with exit code 3.
+
+import json
+import os
+import sys
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore")
+
+
+def fail(stage, message, detail=""):
+    print(json.dumps({"error": {"stage": stage, "message": message, "detail": detail}}))
+    sys.exit(3)
+
+
+try:
+    import torch
+except Exception as e:  # noqa: BLE001 - any failure to import is "no usable torch"
+    fail("torch", f"{type(e).__name__}: {e}", f"python: {sys.executable}")
+
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+
+def _is_device_arg(v):
+    if isinstance(v, torch.device):
+        return True
+    if isinstance(v, int) and not isinstance(v, bool):
+        return False
+    if isinstance(v, str):
+        return v.split(":")[0] in ("cuda", "cpu", "meta", "mps", "xpu", "hip")
+    return False
+
+
+class ToMeta(TorchFunctionMode):
+    """Sends every tensor the problem file makes to the meta device, whatever device it
+    names: factories get device="meta", and .cuda() / .to(device) keep the tensor where it
+    is (on meta)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if kwargs.get("device") is not None:
+            kwargs["device"] = "meta"
+        name = getattr(func, "__name__", "")
+        if name in ("cuda", "cpu"):
+            return args[0]
+        if name == "to":
+            meta = torch.device("meta")
+            args = tuple(meta if i > 0 and _is_device_arg(a) else a for i, a in enumerate(args))
+        return func(*args, **kwargs)
+
+
+def load_problem(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cutesmith_problem", path)
+    if spec is None or spec.loader is None:
+        fail("load", f"cannot load {path} as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        with torch.device("meta"), ToMeta():
+            spec.loader.exec_module(mod)
+    except Exception as e:  # noqa: BLE001
+        fail("load", f"{type(e).__name__}: {e}", traceback.format_exc(limit=4))
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, name):
+            fail(
+                "load",
+                f"{path} defines no `{name}`; a problem file has class Model(nn.Module), "
+                "get_inputs() and get_init_inputs() (the KernelBench convention)",
+            )
+    return mod
+
+
+def meta_of(v):
+    if isinstance(v, torch.Tensor):
+        return {
+            "shape": [int(s) for s in v.shape],
+            "stride": [int(s) for s in v.stride()],
+            "dtype": str(v.dtype).replace("torch.", ""),
+        }
+    return None
+
+
+def encode(a):
+    if isinstance(a, torch.fx.Node):
+        return {"node": a.name}
+    if isinstance(a, bool) or a is None or isinstance(a, (int, str)):
+        return a
+    if isinstance(a, float):
+        if a != a:
+            return {"float": "nan"}
+        if a in (float("inf"), float("-inf")):
+            return {"float": "inf" if a > 0 else "-inf"}
+        return a
+    if isinstance(a, (list, tuple)):
+        return [encode(x) for x in a]
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a).replace("torch.", "")}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    return {"other": repr(a)}
+
+
+def main():
+    if len(sys.argv) != 2:
+        fail("usage", "usage: trace.py PROBLEM.py")
+    path = sys.argv[1]
+    mod = load_problem(path)
+    with torch.device("meta"), ToMeta():
+        try:
+            init = list(mod.get_init_inputs())
+            model = mod.Model(*init)
+        except Exception as e:  # noqa: BLE001
+            fail("init", f"Model(*get_init_inputs()) failed: {type(e).__name__}: {e}",
+                 traceback.format_exc(limit=4))
+        try:
+            inputs = mod.get_inputs()
+        except Exception as e:  # noqa: BLE001
+            fail("inputs", f"get_inputs() failed: {type(e).__name__}: {e}",
+                 traceback.format_exc(limit=4))
+        model = model.eval()
+    inputs = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs)
+    try:
+        ep = torch.export.export(model, inputs)
+    except Exception as e:  # noqa: BLE001
+        fail("export", f"torch.export could not trace Model: {type(e).__name__}: {e}",
+             traceback.format_exc(limit=6))
+    kinds = {}
+    for s in ep.graph_signature.input_specs:
+        kinds[s.arg.name] = (s.kind.name.lower(), s.target)
+    nodes = []
+    output = []
+    for n in ep.graph.nodes:
+        if n.op == "output":
+            outs = n.args[0]
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            output = [encode(o) for o in outs]
+            continue
+        kind, target = kinds.get(n.name, (None, None))
+        nodes.append({
+            "name": n.name,
+            "op": n.op,
+            "target": str(n.target) if n.op != "placeholder" else target,
+            "kind": kind,
+            "args": encode(list(n.args)),
+            "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
+            "val": meta_of(n.meta.get("val")),
+        })
+    print(json.dumps({
+        "torch": torch.__version__,
+        "nodes": nodes,
+        "output": output,
+        "inputs": [meta_of(x) for x in inputs],
+    }))
+
+
+main()
