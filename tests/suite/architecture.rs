@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("tuning history", &["tuning"]),
     ("feedback", &["feedback"]),
     ("evaluation and strategies", &["eval", "strategy"]),
+    ("the PyTorch bridge", &["pytorch"]),
     ("toolchain", &["toolchain"]),
     ("processes", &["process", "sandbox"]),
     ("events", &["events"]),

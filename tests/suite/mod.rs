@@ -7,6 +7,7 @@ mod common;
 mod compile;
 mod gpu;
 mod mock_model;
+mod pytorch;
 mod report;
 mod sandbox;
 mod session;

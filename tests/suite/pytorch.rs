@@ -1,0 +1,596 @@
+//! The PyTorch bridge: `cutesmith import` on the example problem files in
+//! `examples/pytorch/` (each spec checked field by field, and loaded back through the
+//! normal loader), the refusal of a convolution (the node named, no file written), and
+//! `cutesmith export --torch`: its files, its Python reference and tolerance check run on
+//! the CPU, and its C++ operator compiled by nvcc against torch's headers for sm_90a.
+//!
+//! These need a Python with torch (CUTESMITH_PYTHON, else python3): without one they
+//! print why and return, except under CI, where they fail (.ci/run installs torch into a
+//! venv and sets CUTESMITH_PYTHON).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use cutesmith::spec::chain::{BinOp, Op, Operand, TensorKind};
+use cutesmith::spec::{Activation, DType, Family, Layout, Shape, Workload, WorkloadSpec};
+
+use super::common::{fixture, root, toolchain};
+use crate::require_tool;
+
+/// The Python with torch the tests use, probed once.
+fn python() -> Option<PathBuf> {
+    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = PY.get_or_init(|| {
+        let py = cutesmith::pytorch::python::python();
+        cutesmith::pytorch::python::probe(&py)
+            .map(|info| PathBuf::from(info.python))
+            .map_err(|e| e.to_string())
+    });
+    match found {
+        Ok(p) => Some(p.clone()),
+        Err(e) => {
+            require_tool(
+                &format!("a Python with torch (CUTESMITH_PYTHON or python3): {e}"),
+                false,
+            );
+            None
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn cutesmith(python: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(args)
+        .env("CUTESMITH_PYTHON", python)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+/// Imports `examples/pytorch/<file>.py` into a temp dir; the spec as written and as the
+/// normal loader validates it.
+fn import(file: &str) -> Option<(WorkloadSpec, Workload, String)> {
+    let py = python()?;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("{file}.toml"));
+    let problem = root().join(format!("examples/pytorch/{file}.py"));
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            problem.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains(&format!("wrote {}", out.display())), "{t}");
+    let toml_text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        toml_text.starts_with("# Imported by `cutesmith import` from "),
+        "{toml_text}"
+    );
+    let spec: WorkloadSpec = toml::from_str(&toml_text).unwrap();
+    let w = Workload::load(&out).unwrap_or_else(|e| panic!("{e}\n{toml_text}"));
+    assert_eq!(w.name(), file);
+    Some((spec, w, toml_text))
+}
+
+fn shapes(w: &Workload) -> Vec<Shape> {
+    w.shapes().to_vec()
+}
+
+/// Every GEMM import lists the headline, then a ragged shape (about a quarter, odd
+/// sizes) and a small one.
+fn assert_gemm_shapes(w: &Workload, m: u64, n: u64, k: u64, batch: u64) {
+    let s = shapes(w);
+    assert_eq!(s[0], Shape { m, n, k, batch });
+    assert_eq!(s.len(), 3, "{s:?}");
+    let r = s[1];
+    assert!(r.m % 2 == 1 && r.n % 2 == 1 && r.k % 2 == 1, "{r:?}");
+    assert!(r.m < m && r.n < n && r.k < k, "{r:?}");
+    assert_eq!(
+        (s[2].m, s[2].n, s[2].k),
+        (m.min(127), n.min(255), k.min(64))
+    );
+}
+
+#[test]
+fn import_plain_matmul() {
+    let Some((spec, w, _)) = import("matmul") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Gemm);
+    assert_eq!(spec.dtype, DType::F32);
+    assert_eq!(spec.out_dtype, None);
+    assert!(!spec.allow_tf32);
+    let l = spec.layout.clone().unwrap();
+    assert_eq!(
+        (l.a, l.b, l.c),
+        (Some(Layout::Row), Some(Layout::Row), None)
+    );
+    assert!(spec.epilogue.is_empty());
+    assert_eq!(w.family(), Family::Gemm);
+    assert_eq!((w.layouts().a, w.layouts().b), (Layout::Row, Layout::Row));
+    assert_eq!(w.layouts().c, Layout::Row);
+    assert!(w.chain().is_identity());
+    assert_gemm_shapes(&w, 2048, 4096, 1024, 1);
+}
+
+#[test]
+fn import_transposed_matmul_reads_a_column_major() {
+    let Some((spec, w, _)) = import("matmul_transposed_a") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Gemm);
+    assert_eq!(spec.dtype, DType::F32);
+    // A.T of a contiguous (K, M) tensor is an M x K column-major matrix.
+    let l = spec.layout.unwrap();
+    assert_eq!((l.a, l.b), (Some(Layout::Col), Some(Layout::Row)));
+    assert_eq!(w.layouts().a, Layout::Col);
+    assert_gemm_shapes(&w, 1024, 2048, 4096, 1);
+}
+
+#[test]
+fn import_bmm_made_on_cuda_in_half() {
+    // get_inputs() says device="cuda" and .half(): the import runs on the meta device.
+    let Some((spec, w, _)) = import("bmm_half_cuda") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Gemm);
+    assert_eq!(spec.dtype, DType::F16);
+    let l = spec.layout.unwrap();
+    assert_eq!(
+        (l.a, l.b, l.shared),
+        (Some(Layout::Row), Some(Layout::Row), None)
+    );
+    assert_eq!(spec.shapes[0].batch, Some(32));
+    assert_gemm_shapes(&w, 512, 1024, 256, 32);
+    assert_eq!(w.shapes()[1].batch, 3);
+    assert!(!w.layouts().shared_a && !w.layouts().shared_b);
+}
+
+#[test]
+fn import_linear_with_bias_is_b_column_major_plus_a_row_vector() {
+    let Some((spec, w, _)) = import("linear_bias_bf16") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmBiasAct);
+    assert_eq!(spec.dtype, DType::BF16);
+    let l = spec.layout.unwrap();
+    // W is (out, in) contiguous: B = W^T is column-major.
+    assert_eq!((l.a, l.b), (Some(Layout::Row), Some(Layout::Col)));
+    assert_eq!(spec.params.bias, Some(true));
+    assert_eq!(spec.params.activation, Some(Activation::Identity));
+    assert!(spec.epilogue.is_empty());
+    assert_gemm_shapes(&w, 1024, 11008, 4096, 1);
+    let c = w.chain();
+    assert_eq!(c.tensors.len(), 1);
+    assert_eq!(c.tensors[0].kind, TensorKind::Row);
+    assert_eq!(c.tensors[0].dtype, DType::BF16);
+    assert_eq!(
+        c.steps[0].op,
+        Op::Binary(BinOp::Add, Operand::Tensor(0)),
+        "{}",
+        c.describe()
+    );
+}
+
+#[test]
+fn import_level2_chain_folds_constants_into_the_epilogue() {
+    let Some((spec, w, toml_text)) = import("linear_scale_add_clamp_gelu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmBiasAct);
+    assert_eq!(spec.dtype, DType::F32);
+    assert_eq!(spec.params.bias, Some(true));
+    let ops: Vec<(&str, Option<f64>, Option<f64>, Option<f64>)> = spec
+        .epilogue
+        .iter()
+        .map(|o| (o.op.as_str(), o.value, o.min, o.max))
+        .collect();
+    // x * scale_factor (an init argument), + 2.0, clamp(-1, 1), gelu.
+    assert_eq!(
+        ops,
+        vec![
+            ("mul", Some(0.5), None, None),
+            ("add", Some(2.0), None, None),
+            ("clamp", None, Some(-1.0), Some(1.0)),
+            ("gelu_erf", None, None, None),
+        ],
+        "{toml_text}"
+    );
+    assert_gemm_shapes(&w, 512, 2048, 1024, 1);
+    assert_eq!(
+        w.chain().describe(),
+        "z -> x + bias -> identity(x) -> x * 0.5 -> x + 2 -> clamp(x, -1, 1) -> gelu_erf(x)"
+    );
+}
+
+#[test]
+fn import_softplus_keeps_its_parameters() {
+    let Some((spec, w, _)) = import("softplus") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Activation);
+    assert_eq!(spec.dtype, DType::F32);
+    assert!(spec.layout.is_none());
+    assert_eq!(spec.epilogue.len(), 1);
+    let op = &spec.epilogue[0];
+    assert_eq!(
+        (op.op.as_str(), op.beta, op.threshold),
+        ("softplus", Some(2.0), Some(10.0))
+    );
+    assert_eq!(
+        w.chain().single_activation(),
+        Some((Activation::Softplus, 2.0, 10.0))
+    );
+    assert_eq!(w.shapes()[0], Shape::rows(4096, 16384));
+    assert_eq!(w.shapes()[1], Shape::rows(1025, 4097));
+}
+
+#[test]
+fn import_selu_is_the_activation_family() {
+    let Some((spec, w, _)) = import("selu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Activation);
+    assert_eq!(spec.params.activation, Some(Activation::Selu));
+    assert!(spec.epilogue.is_empty());
+    assert_eq!(w.shapes()[0], Shape::rows(16, 16384));
+    assert_eq!(w.params().activation, Activation::Selu);
+}
+
+#[test]
+fn import_softmax_over_dim_1() {
+    let Some((spec, w, _)) = import("softmax") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Softmax);
+    assert_eq!(spec.dtype, DType::F32);
+    assert!(spec.layout.is_none() && spec.epilogue.is_empty());
+    assert_eq!(w.shapes()[0], Shape::rows(4096, 32768));
+    assert_eq!(w.shapes().len(), 3);
+}
+
+#[test]
+fn import_log_softmax_bf16_made_on_cuda() {
+    let Some((spec, w, _)) = import("log_softmax_bf16") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::LogSoftmax);
+    assert_eq!(spec.dtype, DType::BF16);
+    assert_eq!(w.shapes()[0], Shape::rows(1024, 50257));
+    assert_eq!(w.shapes()[1], Shape::rows(257, 12565));
+}
+
+#[test]
+fn import_refuses_a_convolution_naming_the_node_and_writes_nothing() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("conv.toml");
+    let problem = root().join("examples/pytorch/conv2d_unsupported.py");
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            problem.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("node `conv2d` (aten.conv2d.default)") && t.contains("convolution"),
+        "{t}"
+    );
+    assert!(t.contains("nothing was written"), "{t}");
+    assert!(!out.exists());
+    // The ReLU after it maps: only the convolution is listed.
+    assert!(!t.contains("node `relu`"), "{t}");
+}
+
+#[test]
+fn import_will_not_replace_a_spec_without_force() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("selu.toml");
+    std::fs::write(&out, "keep me").unwrap();
+    let problem = root().join("examples/pytorch/selu.py");
+    let args = [
+        "import",
+        problem.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = cutesmith(&py, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--force"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let o = cutesmith(&py, &forced);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("activation = \"selu\""));
+}
+
+#[test]
+fn doctor_names_the_python_and_its_torch() {
+    let Some(py) = python() else {
+        return;
+    };
+    let o = cutesmith(&py, &["doctor"]);
+    let t = text(&o);
+    let line = t
+        .lines()
+        .find(|l| l.starts_with("PyTorch "))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(
+        line.contains("torch 2.") && line.contains("Python 3."),
+        "{line}"
+    );
+    let o = cutesmith(Path::new("/nonexistent/python3"), &["doctor"]);
+    let t = text(&o);
+    let line = t.lines().find(|l| l.starts_with("PyTorch ")).unwrap();
+    assert!(line.contains("/nonexistent/python3"), "{line}");
+}
+
+// ---------------------------------------------------------------------------------
+// export --torch
+
+/// Runs `code` with the test's Python, the package directory first on sys.path.
+fn run_python(py: &Path, dir: &Path, code: &str) -> String {
+    let o = Command::new(py)
+        .arg("-c")
+        .arg(format!(
+            "import sys, warnings\nwarnings.filterwarnings('ignore')\nsys.path.insert(0, {:?})\n{code}",
+            dir.display().to_string()
+        ))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The package's reference and tolerance check on small CPU inputs: the exact answer
+/// rounded to the output type passes, one element off by 1 fails with one bad element,
+/// and the op's output shape is what the reference computes.
+fn check_reference_on_cpu(py: &Path, dir: &Path, pkg: &str) {
+    let code = format!(
+        r#"
+import json, torch
+import {pkg} as pkg
+from {pkg} import _reference as R
+w = pkg.WORKLOAD
+gemm = w["family"] in R.GEMM
+shape = {{"m": 37, "n": 45, "k": 29, "batch": 3 if w["shapes"][0].get("batch", 1) > 1 else 1}} if gemm else {{"m": 7, "n": 129}}
+inputs = pkg.make_inputs(shape, device="cpu", seed=1)
+assert len(inputs) == len(pkg.INPUTS), (len(inputs), pkg.INPUTS)
+out_shape, out_dtype = R.output_shape(w, inputs)
+got = pkg.reference(*inputs, exact=True).to(out_dtype)
+assert tuple(got.shape) == tuple(out_shape), (got.shape, out_shape)
+ok, err, bad = R.check(w, shape, got, inputs)
+assert ok and bad == 0, (err, bad)
+native = pkg.reference(*inputs)
+assert tuple(native.shape) == tuple(out_shape) and native.dtype == out_dtype, (native.shape, native.dtype)
+wrong = got.clone().contiguous()
+wrong.view(-1)[5] += 1.0
+ok2, err2, bad2 = R.check(w, shape, wrong, inputs)
+assert not ok2 and bad2 == 1, (ok2, bad2)
+print(json.dumps({{"inputs": pkg.INPUTS, "namespace": pkg.NAMESPACE, "shape": list(out_shape)}}))
+"#
+    );
+    let out = run_python(py, dir, &code);
+    let v: serde_json::Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
+    assert_eq!(v["namespace"], pkg);
+}
+
+/// torch's include directories and its C++ ABI flag, from the test's Python.
+fn torch_flags(py: &Path) -> Vec<String> {
+    let out = run_python(
+        py,
+        Path::new("."),
+        "import json, torch, torch.utils.cpp_extension as c\nprint(json.dumps({'inc': c.include_paths(), 'abi': int(torch._C._GLIBCXX_USE_CXX11_ABI)}))",
+    );
+    let v: serde_json::Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
+    let mut flags: Vec<String> = v["inc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("-I{}", p.as_str().unwrap()))
+        .collect();
+    flags.push(format!("-D_GLIBCXX_USE_CXX11_ABI={}", v["abi"]));
+    flags
+}
+
+/// nvcc -c for sm_90a: the operator against torch's headers (C++20, as
+/// torch.utils.cpp_extension builds it), or the kernel against CUTLASS and only the
+/// headers the package carries.
+fn nvcc_object(nvcc: &Path, source: &Path, flags: &[String]) {
+    let obj = source.with_extension("o");
+    let o = Command::new(nvcc)
+        .args([
+            "-c",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-O1",
+            "-Xcompiler",
+            "-fPIC",
+            "--expt-relaxed-constexpr",
+        ])
+        .args(flags)
+        .arg(source)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "nvcc {} failed:\n{}",
+        source.display(),
+        text(&o)
+    );
+    assert!(std::fs::metadata(&obj).unwrap().len() > 1000);
+}
+
+#[test]
+fn export_torch_writes_a_package_whose_operator_compiles() {
+    let Some(py) = python() else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let session = fixture("runs/act_silu_bf16-20261122-062719-9469");
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["export", session.to_str().unwrap(), "--torch"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let pkg = "cutesmith_act_silu_bf16";
+    let root_pkg = out.path().join(pkg);
+    let csrc = root_pkg.join("csrc");
+    for f in [
+        "csrc/act_silu_bf16.cu",
+        "csrc/cutesmith_abi.h",
+        "csrc/cutesmith_workload.h",
+        "csrc/torch_op.cpp",
+        "__init__.py",
+        "_build.py",
+        "_reference.py",
+        "workload.json",
+    ] {
+        assert!(root_pkg.join(f).is_file(), "{f} missing");
+    }
+    let test_py = std::fs::read_to_string(out.path().join("test_kernel.py")).unwrap();
+    assert!(test_py.contains(&format!("import {pkg} as pkg")));
+    let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("torch.ops.{pkg}.run([x])")) && readme.contains("CUTLASS_DIR"),
+        "{readme}"
+    );
+    let wj: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root_pkg.join("workload.json")).unwrap())
+            .unwrap();
+    assert_eq!(wj["family"], "activation");
+    assert_eq!(wj["dtype"], "bf16");
+    assert_eq!(wj["inputs"], serde_json::json!(["x"]));
+    assert_eq!(wj["kernel"], "act_silu_bf16.cu");
+    assert_eq!(wj["chain"]["steps"][0]["name"], "silu");
+    let header = std::fs::read_to_string(csrc.join("cutesmith_workload.h")).unwrap();
+    for line in [
+        "#define CSW_NAMESPACE cutesmith_act_silu_bf16",
+        "#define CSW_FAMILY 2",
+        "#define CSW_DTYPE_AB 2",
+        "#define CSW_ACTIVATION 5",
+        "#define CSW_NUM_INPUTS 1",
+    ] {
+        assert!(header.contains(line), "{line} not in\n{header}");
+    }
+    check_reference_on_cpu(&py, out.path(), pkg);
+    let Some(tc) = toolchain() else {
+        return;
+    };
+    let mut torch = torch_flags(&py);
+    torch.extend(["-std=c++20".into(), format!("-I{}", csrc.display())]);
+    let mut kernel = vec![
+        "-std=c++17".to_string(),
+        format!("-I{}", csrc.display()),
+        format!("-I{}", tc.cutlass.include.display()),
+    ];
+    if let Some(u) = &tc.cutlass.util_include {
+        kernel.push(format!("-I{}", u.display()));
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| nvcc_object(&tc.nvcc.path, &csrc.join("torch_op.cpp"), &torch));
+        s.spawn(|| nvcc_object(&tc.nvcc.path, &csrc.join("act_silu_bf16.cu"), &kernel));
+    });
+}
+
+/// The operator for GEMM workloads (chain operands, a batch with a shared operand, GLU's
+/// second weight, a column-major output): the package's reference passes its own check
+/// on the CPU, and torch_op.cpp compiles against each workload's header.
+#[test]
+fn torch_operator_compiles_for_gemm_workloads() {
+    let Some(py) = python() else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let names = [
+        "gemm_chain_bias_relu_residual_bf16",
+        "gemm_bf16_batched_shared_b",
+        "gemm_glu_swiglu_bf16",
+        "gemm_chain_col_leaky_max_bf16",
+        "gemm_bf16_rr_dcol",
+        "gemm_softmax_bf16_head",
+    ];
+    let mut dirs = Vec::new();
+    for name in names {
+        let w = Workload::load(root().join(format!("workloads/{name}.toml"))).unwrap();
+        let dir = out.path().join(name);
+        let csrc = cutesmith::pytorch::package::csrc_dir(&dir, &w);
+        std::fs::create_dir_all(&csrc).unwrap();
+        std::fs::copy(
+            root().join("cutlass-templates/include/cutesmith_abi.h"),
+            csrc.join("cutesmith_abi.h"),
+        )
+        .unwrap();
+        let input = cutesmith::pytorch::package::PackageInput {
+            workload: &w,
+            kernel_file: "kernel.cu",
+            arch: "sm_90a",
+            session: "test",
+            version: 1,
+            measured: "not timed",
+            cutlass_include: None,
+        };
+        cutesmith::pytorch::package::write_package(&input, &dir).unwrap();
+        let pkg = cutesmith::pytorch::package::package_name(&w);
+        check_reference_on_cpu(&py, &dir, &pkg);
+        dirs.push(csrc);
+    }
+    // The chain operands are the op's inputs after the operands, by the chain's names.
+    let h = std::fs::read_to_string(dirs[0].join("cutesmith_workload.h")).unwrap();
+    assert!(
+        h.contains("#define CSW_INPUTS \"a, b, bias, matrix1\""),
+        "{h}"
+    );
+    assert!(
+        h.contains("csw_operand_kind[CS_MAX_OPERANDS] = {1, 3, 0, 0}"),
+        "{h}"
+    );
+    let h = std::fs::read_to_string(dirs[1].join("cutesmith_workload.h")).unwrap();
+    assert!(h.contains("#define CSW_SHARED_B 1"), "{h}");
+    let h = std::fs::read_to_string(dirs[2].join("cutesmith_workload.h")).unwrap();
+    assert!(h.contains("#define CSW_INPUTS \"a, b, b2\""), "{h}");
+    let Some(tc) = toolchain() else {
+        return;
+    };
+    let mut flags = torch_flags(&py);
+    flags.push("-std=c++20".into());
+    std::thread::scope(|s| {
+        for csrc in &dirs {
+            let mut f = flags.clone();
+            f.push(format!("-I{}", csrc.display()));
+            let nvcc = tc.nvcc.path.clone();
+            s.spawn(move || nvcc_object(&nvcc, &csrc.join("torch_op.cpp"), &f));
+        }
+    });
+}
