@@ -1488,3 +1488,223 @@ fn map_activation(
         epilogue: chain,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, target: &str, args: Value, shape: &[i64], stride: &[i64]) -> Value {
+        json_node(
+            name,
+            "call_function",
+            Some(target),
+            None,
+            args,
+            shape,
+            stride,
+        )
+    }
+
+    fn json_node(
+        name: &str,
+        op: &str,
+        target: Option<&str>,
+        kind: Option<&str>,
+        args: Value,
+        shape: &[i64],
+        stride: &[i64],
+    ) -> Value {
+        serde_json::json!({
+            "name": name, "op": op, "target": target, "kind": kind, "args": args,
+            "kwargs": {}, "val": {"shape": shape, "stride": stride, "dtype": "bfloat16"}
+        })
+    }
+
+    fn input(name: &str, shape: &[i64], stride: &[i64]) -> Value {
+        json_node(
+            name,
+            "placeholder",
+            None,
+            Some("user_input"),
+            serde_json::json!([]),
+            shape,
+            stride,
+        )
+    }
+
+    fn graph(nodes: Vec<Value>, out: &str) -> Graph {
+        serde_json::from_value(serde_json::json!({
+            "torch": "test", "nodes": nodes, "output": [{"node": out}]
+        }))
+        .unwrap()
+    }
+
+    fn r(n: &str) -> Value {
+        serde_json::json!({"node": n})
+    }
+
+    /// mm then x * sigmoid(x) (swish through z), then 1 - x (neg, add), then x * x.
+    #[test]
+    fn a_chain_reads_z_and_saved_values() {
+        let g = graph(
+            vec![
+                input("a", &[64, 32], &[32, 1]),
+                input("b", &[32, 16], &[1, 32]),
+                node(
+                    "mm",
+                    "aten.mm.default",
+                    serde_json::json!([r("a"), r("b")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "sig",
+                    "aten.sigmoid.default",
+                    serde_json::json!([r("mm")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "sw",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("sig"), r("mm")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "rs",
+                    "aten.rsub.Scalar",
+                    serde_json::json!([r("sw"), 1.0]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "sq",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("rs"), r("rs")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ],
+            "sq",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        assert_eq!(spec.dtype, DType::BF16);
+        let l = spec.layout.clone().unwrap();
+        assert_eq!((l.a, l.b), (Some(Layout::Row), Some(Layout::Col)));
+        let ops: Vec<(String, Option<f64>, Option<String>, Option<String>)> = spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.clone(), o.value, o.operand.clone(), o.save.clone()))
+            .collect();
+        assert_eq!(
+            ops,
+            vec![
+                ("sigmoid".into(), None, None, None),
+                ("mul".into(), None, Some("z".into()), None),
+                ("neg".into(), None, None, None),
+                ("add".into(), Some(1.0), None, Some("s1".into())),
+                ("mul".into(), None, Some("s1".into()), None),
+            ]
+        );
+        // The spec is valid and computes (1 - z sigmoid(z))^2.
+        let w = Workload::from_spec("t.toml", spec).unwrap();
+        let z: f64 = 0.3;
+        let want = (1.0 - z / (1.0 + (-z).exp())).powi(2);
+        assert!((w.chain().eval(z, &[]) - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn division_by_the_running_value_and_strided_operands_are_named() {
+        let g = graph(
+            vec![
+                input("x", &[8, 8], &[8, 1]),
+                node(
+                    "e",
+                    "aten.exp.default",
+                    serde_json::json!([r("x")]),
+                    &[8, 8],
+                    &[8, 1],
+                ),
+                node(
+                    "d",
+                    "aten.div.Tensor",
+                    serde_json::json!([2.0, r("e")]),
+                    &[8, 8],
+                    &[8, 1],
+                ),
+            ],
+            "d",
+        );
+        let err = map_graph(&g, "t.py").unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert_eq!(err[0].node, "d");
+        assert!(err[0].message.contains("c / x"), "{}", err[0]);
+
+        let g = graph(
+            vec![
+                input("a", &[64, 32], &[64, 1]),
+                input("b", &[32, 16], &[16, 1]),
+                node(
+                    "mm",
+                    "aten.mm.default",
+                    serde_json::json!([r("a"), r("b")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ],
+            "mm",
+        );
+        let err = map_graph(&g, "t.py").unwrap_err();
+        assert!(
+            err[0].message.contains("operand A") && err[0].message.contains("packed"),
+            "{}",
+            err[0]
+        );
+    }
+
+    #[test]
+    fn every_unknown_node_is_listed() {
+        let g = graph(
+            vec![
+                input("x", &[8, 8], &[8, 1]),
+                node(
+                    "s",
+                    "aten.sum.dim_IntList",
+                    serde_json::json!([r("x"), [1]]),
+                    &[8],
+                    &[1],
+                ),
+                node(
+                    "n",
+                    "aten.layer_norm.default",
+                    serde_json::json!([r("s"), [8]]),
+                    &[8],
+                    &[1],
+                ),
+            ],
+            "n",
+        );
+        let err = map_graph(&g, "t.py").unwrap_err();
+        let names: Vec<&str> = err.iter().map(|u| u.node.as_str()).collect();
+        assert_eq!(names, ["s", "n"]);
+        assert!(err[0].message.contains("reduction") && err[1].message.contains("normalization"));
+    }
+
+    #[test]
+    fn ragged_and_small_shapes_are_odd_and_distinct() {
+        let s = gemm_shapes(4096, 4096, 4096, 1);
+        assert_eq!(
+            s.iter().map(|x| (x.m, x.n, x.k)).collect::<Vec<_>>(),
+            vec![
+                (Some(4096), Some(4096), Some(4096)),
+                (Some(1025), Some(1025), Some(1025)),
+                (Some(127), Some(255), Some(64)),
+            ]
+        );
+        // Tiny headlines keep distinct shapes only.
+        let s = row_shapes(1, 2);
+        assert_eq!(s.len(), 2, "{s:?}");
+    }
+}
