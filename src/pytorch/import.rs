@@ -1593,7 +1593,8 @@ mod tests {
         assert_eq!(spec.dtype, DType::BF16);
         let l = spec.layout.clone().unwrap();
         assert_eq!((l.a, l.b), (Some(Layout::Row), Some(Layout::Col)));
-        let ops: Vec<(String, Option<f64>, Option<String>, Option<String>)> = spec
+        type Row = (String, Option<f64>, Option<String>, Option<String>);
+        let ops: Vec<Row> = spec
             .epilogue
             .iter()
             .map(|o| (o.op.clone(), o.value, o.operand.clone(), o.save.clone()))

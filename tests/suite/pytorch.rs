@@ -194,7 +194,8 @@ fn import_level2_chain_folds_constants_into_the_epilogue() {
     assert_eq!(spec.family, Family::GemmBiasAct);
     assert_eq!(spec.dtype, DType::F32);
     assert_eq!(spec.params.bias, Some(true));
-    let ops: Vec<(&str, Option<f64>, Option<f64>, Option<f64>)> = spec
+    type Row<'a> = (&'a str, Option<f64>, Option<f64>, Option<f64>);
+    let ops: Vec<Row> = spec
         .epilogue
         .iter()
         .map(|o| (o.op.as_str(), o.value, o.min, o.max))
