@@ -12,7 +12,7 @@ mod rules;
 mod space;
 
 pub use rules::check;
-pub use space::{candidates, coverage, space};
+pub use space::{candidates, coverage, shape_regime, space};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

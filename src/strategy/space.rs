@@ -4,6 +4,18 @@
 use super::{check, Strategy};
 use crate::spec::{DType, Family, Workload};
 
+/// Which part of the space a shape's candidates come from: 0 for a small side of at most
+/// 32 (split-K streams the long operand first), 1 for 33 to 64 (64-row tiles first), 2 for
+/// the rest. What won in one regime says little of another, so the tuning history ranks
+/// candidates only with measurements from the same one.
+pub fn shape_regime(m: u64, n: u64) -> u8 {
+    match m.min(n) {
+        0..=32 => 0,
+        33..=64 => 1,
+        _ => 2,
+    }
+}
+
 /// The candidate space for a workload, most promising first, each with its validity.
 pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     let mut out = Vec::new();
@@ -23,11 +35,12 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         params: params.into_iter().collect(),
         rationale: why.into(),
     };
-    let skinny = w.headline().m <= 64 || w.headline().n <= 64;
+    let regime = shape_regime(w.headline().m, w.headline().n);
+    let skinny = regime < 2;
     // Above 32 rows on the small side the CUTLASS 3 64-row ping-pong tiles beat the split-K
     // template (measured on the H200, bench/llm-run1.md: M = 64 at 0.31-0.45x cuBLAS with
     // split-K); at 32 and below split-K streams the long operand best.
-    let skinny_first = w.headline().m.min(w.headline().n) <= 32;
+    let skinny_first = regime == 0;
     let skinny_all = w.shapes().iter().all(|sh| sh.m <= 64 || sh.n <= 64);
     let gemm = matches!(w.family(), Family::Gemm | Family::GemmBiasAct);
     if gemm && skinny && skinny_all && !w.dtype().is_fp8() {

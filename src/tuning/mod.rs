@@ -267,13 +267,27 @@ pub struct Known {
     pub vs_vendor: Option<f64>,
 }
 
+/// Measurements further than this many doublings from a shape (summed over m, n, k and
+/// batch) do not rank its candidates: a 4096^3 GEMM's winner says nothing of a GEMV with
+/// K = 2^20 in the same class.
+pub const NEAR_EVIDENCE: f64 = 4.0;
+
 /// For each strategy in `rows` (one class, one GPU), what it did at the nearest shape to
-/// `shape` it was measured on.
+/// `shape` it was measured on, counting only shapes within [`NEAR_EVIDENCE`] doublings and
+/// of the same [`crate::strategy::shape_regime`].
 pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
+    let regime = crate::strategy::shape_regime(shape.m, shape.n);
+    let rows: Vec<&Record> = rows
+        .iter()
+        .filter(|r| {
+            crate::strategy::shape_regime(r.m, r.n) == regime
+                && shape_distance(&r.shape(), shape) <= NEAR_EVIDENCE
+        })
+        .collect();
     // Best correct time per measured shape.
     let key = |r: &Record| (r.m, r.n, r.k, r.batch);
     let mut best: BTreeMap<(u64, u64, u64, u64), f64> = BTreeMap::new();
-    for r in rows {
+    for r in rows.iter().copied() {
         if let (true, Some(us)) = (r.outcome == "correct", r.median_us) {
             let e = best.entry(key(r)).or_insert(us);
             *e = e.min(us);
@@ -588,6 +602,31 @@ mod tests {
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &k, 3), vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn far_shapes_and_other_regimes_do_not_rank_candidates() {
+        let labels: Vec<String> = ["split", "tile"].iter().map(|s| s.to_string()).collect();
+        let at = |strategy: &str, m: u64, n: u64, k: u64, us: f64| {
+            let mut r = rec(strategy, m, "correct", Some(us));
+            (r.n, r.k) = (n, k);
+            r
+        };
+        // A GEMV with K = 2^20: the 4096^3 winner is 20 doublings away, and a 64-row
+        // shape's winner is another regime: neither moves "tile" ahead.
+        let gemv = Shape::gemm(8, 512, 1 << 20);
+        let rows = vec![
+            at("tile", 4096, 4096, 4096, 100.0),
+            at("tile", 64, 512, 1 << 20, 90.0),
+        ];
+        let k = known(&rows, &gemv);
+        assert!(k.is_empty(), "{k:?}");
+        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
+        // Within the regime and a few doublings, it does.
+        let rows = vec![at("tile", 16, 512, 1 << 20, 90.0)];
+        let k = known(&rows, &gemv);
+        assert_eq!(k.len(), 1);
+        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
     }
 
     #[test]
