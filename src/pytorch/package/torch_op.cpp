@@ -258,6 +258,12 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   return d;
 }
 
+// Inputs on the CPU (or anywhere but CUDA) land here: say what the kernel needs.
+at::Tensor run_not_cuda(std::vector<at::Tensor> inputs) {
+  TORCH_CHECK(false, CSW_NAME ": a CUDA kernel; its inputs (", CSW_INPUTS, ") must be CUDA tensors, got ",
+              inputs.empty() ? std::string("none") : inputs[0].device().str());
+}
+
 }  // namespace
 
 // One more expansion step, so the namespace macro becomes its name.
@@ -270,4 +276,8 @@ CSW_LIBRARY(CSW_NAMESPACE, m) {
 
 CSW_LIBRARY_IMPL(CSW_NAMESPACE, CUDA, m) {
   m.impl("run", &run);
+}
+
+CSW_LIBRARY_IMPL(CSW_NAMESPACE, CPU, m) {
+  m.impl("run", &run_not_cuda);
 }
