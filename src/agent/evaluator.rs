@@ -58,6 +58,9 @@ pub struct GpuEvaluator {
     pub timeout: Duration,
     /// Nsight Compute, when found: accepted versions are profiled with it.
     pub ncu: Option<std::path::PathBuf>,
+    /// The one GPU of a pool its workers see (`CUDA_VISIBLE_DEVICES`); `None`: whatever
+    /// this process sees.
+    pub device: Option<String>,
 }
 
 impl Default for GpuEvaluator {
@@ -67,6 +70,7 @@ impl Default for GpuEvaluator {
             runs: 30,
             timeout: Duration::from_secs(300),
             ncu: None,
+            device: None,
         }
     }
 }
@@ -77,18 +81,20 @@ impl Evaluator for GpuEvaluator {
     }
 
     fn probe(&self, w: &Workload) -> Result<Evaluation> {
-        let job = eval::job_for(w, Mode::Baseline, None, 1, self.runs)?;
+        let mut job = eval::job_for(w, Mode::Baseline, None, 1, self.runs)?;
+        job.device = self.device.clone();
         eval::evaluate(&job, self.timeout)
     }
 
     fn evaluate(&self, w: &Workload, so: &Path, _source: &str) -> Result<Evaluation> {
-        let job = eval::job_for(
+        let mut job = eval::job_for(
             w,
             Mode::Check,
             Some(so.to_path_buf()),
             self.seeds,
             self.runs,
         )?;
+        job.device = self.device.clone();
         eval::evaluate(&job, self.timeout)
     }
 
@@ -103,7 +109,16 @@ impl Evaluator for GpuEvaluator {
                 "ncu (Nsight Compute) not found: event timing and static facts only".into(),
             );
         };
-        crate::feedback::profile::ncu_launch(exe, w, false, kernels, so, self.timeout).profiles
+        crate::feedback::profile::ncu_launch(
+            exe,
+            w,
+            false,
+            kernels,
+            so,
+            self.timeout,
+            self.device.as_deref(),
+        )
+        .profiles
     }
 }
 

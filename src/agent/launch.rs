@@ -42,15 +42,107 @@ pub struct Plan {
     pub reply_mode: super::session::ReplyMode,
 }
 
+/// One GPU of a pool: its ordinal among the devices this process sees, its name, and the
+/// `CUDA_VISIBLE_DEVICES` value that shows a worker that device alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpu {
+    pub ordinal: usize,
+    pub name: String,
+    pub visible: String,
+}
+
+/// The GPUs `spec` names (`--gpus`): `all` (or none given) for every visible device, or a
+/// list of ordinals like `0,2,3`. Every GPU of a pool must be of one model: timings and
+/// their ratios are compared across the pool, so mixed models are refused. With the
+/// scripted test double no device is asked: ordinals stand for themselves (`all`: one).
+pub fn gpus(spec: Option<&str>) -> Result<Vec<Gpu>> {
+    let asked = gpu_list(spec)?;
+    let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let visible = |i: usize| visible_as(parent.as_deref(), i);
+    if std::env::var(TEST_EVALUATOR_ENV).is_ok_and(|v| v == "scripted") {
+        let list = asked.unwrap_or_else(|| vec![0]);
+        return Ok(list
+            .into_iter()
+            .map(|i| Gpu {
+                ordinal: i,
+                name: "test double".into(),
+                visible: visible(i),
+            })
+            .collect());
+    }
+    let devices = crate::eval::gpu::devices()?;
+    let list = asked.unwrap_or_else(|| (0..devices.len()).collect());
+    let mut out = Vec::new();
+    for i in list {
+        let d = devices.get(i).ok_or_else(|| {
+            Error::Usage(format!(
+                "--gpus: there is no GPU {i}: this machine shows {} ({})",
+                devices.len(),
+                devices
+                    .iter()
+                    .map(|d| format!("{}: {}", d.ordinal, d.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        out.push(Gpu {
+            ordinal: i,
+            name: d.name.clone(),
+            visible: visible(i),
+        });
+    }
+    if let Some(other) = out.iter().find(|g| g.name != out[0].name) {
+        return Err(Error::Usage(format!(
+            "--gpus: GPU {} is a {} and GPU {} a {}: a pool must be of one model, since \
+             speedups are compared across it; pass --gpus with the ordinals of one kind",
+            out[0].ordinal, out[0].name, other.ordinal, other.name
+        )));
+    }
+    Ok(out)
+}
+
+/// The ordinals `--gpus` lists (`None`: all of them), or why the list is not one.
+fn gpu_list(spec: Option<&str>) -> Result<Option<Vec<usize>>> {
+    let Some(list) = spec.map(str::trim).filter(|s| !s.is_empty() && *s != "all") else {
+        return Ok(None);
+    };
+    let mut v = Vec::new();
+    for part in list.split(',') {
+        let i: usize = part.trim().parse().map_err(|_| {
+            Error::Usage(format!(
+                "--gpus {list:?}: {part:?} is not a GPU ordinal; give `all` or a list like 0,2,3"
+            ))
+        })?;
+        if v.contains(&i) {
+            return Err(Error::Usage(format!(
+                "--gpus {list:?}: GPU {i} is named twice"
+            )));
+        }
+        v.push(i);
+    }
+    Ok(Some(v))
+}
+
+/// How a worker names this process's device `i`: the i-th entry of this process's own
+/// `CUDA_VISIBLE_DEVICES` when set (a Slurm task's, say), else `i`.
+fn visible_as(parent: Option<&str>, i: usize) -> String {
+    parent
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.split(',').nth(i).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| i.to_string())
+}
+
 /// The evaluator for a session: the GPU one (which needs a GPU: `Error::NoGpu`
 /// otherwise), or the scripted test double when `CUTESMITH_TEST_EVALUATOR` asks for it.
-/// Nsight Compute is used when `ncu` is true and found.
+/// Nsight Compute is used when `ncu` is true and found; `device` pins its workers to one
+/// GPU (a [`Gpu::visible`]).
 pub fn evaluator(
     opts: &ToolchainOptions,
     seeds: u64,
     runs: u32,
     timeout_s: u64,
     ncu: bool,
+    device: Option<String>,
 ) -> Result<Arc<dyn Evaluator>> {
     let ev = evaluator::from_env(GpuEvaluator {
         seeds,
@@ -59,6 +151,7 @@ pub fn evaluator(
         ncu: ncu
             .then(|| crate::toolchain::find_extra_tools(opts).ncu.map(|t| t.path))
             .flatten(),
+        device,
     });
     // The evaluator that was chosen decides, not the variable's mere presence.
     if ev.name() == GPU_EVALUATOR {
@@ -210,4 +303,26 @@ fn transcript_replies(dir: &SessionDir, next_version: u32) -> usize {
                 .count()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_lists_parse_and_map_through_the_parents_visible_devices() {
+        assert_eq!(gpu_list(None).unwrap(), None);
+        assert_eq!(gpu_list(Some("all")).unwrap(), None);
+        assert_eq!(gpu_list(Some("0, 2,3")).unwrap(), Some(vec![0, 2, 3]));
+        let e = gpu_list(Some("0,x")).unwrap_err().to_string();
+        assert!(e.contains("\"x\" is not a GPU ordinal"), "{e}");
+        let e = gpu_list(Some("1,1")).unwrap_err().to_string();
+        assert!(e.contains("GPU 1 is named twice"), "{e}");
+        assert_eq!(visible_as(None, 1), "1");
+        assert_eq!(visible_as(Some(""), 1), "1");
+        // A Slurm task given GPUs 4 and 6 sees them as 0 and 1; a worker pinned to its
+        // device 1 must be shown GPU 6.
+        assert_eq!(visible_as(Some("4,6"), 1), "6");
+        assert_eq!(visible_as(Some("GPU-ab12,GPU-cd34"), 0), "GPU-ab12");
+    }
 }

@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// device) and run only the suite's other workloads.
     #[arg(long)]
     pub resume: bool,
+    /// GPUs to spread the suite's workloads over: `all` (default: every visible GPU, of
+    /// one model) or ordinals like `0,1`; each workload's session runs on one of them.
+    #[arg(long, value_name = "all|LIST")]
+    pub gpus: Option<String>,
 }
 
 /// What happened to one candidate (a version of the workload's session).
@@ -194,6 +198,7 @@ pub fn cmd_bench(
         timeout: 300,
         jobs: Some(jobs),
         no_profile: true,
+        gpus: args.gpus.clone(),
         view: ViewArgs {
             stream: false,
             quiet: true,

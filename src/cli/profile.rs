@@ -76,7 +76,9 @@ pub fn cmd_profile(opts: &ToolchainOptions, no_install: bool, args: ProfileArgs)
         None => Err("ncu (Nsight Compute) not found beside nvcc or on PATH".to_string()),
         Some(exe) => {
             eprintln!("profiling one launch under ncu ...");
-            let run = ncu_launch(&exe.path, &workload, args.full, &kernels, &so, timeout);
+            let run = ncu_launch(
+                &exe.path, &workload, args.full, &kernels, &so, timeout, None,
+            );
             if let Some(keep) = &args.save_csv {
                 if let Err(e) = std::fs::write(keep, &run.csv) {
                     eprintln!("could not keep the CSV at {}: {e}", keep.display());

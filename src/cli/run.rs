@@ -90,6 +90,11 @@ pub struct RunArgs {
     /// Do not profile accepted versions under Nsight Compute (faster).
     #[arg(long)]
     pub no_profile: bool,
+    /// GPUs to use: `all` (the default: every visible GPU, which must be of one model) or
+    /// ordinals like `0,2,3`. A suite spreads its workloads over them, one session per GPU
+    /// at a time; a single session runs on the first.
+    #[arg(long, value_name = "all|LIST")]
+    pub gpus: Option<String>,
     #[command(flatten)]
     pub view: ViewArgs,
     #[command(flatten)]
@@ -211,12 +216,22 @@ pub fn new_session(
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = ensure_toolchain(opts, no_install)?;
+    // Pinned to the first GPU of --gpus (a suite gives each session one of its pool).
+    let device = if args.gpus.is_some() {
+        launch::gpus(args.gpus.as_deref())?
+            .into_iter()
+            .next()
+            .map(|g| g.visible)
+    } else {
+        None
+    };
     let ev = launch::evaluator(
         opts,
         args.seeds,
         args.timing_runs,
         args.timeout,
         !args.no_profile,
+        device,
     )?;
     warn_if_test_double(&ev);
     let plan = Plan {
@@ -289,7 +304,14 @@ pub fn open_session(
         root,
         tc,
         |spec| {
-            let ev = launch::evaluator(opts, spec.seeds, spec.timing_runs, spec.timeout_s, true)?;
+            let ev = launch::evaluator(
+                opts,
+                spec.seeds,
+                spec.timing_runs,
+                spec.timeout_s,
+                true,
+                None,
+            )?;
             warn_if_test_double(&ev);
             Ok(ev)
         },

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::run::{self, RunArgs};
 use super::{EXIT_ERROR, EXIT_OK};
@@ -86,16 +86,22 @@ impl EventSink for Shared {
 }
 
 /// One workload of a suite run: its session directory, exit code and final state, or
-/// the error that stopped it.
+/// the error that stopped it, and the GPU of the pool it ran on (when pinned).
 pub struct SuiteRow {
     pub workload: String,
     pub result: std::result::Result<(PathBuf, i32, State), String>,
+    pub gpu: Option<usize>,
 }
 
-/// Runs every workload of `suite` as a session, one after another, with a progress bar
-/// and one events file for the suite; a failed workload is recorded and passed over.
-/// `after_each` sees the rows so far after every workload (a crash then loses at most
-/// the one in flight). Returns the rows and the events file.
+/// Runs every workload of `suite` as a session, with a progress bar and one events file
+/// for the suite; a failed workload is recorded and passed over. With a pool of several
+/// GPUs (`--gpus`, default every visible one) one thread per GPU takes the next workload
+/// in the suite's order and runs its session pinned to that GPU (its workers see only
+/// it, so each candidate and its baselines are timed on one GPU, one evaluation per GPU
+/// at a time), with a progress line per GPU; nvcc's parallel jobs are shared out among
+/// them. `after_each` sees the rows finished so far, in the suite's order, after every
+/// workload (a crash then loses at most the ones in flight). Returns the rows and the
+/// events file.
 pub fn run_sessions(
     opts: &ToolchainOptions,
     no_install: bool,
@@ -107,26 +113,46 @@ pub fn run_sessions(
 ) -> Result<(Vec<SuiteRow>, PathBuf)> {
     std::fs::create_dir_all(&args.runs_dir)
         .map_err(|e| crate::error::Error::io(&args.runs_dir, e))?;
+    // The pool: pinned GPUs when there are several or --gpus names them, else whatever
+    // the worker sees (one slot, unpinned).
+    let pool = crate::agent::launch::gpus(args.gpus.as_deref())?;
+    let slots: Vec<Option<crate::agent::launch::Gpu>> = if pool.len() > 1 || args.gpus.is_some() {
+        pool.into_iter().map(Some).collect()
+    } else {
+        vec![None]
+    };
     let stamp = crate::clock::now_rfc3339().replace([':', '-'], "");
     let events_path = args.runs_dir.join(format!("suite-{name}-{stamp}.jsonl"));
     let suite_events: Arc<dyn EventSink> = Arc::new(JsonlSink::open(&events_path)?);
-    let pb = ProgressBar::new(suite.workloads.len() as u64);
+    let mp = MultiProgress::new();
+    let pb = mp.add(ProgressBar::new(suite.workloads.len() as u64));
     pb.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {bar:20} {pos}/{len} {wide_msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     pb.enable_steady_tick(Duration::from_millis(500));
+    let pool_text = match slots.as_slice() {
+        [None] => String::new(),
+        s => format!(
+            " on {} GPU{} ({})",
+            s.len(),
+            if s.len() == 1 { "" } else { "s" },
+            s.iter()
+                .flatten()
+                .map(|g| format!("{}: {}", g.ordinal, g.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     say(
         &pb,
         format!(
-            "suite {name}: {} ({} workloads); events in {}",
+            "suite {name}: {} ({} workloads){pool_text}; events in {}",
             suite.description,
             suite.workloads.len(),
             events_path.display()
         ),
     );
-    let rt = run::runtime()?;
-    let mut rows = Vec::new();
     if let Some(other) = suite
         .provider
         .as_deref()
@@ -137,38 +163,128 @@ pub fn run_sessions(
             format!("suite {name}: unknown provider {other:?}; using the default"),
         );
     }
-    for w in &suite.workloads {
-        let a = args_for(args, suite, w);
-        let extra: Vec<Box<dyn EventSink>> = vec![
-            Box::new(ProgressSink {
-                pb: pb.clone(),
-                workload: w.clone(),
-                best: Mutex::new(None),
-            }),
-            Box::new(Shared(suite_events.clone())),
-        ];
-        let result = run::new_session(opts, no_install, config, &a, extra).and_then(|mut e| {
-            let root = e.dir.root.clone();
-            run::interruptible(&rt, &root, async move { e.run().await })??;
-            let dir = SessionDir::open(&root)?;
-            let state = dir.load_state()?;
-            Ok((root.clone(), run::exit_code(&dir, &state), state))
-        });
-        if let Err(e) = &result {
-            say(
-                &pb,
-                format!("{w}: ERROR {e} (going on with the next workload)"),
-            );
+    // One progress line per GPU when there are several; else the suite's bar.
+    let bars: Vec<ProgressBar> = if slots.len() > 1 {
+        slots
+            .iter()
+            .map(|g| {
+                let b = mp.add(ProgressBar::new_spinner());
+                b.set_style(
+                    ProgressStyle::with_template("  {prefix} {wide_msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                b.set_prefix(
+                    g.as_ref()
+                        .map_or_else(String::new, |g| format!("GPU {}:", g.ordinal)),
+                );
+                b.enable_steady_tick(Duration::from_millis(500));
+                b
+            })
+            .collect()
+    } else {
+        vec![pb.clone()]
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(crate::toolchain::compile::default_jobs);
+    let jobs_each = (jobs / slots.len()).max(1);
+    let next = Mutex::new(0usize);
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, SuiteRow)>();
+    let mut done: Vec<Option<SuiteRow>> = (0..suite.workloads.len()).map(|_| None).collect();
+    let mut failed_after_each: Option<crate::error::Error> = None;
+    std::thread::scope(|scope| {
+        for (slot, gpu) in slots.iter().enumerate() {
+            let tx = tx.clone();
+            let bar = bars[slot].clone();
+            let (next, suite_events) = (&next, suite_events.clone());
+            scope.spawn(move || {
+                let rt = match run::runtime() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        say(&bar, format!("cannot start a runtime: {e}"));
+                        return;
+                    }
+                };
+                loop {
+                    let i = {
+                        let Ok(mut n) = next.lock() else { return };
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let Some(w) = suite.workloads.get(i) else {
+                        bar.set_message("done");
+                        return;
+                    };
+                    let mut a = args_for(args, suite, w);
+                    a.jobs = Some(jobs_each);
+                    if let Some(g) = gpu {
+                        a.gpus = Some(g.ordinal.to_string());
+                    }
+                    let extra: Vec<Box<dyn EventSink>> = vec![
+                        Box::new(ProgressSink {
+                            pb: bar.clone(),
+                            workload: w.clone(),
+                            best: Mutex::new(None),
+                        }),
+                        Box::new(Shared(suite_events.clone())),
+                    ];
+                    let result =
+                        run::new_session(opts, no_install, config, &a, extra).and_then(|mut e| {
+                            let root = e.dir.root.clone();
+                            run::interruptible(&rt, &root, async move { e.run().await })??;
+                            let dir = SessionDir::open(&root)?;
+                            let state = dir.load_state()?;
+                            Ok((root.clone(), run::exit_code(&dir, &state), state))
+                        });
+                    if let Err(e) = &result {
+                        say(
+                            &bar,
+                            format!("{w}: ERROR {e} (going on with the next workload)"),
+                        );
+                    }
+                    let row = SuiteRow {
+                        workload: w.clone(),
+                        result: result.map_err(|e| e.to_string()),
+                        gpu: gpu.as_ref().map(|g| g.ordinal),
+                    };
+                    if tx.send((i, row)).is_err() {
+                        return;
+                    }
+                }
+            });
         }
-        rows.push(SuiteRow {
-            workload: w.clone(),
-            result: result.map_err(|e| e.to_string()),
-        });
-        after_each(&rows)?;
-        pb.inc(1);
+        drop(tx);
+        // Rows as they finish; after_each sees the finished ones in the suite's order.
+        for (i, row) in rx {
+            done[i] = Some(row);
+            pb.inc(1);
+            if failed_after_each.is_none() {
+                let rows: Vec<SuiteRow> = done.iter().flatten().map(SuiteRow::clone_row).collect();
+                if let Err(e) = after_each(&rows) {
+                    failed_after_each = Some(e);
+                }
+            }
+        }
+    });
+    for b in &bars {
+        b.finish_and_clear();
     }
     pb.finish_and_clear();
-    Ok((rows, events_path))
+    if let Some(e) = failed_after_each {
+        return Err(e);
+    }
+    Ok((done.into_iter().flatten().collect(), events_path))
+}
+
+impl SuiteRow {
+    fn clone_row(&self) -> SuiteRow {
+        SuiteRow {
+            workload: self.workload.clone(),
+            result: self.result.clone(),
+            gpu: self.gpu,
+        }
+    }
 }
 
 /// The arguments of one workload's session in a suite: the command line's, with the
@@ -222,12 +338,15 @@ pub fn cmd_run_suite(
     let (rows, events) = run_sessions(opts, no_install, config, &args, name, &suite, &mut |_| {
         Ok(())
     })?;
-    println!("suite {name}:\n| workload | session | best | goal |\n| --- | --- | --- | --- |");
+    println!(
+        "suite {name}:\n| workload | GPU | session | best | goal |\n| --- | --- | --- | --- | --- |"
+    );
     for r in &rows {
         match &r.result {
             Ok((root, code, state)) => println!(
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 r.workload,
+                r.gpu.map_or_else(|| "-".to_string(), |g| g.to_string()),
                 root.display(),
                 state
                     .best
@@ -235,7 +354,11 @@ pub fn cmd_run_suite(
                     .unwrap_or_else(|| "none".into()),
                 if *code == EXIT_OK { "met" } else { "NOT met" }
             ),
-            Err(e) => println!("| {} | - | - | error: {e} |", r.workload),
+            Err(e) => println!(
+                "| {} | {} | - | - | error: {e} |",
+                r.workload,
+                r.gpu.map_or_else(|| "-".to_string(), |g| g.to_string())
+            ),
         }
     }
     let states: Vec<&crate::agent::session::State> = rows

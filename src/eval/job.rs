@@ -84,6 +84,10 @@ pub struct Job {
     /// (`RLIMIT_FSIZE`; over it the write fails with SIGXFSZ and the fault is `resource`).
     #[serde(default)]
     pub file_size_limit: Option<u64>,
+    /// The GPU the worker may see (its `CUDA_VISIBLE_DEVICES`, as this process names the
+    /// device); `None` leaves the variable as this process has it.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// How a candidate failed, as data. The agent routes on this; it is never an `Err`.

@@ -285,6 +285,7 @@ pub fn job_for(
         host_validation: std::env::var("CUTESMITH_HOST_VALIDATION").is_ok_and(|v| v == "1"),
         host_memory_limit: host_budget(),
         file_size_limit: Some(WORKER_FILE_SIZE_LIMIT),
+        device: None,
     })
 }
 

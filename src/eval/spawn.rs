@@ -99,6 +99,10 @@ pub fn spawn_program(
         .current_dir(dir.path())
         .env_clear()
         .envs(worker_env(std::env::vars(), dir.path()));
+    if let Some(device) = &job.device {
+        // Pinned to one GPU of a pool: the worker sees that device only, as its device 0.
+        cmd.env("CUDA_VISIBLE_DEVICES", device);
+    }
     // Hard limits the kernel enforces on the worker and all it starts: CPU time (a
     // backstop behind the wall-clock timeout: four cores busy for all of it) and the size
     // of any file written.

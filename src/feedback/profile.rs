@@ -248,6 +248,7 @@ pub fn ncu_launch(
     kernels: &[String],
     so: &Path,
     timeout: Duration,
+    device: Option<&str>,
 ) -> NcuRun {
     let failed = |why: String| NcuRun {
         profiles: Err(why),
@@ -263,6 +264,7 @@ pub fn ncu_launch(
         Err(e) => return failed(e.to_string()),
     };
     job.shapes = vec![0];
+    job.device = device.map(str::to_string);
     let under = Under::Profiler {
         exe,
         args: ncu::args(kernels, full, &log),

@@ -853,3 +853,99 @@ async fn the_debug_prompt_quotes_the_cute_declarations_a_compile_error_points_at
     assert!(!user_text(&b[0]).contains("headers on this machine"));
     assert_eq!(state_of(&root).best, Some(2));
 }
+
+/// The first and last `ts` of a session's events file (RFC 3339 to the second: they
+/// compare as strings).
+fn session_span(root: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(root.join("events.jsonl")).unwrap();
+    let ts: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("ts").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    (ts.first().unwrap().clone(), ts.last().unwrap().clone())
+}
+
+/// `run SUITE --gpus 0,1`: one thread per GPU takes the next workload, so two sessions
+/// run at once, each pinned to its GPU; every workload finishes and the table says where
+/// each ran.
+#[test]
+fn a_suite_spreads_its_workloads_over_the_gpu_pool() {
+    let Some(_tc) = toolchain() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let wdir = tmp.path().join("workloads");
+    std::fs::create_dir_all(wdir.join("suites")).unwrap();
+    let spec = std::fs::read_to_string(fixture("workloads/relu_bf16_small.toml")).unwrap();
+    // Named by their files.
+    let spec: String = spec
+        .lines()
+        .filter(|l| !l.starts_with("name ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let names = ["relu_a", "relu_b", "relu_c", "relu_d"];
+    for n in names {
+        std::fs::write(wdir.join(format!("{n}.toml")), &spec).unwrap();
+    }
+    std::fs::write(
+        wdir.join("suites/pool.toml"),
+        format!(
+            "description = \"four small workloads\"\nworkloads = [{}]\n",
+            names.map(|n| format!("\"{n}\"")).join(", ")
+        ),
+    )
+    .unwrap();
+    // One correct reply per session (the transcript is replayed from the start by each).
+    let transcript = tmp.path().join("one.toml");
+    std::fs::write(
+        &transcript,
+        format!(
+            "[[reply]]\ntext = '''\n{}'''\n",
+            reply("first", &kernel("median_us=100", ""))
+        ),
+    )
+    .unwrap();
+    let runs = tmp.path().join("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["run", "pool", "--workloads-dir"])
+        .arg(&wdir)
+        .arg("--replay")
+        .arg(&transcript)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .args(["--gpus", "0,1", "--rounds", "1", "--no-profile"])
+        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "3000")
+        .env("CUTESMITH_TUNING_DB", "off")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("on 2 GPUs (0: test double, 1: test double)"),
+        "{stderr}"
+    );
+    // Every workload has a row with its GPU; both GPUs were used.
+    let mut by_gpu: Vec<(String, PathBuf)> = Vec::new();
+    for n in names {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {n} |")))
+            .unwrap_or_else(|| panic!("no row for {n} in\n{stdout}"));
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert!(cells[2] == "0" || cells[2] == "1", "{line}");
+        by_gpu.push((cells[2].to_string(), PathBuf::from(cells[3])));
+    }
+    assert!(by_gpu.iter().any(|(g, _)| g == "0") && by_gpu.iter().any(|(g, _)| g == "1"));
+    // Sessions on different GPUs overlapped in time.
+    let overlapped = by_gpu.iter().any(|(g0, r0)| {
+        by_gpu.iter().any(|(g1, r1)| {
+            let ((s0, e0), (s1, e1)) = (session_span(r0), session_span(r1));
+            g0 != g1 && s0 < e1 && s1 < e0
+        })
+    });
+    assert!(overlapped, "no two sessions ran at once:\n{stdout}");
+}
