@@ -176,12 +176,30 @@ impl Engine {
             Stage::Validate => self.validate_stage()?,
             Stage::Done => return Ok(()),
         };
-        let next = machine::next(stage, outcome).ok_or_else(|| {
+        let mut next = machine::next(stage, outcome).ok_or_else(|| {
             Error::Usage(format!(
                 "internal: no transition from {} on {outcome:?}",
                 stage.name()
             ))
         })?;
+        // A batch (samples of a round, a population): each version is compiled and
+        // validated in turn, whatever the one before did; after the last, a correct one
+        // found on the way is what the session goes on from (no debugging of a loser).
+        if matches!(stage, Stage::Compile | Stage::Validate)
+            && matches!(next, Stage::Debug | Stage::Optimize)
+        {
+            if !self.state.pending.is_empty() {
+                let v = self.state.pending.remove(0);
+                self.state.current = Some(v);
+                next = Stage::Compile;
+            } else if self.state.batch {
+                self.state.batch = false;
+                if next == Stage::Debug && self.state.best.is_some() {
+                    self.state.current = self.state.best;
+                    next = Stage::Optimize;
+                }
+            }
+        }
         if next == Stage::Done && self.state.stop_reason.is_none() {
             self.state.stop_reason = Some(note.clone());
         }
@@ -405,6 +423,12 @@ impl Engine {
             tried: self.state.memory.tried(),
         };
         let use_seed = self.seed.is_some() && self.state.seeded < self.spec.seed_from_builtin;
+        if stage == Stage::Generate && !use_seed {
+            if let Some(done) = self.population(&ask).await? {
+                return Ok(done);
+            }
+        }
+        let first_messages = ask.messages.clone();
         let Some(first) = self.propose(&ask, use_seed).await? else {
             if use_seed {
                 // The built-in candidates are spent: the session's own provider goes on.
@@ -424,6 +448,184 @@ impl Engine {
             Stage::Optimize => self.state.best,
             _ => None,
         };
+        let Some((n, change)) = self
+            .version_from_reply(&mut ask, first, parent, use_seed)
+            .await?
+        else {
+            self.count_failed_proposal(stage);
+            return Ok((
+                Outcome::NoCode,
+                "no usable code, even after the repair request".into(),
+            ));
+        };
+        // --samples: more replies to the same optimize request, each a version of its
+        // own; all are evaluated (see `step`) and the fastest correct one is kept.
+        let mut batch = vec![n];
+        if stage == Stage::Optimize && !use_seed {
+            for _ in 1..self.spec.samples.max(1) {
+                let mut more = Ask {
+                    purpose,
+                    version: self.state.next_version,
+                    messages: first_messages.clone(),
+                    tried: self.state.memory.tried(),
+                };
+                let Some(r) = self.propose(&more, false).await? else {
+                    break;
+                };
+                if let Some((m, _)) = self.version_from_reply(&mut more, r, parent, false).await? {
+                    batch.push(m);
+                }
+            }
+        }
+        // Built-in seed candidates are not the provider's optimization rounds.
+        if stage == Stage::Optimize && !use_seed {
+            self.state.spent.rounds += 1;
+        }
+        let note = if batch.len() > 1 {
+            format!(
+                "v{n}: {change} (and {} more sample{}: {})",
+                batch.len() - 1,
+                if batch.len() == 2 { "" } else { "s" },
+                batch[1..]
+                    .iter()
+                    .map(|v| format!("v{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("v{n}: {change}")
+        };
+        self.start_batch(batch);
+        Ok((Outcome::Proposed, note))
+    }
+
+    /// Makes `batch` (versions just written) the ones to compile and validate next: the
+    /// first now, the rest after it (see `step`).
+    fn start_batch(&mut self, batch: Vec<u32>) {
+        self.state.current = batch.first().copied();
+        self.state.batch = batch.len() > 1;
+        self.state.pending = batch.into_iter().skip(1).collect();
+    }
+
+    /// `--population N` on the first generation: the model proposes N distinct strategies
+    /// (strategy blocks only), each is then asked for as its own implementation, and all
+    /// are evaluated; the fastest correct one becomes the evolving kernel (cuPilot's
+    /// strategy-level population ahead of the one-kernel loop). `None`: not asked for,
+    /// already done, or the model gave fewer than two strategies (the plain generate
+    /// request goes on).
+    async fn population(&mut self, generate: &Ask) -> Result<Option<(Outcome, String)>> {
+        let want = self.spec.population;
+        if want < 2
+            || self.state.population_asked
+            || !self.state.versions.is_empty()
+            || !self.provider.reads_prompts()
+        {
+            return Ok(None);
+        }
+        self.state.population_asked = true;
+        let with = |ask: &Ask, extra: String| {
+            let mut messages = ask.messages.clone();
+            if let Some(last) = messages.iter_mut().rev().find(|m| m.role == "user") {
+                last.content.push_str("\n\n");
+                last.content.push_str(&extra);
+            }
+            messages
+        };
+        let ask = Ask {
+            purpose: Purpose::Population,
+            version: self.state.next_version,
+            messages: with(
+                generate,
+                self.prompts
+                    .render("population", &minijinja::context! { n => want })?,
+            ),
+            tried: self.state.memory.tried(),
+        };
+        let Some(r) = self.propose(&ask, false).await? else {
+            return Ok(None);
+        };
+        let mut strategies: Vec<StrategyNote> = Vec::new();
+        for s in reply::strategies(&r.text) {
+            if !strategies.iter().any(|t| t.change == s.change) && strategies.len() < want as usize
+            {
+                strategies.push(s);
+            }
+        }
+        if strategies.len() < 2 {
+            self.emit(Event::Note {
+                text: format!(
+                    "population: the reply named {} distinct strateg{} (asked for {want}); generating one kernel instead",
+                    strategies.len(),
+                    if strategies.len() == 1 { "y" } else { "ies" }
+                ),
+            });
+            return Ok(None);
+        }
+        self.emit(Event::Note {
+            text: format!(
+                "population: {} strategies: {}",
+                strategies.len(),
+                strategies
+                    .iter()
+                    .map(|s| s.change.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
+        let mut made = Vec::new();
+        let total = strategies.len();
+        for (i, s) in strategies.into_iter().enumerate() {
+            let extra = self.prompts.render(
+                "population_member",
+                &minijinja::context! {
+                    i => i + 1, n => total, change => s.change, why => s.why,
+                    expected_gain => s.expected_gain,
+                },
+            )?;
+            let mut member = Ask {
+                purpose: Purpose::Generate,
+                version: self.state.next_version,
+                messages: with(generate, extra),
+                tried: self.state.memory.tried(),
+            };
+            let Some(r) = self.propose(&member, false).await? else {
+                break;
+            };
+            if let Some((v, _)) = self.version_from_reply(&mut member, r, None, false).await? {
+                made.push(v);
+            }
+        }
+        if made.is_empty() {
+            self.count_failed_proposal(Stage::Generate);
+            return Ok(Some((
+                Outcome::NoCode,
+                "population: no member gave usable code".into(),
+            )));
+        }
+        let note = format!(
+            "population of {}: {}",
+            made.len(),
+            made.iter()
+                .map(|v| format!("v{v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        self.start_batch(made);
+        Ok(Some((Outcome::Proposed, note)))
+    }
+
+    /// Turns a reply to `ask` into version `ask.version` (its files written, recorded as
+    /// the current one): the whole file, or edits on `parent`'s source; one repair request
+    /// when neither is usable. `None` (recorded in the memory) when even that fails.
+    async fn version_from_reply(
+        &mut self,
+        ask: &mut Ask,
+        first: Reply,
+        parent: Option<u32>,
+        use_seed: bool,
+    ) -> Result<Option<(u32, String)>> {
+        let n = self.state.next_version;
+        let purpose = ask.purpose;
         let base = parent.and_then(|p| self.dir.version_source(p).ok());
         let mut parsed = reply::parse(&first.text);
         let mut text = first.text;
@@ -436,7 +638,7 @@ impl Engine {
             ask.messages
                 .push(Message::user(self.prompts.render("repair", &ctx)?));
             ask.purpose = Purpose::Repair;
-            if let Some(r) = self.propose(&ask, use_seed).await? {
+            if let Some(r) = self.propose(ask, use_seed).await? {
                 parsed = reply::parse(&r.text);
                 text = r.text;
                 code = parsed.kernel(base.as_deref());
@@ -453,11 +655,7 @@ impl Engine {
                     .unwrap_or_else(|| "(no strategy stated)".into()),
                 verdict: Verdict::NoCode,
             });
-            self.count_failed_proposal(stage);
-            return Ok((
-                Outcome::NoCode,
-                "no usable code, even after the repair request".into(),
-            ));
+            return Ok(None);
         };
         let strategy = parsed.strategy.unwrap_or_else(|| StrategyNote {
             change: "(no strategy stated)".into(),
@@ -474,11 +672,7 @@ impl Engine {
         }
         self.dir.write_version(n, &code, &text, &strategy)?;
         self.add_version(n, parent, origin, &strategy.change);
-        // Built-in seed candidates are not the provider's optimization rounds.
-        if stage == Stage::Optimize && !use_seed {
-            self.state.spent.rounds += 1;
-        }
-        Ok((Outcome::Proposed, format!("v{n}: {}", strategy.change)))
+        Ok(Some((n, strategy.change)))
     }
 
     /// Records a new version (its files already written) as the current one.
@@ -566,7 +760,7 @@ impl Engine {
             },
         )?;
         let user = match purpose {
-            Purpose::Generate | Purpose::Repair => self.prompts.render(
+            Purpose::Generate | Purpose::Repair | Purpose::Population => self.prompts.render(
                 "generate",
                 &minijinja::context! {
                     w => wf,

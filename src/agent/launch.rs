@@ -40,6 +40,10 @@ pub struct Plan {
     pub max_candidates: usize,
     /// Whether optimize and debug prompts invite edit replies.
     pub reply_mode: super::session::ReplyMode,
+    /// Replies per optimization round (`--samples`).
+    pub samples: u32,
+    /// Strategies of the first generation (`--population`).
+    pub population: u32,
 }
 
 /// One GPU of a pool: its ordinal among the devices this process sees, its name, and the
@@ -245,6 +249,8 @@ pub fn create(
         max_candidates: plan.max_candidates,
         sandboxed: !crate::sandbox::disabled(),
         reply_mode: plan.reply_mode,
+        samples: plan.samples.max(1),
+        population: plan.population,
     };
     let dir = SessionDir::create(runs_dir, &spec.id)?;
     let events = events(&dir.root)?;

@@ -18,6 +18,11 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("debug", include_str!("../../prompts/debug.j2")),
     ("optimize", include_str!("../../prompts/optimize.j2")),
     ("repair", include_str!("../../prompts/repair.j2")),
+    ("population", include_str!("../../prompts/population.j2")),
+    (
+        "population_member",
+        include_str!("../../prompts/population_member.j2"),
+    ),
 ];
 
 /// The prompt templates, loaded once per session.

@@ -304,6 +304,23 @@ pub fn numbered(source: &str) -> String {
         .collect()
 }
 
+/// Every strategy block of a reply, in order (a population reply holds several).
+pub fn strategies(text: &str) -> Vec<StrategyNote> {
+    let Some(fence) = FENCE.as_ref() else {
+        return Vec::new();
+    };
+    fence
+        .captures_iter(text)
+        .filter(|c| {
+            let tag = c.get(1).map_or("", |m| m.as_str()).to_ascii_lowercase();
+            let body = c.get(2).map_or("", |m| m.as_str());
+            tag == "strategy" || tag == "json" && body.contains("\"change\"")
+        })
+        .filter_map(|c| parse_strategy(c.get(2).map_or("", |m| m.as_str())))
+        .filter(|s| !s.change.trim().is_empty())
+        .collect()
+}
+
 fn parse_strategy(body: &str) -> Option<StrategyNote> {
     if let Ok(n) = serde_json::from_str::<StrategyNote>(body.trim()) {
         return Some(n);

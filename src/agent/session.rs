@@ -70,6 +70,18 @@ pub struct SessionSpec {
     /// Whether optimize and debug prompts invite edit replies.
     #[serde(default)]
     pub reply_mode: ReplyMode,
+    /// Replies asked for per optimization round, each evaluated; the fastest correct one
+    /// is kept (`--samples`).
+    #[serde(default = "default_samples")]
+    pub samples: u32,
+    /// Strategies the first generation starts from, each implemented and evaluated; the
+    /// best becomes the evolving kernel (`--population`; 0 or 1: one kernel).
+    #[serde(default)]
+    pub population: u32,
+}
+
+fn default_samples() -> u32 {
+    1
 }
 
 /// How the model is asked to answer optimize and debug requests. A whole file is accepted
@@ -157,6 +169,16 @@ pub struct State {
     #[serde(default)]
     pub hint: Option<String>,
     pub stop_reason: Option<String>,
+    /// Versions of the current batch (samples of one round, or a population) still to be
+    /// compiled and validated, in order.
+    #[serde(default)]
+    pub pending: Vec<u32>,
+    /// Whether the current version belongs to a batch of several.
+    #[serde(default)]
+    pub batch: bool,
+    /// Whether the population request was made (it is made once per session).
+    #[serde(default)]
+    pub population_asked: bool,
 }
 
 impl State {
@@ -175,6 +197,9 @@ impl State {
             seeded: 0,
             hint: None,
             stop_reason: None,
+            pending: Vec::new(),
+            batch: false,
+            population_asked: false,
         }
     }
 

@@ -187,6 +187,8 @@ pub fn cmd_bench(
         reply_mode: None,
         slurm: Default::default(),
         rounds,
+        samples: 1,
+        population: 0,
         debug_attempts: rounds,
         patience: rounds,
         max_tokens: 0,

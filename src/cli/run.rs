@@ -57,6 +57,15 @@ pub struct RunArgs {
     /// Optimization rounds.
     #[arg(long, default_value_t = 8)]
     pub rounds: u32,
+    /// Replies asked for per optimization round, each compiled and evaluated; the fastest
+    /// correct one is kept.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub samples: u32,
+    /// First generation from a population: the model proposes N distinct strategies
+    /// (strategy blocks only), each is implemented and evaluated, and the best becomes
+    /// the evolving kernel. 0: one first kernel.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub population: u32,
     /// Failed debug attempts in a row before reverting to the best version.
     #[arg(long, default_value_t = 3)]
     pub debug_attempts: u32,
@@ -256,6 +265,8 @@ pub fn new_session(
             Some(m) => m,
             None => config_reply_mode(config)?,
         },
+        samples: args.samples,
+        population: args.population,
     };
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
     launch::create(&args.runs_dir, &workload, plan, tc, ev, jobs, |dir| {

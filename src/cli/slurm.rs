@@ -151,6 +151,10 @@ pub fn task_args(a: &RunArgs, runs: &Path, workloads_dir: &Path) -> Vec<String> 
         a.max_cost.to_string(),
         "--max-time".into(),
         a.max_time.to_string(),
+        "--samples".into(),
+        a.samples.to_string(),
+        "--population".into(),
+        a.population.to_string(),
         "-q".into(),
     ];
     if a.builtin {

@@ -31,6 +31,8 @@ pub enum Purpose {
     Optimize,
     /// The last reply had no usable code: ask once more, saying what was missing.
     Repair,
+    /// Distinct strategies for a first kernel, strategy blocks only (`--population`).
+    Population,
 }
 
 impl Purpose {
@@ -40,6 +42,7 @@ impl Purpose {
             Purpose::Debug => "debug",
             Purpose::Optimize => "optimize",
             Purpose::Repair => "repair",
+            Purpose::Population => "population",
         }
     }
 }

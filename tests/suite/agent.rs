@@ -95,6 +95,8 @@ fn model_spec(id: &str, w: &Workload, model: &ModelConfig, rounds: u32) -> Sessi
         max_candidates: 4,
         sandboxed: true,
         reply_mode: ReplyMode::Auto,
+        samples: 1,
+        population: 0,
     }
 }
 
@@ -107,11 +109,23 @@ async fn run_mock_session(
     id: &str,
     rounds: u32,
 ) -> (tempfile::TempDir, PathBuf) {
+    run_mock_session_with(tc, uri, id, rounds, |_| {}).await
+}
+
+/// [`run_mock_session`] with the session's spec adjusted first.
+async fn run_mock_session_with(
+    tc: &cutesmith::toolchain::Toolchain,
+    uri: &str,
+    id: &str,
+    rounds: u32,
+    adjust: impl FnOnce(&mut SessionSpec),
+) -> (tempfile::TempDir, PathBuf) {
     std::env::set_var("CUTESMITH_TEST_MODEL_KEY", "sk-test-secret");
     let model = mock_model_config(uri, 1);
     let runs = tempfile::tempdir().unwrap();
     let w = Workload::load(fixture("workloads/relu_bf16_small.toml")).unwrap();
-    let spec = model_spec(id, &w, &model, rounds);
+    let mut spec = model_spec(id, &w, &model, rounds);
+    adjust(&mut spec);
     let dir = SessionDir::create(runs.path(), &spec.id).unwrap();
     let root = dir.root.clone();
     let parts = Parts {
@@ -948,4 +962,100 @@ fn a_suite_spreads_its_workloads_over_the_gpu_pool() {
         })
     });
     assert!(overlapped, "no two sessions ran at once:\n{stdout}");
+}
+
+/// `--samples 2`: one optimization round asks the same question twice, both replies become
+/// versions, both are evaluated, and the faster correct one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_two_evaluates_both_replies_and_keeps_the_faster() {
+    let Some(tc) = toolchain() else { return };
+    let server = mock_model::serve(vec![
+        sse(&reply("first", &kernel("median_us=100", "// v1"))),
+        sse(&reply("sample one", &kernel("median_us=90", "// v2"))),
+        sse(&reply("sample two", &kernel("median_us=70", "// v3"))),
+    ])
+    .await;
+    let (_runs, root) =
+        run_mock_session_with(&tc, &server.uri(), "samples", 1, |s| s.samples = 2).await;
+    let b = bodies(&server.received_requests().await.unwrap());
+    assert_eq!(
+        b.len(),
+        3,
+        "one generate request, then two samples of one round"
+    );
+    // Both samples answer the same optimize request.
+    assert_eq!(user_text(&b[1]), user_text(&b[2]));
+    let st = state_of(&root);
+    assert_eq!(st.versions.len(), 3);
+    for v in &st.versions {
+        assert_eq!(v.status, "correct", "v{} was not evaluated: {v:?}", v.n);
+    }
+    assert_eq!(st.versions[1].parent, Some(1));
+    assert_eq!(st.versions[2].parent, Some(1));
+    assert_eq!(st.best, Some(3));
+    assert_eq!(st.best_us, Some(70.0));
+    assert_eq!(st.spent.rounds, 1, "two samples are one round");
+    assert!(st.pending.is_empty() && !st.batch);
+}
+
+/// `--population 3`: the first request asks for three strategies only; each is then asked
+/// for as its own implementation; all three are evaluated (the failing one is not
+/// debugged once a correct one exists), and the session goes on from the fastest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn population_three_asks_for_strategies_implements_each_and_continues_from_the_best() {
+    let Some(tc) = toolchain() else { return };
+    let strategies = [
+        ("one CTA per row, vectorized", "memory-bound"),
+        ("a persistent grid with four vectors in flight", "latency"),
+        ("warp-per-chunk with shuffles", "fewer barriers"),
+    ];
+    let mut pop = String::from("Three strategies:\n");
+    for (change, why) in strategies {
+        pop.push_str(&format!(
+            "```strategy\nchange: {change}\nwhy: {why}\nexpected_gain: 1.1x\n```\n"
+        ));
+    }
+    let server = mock_model::serve(vec![
+        sse(&pop),
+        sse(&reply(strategies[0].0, &kernel("median_us=100", "// A"))),
+        sse(&reply(strategies[1].0, &kernel("median_us=60", "// B"))),
+        sse(&reply(strategies[2].0, &kernel("wrong", "// C"))),
+        sse(&reply("tune B", &kernel("median_us=50", "// B2"))),
+    ])
+    .await;
+    let (_runs, root) =
+        run_mock_session_with(&tc, &server.uri(), "population", 1, |s| s.population = 3).await;
+    let b = bodies(&server.received_requests().await.unwrap());
+    assert_eq!(b.len(), 5, "population, three members, one optimize round");
+    let first = user_text(&b[0]);
+    assert!(
+        first.contains("Do not write code yet") && first.contains("propose 3 distinct"),
+        "{first}"
+    );
+    for (i, (change, _)) in strategies.iter().enumerate() {
+        let t = user_text(&b[i + 1]);
+        assert!(
+            t.contains(&format!("Implement this strategy ({} of the 3", i + 1))
+                && t.contains(&format!("change: {change}")),
+            "member {i}: {t}"
+        );
+    }
+    // The optimize round starts from B (the fastest correct member), not from C (wrong).
+    let opt = user_text(&b[4]);
+    assert!(
+        opt.contains("median_us=60") && opt.contains("// B"),
+        "{opt}"
+    );
+    let st = state_of(&root);
+    let status: Vec<&str> = st.versions.iter().map(|v| v.status.as_str()).collect();
+    assert_eq!(
+        status[..3],
+        ["correct", "correct", "mismatch"],
+        "{status:?}"
+    );
+    assert_eq!(st.versions[3].parent, Some(2));
+    assert_eq!(st.best, Some(4));
+    assert_eq!(st.best_us, Some(50.0));
+    assert!(st.population_asked);
+    assert_eq!(st.spent.debug_attempts, 0, "no member was debugged");
 }
