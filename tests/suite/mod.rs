@@ -11,3 +11,4 @@ mod pytorch;
 mod report;
 mod sandbox;
 mod session;
+mod slurm;
