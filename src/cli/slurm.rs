@@ -338,7 +338,7 @@ pub fn cmd_run_slurm(args: &RunArgs, name: &str, suite: &SuiteSpec) -> Result<i3
     for (k, w) in suite.workloads.iter().enumerate() {
         let end = ends.iter().find(|t| t.index == k);
         let finished = dir.join("done").join(w).exists();
-        let state = end.map_or(if finished { "ENDED" } else { "UNKNOWN" }, |t| {
+        let state = end.map_or(if finished { "ENDED" } else { "NOT FINISHED" }, |t| {
             t.state.as_str()
         });
         let session = latest_session(&runs, w);
