@@ -45,6 +45,12 @@ pub struct Engine {
     events: Arc<dyn EventSink>,
     probe: Option<Evaluation>,
     last_tick: Instant,
+    /// Evaluators of the pool's other GPUs: a batch is evaluated across all of them.
+    pool: Vec<Arc<dyn Evaluator>>,
+    /// Evaluations of batch versions made ahead (across the pool), taken by the validate
+    /// stage instead of evaluating again; kept in memory only (a resumed session
+    /// evaluates anew).
+    prefetched: std::collections::HashMap<u32, Evaluation>,
 }
 
 /// What the engine needs besides the session: where kernels come from and where they run.
@@ -115,6 +121,8 @@ impl Engine {
             events: parts.events,
             probe,
             last_tick: Instant::now(),
+            pool: Vec::new(),
+            prefetched: std::collections::HashMap::new(),
         };
         e.emit(Event::SessionStarted {
             id: e.spec.id.clone(),
@@ -152,6 +160,13 @@ impl Engine {
     fn save_idle(&mut self) -> Result<()> {
         self.last_tick = Instant::now();
         self.save()
+    }
+
+    /// Evaluators of more GPUs (each pinned to its own): the versions of a batch (samples,
+    /// a population) are then compiled together and evaluated on all the GPUs at once.
+    pub fn with_pool(mut self, pool: Vec<Arc<dyn Evaluator>>) -> Engine {
+        self.pool = pool;
+        self
     }
 
     /// Runs one stage, then saves the state.
@@ -948,6 +963,9 @@ impl Engine {
 
     fn compile_stage(&mut self) -> Result<(Outcome, String)> {
         let n = self.current()?;
+        if self.state.batch && !self.pool.is_empty() && !self.prefetched.contains_key(&n) {
+            self.prefetch_batch(n)?;
+        }
         let out = self.compile_version(n)?;
         let d = self.dir.version_dir(n);
         if let Ok(log) = std::fs::read(&out.log_path) {
@@ -982,6 +1000,74 @@ impl Engine {
             .unwrap_or_else(|| summary.clone());
         self.fail(n, Verdict::CompileFailed { first_error });
         Ok((Outcome::CompileFailed, summary))
+    }
+
+    /// A batch on a GPU pool: `n` and the pending versions are compiled in parallel
+    /// (through the cache, so their compile stages find them there) and evaluated at once,
+    /// one worker per GPU, each with its own baselines on its own GPU; the evaluations wait
+    /// in memory for the validate stages, which record them in order as usual.
+    fn prefetch_batch(&mut self, n: u32) -> Result<()> {
+        let mut versions = vec![n];
+        versions.extend(self.state.pending.iter().copied());
+        let mut requests = Vec::new();
+        for v in &versions {
+            let source = self.dir.version_source(*v)?;
+            requests.push(compile::CompileRequest::version(&source, &self.spec.arch));
+        }
+        let jobs = compile::default_jobs();
+        let (tc, cache) = (&self.toolchain, &self.cache);
+        let outs = tokio::task::block_in_place(|| {
+            compile::compile_many(tc, cache, &requests, jobs, &|_, _| {})
+        });
+        let mut work: Vec<(u32, PathBuf, String)> = Vec::new();
+        for (v, out) in versions.iter().zip(outs) {
+            if let Some(so) = out.ok().and_then(|o| o.shared_object) {
+                work.push((*v, so, self.dir.version_source(*v)?));
+            }
+        }
+        let evaluators: Vec<Arc<dyn Evaluator>> = std::iter::once(self.evaluator.clone())
+            .chain(self.pool.iter().cloned())
+            .collect();
+        self.emit(Event::Note {
+            text: format!(
+                "batch {}: compiled together, evaluated on {} GPUs at once",
+                work.iter()
+                    .map(|(v, _, _)| format!("v{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                evaluators.len().min(work.len())
+            ),
+        });
+        let next = std::sync::Mutex::new(0usize);
+        let done: std::sync::Mutex<Vec<(u32, Evaluation)>> = std::sync::Mutex::new(Vec::new());
+        let w = self.workload.clone();
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                for ev in &evaluators {
+                    let (next, done, work, w) = (&next, &done, &work, &w);
+                    scope.spawn(move || loop {
+                        let i = {
+                            let Ok(mut k) = next.lock() else { return };
+                            *k += 1;
+                            *k - 1
+                        };
+                        let Some((v, so, source)) = work.get(i) else {
+                            return;
+                        };
+                        // An evaluation that errs is made again by the validate stage.
+                        if let Ok(e) = ev.evaluate(w, so, source) {
+                            if let Ok(mut d) = done.lock() {
+                                d.push((*v, e));
+                            }
+                        }
+                    });
+                }
+            })
+        });
+        if let Ok(d) = done.into_inner() {
+            self.prefetched.extend(d);
+        }
+        Ok(())
     }
 
     fn current(&self) -> Result<u32> {
@@ -1097,9 +1183,14 @@ impl Engine {
             .shared_object
             .clone()
             .ok_or_else(|| Error::Usage(format!("v{n} no longer compiles: {}", out.condensed)))?;
-        let ev = self.evaluator.clone();
-        let w = self.workload.clone();
-        let e = tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?;
+        let e = match self.prefetched.remove(&n) {
+            Some(e) => e,
+            None => {
+                let ev = self.evaluator.clone();
+                let w = self.workload.clone();
+                tokio::task::block_in_place(|| ev.evaluate(&w, &so, &source))?
+            }
+        };
         self.state.spent.gpu_s += e.seconds;
         self.dir.write_json(&d.join("evaluation.json"), &e)?;
         self.remember(n, &e);

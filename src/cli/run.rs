@@ -225,15 +225,16 @@ pub fn new_session(
     let workload = Workload::find(&args.workloads_dir, &args.workload)?;
     // The toolkit first (installed if missing, saying so), then the GPU.
     let tc = ensure_toolchain(opts, no_install)?;
-    // Pinned to the first GPU of --gpus (a suite gives each session one of its pool).
-    let device = if args.gpus.is_some() {
-        launch::gpus(args.gpus.as_deref())?
-            .into_iter()
-            .next()
-            .map(|g| g.visible)
-    } else {
-        None
+    // The pool (--gpus, default every visible GPU; a suite gives each session one): the
+    // session runs on the first, and evaluates a batch (samples, a population) on all.
+    let pool = match launch::gpus(args.gpus.as_deref()) {
+        Ok(p) => p,
+        // No GPU: the evaluator below says so (or the test double runs).
+        Err(_) if args.gpus.is_none() => Vec::new(),
+        Err(e) => return Err(e),
     };
+    let pinned = args.gpus.is_some() || pool.len() > 1;
+    let device = pool.first().filter(|_| pinned).map(|g| g.visible.clone());
     let ev = launch::evaluator(
         opts,
         args.seeds,
@@ -242,6 +243,17 @@ pub fn new_session(
         !args.no_profile,
         device,
     )?;
+    let mut others = Vec::new();
+    for g in pool.iter().skip(1) {
+        others.push(launch::evaluator(
+            opts,
+            args.seeds,
+            args.timing_runs,
+            args.timeout,
+            !args.no_profile,
+            Some(g.visible.clone()),
+        )?);
+    }
     warn_if_test_double(&ev);
     let plan = Plan {
         provider: provider_spec(config, args)?,
@@ -269,9 +281,12 @@ pub fn new_session(
         population: args.population,
     };
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
-    launch::create(&args.runs_dir, &workload, plan, tc, ev, jobs, |dir| {
-        sinks(dir, &args.view, extra)
-    })
+    Ok(
+        launch::create(&args.runs_dir, &workload, plan, tc, ev, jobs, |dir| {
+            sinks(dir, &args.view, extra)
+        })?
+        .with_pool(others),
+    )
 }
 
 /// `[model] reply_mode` from the config file (auto when absent); a value that is not a mode

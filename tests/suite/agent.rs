@@ -1059,3 +1059,95 @@ async fn population_three_asks_for_strategies_implements_each_and_continues_from
     assert!(st.population_asked);
     assert_eq!(st.spent.debug_attempts, 0, "no member was debugged");
 }
+
+/// Seconds since midnight of an event's `ts` (RFC 3339, to the second).
+fn ts_seconds(v: &Value) -> i64 {
+    let t = v.get("ts").and_then(Value::as_str).unwrap();
+    let hms: Vec<i64> = t[11..19].split(':').map(|x| x.parse().unwrap()).collect();
+    hms[0] * 3600 + hms[1] * 60 + hms[2]
+}
+
+/// `run W --gpus 0,1 --samples 2`: the two samples of a round are compiled together and
+/// evaluated on both GPUs at once (3 s each under the test double: about 3 s, not 6),
+/// and the faster is kept.
+#[test]
+fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
+    let Some(_tc) = toolchain() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut t = String::new();
+    for (change, us) in [("first", 100), ("sample one", 90), ("sample two", 70)] {
+        let text = reply(
+            change,
+            &kernel(&format!("median_us={us}"), &format!("// {change}")),
+        );
+        t.push_str(&format!("[[reply]]\ntext = '''\n{text}'''\n"));
+    }
+    let transcript = tmp.path().join("t.toml");
+    std::fs::write(&transcript, t).unwrap();
+    let runs = tmp.path().join("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args([
+            "run",
+            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
+        ])
+        .arg("--replay")
+        .arg(&transcript)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .args([
+            "--gpus",
+            "0,1",
+            "--samples",
+            "2",
+            "--rounds",
+            "1",
+            "--no-profile",
+        ])
+        .args(["--roofline-target", "0", "-q"])
+        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "3000")
+        .env("CUTESMITH_TUNING_DB", "off")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
+    let root = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let events: Vec<Value> = std::fs::read_to_string(root.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let note = events
+        .iter()
+        .find(|e| {
+            e.get("text").and_then(Value::as_str).is_some_and(|t| {
+                t.contains("batch v2, v3: compiled together, evaluated on 2 GPUs at once")
+            })
+        })
+        .unwrap_or_else(|| panic!("no batch note in {events:?}"));
+    let v3_validated = events
+        .iter()
+        .find(|e| {
+            e.get("event").and_then(Value::as_str) == Some("stage_finished")
+                && e.get("stage").and_then(Value::as_str) == Some("validate")
+                && e.get("version").and_then(Value::as_u64) == Some(3)
+        })
+        .unwrap_or_else(|| panic!("v3 was not validated: {events:?}"));
+    let took = ts_seconds(v3_validated) - ts_seconds(note);
+    assert!(
+        (0..=5).contains(&took),
+        "two 3 s evaluations on two GPUs took {took} s"
+    );
+    let st = state_of(&root);
+    assert_eq!(st.best, Some(3));
+    assert_eq!(st.versions.len(), 3);
+}
