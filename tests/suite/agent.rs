@@ -20,7 +20,7 @@ use cutesmith::toolchain::cache::CompileCache;
 use serde_json::{json, Value};
 use wiremock::{Request, ResponseTemplate};
 
-use super::common::{fixture, toolchain};
+use super::common::{fixture, output_text, toolchain};
 use super::mock_model::{self, cut, sse, sse_counted};
 
 fn reply(change: &str, kernel: &str) -> String {
@@ -604,6 +604,20 @@ async fn a_session_killed_during_a_model_request_is_resumed() {
     );
 }
 
+/// `cutesmith run` on the small ReLU fixture, replaying `transcript`, sessions in `runs`.
+fn replay_run(transcript: &Path, runs: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cutesmith"));
+    c.args([
+        "run",
+        fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
+    ])
+    .arg("--replay")
+    .arg(transcript)
+    .arg("--runs-dir")
+    .arg(runs);
+    c
+}
+
 fn tmp_path_parent(p: &Path) -> PathBuf {
     p.parent().map(Path::to_path_buf).unwrap_or_default()
 }
@@ -616,15 +630,7 @@ fn ctrl_c_stops_at_once_and_says_how_to_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let transcript = write_resume_transcript(tmp.path());
     let runs = tmp.path().join("runs");
-    let child = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .args([
-            "run",
-            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
-        ])
-        .arg("--replay")
-        .arg(&transcript)
-        .arg("--runs-dir")
-        .arg(&runs)
+    let child = replay_run(&transcript, &runs)
         .env("CUTESMITH_TEST_EVALUATOR", "scripted")
         .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "30000")
         .stdout(Stdio::piped())
@@ -1085,15 +1091,7 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
     let transcript = tmp.path().join("t.toml");
     std::fs::write(&transcript, t).unwrap();
     let runs = tmp.path().join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .args([
-            "run",
-            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
-        ])
-        .arg("--replay")
-        .arg(&transcript)
-        .arg("--runs-dir")
-        .arg(&runs)
+    let out = replay_run(&transcript, &runs)
         .args([
             "--gpus",
             "0,1",
@@ -1109,11 +1107,7 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
         .env("CUTESMITH_TUNING_DB", "off")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
     let root = std::fs::read_dir(&runs)
         .unwrap()

@@ -41,3 +41,12 @@ pub fn line_of(path: &Path, marker: &str) -> u32 {
         .unwrap_or_else(|| panic!("{} has no line with {marker:?}", path.display()));
     idx as u32 + 1
 }
+
+/// A finished command's stdout and stderr, one after the other.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use cutesmith::spec::chain::{BinOp, Op, Operand, TensorKind};
 use cutesmith::spec::{Activation, DType, Family, Layout, Shape, Workload, WorkloadSpec};
 
-use super::common::{fixture, root, toolchain};
+use super::common::{fixture, output_text, root, toolchain};
 use crate::require_tool;
 
 /// The Python with torch the tests use, probed once.
@@ -37,14 +37,6 @@ fn python() -> Option<PathBuf> {
             None
         }
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn cutesmith(python: &Path, args: &[&str]) -> Output {
@@ -72,7 +64,7 @@ fn import(file: &str) -> Option<(WorkloadSpec, Workload, String)> {
             out.to_str().unwrap(),
         ],
     );
-    let t = text(&o);
+    let t = output_text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains(&format!("wrote {}", out.display())), "{t}");
     let toml_text = std::fs::read_to_string(&out).unwrap();
@@ -292,7 +284,7 @@ fn import_refuses_a_convolution_naming_the_node_and_writes_nothing() {
             out.to_str().unwrap(),
         ],
     );
-    let t = text(&o);
+    let t = output_text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(
         t.contains("node `conv2d` (aten.conv2d.default)") && t.contains("convolution"),
@@ -320,13 +312,13 @@ fn import_will_not_replace_a_spec_without_force() {
         out.to_str().unwrap(),
     ];
     let o = cutesmith(&py, &args);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("--force"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
+    assert!(output_text(&o).contains("--force"), "{}", output_text(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
     let mut forced = args.to_vec();
     forced.push("--force");
     let o = cutesmith(&py, &forced);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
     assert!(std::fs::read_to_string(&out)
         .unwrap()
         .contains("activation = \"selu\""));
@@ -338,7 +330,7 @@ fn doctor_names_the_python_and_its_torch() {
         return;
     };
     let o = cutesmith(&py, &["doctor"]);
-    let t = text(&o);
+    let t = output_text(&o);
     let line = t
         .lines()
         .find(|l| l.starts_with("PyTorch "))
@@ -348,7 +340,7 @@ fn doctor_names_the_python_and_its_torch() {
         "{line}"
     );
     let o = cutesmith(Path::new("/nonexistent/python3"), &["doctor"]);
-    let t = text(&o);
+    let t = output_text(&o);
     let line = t.lines().find(|l| l.starts_with("PyTorch ")).unwrap();
     assert!(line.contains("/nonexistent/python3"), "{line}");
 }
@@ -367,7 +359,7 @@ fn run_python(py: &Path, dir: &Path, code: &str) -> String {
         .env("CUDA_VISIBLE_DEVICES", "")
         .output()
         .unwrap();
-    let t = text(&o);
+    let t = output_text(&o);
     assert!(o.status.success(), "{t}");
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -447,7 +439,7 @@ fn nvcc_object(nvcc: &Path, source: &Path, flags: &[String]) {
         o.status.success(),
         "nvcc {} failed:\n{}",
         source.display(),
-        text(&o)
+        output_text(&o)
     );
     assert!(std::fs::metadata(&obj).unwrap().len() > 1000);
 }
@@ -464,7 +456,7 @@ fn export_torch_writes_a_package_whose_operator_compiles() {
         .arg(out.path())
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", output_text(&o));
     let pkg = "cutesmith_act_silu_bf16";
     let root_pkg = out.path().join(pkg);
     let csrc = root_pkg.join("csrc");

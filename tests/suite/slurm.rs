@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cutesmith::agent::machine::Stage;
 use cutesmith::agent::session::SessionDir;
 
-use super::common::{fixture, toolchain};
+use super::common::{fixture, output_text, toolchain};
 use crate::require_tool;
 
 /// The daemons of a one-node cluster, stopped on drop.
@@ -259,11 +259,7 @@ fn a_suite_runs_on_a_real_slurm_and_a_cancelled_task_is_resubmitted_alone() {
         .args(args(&runs))
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
     assert!(text.contains("submitted job array"), "{text}");
     for (i, n) in ["relu_a", "relu_b", "relu_c"].iter().enumerate() {
@@ -321,11 +317,7 @@ fn a_suite_runs_on_a_real_slurm_and_a_cancelled_task_is_resubmitted_alone() {
     };
     assert!(cluster.slurm("scancel", &[&task1]).status.success());
     let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(text.contains("| relu_a | 0 | ENDED |"), "{text}");
     assert!(text.contains("| relu_c | 2 | ENDED |"), "{text}");
     assert!(!text.contains("| relu_b | 1 | ENDED |"), "{text}");
