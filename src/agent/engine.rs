@@ -477,18 +477,23 @@ impl Engine {
         // own; all are evaluated (see `step`) and the fastest correct one is kept.
         let mut batch = vec![n];
         if stage == Stage::Optimize && !use_seed {
+            // The batch's own strategies count as tried (the built-in provider then offers
+            // its next candidates, not the same one again).
+            let mut tried = self.state.memory.tried();
+            tried.push(change.clone());
             for _ in 1..self.spec.samples.max(1) {
                 let mut more = Ask {
                     purpose,
                     version: self.state.next_version,
                     messages: first_messages.clone(),
-                    tried: self.state.memory.tried(),
+                    tried: tried.clone(),
                 };
                 let Some(r) = self.propose(&more, false).await? else {
                     break;
                 };
-                if let Some((m, _)) = self.version_from_reply(&mut more, r, parent, false).await? {
+                if let Some((m, c)) = self.version_from_reply(&mut more, r, parent, false).await? {
                     batch.push(m);
+                    tried.push(c);
                 }
             }
         }
