@@ -10,6 +10,7 @@
 
 mod rules;
 mod space;
+pub mod tuner;
 
 pub use rules::check;
 pub use space::{candidates, coverage, shape_regime, space};

@@ -154,41 +154,56 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
                 }
             }
-            let order: Vec<usize> = if skinny {
-                vec![3, 2, 1, 0, 4, 5, 6, 7]
+            if !w.dtype().is_fp8() {
+                // 16-bit operands: the whole space, ranked by the cost model
+                // (super::tuner), then the raster / swizzle variants of the large tile.
+                // (With 33-64 rows on the small side the best 64-row ping-pong tile is
+                // moved first below, as measured in bench/llm-run1.md.)
+                let mut seen: Vec<String> = Vec::new();
+                let ranked = super::tuner::ranked(h, w.dtype(), w.out_dtype());
+                let tuned = ranked
+                    .iter()
+                    .map(|(c, _, why)| mk("gemm_sm90_cutlass3_ws", with(&c.params(), &extra), why));
+                let variants = [6, 7].into_iter().map(|i| {
+                    mk(
+                        "gemm_sm90_cutlass3_ws",
+                        with(cutlass[i].0, &extra),
+                        cutlass[i].1,
+                    )
+                });
+                for st in tuned.chain(variants).collect::<Vec<_>>() {
+                    if !seen.contains(&st.label()) {
+                        seen.push(st.label());
+                        out.push(st);
+                    }
+                }
+                push_raw_cute(&mut out, &fp16);
             } else {
-                vec![0, 4, 2, 5, 6, 7, 1, 3]
-            };
-            // Stream-K for problems whose large tiles leave SMs idle in the last wave
-            // (the small-M projections of LLM inference: 256 x 4096 is 32 tiles of
-            // 128 x 256 for 132 SMs): ahead of everything when under half the SMs have a
-            // tile, after the first large-tile candidate when the last wave is short.
-            let eff = wave_efficiency(h, 128, 256, SM_COUNT);
-            let streamk: [(&[(&str, i64)], &str); 2] = [
+                let order: Vec<usize> = if skinny {
+                    vec![3, 2, 1, 0, 4, 5, 6, 7]
+                } else {
+                    vec![0, 4, 2, 5, 6, 7, 1, 3]
+                };
+                // Stream-K for problems whose large tiles leave SMs idle in the last wave
+                // (the small-M projections of LLM inference: 256 x 4096 is 32 tiles of
+                // 128 x 256 for 132 SMs): ahead of everything when under half the SMs have a
+                // tile, after the first large-tile candidate when the last wave is short.
+                let eff = wave_efficiency(h, 128, 256, SM_COUNT);
+                let streamk: [(&[(&str, i64)], &str); 2] = [
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x128: the K loop of the tiles split over all SMs, so no SM idles in a partial last wave (ahead of 128x256 on every M = 256 and 1024 projection of bench/llm-run1.md)"),
                 (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x256: larger tiles, the K loop split over all SMs"),
             ];
-            let add_streamk = !skinny && !w.dtype().is_fp8() && eff < 0.8;
-            for (j, i) in order.into_iter().enumerate() {
-                if add_streamk && ((eff < 0.5 && j == 0) || (eff >= 0.5 && j == 1)) {
-                    for (p, why) in streamk {
-                        out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+                let add_streamk = !skinny && !w.dtype().is_fp8() && eff < 0.8;
+                for (j, i) in order.into_iter().enumerate() {
+                    if add_streamk && ((eff < 0.5 && j == 0) || (eff >= 0.5 && j == 1)) {
+                        for (p, why) in streamk {
+                            out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+                        }
                     }
+                    let (p, why) = cutlass[i];
+                    out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
                 }
-                let (p, why) = cutlass[i];
-                out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
-            }
-            for (p, why) in [
-                (
-                    &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
-                    "raw CuTe TMA + WGMMA, 128x128x64, 4 stages",
-                ),
-                (
-                    &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 3)][..],
-                    "raw CuTe TMA + WGMMA, 128x256x64, 3 stages",
-                ),
-            ] {
-                out.push(mk("gemm_sm90_tma_wgmma", with(p, &fp16), why));
+                push_raw_cute(&mut out, &fp16);
             }
         }
         Family::Activation => {
@@ -329,6 +344,30 @@ const SM_COUNT: u64 = 132;
 
 /// The fraction of SM slots doing work over the waves of `tm` x `tn` tiles of the headline
 /// shape on `sms` SMs, one tile per SM at a time (1.0: every wave full).
+/// The raw CuTe template's two candidates (the model's seed for GEMM sessions).
+fn push_raw_cute(out: &mut Vec<Strategy>, fp16: &[(&'static str, i64)]) {
+    for (p, why) in [
+        (
+            &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
+            "raw CuTe TMA + WGMMA, 128x128x64, 4 stages",
+        ),
+        (
+            &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 3)][..],
+            "raw CuTe TMA + WGMMA, 128x256x64, 3 stages",
+        ),
+    ] {
+        out.push(Strategy {
+            template: "gemm_sm90_tma_wgmma".into(),
+            params: p
+                .iter()
+                .chain(fp16.iter())
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            rationale: why.into(),
+        });
+    }
+}
+
 pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f64 {
     let tiles = h.m.div_ceil(tm) * h.n.div_ceil(tn) * h.batch.max(1);
     let waves = tiles.div_ceil(sms).max(1);
@@ -369,10 +408,19 @@ mod tests {
             let w = Workload::find(workloads_dir(), name).unwrap();
             candidates(&w).iter().map(|s| s.label()).collect()
         };
-        // 4096^3: every wave nearly full; no stream-K candidate.
-        assert!(labels("gemm_bf16_rc")
-            .iter()
-            .all(|l| !l.contains("STREAMK")));
+        // 4096^3: every wave nearly full; the 128 x 256 cooperative tile with a cluster of
+        // two first (the measured winner), stream-K well behind it.
+        let square = labels("gemm_bf16_rc");
+        assert_eq!(
+            square[0],
+            "gemm_sm90_cutlass3_ws CLUSTER_M=2 TILE_M=128 TILE_N=256"
+        );
+        assert!(
+            square.iter().position(|l| l.contains("STREAMK")) > Some(3),
+            "{square:?}"
+        );
+        // The whole space is there (every tile, schedule and cluster that fits).
+        assert!(square.len() > 25, "{}", square.len());
         // M = 64: the 64-row ping-pong tile first; M = 16: split-K first.
         assert!(labels("llm_llama3_8b_o_m64")[0].contains("SCHEDULE=1 TILE_M=64"));
         assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));

@@ -1,0 +1,314 @@
+//! The CUTLASS 3 GEMM space and the cost model that ranks it.
+//!
+//! [`cutlass3_space`] enumerates the Hopper GEMM template's configurations (CTA tile,
+//! cooperative / ping-pong / stream-K schedule, cluster shape), leaving out what cannot
+//! work (a cooperative tile under 128 rows, more than 128 fp32 accumulators per consumer
+//! thread); [`estimate`] predicts each one's time on the headline shape from what decides
+//! it on an H100-class GPU:
+//!
+//! - **compute**: a tile's MMAs at the SM's peak rate, discounted by how much operand
+//!   traffic from shared memory a tile of that shape needs per FLOP, `(TM + TN) / (TM TN)`
+//!   (small tiles feed the tensor cores worse), with a small bonus for a cluster of two
+//!   (one operand multicast);
+//! - **wave quantization**: a persistent grid (of whole clusters) runs the tiles in waves of one tile per SM
+//!   (two half-size ones for ping-pong, which alternates two warpgroups), so 32 tiles on
+//!   132 SMs cost a whole wave; stream-K splits the K loop of all tiles over all SMs at the
+//!   price of a fix-up (10%);
+//! - **memory**: the operands and the output at least once from DRAM, and the operand
+//!   tiles from L2: A once per column of tiles, B once per row of tiles (halved for the
+//!   operand a cluster of two multicasts), which is what makes small tiles lose on
+//!   memory-bound shapes.
+//!
+//! The estimate is the larger of the compute and memory times. It ranks; it does not
+//! promise: the tuning database (measured times on the same GPU, [`crate::tuning`]) reorders
+//! what it ranked, and the session measures. Calibrated against the winners of the LLM
+//! suite on the H200 (`bench/llm-run1.md`): stream-K first where 128 x 256 tiles leave most
+//! SMs idle (M = 256, and M = 1024 against N = 6144), the 128 x 256 cooperative tile where
+//! the waves are full (4096^3, 1024 x 4096 x 4096).
+
+use crate::spec::{DType, Shape};
+
+/// SMs of the GPU the model assumes (H100 SXM and H200: 132).
+pub const SMS: u64 = 132;
+/// Dense 16-bit tensor-core FLOP/s of one SM (989 TFLOP/s over 132 SMs; fp8 twice).
+const SM_FLOPS_16BIT: f64 = 989.4e12 / 132.0;
+/// DRAM bandwidth reached by a streaming kernel (bytes/s).
+const DRAM_BYTES_PER_S: f64 = 3.0e12;
+/// L2 to SM bandwidth for the operand tiles (bytes/s).
+const L2_BYTES_PER_S: f64 = 12.0e12;
+/// Operand traffic penalty: efficiency = 1 / (1 + C (TM + TN) / (TM TN)).
+const SMEM_PENALTY: f64 = 8.0;
+/// What the stream-K fix-up (partial tiles written and summed) costs.
+const STREAMK_FIXUP: f64 = 1.10;
+
+/// How a configuration runs its tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Two consumer warpgroups share one tile.
+    Cooperative,
+    /// Each consumer warpgroup owns a tile; their mainloops and epilogues alternate.
+    PingPong,
+    /// Cooperative tiles whose K loops are split over all SMs.
+    StreamK,
+}
+
+/// One configuration of the CUTLASS 3 template.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    pub tile_m: u64,
+    pub tile_n: u64,
+    pub schedule: Schedule,
+    pub cluster_m: u64,
+    pub cluster_n: u64,
+}
+
+impl Config {
+    /// The template's parameters for it.
+    pub fn params(&self) -> Vec<(&'static str, i64)> {
+        let mut p = vec![
+            ("CS_TILE_M", self.tile_m as i64),
+            ("CS_TILE_N", self.tile_n as i64),
+            ("CS_CLUSTER_M", self.cluster_m as i64),
+        ];
+        if self.cluster_n != 1 {
+            p.push(("CS_CLUSTER_N", self.cluster_n as i64));
+        }
+        match self.schedule {
+            Schedule::Cooperative => {}
+            Schedule::PingPong => p.push(("CS_SCHEDULE", 1)),
+            Schedule::StreamK => p.push(("CS_STREAMK", 1)),
+        }
+        p
+    }
+
+    fn name(&self) -> String {
+        let s = match self.schedule {
+            Schedule::Cooperative => "cooperative",
+            Schedule::PingPong => "ping-pong",
+            Schedule::StreamK => "stream-K",
+        };
+        format!(
+            "{s} {}x{}, cluster {}x{}",
+            self.tile_m, self.tile_n, self.cluster_m, self.cluster_n
+        )
+    }
+}
+
+/// Every configuration worth compiling for 16-bit operands, in a fixed order.
+pub fn cutlass3_space() -> Vec<Config> {
+    let mut out = Vec::new();
+    let clusters = [(2, 1), (1, 2), (1, 1)];
+    for (tm, tn) in [(128, 256), (256, 128), (128, 128), (128, 64), (256, 64)] {
+        for (cm, cn) in clusters {
+            out.push(Config {
+                tile_m: tm,
+                tile_n: tn,
+                schedule: Schedule::Cooperative,
+                cluster_m: cm,
+                cluster_n: cn,
+            });
+        }
+    }
+    for (tm, tn) in [(64, 128), (128, 128), (64, 256), (64, 64), (128, 64)] {
+        for (cm, cn) in clusters {
+            out.push(Config {
+                tile_m: tm,
+                tile_n: tn,
+                schedule: Schedule::PingPong,
+                cluster_m: cm,
+                cluster_n: cn,
+            });
+        }
+    }
+    for (tm, tn) in [(128, 128), (128, 256)] {
+        out.push(Config {
+            tile_m: tm,
+            tile_n: tn,
+            schedule: Schedule::StreamK,
+            cluster_m: 1,
+            cluster_n: 1,
+        });
+    }
+    // fp32 accumulators per consumer thread: a cooperative tile over 256 threads, a
+    // ping-pong tile over 128; above 128 they spill.
+    out.retain(|c| {
+        let threads = if c.schedule == Schedule::PingPong {
+            128
+        } else {
+            256
+        };
+        c.tile_m * c.tile_n / threads <= 128
+            && (c.schedule == Schedule::PingPong || c.tile_m >= 128)
+    });
+    out
+}
+
+/// The model's time for `c` on `h`, in microseconds, with its parts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub us: f64,
+    pub compute_us: f64,
+    pub memory_us: f64,
+    /// The operand tiles' time from L2 (part of `memory_us`).
+    pub l2_us: f64,
+    pub tiles: u64,
+    pub waves: u64,
+}
+
+/// Predicts `c` on the problem `h` with operands of type `ab` and output `cd`.
+pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
+    let (tm, tn) = (c.tile_m, c.tile_n);
+    // The grid covers whole clusters: with one row of tiles, a cluster of two along M
+    // runs an empty tile beside every real one.
+    let tiles = h.m.div_ceil(tm).next_multiple_of(c.cluster_m)
+        * h.n.div_ceil(tn).next_multiple_of(c.cluster_n)
+        * h.batch.max(1);
+    let rate = SM_FLOPS_16BIT * if ab.is_fp8() { 2.0 } else { 1.0 };
+    let feed = 1.0 / (1.0 + SMEM_PENALTY * (tm + tn) as f64 / (tm * tn) as f64);
+    let multicast = if c.cluster_m * c.cluster_n > 1 {
+        1.02
+    } else {
+        1.0
+    };
+    let tile_s = 2.0 * (tm * tn * h.k.max(1)) as f64 / (rate * feed * multicast);
+    let cluster = c.cluster_m * c.cluster_n;
+    let slots = (SMS / cluster) * cluster;
+    let (compute_s, waves) = match c.schedule {
+        Schedule::Cooperative => {
+            let waves = tiles.div_ceil(slots).max(1);
+            (waves as f64 * tile_s, waves)
+        }
+        // Two tiles per SM at a time, each at half the SM's rate.
+        Schedule::PingPong => {
+            let waves = tiles.div_ceil(2 * slots).max(1);
+            (waves as f64 * 2.0 * tile_s, waves)
+        }
+        Schedule::StreamK => (
+            (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64) * STREAMK_FIXUP,
+            1,
+        ),
+    };
+    let bytes = (h.m * h.k + h.k * h.n) * h.batch.max(1) * ab.bytes()
+        + h.m * h.n * h.batch.max(1) * cd.bytes();
+    let (a_bytes, b_bytes) = (
+        (h.m * h.k * h.batch.max(1) * ab.bytes()) as f64,
+        (h.k * h.n * h.batch.max(1) * ab.bytes()) as f64,
+    );
+    // Cluster (2, 1) multicasts B tiles across its two CTAs of one column; (1, 2) A tiles.
+    let l2_bytes = a_bytes * h.n.div_ceil(tn) as f64 / c.cluster_n as f64
+        + b_bytes * h.m.div_ceil(tm) as f64 / c.cluster_m as f64;
+    let l2_s = l2_bytes / L2_BYTES_PER_S;
+    let memory_s = (bytes as f64 / DRAM_BYTES_PER_S).max(l2_s);
+    Estimate {
+        us: compute_s.max(memory_s) * 1e6,
+        compute_us: compute_s * 1e6,
+        memory_us: memory_s * 1e6,
+        l2_us: l2_s * 1e6,
+        tiles,
+        waves,
+    }
+}
+
+/// The space ranked by the model for `h`, fastest first; at equal estimates (a
+/// memory-bound shape) the one with more headroom (less compute plus L2 time), then the
+/// space's order. Each with a rationale naming the estimate.
+pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)> {
+    let mut v: Vec<(Config, Estimate, String)> = cutlass3_space()
+        .into_iter()
+        .map(|c| {
+            let e = estimate(&c, h, ab, cd);
+            let why = format!(
+                "{} (cost model: {} tiles, {}, est. {:.1} us: compute {:.1}, memory {:.1})",
+                c.name(),
+                e.tiles,
+                if c.schedule == Schedule::StreamK {
+                    "the K loops split over all SMs".to_string()
+                } else {
+                    format!("{} wave{}", e.waves, if e.waves == 1 { "" } else { "s" })
+                },
+                e.us,
+                e.compute_us,
+                e.memory_us
+            );
+            (c, e, why)
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        a.1.us
+            .total_cmp(&b.1.us)
+            .then((a.1.compute_us + a.1.l2_us).total_cmp(&(b.1.compute_us + b.1.l2_us)))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first(m: u64, n: u64, k: u64) -> Config {
+        ranked(&Shape::gemm(m, n, k), DType::BF16, DType::BF16)[0].0
+    }
+
+    fn rank_of(m: u64, n: u64, k: u64, f: impl Fn(&Config) -> bool) -> usize {
+        ranked(&Shape::gemm(m, n, k), DType::BF16, DType::BF16)
+            .iter()
+            .position(|(c, _, _)| f(c))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_space_keeps_only_what_fits() {
+        let s = cutlass3_space();
+        assert!(s.len() >= 25, "{}", s.len());
+        for c in &s {
+            if c.schedule != Schedule::PingPong {
+                assert!(c.tile_m >= 128, "{c:?}");
+            }
+        }
+        // 256 x 256 cooperative (256 accumulators a thread) and 128 x 256 ping-pong are out.
+        assert!(!s.iter().any(|c| c.tile_m == 256 && c.tile_n == 256));
+        assert!(!s
+            .iter()
+            .any(|c| c.schedule == Schedule::PingPong && c.tile_m * c.tile_n > 128 * 128));
+    }
+
+    #[test]
+    fn full_waves_favour_the_large_tile_and_empty_ones_stream_k() {
+        // 4096^3: 512 tiles of 128 x 256 in four waves of 132: the large cooperative tile
+        // with a cluster of two first (the measured winner).
+        let c = first(4096, 4096, 4096);
+        assert_eq!(
+            (c.tile_m * c.tile_n, c.schedule),
+            (128 * 256, Schedule::Cooperative)
+        );
+        assert_eq!(c.cluster_m * c.cluster_n, 2);
+        // 1024 x 4096 x 4096: 128 tiles, one full wave: still the large tile, ahead of
+        // stream-K (measured: 128 x 256 won).
+        let big = rank_of(1024, 4096, 4096, |c| {
+            c.tile_m * c.tile_n == 128 * 256 && c.schedule == Schedule::Cooperative
+        });
+        let sk = rank_of(1024, 4096, 4096, |c| c.schedule == Schedule::StreamK);
+        assert!(big < sk, "{big} {sk}");
+        // M = 256 against N = 4096: 32 large tiles for 132 SMs; stream-K first.
+        assert_eq!(first(256, 4096, 4096).schedule, Schedule::StreamK);
+        // 1024 x 6144 x 4096: 192 tiles, a second wave of 60: stream-K ahead of the
+        // large cooperative tile (measured: stream-K 128 x 128 won).
+        let big = rank_of(1024, 6144, 4096, |c| {
+            c.tile_m * c.tile_n == 128 * 256 && c.schedule == Schedule::Cooperative
+        });
+        let sk = rank_of(1024, 6144, 4096, |c| c.schedule == Schedule::StreamK);
+        assert!(sk < big, "{sk} {big}");
+    }
+
+    #[test]
+    fn estimates_are_bounded_by_memory_and_compute() {
+        let h = Shape::gemm(4096, 4096, 4096);
+        let e = estimate(&cutlass3_space()[0], &h, DType::BF16, DType::BF16);
+        // 137 GFLOP at 989 TFLOP/s is 139 us; four waves of 128 x 256 tiles a little more.
+        assert!(e.compute_us > 139.0 && e.compute_us < 200.0, "{e:?}");
+        assert!(e.us >= e.memory_us && e.us >= e.compute_us);
+        // fp8 halves the compute time of the same tile.
+        let f = estimate(&cutlass3_space()[0], &h, DType::E4M3, DType::BF16);
+        assert!((f.compute_us * 2.0 - e.compute_us).abs() < 1e-6);
+    }
+}
