@@ -424,9 +424,17 @@ mod tests {
         // M = 64: the 64-row ping-pong tile first; M = 16: split-K first.
         assert!(labels("llm_llama3_8b_o_m64")[0].contains("SCHEDULE=1 TILE_M=64"));
         assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));
-        // M = 256 against N = 4096: a quarter of the SMs busy; stream-K first.
+        // M = 256 against N = 4096: a quarter of the SMs busy with 128 x 256 tiles; smaller
+        // tiles or stream-K first (the cost model's order).
         let small = labels("llm_llama3_8b_o_m256");
-        assert!(small[0].contains("STREAMK=1"), "{small:?}");
+        assert!(
+            small[0].contains("TILE_N=64") || small[0].contains("STREAMK=1"),
+            "{small:?}"
+        );
+        assert!(
+            small.iter().take(4).any(|l| l.contains("STREAMK=1")),
+            "{small:?}"
+        );
     }
 
     #[test]

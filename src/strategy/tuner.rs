@@ -22,9 +22,9 @@
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
 //! promise: the tuning database (measured times on the same GPU, [`crate::tuning`]) reorders
 //! what it ranked, and the session measures. Calibrated against the winners of the LLM
-//! suite on the H200 (`bench/llm-run1.md`): stream-K first where 128 x 256 tiles leave most
-//! SMs idle (M = 256, and M = 1024 against N = 6144), the 128 x 256 cooperative tile where
-//! the waves are full (4096^3, 1024 x 4096 x 4096).
+//! suite on the H200 (`bench/llm-run1.md`) and on the H100: small tiles or stream-K where
+//! 128 x 256 tiles leave most SMs idle (M = 256, and M = 1024 against N = 6144), the
+//! 128 x 256 cooperative tile where the waves are full (4096^3, 1024 x 4096 x 4096).
 
 use crate::spec::{DType, Shape};
 
@@ -38,8 +38,10 @@ const DRAM_BYTES_PER_S: f64 = 3.0e12;
 const L2_BYTES_PER_S: f64 = 12.0e12;
 /// Operand traffic penalty: efficiency = 1 / (1 + C (TM + TN) / (TM TN)).
 const SMEM_PENALTY: f64 = 8.0;
-/// What the stream-K fix-up (partial tiles written and summed) costs.
+/// What the stream-K fix-up (partial tiles written and summed) costs beyond its traffic.
 const STREAMK_FIXUP: f64 = 1.10;
+/// One SM's rate for writing and reading back its partial tiles (bytes/s).
+const SM_PARTIAL_BYTES_PER_S: f64 = 100.0e9;
 
 /// How a configuration runs its tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,10 +185,20 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
             let waves = tiles.div_ceil(2 * slots).max(1);
             (waves as f64 * 2.0 * tile_s, waves)
         }
-        Schedule::StreamK => (
-            (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64) * STREAMK_FIXUP,
-            1,
-        ),
+        // Every SM also writes (and one reads back) a partial fp32 tile per split of a
+        // tile: with few tiles (32 of 128 x 256 over 132 SMs, four splits each) that
+        // traffic decides (measured on the H100, 256 x 4096 x 4096: 41.7 us against
+        // 31.3 for 128 x 128 tiles).
+        Schedule::StreamK => {
+            let splits = (SMS as f64 / tiles as f64).max(1.0);
+            let fixup_s = splits * (tm * tn * 4 * 2) as f64 / SM_PARTIAL_BYTES_PER_S;
+            (
+                (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64)
+                    * STREAMK_FIXUP
+                    + fixup_s,
+                1,
+            )
+        }
     };
     let bytes = (h.m * h.k + h.k * h.n) * h.batch.max(1) * ab.bytes()
         + h.m * h.n * h.batch.max(1) * cd.bytes();
@@ -289,15 +301,36 @@ mod tests {
         });
         let sk = rank_of(1024, 4096, 4096, |c| c.schedule == Schedule::StreamK);
         assert!(big < sk, "{big} {sk}");
-        // M = 256 against N = 4096: 32 large tiles for 132 SMs; stream-K first.
-        assert_eq!(first(256, 4096, 4096).schedule, Schedule::StreamK);
+        // M = 256 against N = 4096: 32 large tiles for 132 SMs. Measured on the H100:
+        // cooperative 128 x 64 (cluster 1x2) 29.6 us, stream-K 128 x 128 31.3, stream-K
+        // 128 x 256 41.7: the small cooperative tile first, stream-K 128 x 256 (four
+        // splits a tile) behind stream-K 128 x 128.
+        let c = first(256, 4096, 4096);
+        assert_eq!(
+            (c.tile_m, c.tile_n, c.schedule),
+            (128, 64, Schedule::Cooperative)
+        );
+        let sk128 = rank_of(256, 4096, 4096, |c| {
+            c.schedule == Schedule::StreamK && c.tile_n == 128
+        });
+        let sk256 = rank_of(256, 4096, 4096, |c| {
+            c.schedule == Schedule::StreamK && c.tile_n == 256
+        });
+        assert!(sk128 < sk256, "{sk128} {sk256}");
         // 1024 x 6144 x 4096: 192 tiles, a second wave of 60: stream-K ahead of the
-        // large cooperative tile (measured: stream-K 128 x 128 won).
+        // large cooperative tile (measured on the H200: stream-K 128 x 128 won among the
+        // four tried); the model's first, cooperative 128 x 128 with a cluster of two,
+        // measured 79.0 us on the H100 against 81.2 for stream-K 128 x 128.
         let big = rank_of(1024, 6144, 4096, |c| {
             c.tile_m * c.tile_n == 128 * 256 && c.schedule == Schedule::Cooperative
         });
         let sk = rank_of(1024, 6144, 4096, |c| c.schedule == Schedule::StreamK);
         assert!(sk < big, "{sk} {big}");
+        let c = first(1024, 6144, 4096);
+        assert_eq!(
+            (c.tile_m, c.tile_n, c.schedule),
+            (128, 128, Schedule::Cooperative)
+        );
     }
 
     #[test]
