@@ -36,8 +36,8 @@ pub struct BenchArgs {
     /// Where the sessions go (each in its own runs/<id>/).
     #[arg(long, default_value = "runs")]
     pub runs_dir: PathBuf,
-    /// Override the suite's number of candidates per workload.
-    #[arg(long)]
+    /// Override the suite's number of candidates per workload (`--budget` is the same).
+    #[arg(long, visible_alias = "budget")]
     pub max_candidates: Option<usize>,
     /// Parallel nvcc processes (default: one per core).
     #[arg(short, long)]

@@ -45,8 +45,9 @@ pub struct RunArgs {
     /// Try this many built-in strategies first; the model then starts from the best.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed_from_builtin: usize,
-    /// Built-in provider: candidates to try (the most promising first).
-    #[arg(long, default_value_t = 4)]
+    /// Built-in provider: candidates to compile and try, the most promising first (the
+    /// cost model's and the tuning database's order); `--budget` is the same.
+    #[arg(long, visible_alias = "budget", default_value_t = 4)]
     pub max_candidates: usize,
     /// How the model answers optimize and debug requests: `auto` (edits against the
     /// numbered source once a version is correct), `edits`, or `whole` (whole files only).
