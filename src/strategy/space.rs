@@ -348,12 +348,12 @@ const SM_COUNT: u64 = 132;
 fn push_raw_cute(out: &mut Vec<Strategy>, fp16: &[(&'static str, i64)]) {
     for (p, why) in [
         (
-            &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
-            "raw CuTe TMA + WGMMA, 128x128x64, 4 stages",
+            &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 4)][..],
+            "raw CuTe TMA + WGMMA, warp-specialized, 128x256x64, 4 stages (H100, 4096^3: 240.5 us, 0.75x cuBLAS)",
         ),
         (
-            &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 3)][..],
-            "raw CuTe TMA + WGMMA, 128x256x64, 3 stages",
+            &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
+            "raw CuTe TMA + WGMMA, warp-specialized, 128x128x64, 4 stages",
         ),
     ] {
         out.push(Strategy {
