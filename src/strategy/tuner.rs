@@ -20,7 +20,7 @@
 //!   memory-bound shapes.
 //!
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
-//! promise: the tuning database (measured times on the same GPU, [`crate::tuning`]) reorders
+//! promise: the tuning database (measured times on the same GPU, `src/tuning/`) reorders
 //! what it ranked, and the session measures. Calibrated against the winners of the LLM
 //! suite on the H200 (`bench/llm-run1.md`) and on the H100: small tiles or stream-K where
 //! 128 x 256 tiles leave most SMs idle (M = 256, and M = 1024 against N = 6144), the
