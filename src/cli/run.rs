@@ -59,7 +59,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8)]
     pub rounds: u32,
     /// Replies asked for per optimization round, each compiled and evaluated; the fastest
-    /// correct one is kept.
+    /// correct one is kept. The built-in provider on a pool of several GPUs offers one
+    /// candidate per GPU by default.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub samples: u32,
     /// First generation from a population: the model proposes N distinct strategies
@@ -256,8 +257,16 @@ pub fn new_session(
         )?);
     }
     warn_if_test_double(&ev);
+    let provider = provider_spec(config, args)?;
+    // The built-in provider on a pool: a round offers as many candidates as there are
+    // GPUs (evaluated at once), unless --samples says otherwise.
+    let samples = if args.samples == 1 && !others.is_empty() && provider == ProviderSpec::Builtin {
+        u32::try_from(others.len() + 1).unwrap_or(u32::MAX)
+    } else {
+        args.samples
+    };
     let plan = Plan {
-        provider: provider_spec(config, args)?,
+        provider,
         budgets: Budgets {
             debug_attempts: args.debug_attempts,
             regenerations: 2,
@@ -278,7 +287,7 @@ pub fn new_session(
             Some(m) => m,
             None => config_reply_mode(config)?,
         },
-        samples: args.samples,
+        samples,
         population: args.population,
     };
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);

@@ -1191,3 +1191,49 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
         "{changes:?}"
     );
 }
+
+/// The built-in provider on a pool of two GPUs: each round offers two candidates (one per
+/// GPU), evaluated at once, without --samples.
+#[test]
+fn builtin_candidates_spread_over_the_pool_by_default() {
+    let Some(_tc) = toolchain() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args([
+            "run",
+            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
+            "--builtin",
+            "--gpus",
+            "0,1",
+            "--rounds",
+            "1",
+            "--max-candidates",
+            "3",
+            "--roofline-target",
+            "0",
+            "--no-profile",
+            "-q",
+        ])
+        .arg("--runs-dir")
+        .arg(&runs)
+        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TUNING_DB", "off")
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
+    let root = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let st = state_of(&root);
+    assert_eq!(st.versions.len(), 3, "{:?}", st.versions);
+    let events = std::fs::read_to_string(root.join("events.jsonl")).unwrap();
+    assert!(
+        events.contains("batch v2, v3: compiled together, evaluated on 2 GPUs at once"),
+        "{events}"
+    );
+}
