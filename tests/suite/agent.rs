@@ -1146,29 +1146,13 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
     assert_eq!(st.versions.len(), 3);
 }
 
-/// `--samples 2` with the built-in provider: a round's two samples are two different
-/// candidates (a batch's own strategies count as tried).
-#[test]
-fn builtin_samples_of_a_round_are_distinct_candidates() {
-    let Some(_tc) = toolchain() else { return };
+/// `cutesmith ARGS --runs-dir <tmp>/runs` under the scripted evaluator (no tuning
+/// database): the temp dir (kept alive), the one session's directory and what it printed.
+fn scripted_run(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
     let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .args([
-            "run",
-            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
-            "--builtin",
-            "--samples",
-            "2",
-            "--rounds",
-            "1",
-            "--max-candidates",
-            "3",
-            "--roofline-target",
-            "0",
-            "--no-profile",
-            "-q",
-        ])
+        .args(args)
         .arg("--runs-dir")
         .arg(&runs)
         .env("CUTESMITH_TEST_EVALUATOR", "scripted")
@@ -1183,6 +1167,30 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .unwrap();
+    (tmp, root, text)
+}
+
+/// `--samples 2` with the built-in provider: a round's two samples are two different
+/// candidates (a batch's own strategies count as tried).
+#[test]
+fn builtin_samples_of_a_round_are_distinct_candidates() {
+    let Some(_tc) = toolchain() else { return };
+    let relu = fixture("workloads/relu_bf16_small.toml");
+    let (_tmp, root, _) = scripted_run(&[
+        "run",
+        relu.to_str().unwrap(),
+        "--builtin",
+        "--samples",
+        "2",
+        "--rounds",
+        "1",
+        "--max-candidates",
+        "3",
+        "--roofline-target",
+        "0",
+        "--no-profile",
+        "-q",
+    ]);
     let st = state_of(&root);
     let changes: Vec<&str> = st.versions.iter().map(|v| v.change.as_str()).collect();
     assert_eq!(changes.len(), 3, "{changes:?}");
@@ -1197,38 +1205,22 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
 #[test]
 fn builtin_candidates_spread_over_the_pool_by_default() {
     let Some(_tc) = toolchain() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let runs = tmp.path().join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
-        .args([
-            "run",
-            fixture("workloads/relu_bf16_small.toml").to_str().unwrap(),
-            "--builtin",
-            "--gpus",
-            "0,1",
-            "--rounds",
-            "1",
-            "--max-candidates",
-            "3",
-            "--roofline-target",
-            "0",
-            "--no-profile",
-            "-q",
-        ])
-        .arg("--runs-dir")
-        .arg(&runs)
-        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
-        .env("CUTESMITH_TUNING_DB", "off")
-        .output()
-        .unwrap();
-    let text = output_text(&out);
-    assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
-    let root = std::fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-        .unwrap();
+    let relu = fixture("workloads/relu_bf16_small.toml");
+    let (_tmp, root, _) = scripted_run(&[
+        "run",
+        relu.to_str().unwrap(),
+        "--builtin",
+        "--gpus",
+        "0,1",
+        "--rounds",
+        "1",
+        "--max-candidates",
+        "3",
+        "--roofline-target",
+        "0",
+        "--no-profile",
+        "-q",
+    ]);
     let st = state_of(&root);
     assert_eq!(st.versions.len(), 3, "{:?}", st.versions);
     let events = std::fs::read_to_string(root.join("events.jsonl")).unwrap();
