@@ -1333,6 +1333,22 @@ fn softmax_dim_ok(mp: &mut Mapper<'_>, s: &Node) -> Option<()> {
     Some(())
 }
 
+/// The element type of a float32, float16 or bfloat16 input, or (a problem named on `n`,
+/// saying what `family_takes` them) `None`.
+fn float_input(mp: &mut Mapper<'_>, n: &Node, m: &Meta, family_takes: &str) -> Option<DType> {
+    let dtype = dtype_of(&m.dtype).filter(|d| !d.is_fp8());
+    if dtype.is_none() {
+        mp.problem(
+            n,
+            format!(
+                "input of dtype {}; {family_takes} float32, float16 or bfloat16",
+                m.dtype
+            ),
+        );
+    }
+    dtype
+}
+
 /// The rows (product of the leading dimensions) and columns (last dimension) of a
 /// contiguous input.
 fn rows_of(mp: &mut Mapper<'_>, n: &Node, m: &Meta) -> Option<(i64, i64)> {
@@ -1376,16 +1392,7 @@ fn map_softmax(
         return None;
     }
     let meta = mp.meta(&input).cloned()?;
-    let Some(dtype) = dtype_of(&meta.dtype).filter(|d| !d.is_fp8()) else {
-        mp.problem(
-            s,
-            format!(
-                "input of dtype {}; softmax takes float32, float16 or bfloat16",
-                meta.dtype
-            ),
-        );
-        return None;
-    };
+    let dtype = float_input(mp, s, &meta, "softmax takes")?;
     let (m, n) = rows_of(mp, s, &meta)?;
     let log = matches!(
         classify(s.target.as_deref().unwrap_or_default()),
@@ -1446,16 +1453,7 @@ fn map_activation(
         return None;
     };
     let meta = x.val.clone()?;
-    let Some(dtype) = dtype_of(&meta.dtype).filter(|d| !d.is_fp8()) else {
-        mp.problem(
-            x,
-            format!(
-                "input of dtype {}; activations take float32, float16 or bfloat16",
-                meta.dtype
-            ),
-        );
-        return None;
-    };
+    let dtype = float_input(mp, x, &meta, "activations take")?;
     let (m, n) = rows_of(mp, x, &meta)?;
     let mut params = ParamsSpec::default();
     let mut chain = chain_after(mp, &x.name, out, (1, m, n), dtype, ops)?;

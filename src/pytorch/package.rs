@@ -258,48 +258,41 @@ pub fn workload_header(w: &Workload) -> String {
     def("CSW_INPUTS", format!("{:?}", inputs.join(", ")));
     def("CSW_SHAPES", format!("{shapes:?}"));
     def("CSW_NUM_OPERANDS", chain.tensors.len().to_string());
-    let pad = |v: Vec<String>, fill: &str| {
-        let mut v = v;
+    // One C array of CS_MAX_OPERANDS entries per property of the chain's tensor operands,
+    // padded with `fill`.
+    let mut array = |decl: &str, fill: &str, values: Vec<String>| {
+        let mut v = values;
         while v.len() < 4 {
             v.push(fill.into());
         }
-        v.join(", ")
+        let _ = writeln!(s, "{decl}[CS_MAX_OPERANDS] = {{{}}};", v.join(", "));
     };
-    let _ = writeln!(
-        s,
-        "static const int csw_operand_kind[CS_MAX_OPERANDS] = {{{}}};",
-        pad(
-            chain
-                .tensors
-                .iter()
-                .map(|t| t.kind.abi_value().to_string())
-                .collect(),
-            "0"
-        )
+    array(
+        "static const int csw_operand_kind",
+        "0",
+        chain
+            .tensors
+            .iter()
+            .map(|t| t.kind.abi_value().to_string())
+            .collect(),
     );
-    let _ = writeln!(
-        s,
-        "static const int csw_operand_dtype[CS_MAX_OPERANDS] = {{{}}};",
-        pad(
-            chain
-                .tensors
-                .iter()
-                .map(|t| t.dtype.abi_value().to_string())
-                .collect(),
-            "0"
-        )
+    array(
+        "static const int csw_operand_dtype",
+        "0",
+        chain
+            .tensors
+            .iter()
+            .map(|t| t.dtype.abi_value().to_string())
+            .collect(),
     );
-    let _ = writeln!(
-        s,
-        "static const char* const csw_operand_name[CS_MAX_OPERANDS] = {{{}}};",
-        pad(
-            chain
-                .tensors
-                .iter()
-                .map(|t| format!("{:?}", t.name))
-                .collect(),
-            "\"\""
-        )
+    array(
+        "static const char* const csw_operand_name",
+        "\"\"",
+        chain
+            .tensors
+            .iter()
+            .map(|t| format!("{:?}", t.name))
+            .collect(),
     );
     s
 }
