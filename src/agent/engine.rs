@@ -524,7 +524,15 @@ impl Engine {
     fn start_batch(&mut self, batch: Vec<u32>) {
         self.state.current = batch.first().copied();
         self.state.batch = batch.len() > 1;
+        self.state.batch_gain = false;
         self.state.pending = batch.into_iter().skip(1).collect();
+    }
+
+    /// Whether the version just judged (not accepted) closes an optimization round with no
+    /// gain: always for a lone version; for a batch of samples, only its last one, and only
+    /// when no sample of the round was accepted (a round counts once against --patience).
+    fn round_ends_without_gain(&self) -> bool {
+        !self.state.batch || (self.state.pending.is_empty() && !self.state.batch_gain)
     }
 
     /// `--population N` on the first generation: the model proposes N distinct strategies
@@ -1113,7 +1121,7 @@ impl Engine {
         }
         // An optimization round without gain is counted once: here, or when its version
         // is correct but not faster (a later fix of it does not count again).
-        if origin == "optimize" {
+        if origin == "optimize" && self.round_ends_without_gain() {
             self.state.spent.rounds_without_gain += 1;
         }
     }
@@ -1309,6 +1317,7 @@ impl Engine {
             self.state.best_spread = cand.as_ref().map(|c| c.spread);
             self.state.best_roofline = roof;
             self.state.spent.rounds_without_gain = 0;
+            self.state.batch_gain = true;
             let source = self.dir.version_source(n)?;
             self.dir
                 .write_atomic(&self.dir.path("best.cu"), source.as_bytes())?;
@@ -1319,7 +1328,7 @@ impl Engine {
                 reason: why.clone(),
             });
         } else {
-            if origin_is_optimize {
+            if origin_is_optimize && self.round_ends_without_gain() {
                 self.state.spent.rounds_without_gain += 1;
             }
             self.emit(Event::VersionRejected {

@@ -179,6 +179,9 @@ pub struct State {
     /// Whether the population request was made (it is made once per session).
     #[serde(default)]
     pub population_asked: bool,
+    /// Whether a version of the current batch was accepted.
+    #[serde(default)]
+    pub batch_gain: bool,
 }
 
 impl State {
@@ -200,6 +203,7 @@ impl State {
             pending: Vec::new(),
             batch: false,
             population_asked: false,
+            batch_gain: false,
         }
     }
 

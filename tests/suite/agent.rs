@@ -977,8 +977,8 @@ async fn samples_two_evaluates_both_replies_and_keeps_the_faster() {
     let Some(tc) = toolchain() else { return };
     let server = mock_model::serve(vec![
         sse(&reply("first", &kernel("median_us=100", "// v1"))),
-        sse(&reply("sample one", &kernel("median_us=90", "// v2"))),
-        sse(&reply("sample two", &kernel("median_us=70", "// v3"))),
+        sse(&reply("sample one", &kernel("median_us=70", "// v2"))),
+        sse(&reply("sample two", &kernel("median_us=90", "// v3"))),
     ])
     .await;
     let (_runs, root) =
@@ -998,9 +998,12 @@ async fn samples_two_evaluates_both_replies_and_keeps_the_faster() {
     }
     assert_eq!(st.versions[1].parent, Some(1));
     assert_eq!(st.versions[2].parent, Some(1));
-    assert_eq!(st.best, Some(3));
+    // The faster came first: kept, and the slower second sample is rejected without
+    // counting the round as one without gain.
+    assert_eq!(st.best, Some(2));
     assert_eq!(st.best_us, Some(70.0));
     assert_eq!(st.spent.rounds, 1, "two samples are one round");
+    assert_eq!(st.spent.rounds_without_gain, 0, "the round had a gain");
     assert!(st.pending.is_empty() && !st.batch);
 }
 
