@@ -506,11 +506,7 @@ impl Engine {
                 "v{n}: {change} (and {} more sample{}: {})",
                 batch.len() - 1,
                 if batch.len() == 2 { "" } else { "s" },
-                batch[1..]
-                    .iter()
-                    .map(|v| format!("v{v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                version_list(&batch[1..])
             )
         } else {
             format!("v{n}: {change}")
@@ -630,14 +626,7 @@ impl Engine {
                 "population: no member gave usable code".into(),
             )));
         }
-        let note = format!(
-            "population of {}: {}",
-            made.len(),
-            made.iter()
-                .map(|v| format!("v{v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let note = format!("population of {}: {}", made.len(), version_list(&made));
         self.start_batch(made);
         Ok(Some((Outcome::Proposed, note)))
     }
@@ -1022,54 +1011,50 @@ impl Engine {
     fn prefetch_batch(&mut self, n: u32) -> Result<()> {
         let mut versions = vec![n];
         versions.extend(self.state.pending.iter().copied());
-        let mut requests = Vec::new();
-        for v in &versions {
-            let source = self.dir.version_source(*v)?;
-            requests.push(compile::CompileRequest::version(&source, &self.spec.arch));
-        }
-        let jobs = compile::default_jobs();
+        let sources = versions
+            .iter()
+            .map(|v| self.dir.version_source(*v))
+            .collect::<Result<Vec<_>>>()?;
+        let requests: Vec<_> = sources
+            .iter()
+            .map(|src| compile::CompileRequest::version(src, &self.spec.arch))
+            .collect();
         let (tc, cache) = (&self.toolchain, &self.cache);
         let outs = tokio::task::block_in_place(|| {
-            compile::compile_many(tc, cache, &requests, jobs, &|_, _| {})
+            compile::compile_many(tc, cache, &requests, compile::default_jobs(), &|_, _| {})
         });
-        let mut work: Vec<(u32, PathBuf, String)> = Vec::new();
-        for (v, out) in versions.iter().zip(outs) {
-            if let Some(so) = out.ok().and_then(|o| o.shared_object) {
-                work.push((*v, so, self.dir.version_source(*v)?));
-            }
-        }
+        // (version, shared object, source) of each that compiled.
+        let work: Vec<(u32, PathBuf, String)> = versions
+            .into_iter()
+            .zip(sources)
+            .zip(outs)
+            .filter_map(|((v, src), out)| Some((v, out.ok()?.shared_object?, src)))
+            .collect();
         let evaluators: Vec<Arc<dyn Evaluator>> = std::iter::once(self.evaluator.clone())
             .chain(self.pool.iter().cloned())
             .collect();
+        let done_versions: Vec<u32> = work.iter().map(|(v, _, _)| *v).collect();
         self.emit(Event::Note {
             text: format!(
                 "batch {}: compiled together, evaluated on {} GPUs at once",
-                work.iter()
-                    .map(|(v, _, _)| format!("v{v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                version_list(&done_versions),
                 evaluators.len().min(work.len())
             ),
         });
-        let next = std::sync::Mutex::new(0usize);
+        // One thread per GPU takes the next version; an evaluation that errs is made
+        // again by the validate stage.
+        let next = std::sync::atomic::AtomicUsize::new(0);
         let done: std::sync::Mutex<Vec<(u32, Evaluation)>> = std::sync::Mutex::new(Vec::new());
-        let w = self.workload.clone();
+        let w = &self.workload;
         tokio::task::block_in_place(|| {
             std::thread::scope(|scope| {
                 for ev in &evaluators {
-                    let (next, done, work, w) = (&next, &done, &work, &w);
-                    scope.spawn(move || loop {
-                        let i = {
-                            let Ok(mut k) = next.lock() else { return };
-                            *k += 1;
-                            *k - 1
-                        };
-                        let Some((v, so, source)) = work.get(i) else {
-                            return;
-                        };
-                        // An evaluation that errs is made again by the validate stage.
-                        if let Ok(e) = ev.evaluate(w, so, source) {
-                            if let Ok(mut d) = done.lock() {
+                    let (next, done, work) = (&next, &done, &work);
+                    scope.spawn(move || {
+                        while let Some((v, so, source)) =
+                            work.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                        {
+                            if let (Ok(e), Ok(mut d)) = (ev.evaluate(w, so, source), done.lock()) {
                                 d.push((*v, e));
                             }
                         }
@@ -1339,4 +1324,13 @@ impl Engine {
         self.state.current = self.state.best;
         Ok((Outcome::Correct, why))
     }
+}
+
+/// `v2, v3, v5`: versions for a note.
+fn version_list(versions: &[u32]) -> String {
+    versions
+        .iter()
+        .map(|v| format!("v{v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

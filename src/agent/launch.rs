@@ -105,6 +105,12 @@ pub fn gpus(spec: Option<&str>) -> Result<Vec<Gpu>> {
     Ok(out)
 }
 
+/// Whether sessions on `pool` pin their workers to its GPUs: when `--gpus` named them or
+/// there are several; one GPU found by default is left as the worker sees it.
+pub fn pins(spec: Option<&str>, pool: &[Gpu]) -> bool {
+    spec.is_some() || pool.len() > 1
+}
+
 /// The ordinals `--gpus` lists (`None`: all of them), or why the list is not one.
 fn gpu_list(spec: Option<&str>) -> Result<Option<Vec<usize>>> {
     let Some(list) = spec.map(str::trim).filter(|s| !s.is_empty() && *s != "all") else {

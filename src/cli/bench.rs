@@ -141,7 +141,11 @@ pub fn cmd_bench(
     let candidates = args.max_candidates.or(spec.max_candidates).unwrap_or(4);
     spec.max_candidates = Some(candidates);
     spec.provider = Some("builtin".into());
-    let first = crate::eval::gpu::devices()?.into_iter().next();
+    // The device the table names: the first GPU of the pool (--gpus), all of one model.
+    let pool = crate::agent::launch::gpus(args.gpus.as_deref())?;
+    let first = crate::eval::gpu::devices()?
+        .into_iter()
+        .nth(pool.first().map_or(0, |g| g.ordinal));
     let device = first.as_ref().map(|d| d.name.clone()).unwrap_or_default();
     let arch = first
         .as_ref()

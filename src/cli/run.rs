@@ -235,27 +235,23 @@ pub fn new_session(
         Err(_) if args.gpus.is_none() => Vec::new(),
         Err(e) => return Err(e),
     };
-    let pinned = args.gpus.is_some() || pool.len() > 1;
-    let device = pool.first().filter(|_| pinned).map(|g| g.visible.clone());
-    let ev = launch::evaluator(
-        opts,
-        args.seeds,
-        args.timing_runs,
-        args.timeout,
-        !args.no_profile,
-        device,
-    )?;
-    let mut others = Vec::new();
-    for g in pool.iter().skip(1) {
-        others.push(launch::evaluator(
+    let evaluator = |device: Option<String>| {
+        launch::evaluator(
             opts,
             args.seeds,
             args.timing_runs,
             args.timeout,
             !args.no_profile,
-            Some(g.visible.clone()),
-        )?);
-    }
+            device,
+        )
+    };
+    let pinned = launch::pins(args.gpus.as_deref(), &pool);
+    let ev = evaluator(pool.first().filter(|_| pinned).map(|g| g.visible.clone()))?;
+    let others = pool
+        .iter()
+        .skip(1)
+        .map(|g| evaluator(Some(g.visible.clone())))
+        .collect::<Result<Vec<_>>>()?;
     warn_if_test_double(&ev);
     let provider = provider_spec(config, args)?;
     // The built-in provider on a pool: a round offers as many candidates as there are

@@ -13,6 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::run::{self, RunArgs};
 use super::{EXIT_ERROR, EXIT_OK};
+use crate::agent::launch;
 use crate::agent::session::{SessionDir, State};
 use crate::config::Config;
 use crate::error::Result;
@@ -87,6 +88,7 @@ impl EventSink for Shared {
 
 /// One workload of a suite run: its session directory, exit code and final state, or
 /// the error that stopped it, and the GPU of the pool it ran on (when pinned).
+#[derive(Clone)]
 pub struct SuiteRow {
     pub workload: String,
     pub result: std::result::Result<(PathBuf, i32, State), String>,
@@ -115,8 +117,8 @@ pub fn run_sessions(
         .map_err(|e| crate::error::Error::io(&args.runs_dir, e))?;
     // The pool: pinned GPUs when there are several or --gpus names them, else whatever
     // the worker sees (one slot, unpinned).
-    let pool = crate::agent::launch::gpus(args.gpus.as_deref())?;
-    let slots: Vec<Option<crate::agent::launch::Gpu>> = if pool.len() > 1 || args.gpus.is_some() {
+    let pool = launch::gpus(args.gpus.as_deref())?;
+    let slots: Vec<Option<launch::Gpu>> = if launch::pins(args.gpus.as_deref(), &pool) {
         pool.into_iter().map(Some).collect()
     } else {
         vec![None]
@@ -188,7 +190,7 @@ pub fn run_sessions(
         .jobs
         .unwrap_or_else(crate::toolchain::compile::default_jobs);
     let jobs_each = (jobs / slots.len()).max(1);
-    let next = Mutex::new(0usize);
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, SuiteRow)>();
     let mut done: Vec<Option<SuiteRow>> = (0..suite.workloads.len()).map(|_| None).collect();
     let mut failed_after_each: Option<crate::error::Error> = None;
@@ -206,12 +208,7 @@ pub fn run_sessions(
                     }
                 };
                 loop {
-                    let i = {
-                        let Ok(mut n) = next.lock() else { return };
-                        let i = *n;
-                        *n += 1;
-                        i
-                    };
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(w) = suite.workloads.get(i) else {
                         bar.set_message("done");
                         return;
@@ -260,7 +257,7 @@ pub fn run_sessions(
             done[i] = Some(row);
             pb.inc(1);
             if failed_after_each.is_none() {
-                let rows: Vec<SuiteRow> = done.iter().flatten().map(SuiteRow::clone_row).collect();
+                let rows: Vec<SuiteRow> = done.iter().flatten().cloned().collect();
                 if let Err(e) = after_each(&rows) {
                     failed_after_each = Some(e);
                 }
@@ -275,16 +272,6 @@ pub fn run_sessions(
         return Err(e);
     }
     Ok((done.into_iter().flatten().collect(), events_path))
-}
-
-impl SuiteRow {
-    fn clone_row(&self) -> SuiteRow {
-        SuiteRow {
-            workload: self.workload.clone(),
-            result: self.result.clone(),
-            gpu: self.gpu,
-        }
-    }
 }
 
 /// The arguments of one workload's session in a suite: the command line's, with the

@@ -145,7 +145,8 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             ];
             if w.dtype().is_fp8() {
                 // fp8: tiles whose two accumulator sets fit (the accurate mainloop), and the
-                // large tiles with fast accumulation (one set; validation judges its error).
+                // large tiles with fast accumulation (one set; validation judges its error),
+                // then the hand-picked tiles (the rules keep those that fit fp8).
                 for (p, why) in [
                     (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2), ("CS_FP8_FAST_ACCUM", 1)][..], "fp8 cooperative 128x256x128, cluster 2x1, fast accumulation: one accumulator set over all of K, the large tile"),
                     (&[("CS_TILE_M", 64), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2), ("CS_SCHEDULE", 1)][..], "fp8 ping-pong 64x128x128, cluster 2x1, accurate accumulation: one warpgroup's epilogue under the other's MMAs"),
@@ -153,13 +154,20 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 ] {
                     out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
                 }
-            }
-            if !w.dtype().is_fp8() {
+                let order = if skinny {
+                    [3, 2, 1, 0, 4, 5, 6, 7]
+                } else {
+                    [0, 4, 2, 5, 6, 7, 1, 3]
+                };
+                for i in order {
+                    let (p, why) = cutlass[i];
+                    out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
+                }
+            } else {
                 // 16-bit operands: the whole space, ranked by the cost model
                 // (super::tuner), then the raster / swizzle variants of the large tile.
                 // (With 33-64 rows on the small side the best 64-row ping-pong tile is
                 // moved first below, as measured in bench/llm-run1.md.)
-                let mut seen: Vec<String> = Vec::new();
                 let ranked = super::tuner::ranked(h, w.dtype(), w.out_dtype());
                 let tuned = ranked
                     .iter()
@@ -171,39 +179,26 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                         cutlass[i].1,
                     )
                 });
+                let mut seen: Vec<String> = Vec::new();
                 for st in tuned.chain(variants).collect::<Vec<_>>() {
                     if !seen.contains(&st.label()) {
                         seen.push(st.label());
                         out.push(st);
                     }
                 }
-                push_raw_cute(&mut out, &fp16);
-            } else {
-                let order: Vec<usize> = if skinny {
-                    vec![3, 2, 1, 0, 4, 5, 6, 7]
-                } else {
-                    vec![0, 4, 2, 5, 6, 7, 1, 3]
-                };
-                // Stream-K for problems whose large tiles leave SMs idle in the last wave
-                // (the small-M projections of LLM inference: 256 x 4096 is 32 tiles of
-                // 128 x 256 for 132 SMs): ahead of everything when under half the SMs have a
-                // tile, after the first large-tile candidate when the last wave is short.
-                let eff = wave_efficiency(h, 128, 256, SM_COUNT);
-                let streamk: [(&[(&str, i64)], &str); 2] = [
-                (&[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x128: the K loop of the tiles split over all SMs, so no SM idles in a partial last wave (ahead of 128x256 on every M = 256 and 1024 projection of bench/llm-run1.md)"),
-                (&[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 1), ("CS_STREAMK", 1)][..], "stream-K 128x256: larger tiles, the K loop split over all SMs"),
-            ];
-                let add_streamk = !skinny && !w.dtype().is_fp8() && eff < 0.8;
-                for (j, i) in order.into_iter().enumerate() {
-                    if add_streamk && ((eff < 0.5 && j == 0) || (eff >= 0.5 && j == 1)) {
-                        for (p, why) in streamk {
-                            out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
-                        }
-                    }
-                    let (p, why) = cutlass[i];
-                    out.push(mk("gemm_sm90_cutlass3_ws", with(p, &extra), why));
-                }
-                push_raw_cute(&mut out, &fp16);
+            }
+            // The raw CuTe template (the model's seed for GEMM sessions).
+            for (p, why) in [
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 4)][..],
+                    "raw CuTe TMA + WGMMA, warp-specialized, 128x256x64, 4 stages (H100, 4096^3: 240.5 us, 0.75x cuBLAS)",
+                ),
+                (
+                    &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
+                    "raw CuTe TMA + WGMMA, warp-specialized, 128x128x64, 4 stages",
+                ),
+            ] {
+                out.push(mk("gemm_sm90_tma_wgmma", with(p, &fp16), why));
             }
         }
         Family::Activation => {
@@ -338,42 +333,6 @@ pub fn coverage(w: &Workload) -> Result<usize, String> {
     }
 }
 
-/// SMs the candidate order assumes (H100 SXM and H200); the tuning database orders by
-/// what was measured on the GPU at hand.
-const SM_COUNT: u64 = 132;
-
-/// The fraction of SM slots doing work over the waves of `tm` x `tn` tiles of the headline
-/// shape on `sms` SMs, one tile per SM at a time (1.0: every wave full).
-/// The raw CuTe template's two candidates (the model's seed for GEMM sessions).
-fn push_raw_cute(out: &mut Vec<Strategy>, fp16: &[(&'static str, i64)]) {
-    for (p, why) in [
-        (
-            &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_STAGES", 4)][..],
-            "raw CuTe TMA + WGMMA, warp-specialized, 128x256x64, 4 stages (H100, 4096^3: 240.5 us, 0.75x cuBLAS)",
-        ),
-        (
-            &[("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_STAGES", 4)][..],
-            "raw CuTe TMA + WGMMA, warp-specialized, 128x128x64, 4 stages",
-        ),
-    ] {
-        out.push(Strategy {
-            template: "gemm_sm90_tma_wgmma".into(),
-            params: p
-                .iter()
-                .chain(fp16.iter())
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
-            rationale: why.into(),
-        });
-    }
-}
-
-pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f64 {
-    let tiles = h.m.div_ceil(tm) * h.n.div_ceil(tn) * h.batch.max(1);
-    let waves = tiles.div_ceil(sms).max(1);
-    tiles as f64 / (waves * sms) as f64
-}
-
 /// The valid candidates, in order.
 pub fn candidates(w: &Workload) -> Vec<Strategy> {
     space(w)
@@ -397,11 +356,13 @@ mod tests {
     fn stream_k_joins_where_large_tiles_leave_sms_idle() {
         use crate::spec::Shape;
         assert_eq!(
-            wave_efficiency(&Shape::gemm(4096, 4096, 4096), 128, 256, 132),
+            super::super::tuner::wave_efficiency(&Shape::gemm(4096, 4096, 4096), 128, 256, 132),
             512.0 / 528.0
         );
         assert!(
-            (wave_efficiency(&Shape::gemm(256, 4096, 4096), 128, 256, 132) - 32.0 / 132.0).abs()
+            (super::super::tuner::wave_efficiency(&Shape::gemm(256, 4096, 4096), 128, 256, 132)
+                - 32.0 / 132.0)
+                .abs()
                 < 1e-12
         );
         let labels = |name: &str| -> Vec<String> {

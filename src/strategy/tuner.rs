@@ -221,6 +221,14 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
     }
 }
 
+/// The fraction of SM slots doing work over the waves of `tm` x `tn` tiles of the headline
+/// shape on `sms` SMs, one tile per SM at a time (1.0: every wave full).
+pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f64 {
+    let tiles = h.m.div_ceil(tm) * h.n.div_ceil(tn) * h.batch.max(1);
+    let waves = tiles.div_ceil(sms).max(1);
+    tiles as f64 / (waves * sms) as f64
+}
+
 /// The space ranked by the model for `h`, fastest first; at equal estimates (a
 /// memory-bound shape) the one with more headroom (less compute plus L2 time), then the
 /// space's order. Each with a rationale naming the estimate.
@@ -236,7 +244,18 @@ pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)
                 if c.schedule == Schedule::StreamK {
                     "the K loops split over all SMs".to_string()
                 } else {
-                    format!("{} wave{}", e.waves, if e.waves == 1 { "" } else { "s" })
+                    // Ping-pong runs two tiles per SM at a time.
+                    let per_sm = if c.schedule == Schedule::PingPong {
+                        2
+                    } else {
+                        1
+                    };
+                    format!(
+                        "{} wave{}, {:.0}% of the SM slots busy",
+                        e.waves,
+                        if e.waves == 1 { "" } else { "s" },
+                        100.0 * wave_efficiency(h, c.tile_m, c.tile_n, per_sm * SMS)
+                    )
                 },
                 e.us,
                 e.compute_us,
