@@ -12,47 +12,88 @@ use crate::spec::Workload;
 /// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
 /// includes, and a README with how to build and call it and what it measured.
 pub fn export(dir: &SessionDir, abi_include: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-    let spec = dir.load_spec()?;
-    let state = dir.load_state()?;
-    let workload = dir.workload(&spec)?;
-    let best = state
-        .best
-        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let name = format!("{}.cu", workload.name());
-    let source = dir.version_source(best)?;
-    let mut written = Vec::new();
-    let cu = out.join(&name);
-    let header = format!(
-        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n// Build and call: see README.md beside this file.\n",
-        spec.id,
-        workload.name(),
-        workload.description()
-    );
-    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
-    written.push(cu);
-    // The ABI header and every other project header the kernel includes (the GEMM
-    // templates include the predicated fallback GEMM), so the files build on their own.
-    written.extend(copy_headers(&source, abi_include, out)?);
-    let measured = measured(&state, best, &workload);
+    let (b, mut written) = write_best(
+        dir,
+        abi_include,
+        |_| out.to_path_buf(),
+        "// Build and call: see README.md beside this file.\n",
+    )?;
     let readme = format!(
         "# {name}\n\nExported by cutesmith (session `{}`, version v{best}). {}\n\nMeasured: {measured}; correct on every shape of the workload ({}).\n\n## Build\n\n```sh\nnvcc -gencode=arch={compute},code={arch} -std=c++17 -O3 --expt-relaxed-constexpr \\\n     -Xcompiler -fPIC -shared -I<cutlass>/include -I<cutlass>/tools/util/include -I. \\\n     {name} -o lib{stem}.so\n```\n\n## Call\n\n```c\n#include \"cutesmith_abi.h\"\ncs_problem p = {{0}};\np.abi_version = CS_ABI_VERSION;   /* then family, m, n, k, batch, dtypes, layouts, */\n/* pointers, leading dimensions, alpha/beta, activation, sm_count: see the header */\nuint64_t ws = 0;\ncutesmith_workspace_bytes(&p, &ws);  /* allocate ws bytes (zeroed once), set p.workspace */\nint32_t err = cutesmith_launch(&p, stream);  /* 0 = CS_OK; enqueued on `stream` */\n```\n",
-        spec.id,
-        workload.description(),
-        workload
+        b.spec.id,
+        b.workload.description(),
+        b.workload
             .shapes()
             .iter()
             .map(|s| s.to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        stem = workload.name(),
-        arch = spec.arch,
-        compute = spec.arch.replacen("sm_", "compute_", 1)
+        name = b.file,
+        best = b.version,
+        measured = b.measured,
+        stem = b.workload.name(),
+        arch = b.spec.arch,
+        compute = b.spec.arch.replacen("sm_", "compute_", 1)
     );
     let rd = out.join("README.md");
     std::fs::write(&rd, readme).map_err(|e| Error::io(&rd, e))?;
     written.push(rd);
     Ok(written)
+}
+
+/// A session's best version, written out as `<workload>.cu`.
+struct Best {
+    spec: super::session::SessionSpec,
+    workload: Workload,
+    version: u32,
+    /// The kernel's file name.
+    file: String,
+    /// What the session measured for it, one sentence.
+    measured: String,
+}
+
+/// Writes the best version of the session in `dir` into `out(workload)` as `<workload>.cu` (a
+/// comment naming the session, the version and the workload, then `header_tail`, above
+/// its source), with the ABI header and every other project header it includes (the GEMM
+/// templates include the predicated fallback GEMM), so the files build on their own.
+fn write_best(
+    dir: &SessionDir,
+    abi_include: &Path,
+    out: impl FnOnce(&Workload) -> PathBuf,
+    header_tail: &str,
+) -> Result<(Best, Vec<PathBuf>)> {
+    let spec = dir.load_spec()?;
+    let state = dir.load_state()?;
+    let workload = dir.workload(&spec)?;
+    let out = out(&workload);
+    let out = out.as_path();
+    let best = state
+        .best
+        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let file = format!("{}.cu", workload.name());
+    let source = dir.version_source(best)?;
+    let cu = out.join(&file);
+    let header = format!(
+        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n{header_tail}",
+        spec.id,
+        workload.name(),
+        workload.description()
+    );
+    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
+    let mut written = vec![cu];
+    written.extend(copy_headers(&source, abi_include, out)?);
+    let measured = measured(&state, best, &workload);
+    Ok((
+        Best {
+            spec,
+            workload,
+            version: best,
+            file,
+            measured,
+        },
+        written,
+    ))
 }
 
 /// What the session measured for version `best`, one sentence.
@@ -108,35 +149,15 @@ pub fn export_torch(
     cutlass_include: Option<&Path>,
     out: &Path,
 ) -> Result<Vec<PathBuf>> {
-    let spec = dir.load_spec()?;
-    let state = dir.load_state()?;
-    let workload = dir.workload(&spec)?;
-    let best = state
-        .best
-        .ok_or_else(|| Error::Usage("no correct version to export yet".into()))?;
-    let csrc = package::csrc_dir(out, &workload);
-    std::fs::create_dir_all(&csrc).map_err(|e| Error::io(&csrc, e))?;
-    let source = dir.version_source(best)?;
-    let name = format!("{}.cu", workload.name());
-    let cu = csrc.join(&name);
-    let header = format!(
-        "// Exported by cutesmith from session {} (version v{best}).\n// Workload: {} - {}\n",
-        spec.id,
-        workload.name(),
-        workload.description()
-    );
-    std::fs::write(&cu, format!("{header}{source}")).map_err(|e| Error::io(&cu, e))?;
-    let mut written = vec![cu];
-    written.extend(copy_headers(&source, abi_include, &csrc)?);
-    let measured = measured(&state, best, &workload);
+    let (b, mut written) = write_best(dir, abi_include, |w| package::csrc_dir(out, w), "")?;
     written.extend(package::write_package(
         &package::PackageInput {
-            workload: &workload,
-            kernel_file: &name,
-            arch: &spec.arch,
-            session: &spec.id,
-            version: best,
-            measured: &measured,
+            workload: &b.workload,
+            kernel_file: &b.file,
+            arch: &b.spec.arch,
+            session: &b.spec.id,
+            version: b.version,
+            measured: &b.measured,
             cutlass_include,
         },
         out,

@@ -1541,51 +1541,56 @@ mod tests {
         serde_json::json!({"node": n})
     }
 
+    /// The inputs a (64 x 32) and b (32 x 16) with these strides, and `mm = a @ b`.
+    fn mm_nodes(a_stride: &[i64], b_stride: &[i64]) -> Vec<Value> {
+        vec![
+            input("a", &[64, 32], a_stride),
+            input("b", &[32, 16], b_stride),
+            node(
+                "mm",
+                "aten.mm.default",
+                serde_json::json!([r("a"), r("b")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]
+    }
+
     /// mm then x * sigmoid(x) (swish through z), then 1 - x (neg, add), then x * x.
     #[test]
     fn a_chain_reads_z_and_saved_values() {
-        let g = graph(
-            vec![
-                input("a", &[64, 32], &[32, 1]),
-                input("b", &[32, 16], &[1, 32]),
-                node(
-                    "mm",
-                    "aten.mm.default",
-                    serde_json::json!([r("a"), r("b")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-                node(
-                    "sig",
-                    "aten.sigmoid.default",
-                    serde_json::json!([r("mm")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-                node(
-                    "sw",
-                    "aten.mul.Tensor",
-                    serde_json::json!([r("sig"), r("mm")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-                node(
-                    "rs",
-                    "aten.rsub.Scalar",
-                    serde_json::json!([r("sw"), 1.0]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-                node(
-                    "sq",
-                    "aten.mul.Tensor",
-                    serde_json::json!([r("rs"), r("rs")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-            ],
-            "sq",
-        );
+        let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
+        nodes.extend([
+            node(
+                "sig",
+                "aten.sigmoid.default",
+                serde_json::json!([r("mm")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sw",
+                "aten.mul.Tensor",
+                serde_json::json!([r("sig"), r("mm")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "rs",
+                "aten.rsub.Scalar",
+                serde_json::json!([r("sw"), 1.0]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sq",
+                "aten.mul.Tensor",
+                serde_json::json!([r("rs"), r("rs")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let g = graph(nodes, "sq");
         let (spec, _) = map_graph(&g, "t.py").unwrap();
         assert_eq!(spec.family, Family::Gemm);
         assert_eq!(spec.dtype, DType::BF16);
@@ -1641,20 +1646,7 @@ mod tests {
         assert_eq!(err[0].node, "d");
         assert!(err[0].message.contains("c / x"), "{}", err[0]);
 
-        let g = graph(
-            vec![
-                input("a", &[64, 32], &[64, 1]),
-                input("b", &[32, 16], &[16, 1]),
-                node(
-                    "mm",
-                    "aten.mm.default",
-                    serde_json::json!([r("a"), r("b")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-            ],
-            "mm",
-        );
+        let g = graph(mm_nodes(&[64, 1], &[16, 1]), "mm");
         let err = map_graph(&g, "t.py").unwrap_err();
         assert!(
             err[0].message.contains("operand A") && err[0].message.contains("packed"),

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::spec::chain::{BinOp, Op, Operand};
-use crate::spec::{AtolScale, DType, Family, Layout, Workload};
+use crate::spec::{AtolScale, Family, Layout, Workload};
 
 const TORCH_OP: &str = include_str!("package/torch_op.cpp");
 const INIT: &str = include_str!("package/__init__.py");
@@ -135,20 +135,9 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
         })
         .collect();
     let t = w.tolerance();
-    let summation = match w.dtype() {
-        DType::F32 if !w.allow_tf32() => "tc_f32",
-        DType::F32 | DType::F64 => "rounded",
-        _ => "tc",
-    };
-    let roundoff = if w.allow_tf32() {
-        2f64.powi(-10)
-    } else if w.acc_dtype() == DType::F16 {
-        2f64.powi(-11)
-    } else if w.dtype().is_fp8() {
-        2f64.powi(-13)
-    } else {
-        2f64.powi(-24)
-    };
+    // The validator's error model for the GEMM's dot products, as the worker applies it.
+    let summation = crate::spec::Summation::of(w.dtype(), w.allow_tf32()).name();
+    let roundoff = crate::spec::gemm_roundoff(w);
     let (g0, g1) = p.gate.default_params();
     json!({
         "name": w.name(),

@@ -56,7 +56,7 @@ use location::parse_error;
 pub use rules::human_bytes;
 use rules::Validator;
 pub use schema::*;
-pub use tolerance::{ElementTolerance, Tolerance};
+pub use tolerance::{gemm_roundoff, ElementTolerance, Summation, Tolerance};
 
 /// A validated workload: a spec with its name, file, defaults and shapes resolved.
 /// Construct with [`Workload::load`], [`Workload::parse`], [`Workload::load_dir`] or

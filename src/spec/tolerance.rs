@@ -122,3 +122,52 @@ impl ElementTolerance {
         }
     }
 }
+
+/// How a GEMM's products are summed on the GPU, for the bound on its dot products' error
+/// (the validator's, and the exported PyTorch package's check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Summation {
+    /// fp32 (or narrower) sums with round-to-nearest: CUDA-core FMAs, exact products.
+    Rounded,
+    /// fp32 operands split into TF32 parts on tensor cores (3xTF32).
+    TensorCoreF32,
+    /// 16-bit or fp8 operands on tensor cores: each MMA's products enter the fp32
+    /// accumulator truncated, a bias that grows with the number of MMA steps.
+    TensorCore,
+}
+
+impl Summation {
+    /// The summation a workload's GEMM gets on the GPU, from its operand type.
+    pub fn of(dtype: DType, allow_tf32: bool) -> Summation {
+        match dtype {
+            DType::F32 if !allow_tf32 => Summation::TensorCoreF32,
+            DType::F32 | DType::F64 => Summation::Rounded,
+            _ => Summation::TensorCore,
+        }
+    }
+
+    /// Its name in the exported package's `workload.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Summation::Rounded => "rounded",
+            Summation::TensorCoreF32 => "tc_f32",
+            Summation::TensorCore => "tc",
+        }
+    }
+}
+
+/// The unit roundoff that bounds a GEMM's dot products: fp32 accumulation of exact
+/// products 2^-24; operands rounded to TF32 where the workload allows it 2^-10 (two
+/// operands of 2^-11 each); f16 accumulation 2^-11; fp8 tensor-core accumulation, which
+/// keeps fewer bits than fp32 between promotions, 2^-13.
+pub fn gemm_roundoff(w: &super::Workload) -> f64 {
+    if w.allow_tf32() {
+        2f64.powi(-10)
+    } else if w.acc_dtype() == DType::F16 {
+        2f64.powi(-11)
+    } else if w.dtype().is_fp8() {
+        2f64.powi(-13)
+    } else {
+        2f64.powi(-24)
+    }
+}

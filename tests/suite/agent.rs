@@ -1173,18 +1173,14 @@ fn scripted_run(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
     (tmp, root, text)
 }
 
-/// `--samples 2` with the built-in provider: a round's two samples are two different
-/// candidates (a batch's own strategies count as tried).
-#[test]
-fn builtin_samples_of_a_round_are_distinct_candidates() {
-    let Some(_tc) = toolchain() else { return };
+/// One optimization round of the built-in provider (three candidates at most) on the ReLU
+/// fixture under the test double, with `flags`.
+fn builtin_round(flags: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
     let relu = fixture("workloads/relu_bf16_small.toml");
-    let (_tmp, root, _) = scripted_run(&[
+    let mut args = vec![
         "run",
         relu.to_str().unwrap(),
         "--builtin",
-        "--samples",
-        "2",
         "--rounds",
         "1",
         "--max-candidates",
@@ -1193,7 +1189,17 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
         "0",
         "--no-profile",
         "-q",
-    ]);
+    ];
+    args.extend_from_slice(flags);
+    scripted_run(&args)
+}
+
+/// `--samples 2` with the built-in provider: a round's two samples are two different
+/// candidates (a batch's own strategies count as tried).
+#[test]
+fn builtin_samples_of_a_round_are_distinct_candidates() {
+    let Some(_tc) = toolchain() else { return };
+    let (_tmp, root, _) = builtin_round(&["--samples", "2"]);
     let st = state_of(&root);
     let changes: Vec<&str> = st.versions.iter().map(|v| v.change.as_str()).collect();
     assert_eq!(changes.len(), 3, "{changes:?}");
@@ -1208,22 +1214,7 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
 #[test]
 fn builtin_candidates_spread_over_the_pool_by_default() {
     let Some(_tc) = toolchain() else { return };
-    let relu = fixture("workloads/relu_bf16_small.toml");
-    let (_tmp, root, _) = scripted_run(&[
-        "run",
-        relu.to_str().unwrap(),
-        "--builtin",
-        "--gpus",
-        "0,1",
-        "--rounds",
-        "1",
-        "--max-candidates",
-        "3",
-        "--roofline-target",
-        "0",
-        "--no-profile",
-        "-q",
-    ]);
+    let (_tmp, root, _) = builtin_round(&["--gpus", "0,1"]);
     let st = state_of(&root);
     assert_eq!(st.versions.len(), 3, "{:?}", st.versions);
     let events = std::fs::read_to_string(root.join("events.jsonl")).unwrap();

@@ -48,22 +48,26 @@ fn cutesmith(python: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `cutesmith import examples/pytorch/<file>.py --out OUT [extra]`.
+fn import_to(python: &Path, file: &str, out: &Path, extra: &[&str]) -> Output {
+    let problem = root().join(format!("examples/pytorch/{file}.py"));
+    let mut args = vec![
+        "import",
+        problem.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    cutesmith(python, &args)
+}
+
 /// Imports `examples/pytorch/<file>.py` into a temp dir; the spec as written and as the
 /// normal loader validates it.
 fn import(file: &str) -> Option<(WorkloadSpec, Workload, String)> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("{file}.toml"));
-    let problem = root().join(format!("examples/pytorch/{file}.py"));
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            problem.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = import_to(&py, file, &out, &[]);
     let t = output_text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains(&format!("wrote {}", out.display())), "{t}");
@@ -274,16 +278,7 @@ fn import_refuses_a_convolution_naming_the_node_and_writes_nothing() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("conv.toml");
-    let problem = root().join("examples/pytorch/conv2d_unsupported.py");
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            problem.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = import_to(&py, "conv2d_unsupported", &out, &[]);
     let t = output_text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(
@@ -304,20 +299,11 @@ fn import_will_not_replace_a_spec_without_force() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("selu.toml");
     std::fs::write(&out, "keep me").unwrap();
-    let problem = root().join("examples/pytorch/selu.py");
-    let args = [
-        "import",
-        problem.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    let o = cutesmith(&py, &args);
+    let o = import_to(&py, "selu", &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
     assert!(output_text(&o).contains("--force"), "{}", output_text(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
-    let mut forced = args.to_vec();
-    forced.push("--force");
-    let o = cutesmith(&py, &forced);
+    let o = import_to(&py, "selu", &out, &["--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
     assert!(std::fs::read_to_string(&out)
         .unwrap()

@@ -12,6 +12,7 @@ use crate::eval::gpu::reference;
 use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
+pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
 use crate::spec::{DType, Family, Layout, Shape};
 
 use super::problem::Problem;
@@ -741,29 +742,6 @@ impl Reference {
     }
 }
 
-/// How a GEMM's products are summed, for the bound on its dot products' error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Summation {
-    /// fp32 (or narrower) sums with round-to-nearest: CUDA-core FMAs, exact products.
-    Rounded,
-    /// fp32 operands split into TF32 parts on tensor cores (3xTF32).
-    TensorCoreF32,
-    /// 16-bit or fp8 operands on tensor cores: each MMA's products enter the fp32
-    /// accumulator truncated, a bias that grows with the number of MMA steps.
-    TensorCore,
-}
-
-impl Summation {
-    /// The summation a workload's GEMM gets on the GPU, from its operand type.
-    pub(super) fn of(dtype: DType, allow_tf32: bool) -> Summation {
-        match dtype {
-            DType::F32 if !allow_tf32 => Summation::TensorCoreF32,
-            DType::F32 | DType::F64 => Summation::Rounded,
-            _ => Summation::TensorCore,
-        }
-    }
-}
-
 /// The bound on a dot product's rounding error over `k` terms: `ACC_SAFETY * u * sum |a
 /// b|` for the sum, plus, for fp32 operands split into TF32 parts on tensor cores, what
 /// the split adds: `TC_F32_SAFETY * 2^-21 * sum |a b| / sqrt(k)`; plus, for tensor-core
@@ -822,22 +800,6 @@ const F32_U: f64 = 5.960_464_477_539_063e-8;
 /// How many fp32 ulps of its input's and its result's magnitudes evaluating an epilogue
 /// chain (activations from fp32 library functions, a few ops) may cost in the fp64 check.
 const CHAIN_EVAL_ULPS: f64 = 8.0;
-
-/// The unit roundoff that bounds a GEMM's dot products: fp32 accumulation of exact
-/// products 2^-24; operands rounded to TF32 where the workload allows it 2^-10 (two
-/// operands of 2^-11 each); f16 accumulation 2^-11; fp8 tensor-core accumulation, which
-/// keeps fewer bits than fp32 between promotions, 2^-13.
-pub(super) fn effective_roundoff(w: &crate::spec::Workload) -> f64 {
-    if w.allow_tf32() {
-        2f64.powi(-10)
-    } else if w.acc_dtype() == DType::F16 {
-        2f64.powi(-11)
-    } else if w.dtype().is_fp8() {
-        2f64.powi(-13)
-    } else {
-        2f64.powi(-24)
-    }
-}
 
 /// Turns row softmax values into log-softmax values in place, from the inputs (exact:
 /// x - max - log(sum)).
