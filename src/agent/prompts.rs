@@ -209,12 +209,7 @@ impl WorkloadFacts {
             out_dtype: w.out_dtype().name().to_string(),
             params,
             layouts,
-            shapes: w
-                .shapes()
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+            shapes: w.shape_list(),
             shapes_count: w.shapes().len(),
             headline: h.to_string(),
             flops: format!("{:.3}", w.flops(h) / 1e9),

@@ -201,12 +201,7 @@ pub fn workload_header(w: &Workload) -> String {
         }
     }
     let inputs = input_names(w);
-    let shapes = w
-        .shapes()
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let shapes = w.shape_list();
     let layout = |l: Layout| l.abi_value();
     let mut s = String::new();
     let _ = writeln!(
@@ -289,12 +284,7 @@ pub fn workload_header(w: &Workload) -> String {
 fn readme(input: &PackageInput<'_>, pkg: &str) -> String {
     let w = input.workload;
     let inputs = input_names(w);
-    let shapes = w
-        .shapes()
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let shapes = w.shape_list();
     let lay = w.layouts();
     let mut args = String::new();
     for name in &inputs {

@@ -207,6 +207,15 @@ impl Workload {
         &self.shapes
     }
 
+    /// Every shape, as `4096x4096x4096, 77x50257, ...` (for prompts, READMEs, notes).
+    pub fn shape_list(&self) -> String {
+        self.shapes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The shape that goals and the summary refer to.
     pub fn headline(&self) -> &Shape {
         // `shapes` is never empty: validation rejects a spec without shapes.

@@ -1093,9 +1093,13 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
     }
     let transcript = tmp.path().join("t.toml");
     std::fs::write(&transcript, t).unwrap();
-    let runs = tmp.path().join("runs");
-    let out = replay_run(&transcript, &runs)
-        .args([
+    let relu = fixture("workloads/relu_bf16_small.toml");
+    let (_runs, root, _) = scripted_run_delayed(
+        &[
+            "run",
+            relu.to_str().unwrap(),
+            "--replay",
+            transcript.to_str().unwrap(),
             "--gpus",
             "0,1",
             "--samples",
@@ -1103,21 +1107,12 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
             "--rounds",
             "1",
             "--no-profile",
-        ])
-        .args(["--roofline-target", "0", "-q"])
-        .env("CUTESMITH_TEST_EVALUATOR", "scripted")
-        .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", "3000")
-        .env("CUTESMITH_TUNING_DB", "off")
-        .output()
-        .unwrap();
-    let text = output_text(&out);
-    assert!(out.status.code().is_some_and(|c| c <= 1), "{text}");
-    let root = std::fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-        .unwrap();
+            "--roofline-target",
+            "0",
+            "-q",
+        ],
+        3000,
+    );
     let events: Vec<Value> = std::fs::read_to_string(root.join("events.jsonl"))
         .unwrap()
         .lines()
@@ -1152,6 +1147,11 @@ fn the_samples_of_a_round_are_evaluated_across_the_gpu_pool_at_once() {
 /// `cutesmith ARGS --runs-dir <tmp>/runs` under the scripted evaluator (no tuning
 /// database): the temp dir (kept alive), the one session's directory and what it printed.
 fn scripted_run(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    scripted_run_delayed(args, 0)
+}
+
+/// [`scripted_run`] with every evaluation taking `delay_ms` more.
+fn scripted_run_delayed(args: &[&str], delay_ms: u32) -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
     let out = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
@@ -1159,6 +1159,7 @@ fn scripted_run(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
         .arg("--runs-dir")
         .arg(&runs)
         .env("CUTESMITH_TEST_EVALUATOR", "scripted")
+        .env("CUTESMITH_TEST_EVALUATOR_DELAY_MS", delay_ms.to_string())
         .env("CUTESMITH_TUNING_DB", "off")
         .output()
         .unwrap();
