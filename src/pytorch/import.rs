@@ -537,7 +537,8 @@ impl<'g> Mapper<'g> {
         }
         // linear / ND matmul with a 2-D right operand: leading dimensions of A fold into m.
         let fold = (op == "linear" || op == "matmul") && am.shape.len() >= 3 && bm.shape.len() == 2;
-        let mut dims = if op == "linear" {
+        // (m, n, k, batch, A's and B's layouts, whether A and B are shared by the batch)
+        let (m, n, k, batch, a, b, shared_a, shared_b) = if op == "linear" {
             if bm.shape.len() != 2 {
                 self.problem(core, "linear with a weight that is not 2-D");
                 return None;
@@ -561,35 +562,11 @@ impl<'g> Mapper<'g> {
                 None
             })?;
             let (m, a) = self.lhs(core, an, &am, fold)?;
-            GemmDims {
-                m,
-                n,
-                k,
-                batch: 1,
-                a,
-                b,
-                shared_a: false,
-                shared_b: false,
-                dtype,
-                bias,
-                alpha,
-            }
+            (m, n, k, 1, a, b, false, false)
         } else if fold {
             let (m, a) = self.lhs(core, an, &am, true)?;
             let (_, b, _) = self.operand(core, "B", bn)?;
-            GemmDims {
-                m,
-                n: bm.shape[1],
-                k: bm.shape[0],
-                batch: 1,
-                a,
-                b,
-                shared_a: false,
-                shared_b: false,
-                dtype,
-                bias,
-                alpha,
-            }
+            (m, bm.shape[1], bm.shape[0], 1, a, b, false, false)
         } else {
             let (am, a, sa) = self.operand(core, "A", an)?;
             let (bm, b, sb) = self.operand(core, "B", bn)?;
@@ -611,19 +588,29 @@ impl<'g> Mapper<'g> {
                     return None;
                 }
             };
-            GemmDims {
-                m: am.shape[ra - 2],
-                n: bm.shape[rb - 1],
-                k: am.shape[ra - 1],
+            (
+                am.shape[ra - 2],
+                bm.shape[rb - 1],
+                am.shape[ra - 1],
                 batch,
                 a,
                 b,
-                shared_a: batch > 1 && (ra == 2 || sa),
-                shared_b: batch > 1 && (rb == 2 || sb),
-                dtype,
-                bias,
-                alpha,
-            }
+                batch > 1 && (ra == 2 || sa),
+                batch > 1 && (rb == 2 || sb),
+            )
+        };
+        let mut dims = GemmDims {
+            m,
+            n,
+            k,
+            batch,
+            a,
+            b,
+            shared_a,
+            shared_b,
+            dtype,
+            bias,
+            alpha,
         };
         if dims.shared_a && dims.shared_b {
             self.problem(
