@@ -44,6 +44,8 @@ pub struct Plan {
     pub samples: u32,
     /// Strategies of the first generation (`--population`).
     pub population: u32,
+    /// The GPU pool asked for (`--gpus`), kept for `resume`.
+    pub gpus: Option<String>,
 }
 
 /// One GPU of a pool: its ordinal among the devices this process sees, its name, and the
@@ -170,6 +172,32 @@ pub fn evaluator(
     Ok(Arc::from(ev))
 }
 
+/// The evaluators of a session on the GPU pool `gpus` names (`--gpus`; none: every
+/// visible GPU): the session's own first, pinned to the pool's first GPU when the pool
+/// pins (see [`pins`]), then one pinned to each other GPU, across which a batch is
+/// evaluated. Without a GPU and without `gpus`, the one unpinned evaluator (which says
+/// there is no GPU, or is the test double).
+pub fn evaluators(
+    opts: &ToolchainOptions,
+    seeds: u64,
+    runs: u32,
+    timeout_s: u64,
+    ncu: bool,
+    gpus: Option<&str>,
+) -> Result<Vec<Arc<dyn Evaluator>>> {
+    let pool = match self::gpus(gpus) {
+        Ok(p) => p,
+        Err(_) if gpus.is_none() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let pinned = pins(gpus, &pool);
+    let first = pool.first().filter(|_| pinned).map(|g| g.visible.clone());
+    std::iter::once(first)
+        .chain(pool.iter().skip(1).map(|g| Some(g.visible.clone())))
+        .map(|device| evaluator(opts, seeds, runs, timeout_s, ncu, device))
+        .collect()
+}
+
 /// True when `ev` is not the real GPU evaluator (every figure would come from a test
 /// double: front ends say so loudly).
 pub fn is_test_double(ev: &dyn Evaluator) -> bool {
@@ -257,6 +285,7 @@ pub fn create(
         reply_mode: plan.reply_mode,
         samples: plan.samples.max(1),
         population: plan.population,
+        gpus: plan.gpus,
     };
     let dir = SessionDir::create(runs_dir, &spec.id)?;
     let events = events(&dir.root)?;
@@ -271,7 +300,7 @@ pub fn create(
 pub fn open(
     root: &Path,
     tc: Toolchain,
-    evaluator: impl FnOnce(&SessionSpec) -> Result<Arc<dyn Evaluator>>,
+    evaluators: impl FnOnce(&SessionSpec) -> Result<Vec<Arc<dyn Evaluator>>>,
     jobs: usize,
     events: impl FnOnce(&Path) -> Result<Arc<dyn EventSink>>,
 ) -> Result<Engine> {
@@ -279,7 +308,14 @@ pub fn open(
     let spec = dir.load_spec()?;
     let state = dir.load_state()?;
     let workload = dir.workload(&spec)?;
-    let evaluator = evaluator(&spec)?;
+    let mut evaluators = evaluators(&spec)?;
+    if evaluators.is_empty() {
+        return Err(Error::Usage(
+            "internal: no evaluator for the session".into(),
+        ));
+    }
+    let pool = evaluators.split_off(1);
+    let evaluator = evaluators.remove(0);
     if evaluator.name() != spec.evaluator {
         return Err(Error::Usage(format!(
             "{} was run with the {} evaluator and would now resume with the {} one: one \
@@ -295,7 +331,7 @@ pub fn open(
     };
     let events = events(&dir.root)?;
     let parts = parts_for(&spec, &workload, tc, evaluator, jobs, used, events)?;
-    Engine::open(&dir.root, parts)
+    Ok(Engine::open(&dir.root, parts)?.with_pool(pool))
 }
 
 /// Replies a session has already turned into versions (or spent on them): a replayed

@@ -78,6 +78,9 @@ pub struct SessionSpec {
     /// best becomes the evolving kernel (`--population`; 0 or 1: one kernel).
     #[serde(default)]
     pub population: u32,
+    /// The GPU pool it was started on (`--gpus`, as given), which `resume` uses again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<String>,
 }
 
 fn default_samples() -> u32 {

@@ -229,29 +229,16 @@ pub fn new_session(
     let tc = ensure_toolchain(opts, no_install)?;
     // The pool (--gpus, default every visible GPU; a suite gives each session one): the
     // session runs on the first, and evaluates a batch (samples, a population) on all.
-    let pool = match launch::gpus(args.gpus.as_deref()) {
-        Ok(p) => p,
-        // No GPU: the evaluator below says so (or the test double runs).
-        Err(_) if args.gpus.is_none() => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    let evaluator = |device: Option<String>| {
-        launch::evaluator(
-            opts,
-            args.seeds,
-            args.timing_runs,
-            args.timeout,
-            !args.no_profile,
-            device,
-        )
-    };
-    let pinned = launch::pins(args.gpus.as_deref(), &pool);
-    let ev = evaluator(pool.first().filter(|_| pinned).map(|g| g.visible.clone()))?;
-    let others = pool
-        .iter()
-        .skip(1)
-        .map(|g| evaluator(Some(g.visible.clone())))
-        .collect::<Result<Vec<_>>>()?;
+    let mut evs = launch::evaluators(
+        opts,
+        args.seeds,
+        args.timing_runs,
+        args.timeout,
+        !args.no_profile,
+        args.gpus.as_deref(),
+    )?;
+    let others = evs.split_off(1);
+    let ev = evs.remove(0);
     warn_if_test_double(&ev);
     let provider = provider_spec(config, args)?;
     // The built-in provider on a pool: a round offers as many candidates as there are
@@ -285,6 +272,7 @@ pub fn new_session(
         },
         samples,
         population: args.population,
+        gpus: args.gpus.clone(),
     };
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
     Ok(
@@ -336,16 +324,19 @@ pub fn open_session(
         root,
         tc,
         |spec| {
-            let ev = launch::evaluator(
+            // The GPUs the session was started on (a suite's: its one GPU).
+            let evs = launch::evaluators(
                 opts,
                 spec.seeds,
                 spec.timing_runs,
                 spec.timeout_s,
                 true,
-                None,
+                spec.gpus.as_deref(),
             )?;
-            warn_if_test_double(&ev);
-            Ok(ev)
+            if let Some(ev) = evs.first() {
+                warn_if_test_double(ev);
+            }
+            Ok(evs)
         },
         compile::default_jobs(),
         |dir| sinks(dir, view, Vec::new()),

@@ -97,6 +97,7 @@ fn model_spec(id: &str, w: &Workload, model: &ModelConfig, rounds: u32) -> Sessi
         reply_mode: ReplyMode::Auto,
         samples: 1,
         population: 0,
+        gpus: None,
     }
 }
 
@@ -1216,6 +1217,10 @@ fn builtin_samples_of_a_round_are_distinct_candidates() {
 fn builtin_candidates_spread_over_the_pool_by_default() {
     let Some(_tc) = toolchain() else { return };
     let (_tmp, root, _) = builtin_round(&["--gpus", "0,1"]);
+    // The pool is part of the session: `resume` evaluates on it again.
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("session.json")).unwrap()).unwrap();
+    assert_eq!(spec["gpus"], "0,1");
     let st = state_of(&root);
     assert_eq!(st.versions.len(), 3, "{:?}", st.versions);
     let events = std::fs::read_to_string(root.join("events.jsonl")).unwrap();
