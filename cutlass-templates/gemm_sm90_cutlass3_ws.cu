@@ -70,6 +70,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_fallback_gemm.cuh"
+#include "cutesmith_sm90_3xtf32.cuh"
 
 using namespace cute;
 
@@ -95,9 +96,26 @@ using namespace cute;
 #else
 #define CS_FP8 0
 #endif
+#if defined(CS_WL_DTYPE_AB) && CS_WL_DTYPE_AB == 0
+#define CS_F32 1           // fp32 operands: the 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh)
+#else
+#define CS_F32 0
+#endif
+#ifndef CS_F32_TERMS
+#if defined(CS_WL_ALLOW_TF32) && CS_WL_ALLOW_TF32
+#define CS_F32_TERMS 1     // the workload allows TF32 rounding: one TF32 product
+#else
+#define CS_F32_TERMS 3     // fp32 accuracy: hi*hi + lo*hi + hi*lo
+#endif
+#endif
+#ifndef CS_F32_PROMOTE
+#define CS_F32_PROMOTE 1   // fp32: k-tiles WGMMA sums before FADD promotes the partial
+#endif
 #ifndef CS_TILE_K
 #if CS_FP8
 #define CS_TILE_K 128      // K per stage: 128 fp8 = 128 bytes = one SW128 row
+#elif CS_F32
+#define CS_TILE_K 16       // K per stage: 16 fp32 = 64 bytes = one SW64 row (stage + lo buffer)
 #else
 #define CS_TILE_K 64       // K per stage: 64 bf16 = 128 bytes = one SW128 row
 #endif
@@ -145,7 +163,11 @@ using namespace cute;
 #define CS_ACT 0           // cs_activation of the fused build (0..7)
 #endif
 
-#if CS_FP8 && CS_WL_DTYPE_AB == 4
+#if CS_F32
+using ElementAB = float;
+using FallbackElement = float;
+static constexpr cs_dtype kDtypeAB = CS_DTYPE_F32;
+#elif CS_FP8 && CS_WL_DTYPE_AB == 4
 using ElementAB = cutlass::float_e4m3_t;
 using FallbackElement = __nv_fp8_e4m3;   // the same bits
 static constexpr cs_dtype kDtypeAB = CS_DTYPE_E4M3;
@@ -235,7 +257,12 @@ static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative,
 static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
 static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
 static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
-static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(kTileK * sizeof(ElementAB) % (CS_F32 ? 64 : 128) == 0,
+              "TILE_K must span whole swizzle rows (128 bytes; 64 for fp32)");
+static_assert(!CS_F32 || CS_SCHEDULE == 0, "fp32 (3xTF32): the cooperative schedule only");
+// fp32 keeps two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial).
+static_assert(!CS_F32 || kTileM * kTileN / 256 <= 64, "fp32: TILE_M x TILE_N at most 16384 (two accumulator sets)");
+static_assert(CS_F32_TERMS == 1 || CS_F32_TERMS == 3, "CS_F32_TERMS: 3 (3xTF32) or 1 (plain TF32)");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
 static_assert(!CS_STREAMK || CS_SCHEDULE == 0, "stream-K needs the cooperative schedule");
@@ -520,6 +547,28 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     FusionOp
   >::CollectiveOp;
 
+#if CS_F32
+// fp32: the 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh) under CUTLASS's cooperative
+// kernel. Its shared memory per stage: the TMA stage, plus the split buffers (lo; hi too
+// for an MN-major operand); as many stages as fit beside the epilogue (at most 8), or
+// CS_STAGES.
+static constexpr int kF32Extra = (CS_F32_TERMS == 3 ? 1 : 0);
+static constexpr int kF32StageBytes =
+    kTileM * kTileK * 4 * (1 + kF32Extra + (kAKMajor ? 0 : 1)) +
+    kTileN * kTileK * 4 * (1 + kF32Extra + (kBKMajor ? 0 : 1));
+#ifdef CS_STAGES
+static constexpr int kStages = CS_STAGES;
+#else
+static constexpr int kStagesFit =
+    (227 * 1024 - int(sizeof(typename CollectiveEpilogue::SharedStorage)) - 2048) / kF32StageBytes;
+static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+#endif
+static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
+using CollectiveMainloop = cs_3xtf32::Mainloop<
+    cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
+    TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
+    CS_F32_TERMS, CS_F32_PROMOTE>;
+#else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     ElementAB, LayoutA, kAlignAB,
@@ -530,6 +579,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
         static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
     MainloopSchedule
   >::CollectiveOp;
+#endif
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>,   // (M,N,K,L)

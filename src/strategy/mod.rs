@@ -46,6 +46,9 @@ pub fn workload_block(w: &Workload) -> String {
     ] {
         s.push_str(&format!("#define {k} {v} // {what}\n"));
     }
+    if w.allow_tf32() {
+        s.push_str("#define CS_WL_ALLOW_TF32 1 // fp32 operands may be rounded to TF32\n");
+    }
     // An activation workload that is one activation runs it from `cs_problem` (the
     // templates' tuned forms); anything longer is the chain functor.
     let plain_activation =

@@ -41,7 +41,13 @@ fn takes(template: &str) -> Option<Takes> {
     Some(match template {
         "gemm_sm90_cutlass3_ws" => Takes {
             families: GEMMS,
-            dtypes: &[DType::BF16, DType::F16, DType::E4M3, DType::E5M2],
+            dtypes: &[
+                DType::BF16,
+                DType::F16,
+                DType::F32,
+                DType::E4M3,
+                DType::E5M2,
+            ],
             out: Some(&[DType::BF16, DType::F16, DType::F32]),
             cd_col: true,
             any_ab_layout: true,
@@ -319,6 +325,38 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         if per_thread > 64 && s.get("CS_FP8_FAST_ACCUM", 0) == 0 {
             return Err(format!(
                 "fp8 tile {m}x{n}: the accurate fp8 mainloop keeps a second set of accumulators (promoted every few k-blocks); above 64 per thread ({per_thread} here) they spill"
+            ));
+        }
+    }
+    if dt == DType::F32 {
+        // The 3xTF32 mainloop: cooperative kernel; the split buffers double each stage.
+        if s.get("CS_SCHEDULE", 0) != 0 {
+            return Err("fp32 operands (3xTF32): the cooperative schedule only".into());
+        }
+        let terms = s.get("CS_F32_TERMS", if w.allow_tf32() { 1 } else { 3 });
+        if terms == 1 && !w.allow_tf32() {
+            return Err("CS_F32_TERMS=1 rounds fp32 operands to TF32: a precision downgrade for a workload without allow_tf32".into());
+        }
+        if m * n > 128 * 128 {
+            return Err(format!(
+                "fp32 tile {m}x{n}: at most 128x128 (two accumulator sets per thread)"
+            ));
+        }
+        let k = s.get("CS_TILE_K", 16);
+        if k % 16 != 0 {
+            return Err(format!(
+                "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
+            ));
+        }
+        let lay = w.layouts();
+        let extra = i64::from(terms == 3);
+        let stage = m * k * 4 * (1 + extra + i64::from(lay.a == Layout::Col))
+            + n * k * 4 * (1 + extra + i64::from(lay.b == Layout::Row));
+        // Beside the epilogue's staging (about 32 KiB of fp32 subtiles).
+        if 2 * stage > SMEM_BUDGET - 32 * 1024 {
+            return Err(format!(
+                "fp32 tile {m}x{n}x{k}: two stages with their split buffers need {} B of shared memory",
+                2 * stage
             ));
         }
     }

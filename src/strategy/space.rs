@@ -87,6 +87,22 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     }
     match w.family() {
         Family::Gemm | Family::GemmBiasAct if w.dtype() == DType::F32 => {
+            // The Hopper 3xTF32 mainloop under CUTLASS 3's cooperative kernel, its tile /
+            // cluster / stream-K space ranked by the cost model; then the Ampere-style
+            // 3xTF32 template (warp-level MMA, no TMA).
+            let h = w.headline();
+            let math = if w.allow_tf32() {
+                "TF32 WGMMA (the workload allows TF32 rounding)"
+            } else {
+                "3xTF32 WGMMA (fp32-accurate: hi*hi + lo*hi + hi*lo, split once per stage)"
+            };
+            for (c, _, why) in super::tuner::ranked(h, DType::F32, DType::F32) {
+                out.push(mk(
+                    "gemm_sm90_cutlass3_ws",
+                    with(&c.params(), &[]),
+                    &format!("{math}, {why}"),
+                ));
+            }
             for (p, why) in [
                 (
                     &[

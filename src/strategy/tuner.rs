@@ -96,6 +96,18 @@ impl Config {
     }
 }
 
+/// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
+/// 16-bit and fp8 operands all three schedules; for fp32 (the 3xTF32 mainloop, which runs
+/// under the cooperative kernel only) the cooperative and stream-K ones.
+pub fn space_for(ab: DType) -> Vec<Config> {
+    let mut v = cutlass3_space();
+    if ab == DType::F32 {
+        // Two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial).
+        v.retain(|c| c.schedule != Schedule::PingPong && c.tile_m * c.tile_n <= 128 * 128);
+    }
+    v
+}
+
 /// Every configuration worth compiling for 16-bit operands, in a fixed order.
 pub fn cutlass3_space() -> Vec<Config> {
     let mut out = Vec::new();
@@ -165,7 +177,14 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
     let tiles = h.m.div_ceil(tm).next_multiple_of(c.cluster_m)
         * h.n.div_ceil(tn).next_multiple_of(c.cluster_n)
         * h.batch.max(1);
-    let rate = SM_FLOPS_16BIT * if ab.is_fp8() { 2.0 } else { 1.0 };
+    // fp8 runs at twice the 16-bit rate; fp32 as 3xTF32 at a third of TF32's (half the
+    // 16-bit rate).
+    let rate = SM_FLOPS_16BIT
+        * match ab {
+            DType::F32 => 1.0 / 6.0,
+            d if d.is_fp8() => 2.0,
+            _ => 1.0,
+        };
     let feed = 1.0 / (1.0 + SMEM_PENALTY * (tm + tn) as f64 / (tm * tn) as f64);
     let multicast = if c.cluster_m * c.cluster_n > 1 {
         1.02
@@ -233,7 +252,7 @@ pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f6
 /// memory-bound shape) the one with more headroom (less compute plus L2 time), then the
 /// space's order. Each with a rationale naming the estimate.
 pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)> {
-    let mut v: Vec<(Config, Estimate, String)> = cutlass3_space()
+    let mut v: Vec<(Config, Estimate, String)> = space_for(ab)
         .into_iter()
         .map(|c| {
             let e = estimate(&c, h, ab, cd);

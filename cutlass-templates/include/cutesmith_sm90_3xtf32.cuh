@@ -1,0 +1,403 @@
+// cutesmith: a Hopper (sm_90a) CUTLASS 3 mainloop collective for fp32 GEMMs on TF32
+// tensor cores that keeps fp32 accuracy (3xTF32).
+//
+// The idea. TF32 keeps 10 explicit mantissa bits; WGMMA reads an fp32 register or
+// shared-memory word as TF32 by ignoring its low 13 bits (truncation). Split every operand
+// x into hi = trunc_tf32(x) and lo = x - hi (exact in fp32, |lo| < 2^-10 |x|). Then
+//
+//     a * b  =  hi(a) hi(b) + lo(a) hi(b) + hi(a) lo(b) + lo(a) lo(b)
+//
+// and the last term is below 2^-20 |a b|: dropping it and running the other three as TF32
+// WGMMAs into one fp32 accumulator gives a product accurate to about fp32's level, at a
+// third of the TF32 tensor-core rate (still several times the fp32 FMA rate).
+//
+// Where the split happens. The producer warp brings each k-tile of A and B into shared
+// memory by TMA, bit for bit (the TMA type is a 32-bit integer: a float TMA type would
+// round to TF32 on the way). After a stage lands, the consumer warpgroups split it once:
+// each thread takes a slice of the stage and writes lo (x minus its truncation) into a
+// second buffer beside the stage. hi needs no buffer of its own: the stage itself is hi,
+// since WGMMA truncates it when reading. A named barrier then makes both halves visible to
+// every consumer (with a proxy fence: WGMMA reads through the async proxy), and each
+// consumer issues the three WGMMA batches for the k-tile:
+//
+//     acc += lo(A) hi(B);  acc += hi(A) lo(B);  acc += hi(A) hi(B)      (small terms first)
+//
+// while the previous k-tile's WGMMAs may still run. The lo buffers belong to their stage:
+// the producer refills a stage only after every consumer released it, which happens only
+// after the WGMMAs that read its lo buffers completed, so no other synchronization is
+// needed.
+//
+// Operands stored MN-major (A column-major, B row-major): TF32 WGMMA reads K-major shared
+// memory only. The stage then arrives MN-major, and the split writes both hi and lo into
+// K-major buffers (a transpose through shared memory); the WGMMAs read those.
+//
+// The rest of the kernel (persistent tile scheduler, stream-K, cluster multicast, the
+// epilogue with its visitor tree) is CUTLASS's cooperative warp-specialized kernel:
+// this struct is what `GemmUniversal` calls a CollectiveMainloop.
+
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cutlass/gemm/gemm.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+
+namespace cs_3xtf32 {
+using namespace cute;
+
+// The dispatch policy: the kernel layer picks the cooperative warp-specialized kernel from
+// Schedule (which must be KernelTmaWarpSpecializedCooperative or a schedule built on it).
+template <int Stages_, class ClusterShape_, class KernelSchedule>
+struct MainloopSm90Tma3xTF32 {
+  constexpr static int Stages = Stages_;
+  using ClusterShape = ClusterShape_;
+  using ArchTag = cutlass::arch::Sm90;
+  using Schedule = KernelSchedule;
+};
+
+// hi(x) as WGMMA reads it: the low 13 mantissa bits cleared.
+CUTE_DEVICE float tf32_trunc(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+// lo(x) = x - hi(x), exact; 0 for Inf and NaN so that they pass through hi alone.
+CUTE_DEVICE float tf32_rest(float x) {
+  float const hi = tf32_trunc(x);
+  return isfinite(x) ? x - hi : 0.0f;
+}
+
+// Terms: 3 is 3xTF32; 1 keeps hi(A) hi(B) only (plain TF32: fp32 workloads must reject it
+// as a precision downgrade; it exists for that check and for timing the split's cost).
+template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB_, int Terms = 3,
+          int Promote = 1>
+struct Mainloop {
+  static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
+  static_assert(Promote >= 1 && Promote < DispatchPolicy_::Stages, "Promote: 1 to Stages - 1 k-tiles");
+  using DispatchPolicy = DispatchPolicy_;
+  using TileShape = TileShape_;
+  using ElementA = float;
+  using ElementB = float;
+  using StrideA = StrideA_;
+  using StrideB = StrideB_;
+  using ArchTag = typename DispatchPolicy::ArchTag;
+  using ClusterShape = typename DispatchPolicy::ClusterShape;
+  using ElementAccumulator = float;
+  static constexpr int Stages = DispatchPolicy::Stages;
+
+  static constexpr bool AKMajor = cutlass::gemm::detail::is_k_major<StrideA>();
+  static constexpr bool BKMajor = cutlass::gemm::detail::is_k_major<StrideB>();
+
+  using BlkM = decltype(get<0>(TileShape{}));
+  using BlkN = decltype(get<1>(TileShape{}));
+  using BlkK = decltype(get<2>(TileShape{}));
+
+  // Two consumer warpgroups split the tile's rows (cooperative).
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<tfloat32_t, tfloat32_t, float, TileShape, GMMA::Major::K, GMMA::Major::K>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  static constexpr int NumMmaThreads = size(TiledMma{});
+
+  // Shared memory: the TMA stages (as stored: K- or MN-major), and per stage the K-major
+  // buffers the WGMMAs read besides them (lo; and hi too for an MN-major operand).
+  using GmmaMajorA = cute::conditional_t<AKMajor, cute::integral_constant<GMMA::Major, GMMA::Major::K>,
+                                         cute::integral_constant<GMMA::Major, GMMA::Major::MN>>;
+  using GmmaMajorB = cute::conditional_t<BKMajor, cute::integral_constant<GMMA::Major, GMMA::Major::K>,
+                                         cute::integral_constant<GMMA::Major, GMMA::Major::MN>>;
+  using LoadAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GmmaMajorA::value, float, BlkM, BlkK>());
+  using LoadAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GmmaMajorB::value, float, BlkN, BlkK>());
+  using MmaAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, tfloat32_t, BlkM, BlkK>());
+  using MmaAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, tfloat32_t, BlkN, BlkK>());
+
+  using SmemLayoutLoadA = decltype(tile_to_shape(LoadAtomA{}, make_shape(BlkM{}, BlkK{}, Int<Stages>{}),
+      cute::conditional_t<AKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+  using SmemLayoutLoadB = decltype(tile_to_shape(LoadAtomB{}, make_shape(BlkN{}, BlkK{}, Int<Stages>{}),
+      cute::conditional_t<BKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+  using SmemLayoutMmaA = decltype(tile_to_shape(MmaAtomA{}, make_shape(BlkM{}, BlkK{}, Int<Stages>{})));
+  using SmemLayoutMmaB = decltype(tile_to_shape(MmaAtomB{}, make_shape(BlkN{}, BlkK{}, Int<Stages>{})));
+
+  static constexpr int kTileElemsA = BlkM::value * BlkK::value;
+  static constexpr int kTileElemsB = BlkN::value * BlkK::value;
+  // Buffers beside each stage: lo (with 3 terms) and, for an MN-major operand, hi.
+  static constexpr int kExtraA = (Terms == 3 ? 1 : 0) + (AKMajor ? 0 : 1);
+  static constexpr int kExtraB = (Terms == 3 ? 1 : 0) + (BKMajor ? 0 : 1);
+
+  using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
+  using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
+
+  using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
+  using PipelineState = cutlass::PipelineState<Stages>;
+  using PipelineParams = typename MainloopPipeline::Params;
+  static constexpr int NumProducerThreadEvents = 1;
+
+  struct SharedStorage {
+    struct TensorStorage : cute::aligned_struct<128, _0> {
+      cute::array_aligned<uint32_t, cute::cosize_v<SmemLayoutLoadA>> smem_A;
+      cute::array_aligned<uint32_t, cute::cosize_v<SmemLayoutLoadB>> smem_B;
+      cute::array_aligned<uint32_t, kExtraA * cute::cosize_v<SmemLayoutMmaA> + (kExtraA == 0 ? 32 : 0)> smem_A_split;
+      cute::array_aligned<uint32_t, kExtraB * cute::cosize_v<SmemLayoutMmaB> + (kExtraB == 0 ? 32 : 0)> smem_B_split;
+    } tensors;
+    using PipelineStorage = typename MainloopPipeline::SharedStorage;
+    PipelineStorage pipeline;
+  };
+  using TensorStorage = typename SharedStorage::TensorStorage;
+  using PipelineStorage = typename SharedStorage::PipelineStorage;
+
+  struct Arguments {
+    float const* ptr_A;
+    StrideA dA;
+    float const* ptr_B;
+    StrideB dB;
+  };
+
+  // The TMA copies move 32-bit words: no conversion on the way.
+  using TMA_A = decltype(make_tma_copy_A_sm90(
+      GmemTiledCopyA{},
+      make_tensor(static_cast<uint32_t const*>(nullptr), repeat_like(StrideA{}, int32_t(0)), StrideA{}),
+      SmemLayoutLoadA{}(_, _, cute::Int<0>{}), TileShape{}, ClusterShape{}));
+  using TMA_B = decltype(make_tma_copy_B_sm90(
+      GmemTiledCopyB{},
+      make_tensor(static_cast<uint32_t const*>(nullptr), repeat_like(StrideB{}, int32_t(0)), StrideB{}),
+      SmemLayoutLoadB{}(_, _, cute::Int<0>{}), TileShape{}, ClusterShape{}));
+
+  static constexpr uint32_t TmaTransactionBytes = uint32_t((kTileElemsA + kTileElemsB) * sizeof(float));
+
+  struct Params {
+    TMA_A tma_load_a;
+    TMA_B tma_load_b;
+    uint32_t tma_transaction_bytes = TmaTransactionBytes;
+  };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    auto [M, N, K, L] = append<4>(problem_shape, 1);
+    auto ptr_A = reinterpret_cast<uint32_t const*>(args.ptr_A);
+    auto ptr_B = reinterpret_cast<uint32_t const*>(args.ptr_B);
+    Tensor tensor_a = make_tensor(ptr_A, make_layout(make_shape(M, K, L), args.dA));
+    Tensor tensor_b = make_tensor(ptr_B, make_layout(make_shape(N, K, L), args.dB));
+    TMA_A tma_a = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutLoadA{}(_, _, cute::Int<0>{}),
+                                       TileShape{}, ClusterShape{});
+    TMA_B tma_b = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, SmemLayoutLoadB{}(_, _, cute::Int<0>{}),
+                                       TileShape{}, ClusterShape{});
+    return {tma_a, tma_b, TmaTransactionBytes};
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
+    auto [M, N, K, L] = append<4>(problem_shape, 1);
+    // TMA: 16-byte aligned strides, i.e. 4 floats.
+    return cutlass::detail::check_alignment<4>(cute::make_shape(M, K, L), StrideA{}) &&
+           cutlass::detail::check_alignment<4>(cute::make_shape(N, K, L), StrideB{});
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    cute::prefetch_tma_descriptor(params.tma_load_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_load_b.get_tma_descriptor());
+  }
+
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& params) const {
+    using X = Underscore;
+    auto [M, N, K, L] = problem_shape_MNKL;
+    Tensor mA_mkl = params.tma_load_a.get_tma_tensor(make_shape(M, K, L));
+    Tensor mB_nkl = params.tma_load_b.get_tma_tensor(make_shape(N, K, L));
+    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});   // (BLK_M,BLK_K,m,k,l)
+    Tensor gB_nkl = local_tile(mB_nkl, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});   // (BLK_N,BLK_K,n,k,l)
+    return cute::make_tuple(gA_mkl, gB_nkl);
+  }
+
+  // Producer: one elected thread issues the TMA loads of each k-tile into the ring.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
+                           KTileIterator k_tile_iter, int k_tile_count, int /*thread_idx*/,
+                           uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
+    if (!cute::elect_one_sync()) return;
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutLoadA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutLoadB{});
+
+    constexpr uint32_t cluster_x = get<0>(ClusterShape{});
+    uint2 const cluster_id = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
+    auto block_tma_a = params.tma_load_a.get_slice(cluster_id.y);
+    auto block_tma_b = params.tma_load_b.get_slice(cluster_id.x);
+
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);   // (BLK_M,BLK_K,k)
+    Tensor gB = get<1>(load_inputs)(_, _, n_coord, _, l_coord);   // (BLK_N,BLK_K,k)
+    Tensor tAgA = block_tma_a.partition_S(gA);
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgB = block_tma_b.partition_S(gB);
+    Tensor tBsB = block_tma_b.partition_D(sB);
+
+    // Multicast: A goes to the CTAs of this cluster row, B to those of this cluster column.
+    uint16_t mcast_a = 0, mcast_b = 0;
+    auto block_layout = Layout<ClusterShape>{};   // (m,n) -> block id
+    if constexpr (cute::is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
+      for (int n = 0; n < size<1>(block_layout); ++n)
+        mcast_a |= uint16_t(1) << block_layout(cluster_id.x, n, Int<0>{});
+    }
+    if constexpr (cute::is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+      for (int m = 0; m < size<0>(block_layout); ++m)
+        mcast_b |= uint16_t(1) << block_layout(m, cluster_id.y, Int<0>{});
+    }
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
+      int const stage = smem_pipe_write.index();
+      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+
+  CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {
+    if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
+  }
+
+  // The split of one operand's stage, by all consumer threads. K-major: the stage is hi;
+  // lo goes to a buffer of the same layout, element i for element i (16-byte vectors).
+  // MN-major: hi and lo both go to K-major buffers, element (mn, k) for (mn, k).
+  template <bool KMajor, class LoadLayout, class MmaLayout>
+  CUTLASS_DEVICE static void split_stage(uint32_t* load_base, uint32_t* split_base, int stage, int thread_idx) {
+    constexpr int kElems = size<0>(LoadLayout{}) * size<1>(LoadLayout{});
+    if constexpr (KMajor) {
+      if constexpr (Terms == 3) {
+        // Stage s occupies [s * kElems, (s + 1) * kElems) of both (the same layout).
+        float4 const* src = reinterpret_cast<float4 const*>(load_base + stage * kElems);
+        float4* lo = reinterpret_cast<float4*>(split_base + stage * kElems);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = thread_idx; i < kElems / 4; i += NumMmaThreads) {
+          float4 const x = src[i];
+          lo[i] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+        }
+      }
+    } else {
+      Tensor s_in = make_tensor(make_smem_ptr(reinterpret_cast<float const*>(load_base)), LoadLayout{});
+      Tensor s_hi = make_tensor(make_smem_ptr(reinterpret_cast<float*>(split_base)), MmaLayout{});
+      constexpr int kLoOffset = cute::cosize_v<MmaLayout>;
+      Tensor s_lo = make_tensor(make_smem_ptr(reinterpret_cast<float*>(split_base) + kLoOffset), MmaLayout{});
+      constexpr int kMN = size<0>(LoadLayout{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = thread_idx; i < kElems; i += NumMmaThreads) {
+        int const mn = i % kMN, k = i / kMN;   // consecutive threads: consecutive mn (contiguous in)
+        float const x = s_in(mn, k, stage);
+        s_hi(mn, k, stage) = x;
+        if constexpr (Terms == 3) s_lo(mn, k, stage) = tf32_rest(x);
+      }
+    }
+  }
+
+  // Consumers: split each stage, then the WGMMAs of the terms into a short-lived
+  // accumulator, promoted into the fp32 one every Promote k-tiles.
+  //
+  // Why promote: WGMMA adds each k-step's products into its accumulator with truncation
+  // (round toward zero), so a long sum drifts toward zero by about one fp32 ulp of its
+  // running value per k-step: 3 x K/8 steps make a relative bias near 1e-4 at K = 4096,
+  // far beyond fp32's rounding. Here WGMMA only sums Promote k-tiles from zero (a small
+  // partial, whose drift is small and of random sign from one partial to the next), and
+  // the partials are added into the fp32 accumulators with FADD, which rounds to nearest.
+  //
+  // Order per k-tile t: issue the WGMMAs of t; meanwhile split stage t+1 (its lo buffers);
+  // then at a promotion point wait for the WGMMAs, release their stages and promote.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
+    uint32_t* const a_load = shared_tensors.smem_A.data();
+    uint32_t* const b_load = shared_tensors.smem_B.data();
+    uint32_t* const a_split = shared_tensors.smem_A_split.data();
+    uint32_t* const b_split = shared_tensors.smem_B_split.data();
+    constexpr int kLoOffsetA = AKMajor ? 0 : cute::cosize_v<SmemLayoutMmaA>;
+    constexpr int kLoOffsetB = BKMajor ? 0 : cute::cosize_v<SmemLayoutMmaB>;
+    constexpr bool kSplits = Terms == 3 || !AKMajor || !BKMajor;
+
+    // What the WGMMAs read: hi (the stage itself when K-major) and lo.
+    auto as_tf32 = [](uint32_t* p) { return make_smem_ptr(reinterpret_cast<tfloat32_t*>(p)); };
+    Tensor sA_hi = make_tensor(as_tf32(AKMajor ? a_load : a_split), SmemLayoutMmaA{});
+    Tensor sB_hi = make_tensor(as_tf32(BKMajor ? b_load : b_split), SmemLayoutMmaB{});
+    Tensor sA_lo = make_tensor(as_tf32(a_split + kLoOffsetA), SmemLayoutMmaA{});
+    Tensor sB_lo = make_tensor(as_tf32(b_split + kLoOffsetB), SmemLayoutMmaB{});
+
+    int const warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    auto thread_mma = tiled_mma.get_slice(warp_group_idx * cutlass::NumThreadsPerWarpGroup);
+    Tensor tCrA_hi = thread_mma.make_fragment_A(thread_mma.partition_A(sA_hi));   // (MMA,MMA_M,MMA_K,PIPE)
+    Tensor tCrB_hi = thread_mma.make_fragment_B(thread_mma.partition_B(sB_hi));
+    Tensor tCrA_lo = thread_mma.make_fragment_A(thread_mma.partition_A(sA_lo));
+    Tensor tCrB_lo = thread_mma.make_fragment_B(thread_mma.partition_B(sB_lo));
+    constexpr int kBlocks = size<2>(decltype(tCrA_hi){});
+
+    cutlass::arch::NamedBarrier split_done(NumMmaThreads, cutlass::arch::ReservedNamedBarriers::TransformBarrier);
+    auto split = [&](int s) {
+      if constexpr (Terms == 3 || !AKMajor)
+        split_stage<AKMajor, SmemLayoutLoadA, SmemLayoutMmaA>(a_load, a_split, s, thread_idx);
+      if constexpr (Terms == 3 || !BKMajor)
+        split_stage<BKMajor, SmemLayoutLoadB, SmemLayoutMmaB>(b_load, b_split, s, thread_idx);
+      if constexpr (kSplits) {
+        cutlass::arch::fence_view_async_shared();   // generic-proxy writes -> WGMMA reads
+        split_done.sync();
+      }
+    };
+    auto wait_full = [&](PipelineState st) {
+      auto token = pipeline.consumer_try_wait(st);
+      pipeline.consumer_wait(st, token);
+    };
+
+    Tensor partial = make_fragment_like(accum);
+    clear(accum);
+    PipelineState smem_pipe_release = smem_pipe_read;
+    if (k_tile_count <= 0) return;
+    wait_full(smem_pipe_read);
+    split(smem_pipe_read.index());
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int t = 0; t < k_tile_count; ++t) {
+      int const s = smem_pipe_read.index();
+      bool const fresh = t % Promote == 0;
+      bool const promote = (t + 1) % Promote == 0 || t + 1 == k_tile_count;
+
+      warpgroup_fence_operand(partial);
+      warpgroup_arrive();
+      tiled_mma.accumulate_ = fresh ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < kBlocks; ++kb) {   // small terms first
+        if constexpr (Terms == 3) {
+          cute::gemm(tiled_mma, tCrA_lo(_, _, kb, s), tCrB_hi(_, _, kb, s), partial);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+          cute::gemm(tiled_mma, tCrA_hi(_, _, kb, s), tCrB_lo(_, _, kb, s), partial);
+        }
+        cute::gemm(tiled_mma, tCrA_hi(_, _, kb, s), tCrB_hi(_, _, kb, s), partial);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+
+      // While those run: the next stage lands and is split.
+      if (t + 1 < k_tile_count) {
+        wait_full(smem_pipe_read);
+        split(smem_pipe_read.index());
+      }
+
+      if (promote) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(partial);
+        // Every stage up to t has been read: back to the producer.
+        for (int r = t % Promote; r >= 0; --r) {
+          pipeline.consumer_release(smem_pipe_release);
+          ++smem_pipe_release;
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
+      }
+    }
+  }
+
+  // mma() waits for its last WGMMAs and releases every stage itself.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+};
+
+}  // namespace cs_3xtf32
