@@ -176,6 +176,34 @@ pub struct Fp64Check {
     pub bound: f64,
     /// Which arithmetic the error looks like (fp32, tf32/fp16, bf16).
     pub hint: Option<String>,
+    /// For fp32 workloads: the kernel's error on the sampled entries beside the vendor
+    /// library's fp32 GEMM on the same inputs.
+    #[serde(default)]
+    pub accuracy: Option<ErrorVsLibrary>,
+}
+
+/// Errors against the fp64 reference over the sampled entries of one validation: the
+/// kernel's and, on the same inputs, the vendor library's fp32 GEMM's (cuBLAS without
+/// TF32), both as absolute errors of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ErrorVsLibrary {
+    pub max: f64,
+    pub rms: f64,
+    pub library_max: f64,
+    pub library_rms: f64,
+}
+
+impl ErrorVsLibrary {
+    /// How many times the library's RMS error the kernel's is (0 when both are exact).
+    pub fn rms_ratio(&self) -> f64 {
+        if self.library_rms > 0.0 {
+            self.rms / self.library_rms
+        } else if self.rms > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One validation run: one shape, one seed.
@@ -242,10 +270,19 @@ pub struct BaselineTiming {
     pub note: Option<String>,
 }
 
+/// The name of cuBLAS on TF32 tensor cores timed beside an fp32 workload's baselines.
+pub const TF32_REFERENCE: &str = "cublas tf32 (not fp32-accurate)";
+
 impl BaselineTiming {
     /// The device-to-device copy: a bandwidth ceiling, not a vendor implementation.
     pub fn is_copy(&self) -> bool {
         self.name == "copy"
+    }
+
+    /// A row shown for reference, never the one a speedup is taken against: the copy, and
+    /// cuBLAS on TF32 beside an fp32 workload (faster, but not what the workload asks).
+    pub fn is_reference_only(&self) -> bool {
+        self.is_copy() || self.name == TF32_REFERENCE
     }
 }
 
@@ -266,11 +303,12 @@ pub struct TimingReport {
 }
 
 impl TimingReport {
-    /// The fastest vendor library (cuBLAS, cuBLASLt, cuDNN), the copy left out.
+    /// The fastest vendor library (cuBLAS, cuBLASLt, cuDNN), the reference-only rows (the
+    /// copy, TF32 beside an fp32 workload) left out.
     pub fn fastest_vendor(&self) -> Option<&BaselineTiming> {
         self.baselines
             .iter()
-            .filter(|b| !b.is_copy())
+            .filter(|b| !b.is_reference_only())
             .min_by(|a, b| a.stats.median_us.total_cmp(&b.stats.median_us))
     }
 }

@@ -71,8 +71,21 @@ fn validation_line(v: &ShapeValidation) -> String {
         .fp64
         .as_ref()
         .map(|f| {
+            let acc = f
+                .accuracy
+                .map(|a| {
+                    format!(
+                        "; error vs fp64: max {:.2e} rms {:.2e} (cuBLAS fp32: max {:.2e} rms {:.2e}, ratio {:.2})",
+                        a.max,
+                        a.rms,
+                        a.library_max,
+                        a.library_rms,
+                        a.rms_ratio()
+                    )
+                })
+                .unwrap_or_default();
             format!(
-                ", fp64 check {}/{} within {:.1e}",
+                ", fp64 check {}/{} within {:.1e}{acc}",
                 f.samples - f.failed,
                 f.samples,
                 f.bound

@@ -534,7 +534,7 @@ extern "C" __global__ void cs_dots(CheckArgs a, const long long* picks, const vo
     __syncthreads();
   }}
   if (threadIdx.x == 0) {{
-    double* o = out + 10 * blockIdx.x;
+    double* o = out + 11 * blockIdx.x;
     const long long r = col_major ? lc : lr, c = col_major ? lr : lc;
     const long long i = b * a.rows * a.cols + r * a.cols + c;
     double t[4] = {{0.0, 0.0, 0.0, 0.0}};
@@ -542,6 +542,7 @@ extern "C" __global__ void cs_dots(CheckArgs a, const long long* picks, const vo
     o[4] = Cm ? {out_ld}(Cm, i) : 0.0;
     o[5] = {out_ld}((const void*)a.got, b * a.bstride + r * a.ld + c);
     for (int q = 0; q < 4; ++q) o[6 + q] = t[q];
+    o[10] = a.r[0] ? ld_f32((const void*)a.r[0], i) : __longlong_as_double(0x7ff8000000000000ll);
   }}
 }}
 "#
@@ -943,7 +944,7 @@ impl Checker {
         args: &CheckArgs,
         picks: &[(usize, usize, usize)],
         g: &DotOperands,
-    ) -> Result<Vec<[f64; 10]>, CudaFailure> {
+    ) -> Result<Vec<[f64; 11]>, CudaFailure> {
         if picks.is_empty() {
             return Ok(Vec::new());
         }
@@ -952,7 +953,7 @@ impl Checker {
             .flat_map(|&(b, i, j)| [b as i64, i as i64, j as i64])
             .collect();
         let picks_buf = s.upload(&flat)?;
-        let out = s.zeros::<f64>(10 * picks.len())?;
+        let out = s.zeros::<f64>(11 * picks.len())?;
         let cfg = LaunchConfig {
             grid_dim: (picks.len() as u32, 1, 1),
             block_dim: (256, 1, 1),
@@ -979,9 +980,9 @@ impl Checker {
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         let raw = s.download(&out)?;
         Ok(raw
-            .chunks_exact(10)
+            .chunks_exact(11)
             .map(|c| {
-                let mut o = [0f64; 10];
+                let mut o = [0f64; 11];
                 o.copy_from_slice(c);
                 o
             })

@@ -12,7 +12,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::spec::{DType, Family, Layout, Workload};
 
 use super::problem::Problem;
-use super::validate::{dot_bound, effective_roundoff, Sample, Summation};
+use super::validate::{effective_roundoff, reference_bound, Sample, Summation};
 use super::Ctx;
 
 /// The compiled kernels of device validation for one workload.
@@ -105,7 +105,7 @@ impl Ctx<'_> {
         let spec = check_spec(w, A::DTYPE, D::DTYPE);
         if let Some(g) = &p.gemm {
             let summation = Summation::of(A::DTYPE, w.allow_tf32());
-            args.ebound = dot_bound(1.0, g.k, effective_roundoff(w), summation);
+            args.ebound = reference_bound(1.0, g.k, effective_roundoff(w), summation);
             products.push(self.product_buf(p, g, false, false)?);
             products.push(self.product_buf(p, g, false, true)?);
             args.r[0] = products[0].ptr;
@@ -198,6 +198,7 @@ impl Ctx<'_> {
                 c: o[4],
                 got: o[5],
                 t: [o[6], o[7], o[8], o[9]],
+                library: o[10],
             })
             .collect())
     }

@@ -309,7 +309,9 @@ impl Ctx<'_> {
             Some(g) => {
                 let glu = fam == Family::GemmGlu;
                 let (d, d2) = (base_out.ptr, base_out2.ptr);
-                let rotating_gemm = move || {
+                // `tf32`: TF32 tensor cores even where the workload forbids them (the
+                    // reference-only row beside an fp32 workload's baselines).
+                let rotating_gemm = move |tf32: bool| {
                     let mut k = 0usize;
                     move || -> Result<(), CudaFailure> {
                         let (a, b, b2) = if k % 2 == 0 {
@@ -319,11 +321,27 @@ impl Ctx<'_> {
                         };
                         k += 1;
                         libs.cublas_gemm(
-                            &g, dtype, out_dtype, d, a, b, scale, lib_beta, allow_tf32,
+                            &g,
+                            dtype,
+                            out_dtype,
+                            d,
+                            a,
+                            b,
+                            scale,
+                            lib_beta,
+                            allow_tf32 || tf32,
                         )?;
                         if glu {
                             libs.cublas_gemm(
-                                &g, dtype, out_dtype, d2, a, b2, scale, 0.0, allow_tf32,
+                                &g,
+                                dtype,
+                                out_dtype,
+                                d2,
+                                a,
+                                b2,
+                                scale,
+                                0.0,
+                                allow_tf32 || tf32,
                             )?;
                         }
                         Ok(())
@@ -342,7 +360,18 @@ impl Ctx<'_> {
                     });
                     preps.resize_with(launches.len(), || None);
                     preps.push(c_into(d));
-                    launches.push(Box::new(rotating_gemm()));
+                    launches.push(Box::new(rotating_gemm(false)));
+                    // An fp32 workload: cuBLAS on TF32 tensor cores too, for reference only
+                    // (not fp32-accurate; no speedup is taken against it).
+                    if dtype == crate::spec::DType::F32 && !allow_tf32 {
+                        names.push(crate::eval::job::TF32_REFERENCE.into());
+                        notes.push(Some(
+                            "TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): not fp32-accurate, for reference only".into(),
+                        ));
+                        preps.resize_with(launches.len(), || None);
+                        preps.push(c_into(d));
+                        launches.push(Box::new(rotating_gemm(true)));
+                    }
                 }
                 if let Some((plan, i)) = &lt {
                     let i = *i;
@@ -380,7 +409,7 @@ impl Ctx<'_> {
                 let first: Option<Launch> = if !tail {
                     None
                 } else if can_cublas {
-                    Some(Box::new(rotating_gemm()))
+                    Some(Box::new(rotating_gemm(false)))
                 } else {
                     lt.as_ref().map(|(plan, i)| -> Launch {
                         let i = *i;

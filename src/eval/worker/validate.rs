@@ -10,7 +10,7 @@ use crate::eval::gpu::baseline::GemmDesc;
 use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::reference;
 use crate::eval::gpu::session::{CudaFailure, DevBuf};
-use crate::eval::job::{Fault, FaultKind, Fp64Check, ShapeValidation};
+use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
 use crate::spec::{DType, Family, Layout, Shape};
@@ -103,7 +103,7 @@ impl Ctx<'_> {
         } else {
             match verdict {
                 Verdict::Pass => match &v.fp64 {
-                    Some(f) if f.failed > 0 => Some(precision_fault(f)),
+                    Some(f) if downgraded(f) => Some(precision_fault(f)),
                     _ => None,
                 },
                 Verdict::PartialWrite => Some(fault(FaultKind::PartialWrite, cmp.report())),
@@ -186,7 +186,15 @@ impl Ctx<'_> {
         let vt = self.workload.tolerance().at(&p.shape);
         let cmp = compare::compare_with_slack(got, &reference.want, reference.slack(), &dims, &vt);
         let fp64 = match (&p.gemm, &picks) {
-            (Some(g), Some(picks)) => Some(self.fp64_judge(&self.host_samples(p, g, got, picks))),
+            (Some(g), Some(picks)) => {
+                // The library's fp32 product beside the kernel's, for fp32 workloads.
+                let library = if compares_with_library(self.workload) {
+                    self.product(p, g, false, false)?
+                } else {
+                    Vec::new()
+                };
+                Some(self.fp64_judge(&self.host_samples(p, g, got, picks, &library)))
+            }
             _ => None,
         };
         Ok((cmp, fp64))
@@ -422,7 +430,7 @@ impl Ctx<'_> {
             let acc = scale * f64::from(z[i]);
             let c = host_c.get(i).map_or(0.0, |x| beta * x.to_f64());
             let sum_abs = scale.abs() * f64::from(s[i]);
-            let e = dot_bound(sum_abs, g.k, u, summation) + F32_ROUND * (acc.abs() + c.abs());
+            let e = reference_bound(sum_abs, g.k, u, summation) + F32_ROUND * (acc.abs() + c.abs());
             (acc + c, e)
         };
         slack = vec![0f64; p.out_len];
@@ -542,6 +550,7 @@ impl Ctx<'_> {
         g: &GemmDesc,
         got: &[D],
         picks: &[(usize, usize, usize)],
+        library: &[f32],
     ) -> Vec<Sample> {
         let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
         let a_at = |b: usize, i: usize, kk: usize| {
@@ -597,6 +606,17 @@ impl Ctx<'_> {
                     c: p.host_c.get(d_idx).map_or(0.0, |x| x.to_f64()),
                     got: got.get(d_idx).map_or(f64::NAN, |x| x.to_f64()),
                     t,
+                    // The product is dense in D's storage order.
+                    library: library
+                        .get(
+                            b * m * n
+                                + if g.layout_cd == Layout::Row {
+                                    i * n + j
+                                } else {
+                                    j * m + i
+                                },
+                        )
+                        .map_or(f64::NAN, |x| f64::from(*x)),
                 }
             })
             .collect()
@@ -608,6 +628,7 @@ impl Ctx<'_> {
     /// rounding (TF32, fp16) where the workload asks for more is a precision fault even
     /// when it hides inside the output tolerance.
     fn fp64_judge(&self, samples: &[Sample]) -> Fp64Check {
+        record_samples(self.workload, samples);
         fp64_judge(self.workload, samples)
     }
 }
@@ -630,6 +651,10 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
     let mut normalized = Vec::with_capacity(samples.len());
     let mut failed = 0;
     let mut max_e: f64 = 0.0;
+    // Absolute output errors of the kernel and of the library's product through the
+    // same epilogue (fp32 workloads).
+    let with_library = compares_with_library(w) && samples.iter().all(|s| s.library.is_finite());
+    let mut abs_errors: Vec<(f64, f64)> = Vec::new();
     for s in samples {
         let c = s.c;
         let z0 = scale * s.dot + f64::from(params.beta) * c;
@@ -679,11 +704,29 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         if e > bound {
             failed += 1;
         }
+        if with_library {
+            let lib_z = scale * s.library + f64::from(params.beta) * c;
+            let lib = chain.eval(lib_z, &s.t) * out_scale;
+            abs_errors.push(((got - want).abs(), (lib - want).abs()));
+        }
         max_e = max_e.max(e);
         normalized.push(e);
         errors.push(((got - want).abs() / denom).min(1.0));
     }
     normalized.sort_by(f64::total_cmp);
+    let accuracy = (!abs_errors.is_empty()).then(|| {
+        let n = abs_errors.len() as f64;
+        let rms = |f: fn(&(f64, f64)) -> f64| {
+            (abs_errors.iter().map(|e| f(e) * f(e)).sum::<f64>() / n).sqrt()
+        };
+        let max = |f: fn(&(f64, f64)) -> f64| abs_errors.iter().map(f).fold(0.0, f64::max);
+        ErrorVsLibrary {
+            max: max(|e| e.0),
+            rms: rms(|e| e.0),
+            library_max: max(|e| e.1),
+            library_rms: rms(|e| e.1),
+        }
+    });
     Fp64Check {
         samples: samples.len(),
         failed,
@@ -691,21 +734,66 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         median_normalized_error: normalized.get(normalized.len() / 2).copied().unwrap_or(0.0),
         bound,
         hint: compare::precision_hint(&errors),
+        accuracy,
+    }
+}
+
+/// Whether a workload's kernels are compared with the vendor library's accuracy: fp32
+/// GEMMs that must keep fp32 precision (no TF32 rounding allowed), whose kernels may still
+/// use tensor cores with error compensation (3xTF32).
+pub(super) fn compares_with_library(w: &crate::spec::Workload) -> bool {
+    w.dtype() == DType::F32
+        && !w.allow_tf32()
+        && matches!(w.family(), Family::Gemm | Family::GemmBiasAct)
+}
+
+/// How many times the library's RMS error a kernel of an fp32 workload may have before it
+/// is a precision downgrade (3xTF32 done right stays near 1; TF32 is above 50).
+pub(super) const DOWNGRADE_RMS_RATIO: f64 = 2.0;
+
+/// Whether the sampled errors show a precision downgrade: an fp32 workload's kernel with
+/// more than [`DOWNGRADE_RMS_RATIO`] times the library's RMS error (with enough samples to
+/// say so), or any sample over the fp64 bound.
+pub(super) fn downgraded(f: &Fp64Check) -> bool {
+    f.failed > 0
+        || f.accuracy.is_some_and(|a| {
+            f.samples >= 64 && a.library_rms > 0.0 && a.rms_ratio() > DOWNGRADE_RMS_RATIO
+        })
+}
+
+/// With `CUTESMITH_RECORD_SAMPLES=DIR` set, every fp64 check's sampled entries are also
+/// written to `DIR/<workload>-<n>.json` (the recordings the CI tests of the precision check
+/// replay, e.g. `tests/fixtures/faults/recorded/`). Recording is best effort: a write that
+/// fails is reported on stderr and validation goes on.
+fn record_samples(w: &crate::spec::Workload, samples: &[Sample]) {
+    let Some(dir) = std::env::var_os("CUTESMITH_RECORD_SAMPLES") else {
+        return;
+    };
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::path::Path::new(&dir).join(format!("{}-{n}.json", w.name()));
+    let text = serde_json::json!({ "workload": w.name(), "samples": samples }).to_string();
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text)) {
+        eprintln!("recording samples to {}: {e}", path.display());
     }
 }
 
 /// One sampled GEMM entry of the fp64 check: its exact dot products (with B, and with B2
 /// for GLU) and their sums of |a b|, C's value there (unscaled), the kernel's output there
 /// and the chain's tensor operands there.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(super) struct Sample {
     pub dot: f64,
     pub sum_abs: f64,
     pub dot2: f64,
     pub sum_abs2: f64,
     pub c: f64,
+    #[serde(with = "crate::spec::float_serde")]
     pub got: f64,
     pub t: [f64; MAX_TENSORS],
+    /// The vendor library's fp32 product A B there (unscaled; NaN when not computed).
+    #[serde(with = "crate::spec::float_serde")]
+    pub library: f64,
 }
 
 /// Errors at rounding level (the median sampled entry off by less than 1e-3 of its
@@ -714,12 +802,29 @@ fn rounding_level(f: &Fp64Check) -> bool {
     f.failed > 0 && f.median_normalized_error < 1e-3
 }
 
-fn precision_fault(f: &Fp64Check) -> Fault {
+pub(super) fn precision_fault(f: &Fp64Check) -> Fault {
+    // With the library's errors beside the kernel's (an fp32 workload), say how far apart.
+    let versus = f
+        .accuracy
+        .map(|a| {
+            format!(
+                "; RMS error {:.2e} against the fp32 library's {:.2e} on the same inputs ({:.1}x, at most {DOWNGRADE_RMS_RATIO}x allowed)",
+                a.rms,
+                a.library_rms,
+                a.rms_ratio()
+            )
+        })
+        .unwrap_or_default();
+    let downgrade = if f.accuracy.is_some() {
+        "precision downgrade: the workload asks for fp32 arithmetic (allow_tf32 = false) and the kernel's results are less precise (TF32 or a dropped low part?): "
+    } else {
+        ""
+    };
     fault(
         FaultKind::Precision,
         format!(
-            "{} of {} sampled entries exceed the precision of the workload's arithmetic against an fp64 \
-             reference (max normalized error {:.2e}, bound {:.2e}){}",
+            "{downgrade}{} of {} sampled entries exceed the precision of the workload's arithmetic against an fp64 \
+             reference (max normalized error {:.2e}, bound {:.2e}){}{versus}",
             f.failed,
             f.samples,
             f.max_normalized_error,
@@ -754,6 +859,14 @@ pub(super) fn dot_bound(sum_abs: f64, k: u64, u: f64, summation: Summation) -> f
         Summation::TensorCore => TC_ACC_SQRT_K * kf.sqrt() * F32_U,
     };
     (ACC_SAFETY * u + extra) * sum_abs
+}
+
+/// The room between a kernel's dot product and the whole-output reference's: the
+/// kernel's own bound ([`dot_bound`]) plus the reference's, which is an fp32 product
+/// itself (the vendor library without TF32: `ACC_SAFETY * 2^-24 * sum |a b|`). The sampled
+/// fp64 check bounds the kernel's error alone against exact dot products.
+pub(super) fn reference_bound(sum_abs: f64, k: u64, u: f64, summation: Summation) -> f64 {
+    dot_bound(sum_abs, k, u, summation) + ACC_SAFETY * F32_U * sum_abs
 }
 
 /// The chain at `x` and how far it can move when its input is off by up to `e`: the
@@ -977,6 +1090,7 @@ mod tests {
             c: 0.0,
             got,
             t: [bias, 0.0, 0.0, 0.0],
+            library: f64::NAN,
         };
         let bias = 0.25;
         // At GELU's minimum (x = -0.7518) the fp32 GELU is off by a few ulps of its input.
