@@ -108,6 +108,9 @@ using namespace cute;
 #define CS_F32_TERMS 3     // fp32 accuracy: hi*hi + lo*hi + hi*lo
 #endif
 #endif
+#ifndef CS_F32_SPLIT
+#define CS_F32_SPLIT 1     // fp32 split: 0 truncation, 1 lo rounded, 2 hi and lo rounded
+#endif
 #ifndef CS_F32_PROMOTE
 #define CS_F32_PROMOTE 1   // fp32: k-tiles WGMMA sums before FADD promotes the partial
 #endif
@@ -239,8 +242,20 @@ static_assert(!CS_FP8 || (kAKMajor && kBKMajor), "fp8: both kernel operands must
 
 // The kernel's operands: K-major (K contiguous) or MN-major (M or N contiguous), both of
 // which TMA and WGMMA take for 16-bit types.
-using LayoutA = std::conditional_t<kAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
-using LayoutB = std::conditional_t<kBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+// fp32: TF32 WGMMA reads K-major operands only. An MN-major operand is copied K-major
+// into the workspace first (CS_F32_KMAJOR_COPY=1, the default: one pass over it, a few
+// percent of the GEMM), or split into K-major buffers inside the mainloop (0: a transpose
+// through shared memory on every k-tile).
+#ifndef CS_F32_KMAJOR_COPY
+#define CS_F32_KMAJOR_COPY 1
+#endif
+static constexpr bool kCopyA = CS_F32 && CS_F32_KMAJOR_COPY && !kAKMajor;
+static constexpr bool kCopyB = CS_F32 && CS_F32_KMAJOR_COPY && !kBKMajor;
+// The majorness of what the kernel reads (the copy, when there is one).
+static constexpr bool kKernAKMajor = kAKMajor || kCopyA;
+static constexpr bool kKernBKMajor = kBKMajor || kCopyB;
+using LayoutA = std::conditional_t<kKernAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+using LayoutB = std::conditional_t<kKernBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous (D itself, or D^T)
 using LayoutD = cutlass::layout::RowMajor;
 
@@ -554,8 +569,8 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 // CS_STAGES.
 static constexpr int kF32Extra = (CS_F32_TERMS == 3 ? 1 : 0);
 static constexpr int kF32StageBytes =
-    kTileM * kTileK * 4 * (1 + kF32Extra + (kAKMajor ? 0 : 1)) +
-    kTileN * kTileK * 4 * (1 + kF32Extra + (kBKMajor ? 0 : 1));
+    kTileM * kTileK * 4 * (1 + kF32Extra + (kKernAKMajor ? 0 : 1)) +
+    kTileN * kTileK * 4 * (1 + kF32Extra + (kKernBKMajor ? 0 : 1));
 #ifdef CS_STAGES
 static constexpr int kStages = CS_STAGES;
 #else
@@ -567,7 +582,7 @@ static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (sma
 using CollectiveMainloop = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
     TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
-    CS_F32_TERMS, CS_F32_PROMOTE>;
+    CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT>;
 #else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -702,6 +717,84 @@ static cs_problem cs_effective(const cs_problem& problem)
 
 static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers);
 
+// ---------------------------------------------------------------------------------------
+// fp32: K-major copies of MN-major operands (see CS_F32_KMAJOR_COPY)
+// ---------------------------------------------------------------------------------------
+
+// A copy's rows: K padded to 4 floats (16 bytes, a TMA stride); the padding is never read
+// (the TMA tensor's extent is K).
+static inline int64_t cs_kpad(int64_t k) { return (k + 3) / 4 * 4; }
+static inline size_t cs_round256(size_t x) { return (x + 255) / 256 * 256; }
+static inline size_t cs_copy_bytes_a(const cs_problem& e) {
+  return kCopyA ? cs_round256(size_t(e.batch) * size_t(e.m) * size_t(cs_kpad(e.k)) * 4) : 0;
+}
+static inline size_t cs_copy_bytes_b(const cs_problem& e) {
+  return kCopyB ? cs_round256(size_t(e.batch) * size_t(e.n) * size_t(cs_kpad(e.k)) * 4) : 0;
+}
+// Workspace for the copies of the effective problem `e` (0 without copies).
+static inline size_t cs_copies_bytes(const cs_problem& e) { return cs_copy_bytes_a(e) + cs_copy_bytes_b(e); }
+
+// The operands as the kernel reads them: `e` itself, with each copied operand replaced by
+// its K-major copy in `copies` (A's, then B's).
+static cs_problem cs_kernel_view(const cs_problem& e, char* copies)
+{
+  cs_problem q = e;
+  int64_t const kp = cs_kpad(e.k);
+  if constexpr (kCopyA) {
+    q.a = copies;
+    q.lda = kp;
+    q.batch_stride_a = e.m * kp;
+  }
+  if constexpr (kCopyB) {
+    q.b = copies + cs_copy_bytes_a(e);
+    q.ldb = kp;
+    q.batch_stride_b = e.n * kp;
+  }
+  return q;
+}
+
+// out[b][r][k] = x[b * bs + k * ld + r] for r < rows, k < kk: an MN-major operand (rows
+// contiguous) into K-major rows of kp floats. 32 x 32 tiles through shared memory, both
+// the reads and the writes coalesced.
+__global__ void cs_kmajor_copy(const float* __restrict__ x, int64_t ld, int64_t bs, int64_t rows, int64_t kk,
+                               int64_t kp, float* __restrict__ out)
+{
+  __shared__ float tile[32][33];
+  int64_t const b = blockIdx.z;
+  int64_t const r0 = int64_t(blockIdx.x) * 32, k0 = int64_t(blockIdx.y) * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    int64_t const k = k0 + i, r = r0 + threadIdx.x;
+    if (k < kk && r < rows) tile[i][threadIdx.x] = x[b * bs + k * ld + r];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    int64_t const r = r0 + i, k = k0 + threadIdx.x;
+    if (r < rows && k < kk) out[(b * rows + r) * kp + k] = tile[threadIdx.x][i];
+  }
+}
+
+// Whether an MN-major source can be copied: `rows` contiguous, ld at least that.
+static inline bool cs_copy_source_ok(const void* x, int64_t ld, int64_t rows, bool check_pointers) {
+  return ld >= rows && (!check_pointers || x != nullptr);
+}
+
+static cudaError_t cs_copy_operands(const cs_problem& e, char* copies, cudaStream_t stream)
+{
+  int64_t const kp = cs_kpad(e.k);
+  dim3 const block(32, 8);
+  if constexpr (kCopyA) {
+    dim3 const grid(unsigned((e.m + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
+    cs_kmajor_copy<<<grid, block, 0, stream>>>(static_cast<const float*>(e.a), e.lda, e.batch_stride_a, e.m,
+                                               e.k, kp, reinterpret_cast<float*>(copies));
+  }
+  if constexpr (kCopyB) {
+    dim3 const grid(unsigned((e.n + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
+    cs_kmajor_copy<<<grid, block, 0, stream>>>(static_cast<const float*>(e.b), e.ldb, e.batch_stride_b, e.n,
+                                               e.k, kp, reinterpret_cast<float*>(copies + cs_copy_bytes_a(e)));
+  }
+  return cudaGetLastError();
+}
+
 // Everything the TMA descriptors and CUTLASS need; CS_OK when this kernel handles `p`
 // (in this build's storage orders). Every failure that make_tma_copy would assert on is
 // rejected here first.
@@ -713,7 +806,15 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
   // C's place is taken by the chain's matrix operand.
   if (p.beta != 0.0f || p.num_operands <= CS_CHAIN_C_OPERAND) return CS_ERR_UNSUPPORTED;
 #endif
-  return cs_gemm_check_effective(cs_effective(p), check_pointers);
+  cs_problem const e = cs_effective(p);
+  if constexpr (kCopyA || kCopyB) {
+    // The copies' grids: K / 32 blocks along y, the batch along z.
+    if ((e.k + 31) / 32 > 65535 || e.batch > 65535) return CS_ERR_UNSUPPORTED;
+    if (kCopyA && !cs_copy_source_ok(e.a, e.lda, e.m, check_pointers)) return CS_ERR_UNSUPPORTED;
+    if (kCopyB && !cs_copy_source_ok(e.b, e.ldb, e.n, check_pointers)) return CS_ERR_UNSUPPORTED;
+  }
+  // The kernel's view, the copies at a stand-in (aligned, non-null) address.
+  return cs_gemm_check_effective(cs_kernel_view(e, reinterpret_cast<char*>(uintptr_t(256))), check_pointers);
 }
 
 static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
@@ -754,8 +855,8 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   // Mainloop (TMA): each operand's contiguous extent a multiple of 16 bytes, its leading
   // dimension (the stride of its other extent) a 16-byte multiple and at least that
   // extent. A (m x k): k contiguous when K-major, m otherwise; B (k x n): k or n.
-  int64_t const a_inner = kAKMajor ? p.k : p.m, a_outer = kAKMajor ? p.m : p.k;
-  int64_t const b_inner = kBKMajor ? p.k : p.n, b_outer = kBKMajor ? p.n : p.k;
+  int64_t const a_inner = kKernAKMajor ? p.k : p.m, a_outer = kKernAKMajor ? p.m : p.k;
+  int64_t const b_inner = kKernBKMajor ? p.k : p.n, b_outer = kKernBKMajor ? p.n : p.k;
   if (a_inner % kAlignAB != 0 || b_inner % kAlignAB != 0) return CS_ERR_UNSUPPORTED;
   if (p.lda < a_inner || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
   if (p.ldb < b_inner || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
@@ -816,9 +917,9 @@ static void cs_set_stride(Stride& d, int64_t ld, int64_t batch_stride)
   get<2>(d) = batch_stride;
 }
 
-static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
+static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, char* copies)
 {
-  cs_problem const p = cs_effective(problem);
+  cs_problem const p = cs_kernel_view(cs_effective(problem), copies);
   int const M = int(p.m);
   int const N = int(p.n);
   int const K = int(p.k);
@@ -828,8 +929,8 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem)
   // A: (M,K,L), B: (N,K,L).
   StrideA dA{};
   StrideB dB{};
-  cs_set_stride<kAKMajor>(dA, p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, kAKMajor ? p.m : p.k));
-  cs_set_stride<kBKMajor>(dB, p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, kBKMajor ? p.n : p.k));
+  cs_set_stride<kKernAKMajor>(dA, p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, kKernAKMajor ? p.m : p.k));
+  cs_set_stride<kKernBKMajor>(dB, p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, kKernBKMajor ? p.n : p.k));
   StrideD dD{};
   get<0>(dD) = p.ldd;
   get<2>(dD) = cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m);
@@ -964,10 +1065,11 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
     return cs_fallback_check(*problem, /*check_pointers=*/false);   // 0 bytes on the fallback
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
-  typename Gemm::Arguments args = cs_make_arguments(*problem);   // pointers may be NULL here
+  typename Gemm::Arguments args = cs_make_arguments(*problem, nullptr);   // pointers may be NULL here
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess)
     return cs_fallback_check(*problem, /*check_pointers=*/false);
-  *bytes = uint64_t(Gemm::get_workspace_size(args));
+  // CUTLASS's workspace, then the operands' K-major copies (fp32, MN-major operands).
+  *bytes = uint64_t(cs_round256(Gemm::get_workspace_size(args)) + cs_copies_bytes(cs_effective(*problem)));
   return CS_OK;
 }
 
@@ -984,18 +1086,28 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
 
-  typename Gemm::Arguments args = cs_make_arguments(*problem);
+  cs_problem const effective = cs_effective(*problem);
+  size_t const copies_bytes = cs_copies_bytes(effective);
+  typename Gemm::Arguments args = cs_make_arguments(*problem, nullptr);
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
     if (cs_fallback_check(*problem, /*check_pointers=*/true) != CS_OK) return CS_ERR_UNSUPPORTED;
     return cs_fallback::launch<FallbackElement, FallbackCD, cs_chain>(*problem, stream);
   }
 
-  size_t const workspace_bytes = Gemm::get_workspace_size(args);
+  size_t const cutlass_bytes = Gemm::get_workspace_size(args);
+  size_t const workspace_bytes = cs_round256(cutlass_bytes) + copies_bytes;
   if (workspace_bytes > 0 &&
       (problem->workspace == nullptr || problem->workspace_bytes < workspace_bytes))
     return CS_ERR_WORKSPACE;
-  void* workspace = workspace_bytes > 0 ? problem->workspace : nullptr;
+  void* workspace = cutlass_bytes > 0 ? problem->workspace : nullptr;
+  if (copies_bytes > 0) {
+    // MN-major fp32 operands: their K-major copies first, on the same stream.
+    char* const copies = static_cast<char*>(problem->workspace) + cs_round256(cutlass_bytes);
+    cudaError_t const e = cs_copy_operands(effective, copies, stream);
+    if (e != cudaSuccess) return int32_t(e);
+    args = cs_make_arguments(*problem, copies);
+  }
 
   cutlass::Status s = gemm.initialize(args, workspace, stream);
   if (s != cutlass::Status::kSuccess) return cs_status_of(s);

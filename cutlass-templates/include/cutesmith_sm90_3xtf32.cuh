@@ -8,15 +8,16 @@
 //     a * b  =  hi(a) hi(b) + lo(a) hi(b) + hi(a) lo(b) + lo(a) lo(b)
 //
 // and the last term is below 2^-20 |a b|: dropping it and running the other three as TF32
-// WGMMAs into one fp32 accumulator gives a product accurate to about fp32's level, at a
-// third of the TF32 tensor-core rate (still several times the fp32 FMA rate).
+// WGMMAs gives a product accurate to about fp32's level, at a third of the TF32
+// tensor-core rate (still several times the fp32 FMA rate). How exactly hi and lo are
+// formed (truncated or rounded) is the Split parameter below.
 //
 // Where the split happens. The producer warp brings each k-tile of A and B into shared
 // memory by TMA, bit for bit (the TMA type is a 32-bit integer: a float TMA type would
 // round to TF32 on the way). After a stage lands, the consumer warpgroups split it once:
-// each thread takes a slice of the stage and writes lo (x minus its truncation) into a
-// second buffer beside the stage. hi needs no buffer of its own: the stage itself is hi,
-// since WGMMA truncates it when reading. A named barrier then makes both halves visible to
+// each thread takes a slice of the stage and writes lo into a second buffer beside the
+// stage. hi needs no buffer of its own: the stage itself is hi, since WGMMA truncates it
+// when reading (or a rounded hi is written back over it). A named barrier then makes both halves visible to
 // every consumer (with a proxy fence: WGMMA reads through the async proxy), and each
 // consumer issues the three WGMMA batches for the k-tile:
 //
@@ -28,8 +29,11 @@
 // needed.
 //
 // Operands stored MN-major (A column-major, B row-major): TF32 WGMMA reads K-major shared
-// memory only. The stage then arrives MN-major, and the split writes both hi and lo into
-// K-major buffers (a transpose through shared memory); the WGMMAs read those.
+// memory only. The template copies such an operand K-major before the GEMM (one pass
+// over it); without the copy, the stage arrives MN-major and the split writes both hi and
+// lo into K-major buffers (a transpose through shared memory) that the WGMMAs read.
+//
+// Accumulation: see mma() (WGMMA's partial sums are promoted into FADD accumulators).
 //
 // The rest of the kernel (persistent tile scheduler, stream-K, cluster multicast, the
 // epilogue with its visitor tree) is CUTLASS's cooperative warp-specialized kernel:
@@ -60,19 +64,42 @@ struct MainloopSm90Tma3xTF32 {
   using Schedule = KernelSchedule;
 };
 
-// hi(x) as WGMMA reads it: the low 13 mantissa bits cleared.
-CUTE_DEVICE float tf32_trunc(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
-// lo(x) = x - hi(x), exact; 0 for Inf and NaN so that they pass through hi alone.
-CUTE_DEVICE float tf32_rest(float x) {
-  float const hi = tf32_trunc(x);
-  return isfinite(x) ? x - hi : 0.0f;
+// The split x = hi + lo (+ what is dropped). WGMMA reads a word as TF32 by ignoring its
+// low 13 mantissa bits. Split (a template parameter) chooses how exact the parts are:
+//   0 (truncation): hi = x truncated (the stage itself: WGMMA truncates it when reading),
+//     lo = x - hi, which WGMMA truncates in turn: |lo| < 2^-10 |x|, and what is dropped
+//     (lo's low bits and lo*lo) is up to about 2^-20 |x|, always toward zero;
+//   1 (lo rounded, the default): hi as above, lo = x - hi rounded to TF32 (nearest):
+//     the dropped part of lo is at most 2^-21 |x| and unbiased, still no extra write;
+//   2 (both rounded): hi = x rounded to TF32, written back over the stage, lo = x - hi
+//     rounded: |lo| <= 2^-11 |x|, dropped part at most 2^-22 |x| (+ lo*lo below 2^-22).
+// Rounding is two integer operations on the bits (adding half of the dropped unit to the
+// magnitude, then clearing): the cvt.rna.tf32 conversion runs at a fraction of the ALU
+// rate and made the split the bottleneck. Inf and NaN pass through hi (lo 0).
+struct SplitF32 {
+  float hi, lo;
+};
+template <bool Round>
+CUTE_DEVICE float tf32_bits(float x) {
+  uint32_t const u = __float_as_uint(x);
+  return __uint_as_float((Round ? u + 0x1000u : u) & 0xffffe000u);
+}
+template <int Split>
+CUTE_DEVICE SplitF32 tf32_split(float x) {
+  float const rounded = tf32_bits<Split == 2>(x);
+  // Rounding up past the largest float gives Inf: keep the truncation then.
+  float const hi = isinf(rounded) ? tf32_bits<false>(x) : rounded;
+  float const lo = tf32_bits<Split >= 1>(x - hi);   // x - hi is exact
+  bool const finite = isfinite(x);
+  return {finite ? hi : x, finite ? lo : 0.0f};
 }
 
 // Terms: 3 is 3xTF32; 1 keeps hi(A) hi(B) only (plain TF32: fp32 workloads must reject it
 // as a precision downgrade; it exists for that check and for timing the split's cost).
 template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB_, int Terms = 3,
-          int Promote = 1>
+          int Promote = 1, int Split = 1>
 struct Mainloop {
+  static_assert(Split >= 0 && Split <= 2, "Split: 0 truncation, 1 lo rounded, 2 hi and lo rounded");
   static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
   static_assert(Promote >= 1 && Promote < DispatchPolicy_::Stages, "Promote: 1 to Stages - 1 k-tiles");
   using DispatchPolicy = DispatchPolicy_;
@@ -266,13 +293,17 @@ struct Mainloop {
     constexpr int kElems = size<0>(LoadLayout{}) * size<1>(LoadLayout{});
     if constexpr (KMajor) {
       if constexpr (Terms == 3) {
-        // Stage s occupies [s * kElems, (s + 1) * kElems) of both (the same layout).
-        float4 const* src = reinterpret_cast<float4 const*>(load_base + stage * kElems);
+        // Stage s occupies [s * kElems, (s + 1) * kElems) of both (the same layout); a
+        // rounded hi goes back over the stage.
+        float4* src = reinterpret_cast<float4*>(load_base + stage * kElems);
         float4* lo = reinterpret_cast<float4*>(split_base + stage * kElems);
         CUTLASS_PRAGMA_UNROLL
         for (int i = thread_idx; i < kElems / 4; i += NumMmaThreads) {
           float4 const x = src[i];
-          lo[i] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+          SplitF32 const a = tf32_split<Split>(x.x), b = tf32_split<Split>(x.y),
+                         c = tf32_split<Split>(x.z), d = tf32_split<Split>(x.w);
+          if constexpr (Split == 2) src[i] = make_float4(a.hi, b.hi, c.hi, d.hi);
+          lo[i] = make_float4(a.lo, b.lo, c.lo, d.lo);
         }
       }
     } else {
@@ -285,8 +316,13 @@ struct Mainloop {
       for (int i = thread_idx; i < kElems; i += NumMmaThreads) {
         int const mn = i % kMN, k = i / kMN;   // consecutive threads: consecutive mn (contiguous in)
         float const x = s_in(mn, k, stage);
-        s_hi(mn, k, stage) = x;
-        if constexpr (Terms == 3) s_lo(mn, k, stage) = tf32_rest(x);
+        if constexpr (Terms == 3) {
+          SplitF32 const v = tf32_split<Split>(x);
+          s_hi(mn, k, stage) = v.hi;
+          s_lo(mn, k, stage) = v.lo;
+        } else {
+          s_hi(mn, k, stage) = x;
+        }
       }
     }
   }

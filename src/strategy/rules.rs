@@ -350,8 +350,12 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         }
         let lay = w.layouts();
         let extra = i64::from(terms == 3);
-        let stage = m * k * 4 * (1 + extra + i64::from(lay.a == Layout::Col))
-            + n * k * 4 * (1 + extra + i64::from(lay.b == Layout::Row));
+        // An MN-major operand is copied K-major first (CS_F32_KMAJOR_COPY, the default),
+        // else split into K-major hi and lo buffers.
+        let copy = s.get("CS_F32_KMAJOR_COPY", 1) == 1;
+        let hi_a = i64::from(!copy && lay.a == Layout::Col);
+        let hi_b = i64::from(!copy && lay.b == Layout::Row);
+        let stage = m * k * 4 * (1 + extra + hi_a) + n * k * 4 * (1 + extra + hi_b);
         // Beside the epilogue's staging (about 32 KiB of fp32 subtiles).
         if 2 * stage > SMEM_BUDGET - 32 * 1024 {
             return Err(format!(
