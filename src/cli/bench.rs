@@ -62,6 +62,10 @@ pub struct Tried {
     pub timing: Option<TimingReport>,
     pub compile_seconds: f64,
     pub evaluate_seconds: f64,
+    /// fp32 workloads: per validated shape, the kernel's error against fp64 beside cuBLAS
+    /// fp32's on the same inputs (the seed with the largest RMS ratio).
+    #[serde(default)]
+    pub accuracy: Vec<(String, crate::eval::job::ErrorVsLibrary)>,
 }
 
 impl Tried {
@@ -422,6 +426,11 @@ fn search_of(dir: &SessionDir, w: &Workload, state: &State) -> SearchOutcome {
                     .and_then(|e| e.report.as_ref()?.timing.clone()),
                 compile_seconds: compiled.as_ref().map_or(0.0, |c| c.nvcc_seconds),
                 evaluate_seconds: evaluated.as_ref().map_or(0.0, |e| e.seconds),
+                accuracy: evaluated
+                    .as_ref()
+                    .and_then(|e| e.report.as_ref())
+                    .map(|r| accuracy_of(&r.validations))
+                    .unwrap_or_default(),
             }
         })
         .collect();
@@ -437,6 +446,26 @@ fn search_of(dir: &SessionDir, w: &Workload, state: &State) -> SearchOutcome {
             .filter_map(|(s, v)| v.err().map(|why| (s, why)))
             .collect(),
     }
+}
+
+/// Per validated shape, the accuracy of the seed whose RMS error is furthest above the
+/// library's, in the order the shapes were validated.
+fn accuracy_of(
+    validations: &[crate::eval::job::ShapeValidation],
+) -> Vec<(String, crate::eval::job::ErrorVsLibrary)> {
+    let mut out: Vec<(String, crate::eval::job::ErrorVsLibrary)> = Vec::new();
+    for v in validations {
+        let Some(a) = v.fp64.as_ref().and_then(|f| f.accuracy) else {
+            continue;
+        };
+        let shape = v.shape.to_string();
+        match out.iter_mut().find(|(s, _)| *s == shape) {
+            Some((_, kept)) if a.rms_ratio() > kept.rms_ratio() => *kept = a,
+            Some(_) => {}
+            None => out.push((shape, a)),
+        }
+    }
+    out
 }
 
 /// Writes `<suite>.md` and `<suite>.json` into `dir`.
@@ -472,7 +501,12 @@ pub fn markdown(r: &BenchReport) -> String {
             .map(|b| {
                 format!(
                     "{} {:.1} ({})",
-                    b.0.split(' ').next().unwrap_or(""),
+                    // The first word names the library, but TF32's row keeps its label.
+                    if b.0 == crate::eval::job::TF32_REFERENCE {
+                        b.0.as_str()
+                    } else {
+                        b.0.split(' ').next().unwrap_or("")
+                    },
                     b.1,
                     b.2.map(|x| format!("{x:.2}x")).unwrap_or_default()
                 )
@@ -512,6 +546,35 @@ pub fn markdown(r: &BenchReport) -> String {
             if row.met { "yes" } else { "NO" }
         ));
     }
+    // fp32 workloads: the best kernel's error beside cuBLAS fp32's, shape by shape.
+    let accuracy: Vec<(&str, &Tried)> = r
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let best = row.search.best()?;
+            (!best.accuracy.is_empty()).then_some((row.workload.as_str(), best))
+        })
+        .collect();
+    if !accuracy.is_empty() {
+        s.push_str("\n## Accuracy against fp64\n\nThe best kernel's error on the sampled entries of each validated shape (absolute, over 256 samples; the seed with the largest RMS ratio), beside cuBLAS fp32's (no TF32) on the same inputs. Ratios above 2 are rejected as a precision downgrade.\n\n| workload | shape | max err | RMS err | cuBLAS fp32 max | cuBLAS fp32 RMS | RMS ratio | max ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (w, t) in accuracy {
+            for (shape, a) in &t.accuracy {
+                let max_ratio = if a.library_max > 0.0 {
+                    format!("{:.2}", a.max / a.library_max)
+                } else {
+                    "-".into()
+                };
+                s.push_str(&format!(
+                    "| {w} | {shape} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2} | {max_ratio} |\n",
+                    a.max,
+                    a.rms,
+                    a.library_max,
+                    a.library_rms,
+                    a.rms_ratio()
+                ));
+            }
+        }
+    }
     s.push_str("\n## Every candidate\n\n| workload | strategy | outcome | us |\n| --- | --- | --- | --- |\n");
     for row in &r.rows {
         for t in &row.search.tried {
@@ -548,6 +611,7 @@ mod tests {
             timing: None,
             compile_seconds: 1.0,
             evaluate_seconds: 2.0,
+            accuracy: Vec::new(),
         };
         let r = BenchReport {
             suite: "s".into(),
