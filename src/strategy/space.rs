@@ -96,13 +96,17 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             } else {
                 "3xTF32 WGMMA (fp32-accurate: hi*hi + lo*hi + hi*lo, split once per stage)"
             };
-            for (c, _, why) in super::tuner::ranked(h, DType::F32, DType::F32) {
-                out.push(mk(
-                    "gemm_sm90_cutlass3_ws",
-                    with(&c.params(), &[]),
-                    &format!("{math}, {why}"),
-                ));
-            }
+            let hopper: Vec<Strategy> = super::tuner::ranked(h, DType::F32, DType::F32)
+                .into_iter()
+                .map(|(c, _, why)| {
+                    mk(
+                        "gemm_sm90_cutlass3_ws",
+                        with(&c.params(), &[]),
+                        &format!("{math}, {why}"),
+                    )
+                })
+                .collect();
+            let mut ampere = Vec::new();
             for (p, why) in [
                 (
                     &[
@@ -132,7 +136,17 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     "3xTF32, 256x64x32: taller tiles",
                 ),
             ] {
-                out.push(mk("gemm_f32_3xtf32", with(p, &[]), why));
+                ampere.push(mk("gemm_f32_3xtf32", with(p, &[]), why));
+            }
+            // A GEMV-like workload (a side of at most 64 everywhere) gets the Ampere-style
+            // template first: it hands such shapes to the split-K GEMV of its fallback,
+            // where the Hopper kernel would run a handful of output tiles.
+            if skinny_all {
+                out.extend(ampere);
+                out.extend(hopper);
+            } else {
+                out.extend(hopper);
+                out.extend(ampere);
             }
         }
         Family::Gemm | Family::GemmBiasAct => {

@@ -205,7 +205,7 @@ fn a_simple_error_points_at_its_line() {
 /// Every built-in template, instantiated the one way the built-in provider does it
 /// (workload block, epilogue chain, parameters), compiles for sm_90a in each layout and
 /// dtype it takes: the four A/B storage orders and a column-major D for the 16-bit and
-/// fp32 GEMMs, both GEMV orientations, fp8, epilogue chains with row, column and matrix
+/// fp32 GEMMs (the Hopper 3xTF32 mainloop among them), both GEMV orientations, fp8, epilogue chains with row, column and matrix
 /// operands, the new activations, log-softmax, GEMM + softmax and SwiGLU.
 #[test]
 fn every_template_instance_compiles_in_each_layout() {
@@ -227,6 +227,14 @@ fn every_template_instance_compiles_in_each_layout() {
         ("gemm_f32_rr", "gemm_f32_3xtf32"),
         ("gemm_f32_cc", "gemm_f32_3xtf32"),
         ("gemm_chain_div_tanh_f32", "gemm_f32_3xtf32"),
+        // The Hopper 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh): TN, B row-major (copied
+        // K-major first), A.T @ B, an epilogue chain, bias + GELU, and TF32 allowed.
+        ("gemm_f32_rc", "gemm_sm90_cutlass3_ws"),
+        ("gemm_f32_rr", "gemm_sm90_cutlass3_ws"),
+        ("fp32_at_4096", "gemm_sm90_cutlass3_ws"),
+        ("gemm_chain_div_tanh_f32", "gemm_sm90_cutlass3_ws"),
+        ("fp32_bias_gelu_4096", "gemm_sm90_cutlass3_ws"),
+        ("gemm_tf32_4096", "gemm_sm90_cutlass3_ws"),
         ("gemv_bf16_m8_k1m", "gemm_skinny_splitk"),
         ("gemv_f32_n4_k1m", "gemm_skinny_splitk"),
         ("gemm_e4m3_4096", "gemm_sm90_cutlass3_ws"),

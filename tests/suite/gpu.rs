@@ -221,6 +221,50 @@ fn every_template_validates_on_its_workloads() {
     assert!(failed.is_empty(), "failed: {failed:?}");
 }
 
+/// The Hopper fp32 template as built (3xTF32) passes an fp32 workload with its error
+/// within twice cuBLAS fp32's on every shape; built with CS_F32_TERMS=1 (plain TF32, the
+/// operands' low parts dropped) it is rejected as a precision downgrade, saying so.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_planted_tf32_template_is_rejected_as_a_precision_downgrade() {
+    use cutesmith::strategy;
+    let tc = toolchain().expect("toolchain");
+    let w = workload("gemm_f32_small");
+    let good = strategy::candidates(&w)
+        .into_iter()
+        .find(|s| s.template == "gemm_sm90_cutlass3_ws")
+        .expect("the Hopper fp32 template takes gemm_f32_small");
+    let mut planted = good.clone();
+    planted.params.insert("CS_F32_TERMS".into(), 1);
+    let reqs: Vec<_> = [&good, &planted]
+        .iter()
+        .map(|s| CompileRequest::version(&s.instantiate(&w).unwrap(), "sm_90a"))
+        .collect();
+    let outcomes =
+        compile::compile_many(&tc, &CompileCache::default_location(), &reqs, 2, &|_, _| {});
+    let mut evals = Vec::new();
+    for (s, o) in [&good, &planted].into_iter().zip(outcomes) {
+        let o = o.unwrap();
+        assert!(o.ok(), "{}: {}", s.label(), o.condensed);
+        let e = evaluate(o.shared_object.clone(), &w, Mode::Validate, 300);
+        eprintln!("== {}\n{}", s.label(), e.render());
+        evals.push(e);
+    }
+    let good_report = evals[0].report.as_ref().expect("report");
+    assert!(evals[0].passed(), "3xTF32 failed");
+    for v in &good_report.validations {
+        let a = v.fp64.as_ref().and_then(|f| f.accuracy).expect("accuracy");
+        assert!(a.rms_ratio() <= 2.0, "{}: {a:?}", v.shape);
+    }
+    let fault = evals[1].fault.as_ref().expect("the TF32 build passed");
+    assert_eq!(fault.kind, FaultKind::Precision, "{}", fault.message);
+    assert!(
+        fault.message.starts_with("precision downgrade"),
+        "{}",
+        fault.message
+    );
+}
+
 /// Validation on the device and on the host reach the same verdicts, counts and fault
 /// classes: correct kernels of every reference kind pass both ways, and the planted
 /// faults that validation classifies (wrong values, unwritten tiles, lowered precision,

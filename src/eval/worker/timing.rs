@@ -310,7 +310,7 @@ impl Ctx<'_> {
                 let glu = fam == Family::GemmGlu;
                 let (d, d2) = (base_out.ptr, base_out2.ptr);
                 // `tf32`: TF32 tensor cores even where the workload forbids them (the
-                    // reference-only row beside an fp32 workload's baselines).
+                // reference-only row beside an fp32 workload's baselines).
                 let rotating_gemm = move |tf32: bool| {
                     let mut k = 0usize;
                     move || -> Result<(), CudaFailure> {

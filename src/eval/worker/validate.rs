@@ -936,6 +936,67 @@ mod tests {
     use super::*;
     use crate::eval::gpu::data::input_value;
 
+    /// Sampled entries recorded on an H100 (`CUTESMITH_RECORD_SAMPLES`, gemm_f32_small at
+    /// 512^3, seed 1): the Hopper fp32 template as built (3xTF32), and the same template
+    /// with CS_F32_TERMS=1 (plain TF32, the planted precision downgrade).
+    fn recorded(name: &str) -> (crate::spec::Workload, Vec<Sample>) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let w = crate::spec::Workload::find(root.join("workloads"), "gemm_f32_small").unwrap();
+        let text = std::fs::read_to_string(root.join("recorded").join(name)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["workload"], "gemm_f32_small");
+        let samples: Vec<Sample> = serde_json::from_value(v["samples"].clone()).unwrap();
+        assert_eq!(samples.len(), 256);
+        (w, samples)
+    }
+
+    #[test]
+    fn a_tf32_kernel_on_an_fp32_workload_is_rejected_as_a_precision_downgrade() {
+        let (w, samples) = recorded("gemm_f32_small-tf32-planted.json");
+        let f = fp64_judge(&w, &samples);
+        let a = f
+            .accuracy
+            .expect("an fp32 workload compares with the library");
+        assert!(a.rms_ratio() > 100.0, "{a:?}");
+        assert!(f.failed > 200, "{f:?}");
+        assert!(downgraded(&f));
+        let fault = precision_fault(&f);
+        assert_eq!(fault.kind, FaultKind::Precision);
+        assert!(
+            fault.message.starts_with("precision downgrade"),
+            "{}",
+            fault.message
+        );
+        assert!(
+            fault.message.contains("against the fp32 library's"),
+            "{}",
+            fault.message
+        );
+
+        // The same kernel with the low parts kept (3xTF32) is within fp32's error.
+        let (w, samples) = recorded("gemm_f32_small-3xtf32.json");
+        let f = fp64_judge(&w, &samples);
+        let a = f.accuracy.expect("accuracy");
+        assert_eq!(f.failed, 0, "{f:?}");
+        assert!(a.rms_ratio() < DOWNGRADE_RMS_RATIO, "{a:?}");
+        assert!(!downgraded(&f));
+
+        // Only the low parts' error added back, at 3x cuBLAS's RMS error, is a downgrade
+        // too, though every sample stays inside the fp64 bound.
+        let lib_rms = a.library_rms;
+        let worse: Vec<Sample> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Sample {
+                got: s.dot + if i % 2 == 0 { 3.0 } else { -3.0 } * lib_rms,
+                ..*s
+            })
+            .collect();
+        let f = fp64_judge(&w, &worse);
+        assert_eq!(f.failed, 0, "{f:?}");
+        assert!(downgraded(&f), "{:?}", f.accuracy);
+    }
+
     /// Rounds an f32 to TF32 (10 mantissa bits, round to nearest).
     fn tf32(x: f32) -> f32 {
         let b = x.to_bits();
