@@ -639,6 +639,7 @@ mod tests {
             }],
         };
         let md = markdown(&r);
+        assert!(!md.contains("## Accuracy"), "{md}");
         assert!(md.contains("| act | 1024 | none correct |"), "{md}");
         assert!(md.contains("| 90% of copy | NO |"), "{md}");
         assert!(
@@ -664,5 +665,98 @@ mod tests {
         std::fs::write(dir.path().join("s.json"), "{ truncated").unwrap();
         let err = previous_rows(dir.path(), "s", "GPU", &names).unwrap_err();
         assert!(err.to_string().contains("s.json"), "{err}");
+    }
+
+    #[test]
+    fn an_fp32_row_shows_its_error_beside_the_library_per_shape() {
+        use crate::eval::job::{ErrorVsLibrary, Fp64Check, ShapeValidation};
+        use crate::spec::Shape;
+        let acc = |rms: f64| ErrorVsLibrary {
+            max: 4.0 * rms,
+            rms,
+            library_max: 3e-4,
+            library_rms: 6e-5,
+        };
+        let v = |shape: Shape, seed: u64, rms: f64| ShapeValidation {
+            shape,
+            seed,
+            passed: true,
+            comparison: None,
+            fp64: Some(Fp64Check {
+                samples: 256,
+                failed: 0,
+                max_normalized_error: 0.0,
+                median_normalized_error: 0.0,
+                bound: 1e-6,
+                hint: None,
+                accuracy: Some(acc(rms)),
+            }),
+            canaries_intact: true,
+            fault: None,
+            seconds: 0.0,
+        };
+        let big = Shape::gemm(4096, 4096, 4096);
+        let small = Shape::gemm(127, 255, 64);
+        // Per shape, the seed with the largest RMS ratio is kept, in validation order.
+        let a = accuracy_of(&[v(big, 1, 2e-5), v(small, 1, 1e-6), v(big, 2, 3e-5)]);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].0, big.to_string());
+        assert_eq!(a[0].1.rms, 3e-5);
+        assert_eq!(a[1].0, small.to_string());
+
+        let t = Tried {
+            strategy: Strategy {
+                template: "gemm_sm90_cutlass3_ws".into(),
+                params: Default::default(),
+                rationale: String::new(),
+            },
+            outcome: "correct".into(),
+            detail: String::new(),
+            timing: None,
+            compile_seconds: 1.0,
+            evaluate_seconds: 2.0,
+            accuracy: a,
+        };
+        let r = BenchReport {
+            suite: "fp32".into(),
+            description: "d".into(),
+            device: "GPU".into(),
+            date: "2026-11-25".into(),
+            rows: vec![BenchRow {
+                workload: "fp32_4096".into(),
+                shape: big.to_string(),
+                session: "runs/x".into(),
+                best: Some("gemm_sm90_cutlass3_ws".into()),
+                best_us: Some(1366.7),
+                baselines: vec![
+                    ("cublas".into(), 2700.5, Some(1.98)),
+                    (crate::eval::job::TF32_REFERENCE.into(), 339.2, Some(0.25)),
+                ],
+                roofline_fraction: None,
+                tflops: None,
+                tb_per_s: None,
+                goal: "1.00x cublas".into(),
+                met: true,
+                search: SearchOutcome {
+                    workload: "fp32_4096".into(),
+                    tried: vec![t],
+                    best: Some(0),
+                    rejected: Vec::new(),
+                },
+            }],
+        };
+        let md = markdown(&r);
+        assert!(md.contains("## Accuracy against fp64"), "{md}");
+        assert!(
+            md.contains(&format!(
+                "| fp32_4096 | {big} | 1.20e-4 | 3.00e-5 | 3.00e-4 | 6.00e-5 | 0.50 | 0.40 |"
+            )),
+            "{md}"
+        );
+        // The TF32 row keeps its label; the plain one is named by its library.
+        assert!(
+            md.contains("cublas 2700.5 (1.98x); cublas tf32 (not fp32-accurate) 339.2 (0.25x)"),
+            "{md}"
+        );
     }
 }
