@@ -1102,7 +1102,9 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     return CS_ERR_WORKSPACE;
   void* workspace = cutlass_bytes > 0 ? problem->workspace : nullptr;
   if (copies_bytes > 0) {
-    // MN-major fp32 operands: their K-major copies first, on the same stream.
+    // MN-major fp32 operands: their K-major copies first, on the same stream (16-byte
+    // aligned: TMA reads them).
+    if (!cs_aligned16(problem->workspace)) return CS_ERR_WORKSPACE;
     char* const copies = static_cast<char*>(problem->workspace) + cs_round256(cutlass_bytes);
     cudaError_t const e = cs_copy_operands(effective, copies, stream);
     if (e != cudaSuccess) return int32_t(e);

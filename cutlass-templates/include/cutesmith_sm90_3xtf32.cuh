@@ -162,8 +162,10 @@ struct Mainloop {
     struct TensorStorage : cute::aligned_struct<128, _0> {
       cute::array_aligned<uint32_t, cute::cosize_v<SmemLayoutLoadA>> smem_A;
       cute::array_aligned<uint32_t, cute::cosize_v<SmemLayoutLoadB>> smem_B;
-      cute::array_aligned<uint32_t, kExtraA * cute::cosize_v<SmemLayoutMmaA> + (kExtraA == 0 ? 32 : 0)> smem_A_split;
-      cute::array_aligned<uint32_t, kExtraB * cute::cosize_v<SmemLayoutMmaB> + (kExtraB == 0 ? 32 : 0)> smem_B_split;
+      // An unused split buffer keeps a 1 KiB placeholder, so that the buffers after it stay
+      // aligned to the swizzle pattern's 1 KiB repeat (WGMMA swizzles by address).
+      cute::array_aligned<uint32_t, kExtraA * cute::cosize_v<SmemLayoutMmaA> + (kExtraA == 0 ? 256 : 0)> smem_A_split;
+      cute::array_aligned<uint32_t, kExtraB * cute::cosize_v<SmemLayoutMmaB> + (kExtraB == 0 ? 256 : 0)> smem_B_split;
     } tensors;
     using PipelineStorage = typename MainloopPipeline::SharedStorage;
     PipelineStorage pipeline;

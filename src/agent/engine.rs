@@ -277,7 +277,7 @@ impl Engine {
         let v: Vec<String> = t
             .baselines
             .iter()
-            .filter(|b| !b.is_copy())
+            .filter(|b| !b.is_reference_only())
             .map(|b| format!("{} {:.2} us", b.name, b.stats.median_us))
             .collect();
         if v.is_empty() {

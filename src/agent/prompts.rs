@@ -230,7 +230,7 @@ impl WorkloadFacts {
 pub fn precision_rule(w: &Workload) -> String {
     match (w.family().is_gemm(), w.dtype(), w.allow_tf32()) {
         (true, DType::F32, false) => "this is an fp32 workload: no TF32, fp16 or bf16 arithmetic \
-            (an fp64 check catches it, and an RMS error above twice cuBLAS fp32's is rejected as a \
+            (an fp64 check catches it, and an RMS error above 4x cuBLAS fp32's is rejected as a \
             precision downgrade); tensor cores only with 3xTF32-style error compensation (a Hopper \
             one: include/cutesmith_sm90_3xtf32.cuh)"
             .into(),

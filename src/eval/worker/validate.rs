@@ -706,7 +706,8 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         }
         if with_library {
             let lib_z = scale * s.library + f64::from(params.beta) * c;
-            let lib = chain.eval(lib_z, &s.t) * out_scale;
+            // Rounded to the output's fp32 as the kernel's result is.
+            let lib = f64::from((chain.eval(lib_z, &s.t) * out_scale) as f32);
             abs_errors.push(((got - want).abs(), (lib - want).abs()));
         }
         max_e = max_e.max(e);
@@ -748,8 +749,10 @@ pub(super) fn compares_with_library(w: &crate::spec::Workload) -> bool {
 }
 
 /// How many times the library's RMS error a kernel of an fp32 workload may have before it
-/// is a precision downgrade (3xTF32 done right stays near 1; TF32 is above 50).
-pub(super) const DOWNGRADE_RMS_RATIO: f64 = 2.0;
+/// is a precision downgrade. 3xTF32 done right stays near 1 (0.3-1.5 measured on an H100),
+/// TF32 is above 100; an honest fp32 kernel summing a long K in one sequential chain can be
+/// several times cuBLAS's blocked sums, which is not a downgrade of the arithmetic.
+pub(super) const DOWNGRADE_RMS_RATIO: f64 = 4.0;
 
 /// Whether the sampled errors show a precision downgrade: an fp32 workload's kernel with
 /// more than [`DOWNGRADE_RMS_RATIO`] times the library's RMS error (with enough samples to
@@ -981,14 +984,14 @@ mod tests {
         assert!(a.rms_ratio() < DOWNGRADE_RMS_RATIO, "{a:?}");
         assert!(!downgraded(&f));
 
-        // Only the low parts' error added back, at 3x cuBLAS's RMS error, is a downgrade
-        // too, though every sample stays inside the fp64 bound.
+        // Errors at 5x cuBLAS's RMS error are a downgrade too, though every sample stays
+        // inside the fp64 bound.
         let lib_rms = a.library_rms;
         let worse: Vec<Sample> = samples
             .iter()
             .enumerate()
             .map(|(i, s)| Sample {
-                got: s.dot + if i % 2 == 0 { 3.0 } else { -3.0 } * lib_rms,
+                got: s.dot + if i % 2 == 0 { 5.0 } else { -5.0 } * lib_rms,
                 ..*s
             })
             .collect();
