@@ -270,8 +270,7 @@ pub struct BaselineTiming {
     pub note: Option<String>,
 }
 
-/// The name of cuBLAS on TF32 tensor cores timed beside an fp32 workload's baselines.
-pub const TF32_REFERENCE: &str = "cublas tf32 (not fp32-accurate)";
+pub use crate::spec::TF32_REFERENCE;
 
 impl BaselineTiming {
     /// The device-to-device copy: a bandwidth ceiling, not a vendor implementation.

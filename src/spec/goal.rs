@@ -34,7 +34,7 @@ impl Workload {
                 .iter()
                 // The labelled TF32 reference row beside an fp32 workload also starts with
                 // "cublas"; it is never the goal's baseline.
-                .find(|b| b.0.starts_with(name) && b.0 != crate::eval::job::TF32_REFERENCE)
+                .find(|b| b.0.starts_with(name) && b.0 != super::TF32_REFERENCE)
                 .and_then(|b| b.2)
         };
         match self.family() {

@@ -355,6 +355,10 @@ impl fmt::Display for Activation {
     }
 }
 
+/// The name of cuBLAS on TF32 tensor cores, timed beside an fp32 workload's baselines for
+/// reference only (not fp32-accurate): never a goal's or a speedup's baseline.
+pub const TF32_REFERENCE: &str = "cublas tf32 (not fp32-accurate)";
+
 /// A library or reference kernel the candidate is timed against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
