@@ -8,7 +8,7 @@
 #   e.g. scripts/gpu-variants.sh fp32_4096 trunc=CS_F32_SPLIT=0 k32p2=CS_TILE_K=32,CS_F32_PROMOTE=2
 #
 # Sources go to $OUT/variants, logs to $OUT (scripts/gpu-check-strategies.sh runs them).
-# At most a few files come back from a lent GPU machine: keep OUT small, or tar it.
+# Keep OUT to a few files (or tar it) where only a few files can be copied back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cutesmith-gpu}

@@ -186,14 +186,9 @@ impl Ctx<'_> {
         let vt = self.workload.tolerance().at(&p.shape);
         let cmp = compare::compare_with_slack(got, &reference.want, reference.slack(), &dims, &vt);
         let fp64 = match (&p.gemm, &picks) {
+            // The library's fp32 product (the reference's own) beside the kernel's.
             (Some(g), Some(picks)) => {
-                // The library's fp32 product beside the kernel's, for fp32 workloads.
-                let library = if compares_with_library(self.workload) {
-                    self.product(p, g, false, false)?
-                } else {
-                    Vec::new()
-                };
-                Some(self.fp64_judge(&self.host_samples(p, g, got, picks, &library)))
+                Some(self.fp64_judge(&self.host_samples(p, g, got, picks, &reference.product)))
             }
             _ => None,
         };
@@ -413,7 +408,11 @@ impl Ctx<'_> {
                     });
                 }
             }
-            return Ok(Reference { want, slack });
+            return Ok(Reference {
+                want,
+                slack,
+                product: Vec::new(),
+            });
         };
         let col_major = lay.c == Layout::Col;
         let scale = f64::from(params.alpha) * f64::from(params.scale_a) * f64::from(params.scale_b);
@@ -518,7 +517,11 @@ impl Ctx<'_> {
                 *sv *= sd.abs();
             }
         }
-        Ok(Reference { want, slack })
+        Ok(Reference {
+            want,
+            slack,
+            product: z,
+        })
     }
 
     /// The GEMM entries the fp64 check samples: the four corners, the last batch's last
@@ -842,6 +845,9 @@ pub(super) struct Reference {
     pub want: Vec<f64>,
     /// Per element, added to the tolerance (empty: nothing added).
     pub slack: Vec<f64>,
+    /// GEMMs: the library's fp32 product A B the reference was made from, dense in D's
+    /// layout (the fp64 check's library column); empty otherwise.
+    pub product: Vec<f32>,
 }
 
 impl Reference {
