@@ -82,10 +82,15 @@
 //   CS_B_DOUBLE      0      1: double-buffered B' registers (loads of the next batch in
 //                           flight during this batch's MMAs)
 //   CS_GEMM_FP16     unset  f16 A/B when the workload block gives no CS_WL_DTYPE_AB
+//   CS_STREAM        0      1: the persistent TMA stream kernel for m' <= 32 (needs CS_SPLIT_K=1;
+//                           see "The stream path" below); its CS_STREAM_WN, _WARPS, _KT, _KG,
+//                           _PROMOTE and _MAX_STAGES are described there
 
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -199,6 +204,8 @@ static_assert(!CS_B_ROWWISE || (kKG == 1 && CS_UNROLL == 8),
 // D' (m x n, m <= 64) = A' (m x k) * B' (k x n), A' and B'^T stored as rows of K. Passed as
 // a __grid_constant__ parameter: every field is read from the constant bank.
 struct cs_skinny_args {
+  CUtensorMap tma_a;        // CS_STREAM: A' as {k, m', batch}, boxes of {64, MT*16}, 128-byte swizzle
+  CUtensorMap tma_b;        // CS_STREAM: B'^T as {k, n', batch}, boxes of {64, BN}
   const ElementAB* a;       // A': m rows of k, lda apart (batch b at a + b * batch_a), or
                             // with a_kmajor false k columns of m, lda apart
   bool a_kmajor;            // A' stored as rows of K (else as columns: M contiguous)
@@ -208,7 +215,10 @@ struct cs_skinny_args {
   bool swapped;             // D'(i, j) = D(j, i): A' = B^T, B' = A^T
   float alpha;              // alpha * scale_a * scale_b
   float* partials;          // [batch][CS_SPLIT_K][m][n] fp32 (CS_SPLIT_K > 1)
-  unsigned* counters;       // [batch][column blocks] arrival counters (CS_FUSED_REDUCE)
+  unsigned* counters;       // [batch][column blocks] arrival counters (CS_FUSED_REDUCE, CS_STREAM)
+  float* ws;                // CS_STREAM: [batch][m][n] fp32 sums of split column blocks, kept zero
+  int64_t units;            // CS_STREAM: batch x column blocks x K chunks
+  int nblk, kch;            // CS_STREAM: column blocks of D' and K chunks (CS_STREAM_KT)
   cs_problem p;             // the workload's problem: C, D, their layout, beta, the chain
 };
 
@@ -599,6 +609,391 @@ cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 }
 
 // ---------------------------------------------------------------------------------------
+// The stream path (CS_STREAM=1): a persistent kernel that keeps every SM pulling B'
+// ---------------------------------------------------------------------------------------
+//
+// With m' <= 64 the time is the time to read B' once from DRAM. The kernel above splits
+// the work into a fixed grid of (column block, K slice) CTAs whose loads come from the
+// warps' registers; each CTA ramps its loads up and down, and the last wave leaves SMs
+// idle. This kernel instead:
+//   - cuts the work into units of (batch, column block of BN rows of B'^T, K chunk of KT)
+//     and gives each of min(units, SMs) CTAs an equal, contiguous run of units (K fastest),
+//     so every SM streams the same number of bytes, whatever the shape;
+//   - moves the bytes with the TMA: a producer warp loads each unit's A' (MT*16 rows x KT,
+//     from L2 after the first CTA, evict-last) and B'^T (BN rows x KT, from DRAM,
+//     evict-first) as boxes of 64 K (128 bytes, 128-byte swizzle) into one of S
+//     shared-memory stages; rows past m' or n' and K past k arrive as zeros. The stages
+//     stay full across column blocks. (1-D bulk copies of one row each were tried first:
+//     the TMA's per-copy cost made them 2-10x slower than cuBLAS.)
+//   - has CS_STREAM_WARPS consumer warps each own WN columns of the block: per 16-wide K
+//     step, ldmatrix A' (MT 16x16 tiles) and B' (WN/16 pairs of 8x16 tiles) from the
+//     swizzled stage (conflict-free) and mma.sync m16n8k16 with fp32 accumulation; the
+//     tensor cores' sum is added into an fp32 total every CS_STREAM_PROMOTE units;
+//   - ends a column block (a "segment" of its units) either by running the epilogue (the
+//     CTA had all of the block's K) or by adding its partial sums into an fp32 workspace
+//     (red.global.add) and counting its K chunks on the block's counter: the CTA that
+//     completes the count reads the sums back, zeroes them and the counter for the next
+//     launch, and runs the epilogue.
+// Takes: the fast path's conditions with A' K-major (rows of K) and m' <= 32 (see cs_stream_takes).
+// Measured on the H100 (bench/stream-h100.md): ahead of the kernel above where K is long
+// (8 x 512 x 2^20: 392-396 us against 431, cuBLAS 384), behind it on LLM decode shapes
+// (16 x 4096 x 4096: 27-37 us against 21.6; DRAM at 43% of peak under Nsight Compute).
+// CS_STREAM_KG splits each stage's boxes among warps (narrower blocks, longer K runs).
+
+#ifndef CS_STREAM
+#define CS_STREAM 0          // 1: the persistent TMA stream kernel (below)
+#endif
+#ifndef CS_STREAM_WN
+#define CS_STREAM_WN 32      // columns of D' per consumer warp (16, 32, 48 or 64; 32 at most when m' > 32)
+#endif
+#ifndef CS_STREAM_WARPS
+#define CS_STREAM_WARPS 4    // consumer warps: a column block is CS_STREAM_WARPS / CS_STREAM_KG * WN (<= 256) rows of B'^T
+#endif
+#ifndef CS_STREAM_KT
+#define CS_STREAM_KT 256     // K per unit (one stage), a multiple of 64
+#endif
+#ifndef CS_STREAM_KG
+#define CS_STREAM_KG 1       // K groups: warps split each stage's 64-wide boxes KG ways (their sums meet in the workspace)
+#endif
+#ifndef CS_STREAM_PROMOTE
+#define CS_STREAM_PROMOTE 8  // units summed by the tensor cores before an fp32 add into the total
+#endif
+#ifndef CS_STREAM_MAX_STAGES
+#define CS_STREAM_MAX_STAGES 8
+#endif
+
+namespace cs_stream {
+constexpr int kConsumers = CS_STREAM_WARPS;
+constexpr int kKGroups = CS_STREAM_KG;                      // K groups of consumer warps
+constexpr int kCG = kConsumers / kKGroups;                  // column groups of consumer warps
+constexpr int kKT = CS_STREAM_KT;
+constexpr int kBoxK = 64;                              // K per TMA box: 128 bytes, the swizzle's width
+constexpr int kBoxes = kKT / kBoxK;
+constexpr int kSmemBudget = 225 * 1024;                // dynamic shared memory for the stages
+template <int MT> constexpr int wn() { return (MT > 2 && CS_STREAM_WN > 32) ? 32 : CS_STREAM_WN; }
+template <int MT> constexpr int block_n() { return kCG * wn<MT>(); }
+template <int MT> constexpr int a_box_bytes() { return MT * 16 * 128; }
+template <int MT> constexpr int b_box_bytes() { return block_n<MT>() * 128; }
+template <int MT> constexpr int stage_bytes() { return kBoxes * (a_box_bytes<MT>() + b_box_bytes<MT>()); }
+template <int MT> constexpr int stages()
+{
+  return kSmemBudget / stage_bytes<MT>() < CS_STREAM_MAX_STAGES ? kSmemBudget / stage_bytes<MT>()
+                                                                 : CS_STREAM_MAX_STAGES;
+}
+template <int MT> constexpr size_t smem_bytes() { return size_t(stages<MT>()) * stage_bytes<MT>() + 1024; }
+static_assert(kKT % kBoxK == 0 && kKT >= kBoxK, "CS_STREAM_KT: a multiple of 64");
+static_assert(CS_STREAM_WN % 16 == 0 && CS_STREAM_WN >= 16 && CS_STREAM_WN <= 64,
+              "CS_STREAM_WN: 16, 32, 48 or 64");
+static_assert(kConsumers >= 1 && block_n<1>() <= 256, "CS_STREAM_WARPS / CS_STREAM_KG * CS_STREAM_WN <= 256 (a TMA box)");
+static_assert(kKGroups >= 1 && kConsumers % kKGroups == 0 && (kKT / kBoxK) % kKGroups == 0,
+              "CS_STREAM_KG divides the consumer warps and the boxes of a stage");
+static_assert(CS_STREAM_PROMOTE >= 1, "CS_STREAM_PROMOTE >= 1");
+static_assert(stages<4>() >= 2 && stages<1>() >= 2,
+              "CS_STREAM_KT / CS_STREAM_WN: two stages must fit the shared memory");
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p)
+{
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count)
+{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes)
+{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar)
+{
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity)
+{
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "CS_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra CS_DONE;\n"
+      "bra CS_WAIT;\n"
+      "CS_DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// One TMA box {k0 .. k0+64, row0 .. row0+rows, batch} into `dst`, its bytes counted on `bar`.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int k0, int row0,
+                                            int batch, uint64_t* bar, uint64_t policy)
+{
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(batch), "r"(smem_addr(bar)),
+      "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void red_add_v2(float* p, float a, float b)
+{
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ void consumers_sync()
+{
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 32) : "memory");
+}
+
+// Unit u -> (batch, column block, K chunk), K fastest.
+struct unit_pos {
+  int64_t b;
+  int blk, kc;
+};
+__device__ __forceinline__ unit_pos decode(int64_t u, int nblk, int kch)
+{
+  int64_t const per_batch = int64_t(nblk) * kch;
+  int64_t const r = u % per_batch;
+  return unit_pos{u / per_batch, int(r / kch), int(r % kch)};
+}
+}   // namespace cs_stream
+
+// One CTA per SM (at most): units [units * x / G, units * (x + 1) / G) for x = blockIdx.x.
+template <int MT>
+__global__ void __launch_bounds__((CS_STREAM_WARPS + 1) * 32, 1)
+cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
+{
+  using namespace cs_stream;
+  constexpr int WN = wn<MT>(), BN = block_n<MT>(), S = stages<MT>();
+  constexpr int kStage = stage_bytes<MT>(), kABox = a_box_bytes<MT>(), kBBox = b_box_bytes<MT>();
+  extern __shared__ __align__(16) unsigned char cs_smem_raw[];
+  __shared__ __align__(8) uint64_t full[S];
+  __shared__ __align__(8) uint64_t empty[S];
+  __shared__ int last_flag;
+  // The 128-byte swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
+  unsigned char* const cs_smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(cs_smem_raw) + 1023) & ~uintptr_t(1023));
+
+  int const warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int const m = args.m, n = args.n, nblk = args.nblk, kch = args.kch;
+  int64_t const units = args.units, G = gridDim.x;
+  int64_t const u_beg = units * blockIdx.x / G, u_end = units * (blockIdx.x + 1) / G;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumers) {
+    // Producer: one elected lane loads one stage per unit, in order.
+    if (lane == 0) {
+      uint64_t policy_b, policy_a;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy_b));
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy_a));
+      int s = 0;
+      uint32_t phase = 0;
+      for (int64_t u = u_beg; u < u_end; ++u) {
+        unit_pos const at = decode(u, nblk, kch);
+        int const k0 = at.kc * kKT, row0 = at.blk * BN;
+        int const ba = args.batch_a != 0 ? int(at.b) : 0, bb = args.batch_b != 0 ? int(at.b) : 0;
+        mbar_wait(&empty[s], phase ^ 1u);
+        mbar_expect_tx(&full[s], uint32_t(kStage));
+        unsigned char* st = cs_smem + s * kStage;
+#pragma unroll
+        for (int x = 0; x < kBoxes; ++x) {
+          tma_load_3d(st + x * kABox, &args.tma_a, k0 + x * kBoxK, 0, ba, &full[s], policy_a);
+          tma_load_3d(st + kBoxes * kABox + x * kBBox, &args.tma_b, k0 + x * kBoxK, row0, bb,
+                      &full[s], policy_b);
+        }
+        if (++s == S) {
+          s = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumer warps: columns [cg * WN, cg * WN + WN) of each block, the boxes x of each
+  // stage with x % KG == kg.
+  int const g = lane / 4, c = lane % 4;
+  int const cg = warp % kCG, kg = warp / kCG;
+  constexpr int NT = WN / 8;
+  float acc[MT][NT][4], cacc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = cacc[i][j][q] = 0.0f;
+
+  // ldmatrix rows, per lane: A' tile rows (lane % 8) + 8 * ((lane / 8) % 2) with K half
+  // lane / 16; B' rows (lane % 8) + 8 * (lane / 16) with K half (lane / 8) % 2. In a box,
+  // row r sits at r * 128 bytes and its 16-byte chunk j at chunk j ^ (r % 8); every row
+  // here is lane % 8 modulo 8.
+  int const sw = lane % 8;
+  uint32_t const a_row = uint32_t(((lane % 8) + 8 * ((lane / 8) % 2)) * 128);
+  uint32_t const b_row = uint32_t((cg * WN + (lane % 8) + 8 * (lane / 16)) * 128);
+  int const a_half = lane / 16, b_half = (lane / 8) % 2;
+  uint32_t const smem0 = smem_addr(cs_smem);
+
+  auto promote = [&]() {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          acc[i][j][q] += cacc[i][j][q];
+          cacc[i][j][q] = 0.0f;
+        }
+  };
+
+  // The end of a column block's run of units in this CTA: the epilogue, or the partial
+  // sums into the workspace and the last arrival's epilogue.
+  auto flush = [&](int64_t b, int blk, int chunks) {
+    int64_t const col0 = int64_t(blk) * BN + cg * WN + 2 * c;
+    if (chunks == kch && kKGroups == 1) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            int const row = i * 16 + g + (q >= 2 ? 8 : 0);
+            int64_t const col = col0 + j * 8 + (q & 1);
+            if (row < m && col < n) cs_write_d(args, b, row, col, acc[i][j][q]);
+          }
+    } else {
+      float* ws = args.ws + b * int64_t(m) * n;
+      bool const pairs = (n % 2) == 0;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            int const row = i * 16 + g + 8 * h;
+            int64_t const col = col0 + j * 8;
+            if (row >= m || col >= n) continue;
+            float* dst = ws + int64_t(row) * n + col;
+            if (pairs) {
+              red_add_v2(dst, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            } else {
+              atomicAdd(dst, acc[i][j][2 * h]);
+              if (col + 1 < n) atomicAdd(dst + 1, acc[i][j][2 * h + 1]);
+            }
+          }
+      // Classic fence-then-count: every thread's adds are ordered before its fence, the
+      // barrier puts every fence before thread 0's count, and thread 0 fences again so its
+      // count is a release of all of them.
+      __threadfence();
+      consumers_sync();
+      if (threadIdx.x == 0) {
+        unsigned* counter = args.counters + b * nblk + blk;
+        __threadfence();
+        unsigned const old = atomicAdd(counter, unsigned(chunks));
+        int const last = old + unsigned(chunks) == unsigned(kch);
+        if (last) atomicExch(counter, 0u);   // every chunk is in: ready for the next launch
+        if (last) __threadfence();   // acquire: the other CTAs' adds before the reads below
+        last_flag = last;
+      }
+      consumers_sync();
+      if (last_flag) {
+        __threadfence();
+        int64_t const c_base = int64_t(blk) * BN;
+        for (int idx = threadIdx.x; idx < m * BN; idx += kConsumers * 32) {
+          int const row = idx / BN;
+          int64_t const col = c_base + idx % BN;
+          if (col >= n) continue;
+          float* src = ws + int64_t(row) * n + col;
+          float const v = __ldcg(src);
+          __stcg(src, 0.0f);
+          cs_write_d(args, b, row, col, v);
+        }
+      }
+      consumers_sync();   // last_flag is read before the next segment writes it
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+  };
+
+  int s = 0;
+  uint32_t phase = 0;
+  int64_t seg_b = -1;
+  int seg_blk = -1, seg_chunks = 0, pending = 0;
+  for (int64_t u = u_beg; u < u_end; ++u) {
+    unit_pos const at = decode(u, nblk, kch);
+    if (at.b != seg_b || at.blk != seg_blk) {
+      if (seg_chunks > 0) {
+        promote();
+        pending = 0;
+        flush(seg_b, seg_blk, seg_chunks);
+      }
+      seg_b = at.b;
+      seg_blk = at.blk;
+      seg_chunks = 0;
+    }
+    mbar_wait(&full[s], phase);
+    uint32_t const st = smem0 + uint32_t(s * kStage);
+#pragma unroll
+    for (int ks = 0; ks < kKT / 16; ++ks) {
+      int const box = ks / 4, chunk = (ks % 4) * 2;
+      if (kKGroups > 1 && box % kKGroups != kg) continue;
+      uint32_t const a_base = st + uint32_t(box * kABox) + a_row + uint32_t(((chunk + a_half) ^ sw) * 16);
+      uint32_t const b_base =
+          st + uint32_t(kBoxes * kABox + box * kBBox) + b_row + uint32_t(((chunk + b_half) ^ sw) * 16);
+      uint32_t af[MT][4], bf[NT / 2][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) ldsm_x4(af[i], a_base + uint32_t(i * 16 * 128));
+#pragma unroll
+      for (int j = 0; j < NT / 2; ++j) ldsm_x4(bf[j], b_base + uint32_t(j * 16 * 128));
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          cs_mma(cacc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j / 2][(j % 2) * 2],
+                 bf[j / 2][(j % 2) * 2 + 1]);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (++s == S) {
+      s = 0;
+      phase ^= 1u;
+    }
+    ++seg_chunks;
+    if (++pending == CS_STREAM_PROMOTE) {
+      promote();
+      pending = 0;
+    }
+  }
+  if (seg_chunks > 0) {
+    promote();
+    flush(seg_b, seg_blk, seg_chunks);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------------
 
@@ -732,6 +1127,115 @@ static cs_skinny_args cs_kernel_args(const cs_problem& p)
   return args;
 }
 
+// The stream path (CS_STREAM=1) takes what the fast path takes when A' keeps K contiguous
+// (both operands then load as TMA boxes of rows of K).
+static inline bool cs_stream_takes(const cs_problem& p)
+{
+  if (!CS_STREAM) return false;
+  bool const a_kmajor = cs_swapped(p) ? p.layout_b == CS_LAYOUT_COL : p.layout_a == CS_LAYOUT_ROW;
+  if (!a_kmajor) return false;
+  // m' <= 32 (one or two 16-row tiles). With three or four, the H100 showed wrong sums in
+  // a few column blocks on one 62 x 14329 x 4096 case (2 of 4 seeds, both runs, different
+  // blocks each time: a race not found yet), so those run the register-streaming kernel.
+  if ((p.m < p.n ? p.m : p.n) > 32) return false;
+  // The fp32 sums of every batch's D' within the workspace bound.
+  return uint64_t(p.m) * uint64_t(p.n) * uint64_t(p.batch) <= kMaxWorkspace / 2 / sizeof(float);
+}
+static_assert(!CS_STREAM || CS_SPLIT_K == 1, "CS_STREAM builds take CS_SPLIT_K=1 (the old kernel's path for the rest)");
+
+// Rows of B'^T per column block of the stream kernel for m' (the small side).
+static inline int cs_stream_block_n(const cs_problem& p)
+{
+  int64_t const small_side = p.m < p.n ? p.m : p.n;
+  switch ((small_side + 15) / 16) {
+    case 1:  return cs_stream::block_n<1>();
+    case 2:  return cs_stream::block_n<2>();
+    case 3:  return cs_stream::block_n<3>();
+    default: return cs_stream::block_n<4>();
+  }
+}
+
+// Stream workspace: the fp32 sums [batch][m'][n'], then one counter per (batch, column
+// block) at a 256-byte offset. Both are zero between launches.
+static uint64_t cs_stream_counters_offset(const cs_problem& p)
+{
+  return (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(p.n) * sizeof(float) + 255) / 256 * 256;
+}
+
+static uint64_t cs_stream_bytes(const cs_problem& p)
+{
+  int64_t const long_side = cs_swapped(p) ? p.m : p.n;
+  int64_t const nblk = (long_side + cs_stream_block_n(p) - 1) / cs_stream_block_n(p);
+  return cs_stream_counters_offset(p) + uint64_t(p.batch) * uint64_t(nblk) * sizeof(unsigned);
+}
+
+// cuTensorMapEncodeTiled from the driver the runtime uses (no link to libcuda).
+static PFN_cuTensorMapEncodeTiled_v12000 cs_tensor_map_encoder()
+{
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  if (fn == nullptr) {
+    void* pfn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pfn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pfn);
+  }
+  return fn;
+}
+
+// A map of 16-bit elements {k, rows, batch}: rows `ld` apart, batches `bstride` apart (0:
+// one matrix for every batch), boxes of {64, box_rows, 1} with the 128-byte swizzle; what
+// lies outside reads as zeros.
+static bool cs_encode_rows(CUtensorMap* map, const void* base, int64_t k, int64_t rows, int64_t ld,
+                           int64_t batch, int64_t bstride, int box_rows)
+{
+  PFN_cuTensorMapEncodeTiled_v12000 const enc = cs_tensor_map_encoder();
+  if (enc == nullptr) return false;
+  int64_t const nb = bstride != 0 ? batch : 1;
+  uint64_t const row_bytes = uint64_t(ld) * 2;
+  uint64_t const whole = row_bytes * uint64_t(rows);
+  cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), cuuint64_t(nb)};
+  cuuint64_t strides[2] = {cuuint64_t(row_bytes),
+                           cuuint64_t(bstride != 0 ? uint64_t(bstride) * 2
+                                                   : (whole < (uint64_t(1) << 40) ? whole : row_bytes))};
+  cuuint32_t box[3] = {64u, cuuint32_t(box_rows), 1u};
+  cuuint32_t elem[3] = {1u, 1u, 1u};
+  CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
+                         box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+template <int MT, bool Batched>
+static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream);
+
+template <int MT>
+static int32_t cs_stream_launch(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
+{
+  constexpr int BN = cs_stream::block_n<MT>();
+  args.nblk = (args.n + BN - 1) / BN;
+  args.kch = (args.k + cs_stream::kKT - 1) / cs_stream::kKT;
+  args.units = int64_t(p.batch) * args.nblk * args.kch;
+  args.ws = static_cast<float*>(p.workspace);
+  args.counters = reinterpret_cast<unsigned*>(static_cast<char*>(p.workspace) +
+                                              cs_stream_counters_offset(p));
+  if (!cs_encode_rows(&args.tma_a, args.a, args.k, args.m, args.lda, p.batch, args.batch_a, MT * 16) ||
+      !cs_encode_rows(&args.tma_b, args.b, args.k, args.n, args.ldb, p.batch, args.batch_b, BN)) {
+    // No tensor maps from this driver: the register-streaming kernel (CS_SPLIT_K = 1, no
+    // workspace) computes the same.
+    return p.batch == 1 ? cs_launch_mt<MT, false>(p, args, stream) : cs_launch_mt<MT, true>(p, args, stream);
+  }
+  int64_t const sms = p.sm_count > 0 ? p.sm_count : 132;
+  int64_t const grid = args.units < sms ? args.units : sms;
+  size_t const smem = cs_stream::smem_bytes<MT>();
+  auto kernel = cs_stream_kernel<MT>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return int32_t(e);
+  kernel<<<unsigned(grid), (CS_STREAM_WARPS + 1) * 32, smem, stream>>>(args);
+  return int32_t(cudaGetLastError());
+}
+
 // Launches the kernel (and the separate reduce) for `p`, with `args` = cs_kernel_args(p).
 template <int MT, bool Batched>
 static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
@@ -819,7 +1323,7 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
     return fb;
   }
   if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
-  *bytes = cs_partials_bytes(*problem);
+  *bytes = cs_stream_takes(*problem) ? cs_stream_bytes(*problem) : cs_partials_bytes(*problem);
   return CS_OK;
 }
 
@@ -840,13 +1344,23 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   }
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
 
-  uint64_t const need = cs_partials_bytes(p);
+  bool const stream_path = cs_stream_takes(p);
+  uint64_t const need = stream_path ? cs_stream_bytes(p) : cs_partials_bytes(p);
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need)) return CS_ERR_WORKSPACE;
-  if (need > 0 && (reinterpret_cast<uintptr_t>(p.workspace) & 3u) != 0) return CS_ERR_UNSUPPORTED;
+  // 8 bytes: the stream kernel adds pairs of floats.
+  if (need > 0 && (reinterpret_cast<uintptr_t>(p.workspace) & 7u) != 0) return CS_ERR_UNSUPPORTED;
 
   if constexpr (kFastOk) {
     cs_skinny_args const a = cs_kernel_args(p);
     int const tiles = (a.m + 15) / 16;   // 16-row tiles of the small side
+    if (stream_path) {
+      switch (tiles) {
+        case 1:  return cs_stream_launch<1>(p, a, stream);
+        case 2:  return cs_stream_launch<2>(p, a, stream);
+        case 3:  return cs_stream_launch<3>(p, a, stream);
+        default: return cs_stream_launch<4>(p, a, stream);
+      }
+    }
     if (p.batch == 1) {
       switch (tiles) {
         case 1:  return cs_launch_mt<1, false>(p, a, stream);

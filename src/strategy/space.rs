@@ -2,7 +2,7 @@
 //! each with the verdict of the rules.
 
 use super::{check, Strategy};
-use crate::spec::{DType, Family, Workload};
+use crate::spec::{DType, Family, Layout, Workload};
 
 /// Which part of the space a shape's candidates come from: 0 for a small side of at most
 /// 32 (split-K streams the long operand first), 1 for 33 to 64 (64-row tiles first), 2 for
@@ -56,6 +56,25 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         }
         while split > 1 && (h.k % (8 * split as u64) != 0 || h.k / (split as u64) < 1024) {
             split /= 2;
+        }
+        // The persistent TMA stream kernel where K is long (a GEMV-like reduction of 2^16 or
+        // more): few column blocks, so splitting K evenly over every SM is what counts.
+        // Measured on the H100 at 8 x 512 x 2^20: 392 us against 431 for the split-K
+        // kernel (cuBLAS 384); on decode shapes with K = 4096 it was behind (bench/stream-h100.md).
+        // It takes m' <= 32 with the small side's operand K-major; other shapes run the
+        // template's other paths.
+        let lay = w.layouts();
+        let small_kmajor = if h.m <= h.n {
+            lay.a == Layout::Row
+        } else {
+            lay.b == Layout::Col
+        };
+        if h.k >= 1 << 16 && h.m.min(h.n) <= 32 && small_kmajor {
+            out.push(mk(
+                "gemm_skinny_splitk",
+                with(&[("CS_SPLIT_K", 1), ("CS_STREAM", 1)], &fp16),
+                "persistent stream kernel: every SM gets an equal run of (column block, 256-wide K chunk) units, TMA boxes into an 8-deep stage ring, split blocks summed in an fp32 workspace by the last arrival",
+            ));
         }
         if split != 4 {
             out.push(mk(
@@ -456,5 +475,31 @@ mod tests {
             n += 1;
         }
         assert!(n >= 4);
+    }
+
+    #[test]
+    fn the_stream_kernel_leads_only_long_reductions_with_a_k_major_small_operand() {
+        let labels = |name: &str| -> Vec<String> {
+            let w = Workload::find(workloads_dir(), name).unwrap();
+            candidates(&w).iter().map(|s| s.label()).collect()
+        };
+        // 8 x 512 x 2^20, A row-major: the stream kernel first, split-K after it.
+        let gemv = labels("gemv_bf16_m8_k1m");
+        assert_eq!(gemv[0], "gemm_skinny_splitk SPLIT_K=1 STREAM=1");
+        assert!(
+            gemv[1].starts_with("gemm_skinny_splitk BLOCK_N=64"),
+            "{gemv:?}"
+        );
+        // 1024 x 8 x 2^20 with B row-major: the small operand is M-major, so no stream kernel.
+        assert!(!labels("gemv_bf16_n8_k1m")
+            .iter()
+            .any(|l| l.contains("STREAM=1")));
+        // K = 4096 decode shapes: not offered (it measured behind split-K there).
+        assert!(!labels("llm_llama3_8b_o_m16")
+            .iter()
+            .any(|l| l.contains("STREAM=1")));
+        assert!(!labels("gemm_bf16_decode_bias_silu")
+            .iter()
+            .any(|l| l.contains("STREAM=1")));
     }
 }

@@ -235,7 +235,9 @@ fn every_template_instance_compiles_in_each_layout() {
         ("gemm_chain_div_tanh_f32", "gemm_sm90_cutlass3_ws"),
         ("fp32_bias_gelu_4096", "gemm_sm90_cutlass3_ws"),
         ("gemm_tf32_4096", "gemm_sm90_cutlass3_ws"),
+        // The stream kernel (CS_STREAM=1, the first candidate for K = 2^20) and split-K.
         ("gemv_bf16_m8_k1m", "gemm_skinny_splitk"),
+        ("llm_llama3_8b_o_m16", "gemm_skinny_splitk"),
         ("gemv_f32_n4_k1m", "gemm_skinny_splitk"),
         ("gemm_e4m3_4096", "gemm_sm90_cutlass3_ws"),
         ("gemm_bias_gelu_bf16", "gemm_sm90_cutlass3_ws"),
