@@ -634,9 +634,12 @@ cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 //     (red.global.add) and counting its K chunks on the block's counter: the CTA that
 //     completes the count reads the sums back, zeroes them and the counter for the next
 //     launch, and runs the epilogue.
-// Takes: the fast path's conditions with A' K-major (rows of K) and m' <= 32 (see cs_stream_takes).
+// Takes: the fast path's conditions with m' <= 32 (see cs_stream_takes); A' K-major loads as
+// boxes like B', M-major (with a leading dimension a multiple of 8) as one box of
+// {MT*16, KT} per stage, read with ldmatrix.trans.
 // Measured on the H100 (bench/stream-h100.md): ahead of the kernel above where K is long
-// (8 x 512 x 2^20: 392-396 us against 431, cuBLAS 384), behind it on LLM decode shapes
+// (8 x 512 x 2^20: 392 us against 432, cuBLAS 384; 1024 x 8 x 2^20 with A' M-major: 752
+// against 839, cuBLAS 771), behind it on LLM decode shapes
 // (16 x 4096 x 4096: 27-37 us against 21.6; DRAM at 43% of peak under Nsight Compute).
 // CS_STREAM_KG splits each stage's boxes among warps (narrower blocks, longer K runs).
 
@@ -681,7 +684,8 @@ template <int MT> constexpr int stages()
                                                                  : CS_STREAM_MAX_STAGES;
 }
 template <int MT> constexpr size_t smem_bytes() { return size_t(stages<MT>()) * stage_bytes<MT>() + 1024; }
-static_assert(kKT % kBoxK == 0 && kKT >= kBoxK, "CS_STREAM_KT: a multiple of 64");
+static_assert(kKT % kBoxK == 0 && kKT >= kBoxK && kKT <= 256,
+              "CS_STREAM_KT: a multiple of 64, at most 256 (an M-major A' box spans KT)");
 static_assert(CS_STREAM_WN % 16 == 0 && CS_STREAM_WN >= 16 && CS_STREAM_WN <= 64,
               "CS_STREAM_WN: 16, 32, 48 or 64");
 static_assert(kConsumers >= 1 && block_n<1>() <= 256, "CS_STREAM_WARPS / CS_STREAM_KG * CS_STREAM_WN <= 256 (a TMA box)");
@@ -747,6 +751,13 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
                : "r"(addr));
 }
 
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 __device__ __forceinline__ void red_add_v2(float* p, float a, float b)
 {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -771,7 +782,9 @@ __device__ __forceinline__ unit_pos decode(int64_t u, int nblk, int kch)
 }   // namespace cs_stream
 
 // One CTA per SM (at most): units [units * x / G, units * (x + 1) / G) for x = blockIdx.x.
-template <int MT>
+// AK: A' K-major (boxes of 64 K, like B'); else M-major, one box of {MT*16, KT} per stage
+// stored as KT rows of MT*16 elements and read with ldmatrix.trans.
+template <int MT, bool AK>
 __global__ void __launch_bounds__((CS_STREAM_WARPS + 1) * 32, 1)
 cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
 {
@@ -815,9 +828,11 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
         mbar_wait(&empty[s], phase ^ 1u);
         mbar_expect_tx(&full[s], uint32_t(kStage));
         unsigned char* st = cs_smem + s * kStage;
+        if constexpr (!AK) tma_load_3d(st, &args.tma_a, 0, k0, ba, &full[s], policy_a);
 #pragma unroll
         for (int x = 0; x < kBoxes; ++x) {
-          tma_load_3d(st + x * kABox, &args.tma_a, k0 + x * kBoxK, 0, ba, &full[s], policy_a);
+          if constexpr (AK)
+            tma_load_3d(st + x * kABox, &args.tma_a, k0 + x * kBoxK, 0, ba, &full[s], policy_a);
           tma_load_3d(st + kBoxes * kABox + x * kBBox, &args.tma_b, k0 + x * kBoxK, row0, bb,
                       &full[s], policy_b);
         }
@@ -851,6 +866,8 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   uint32_t const a_row = uint32_t(((lane % 8) + 8 * ((lane / 8) % 2)) * 128);
   uint32_t const b_row = uint32_t((cg * WN + (lane % 8) + 8 * (lane / 16)) * 128);
   int const a_half = lane / 16, b_half = (lane / 8) % 2;
+  // M-major A': lane l points at K row ks*16 + (l % 8) + 8 * (l / 16), M offset 8 * ((l / 8) % 2).
+  uint32_t const at_off = uint32_t(((lane % 8) + 8 * (lane / 16)) * (MT * 32) + ((lane / 8) % 2) * 16);
   uint32_t const smem0 = smem_addr(cs_smem);
 
   auto promote = [&]() {
@@ -960,12 +977,16 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
     for (int ks = 0; ks < kKT / 16; ++ks) {
       int const box = ks / 4, chunk = (ks % 4) * 2;
       if (kKGroups > 1 && box % kKGroups != kg) continue;
-      uint32_t const a_base = st + uint32_t(box * kABox) + a_row + uint32_t(((chunk + a_half) ^ sw) * 16);
+      uint32_t const a_base = AK ? st + uint32_t(box * kABox) + a_row + uint32_t(((chunk + a_half) ^ sw) * 16)
+                                 : st + uint32_t(ks * 16 * MT * 32) + at_off;
       uint32_t const b_base =
           st + uint32_t(kBoxes * kABox + box * kBBox) + b_row + uint32_t(((chunk + b_half) ^ sw) * 16);
       uint32_t af[MT][4], bf[NT / 2][4];
 #pragma unroll
-      for (int i = 0; i < MT; ++i) ldsm_x4(af[i], a_base + uint32_t(i * 16 * 128));
+      for (int i = 0; i < MT; ++i) {
+        if constexpr (AK) ldsm_x4(af[i], a_base + uint32_t(i * 16 * 128));
+        else ldsm_x4_trans(af[i], a_base + uint32_t(i * 32));
+      }
 #pragma unroll
       for (int j = 0; j < NT / 2; ++j) ldsm_x4(bf[j], b_base + uint32_t(j * 16 * 128));
 #pragma unroll
@@ -1127,13 +1148,14 @@ static cs_skinny_args cs_kernel_args(const cs_problem& p)
   return args;
 }
 
-// The stream path (CS_STREAM=1) takes what the fast path takes when A' keeps K contiguous
-// (both operands then load as TMA boxes of rows of K).
+// The stream path (CS_STREAM=1) takes what the fast path takes with m' <= 32 (A' in either
+// order; the streamed B'^T is K-major on the fast path).
 static inline bool cs_stream_takes(const cs_problem& p)
 {
   if (!CS_STREAM) return false;
+  // An M-major A' loads as one TMA box per stage: its rows (one per K) 16-byte aligned.
   bool const a_kmajor = cs_swapped(p) ? p.layout_b == CS_LAYOUT_COL : p.layout_a == CS_LAYOUT_ROW;
-  if (!a_kmajor) return false;
+  if (!a_kmajor && (cs_swapped(p) ? p.ldb : p.lda) % 8 != 0) return false;
   // m' <= 32 (one or two 16-row tiles). With three or four, the H100 showed wrong sums in
   // a few column blocks on one 62 x 14329 x 4096 case (2 of 4 seeds, both runs, different
   // blocks each time: a race not found yet), so those run the register-streaming kernel.
@@ -1210,6 +1232,28 @@ static bool cs_encode_rows(CUtensorMap* map, const void* base, int64_t k, int64_
 template <int MT, bool Batched>
 static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream);
 
+// A map of A' stored M-major, {m', k, batch} of 16-bit elements, K rows `ld` apart: boxes
+// of {box_m, KT, 1}, no swizzle; rows past m' read as zeros.
+static bool cs_encode_mmajor(CUtensorMap* map, const void* base, int64_t m, int64_t k, int64_t ld,
+                             int64_t batch, int64_t bstride, int box_m)
+{
+  PFN_cuTensorMapEncodeTiled_v12000 const enc = cs_tensor_map_encoder();
+  if (enc == nullptr || (reinterpret_cast<uintptr_t>(base) & 15u) != 0 || ld % 8 != 0) return false;
+  int64_t const nb = bstride != 0 ? batch : 1;
+  uint64_t const row_bytes = uint64_t(ld) * 2;
+  uint64_t const whole = row_bytes * uint64_t(k);
+  cuuint64_t dims[3] = {cuuint64_t(m), cuuint64_t(k), cuuint64_t(nb)};
+  cuuint64_t strides[2] = {cuuint64_t(row_bytes),
+                           cuuint64_t(bstride != 0 ? uint64_t(bstride) * 2
+                                                   : (whole < (uint64_t(1) << 40) ? whole : row_bytes))};
+  cuuint32_t box[3] = {cuuint32_t(box_m), cuuint32_t(cs_stream::kKT), 1u};
+  cuuint32_t elem[3] = {1u, 1u, 1u};
+  CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
+                         box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
 template <int MT>
 static int32_t cs_stream_launch(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
 {
@@ -1220,16 +1264,19 @@ static int32_t cs_stream_launch(const cs_problem& p, cs_skinny_args args, cudaSt
   args.ws = static_cast<float*>(p.workspace);
   args.counters = reinterpret_cast<unsigned*>(static_cast<char*>(p.workspace) +
                                               cs_stream_counters_offset(p));
-  if (!cs_encode_rows(&args.tma_a, args.a, args.k, args.m, args.lda, p.batch, args.batch_a, MT * 16) ||
-      !cs_encode_rows(&args.tma_b, args.b, args.k, args.n, args.ldb, p.batch, args.batch_b, BN)) {
-    // No tensor maps from this driver: the register-streaming kernel (CS_SPLIT_K = 1, no
-    // workspace) computes the same.
+  bool const a_ok =
+      args.a_kmajor
+          ? cs_encode_rows(&args.tma_a, args.a, args.k, args.m, args.lda, p.batch, args.batch_a, MT * 16)
+          : cs_encode_mmajor(&args.tma_a, args.a, args.m, args.k, args.lda, p.batch, args.batch_a, MT * 16);
+  if (!a_ok || !cs_encode_rows(&args.tma_b, args.b, args.k, args.n, args.ldb, p.batch, args.batch_b, BN)) {
+    // No tensor maps from this driver (or an M-major A' not 16-byte aligned): the
+    // register-streaming kernel (CS_SPLIT_K = 1, no workspace) computes the same.
     return p.batch == 1 ? cs_launch_mt<MT, false>(p, args, stream) : cs_launch_mt<MT, true>(p, args, stream);
   }
   int64_t const sms = p.sm_count > 0 ? p.sm_count : 132;
   int64_t const grid = args.units < sms ? args.units : sms;
   size_t const smem = cs_stream::smem_bytes<MT>();
-  auto kernel = cs_stream_kernel<MT>;
+  auto kernel = args.a_kmajor ? cs_stream_kernel<MT, true> : cs_stream_kernel<MT, false>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return int32_t(e);
   kernel<<<unsigned(grid), (CS_STREAM_WARPS + 1) * 32, smem, stream>>>(args);
@@ -1353,13 +1400,8 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if constexpr (kFastOk) {
     cs_skinny_args const a = cs_kernel_args(p);
     int const tiles = (a.m + 15) / 16;   // 16-row tiles of the small side
-    if (stream_path) {
-      switch (tiles) {
-        case 1:  return cs_stream_launch<1>(p, a, stream);
-        case 2:  return cs_stream_launch<2>(p, a, stream);
-        case 3:  return cs_stream_launch<3>(p, a, stream);
-        default: return cs_stream_launch<4>(p, a, stream);
-      }
+    if (stream_path) {   // m' <= 32
+      return tiles == 1 ? cs_stream_launch<1>(p, a, stream) : cs_stream_launch<2>(p, a, stream);
     }
     if (p.batch == 1) {
       switch (tiles) {
