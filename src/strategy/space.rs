@@ -57,25 +57,36 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         while split > 1 && (h.k % (8 * split as u64) != 0 || h.k / (split as u64) < 1024) {
             split /= 2;
         }
-        // The persistent TMA stream kernel where K is long (a GEMV-like reduction of 2^16 or
-        // more): few column blocks, so splitting K evenly over every SM is what counts.
-        // Measured on the H100 at 8 x 512 x 2^20: 392 us against 431 for the split-K
-        // kernel (cuBLAS 384); on decode shapes with K = 4096 it was behind
-        // (bench/stream-h100.md). It takes a small side <= 32 in either storage order and
-        // streams the long side's operand, which must keep K contiguous; other shapes run
-        // the template's other paths.
+        // The persistent TMA stream kernel: every SM gets an equal run of (column block,
+        // K chunk) units, so it has no wave quantization, but it costs a few microseconds
+        // more to start and finish than split-K. It takes a small side <= 32 in either
+        // storage order and streams the long side's operand, which must keep K contiguous.
+        // Measured on the H100 (bench/stream-h100.md), us against split-K's best:
+        //   - first where K is long (2^16 or more): 8 x 512 x 2^20 392 against 432
+        //     (cuBLAS 384), 1024 x 8 x 2^20 752 against 839 (cuBLAS 771);
+        //   - second where the streamed operand is 128 MiB or more: 16 x 18944 x 3584
+        //     (130 MiB) 66.2 against 74.4 (cuBLAS 62.8);
+        //   - behind on smaller ones, so not offered: 16 x 6144 x 4096 36.7 against 28.9,
+        //     16 x 4608 x 3584 29.4 / 22.8, 32 x 11008 x 4096 + bias + SiLU 62.5 / 55.1,
+        //     16 x 4096 x 4096 27.0 / 21.6.
         let lay = w.layouts();
         let long_kmajor = if h.m <= h.n {
             lay.b == Layout::Col
         } else {
             lay.a == Layout::Row
         };
-        if h.k >= 1 << 16 && h.m.min(h.n) <= 32 && long_kmajor {
-            out.push(mk(
+        let streamed_bytes = h.m.max(h.n) * h.k * w.dtype().bytes();
+        let stream = (h.m.min(h.n) <= 32 && long_kmajor).then(|| {
+            mk(
                 "gemm_skinny_splitk",
                 with(&[("CS_SPLIT_K", 1), ("CS_STREAM", 1)], &fp16),
                 "persistent stream kernel: every SM gets an equal run of (column block, 256-wide K chunk) units, TMA boxes into an 8-deep stage ring, split blocks summed in an fp32 workspace by the last arrival",
-            ));
+            )
+        });
+        let long_k = h.k >= 1 << 16;
+        let first_skinny = out.len();
+        if let (true, Some(st)) = (long_k, &stream) {
+            out.push(st.clone());
         }
         if split != 4 {
             out.push(mk(
@@ -103,6 +114,11 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             ),
         ] {
             out.push(mk("gemm_skinny_splitk", with(p, &fp16), why));
+        }
+        if let (false, true, Some(mut st)) = (long_k, streamed_bytes >= 128 << 20, stream) {
+            // Narrower column blocks (4 x 16 columns) measured ahead at K = 3584-4096.
+            st.params.insert("CS_STREAM_WN".into(), 16);
+            out.insert(first_skinny + 1, st);
         }
     }
     match w.family() {
@@ -497,6 +513,16 @@ mod tests {
             labels("gemv_bf16_n8_k1m")[0],
             "gemm_skinny_splitk SPLIT_K=1 STREAM=1"
         );
+        // 16 x 18944 x 3584 (a 130 MiB weight): second, after the sized split-K.
+        let big = labels("llm_qwen2_7b_up_m16");
+        assert!(
+            big[0].starts_with("gemm_skinny_splitk BLOCK_N=64"),
+            "{big:?}"
+        );
+        assert_eq!(big[1], "gemm_skinny_splitk SPLIT_K=1 STREAM=1 STREAM_WN=16");
+        assert!(!labels("llm_llama3_8b_qkv_m16")
+            .iter()
+            .any(|l| l.contains("STREAM=1")));
         // K = 4096 decode shapes: not offered (it measured behind split-K there).
         assert!(!labels("llm_llama3_8b_o_m16")
             .iter()
