@@ -180,6 +180,10 @@ fn every_template_validates_on_its_workloads() {
         "gemm_f16_small",
         "gemm_bias_gelu_small",
         "gemm_bf16_skinny_small",
+        // The skinny template's stream kernel (its first candidate where K >= 2^16), with
+        // the small operand K-major and M-major.
+        "gemv_bf16_stream_small",
+        "gemv_bf16_stream_rr_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
