@@ -851,12 +851,17 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   int const cg = warp % kCG, kg = warp / kCG;
   constexpr int NT = WN / 8;
   float acc[MT][NT][4], cacc[MT][NT][4];
+  // f(i, j, q) for every accumulator element of this warp (unrolled: the arrays stay in
+  // registers). acc[i][j][q]: row i*16 + g + (q >= 2 ? 8 : 0), column j*8 + 2c + (q & 1).
+  auto each = [&](auto&& f) {
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = cacc[i][j][q] = 0.0f;
+        for (int q = 0; q < 4; ++q) f(i, j, q);
+  };
+  each([&](int i, int j, int q) { acc[i][j][q] = cacc[i][j][q] = 0.0f; });
 
   // ldmatrix rows, per lane: A' tile rows (lane % 8) + 8 * ((lane / 8) % 2) with K half
   // lane / 16; B' rows (lane % 8) + 8 * (lane / 16) with K half (lane / 8) % 2. In a box,
@@ -871,15 +876,10 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   uint32_t const smem0 = smem_addr(cs_smem);
 
   auto promote = [&]() {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          acc[i][j][q] += cacc[i][j][q];
-          cacc[i][j][q] = 0.0f;
-        }
+    each([&](int i, int j, int q) {
+      acc[i][j][q] += cacc[i][j][q];
+      cacc[i][j][q] = 0.0f;
+    });
   };
 
   // The end of a column block's run of units in this CTA: the epilogue, or the partial
@@ -887,16 +887,11 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   auto flush = [&](int64_t b, int blk, int chunks) {
     int64_t const col0 = int64_t(blk) * BN + cg * WN + 2 * c;
     if (chunks == kch && kKGroups == 1) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            int const row = i * 16 + g + (q >= 2 ? 8 : 0);
-            int64_t const col = col0 + j * 8 + (q & 1);
-            if (row < m && col < n) cs_write_d(args, b, row, col, acc[i][j][q]);
-          }
+      each([&](int i, int j, int q) {
+        int const row = i * 16 + g + (q >= 2 ? 8 : 0);
+        int64_t const col = col0 + j * 8 + (q & 1);
+        if (row < m && col < n) cs_write_d(args, b, row, col, acc[i][j][q]);
+      });
     } else {
       float* ws = args.ws + b * int64_t(m) * n;
       bool const pairs = (n % 2) == 0;
@@ -947,12 +942,7 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
       }
       consumers_sync();   // last_flag is read before the next segment writes it
     }
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    each([&](int i, int j, int q) { acc[i][j][q] = 0.0f; });
   };
 
   int s = 0;
@@ -1206,53 +1196,47 @@ static PFN_cuTensorMapEncodeTiled_v12000 cs_tensor_map_encoder()
   return fn;
 }
 
-// A map of 16-bit elements {k, rows, batch}: rows `ld` apart, batches `bstride` apart (0:
-// one matrix for every batch), boxes of {64, box_rows, 1} with the 128-byte swizzle; what
-// lies outside reads as zeros.
-static bool cs_encode_rows(CUtensorMap* map, const void* base, int64_t k, int64_t rows, int64_t ld,
-                           int64_t batch, int64_t bstride, int box_rows)
-{
-  PFN_cuTensorMapEncodeTiled_v12000 const enc = cs_tensor_map_encoder();
-  if (enc == nullptr) return false;
-  int64_t const nb = bstride != 0 ? batch : 1;
-  uint64_t const row_bytes = uint64_t(ld) * 2;
-  uint64_t const whole = row_bytes * uint64_t(rows);
-  cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), cuuint64_t(nb)};
-  cuuint64_t strides[2] = {cuuint64_t(row_bytes),
-                           cuuint64_t(bstride != 0 ? uint64_t(bstride) * 2
-                                                   : (whole < (uint64_t(1) << 40) ? whole : row_bytes))};
-  cuuint32_t box[3] = {64u, cuuint32_t(box_rows), 1u};
-  cuuint32_t elem[3] = {1u, 1u, 1u};
-  CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
-                         box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
-}
-
-template <int MT, bool Batched>
-static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream);
-
-// A map of A' stored M-major, {m', k, batch} of 16-bit elements, K rows `ld` apart: boxes
-// of {box_m, KT, 1}, no swizzle; rows past m' read as zeros.
-static bool cs_encode_mmajor(CUtensorMap* map, const void* base, int64_t m, int64_t k, int64_t ld,
-                             int64_t batch, int64_t bstride, int box_m)
+// A map of 16-bit elements {inner, outer, batch}: `inner` contiguous, outer rows `ld`
+// apart, batches `bstride` apart (0: one matrix for every batch), boxes of {box_inner,
+// box_outer, 1}; what lies outside reads as zeros. False when the driver or the layout
+// (16-byte aligned base and rows) cannot.
+static bool cs_encode_3d(CUtensorMap* map, const void* base, int64_t inner, int64_t outer, int64_t ld,
+                         int64_t batch, int64_t bstride, int box_inner, int box_outer,
+                         CUtensorMapSwizzle swizzle)
 {
   PFN_cuTensorMapEncodeTiled_v12000 const enc = cs_tensor_map_encoder();
   if (enc == nullptr || (reinterpret_cast<uintptr_t>(base) & 15u) != 0 || ld % 8 != 0) return false;
   int64_t const nb = bstride != 0 ? batch : 1;
   uint64_t const row_bytes = uint64_t(ld) * 2;
-  uint64_t const whole = row_bytes * uint64_t(k);
-  cuuint64_t dims[3] = {cuuint64_t(m), cuuint64_t(k), cuuint64_t(nb)};
+  uint64_t const whole = row_bytes * uint64_t(outer);
+  cuuint64_t dims[3] = {cuuint64_t(inner), cuuint64_t(outer), cuuint64_t(nb)};
   cuuint64_t strides[2] = {cuuint64_t(row_bytes),
                            cuuint64_t(bstride != 0 ? uint64_t(bstride) * 2
                                                    : (whole < (uint64_t(1) << 40) ? whole : row_bytes))};
-  cuuint32_t box[3] = {cuuint32_t(box_m), cuuint32_t(cs_stream::kKT), 1u};
+  cuuint32_t box[3] = {cuuint32_t(box_inner), cuuint32_t(box_outer), 1u};
   cuuint32_t elem[3] = {1u, 1u, 1u};
   CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
-                         box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                         box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
+
+// Rows of K (A' K-major, B'^T): boxes of {64 K, box_rows} with the 128-byte swizzle.
+static bool cs_encode_rows(CUtensorMap* map, const void* base, int64_t k, int64_t rows, int64_t ld,
+                           int64_t batch, int64_t bstride, int box_rows)
+{
+  return cs_encode_3d(map, base, k, rows, ld, batch, bstride, 64, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// A' stored M-major (K rows of m'): one box of {box_m, KT} per stage, no swizzle.
+static bool cs_encode_mmajor(CUtensorMap* map, const void* base, int64_t m, int64_t k, int64_t ld,
+                             int64_t batch, int64_t bstride, int box_m)
+{
+  return cs_encode_3d(map, base, m, k, ld, batch, bstride, box_m, cs_stream::kKT, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <int MT, bool Batched>
+static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream_t stream);
 
 template <int MT>
 static int32_t cs_stream_launch(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
