@@ -664,6 +664,12 @@ cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 #ifndef CS_STREAM_MAX_STAGES
 #define CS_STREAM_MAX_STAGES 8
 #endif
+#ifndef CS_STREAM_L2_HINTS
+#define CS_STREAM_L2_HINTS 1 // 1: B' loads evict-first, A' evict-last; 0: the default policy for both
+#endif
+#ifndef CS_STREAM_L2_PROMOTE
+#define CS_STREAM_L2_PROMOTE 256 // the tensor maps' L2 promotion: 0, 64, 128 or 256 bytes
+#endif
 
 namespace cs_stream {
 constexpr int kConsumers = CS_STREAM_WARPS;
@@ -817,8 +823,13 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
     // Producer: one elected lane loads one stage per unit, in order.
     if (lane == 0) {
       uint64_t policy_b, policy_a;
+#if CS_STREAM_L2_HINTS
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy_b));
       asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy_a));
+#else
+      asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy_b));
+      policy_a = policy_b;
+#endif
       int s = 0;
       uint32_t phase = 0;
       for (int64_t u = u_beg; u < u_end; ++u) {
@@ -1217,7 +1228,11 @@ static bool cs_encode_3d(CUtensorMap* map, const void* base, int64_t inner, int6
   cuuint32_t elem[3] = {1u, 1u, 1u};
   CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
                          box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                         CS_STREAM_L2_PROMOTE == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                         : CS_STREAM_L2_PROMOTE == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                         : CS_STREAM_L2_PROMOTE == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                       : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
