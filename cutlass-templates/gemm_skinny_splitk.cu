@@ -83,7 +83,7 @@
 //                           flight during this batch's MMAs)
 //   CS_GEMM_FP16     unset  f16 A/B when the workload block gives no CS_WL_DTYPE_AB
 //   CS_STREAM        0      1: the persistent TMA stream kernel for m' <= 32 (needs CS_SPLIT_K=1;
-//                           see "The stream path" below); its CS_STREAM_WN, _WARPS, _KT, _KG,
+//                           see "The stream path" below); its CS_STREAM_WN, _WARPS, _KT,
 //                           _PROMOTE and _MAX_STAGES are described there
 
 #include <cstdint>
@@ -641,22 +641,18 @@ cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 // (8 x 512 x 2^20: 392 us against 432, cuBLAS 384; 1024 x 8 x 2^20 with A' M-major: 752
 // against 839, cuBLAS 771), behind it on LLM decode shapes
 // (16 x 4096 x 4096: 27-37 us against 21.6; DRAM at 43% of peak under Nsight Compute).
-// CS_STREAM_KG splits each stage's boxes among warps (narrower blocks, longer K runs).
 
 #ifndef CS_STREAM
 #define CS_STREAM 0          // 1: the persistent TMA stream kernel (below)
 #endif
 #ifndef CS_STREAM_WN
-#define CS_STREAM_WN 32      // columns of D' per consumer warp (16, 32, 48 or 64; 32 at most when m' > 32)
+#define CS_STREAM_WN 32      // columns of D' per consumer warp (16, 32, 48 or 64)
 #endif
 #ifndef CS_STREAM_WARPS
-#define CS_STREAM_WARPS 4    // consumer warps: a column block is CS_STREAM_WARPS / CS_STREAM_KG * WN (<= 256) rows of B'^T
+#define CS_STREAM_WARPS 4    // consumer warps: a column block is CS_STREAM_WARPS * WN (<= 256) rows of B'^T
 #endif
 #ifndef CS_STREAM_KT
 #define CS_STREAM_KT 256     // K per unit (one stage), a multiple of 64
-#endif
-#ifndef CS_STREAM_KG
-#define CS_STREAM_KG 1       // K groups: warps split each stage's 64-wide boxes KG ways (their sums meet in the workspace)
 #endif
 #ifndef CS_STREAM_PROMOTE
 #define CS_STREAM_PROMOTE 8  // units summed by the tensor cores before an fp32 add into the total
@@ -664,26 +660,18 @@ cs_splitk_reduce_kernel(const __grid_constant__ cs_skinny_args args)
 #ifndef CS_STREAM_MAX_STAGES
 #define CS_STREAM_MAX_STAGES 8
 #endif
-#ifndef CS_STREAM_L2_HINTS
-#define CS_STREAM_L2_HINTS 1 // 1: B' loads evict-first, A' evict-last; 0: the default policy for both
-#endif
-#ifndef CS_STREAM_L2_PROMOTE
-#define CS_STREAM_L2_PROMOTE 256 // the tensor maps' L2 promotion: 0, 64, 128 or 256 bytes
-#endif
 
 namespace cs_stream {
 constexpr int kConsumers = CS_STREAM_WARPS;
-constexpr int kKGroups = CS_STREAM_KG;                      // K groups of consumer warps
-constexpr int kCG = kConsumers / kKGroups;                  // column groups of consumer warps
 constexpr int kKT = CS_STREAM_KT;
 constexpr int kBoxK = 64;                              // K per TMA box: 128 bytes, the swizzle's width
 constexpr int kBoxes = kKT / kBoxK;
 constexpr int kSmemBudget = 225 * 1024;                // dynamic shared memory for the stages
-template <int MT> constexpr int wn() { return (MT > 2 && CS_STREAM_WN > 32) ? 32 : CS_STREAM_WN; }
-template <int MT> constexpr int block_n() { return kCG * wn<MT>(); }
+constexpr int kWN = CS_STREAM_WN;
+constexpr int kBN = kConsumers * kWN;                  // rows of B'^T per column block
 template <int MT> constexpr int a_box_bytes() { return MT * 16 * 128; }
-template <int MT> constexpr int b_box_bytes() { return block_n<MT>() * 128; }
-template <int MT> constexpr int stage_bytes() { return kBoxes * (a_box_bytes<MT>() + b_box_bytes<MT>()); }
+constexpr int kBBoxBytes = kBN * 128;
+template <int MT> constexpr int stage_bytes() { return kBoxes * (a_box_bytes<MT>() + kBBoxBytes); }
 template <int MT> constexpr int stages()
 {
   return kSmemBudget / stage_bytes<MT>() < CS_STREAM_MAX_STAGES ? kSmemBudget / stage_bytes<MT>()
@@ -694,11 +682,9 @@ static_assert(kKT % kBoxK == 0 && kKT >= kBoxK && kKT <= 256,
               "CS_STREAM_KT: a multiple of 64, at most 256 (an M-major A' box spans KT)");
 static_assert(CS_STREAM_WN % 16 == 0 && CS_STREAM_WN >= 16 && CS_STREAM_WN <= 64,
               "CS_STREAM_WN: 16, 32, 48 or 64");
-static_assert(kConsumers >= 1 && block_n<1>() <= 256, "CS_STREAM_WARPS / CS_STREAM_KG * CS_STREAM_WN <= 256 (a TMA box)");
-static_assert(kKGroups >= 1 && kConsumers % kKGroups == 0 && (kKT / kBoxK) % kKGroups == 0,
-              "CS_STREAM_KG divides the consumer warps and the boxes of a stage");
+static_assert(kConsumers >= 1 && kBN <= 256, "CS_STREAM_WARPS * CS_STREAM_WN <= 256 (a TMA box)");
 static_assert(CS_STREAM_PROMOTE >= 1, "CS_STREAM_PROMOTE >= 1");
-static_assert(stages<4>() >= 2 && stages<1>() >= 2,
+static_assert(stages<2>() >= 2,
               "CS_STREAM_KT / CS_STREAM_WN: two stages must fit the shared memory");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p)
@@ -795,8 +781,8 @@ __global__ void __launch_bounds__((CS_STREAM_WARPS + 1) * 32, 1)
 cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
 {
   using namespace cs_stream;
-  constexpr int WN = wn<MT>(), BN = block_n<MT>(), S = stages<MT>();
-  constexpr int kStage = stage_bytes<MT>(), kABox = a_box_bytes<MT>(), kBBox = b_box_bytes<MT>();
+  constexpr int WN = kWN, BN = kBN, S = stages<MT>();
+  constexpr int kStage = stage_bytes<MT>(), kABox = a_box_bytes<MT>(), kBBox = kBBoxBytes;
   extern __shared__ __align__(16) unsigned char cs_smem_raw[];
   __shared__ __align__(8) uint64_t full[S];
   __shared__ __align__(8) uint64_t empty[S];
@@ -823,13 +809,8 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
     // Producer: one elected lane loads one stage per unit, in order.
     if (lane == 0) {
       uint64_t policy_b, policy_a;
-#if CS_STREAM_L2_HINTS
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy_b));
       asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy_a));
-#else
-      asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy_b));
-      policy_a = policy_b;
-#endif
       int s = 0;
       uint32_t phase = 0;
       for (int64_t u = u_beg; u < u_end; ++u) {
@@ -856,10 +837,8 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
     return;
   }
 
-  // Consumer warps: columns [cg * WN, cg * WN + WN) of each block, the boxes x of each
-  // stage with x % KG == kg.
+  // Consumer warps: columns [warp * WN, warp * WN + WN) of each block.
   int const g = lane / 4, c = lane % 4;
-  int const cg = warp % kCG, kg = warp / kCG;
   constexpr int NT = WN / 8;
   float acc[MT][NT][4], cacc[MT][NT][4];
   // f(i, j, q) for every accumulator element of this warp (unrolled: the arrays stay in
@@ -880,7 +859,7 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   // here is lane % 8 modulo 8.
   int const sw = lane % 8;
   uint32_t const a_row = uint32_t(((lane % 8) + 8 * ((lane / 8) % 2)) * 128);
-  uint32_t const b_row = uint32_t((cg * WN + (lane % 8) + 8 * (lane / 16)) * 128);
+  uint32_t const b_row = uint32_t((warp * WN + (lane % 8) + 8 * (lane / 16)) * 128);
   int const a_half = lane / 16, b_half = (lane / 8) % 2;
   // M-major A': lane l points at K row ks*16 + (l % 8) + 8 * (l / 16), M offset 8 * ((l / 8) % 2).
   uint32_t const at_off = uint32_t(((lane % 8) + 8 * (lane / 16)) * (MT * 32) + ((lane / 8) % 2) * 16);
@@ -896,8 +875,8 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
   // The end of a column block's run of units in this CTA: the epilogue, or the partial
   // sums into the workspace and the last arrival's epilogue.
   auto flush = [&](int64_t b, int blk, int chunks) {
-    int64_t const col0 = int64_t(blk) * BN + cg * WN + 2 * c;
-    if (chunks == kch && kKGroups == 1) {
+    int64_t const col0 = int64_t(blk) * BN + warp * WN + 2 * c;
+    if (chunks == kch) {
       each([&](int i, int j, int q) {
         int const row = i * 16 + g + (q >= 2 ? 8 : 0);
         int64_t const col = col0 + j * 8 + (q & 1);
@@ -977,7 +956,6 @@ cs_stream_kernel(const __grid_constant__ cs_skinny_args args)
 #pragma unroll
     for (int ks = 0; ks < kKT / 16; ++ks) {
       int const box = ks / 4, chunk = (ks % 4) * 2;
-      if (kKGroups > 1 && box % kKGroups != kg) continue;
       uint32_t const a_base = AK ? st + uint32_t(box * kABox) + a_row + uint32_t(((chunk + a_half) ^ sw) * 16)
                                  : st + uint32_t(ks * 16 * MT * 32) + at_off;
       uint32_t const b_base =
@@ -1166,18 +1144,6 @@ static inline bool cs_stream_takes(const cs_problem& p)
 }
 static_assert(!CS_STREAM || CS_SPLIT_K == 1, "CS_STREAM builds take CS_SPLIT_K=1 (the old kernel's path for the rest)");
 
-// Rows of B'^T per column block of the stream kernel for m' (the small side).
-static inline int cs_stream_block_n(const cs_problem& p)
-{
-  int64_t const small_side = p.m < p.n ? p.m : p.n;
-  switch ((small_side + 15) / 16) {
-    case 1:  return cs_stream::block_n<1>();
-    case 2:  return cs_stream::block_n<2>();
-    case 3:  return cs_stream::block_n<3>();
-    default: return cs_stream::block_n<4>();
-  }
-}
-
 // Stream workspace: the fp32 sums [batch][m'][n'], then one counter per (batch, column
 // block) at a 256-byte offset. Both are zero between launches.
 static uint64_t cs_stream_counters_offset(const cs_problem& p)
@@ -1188,7 +1154,7 @@ static uint64_t cs_stream_counters_offset(const cs_problem& p)
 static uint64_t cs_stream_bytes(const cs_problem& p)
 {
   int64_t const long_side = cs_swapped(p) ? p.m : p.n;
-  int64_t const nblk = (long_side + cs_stream_block_n(p) - 1) / cs_stream_block_n(p);
+  int64_t const nblk = (long_side + cs_stream::kBN - 1) / cs_stream::kBN;
   return cs_stream_counters_offset(p) + uint64_t(p.batch) * uint64_t(nblk) * sizeof(unsigned);
 }
 
@@ -1228,10 +1194,7 @@ static bool cs_encode_3d(CUtensorMap* map, const void* base, int64_t inner, int6
   cuuint32_t elem[3] = {1u, 1u, 1u};
   CUresult const r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides,
                          box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                         CS_STREAM_L2_PROMOTE == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-                         : CS_STREAM_L2_PROMOTE == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-                         : CS_STREAM_L2_PROMOTE == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                                       : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
@@ -1256,7 +1219,7 @@ static int32_t cs_launch_mt(const cs_problem& p, cs_skinny_args args, cudaStream
 template <int MT>
 static int32_t cs_stream_launch(const cs_problem& p, cs_skinny_args args, cudaStream_t stream)
 {
-  constexpr int BN = cs_stream::block_n<MT>();
+  constexpr int BN = cs_stream::kBN;
   args.nblk = (args.n + BN - 1) / BN;
   args.kch = (args.k + cs_stream::kKT - 1) / cs_stream::kKT;
   args.units = int64_t(p.batch) * args.nblk * args.kch;
