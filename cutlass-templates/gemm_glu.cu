@@ -12,9 +12,16 @@
 // row- or column-major (CS_WL_LAYOUT_A / CS_WL_LAYOUT_B; default A row, B column). D:
 // CS_WL_DTYPE_CD (bf16, f16 or f32; default the type of A), row-major only.
 //
-// Strategy: two CUTLASS 3 GEMMs on the given stream (the Sm90 collective builders, as in
-// gemm_sm90_cutlass3_ws.cu: warp-specialized persistent TMA + WGMMA mainloops with
-// clusters and multicast, TMA epilogues), and no separate combine pass:
+// Strategy (CS_DUAL=1, the default): one CUTLASS 3 GEMM kernel computing both products
+// at once (cutesmith_sm90_dual.cuh): per k-tile the producer loads one tile of A and one
+// each of B and B2; the consumer warpgroups run the WGMMAs of A*B and A*B2 into two
+// accumulators sharing the A fragment; when K is done, gate(alpha * acc1) * acc2 is formed
+// in registers and CUTLASS's epilogue (alpha, TMA store) writes D. A is read once, and the
+// first product never leaves the registers. Under CUTLASS's persistent cooperative
+// warp-specialized kernel with clusters and multicast of B and B2 along M.
+//
+// CS_DUAL=0: two CUTLASS 3 GEMMs on the given stream (the Sm90 collective builders, as in
+// gemm_sm90_cutlass3_ws.cu), and no separate combine pass:
 //   1. G = alpha * A * B, written in fp32 to the workspace (batch * m' * n' floats).
 //   2. A * B2, whose epilogue is an epilogue visitor tree (EVT): an Sm90AuxLoad node
 //      brings the matching tile of G into shared memory by TMA (pipelined like a C
@@ -30,19 +37,12 @@
 // strides of A, B, B2 and D must be 16-byte multiples, A, B, B2, D 16-byte aligned;
 // otherwise CS_ERR_UNSUPPORTED.
 //
-// Future work, a truly fused dual GEMM: one kernel whose consumer warpgroups keep two
-// accumulators per tile (A*B and A*B2, 2 x 64 fp32 registers per thread for a 128 x 128
-// tile with two warpgroups, so the tile is half the size of a single GEMM's), with the
-// producer loading each A tile once and both B and B2 tiles per k-step (A is read once
-// instead of twice: 1/3 less operand traffic per k-step), and the epilogue computing
-// gate(acc1) * acc2 straight from registers. It removes the fp32 G round trip (8 bytes
-// per output: ~3% of the time of a 4096 x 14336 x 4096 problem) and the second pass over
-// A, at the price of a custom collective (CUTLASS's DualGemm exists only for sm80).
-//
 // Parameters (override with -DNAME=VALUE):
-//   CS_SCHEDULE   0    0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong
+//   CS_DUAL       1    1: one kernel computes both products (above); 0: two GEMMs
+//   CS_SCHEDULE   0    0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong (CS_DUAL=0 only)
 //   CS_TILE_M     128  CTA tile rows (cooperative: a multiple of 128; ping-pong: of 64)
-//   CS_TILE_N     256  CTA tile columns (128 for ping-pong): a multiple of 8, <= 256
+//   CS_TILE_N     256  CTA tile columns: a multiple of 8, <= 256 (CS_DUAL=1: of D, and of
+//                      each of B and B2 per k-tile, <= 128, default 128; ping-pong: 128)
 //   CS_TILE_K     64   K per pipeline stage (64 16-bit values: one 128-byte swizzle row)
 //   CS_CLUSTER_M  2    cluster size along M (B tiles multicast across it)
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
@@ -77,6 +77,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // the activations (cs_activate)
+#include "cutesmith_sm90_dual.cuh"
 
 using namespace cute;
 
@@ -84,6 +85,9 @@ using namespace cute;
 // Strategy parameters
 // ---------------------------------------------------------------------------------------
 
+#ifndef CS_DUAL
+#define CS_DUAL 1
+#endif
 #ifndef CS_SCHEDULE
 #define CS_SCHEDULE 0
 #endif
@@ -91,7 +95,7 @@ using namespace cute;
 #define CS_TILE_M 128
 #endif
 #ifndef CS_TILE_N
-#if CS_SCHEDULE == 1
+#if CS_SCHEDULE == 1 || CS_DUAL
 #define CS_TILE_N 128
 #else
 #define CS_TILE_N 256
@@ -160,7 +164,7 @@ using LayoutD = cutlass::layout::RowMajor;   // D and G
 
 static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
 static constexpr int kAlignD  = 128 / cutlass::sizeof_bits<ElementD>::value;
-static constexpr int kAlignG  = 128 / cutlass::sizeof_bits<ElementG>::value;    // 4
+[[maybe_unused]] static constexpr int kAlignG = 128 / cutlass::sizeof_bits<ElementG>::value;   // 4
 
 static constexpr int kTileM    = CS_TILE_M;
 static constexpr int kTileN    = CS_TILE_N;
@@ -175,6 +179,9 @@ static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8,
 static_assert(kTileK * 2 % 128 == 0, "TILE_K must span whole 128B swizzle rows");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
+static_assert(CS_DUAL == 0 || CS_DUAL == 1, "CS_DUAL: 1 one kernel for both products, 0 two GEMMs");
+static_assert(!CS_DUAL || CS_SCHEDULE == 0, "CS_DUAL=1: the cooperative schedule only");
+static_assert(!CS_DUAL || kTileN <= 128, "CS_DUAL=1: TILE_N at most 128 (two accumulators per thread)");
 
 using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
 using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
@@ -253,6 +260,91 @@ struct CsGluFn {
   }
 };
 
+// The dual kernel's combine, on the two accumulators in registers:
+// acc1(i) = gate(alpha * acc1(i)) * acc2(i) (the epilogue multiplies by alpha).
+template <int Gate, class Frag>
+CUTLASS_DEVICE void cs_glu_registers(Frag& acc, Frag const& acc2, CsGluArgs const& a)
+{
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < cute::size(acc); ++i)
+    acc(i) = cs_activate(Gate, a.alpha * acc(i), a.p0, a.p1) * acc2(i);
+}
+
+struct CsGluCombine {
+  using Arguments = CsGluArgs;
+  template <class Frag>
+  CUTLASS_DEVICE static void apply(Frag& acc, Frag const& acc2, Arguments const& a)
+  {
+    switch (a.gate) {   // uniform: one branch, every gate inlined
+      case CS_ACT_RELU:        cs_glu_registers<CS_ACT_RELU>(acc, acc2, a); break;
+      case CS_ACT_LEAKY_RELU:  cs_glu_registers<CS_ACT_LEAKY_RELU>(acc, acc2, a); break;
+      case CS_ACT_GELU_ERF:    cs_glu_registers<CS_ACT_GELU_ERF>(acc, acc2, a); break;
+      case CS_ACT_GELU_TANH:   cs_glu_registers<CS_ACT_GELU_TANH>(acc, acc2, a); break;
+      case CS_ACT_SILU:        cs_glu_registers<CS_ACT_SILU>(acc, acc2, a); break;
+      case CS_ACT_SIGMOID:     cs_glu_registers<CS_ACT_SIGMOID>(acc, acc2, a); break;
+      case CS_ACT_TANH:        cs_glu_registers<CS_ACT_TANH>(acc, acc2, a); break;
+      case CS_ACT_SELU:        cs_glu_registers<CS_ACT_SELU>(acc, acc2, a); break;
+      case CS_ACT_ELU:         cs_glu_registers<CS_ACT_ELU>(acc, acc2, a); break;
+      case CS_ACT_HARDSIGMOID: cs_glu_registers<CS_ACT_HARDSIGMOID>(acc, acc2, a); break;
+      case CS_ACT_HARDSWISH:   cs_glu_registers<CS_ACT_HARDSWISH>(acc, acc2, a); break;
+      case CS_ACT_HARDTANH:    cs_glu_registers<CS_ACT_HARDTANH>(acc, acc2, a); break;
+      case CS_ACT_SOFTPLUS:    cs_glu_registers<CS_ACT_SOFTPLUS>(acc, acc2, a); break;
+      case CS_ACT_SOFTSIGN:    cs_glu_registers<CS_ACT_SOFTSIGN>(acc, acc2, a); break;
+      case CS_ACT_MISH:        cs_glu_registers<CS_ACT_MISH>(acc, acc2, a); break;
+      default:                 cs_glu_registers<CS_ACT_IDENTITY>(acc, acc2, a); break;
+    }
+  }
+};
+
+#if CS_DUAL
+// ---------------------------------------------------------------------------------------
+// The dual kernel: D = alpha * gate(alpha * A * B) * (A * B2), one CUTLASS 3 kernel
+// ---------------------------------------------------------------------------------------
+
+namespace dual {
+
+using FusionOp = cutlass::epilogue::fusion::ScaledAcc<ElementD, float, float>;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAcc, float,
+    void, LayoutD, kAlignD,
+    ElementD, LayoutD, kAlignD,
+    EpilogueSchedule,
+    FusionOp
+  >::CollectiveOp;
+
+// As many stages (A, B and B2 tiles) as fit beside the epilogue, at most 8, or CS_STAGES.
+static constexpr int kStageBytes = (kTileM + 2 * kTileN) * kTileK * int(sizeof(ElementAB));
+#ifdef CS_STAGES
+static constexpr int kStages = CS_STAGES;
+#else
+static constexpr int kStagesFit =
+    (227 * 1024 - int(sizeof(typename CollectiveEpilogue::SharedStorage)) - 2048) / kStageBytes;
+static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+#endif
+static_assert(kStages >= 2, "CS_DUAL: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
+
+using CollectiveMainloop = cs_dual::Mainloop<
+    cs_dual::MainloopSm90TmaDual<kStages, ClusterShape, MainloopSchedule>,
+    TileShape, ElementAB, cutlass::detail::TagToStrideA_t<LayoutA>,
+    cutlass::detail::TagToStrideB_t<LayoutB>, CsGluCombine>;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+    cutlass::gemm::PersistentScheduler>;
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+}  // namespace dual
+
+using StrideA = typename dual::GemmKernel::StrideA;   // (M,K,L): (lda, _1, L) or (_1, lda, L)
+using StrideB = typename dual::GemmKernel::StrideB;   // (N,K,L): (ldb, _1, L) or (_1, ldb, L)
+using StrideD = typename dual::GemmKernel::StrideD;   // (M,N,L): (ldd, _1, batch_stride_d)
+
+#else
 // ---------------------------------------------------------------------------------------
 // GEMM 1: G = alpha * A * B -> fp32 workspace
 // ---------------------------------------------------------------------------------------
@@ -348,6 +440,7 @@ using StrideA = typename gemm1::GemmKernel::StrideA;   // (M,K,L): (lda, _1, L) 
 using StrideB = typename gemm1::GemmKernel::StrideB;   // (N,K,L): (ldb, _1, L) or (_1, ldb, L)
 using StrideD = typename gemm2::GemmKernel::StrideD;   // (M,N,L): (ldd, _1, batch_stride_d)
 static_assert(std::is_same_v<StrideD, gemm2::StrideG>, "G and D share the row-major stride type");
+#endif
 
 // A CuTe stride with the leading dimension in its dynamic mode (0 or 1) and the batch
 // stride in mode 2.
@@ -451,7 +544,7 @@ static CsGeometry cs_geometry(const cs_problem& p)
   g.m_gemm = kLayoutA == CS_LAYOUT_COL ? p.m / 8 * 8 : p.m;
   g.n_gemm = p.n / 8 * 8;
   g.ldg = g.n_gemm > 0 ? g.n_gemm : 8;
-  g.g_bytes = (uint64_t(p.batch) * uint64_t(g.m_gemm) * uint64_t(g.ldg) * 4 + 255) / 256 * 256;
+  g.g_bytes = CS_DUAL ? 0 : (uint64_t(p.batch) * uint64_t(g.m_gemm) * uint64_t(g.ldg) * 4 + 255) / 256 * 256;
   return g;
 }
 
@@ -544,6 +637,26 @@ static StrideB cs_stride_b(const cs_problem& p, int64_t ld, int64_t batch_stride
   return cs_stride<StrideB>(ld, cs_batch_stride(p, batch_stride, ld, b_row ? p.k : p.n));
 }
 
+#if CS_DUAL
+static typename dual::Gemm::Arguments cs_dual_arguments(const cs_problem& p, const CsGeometry& g,
+                                                        const CsGluArgs& glu)
+{
+  StrideD const dD = cs_stride<StrideD>(p.ldd, cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m));
+  int const L = int(p.batch);
+  typename dual::Gemm::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b),
+       cs_stride_b(p, p.ldb, p.batch_stride_b), static_cast<ElementAB const*>(p.b2),
+       cs_stride_b(p, p.ldb2, p.batch_stride_b2), glu},
+      {{}, nullptr, dD, static_cast<ElementD*>(p.d), dD},
+      cs_hw_info(p)};
+  args.epilogue.thread.alpha = p.alpha;
+  args.epilogue.thread.beta = 0.0f;
+  cs_scheduler_args(args);
+  return args;
+}
+#else
 static typename gemm1::Gemm::Arguments cs_gemm1_arguments(const cs_problem& p, const CsGeometry& g, float* gbuf)
 {
   StrideD const dG = cs_stride<StrideD>(g.ldg, g.m_gemm * g.ldg);
@@ -581,6 +694,8 @@ static typename gemm2::Gemm::Arguments cs_gemm2_arguments(const cs_problem& p, c
   return args;
 }
 
+#endif
+
 // cutlass::Status -> cs_status / cudaError_t
 static int32_t cs_status_of(cutlass::Status s)
 {
@@ -605,6 +720,14 @@ static int32_t cs_workspace(const cs_problem& p, const CsGeometry& g, CsWorkspac
   w->gemm1_at = g.g_bytes;
   w->gemm2_at = g.g_bytes;
   w->total = g.g_bytes;
+#if CS_DUAL
+  if (g.m_gemm > 0 && g.n_gemm > 0) {
+    CsGluArgs const glu{};
+    auto args = cs_dual_arguments(p, g, glu);   // pointers may be NULL here
+    if (dual::Gemm::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+    w->total = uint64_t(dual::Gemm::get_workspace_size(args));
+  }
+#else
   if (g.m_gemm > 0 && g.n_gemm > 0) {
     CsGluArgs const glu{};
     auto args1 = cs_gemm1_arguments(p, g, nullptr);   // pointers may be NULL here
@@ -615,6 +738,7 @@ static int32_t cs_workspace(const cs_problem& p, const CsGeometry& g, CsWorkspac
     w->gemm2_at = w->gemm1_at + b1;
     w->total = w->gemm2_at + uint64_t(gemm2::Gemm::get_workspace_size(args2));
   }
+#endif
   return CS_OK;
 }
 
@@ -657,14 +781,24 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (w.total > 0 && (p.workspace == nullptr || p.workspace_bytes < w.total)) return CS_ERR_WORKSPACE;
   if (w.total > 0 && !cs_aligned16(p.workspace)) return CS_ERR_UNSUPPORTED;
   char* ws = static_cast<char*>(p.workspace);
-  float* gbuf = reinterpret_cast<float*>(ws);
+  [[maybe_unused]] float* gbuf = reinterpret_cast<float*>(ws);
 
   CsGluArgs glu;
   glu.gate = p.gate;
   cs_gate_params(p.gate, &glu.p0, &glu.p1);
   glu.alpha = p.alpha;
 
-  // The two GEMMs over (m_gemm, n_gemm).
+  // The GEMMs over (m_gemm, n_gemm).
+#if CS_DUAL
+  if (g.m_gemm > 0 && g.n_gemm > 0) {
+    auto args = cs_dual_arguments(p, g, glu);
+    dual::Gemm gemm;
+    cutlass::Status s = gemm.initialize(args, ws, stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+    s = gemm.run(stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+  }
+#else
   if (g.m_gemm > 0 && g.n_gemm > 0) {
     auto args1 = cs_gemm1_arguments(p, g, gbuf);
     gemm1::Gemm gemm_g;
@@ -680,6 +814,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     s = gemm_d.run(stream);
     if (s != cutlass::Status::kSuccess) return cs_status_of(s);
   }
+#endif
 
   // The edge outputs.
   int64_t const per_batch = p.m * (p.n - g.n_gemm) + (p.m - g.m_gemm) * g.n_gemm;

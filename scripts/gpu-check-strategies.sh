@@ -2,7 +2,7 @@
 # Validates and times chosen built-in strategies on a GPU machine without Rust (see
 # scripts/gpu-check.sh for what to carry). Each argument is WORKLOAD[:N[,N...]]: the
 # workload's valid strategies numbered as `cutesmith strategies WORKLOAD` lists them
-# (default: the first), or WORKLOAD=FILE.cu (a source as it is, e.g. one emitted from an
+# (default: the first; WORKLOAD may be a spec file's path), or WORKLOAD=FILE.cu (a source as it is, e.g. one emitted from an
 # earlier template for a before/after comparison). All sources compile first, in parallel;
 # then `cutesmith check` runs each in turn. Sources and logs go to $OUT (default /tmp/cutesmith-gpu).
 set -uo pipefail
@@ -39,7 +39,7 @@ grep -E "FAILED|error" "$OUT/compile.log" | head -40
 for p in "${pairs[@]}"; do
   w=${p%% *}
   f=${p#* }
-  tag="$w-$(basename "$f" .cu)"
+  tag="$(basename "$w" .toml)-$(basename "$f" .cu)"
   echo "== check $tag ($(date +%T))"
   $cs check -w "$w" "$f" --seeds "$SEEDS" >"$OUT/$tag.log" 2>&1
   echo "exit $?"

@@ -264,6 +264,16 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             if s.template == "gemm_glu" && w.params().beta != 0.0 {
                 return Err("params.beta: the template takes beta = 0 only".into());
             }
+            if s.template == "gemm_glu" && s.get("CS_DUAL", 1) == 1 {
+                if s.get("CS_TILE_N", 128) > 128 {
+                    return Err("CS_TILE_N above 128 with CS_DUAL=1: two accumulators per thread; use 128 or less, or CS_DUAL=0".into());
+                }
+                if s.get("CS_SCHEDULE", 0) != 0 {
+                    return Err(
+                        "CS_SCHEDULE=1 with CS_DUAL=1: the dual kernel is cooperative only".into(),
+                    );
+                }
+            }
             Ok(())
         }
         "elementwise_activation" | "softmax_rows" => Ok(()),

@@ -295,12 +295,25 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 ));
             }
         }
-        Family::GemmSoftmax | Family::GemmGlu => {
-            let template = if w.family() == Family::GemmSoftmax {
-                "gemm_softmax"
-            } else {
-                "gemm_glu"
-            };
+        Family::GemmGlu => {
+            for (p, why) in [
+                (
+                    &[("CS_DUAL", 1), ("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..],
+                    "one kernel for both products: per k-tile A, B and B2 tiles, two accumulators sharing A, the gate on the registers; 128x128 output tiles, cluster 2x1",
+                ),
+                (
+                    &[("CS_DUAL", 1), ("CS_TILE_M", 128), ("CS_TILE_N", 64), ("CS_CLUSTER_M", 1)][..],
+                    "one kernel for both products, 128x64 output tiles: more tiles for smaller problems",
+                ),
+                (
+                    &[("CS_DUAL", 0), ("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],
+                    "two CUTLASS 3 GEMMs 128x256, cluster 2x1: the first product through an fp32 workspace into the second's epilogue",
+                ),
+            ] {
+                out.push(mk("gemm_glu", with(p, &fp16), why));
+            }
+        }
+        Family::GemmSoftmax => {
             for (p, why) in [
                 (
                     &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],
@@ -311,7 +324,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     "CUTLASS 3 GEMM 128x128, then the second stage: more tiles for smaller problems",
                 ),
             ] {
-                out.push(mk(template, with(p, &fp16), why));
+                out.push(mk("gemm_softmax", with(p, &fp16), why));
             }
         }
         Family::Softmax | Family::LogSoftmax => {

@@ -184,6 +184,9 @@ fn every_template_validates_on_its_workloads() {
         // the small operand K-major and M-major.
         "gemv_bf16_stream_small",
         "gemv_bf16_stream_rr_small",
+        // The GLU template's dual kernel: K-major and MN-major operands, ragged, batched.
+        "glu_bf16_small",
+        "glu_f16_cr_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",

@@ -65,7 +65,9 @@ impl Ctx<'_> {
         shape: &Shape,
     ) -> Result<TimingReport, CudaFailure> {
         let seed = 0x7133_u64;
-        self.s.prepare_flush()?;
+        if let Some(note) = self.s.prepare_flush()? {
+            self.report.notes.push(note);
+        }
         // Two input sets, alternated launch by launch, so no two consecutive launches of a
         // contender see the same inputs.
         let p = self.setup::<A, D>(shape, seed)?;

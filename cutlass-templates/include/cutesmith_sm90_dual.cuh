@@ -1,0 +1,307 @@
+// cutesmith: a Hopper (sm_90a) CUTLASS 3 mainloop collective for two GEMMs that share A
+// and meet elementwise: D = combine(A * B, A * B2), e.g. SwiGLU silu(x W1^T) * (x W3^T).
+//
+// Each CTA computes one output tile of both products at once. The producer warp brings
+// per k-tile one tile of A and one tile each of B and B2 into a stage of the ring (three
+// TMA loads on one barrier; B and B2 multicast across the cluster's CTAs along M, as a
+// plain GEMM's B); the consumer warpgroups issue, per k-block, one WGMMA batch into each
+// of two accumulators that share the A fragment. When the K loop ends, the combine runs
+// on the registers: accum(i) = combine(accum(i), acc2(i)), both fragments having the same
+// layout (the same (m, n) for the same i). What the collective hands back is an ordinary
+// accumulator, so the rest of the kernel (persistent tile scheduler, clusters, the
+// epilogue with TMA stores) is CUTLASS's cooperative warp-specialized kernel, unchanged.
+//
+// Against two GEMMs and a combining pass, this reads A once instead of twice, never writes
+// or reads the first product, and computes per tile exactly what a plain GEMM with a tile
+// twice as wide computes (two 64x128 WGMMA accumulators per warpgroup in place of one
+// 64x256): the same shared memory per stage and the same registers.
+//
+// The combine must see the whole K sum: the kernel's scheduler must not split K (the
+// persistent data-parallel scheduler, not stream-K).
+
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cutlass/gemm/gemm.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+
+namespace cs_dual {
+using namespace cute;
+
+// The dispatch policy: the kernel layer picks the cooperative warp-specialized kernel from
+// Schedule (KernelTmaWarpSpecializedCooperative).
+template <int Stages_, class ClusterShape_, class KernelSchedule>
+struct MainloopSm90TmaDual {
+  constexpr static int Stages = Stages_;
+  using ClusterShape = ClusterShape_;
+  using ArchTag = cutlass::arch::Sm90;
+  using Schedule = KernelSchedule;
+};
+
+// Combine: a type with `Arguments` (copied into Params) and
+//   template <class Frag> static void apply(Frag& acc, Frag const& acc2, Arguments const&)
+// that overwrites acc with the combined values, elementwise.
+template <class DispatchPolicy_, class TileShape_, class Element_, class StrideA_, class StrideB_,
+          class Combine_>
+struct Mainloop {
+  using DispatchPolicy = DispatchPolicy_;
+  using TileShape = TileShape_;
+  using ElementA = Element_;
+  using ElementB = Element_;
+  using StrideA = StrideA_;
+  using StrideB = StrideB_;
+  using Combine = Combine_;
+  using ArchTag = typename DispatchPolicy::ArchTag;
+  using ClusterShape = typename DispatchPolicy::ClusterShape;
+  using ElementAccumulator = float;
+  static constexpr int Stages = DispatchPolicy::Stages;
+  static_assert(sizeof(Element_) == 2, "16-bit operands (bf16, f16)");
+
+  static constexpr bool AKMajor = cutlass::gemm::detail::is_k_major<StrideA>();
+  static constexpr bool BKMajor = cutlass::gemm::detail::is_k_major<StrideB>();
+  static constexpr GMMA::Major MajorA = AKMajor ? GMMA::Major::K : GMMA::Major::MN;
+  static constexpr GMMA::Major MajorB = BKMajor ? GMMA::Major::K : GMMA::Major::MN;
+
+  using BlkM = decltype(get<0>(TileShape{}));
+  using BlkN = decltype(get<1>(TileShape{}));
+  using BlkK = decltype(get<2>(TileShape{}));
+  static_assert(BlkM::value % 128 == 0, "cooperative: the tile's rows are split over two warpgroups");
+
+  // Two consumer warpgroups split the tile's rows (cooperative).
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<ElementA, ElementB, float, TileShape, MajorA, MajorB>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  static constexpr int NumMmaThreads = size(TiledMma{});
+
+  using SmemAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorA, ElementA, BlkM, BlkK>());
+  using SmemAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorB, ElementB, BlkN, BlkK>());
+  using SmemLayoutA = decltype(tile_to_shape(SmemAtomA{}, make_shape(BlkM{}, BlkK{}, Int<Stages>{}),
+      cute::conditional_t<AKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+  using SmemLayoutB = decltype(tile_to_shape(SmemAtomB{}, make_shape(BlkN{}, BlkK{}, Int<Stages>{}),
+      cute::conditional_t<BKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+
+  using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
+  using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
+
+  using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
+  using PipelineState = cutlass::PipelineState<Stages>;
+  using PipelineParams = typename MainloopPipeline::Params;
+  static constexpr int NumProducerThreadEvents = 1;
+
+  struct SharedStorage {
+    struct TensorStorage : cute::aligned_struct<128, _0> {
+      cute::array_aligned<ElementA, cute::cosize_v<SmemLayoutA>> smem_A;
+      cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
+      cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B2;
+    } tensors;
+    using PipelineStorage = typename MainloopPipeline::SharedStorage;
+    PipelineStorage pipeline;
+  };
+  using TensorStorage = typename SharedStorage::TensorStorage;
+  using PipelineStorage = typename SharedStorage::PipelineStorage;
+
+  struct Arguments {
+    ElementA const* ptr_A;
+    StrideA dA;
+    ElementB const* ptr_B;
+    StrideB dB;
+    ElementB const* ptr_B2;
+    StrideB dB2;
+    typename Combine::Arguments combine;
+  };
+
+  using TMA_A = decltype(make_tma_copy_A_sm90(
+      GmemTiledCopyA{},
+      make_tensor(static_cast<ElementA const*>(nullptr), repeat_like(StrideA{}, int32_t(0)), StrideA{}),
+      SmemLayoutA{}(_, _, cute::Int<0>{}), TileShape{}, ClusterShape{}));
+  using TMA_B = decltype(make_tma_copy_B_sm90(
+      GmemTiledCopyB{},
+      make_tensor(static_cast<ElementB const*>(nullptr), repeat_like(StrideB{}, int32_t(0)), StrideB{}),
+      SmemLayoutB{}(_, _, cute::Int<0>{}), TileShape{}, ClusterShape{}));
+
+  static constexpr uint32_t TmaTransactionBytes =
+      uint32_t((BlkM::value * BlkK::value + 2 * BlkN::value * BlkK::value) * sizeof(ElementA));
+
+  struct Params {
+    TMA_A tma_load_a;
+    TMA_B tma_load_b;
+    TMA_B tma_load_b2;
+    typename Combine::Arguments combine;
+    uint32_t tma_transaction_bytes = TmaTransactionBytes;
+  };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    auto [M, N, K, L] = append<4>(problem_shape, 1);
+    Tensor tensor_a = make_tensor(args.ptr_A, make_layout(make_shape(M, K, L), args.dA));
+    Tensor tensor_b = make_tensor(args.ptr_B, make_layout(make_shape(N, K, L), args.dB));
+    Tensor tensor_b2 = make_tensor(args.ptr_B2, make_layout(make_shape(N, K, L), args.dB2));
+    TMA_A tma_a = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutA{}(_, _, cute::Int<0>{}),
+                                       TileShape{}, ClusterShape{});
+    TMA_B tma_b = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, SmemLayoutB{}(_, _, cute::Int<0>{}),
+                                       TileShape{}, ClusterShape{});
+    TMA_B tma_b2 = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b2, SmemLayoutB{}(_, _, cute::Int<0>{}),
+                                        TileShape{}, ClusterShape{});
+    return {tma_a, tma_b, tma_b2, args.combine, TmaTransactionBytes};
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
+    auto [M, N, K, L] = append<4>(problem_shape, 1);
+    // TMA: 16-byte aligned strides, i.e. 8 16-bit elements.
+    return cutlass::detail::check_alignment<8>(cute::make_shape(M, K, L), StrideA{}) &&
+           cutlass::detail::check_alignment<8>(cute::make_shape(N, K, L), StrideB{});
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    cute::prefetch_tma_descriptor(params.tma_load_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_load_b.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_load_b2.get_tma_descriptor());
+  }
+
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& params) const {
+    using X = Underscore;
+    auto [M, N, K, L] = problem_shape_MNKL;
+    Tensor mA_mkl = params.tma_load_a.get_tma_tensor(make_shape(M, K, L));
+    Tensor mB_nkl = params.tma_load_b.get_tma_tensor(make_shape(N, K, L));
+    Tensor mB2_nkl = params.tma_load_b2.get_tma_tensor(make_shape(N, K, L));
+    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});     // (BLK_M,BLK_K,m,k,l)
+    Tensor gB_nkl = local_tile(mB_nkl, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});     // (BLK_N,BLK_K,n,k,l)
+    Tensor gB2_nkl = local_tile(mB2_nkl, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});   // (BLK_N,BLK_K,n,k,l)
+    return cute::make_tuple(gA_mkl, gB_nkl, gB2_nkl);
+  }
+
+  // Producer: one elected thread issues the three TMA loads of each k-tile into the ring.
+  template <class TensorA, class TensorB, class TensorB2, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB, TensorB2> const& load_inputs, BlockCoord const& blk_coord,
+                           KTileIterator k_tile_iter, int k_tile_count, int /*thread_idx*/,
+                           uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
+    if (!cute::elect_one_sync()) return;
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    Tensor sB2 = make_tensor(make_smem_ptr(shared_tensors.smem_B2.data()), SmemLayoutB{});
+
+    constexpr uint32_t cluster_x = get<0>(ClusterShape{});
+    uint2 const cluster_id = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
+    auto block_tma_a = params.tma_load_a.get_slice(cluster_id.y);
+    auto block_tma_b = params.tma_load_b.get_slice(cluster_id.x);
+    auto block_tma_b2 = params.tma_load_b2.get_slice(cluster_id.x);
+
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);    // (BLK_M,BLK_K,k)
+    Tensor gB = get<1>(load_inputs)(_, _, n_coord, _, l_coord);    // (BLK_N,BLK_K,k)
+    Tensor gB2 = get<2>(load_inputs)(_, _, n_coord, _, l_coord);   // (BLK_N,BLK_K,k)
+    Tensor tAgA = block_tma_a.partition_S(gA);
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgB = block_tma_b.partition_S(gB);
+    Tensor tBsB = block_tma_b.partition_D(sB);
+    Tensor tBgB2 = block_tma_b2.partition_S(gB2);
+    Tensor tBsB2 = block_tma_b2.partition_D(sB2);
+
+    // Multicast: A goes to the CTAs of this cluster row, B and B2 to those of this column.
+    uint16_t mcast_a = 0, mcast_b = 0;
+    auto block_layout = Layout<ClusterShape>{};   // (m,n) -> block id
+    if constexpr (cute::is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
+      for (int n = 0; n < size<1>(block_layout); ++n)
+        mcast_a |= uint16_t(1) << block_layout(cluster_id.x, n, Int<0>{});
+    }
+    if constexpr (cute::is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+      for (int m = 0; m < size<0>(block_layout); ++m)
+        mcast_b |= uint16_t(1) << block_layout(m, cluster_id.y, Int<0>{});
+    }
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
+      int const stage = smem_pipe_write.index();
+      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
+      copy(params.tma_load_b2.with(*bar, mcast_b), tBgB2(_, _, _, *k_tile_iter), tBsB2(_, _, _, stage));
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+
+  CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {
+    if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
+  }
+
+  // Consumers: per k-tile, the WGMMAs of A*B into accum and of A*B2 into acc2, one batch;
+  // a stage goes back to the producer once the next k-tile's batch is issued and this
+  // one has completed (one batch in flight, as CUTLASS's own mainloop). Then the combine.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
+    static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    Tensor sB2 = make_tensor(make_smem_ptr(shared_tensors.smem_B2.data()), SmemLayoutB{});
+
+    int const warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    auto thread_mma = tiled_mma.get_slice(warp_group_idx * cutlass::NumThreadsPerWarpGroup);
+    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));     // (MMA,MMA_M,MMA_K,PIPE)
+    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));     // (MMA,MMA_N,MMA_K,PIPE)
+    Tensor tCrB2 = thread_mma.make_fragment_B(thread_mma.partition_B(sB2));
+    constexpr int kBlocks = size<2>(decltype(tCrA){});
+
+    auto wait_full = [&](PipelineState st) {
+      auto token = pipeline.consumer_try_wait(st);
+      pipeline.consumer_wait(st, token);
+    };
+
+    Tensor acc2 = make_fragment_like(accum);
+    PipelineState smem_pipe_release = smem_pipe_read;
+    if (k_tile_count <= 0) {
+      clear(accum);
+      clear(acc2);
+    }
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int t = 0; t < k_tile_count; ++t) {
+      int const s = smem_pipe_read.index();
+      wait_full(smem_pipe_read);
+      warpgroup_fence_operand(accum);
+      warpgroup_fence_operand(acc2);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < kBlocks; ++kb) {
+        GMMA::ScaleOut const scale = (t == 0 && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        tiled_mma.accumulate_ = scale;
+        cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB(_, _, kb, s), accum);
+        tiled_mma.accumulate_ = scale;
+        cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB2(_, _, kb, s), acc2);
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+      if (t > 0) {
+        // The previous k-tile's batch has completed: its stage goes back.
+        warpgroup_wait<1>();
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+      }
+      warpgroup_fence_operand(accum);
+      warpgroup_fence_operand(acc2);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(accum);
+    warpgroup_fence_operand(acc2);
+    if (k_tile_count > 0) pipeline.consumer_release(smem_pipe_release);
+
+    Combine::apply(accum, acc2, params.combine);
+  }
+
+  // mma() waits for its last WGMMAs and releases every stage itself.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+};
+
+}  // namespace cs_dual
