@@ -65,7 +65,8 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         //   - first where K is long (2^16 or more): 8 x 512 x 2^20 392 against 432
         //     (cuBLAS 384), 1024 x 8 x 2^20 752 against 839 (cuBLAS 771);
         //   - second where the streamed operand is 128 MiB or more: 16 x 18944 x 3584
-        //     (130 MiB) 66.2 against 74.4 (cuBLAS 62.8);
+        //     (130 MiB) 66.2 against 74.4 (cuBLAS 62.8; with the L2 flushed clean 60.7
+        //     against 70.1, cuBLAS 53.4, and the ping-pong 64x64 tile 58.5 leads, below);
         //   - behind on smaller ones, so not offered: 16 x 6144 x 4096 36.7 against 28.9,
         //     16 x 4608 x 3584 29.4 / 22.8, 32 x 11008 x 4096 + bias + SiLU 62.5 / 55.1,
         //     16 x 4096 x 4096 27.0 / 21.6.
@@ -353,12 +354,28 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
     }
-    if gemm && skinny && !skinny_first {
+    // With a small side of 32 or less, the CUTLASS 3 ping-pong 64x64 tile with a 1x2
+    // cluster (the small operand multicast to both CTAs) leads where the long side gives
+    // it at least 96 tiles and K is short enough that split-K has nothing to gain. On the
+    // H100, with the L2 flushed clean (us, this tile / the sized split-K / cuBLAS):
+    // 32 x 11008 x 4096 + bias + SiLU 46.3 / 53.7 / 37.5, 16 x 18944 x 3584 58.5 / 70.1
+    // / 53.7, 16 x 6144 x 4096 25.2 / 26.3 / 22.8; with 64 tiles it ties or loses:
+    // 16 x 4096 x 4096 20.5 / 20.0 / 17.5, and 16 x 4096 x 14336 keeps split-K (50.9,
+    // cuBLAS 45.7).
+    let wide = {
+        let h = w.headline();
+        skinny_first && h.m.max(h.n).div_ceil(64) >= 96 && h.k < 1 << 16
+    };
+    if gemm && skinny && (!skinny_first || wide) {
         // The 64-row ping-pong tile ahead of the split-K candidates (see `skinny_first`).
         let pp64 = out.iter().position(|s| {
             s.template == "gemm_sm90_cutlass3_ws"
                 && s.get("CS_TILE_M", 128) == 64
                 && s.get("CS_SCHEDULE", 0) == 1
+                && (!wide
+                    || (s.get("CS_TILE_N", 128) == 64
+                        && s.get("CS_CLUSTER_M", 1) == 1
+                        && s.get("CS_CLUSTER_N", 1) == 2))
         });
         if let Some(i) = pp64 {
             let s = out.remove(i);
@@ -526,13 +543,20 @@ mod tests {
             labels("gemv_bf16_n8_k1m")[0],
             "gemm_skinny_splitk SPLIT_K=1 STREAM=1"
         );
-        // 16 x 18944 x 3584 (a 130 MiB weight): second, after the sized split-K.
+        // 16 x 18944 x 3584 (a 130 MiB weight): after the ping-pong 64x64 tile (296 tiles
+        // along N) and the sized split-K.
         let big = labels("llm_qwen2_7b_up_m16");
+        assert_eq!(
+            big[0],
+            "gemm_sm90_cutlass3_ws CLUSTER_M=1 CLUSTER_N=2 SCHEDULE=1 TILE_M=64 TILE_N=64"
+        );
         assert!(
-            big[0].starts_with("gemm_skinny_splitk BLOCK_N=64"),
+            big[1].starts_with("gemm_skinny_splitk BLOCK_N=64"),
             "{big:?}"
         );
-        assert_eq!(big[1], "gemm_skinny_splitk SPLIT_K=1 STREAM=1 STREAM_WN=16");
+        assert_eq!(big[2], "gemm_skinny_splitk SPLIT_K=1 STREAM=1 STREAM_WN=16");
+        // 16 x 4096 x 4096 (64 tiles of 64 columns): split-K stays first.
+        assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));
         assert!(!labels("llm_llama3_8b_qkv_m16")
             .iter()
             .any(|l| l.contains("STREAM=1")));
