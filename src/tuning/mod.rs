@@ -10,7 +10,7 @@
 //! compiles fewer candidates and still starts from the best one it knows.
 //! `cutesmith tuning` shows, exports and imports the rows so a team can share them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -275,6 +275,13 @@ pub const NEAR_EVIDENCE: f64 = 4.0;
 /// For each strategy in `rows` (one class, one GPU), what it did at the nearest shape to
 /// `shape` it was measured on, counting only shapes within [`NEAR_EVIDENCE`] doublings and
 /// of the same [`crate::strategy::shape_regime`].
+///
+/// A success on another shape counts only as evidence of a comparison: where at least two
+/// strategies were measured correct there, or where it beat the vendor library there. A
+/// lone measurement (a suite run trying one candidate a workload) is the best of one: on
+/// an H100, stream-K 128x128, alone at 256 x 6144 x 4096 at 0.85x cuBLAS, was carried that
+/// way to 1024 rows and from there to 4096 x 4096 x 4096, where it ran at 0.77x while the
+/// space's own first choice runs at 0.98x. Failures count wherever they happened.
 pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
     let regime = crate::strategy::shape_regime(shape.m, shape.n);
     let rows: Vec<&Record> = rows
@@ -293,6 +300,16 @@ pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
             *e = e.min(us);
         }
     }
+    // Distinct strategies measured correct per shape.
+    let mut compared: BTreeMap<(u64, u64, u64, u64), BTreeSet<&str>> = BTreeMap::new();
+    for r in rows.iter().copied() {
+        if r.outcome == "correct" && r.median_us.is_some() {
+            compared
+                .entry(key(r))
+                .or_default()
+                .insert(r.strategy.as_str());
+        }
+    }
     let mut per: BTreeMap<String, Known> = BTreeMap::new();
     for r in rows {
         let distance = shape_distance(&r.shape(), shape);
@@ -304,6 +321,10 @@ pub fn known(rows: &[Record], shape: &Shape) -> Vec<Known> {
             (Some(_), Some(v), Some(us)) if us > 0.0 => Some(v / us),
             _ => None,
         };
+        let alone = compared.get(&key(r)).is_none_or(|c| c.len() < 2);
+        if relative.is_some() && distance > 1e-9 && alone && vs_vendor.is_none_or(|v| v < 1.0) {
+            continue;
+        }
         let candidate = Known {
             strategy: r.strategy.clone(),
             distance,
@@ -626,6 +647,30 @@ mod tests {
         let rows = vec![at("tile", 16, 512, 1 << 20, 90.0)];
         let k = known(&rows, &gemv);
         assert_eq!(k.len(), 1);
+        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+    }
+
+    #[test]
+    fn a_lone_measurement_on_another_shape_ranks_nothing_unless_it_beat_the_vendor() {
+        let labels: Vec<String> = ["coop", "streamk"].iter().map(|s| s.to_string()).collect();
+        let at = |strategy: &str, m: u64, us: f64| rec(strategy, m, "correct", Some(us));
+        let square = Shape::gemm(4096, 4096, 4096);
+        // Alone at 1024 rows at 0.93x of the vendor: the space's order stands.
+        let k = known(&[at("streamk", 1024, 107.5)], &square);
+        assert!(k.is_empty(), "{k:?}");
+        assert_eq!(plan(&labels, &k, 1), vec![0]);
+        // Alone but ahead of the vendor there: evidence.
+        let k = known(&[at("streamk", 1024, 95.0)], &square);
+        assert_eq!(plan(&labels, &k, 1), vec![1]);
+        // Compared with another strategy there: evidence, whatever the vendor did.
+        let rows = vec![at("streamk", 1024, 107.5), at("coop", 1024, 120.0)];
+        let k = known(&rows, &square);
+        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+        // On this very shape a lone measurement still counts (a re-run re-measures it).
+        let k = known(&[at("streamk", 4096, 107.5)], &square);
+        assert_eq!(k.len(), 1);
+        // And a failure elsewhere still sends a strategy to the end.
+        let k = known(&[rec("coop", 1024, "mismatch", None)], &square);
         assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
     }
 
