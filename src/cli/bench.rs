@@ -482,6 +482,63 @@ pub fn write(dir: &Path, r: &BenchReport) -> Result<()> {
     Ok(())
 }
 
+/// The baseline a row's goal is measured against ("1.20x unfused" -> "unfused", "90% of
+/// copy" -> "copy"), and the row's speedup over it.
+fn goal_speedup(row: &BenchRow) -> Option<(String, f64)> {
+    let name = if let Some(rest) = row.goal.split("% of ").nth(1) {
+        rest.split(' ').next()?
+    } else {
+        row.goal.split("x ").nth(1)?.split(' ').next()?
+    };
+    let b = row
+        .baselines
+        .iter()
+        .find(|b| b.0.split(' ').next() == Some(name) && b.0 != crate::eval::job::TF32_REFERENCE)?;
+    Some((name.to_string(), b.2?))
+}
+
+/// The lines under the table: how many rows met their goal, and per goal baseline the
+/// geometric mean and the lowest of the rows' speedups over it.
+fn summary(rows: &[BenchRow]) -> String {
+    let met = rows.iter().filter(|r| r.met).count();
+    let mut s = format!(
+        "
+{met} of {} rows meet their goal.",
+        rows.len()
+    );
+    let mut groups: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for (name, x) in rows.iter().filter_map(goal_speedup) {
+        if x > 0.0 {
+            groups.entry(name).or_default().push(x);
+        }
+    }
+    if !groups.is_empty() {
+        s.push_str(
+            " Against each row's goal baseline, the geometric mean (lowest) of the speedups:",
+        );
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(name, xs)| {
+                let geo = (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp();
+                let low = xs.iter().copied().fold(f64::INFINITY, f64::min);
+                let (g, l) = if name == "copy" {
+                    (
+                        format!("{:.0}%", geo * 100.0),
+                        format!("{:.0}%", low * 100.0),
+                    )
+                } else {
+                    (format!("{geo:.2}x"), format!("{low:.2}x"))
+                };
+                format!(" {name} {g} ({l}) over {} rows", xs.len())
+            })
+            .collect();
+        s.push_str(&parts.join(";"));
+        s.push('.');
+    }
+    s.push('\n');
+    s
+}
+
 /// The Markdown table.
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = format!(
@@ -546,6 +603,7 @@ pub fn markdown(r: &BenchReport) -> String {
             if row.met { "yes" } else { "NO" }
         ));
     }
+    s.push_str(&summary(&r.rows));
     // fp32 workloads: the best kernel's error beside cuBLAS fp32's, shape by shape.
     let accuracy: Vec<(&str, &Tried)> = r
         .rows
@@ -597,6 +655,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_summary_takes_each_row_against_its_goal_baseline() {
+        let row = |goal: &str, baselines: Vec<(&str, f64)>, met: bool| BenchRow {
+            workload: "w".into(),
+            shape: "s".into(),
+            session: String::new(),
+            best: Some("x".into()),
+            best_us: Some(1.0),
+            baselines: baselines
+                .into_iter()
+                .map(|(n, x)| (n.to_string(), 1.0, Some(x)))
+                .collect(),
+            roofline_fraction: None,
+            tflops: None,
+            tb_per_s: None,
+            goal: goal.into(),
+            met,
+            search: SearchOutcome {
+                workload: "w".into(),
+                tried: Vec::new(),
+                best: None,
+                rejected: Vec::new(),
+            },
+        };
+        let rows = vec![
+            row(
+                "1.00x cublas",
+                vec![("cublas", 0.98), ("cublaslt (best of 8)", 0.99)],
+                false,
+            ),
+            row(
+                "1.00x cublas",
+                vec![("cublas", 2.0), (crate::eval::job::TF32_REFERENCE, 0.25)],
+                true,
+            ),
+            row(
+                "1.20x unfused",
+                vec![("cublas", 0.9), ("unfused", 1.5)],
+                true,
+            ),
+            row("90% of copy", vec![("copy", 0.88)], false),
+            row("no correct candidate", vec![], false),
+        ];
+        let s = summary(&rows);
+        // cublas: sqrt(0.98 * 2.0) = 1.40; the fused row counts against unfused only.
+        assert!(s.contains("2 of 5 rows meet their goal."), "{s}");
+        assert!(s.contains("copy 88% (88%) over 1 rows"), "{s}");
+        assert!(s.contains("cublas 1.40x (0.98x) over 2 rows"), "{s}");
+        assert!(s.contains("unfused 1.50x (1.50x) over 1 rows"), "{s}");
+    }
+
+    #[test]
     fn the_table_shows_every_candidate_and_the_goal() {
         let t = Tried {
             strategy: Strategy {
@@ -639,6 +748,7 @@ mod tests {
             }],
         };
         let md = markdown(&r);
+        assert!(md.contains("\n0 of 1 rows meet their goal.\n"), "{md}");
         assert!(!md.contains("## Accuracy"), "{md}");
         assert!(md.contains("| act | 1024 | none correct |"), "{md}");
         assert!(md.contains("| 90% of copy | NO |"), "{md}");
