@@ -51,6 +51,8 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
+#include "cutesmith_sm90_cluster.cuh"
+
 namespace cs_3xtf32 {
 using namespace cute;
 
@@ -246,8 +248,10 @@ struct Mainloop {
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutLoadA{});
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutLoadB{});
 
-    constexpr uint32_t cluster_x = get<0>(ClusterShape{});
-    uint2 const cluster_id = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
+    // Multicast: A goes to the CTAs of this cluster row, B to those of this cluster column.
+    auto const cluster = cs_sm90::cluster_load<ClusterShape, GmemTiledCopyA, GmemTiledCopyB>(block_rank_in_cluster);
+    uint2 const cluster_id = cluster.id;
+    uint16_t const mcast_a = cluster.mcast_a, mcast_b = cluster.mcast_b;
     auto block_tma_a = params.tma_load_a.get_slice(cluster_id.y);
     auto block_tma_b = params.tma_load_b.get_slice(cluster_id.x);
 
@@ -258,18 +262,6 @@ struct Mainloop {
     Tensor tAsA = block_tma_a.partition_D(sA);
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
-
-    // Multicast: A goes to the CTAs of this cluster row, B to those of this cluster column.
-    uint16_t mcast_a = 0, mcast_b = 0;
-    auto block_layout = Layout<ClusterShape>{};   // (m,n) -> block id
-    if constexpr (cute::is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
-      for (int n = 0; n < size<1>(block_layout); ++n)
-        mcast_a |= uint16_t(1) << block_layout(cluster_id.x, n, Int<0>{});
-    }
-    if constexpr (cute::is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
-      for (int m = 0; m < size<0>(block_layout); ++m)
-        mcast_b |= uint16_t(1) << block_layout(m, cluster_id.y, Int<0>{});
-    }
 
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {

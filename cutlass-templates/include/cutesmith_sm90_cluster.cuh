@@ -1,0 +1,39 @@
+// cutesmith: what a Hopper (sm_90a) mainloop's producer needs to know of its thread block
+// cluster, shared by the mainloop collectives of cutesmith_sm90_3xtf32.cuh and
+// cutesmith_sm90_dual.cuh.
+
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+namespace cs_sm90 {
+
+// A CTA's (m, n) position in its cluster, and the multicast masks of its TMA loads: A goes
+// to the CTAs of its cluster row (same m), B to those of its cluster column (same n). A
+// mask is 0 where that operand's copy is not a multicast.
+struct ClusterLoad {
+  uint2 id;
+  uint16_t mcast_a, mcast_b;
+};
+
+template <class ClusterShape, class GmemTiledCopyA, class GmemTiledCopyB>
+CUTE_DEVICE ClusterLoad cluster_load(uint32_t block_rank_in_cluster) {
+  using namespace cute;
+  constexpr uint32_t cluster_x = get<0>(ClusterShape{});
+  ClusterLoad c{{block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x}, 0, 0};
+  auto block_layout = Layout<ClusterShape>{};   // (m,n) -> block id
+  if constexpr (cute::is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
+    for (int n = 0; n < size<1>(block_layout); ++n)
+      c.mcast_a |= uint16_t(1) << block_layout(c.id.x, n, Int<0>{});
+  }
+  if constexpr (cute::is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+    for (int m = 0; m < size<0>(block_layout); ++m)
+      c.mcast_b |= uint16_t(1) << block_layout(m, c.id.y, Int<0>{});
+  }
+  return c;
+}
+
+}  // namespace cs_sm90
