@@ -206,7 +206,8 @@ fn a_simple_error_points_at_its_line() {
 /// (workload block, epilogue chain, parameters), compiles for sm_90a in each layout and
 /// dtype it takes: the four A/B storage orders and a column-major D for the 16-bit and
 /// fp32 GEMMs (the Hopper 3xTF32 mainloop among them), both GEMV orientations, fp8, epilogue chains with row, column and matrix
-/// operands, the new activations, log-softmax, GEMM + softmax and SwiGLU.
+/// operands, the new activations, log-softmax, GEMM + softmax and SwiGLU / GEGLU (K-major
+/// and MN-major operands).
 #[test]
 fn every_template_instance_compiles_in_each_layout() {
     use cutesmith::spec::Workload;
@@ -252,11 +253,16 @@ fn every_template_instance_compiles_in_each_layout() {
         ("log_softmax_bf16_4096x32000", "softmax_rows"),
         ("gemm_softmax_bf16_head", "gemm_softmax"),
         ("gemm_glu_swiglu_bf16", "gemm_glu"),
+        // The dual GLU kernel with both operands MN-major (f16 GEGLU, A column-major, B
+        // row-major): a GPU test fixture.
+        ("glu_f16_cr_small", "gemm_glu"),
     ];
     let mut requests = Vec::new();
     let mut not_taken = Vec::new();
     for (name, template) in cases {
-        let w = Workload::find(&dir, name).unwrap_or_else(|e| panic!("{e}"));
+        let w = Workload::find(&dir, name)
+            .or_else(|_| Workload::find(root().join("tests/fixtures/workloads"), name))
+            .unwrap_or_else(|e| panic!("{e}"));
         let space = strategy::space(&w);
         let Some(s) = space
             .iter()
