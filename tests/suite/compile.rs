@@ -322,7 +322,7 @@ fn every_template_instance_compiles_in_each_layout() {
 /// The harness's own generated code compiles with the real nvcc: the elementwise passes
 /// of the unfused baseline (the same source NVRTC gets on the GPU machine) for a chain
 /// touching every op and operand kind, in bf16 and f32; and a chain functor used the way
-/// a kernel uses it (`cs_chain_at`), from `Chain::cpp`.
+/// a kernel uses it (`cs_chain_at`), from `Chain::cpp`; and the L2 flush's read kernel.
 #[test]
 fn generated_passes_and_chain_functors_compile() {
     use cutesmith::spec::chain::{Chain, OpSpec};
@@ -394,6 +394,16 @@ fn generated_passes_and_chain_functors_compile() {
             options: CompileOptions::default(),
         });
     }
+    // The L2 flush's read kernel.
+    requests.push(CompileRequest {
+        source: format!(
+            "{}\n{}",
+            cutesmith::eval::gpu::session::EVICT_SOURCE,
+            TINY.replace("scale", "scale_tiny")
+        ),
+        file_name: "l2_evict.cu".into(),
+        options: CompileOptions::default(),
+    });
     for d in [DType::BF16, DType::F32, DType::F16, DType::E4M3] {
         let src = cutesmith::eval::gpu::kernels::verify_source(d).unwrap();
         requests.push(CompileRequest {

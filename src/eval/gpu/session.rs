@@ -72,8 +72,9 @@ struct Flush {
 
 /// Reads the flush buffer with 16-byte loads, so that it fills the L2 with clean lines.
 /// The XOR of what it read is stored only if it equals a value the zero-filled buffer
-/// cannot give, so the loads stay and nothing is written.
-const EVICT_SOURCE: &str = r#"
+/// cannot give, so the loads stay and nothing is written. (Public for the test that
+/// compiles it with nvcc.)
+pub const EVICT_SOURCE: &str = r#"
 struct alignas(16) cs_u4 { unsigned x, y, z, w; };
 extern "C" __global__ void cs_l2_evict(const cs_u4* __restrict__ p, unsigned long long n, unsigned* sink) {
   unsigned acc = 0;
