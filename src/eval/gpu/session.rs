@@ -60,7 +60,7 @@ pub struct Session {
 ///
 /// Reading (not writing) is what leaves the cache cold without a debt: a memset flush
 /// leaves every L2 line dirty, and the timed kernel then pays for writing 50 MB back as
-/// it reads its inputs. On an H100 that added 4.6-9.6 us to cuBLAS's small-M GEMMs
+/// it reads its inputs. On an H100 that added 4.6-9.9 us to cuBLAS's small-M GEMMs
 /// (16 x 4096 x 4096: 22.0 us after a memset flush, 17.4 after a read), a debt no kernel
 /// in a model pays: the kernel before it leaves mostly clean lines (weights it read).
 struct Flush {
