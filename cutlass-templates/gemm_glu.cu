@@ -220,17 +220,36 @@ struct CsGluArgs {
   float alpha = 1.0f;
 };
 
-// One fragment: out[i] = gate(g[i]) * (alpha * acc[i]), the gate a compile-time constant.
-template <int Gate, class Frag>
-CUTLASS_DEVICE void cs_glu_fragment(Frag& out, Frag const& acc, Frag const& g, CsGluArgs const& a)
+// Calls f(std::integral_constant<int, GATE>{}) with the run-time gate as a compile-time
+// constant: one uniform branch, and each gate's code inlined in its own case (an
+// out-of-line call would make ptxas serialize the WGMMAs).
+template <class F>
+CUTLASS_DEVICE void cs_with_gate(int gate, F&& f)
 {
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < Frag::kElements; ++i)
-    out[i] = cs_activate(Gate, g[i], a.p0, a.p1) * (a.alpha * acc[i]);
+  using std::integral_constant;
+  switch (gate) {
+    case CS_ACT_RELU:        f(integral_constant<int, CS_ACT_RELU>{}); break;
+    case CS_ACT_LEAKY_RELU:  f(integral_constant<int, CS_ACT_LEAKY_RELU>{}); break;
+    case CS_ACT_GELU_ERF:    f(integral_constant<int, CS_ACT_GELU_ERF>{}); break;
+    case CS_ACT_GELU_TANH:   f(integral_constant<int, CS_ACT_GELU_TANH>{}); break;
+    case CS_ACT_SILU:        f(integral_constant<int, CS_ACT_SILU>{}); break;
+    case CS_ACT_SIGMOID:     f(integral_constant<int, CS_ACT_SIGMOID>{}); break;
+    case CS_ACT_TANH:        f(integral_constant<int, CS_ACT_TANH>{}); break;
+    case CS_ACT_SELU:        f(integral_constant<int, CS_ACT_SELU>{}); break;
+    case CS_ACT_ELU:         f(integral_constant<int, CS_ACT_ELU>{}); break;
+    case CS_ACT_HARDSIGMOID: f(integral_constant<int, CS_ACT_HARDSIGMOID>{}); break;
+    case CS_ACT_HARDSWISH:   f(integral_constant<int, CS_ACT_HARDSWISH>{}); break;
+    case CS_ACT_HARDTANH:    f(integral_constant<int, CS_ACT_HARDTANH>{}); break;
+    case CS_ACT_SOFTPLUS:    f(integral_constant<int, CS_ACT_SOFTPLUS>{}); break;
+    case CS_ACT_SOFTSIGN:    f(integral_constant<int, CS_ACT_SOFTSIGN>{}); break;
+    case CS_ACT_MISH:        f(integral_constant<int, CS_ACT_MISH>{}); break;
+    default:                 f(integral_constant<int, CS_ACT_IDENTITY>{}); break;
+  }
 }
 
-// Sm90Compute's functor: instantiated on the fragment type (cutlass::Array<float, N>); its
-// inputs are the tree's children in order (the accumulator, then G).
+// Sm90Compute's functor (CS_DUAL=0): instantiated on the fragment type
+// (cutlass::Array<float, N>); its inputs are the tree's children in order (the
+// accumulator, then G): out[i] = gate(g[i]) * (alpha * acc[i]).
 template <class T>
 struct CsGluFn {
   using Arguments = CsGluArgs;
@@ -238,63 +257,56 @@ struct CsGluFn {
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& g, Arguments const& a) const
   {
     Frag out;
-    switch (a.gate) {   // uniform: one branch per fragment, every gate inlined
-      case CS_ACT_RELU:        cs_glu_fragment<CS_ACT_RELU>(out, acc, g, a); break;
-      case CS_ACT_LEAKY_RELU:  cs_glu_fragment<CS_ACT_LEAKY_RELU>(out, acc, g, a); break;
-      case CS_ACT_GELU_ERF:    cs_glu_fragment<CS_ACT_GELU_ERF>(out, acc, g, a); break;
-      case CS_ACT_GELU_TANH:   cs_glu_fragment<CS_ACT_GELU_TANH>(out, acc, g, a); break;
-      case CS_ACT_SILU:        cs_glu_fragment<CS_ACT_SILU>(out, acc, g, a); break;
-      case CS_ACT_SIGMOID:     cs_glu_fragment<CS_ACT_SIGMOID>(out, acc, g, a); break;
-      case CS_ACT_TANH:        cs_glu_fragment<CS_ACT_TANH>(out, acc, g, a); break;
-      case CS_ACT_SELU:        cs_glu_fragment<CS_ACT_SELU>(out, acc, g, a); break;
-      case CS_ACT_ELU:         cs_glu_fragment<CS_ACT_ELU>(out, acc, g, a); break;
-      case CS_ACT_HARDSIGMOID: cs_glu_fragment<CS_ACT_HARDSIGMOID>(out, acc, g, a); break;
-      case CS_ACT_HARDSWISH:   cs_glu_fragment<CS_ACT_HARDSWISH>(out, acc, g, a); break;
-      case CS_ACT_HARDTANH:    cs_glu_fragment<CS_ACT_HARDTANH>(out, acc, g, a); break;
-      case CS_ACT_SOFTPLUS:    cs_glu_fragment<CS_ACT_SOFTPLUS>(out, acc, g, a); break;
-      case CS_ACT_SOFTSIGN:    cs_glu_fragment<CS_ACT_SOFTSIGN>(out, acc, g, a); break;
-      case CS_ACT_MISH:        cs_glu_fragment<CS_ACT_MISH>(out, acc, g, a); break;
-      default:                 cs_glu_fragment<CS_ACT_IDENTITY>(out, acc, g, a); break;
-    }
+    cs_with_gate(a.gate, [&](auto gate) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < Frag::kElements; ++i)
+        out[i] = cs_activate(decltype(gate)::value, g[i], a.p0, a.p1) * (a.alpha * acc[i]);
+    });
     return out;
   }
 };
 
-// The dual kernel's combine, on the two accumulators in registers:
+// The dual kernel's combine (CS_DUAL=1), on the two accumulators in registers:
 // acc1(i) = gate(alpha * acc1(i)) * acc2(i) (the epilogue multiplies by alpha).
-template <int Gate, class Frag>
-CUTLASS_DEVICE void cs_glu_registers(Frag& acc, Frag const& acc2, CsGluArgs const& a)
-{
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < cute::size(acc); ++i)
-    acc(i) = cs_activate(Gate, a.alpha * acc(i), a.p0, a.p1) * acc2(i);
-}
-
 struct CsGluCombine {
   using Arguments = CsGluArgs;
   template <class Frag>
   CUTLASS_DEVICE static void apply(Frag& acc, Frag const& acc2, Arguments const& a)
   {
-    switch (a.gate) {   // uniform: one branch, every gate inlined
-      case CS_ACT_RELU:        cs_glu_registers<CS_ACT_RELU>(acc, acc2, a); break;
-      case CS_ACT_LEAKY_RELU:  cs_glu_registers<CS_ACT_LEAKY_RELU>(acc, acc2, a); break;
-      case CS_ACT_GELU_ERF:    cs_glu_registers<CS_ACT_GELU_ERF>(acc, acc2, a); break;
-      case CS_ACT_GELU_TANH:   cs_glu_registers<CS_ACT_GELU_TANH>(acc, acc2, a); break;
-      case CS_ACT_SILU:        cs_glu_registers<CS_ACT_SILU>(acc, acc2, a); break;
-      case CS_ACT_SIGMOID:     cs_glu_registers<CS_ACT_SIGMOID>(acc, acc2, a); break;
-      case CS_ACT_TANH:        cs_glu_registers<CS_ACT_TANH>(acc, acc2, a); break;
-      case CS_ACT_SELU:        cs_glu_registers<CS_ACT_SELU>(acc, acc2, a); break;
-      case CS_ACT_ELU:         cs_glu_registers<CS_ACT_ELU>(acc, acc2, a); break;
-      case CS_ACT_HARDSIGMOID: cs_glu_registers<CS_ACT_HARDSIGMOID>(acc, acc2, a); break;
-      case CS_ACT_HARDSWISH:   cs_glu_registers<CS_ACT_HARDSWISH>(acc, acc2, a); break;
-      case CS_ACT_HARDTANH:    cs_glu_registers<CS_ACT_HARDTANH>(acc, acc2, a); break;
-      case CS_ACT_SOFTPLUS:    cs_glu_registers<CS_ACT_SOFTPLUS>(acc, acc2, a); break;
-      case CS_ACT_SOFTSIGN:    cs_glu_registers<CS_ACT_SOFTSIGN>(acc, acc2, a); break;
-      case CS_ACT_MISH:        cs_glu_registers<CS_ACT_MISH>(acc, acc2, a); break;
-      default:                 cs_glu_registers<CS_ACT_IDENTITY>(acc, acc2, a); break;
-    }
+    cs_with_gate(a.gate, [&](auto gate) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < cute::size(acc); ++i)
+        acc(i) = cs_activate(decltype(gate)::value, a.alpha * acc(i), a.p0, a.p1) * acc2(i);
+    });
   }
 };
+
+// The CUTLASS 3 epilogue of every GEMM here: no C source, the output (D, or G) row-major,
+// stored by TMA; Fusion is what it computes from the accumulator.
+template <class ElementOut, int Align, class Fusion>
+using CsEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAcc, float,
+    void, LayoutD, Align,
+    ElementOut, LayoutD, Align,
+    EpilogueSchedule,
+    Fusion
+  >::CollectiveOp;
+
+// CUTLASS's own mainloop (CS_DUAL=0), with as many stages as fit beside Epilogue.
+template <class Epilogue>
+using CsMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementAB, LayoutA, kAlignAB,
+    ElementAB, LayoutB, kAlignAB,
+    ElementAcc,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+    MainloopSchedule
+  >::CollectiveOp;
 
 #if CS_DUAL
 // ---------------------------------------------------------------------------------------
@@ -305,16 +317,7 @@ namespace dual {
 
 using FusionOp = cutlass::epilogue::fusion::ScaledAcc<ElementD, float, float>;
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    ElementAcc, float,
-    void, LayoutD, kAlignD,
-    ElementD, LayoutD, kAlignD,
-    EpilogueSchedule,
-    FusionOp
-  >::CollectiveOp;
+using CollectiveEpilogue = CsEpilogue<ElementD, kAlignD, FusionOp>;
 
 // As many stages (A, B and B2 tiles) as fit beside the epilogue, at most 8, or CS_STAGES.
 static constexpr int kStageBytes = (kTileM + 2 * kTileN) * kTileK * int(sizeof(ElementAB));
@@ -353,27 +356,9 @@ namespace gemm1 {
 
 using FusionOp = cutlass::epilogue::fusion::ScaledAcc<ElementG, float, float>;
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    ElementAcc, float,
-    void, LayoutD, kAlignG,
-    ElementG, LayoutD, kAlignG,
-    EpilogueSchedule,
-    FusionOp
-  >::CollectiveOp;
+using CollectiveEpilogue = CsEpilogue<ElementG, kAlignG, FusionOp>;
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    ElementAB, LayoutA, kAlignAB,
-    ElementAB, LayoutB, kAlignAB,
-    ElementAcc,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<
-        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    MainloopSchedule
-  >::CollectiveOp;
+using CollectiveMainloop = CsMainloop<CollectiveEpilogue>;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
@@ -406,27 +391,9 @@ using Callbacks = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90AccFetch,   // acc = A * B2
     GateInput>;                                // G
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    ElementAcc, float,
-    void, LayoutD, kAlignD,
-    ElementD, LayoutD, kAlignD,
-    EpilogueSchedule,
-    Callbacks
-  >::CollectiveOp;
+using CollectiveEpilogue = CsEpilogue<ElementD, kAlignD, Callbacks>;
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    ElementAB, LayoutA, kAlignAB,
-    ElementAB, LayoutB, kAlignAB,
-    ElementAcc,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<
-        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    MainloopSchedule
-  >::CollectiveOp;
+using CollectiveMainloop = CsMainloop<CollectiveEpilogue>;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,

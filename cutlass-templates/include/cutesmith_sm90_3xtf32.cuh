@@ -51,20 +51,14 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
-#include "cutesmith_sm90_cluster.cuh"
+#include "cutesmith_sm90_mainloop.cuh"
 
 namespace cs_3xtf32 {
 using namespace cute;
 
-// The dispatch policy: the kernel layer picks the cooperative warp-specialized kernel from
-// Schedule (which must be KernelTmaWarpSpecializedCooperative or a schedule built on it).
-template <int Stages_, class ClusterShape_, class KernelSchedule>
-struct MainloopSm90Tma3xTF32 {
-  constexpr static int Stages = Stages_;
-  using ClusterShape = ClusterShape_;
-  using ArchTag = cutlass::arch::Sm90;
-  using Schedule = KernelSchedule;
-};
+// The dispatch policy (Schedule: KernelTmaWarpSpecializedCooperative).
+template <int Stages, class ClusterShape, class KernelSchedule>
+using MainloopSm90Tma3xTF32 = cs_sm90::MainloopPolicy<Stages, ClusterShape, KernelSchedule>;
 
 // The split x = hi + lo (+ what is dropped). WGMMA reads a word as TF32 by ignoring its
 // low 13 mantissa bits. Split (a template parameter) chooses how exact the parts are:

@@ -31,20 +31,14 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
-#include "cutesmith_sm90_cluster.cuh"
+#include "cutesmith_sm90_mainloop.cuh"
 
 namespace cs_dual {
 using namespace cute;
 
-// The dispatch policy: the kernel layer picks the cooperative warp-specialized kernel from
-// Schedule (KernelTmaWarpSpecializedCooperative).
-template <int Stages_, class ClusterShape_, class KernelSchedule>
-struct MainloopSm90TmaDual {
-  constexpr static int Stages = Stages_;
-  using ClusterShape = ClusterShape_;
-  using ArchTag = cutlass::arch::Sm90;
-  using Schedule = KernelSchedule;
-};
+// The dispatch policy (Schedule: KernelTmaWarpSpecializedCooperative).
+template <int Stages, class ClusterShape, class KernelSchedule>
+using MainloopSm90TmaDual = cs_sm90::MainloopPolicy<Stages, ClusterShape, KernelSchedule>;
 
 // Combine: a type with `Arguments` (copied into Params) and
 //   template <class Frag> static void apply(Frag& acc, Frag const& acc2, Arguments const&)

@@ -1,6 +1,6 @@
-// cutesmith: what a Hopper (sm_90a) mainloop's producer needs to know of its thread block
-// cluster, shared by the mainloop collectives of cutesmith_sm90_3xtf32.cuh and
-// cutesmith_sm90_dual.cuh.
+// cutesmith: what the Hopper (sm_90a) mainloop collectives of cutesmith_sm90_3xtf32.cuh and
+// cutesmith_sm90_dual.cuh share: their dispatch policy, and what the producer needs to know
+// of its thread block cluster.
 
 #pragma once
 
@@ -8,8 +8,19 @@
 
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/arch.h>
 
 namespace cs_sm90 {
+
+// The dispatch policy: the kernel layer picks CUTLASS's warp-specialized kernel from
+// Schedule (KernelTmaWarpSpecializedCooperative, or a schedule built on it).
+template <int Stages_, class ClusterShape_, class KernelSchedule>
+struct MainloopPolicy {
+  constexpr static int Stages = Stages_;
+  using ClusterShape = ClusterShape_;
+  using ArchTag = cutlass::arch::Sm90;
+  using Schedule = KernelSchedule;
+};
 
 // A CTA's (m, n) position in its cluster, and the multicast masks of its TMA loads: A goes
 // to the CTAs of its cluster row (same m), B to those of its cluster column (same n). A
