@@ -117,6 +117,10 @@ pub struct BenchRow {
     pub tb_per_s: Option<f64>,
     /// The workload's goal, and whether the best candidate met it.
     pub goal: String,
+    /// The baseline the goal is measured against (`Workload::goal_baseline`); absent in
+    /// rows written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_vs: Option<String>,
     pub met: bool,
     pub search: SearchOutcome,
 }
@@ -378,6 +382,7 @@ fn row(r: &SuiteRow) -> BenchRow {
         tflops: timing.as_ref().and_then(|t| t.achieved_tflops),
         tb_per_s: timing.as_ref().and_then(|t| t.achieved_tb_per_s),
         goal,
+        goal_vs: workload.as_ref().map(|w| w.goal_baseline().to_string()),
         met,
         search,
     }
@@ -482,14 +487,9 @@ pub fn write(dir: &Path, r: &BenchReport) -> Result<()> {
     Ok(())
 }
 
-/// The baseline a row's goal is measured against ("1.20x unfused" -> "unfused", "90% of
-/// copy" -> "copy"), and the row's speedup over it.
+/// The baseline a row's goal is measured against, and the row's speedup over it.
 fn goal_speedup(row: &BenchRow) -> Option<(String, f64)> {
-    let name = if let Some(rest) = row.goal.split("% of ").nth(1) {
-        rest.split(' ').next()?
-    } else {
-        row.goal.split("x ").nth(1)?.split(' ').next()?
-    };
+    let name = row.goal_vs.as_deref()?;
     let b = row
         .baselines
         .iter()
@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn the_summary_takes_each_row_against_its_goal_baseline() {
-        let row = |goal: &str, baselines: Vec<(&str, f64)>, met: bool| BenchRow {
+        let row = |goal: &str, vs: Option<&str>, baselines: Vec<(&str, f64)>, met: bool| BenchRow {
             workload: "w".into(),
             shape: "s".into(),
             session: String::new(),
@@ -670,6 +670,7 @@ mod tests {
             tflops: None,
             tb_per_s: None,
             goal: goal.into(),
+            goal_vs: vs.map(String::from),
             met,
             search: SearchOutcome {
                 workload: "w".into(),
@@ -681,21 +682,24 @@ mod tests {
         let rows = vec![
             row(
                 "1.00x cublas",
+                Some("cublas"),
                 vec![("cublas", 0.98), ("cublaslt (best of 8)", 0.99)],
                 false,
             ),
             row(
                 "1.00x cublas",
+                Some("cublas"),
                 vec![("cublas", 2.0), (crate::eval::job::TF32_REFERENCE, 0.25)],
                 true,
             ),
             row(
                 "1.20x unfused",
+                Some("unfused"),
                 vec![("cublas", 0.9), ("unfused", 1.5)],
                 true,
             ),
-            row("90% of copy", vec![("copy", 0.88)], false),
-            row("no correct candidate", vec![], false),
+            row("90% of copy", Some("copy"), vec![("copy", 0.88)], false),
+            row("no correct candidate", None, vec![], false),
         ];
         let s = summary(&rows);
         // cublas: sqrt(0.98 * 2.0) = 1.40; the fused row counts against unfused only.
@@ -738,6 +742,7 @@ mod tests {
                 tflops: None,
                 tb_per_s: None,
                 goal: "90% of copy".into(),
+                goal_vs: Some("copy".into()),
                 met: false,
                 search: SearchOutcome {
                     workload: "act".into(),
@@ -846,6 +851,7 @@ mod tests {
                 tflops: None,
                 tb_per_s: None,
                 goal: "1.00x cublas".into(),
+                goal_vs: Some("cublas".into()),
                 met: true,
                 search: SearchOutcome {
                     workload: "fp32_4096".into(),

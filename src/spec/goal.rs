@@ -28,6 +28,17 @@ impl Workload {
         }
     }
 
+    /// The baseline the speed goal is measured against: the target's `speedup_vs` for the
+    /// GEMM families, the device copy for the memory-bound ones.
+    pub fn goal_baseline(&self) -> &'static str {
+        match self.family() {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
+                self.target().speedup_vs.name()
+            }
+            Family::Activation | Family::Softmax | Family::LogSoftmax => "copy",
+        }
+    }
+
     fn speed_goal(&self, baselines: &[(String, f64, Option<f64>)]) -> (String, bool) {
         let speedup_of = |name: &str| {
             baselines
@@ -41,7 +52,7 @@ impl Workload {
             Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
                 let t = self.target();
                 let want = t.min_speedup;
-                let vs = t.speedup_vs.name();
+                let vs = self.goal_baseline();
                 let got = speedup_of(vs);
                 (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
             }
@@ -51,7 +62,7 @@ impl Workload {
                 } else {
                     0.9
                 };
-                let got = speedup_of("copy");
+                let got = speedup_of(self.goal_baseline());
                 (
                     format!("{:.0}% of copy", want * 100.0),
                     got.is_some_and(|g| g >= want),
@@ -80,9 +91,11 @@ mod tests {
             gemm.goal(Some(95.0), &b, None),
             ("1.00x cublas".to_string(), true)
         );
+        assert_eq!(gemm.goal_baseline(), "cublas");
         let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
         assert!(!gemm.goal(Some(102.0), &slow, None).1);
         let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
+        assert_eq!(sm.goal_baseline(), "copy");
         let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
         assert_eq!(
             sm.goal(Some(118.0), &copy, None),
