@@ -297,6 +297,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
         Family::GemmGlu => {
+            let first = out.len();
             for (p, why) in [
                 (
                     &[("CS_DUAL", 1), ("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2)][..],
@@ -319,7 +320,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             let h = w.headline();
             let tiles = h.m.div_ceil(128) * h.n.div_ceil(128) * h.batch.max(1);
             if tiles < super::tuner::SMS {
-                out.swap(0, 1);
+                out.swap(first, first + 1);
             }
         }
         Family::GemmSoftmax => {
