@@ -35,7 +35,8 @@
 // dot products and the gate), so any m and n work. K must be a multiple of 8 where it is
 // the contiguous dimension (A row-major or B column-major); leading dimensions and batch
 // strides of A, B, B2 and D must be 16-byte multiples, A, B, B2, D 16-byte aligned;
-// otherwise CS_ERR_UNSUPPORTED.
+// otherwise CS_ERR_UNSUPPORTED. Weights shared by the batch (B and B2 batch stride 0) are
+// taken when A is row-major and A and D step by one batch of rows (cs_fold_batch).
 //
 // Parameters (override with -DNAME=VALUE):
 //   CS_DUAL       1    1: one kernel computes both products (above); 0: two GEMMs
@@ -522,7 +523,24 @@ static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride,
   return p.batch > 1 ? batch_stride : ld * outer;
 }
 
-// CS_OK when this kernel handles `p`.
+// A batch sharing its weights (B and B2 with batch stride 0: sequences through one
+// projection) is one GEMM with the batches' rows stacked, when A (row-major) and D step by
+// exactly one batch of rows: (batch * m) x k times k x n. TMA has no stride-0 dimension,
+// so this is how shared weights reach the kernel; other shared cases are not taken.
+static cs_problem cs_fold_batch(const cs_problem& p)
+{
+  if (p.batch <= 1 || p.batch_stride_b != 0 || p.batch_stride_b2 != 0) return p;
+  if (kLayoutA != CS_LAYOUT_ROW || p.m <= 0 || p.batch_stride_a != p.lda * p.m ||
+      p.batch_stride_d != p.ldd * p.m)
+    return p;
+  cs_problem q = p;
+  q.m = p.m * p.batch;
+  q.batch = 1;
+  q.batch_stride_a = q.batch_stride_b = q.batch_stride_b2 = q.batch_stride_d = 0;
+  return q;
+}
+
+// CS_OK when this kernel handles `p` (batches already folded).
 static int32_t cs_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
@@ -723,10 +741,11 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (bytes != nullptr) *bytes = 0;
   if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
   if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
-  if (cs_check(*problem, /*check_pointers=*/false) != CS_OK) return CS_ERR_UNSUPPORTED;
-  if (problem->m == 0 || problem->n == 0 || problem->batch == 0) return CS_OK;
+  cs_problem const p = cs_fold_batch(*problem);
+  if (cs_check(p, /*check_pointers=*/false) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;
   CsWorkspace w;
-  int32_t const status = cs_workspace(*problem, cs_geometry(*problem), &w);
+  int32_t const status = cs_workspace(p, cs_geometry(p), &w);
   if (status != CS_OK) return status;
   *bytes = w.total;
   return CS_OK;
@@ -735,8 +754,8 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
 CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
 {
   if (problem == nullptr) return CS_ERR_UNSUPPORTED;
-  const cs_problem& p = *problem;
-  if (p.abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  cs_problem const p = cs_fold_batch(*problem);
   int32_t status = cs_check(p, /*check_pointers=*/true);
   if (status != CS_OK) return status;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;

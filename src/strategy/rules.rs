@@ -97,7 +97,7 @@ fn takes(template: &str) -> Option<Takes> {
             cd_col: false,
             any_ab_layout: true,
             chain: ChainTakes::Identity,
-            shared: false,
+            shared: true,
         },
         "elementwise_activation" => Takes {
             families: &[Family::Activation],
@@ -263,6 +263,15 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         "gemm_softmax" | "gemm_glu" => {
             if s.template == "gemm_glu" && w.params().beta != 0.0 {
                 return Err("params.beta: the template takes beta = 0 only".into());
+            }
+            let lay = w.layouts();
+            if s.template == "gemm_glu" && lay.shared_a {
+                return Err(
+                    "layout shared = [\"a\"]: the template takes shared weights (b) only".into(),
+                );
+            }
+            if s.template == "gemm_glu" && lay.shared_b && lay.a != Layout::Row {
+                return Err("layout shared = [\"b\"]: the template stacks the batches' rows of A and D into one GEMM, which needs a = row".into());
             }
             if s.template == "gemm_glu" && s.get("CS_DUAL", 1) == 1 {
                 if s.get("CS_TILE_N", 128) > 128 {

@@ -557,6 +557,38 @@ mod tests {
     }
 
     #[test]
+    fn glu_weights_shared_by_the_batch_need_a_row_major_a() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/workloads/glu_bf16_shared_small.toml"
+        );
+        let text = std::fs::read_to_string(fixture).unwrap();
+        // A row-major: the batches' rows stack; every GLU candidate is valid.
+        let w = Workload::parse(fixture, &text).unwrap();
+        let space = space(&w);
+        assert!(!space.is_empty());
+        assert!(space.iter().all(|(_, v)| v.is_ok()), "{space:?}");
+        // A column-major: nothing to stack, the rule says why.
+        let col = Workload::parse(fixture, &text.replace("a = \"row\"", "a = \"col\"")).unwrap();
+        let why = space_first_error(&col);
+        assert!(why.contains("needs a = row"), "{why}");
+        // A shared: not taken.
+        let a = Workload::parse(
+            fixture,
+            &text.replace("shared = [\"b\"]", "shared = [\"a\"]"),
+        )
+        .unwrap();
+        let why = space_first_error(&a);
+        assert!(why.contains("shared weights (b) only"), "{why}");
+    }
+
+    fn space_first_error(w: &Workload) -> String {
+        let space = space(w);
+        assert!(space.iter().all(|(_, v)| v.is_err()), "{space:?}");
+        space[0].1.clone().unwrap_err()
+    }
+
+    #[test]
     fn the_stream_kernel_leads_only_long_reductions() {
         let labels = |name: &str| -> Vec<String> {
             let w = Workload::find(workloads_dir(), name).unwrap();

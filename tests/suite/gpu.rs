@@ -187,6 +187,8 @@ fn every_template_validates_on_its_workloads() {
         // The GLU template's dual kernel: K-major and MN-major operands, ragged, batched.
         "glu_bf16_small",
         "glu_f16_cr_small",
+        // Weights shared by the batch: the rows stack into one GEMM.
+        "glu_bf16_shared_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
