@@ -358,6 +358,45 @@ __device__ __forceinline__ float cs_operand_value(const void* ptr, int32_t dtype
   }
 }
 
+// G consecutive operand elements from idx as fp32: 16-byte vector loads when the type is
+// known at compile time, the run is whole 16-byte vectors and it is 16-byte aligned; one
+// load per element otherwise.
+template <int Dtype, int G>
+__device__ __forceinline__ void cs_operand_run(const void* ptr, int32_t dtype, int64_t idx,
+                                               float (&out)[G])
+{
+  if constexpr (Dtype == CS_DTYPE_BF16 || Dtype == CS_DTYPE_F16 || Dtype == CS_DTYPE_F32) {
+    constexpr int kBytes = Dtype == CS_DTYPE_F32 ? 4 : 2;
+    constexpr int kPer = 16 / kBytes;             // elements per 16-byte vector
+    if constexpr (G % kPer == 0) {
+      const char* p = static_cast<const char*>(ptr) + idx * kBytes;
+      if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+#pragma unroll
+        for (int v = 0; v < G / kPer; ++v) {
+          uint4 const q = __ldg(reinterpret_cast<const uint4*>(p) + v);
+          uint32_t const w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if constexpr (Dtype == CS_DTYPE_F32) {
+              out[v * kPer + i] = __uint_as_float(w[i]);
+            } else if constexpr (Dtype == CS_DTYPE_BF16) {
+              out[v * kPer + 2 * i]     = __uint_as_float(w[i] << 16);
+              out[v * kPer + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            } else {
+              float2 const f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+              out[v * kPer + 2 * i]     = f.x;
+              out[v * kPer + 2 * i + 1] = f.y;
+            }
+          }
+        }
+        return;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < G; ++k) out[k] = cs_operand_value<Dtype>(ptr, dtype, idx + k);
+}
+
 // The workload's chain with its tensor operands (kinds fixed at compile time by cs_chain).
 // OperandDtype: the cs_dtype every operand has (f32, f16 or bf16), or -1 (mixed or other
 // types, read per operand at run time).
@@ -386,6 +425,107 @@ struct CsChainOp {
       t[i] = cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx);
     }
     return cs_chain::apply(x, t);
+  }
+
+  // The operand values of G consecutive elements from (row, col), loaded ahead of the
+  // math (see cs_act_flat_kernel). A group inside one row reads each ROW operand (and a
+  // row-major MATRIX one) as one run of G values (16-byte loads where aligned) and a COL
+  // operand once, instead of one load per element and operand; a group that wraps to the
+  // next row loads nothing here and goes element by element in apply(). 16-bit operands
+  // stay packed two to a register until the math (G/2 registers per run, not G).
+  static constexpr bool kPacked = OperandDtype == CS_DTYPE_BF16 || OperandDtype == CS_DTYPE_F16;
+  template <int G>
+  struct Pre {
+    uint32_t w[CS_MAX_OPERANDS][kPacked ? G / 2 : G];
+    bool in_row;
+  };
+  __device__ __forceinline__ static uint32_t raw16(const void* ptr, int64_t idx)
+  {
+    return uint32_t(__ldg(static_cast<const unsigned short*>(ptr) + idx));
+  }
+  __device__ __forceinline__ static float from16(uint32_t h)
+  {
+    if constexpr (OperandDtype == CS_DTYPE_BF16) return __uint_as_float(h << 16);
+    else return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  }
+  template <int G>
+  __device__ __forceinline__ Pre<G> prefetch(uint32_t row, uint32_t col, uint32_t n) const
+  {
+    Pre<G> p;
+    p.in_row = col + G <= n;
+    if (!p.in_row) return p;
+#pragma unroll
+    for (int i = 0; i < kOperands; ++i) {
+      int const kind = cs_chain_kind(i);
+      if (kind == CS_OPERAND_COL) {
+        if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], int64_t(row));
+        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], int64_t(row)));
+      } else if (kind == CS_OPERAND_ROW || matrix_row_major) {
+        int64_t const idx0 = kind == CS_OPERAND_ROW ? int64_t(col) : int64_t(row) * ld[i] + col;
+        if constexpr (kPacked) {
+          const unsigned short* q = static_cast<const unsigned short*>(ptr[i]) + idx0;
+          if (G % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 15) == 0) {
+#pragma unroll
+            for (int v = 0; v < G / 8; ++v) {
+              uint4 const u = __ldg(reinterpret_cast<const uint4*>(q) + v);
+              p.w[i][4 * v] = u.x;
+              p.w[i][4 * v + 1] = u.y;
+              p.w[i][4 * v + 2] = u.z;
+              p.w[i][4 * v + 3] = u.w;
+            }
+          } else {
+#pragma unroll
+            for (int k = 0; k < G / 2; ++k)
+              p.w[i][k] = raw16(ptr[i], idx0 + 2 * k) | (raw16(ptr[i], idx0 + 2 * k + 1) << 16);
+          }
+        } else {
+          float t[G];
+          cs_operand_run<OperandDtype, G>(ptr[i], dtype[i], idx0, t);
+#pragma unroll
+          for (int k = 0; k < G; ++k) p.w[i][k] = __float_as_uint(t[k]);
+        }
+      } else {
+        int64_t const base = int64_t(col) * ld[i] + row;
+        if constexpr (kPacked) {
+#pragma unroll
+          for (int k = 0; k < G / 2; ++k)
+            p.w[i][k] = raw16(ptr[i], base + 2 * k * ld[i]) | (raw16(ptr[i], base + (2 * k + 1) * ld[i]) << 16);
+        } else {
+#pragma unroll
+          for (int k = 0; k < G; ++k)
+            p.w[i][k] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], base + k * ld[i]));
+        }
+      }
+    }
+    return p;
+  }
+  template <int G>
+  __device__ __forceinline__ void apply(float (&f)[G], Pre<G> const& p, uint32_t row, uint32_t col,
+                                        uint32_t n) const
+  {
+    if (!p.in_row) {
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        f[k] = (*this)(f[k], row, col);
+        if (++col == n) { col = 0; ++row; }
+      }
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      float tk[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int i = 0; i < kOperands; ++i) {
+        bool const col_op = cs_chain_kind(i) == CS_OPERAND_COL;
+        if constexpr (kPacked) {
+          uint32_t const word = col_op ? p.w[i][0] : p.w[i][k / 2];
+          tk[i] = from16(col_op || k % 2 == 0 ? (word & 0xffffu) : (word >> 16));
+        } else {
+          tk[i] = __uint_as_float(col_op ? p.w[i][0] : p.w[i][k]);
+        }
+      }
+      f[k] = cs_chain::apply(f[k], tk);
+    }
   }
 };
 
@@ -531,6 +671,44 @@ __device__ __forceinline__ void cs_tie_loads(CsVec<W> (&v)[V], uint32_t zero)
 template <class TA, class TD, class Op>
 __device__ __forceinline__ typename CsGroup<TA, TD>::VecD
 cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t row, uint32_t col,
+               uint32_t n);
+
+// The group's operand values, loaded (for ops that read positions) before the math.
+template <class Op, int G, bool = Op::kRowCol>
+struct CsPre {
+  __device__ __forceinline__ static CsPre load(Op const&, uint32_t, uint32_t, uint32_t) { return {}; }
+};
+template <class Op, int G>
+struct CsPre<Op, G, true> {
+  typename Op::template Pre<G> p;
+  __device__ __forceinline__ static CsPre load(Op const& op, uint32_t row, uint32_t col, uint32_t n)
+  {
+    return CsPre{op.template prefetch<G>(row, col, n)};
+  }
+};
+
+// One group through the op with its operand values already loaded.
+template <class TA, class TD, class Op>
+__device__ __forceinline__ typename CsGroup<TA, TD>::VecD
+cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op,
+               CsPre<Op, CsGroup<TA, TD>::G> const& pre, uint32_t row, uint32_t col, uint32_t n)
+{
+  using Grp = CsGroup<TA, TD>;
+  if constexpr (Op::kRowCol) {
+    typename Grp::VecD vd;
+    float f[Grp::G];
+    CsElem<TA>::unpack(va.w, f);
+    op.template apply<Grp::G>(f, pre.p, row, col, n);
+    CsElem<TD>::pack(f, vd.w);
+    return vd;
+  } else {
+    return cs_apply_group<TA, TD>(va, op, row, col, n);
+  }
+}
+
+template <class TA, class TD, class Op>
+__device__ __forceinline__ typename CsGroup<TA, TD>::VecD
+cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t row, uint32_t col,
                uint32_t n)
 {
   using Grp = CsGroup<TA, TD>;
@@ -541,12 +719,11 @@ cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t 
   } else {
     float f[Grp::G];
     CsElem<TA>::unpack(va.w, f);
+    if constexpr (Op::kRowCol) {
+      op.template apply<Grp::G>(f, op.template prefetch<Grp::G>(row, col, n), row, col, n);
+    } else {
 #pragma unroll
-    for (int k = 0; k < Grp::G; ++k) {
-      f[k] = op(f[k], row, col);
-      if constexpr (Op::kRowCol) {
-        if (++col == n) { col = 0; ++row; }
-      }
+      for (int k = 0; k < Grp::G; ++k) f[k] = op(f[k], row, col);
     }
     CsElem<TD>::pack(f, vd.w);
   }
@@ -619,16 +796,26 @@ cs_act_flat_kernel(TA const* a, TD* d, int64_t head, int64_t ngroups, int64_t to
   int64_t c = blockIdx.x;
   for (; c < full_chunks; c += gridDim.x) {
     int64_t const g0 = c * kChunk + tid;
+    // Positions and chain operands first, then A: every load of the iteration is in
+    // flight before the first store (which the compiler cannot move loads across).
+    uint32_t row[kVecs], col[kVecs];
+    CsPre<Op, G> pre[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      row[j] = 0;
+      col[j] = 0;
+      if constexpr (Op::kRowCol) {
+        div_n.divmod(uint32_t(head + (g0 + j * kThreads) * G), row[j], col[j]);
+        pre[j] = CsPre<Op, G>::load(op, row[j], col[j], n);
+      }
+    }
     VecA v[kVecs];
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) v[j] = VecA::load(ag + (g0 + j * kThreads) * G);
     if constexpr (Op::kLong) cs_tie_loads(v, zero);
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      uint32_t row = 0, col = 0;
-      if constexpr (Op::kRowCol) div_n.divmod(uint32_t(head + (g0 + j * kThreads) * G), row, col);
-      cs_apply_group<TA, TD>(v[j], op, row, col, n).store(dg + (g0 + j * kThreads) * G);
-    }
+    for (int j = 0; j < kVecs; ++j)
+      cs_apply_group<TA, TD>(v[j], op, pre[j], row[j], col[j], n).store(dg + (g0 + j * kThreads) * G);
   }
 
   // The one partial chunk (if any) falls to the block whose turn comes next. It runs once

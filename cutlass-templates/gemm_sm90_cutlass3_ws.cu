@@ -13,8 +13,13 @@
 // Storage orders: A row- or column-major, B row- or column-major (CS_WL_LAYOUT_A /
 // CS_WL_LAYOUT_B from the workload block; default A row, B column: "TN", both K-major).
 // TMA and WGMMA take K-major and MN-major 16-bit operands alike, so every combination
-// runs the same mainloop. C/D row-major, or column-major (CS_WL_LAYOUT_CD = 1; not with
-// the library bias epilogue): then the kernel computes the row-major D^T = B^T A^T. bf16
+// runs the same mainloop. C/D row-major, or column-major (CS_WL_LAYOUT_CD = 1): then the
+// kernel computes the row-major D^T = B^T A^T. CS_SWAP_AB=1 takes the other orientation:
+// the kernel's M runs along D's columns (a row-major D is computed as D^T = B^T A^T and
+// stored column-major, a column-major D directly). With few rows (a decode step's 16-64
+// tokens against a weight matrix) that puts the weight rows on WGMMA's 64-row side and
+// the tokens on its narrow N side, so no MMA row is padding and the shared-memory ring
+// holds weight tiles instead of zero-filled token rows. bf16
 // inputs by default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the
 // input type; fp8 (e4m3 / e5m2, A row and B column only) writes bf16, f16 or f32.
 // Batches: any batch strides; a shared B (stride 0) with A and D row-major, or a shared A
@@ -39,7 +44,9 @@
 //   A: cutlass::layout::RowMajor    -> StrideA (M,K,L) = (lda, 1, batch_stride_a)
 //   B: cutlass::layout::ColumnMajor -> StrideB (N,K,L) = (ldb, 1, batch_stride_b)
 //   C, D: cutlass::layout::RowMajor -> StrideC/D (M,N,L) = (ldc|ldd, 1, batch_stride_c|d)
-//   bias (per-column): StrideBias (M,N,L) = (0, 1, 0)
+//         (CS_SWAP_AB=1: ColumnMajor -> (1, ldc|ldd, batch_stride_c|d))
+//   bias: per column of the kernel's D, StrideBias (M,N,L) = (0, 1, 0); per row (1, 0, 0)
+//         when the kernel computes D^T
 
 // Device code is built without assert(): a call to __assertfail inside the consumer loop
 // makes ptxas serialize every WGMMA (C7510 "wgmma pipeline crossing function boundary"),
@@ -138,6 +145,9 @@ using namespace cute;
 #ifndef CS_STREAMK
 #define CS_STREAMK 0       // 1: stream-K tile scheduler (cooperative only; uses the workspace)
 #endif
+#ifndef CS_SWAP_AB
+#define CS_SWAP_AB 0       // 1: the kernel's M along D's columns, its D column-major (above)
+#endif
 #ifndef CS_EPI_ALIGN1
 #define CS_EPI_ALIGN1 0    // 1: register-direct epilogue, C/D alignment 1 (odd n / ldd)
 #endif
@@ -227,7 +237,9 @@ using ElementScalar  = float;       // alpha, beta
 static constexpr int kLayoutA = CS_WL_LAYOUT_A, kLayoutB = CS_WL_LAYOUT_B, kLayoutCD = CS_WL_LAYOUT_CD;
 // A column-major D is computed as its row-major transpose, D^T = B^T A^T: the kernel's
 // A' is B^T (n x k) and its B' is A^T (k x m), each read in the other storage order.
-static constexpr bool kSwap = kLayoutCD == CS_LAYOUT_COL;
+// CS_SWAP_AB=1 flips the choice, and the kernel's D is then column-major.
+static constexpr bool kKernDColMajor = CS_SWAP_AB != 0;
+static constexpr bool kSwap = (kLayoutCD == CS_LAYOUT_COL) != kKernDColMajor;
 static constexpr bool kAKMajor = kSwap ? kLayoutB == CS_LAYOUT_COL : kLayoutA == CS_LAYOUT_ROW;
 static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB == CS_LAYOUT_COL;
 // fp8 WGMMA reads K-major operands only. A row and B column are K-major in both
@@ -236,8 +248,8 @@ static constexpr bool kBKMajor = kSwap ? kLayoutA == CS_LAYOUT_ROW : kLayoutB ==
 #error "fp8 WGMMA takes K-major operands only: A row-major and B column-major (CS_WL_LAYOUT_A 0, CS_WL_LAYOUT_B 1)"
 #endif
 static_assert(!CS_FP8 || (kAKMajor && kBKMajor), "fp8: both kernel operands must be K-major");
-#if CS_FUSED_BIAS_ACT && CS_WL_LAYOUT_CD == 1
-#error "the fused bias epilogue writes row-major D only (computed transposed, the bias would run along rows)"
+#if CS_SWAP_AB && CS_EPI_ALIGN1
+#error "CS_SWAP_AB needs the TMA epilogue (the column-major D of the kernel)"
 #endif
 
 // The kernel's operands: K-major (K contiguous) or MN-major (M or N contiguous), both of
@@ -256,8 +268,9 @@ static constexpr bool kKernAKMajor = kAKMajor || kCopyA;
 static constexpr bool kKernBKMajor = kBKMajor || kCopyB;
 using LayoutA = std::conditional_t<kKernAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 using LayoutB = std::conditional_t<kKernBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-using LayoutC = cutlass::layout::RowMajor;      // (M,N) N contiguous (D itself, or D^T)
-using LayoutD = cutlass::layout::RowMajor;
+// (M,N): N contiguous (D itself, or D^T), or M contiguous with CS_SWAP_AB.
+using LayoutC = std::conditional_t<kKernDColMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+using LayoutD = LayoutC;
 
 static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
 static constexpr int kAlignCD = CS_EPI_ALIGN1 ? 1 : 128 / cutlass::sizeof_bits<ElementCD>::value;
@@ -353,9 +366,13 @@ template <class T> using ActivationFn = cutlass::epilogue::thread::Tanh<T>;
 #else
 #error "CS_ACT must be a cs_activation value (0..7)"
 #endif
-// activation(beta * C + (alpha * acc + bias)), bias: stride (0,1,0) over (M,N,L).
-using FusionOp = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
-    ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
+// activation(beta * C + (alpha * acc + bias)), bias: stride (0,1,0) over (M,N,L), or
+// (1,0,0) when the kernel computes D^T (D's columns are then the kernel's rows).
+template <template <class> class Act, class... T>
+using BiasEltAct = std::conditional_t<kSwap,
+    cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Act, T...>,
+    cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, T...>>;
+using FusionOp = BiasEltAct<ActivationFn, ElementCD, ElementCompute, ElementBias, ElementCD, ElementScalar>;
 [[maybe_unused]] static constexpr cs_family kFamily = CS_FAMILY_GEMM_BIAS_ACT;
 #elif CS_CHAIN_EPI
 // The workload's epilogue chain as one node of an epilogue visitor tree (EVT): for each
@@ -590,8 +607,12 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     ElementAB, LayoutB, kAlignAB,
     ElementAcc,
     TileShape, ClusterShape,
+#ifdef CS_STAGES
+    cutlass::gemm::collective::StageCount<CS_STAGES>,
+#else
     cutlass::gemm::collective::StageCountAutoCarveout<
         static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+#endif
     MainloopSchedule
   >::CollectiveOp;
 #endif
@@ -710,7 +731,7 @@ static cs_problem cs_effective(const cs_problem& problem)
     q.batch_stride_b = p.batch_stride_a;
     q.layout_a = kAKMajor ? CS_LAYOUT_ROW : CS_LAYOUT_COL;
     q.layout_b = kBKMajor ? CS_LAYOUT_COL : CS_LAYOUT_ROW;
-    q.layout_cd = CS_LAYOUT_ROW;
+    q.layout_cd = kKernDColMajor ? CS_LAYOUT_COL : CS_LAYOUT_ROW;
     return q;
   }
 }
@@ -867,20 +888,23 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, b_outer)) ||
       (p.batch > 1 && p.batch_stride_b == 0)) return CS_ERR_UNSUPPORTED;
 
-  // Epilogue
-  if (p.ldd < p.n) return CS_ERR_UNSUPPORTED;
-  if (has_c && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
+  // Epilogue: the kernel's D (and C) has d_inner contiguous elements per line (n, or m
+  // with CS_SWAP_AB) and d_outer lines.
+  int64_t const d_inner = kKernDColMajor ? p.m : p.n, d_outer = kKernDColMajor ? p.n : p.m;
+  if (p.ldd < d_inner) return CS_ERR_UNSUPPORTED;
+  if (has_c && p.ldc < d_inner) return CS_ERR_UNSUPPORTED;
   if (p.batch > 1 && p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;   // D batches would race
 #if !CS_EPI_ALIGN1
-  // TMA store of D / load of C: 16-byte rows (CUTLASS also checks n % 8) and strides.
-  if (p.n % kAlignCD != 0) return CS_ERR_UNSUPPORTED;
+  // TMA store of D / load of C: 16-byte lines (CUTLASS also checks the contiguous extent
+  // % 8) and strides.
+  if (d_inner % kAlignCD != 0) return CS_ERR_UNSUPPORTED;
   if (!cs_tma_stride_cd_ok(p.ldd)) return CS_ERR_UNSUPPORTED;
-  if (p.ldd > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
-  if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m))) return CS_ERR_UNSUPPORTED;
+  if (p.ldd > INT64_MAX / d_outer) return CS_ERR_UNSUPPORTED;
+  if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_d, p.ldd, d_outer))) return CS_ERR_UNSUPPORTED;
   if (has_c) {
     if (!cs_tma_stride_cd_ok(p.ldc)) return CS_ERR_UNSUPPORTED;
-    if (p.ldc > INT64_MAX / p.m) return CS_ERR_UNSUPPORTED;
-    if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m)) ||
+    if (p.ldc > INT64_MAX / d_outer) return CS_ERR_UNSUPPORTED;
+    if (!cs_tma_stride_cd_ok(cs_batch_stride(p, p.batch_stride_c, p.ldc, d_outer)) ||
         (p.batch > 1 && p.batch_stride_c == 0)) return CS_ERR_UNSUPPORTED;
   }
 #endif
@@ -931,14 +955,15 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   StrideB dB{};
   cs_set_stride<kKernAKMajor>(dA, p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, kKernAKMajor ? p.m : p.k));
   cs_set_stride<kKernBKMajor>(dB, p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, kKernBKMajor ? p.n : p.k));
+  // D and C: (ld, 1, L) row-major, (1, ld, L) column-major (CS_SWAP_AB).
+  int64_t const d_outer = kKernDColMajor ? p.n : p.m;
   StrideD dD{};
-  get<0>(dD) = p.ldd;
-  get<2>(dD) = cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m);
+  cs_set_stride<!kKernDColMajor>(dD, p.ldd, cs_batch_stride(p, p.batch_stride_d, p.ldd, d_outer));
   // Without a source (beta == 0) C is never read: point it at D so that the (unused) TMA
   // descriptor of C is built from a valid, aligned tensor.
   StrideC dC{};
-  get<0>(dC) = has_c ? p.ldc : p.ldd;
-  get<2>(dC) = has_c ? cs_batch_stride(p, p.batch_stride_c, p.ldc, p.m) : get<2>(dD);
+  cs_set_stride<!kKernDColMajor>(dC, has_c ? p.ldc : p.ldd,
+                                 has_c ? cs_batch_stride(p, p.batch_stride_c, p.ldc, d_outer) : get<2>(dD));
   ElementCD const* ptr_c = has_c ? static_cast<ElementCD const*>(p.c)
                                  : static_cast<ElementCD const*>(p.d);
 
@@ -997,7 +1022,8 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
 #endif
 #if CS_FUSED_BIAS_ACT
   args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.operands[0].ptr);
-  // dBias (0, _1, 0): one value per column n, the same for every row m and batch l.
+  // dBias (0, _1, 0) or (_1, 0, 0): one value per column of D, the same for every row
+  // and batch.
   get<2>(args.epilogue.thread.dBias) = 0;
 #if CS_ACT == 2
 #ifdef CS_WL_BIAS_ACT_P0

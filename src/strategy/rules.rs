@@ -397,8 +397,34 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     if s.get("CS_SCHEDULE", 0) == 0 && m < 128 {
         return Err("the cooperative schedule needs TILE_M >= 128".into());
     }
-    if ![64, 128, 256].contains(&m) || ![64, 128, 256].contains(&n) {
-        return Err("tile sides must be 64, 128 or 256".into());
+    // TILE_M is WGMMA's 64 rows a warpgroup; TILE_N any multiple of 16 up to 256 for
+    // 16-bit operands (the epilogue's subtiles must divide it: 88 fails to compile, 48,
+    // 96, 112, 144 and 160 compile and validate), 64, 128 or 256 otherwise.
+    let half = matches!(dt, DType::BF16 | DType::F16);
+    if ![64, 128, 256].contains(&m) {
+        return Err(format!("TILE_M {m}: must be 64, 128 or 256"));
+    }
+    if !(half && n % 16 == 0 && (16..=256).contains(&n)) && ![64, 128, 256].contains(&n) {
+        return Err(format!(
+            "TILE_N {n}: a multiple of 16 from 16 to 256 with bf16 / f16 operands, else 64, 128 or 256"
+        ));
+    }
+    if s.get("CS_SWAP_AB", 0) != 0 {
+        if !half {
+            return Err("CS_SWAP_AB: bf16 / f16 operands only".into());
+        }
+        if s.get("CS_EPI_ALIGN1", 0) == 1 {
+            return Err("CS_SWAP_AB needs the TMA epilogue, not CS_EPI_ALIGN1".into());
+        }
+    }
+    if let (true, Some(&stages)) = (half, s.params.get("CS_STAGES")) {
+        let k = s.get("CS_TILE_K", 64);
+        let need = (m + n) * k * 2 * stages;
+        if stages < 2 || need > SMEM_BUDGET - 32 * 1024 {
+            return Err(format!(
+                "CS_STAGES {stages}: between 2 and what fits beside the epilogue ({need} B of {m}x{k} + {n}x{k} tiles)"
+            ));
+        }
     }
     let chained = !w.chain().is_identity();
     // A shared operand reaches TMA (which has no stride-0 dimension) as one GEMM with the

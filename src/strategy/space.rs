@@ -269,6 +269,21 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
         Family::Activation => {
+            // A chain that reads vectors or matrices holds more registers a thread (four
+            // blocks of 256 an SM, not eight), so each thread carries four 16-byte
+            // vectors instead of two to keep as many bytes in flight. Measured on the H100
+            // (bench/small-m-h100.md), gelu_tanh * row + col over 4096 x 4096 bf16: 23.2 us
+            // against 25.3-25.9 with two, copy 20.8.
+            if w.chain().reads_tensors() {
+                out.push(mk(
+                    "elementwise_activation",
+                    vec![
+                        ("CS_VECS_PER_THREAD".into(), 4),
+                        ("CS_BLOCKS_PER_SM".into(), 0),
+                    ],
+                    "a block of 256 per 4 x 256 x 16 B, no loop: four loads in flight per thread, for chains whose operand reads cost registers",
+                ));
+            }
             for (v, b, why) in [
                 (
                     2,
@@ -363,28 +378,26 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
     }
-    // With a small side of 32 or less, the CUTLASS 3 ping-pong 64x64 tile with a 1x2
-    // cluster (the small operand multicast to both CTAs) leads where the long side gives
-    // it at least 96 tiles and K is short enough that split-K has nothing to gain. On the
-    // H100, with the L2 flushed clean (us, this tile / the sized split-K / cuBLAS):
-    // 32 x 11008 x 4096 + bias + SiLU 46.3 / 53.7 / 37.5, 16 x 18944 x 3584 58.5 / 70.1
-    // / 53.7, 16 x 6144 x 4096 25.2 / 26.3 / 22.8; with 64 tiles it ties or loses:
-    // 16 x 4096 x 4096 20.5 / 20.0 / 17.5, and 16 x 4096 x 14336 keeps split-K (50.9,
-    // cuBLAS 45.7).
+    // With a small side of 32 or less, the CUTLASS 3 64-row ping-pong tile the cost model
+    // ranks best (its width sized to one wave where that fits, super::tuner::sized) leads
+    // where the long side gives at least 96 tiles of 64 columns and K is short enough
+    // that split-K has nothing to gain. On the H100, with the L2 flushed clean (us, this
+    // tile / the sized split-K / cuBLAS; bench/small-m-h100.md): 32 x 11008 x 4096 + bias
+    // + SiLU 44.6 (96 columns; 64: 46.3) / 53.7 / 37.5, 16 x 18944 x 3584 55.7 (144; 64:
+    // 58.5) / 70.1 / 53.7, 16 x 14336 x 4096 49.0 (112; 64: 50.1) / - / 44.7. With fewer
+    // tiles it ties or loses: 16 x 4096 x 4096 20.9 (32 columns) / 19.7 / 17.5, and 16 x
+    // 4096 x 14336 keeps split-K (62.2 against 50.9, cuBLAS 45.7).
     let wide = {
         let h = w.headline();
         skinny_first && h.m.max(h.n).div_ceil(64) >= 96 && h.k < 1 << 16
     };
     if gemm && skinny && (!skinny_first || wide) {
-        // The 64-row ping-pong tile ahead of the split-K candidates (see `skinny_first`).
+        // The best-ranked 64-row ping-pong tile ahead of the split-K candidates (see
+        // `skinny_first`).
         let pp64 = out.iter().position(|s| {
             s.template == "gemm_sm90_cutlass3_ws"
                 && s.get("CS_TILE_M", 128) == 64
                 && s.get("CS_SCHEDULE", 0) == 1
-                && (!wide
-                    || (s.get("CS_TILE_N", 128) == 64
-                        && s.get("CS_CLUSTER_M", 1) == 1
-                        && s.get("CS_CLUSTER_N", 1) == 2))
         });
         if let Some(i) = pp64 {
             let s = out.remove(i);
@@ -557,6 +570,53 @@ mod tests {
     }
 
     #[test]
+    fn the_cutlass3_rules_take_sized_widths_swapped_operands_and_stage_counts() {
+        let w = Workload::find(workloads_dir(), "gemm_bf16_decode_bias_silu").unwrap();
+        let f32w = Workload::find(workloads_dir(), "gemm_f32_rr").unwrap();
+        let st = |p: &[(&str, i64)]| Strategy {
+            template: "gemm_sm90_cutlass3_ws".into(),
+            params: p.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            rationale: String::new(),
+        };
+        let pp = |n| {
+            st(&[
+                ("CS_TILE_M", 64),
+                ("CS_TILE_N", n),
+                ("CS_SCHEDULE", 1),
+                ("CS_CLUSTER_M", 1),
+            ])
+        };
+        for n in [16, 48, 96, 144, 160, 256] {
+            assert_eq!(check(&pp(n), &w), Ok(()), "TILE_N {n}");
+        }
+        for n in [8, 88, 272] {
+            let why = check(&pp(n), &w).unwrap_err();
+            assert!(why.contains("multiple of 16"), "{n}: {why}");
+        }
+        // fp32 (3xTF32) keeps the fixed widths.
+        let coop = |n| st(&[("CS_TILE_M", 128), ("CS_TILE_N", n), ("CS_CLUSTER_M", 1)]);
+        assert!(check(&coop(96), &f32w).is_err());
+        assert_eq!(check(&coop(128), &f32w), Ok(()));
+        // The other orientation: 16-bit operands and the TMA epilogue.
+        let swap = st(&[
+            ("CS_TILE_M", 128),
+            ("CS_TILE_N", 32),
+            ("CS_CLUSTER_M", 1),
+            ("CS_SWAP_AB", 1),
+        ]);
+        assert_eq!(check(&swap, &w), Ok(()));
+        let mut swap_f32 = swap.clone();
+        swap_f32.params.insert("CS_TILE_N".into(), 128);
+        assert!(check(&swap_f32, &f32w).unwrap_err().contains("CS_SWAP_AB"));
+        // Stage counts: at least two, and what fits in shared memory.
+        let mut s4 = pp(96);
+        s4.params.insert("CS_STAGES".into(), 4);
+        assert_eq!(check(&s4, &w), Ok(()));
+        s4.params.insert("CS_STAGES".into(), 20);
+        assert!(check(&s4, &w).unwrap_err().contains("CS_STAGES"));
+    }
+
+    #[test]
     fn glu_weights_shared_by_the_batch_need_a_row_major_a() {
         let fixture = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -607,12 +667,12 @@ mod tests {
             labels("gemv_bf16_n8_k1m")[0],
             "gemm_skinny_splitk SPLIT_K=1 STREAM=1"
         );
-        // 16 x 18944 x 3584 (a 130 MiB weight): after the ping-pong 64x64 tile (296 tiles
-        // along N) and the sized split-K.
+        // 16 x 18944 x 3584 (a 130 MiB weight): after the ping-pong tile sized to one
+        // wave (144 columns, 132 tiles) and the sized split-K.
         let big = labels("llm_qwen2_7b_up_m16");
         assert_eq!(
             big[0],
-            "gemm_sm90_cutlass3_ws CLUSTER_M=1 CLUSTER_N=2 SCHEDULE=1 TILE_M=64 TILE_N=64"
+            "gemm_sm90_cutlass3_ws CLUSTER_M=1 CLUSTER_N=2 SCHEDULE=1 TILE_M=64 TILE_N=144"
         );
         assert!(
             big[1].starts_with("gemm_skinny_splitk BLOCK_N=64"),

@@ -17,7 +17,13 @@
 //! - **memory**: the operands and the output at least once from DRAM, and the operand
 //!   tiles from L2: A once per column of tiles, B once per row of tiles (halved for the
 //!   operand a cluster of two multicasts), which is what makes small tiles lose on
-//!   memory-bound shapes.
+//!   memory-bound shapes; and what the busiest SM streams from DRAM at the rate one SM
+//!   reaches with this template's TMA mainloop, which is what makes two tiles on some SMs
+//!   lose to one on each where the weights of a small-M GEMM dominate the bytes.
+//!
+//! Beside the fixed tiles, [`sized`] adds 64-row ping-pong tiles whose width is chosen for
+//! the shape: the narrowest multiple of 16 that fits all tiles in one wave of one tile
+//! per SM (32 x 11008: 96 columns, 115 tiles).
 //!
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
 //! promise: the tuning database (measured times on the same GPU, `src/tuning/`) reorders
@@ -42,6 +48,10 @@ const SMEM_PENALTY: f64 = 8.0;
 const STREAMK_FIXUP: f64 = 1.10;
 /// One SM's rate for writing and reading back its partial tiles (bytes/s).
 const SM_PARTIAL_BYTES_PER_S: f64 = 100.0e9;
+/// What one SM streams from DRAM with the template's TMA mainloop (bytes/s). Measured on
+/// the H100 (bench/small-m-h100.md): 16-20 GB/s an SM, with 4 stages as with 12, at K =
+/// 4096 as at 65536; cuBLAS's kernels reach 23-38 there.
+const SM_STREAM_BYTES_PER_S: f64 = 20.0e9;
 
 /// How a configuration runs its tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +104,32 @@ impl Config {
             self.tile_m, self.tile_n, self.cluster_m, self.cluster_n
         )
     }
+}
+
+/// 64-row ping-pong tiles sized to `h` for 16-bit operands: the narrowest width (a
+/// multiple of 16, at most 256) that puts every tile in one wave of one tile per SM, with
+/// a cluster of two along N (the A tile multicast) and without. Empty where the 64-row
+/// tiles of the fixed space already fill the SMs (a width of 128 or more would be needed
+/// only past 132 x 64-column tiles) or no width fits one wave.
+pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
+    if ab == DType::F32 || ab.is_fp8() {
+        return Vec::new();
+    }
+    let rows = h.m.div_ceil(64) * h.batch.max(1);
+    let tn = (rows * h.n).div_ceil(SMS).next_multiple_of(16).max(16);
+    if tn > 256 || [64, 128, 256].contains(&tn) || rows * h.n.div_ceil(tn) > SMS {
+        return Vec::new();
+    }
+    [(1, 2), (1, 1)]
+        .into_iter()
+        .map(|(cm, cn)| Config {
+            tile_m: 64,
+            tile_n: tn,
+            schedule: Schedule::PingPong,
+            cluster_m: cm,
+            cluster_n: cn,
+        })
+        .collect()
 }
 
 /// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
@@ -229,7 +265,23 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
     let l2_bytes = a_bytes * h.n.div_ceil(tn) as f64 / c.cluster_n as f64
         + b_bytes * h.m.div_ceil(tm) as f64 / c.cluster_m as f64;
     let l2_s = l2_bytes / L2_BYTES_PER_S;
-    let memory_s = (bytes as f64 / DRAM_BYTES_PER_S).max(l2_s);
+    // The busiest SM's share of the DRAM bytes: each tile reads its A panel (shared with
+    // the other column tiles) and its B panel (shared with the other row tiles).
+    let (row_tiles, col_tiles) = (h.m.div_ceil(tm).max(1), h.n.div_ceil(tn).max(1));
+    let tile_dram = (tm.min(h.m) * h.k) as f64 * ab.bytes() as f64 / col_tiles as f64
+        + (tn.min(h.n) * h.k) as f64 * ab.bytes() as f64 / row_tiles as f64;
+    let per_sm = match c.schedule {
+        Schedule::StreamK => tiles as f64 / SMS as f64,
+        _ => tiles.div_ceil(slots).max(1) as f64,
+    };
+    // Measured (and applied) where the tiles form one row or one column, so that every
+    // panel of the long operand is read by one tile only.
+    let stream_s = if row_tiles == 1 || col_tiles == 1 {
+        per_sm * tile_dram / SM_STREAM_BYTES_PER_S
+    } else {
+        0.0
+    };
+    let memory_s = (bytes as f64 / DRAM_BYTES_PER_S).max(l2_s).max(stream_s);
     Estimate {
         us: compute_s.max(memory_s) * 1e6,
         compute_us: compute_s * 1e6,
@@ -254,6 +306,7 @@ pub fn wave_efficiency(h: &crate::spec::Shape, tm: u64, tn: u64, sms: u64) -> f6
 pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)> {
     let mut v: Vec<(Config, Estimate, String)> = space_for(ab)
         .into_iter()
+        .chain(sized(h, ab))
         .map(|c| {
             let e = estimate(&c, h, ab, cd);
             let why = format!(
@@ -369,6 +422,37 @@ mod tests {
             (c.tile_m, c.tile_n, c.schedule),
             (128, 128, Schedule::Cooperative)
         );
+    }
+
+    #[test]
+    fn small_m_gets_a_tile_width_sized_to_one_wave() {
+        let w = |m, n| {
+            sized(&Shape::gemm(m, n, 4096), DType::BF16)
+                .first()
+                .map(|c| c.tile_n)
+        };
+        // 11008 / 132 = 83.4 columns an SM: 96 (115 tiles); 18944: 144 (132 tiles).
+        assert_eq!(w(32, 11008), Some(96));
+        assert_eq!(w(16, 18944), Some(144));
+        assert_eq!(w(64, 6144), Some(48));
+        assert_eq!(w(16, 14336), Some(112));
+        assert_eq!(w(16, 4096), Some(32));
+        // Two rows of 64-row tiles: 2 x 4096 / 132 -> 64, already in the fixed space.
+        assert_eq!(w(128, 4096), None);
+        // No width of 256 or less fits one wave.
+        assert_eq!(w(4096, 4096), None);
+        assert!(sized(&Shape::gemm(32, 11008, 4096), DType::F32).is_empty());
+        // Measured on the H100 (bench/small-m-h100.md, us, with cuBLAS beside): 32 x 11008
+        // x 4096 + bias + SiLU 44.6 against 46.2 for 64 x 64 (cluster 1x2); 64 x 6144 x
+        // 4096 23.4 against 30.1 for 64 x 64 (cluster 2x1). The model puts the sized tile
+        // ahead of every other 64-row ping-pong tile there.
+        for (m, n) in [(32, 11008), (64, 6144), (16, 18944)] {
+            let first_pp64 = ranked(&Shape::gemm(m, n, 4096), DType::BF16, DType::BF16)
+                .into_iter()
+                .find(|(c, _, _)| c.schedule == Schedule::PingPong && c.tile_m == 64)
+                .map(|(c, _, _)| c.tile_n);
+            assert_eq!(first_pp64, w(m, n), "{m} x {n}");
+        }
     }
 
     #[test]
