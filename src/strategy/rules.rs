@@ -404,7 +404,8 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     if ![64, 128, 256].contains(&m) {
         return Err(format!("TILE_M {m}: must be 64, 128 or 256"));
     }
-    if !(half && n % 16 == 0 && (16..=256).contains(&n)) && ![64, 128, 256].contains(&n) {
+    let sized_n = half && n % 16 == 0 && (16..=256).contains(&n);
+    if !(sized_n || [64, 128, 256].contains(&n)) {
         return Err(format!(
             "TILE_N {n}: a multiple of 16 from 16 to 256 with bf16 / f16 operands, else 64, 128 or 256"
         ));
