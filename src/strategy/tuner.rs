@@ -106,16 +106,16 @@ impl Config {
     }
 }
 
-/// 64-row ping-pong tiles sized to `h` for 16-bit operands: the narrowest width (a
-/// multiple of 16, at most 256) that puts every tile in one wave of one tile per SM, with
-/// a cluster of two along N (the A tile multicast) and without. Empty where the 64-row
-/// tiles of the fixed space already fill the SMs (a width of 128 or more would be needed
-/// only past 132 x 64-column tiles) or no width fits one wave.
+/// 64-row ping-pong tiles sized to `h` for 16-bit operands with M <= 64: the narrowest
+/// width (a multiple of 16, at most 256) that puts every tile in one wave of one tile per
+/// SM, with a cluster of two along N (the A tile multicast) and without. Empty where that
+/// width is one of the fixed space's or no width fits one wave.
 pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
-    if ab == DType::F32 || ab.is_fp8() {
+    // Measured with one row of 64-row tiles (M <= 64, one batch) only.
+    if ab == DType::F32 || ab.is_fp8() || h.m > 64 || h.batch > 1 {
         return Vec::new();
     }
-    let rows = h.m.div_ceil(64) * h.batch.max(1);
+    let rows = 1;
     let tn = (rows * h.n).div_ceil(SMS).next_multiple_of(16).max(16);
     if tn > 256 || [64, 128, 256].contains(&tn) || rows * h.n.div_ceil(tn) > SMS {
         return Vec::new();
@@ -437,10 +437,12 @@ mod tests {
         assert_eq!(w(64, 6144), Some(48));
         assert_eq!(w(16, 14336), Some(112));
         assert_eq!(w(16, 4096), Some(32));
-        // Two rows of 64-row tiles: 2 x 4096 / 132 -> 64, already in the fixed space.
+        // 64 columns are in the fixed space already; no width fits 16 x 65536 in one wave;
+        // more than 64 rows: not measured, not offered.
+        assert_eq!(w(16, 8192), None);
+        assert_eq!(w(16, 65536), None);
         assert_eq!(w(128, 4096), None);
-        // No width of 256 or less fits one wave.
-        assert_eq!(w(4096, 4096), None);
+        assert_eq!(w(512, 512), None);
         assert!(sized(&Shape::gemm(32, 11008, 4096), DType::F32).is_empty());
         // Measured on the H100 (bench/small-m-h100.md, us, with cuBLAS beside): 32 x 11008
         // x 4096 + bias + SiLU 44.6 against 46.2 for 64 x 64 (cluster 1x2); 64 x 6144 x
