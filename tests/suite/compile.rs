@@ -287,6 +287,47 @@ fn every_template_instance_compiles_in_each_layout() {
         req.file_name = format!("{name}__{template}.cu");
         requests.push(req);
     }
+    // Strategies no workload above takes first, named explicitly (each must pass the
+    // rules): the other orientation (CS_SWAP_AB: a column-major kernel D, the library
+    // bias per row) on the decode shape's GEMM + bias + SiLU, and a 64-row tile sized to
+    // one wave (96 columns) with a set stage count.
+    let explicit: &[(&str, &[(&str, i64)])] = &[
+        (
+            "gemm_bf16_decode_bias_silu",
+            &[
+                ("CS_SWAP_AB", 1),
+                ("CS_TILE_M", 128),
+                ("CS_TILE_N", 32),
+                ("CS_CLUSTER_M", 1),
+            ],
+        ),
+        (
+            "llm_llama3_8b_o_m16",
+            &[
+                ("CS_TILE_M", 64),
+                ("CS_TILE_N", 96),
+                ("CS_SCHEDULE", 1),
+                ("CS_CLUSTER_M", 1),
+                ("CS_STAGES", 6),
+            ],
+        ),
+    ];
+    for (name, params) in explicit {
+        let w = Workload::find(&dir, name).unwrap_or_else(|e| panic!("{e}"));
+        let s = strategy::Strategy {
+            template: "gemm_sm90_cutlass3_ws".into(),
+            params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            rationale: String::new(),
+        };
+        assert_eq!(strategy::check(&s, &w), Ok(()), "{name}: {}", s.label());
+        let src = s.instantiate(&w).unwrap();
+        let mut req = CompileRequest::version(&src, "sm_90a");
+        req.file_name = format!(
+            "{name}__explicit_{}__gemm_sm90_cutlass3_ws.cu",
+            requests.len()
+        );
+        requests.push(req);
+    }
     eprintln!("not taken by the rules yet:\n  {}", not_taken.join("\n  "));
     // Every template has at least one instance here.
     for t in [
