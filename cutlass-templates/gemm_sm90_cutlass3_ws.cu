@@ -31,10 +31,13 @@
 // multicast across the cluster) into a StageCountAutoCarveout-deep shared memory ring,
 // consumer warpgroups issue WGMMA from shared memory. The kernel is persistent: a grid of
 // about sm_count CTAs walks the output tiles in a (swizzled, rastered) order given by the
-// tile scheduler. Two consumer schedules:
+// tile scheduler. Three consumer schedules:
 //   CS_SCHEDULE=0  cooperative: both consumer warpgroups split one TILE_M x TILE_N tile
 //   CS_SCHEDULE=1  ping-pong:   each consumer warpgroup owns a whole tile; their mainloop
 //                               and epilogue alternate, hiding the epilogue
+//   CS_SCHEDULE=2  basic:       not persistent, one CTA a tile with one consumer
+//                               warpgroup (256 threads): with CS_STAGES small enough, two
+//                               CTAs share an SM
 // The epilogue is the TMA warp-specialized collective (smem-staged, TMA store of D, TMA
 // load of C), which needs 16-byte aligned D/C rows; CS_EPI_ALIGN1=1 swaps in the
 // register-direct epilogue (NoSmemWarpSpecialized, alignment 1) so that any n / ldd works.
@@ -86,13 +89,13 @@ using namespace cute;
 // ---------------------------------------------------------------------------------------
 
 #ifndef CS_SCHEDULE
-#define CS_SCHEDULE 0      // 0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong
+#define CS_SCHEDULE 0      // 0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong, 2: ...(basic)
 #endif
 #ifndef CS_TILE_M
 #define CS_TILE_M 128      // CTA tile rows of D (cooperative: multiple of 128; ping-pong: 64)
 #endif
 #ifndef CS_TILE_N
-#if CS_SCHEDULE == 1
+#if CS_SCHEDULE != 0
 #define CS_TILE_N 128      // ping-pong: one warpgroup holds a whole tile's accumulators
 #else
 #define CS_TILE_N 256      // CTA tile columns of D (WGMMA N: multiple of 8, <= 256)
@@ -281,8 +284,8 @@ static constexpr int kTileK    = CS_TILE_K;
 static constexpr int kClusterM = CS_CLUSTER_M;
 static constexpr int kClusterN = CS_CLUSTER_N;
 
-static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative, 1 ping-pong");
-static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
+static_assert(CS_SCHEDULE >= 0 && CS_SCHEDULE <= 2, "CS_SCHEDULE: 0 cooperative, 1 ping-pong, 2 basic");
+static_assert(CS_SCHEDULE != 0 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
 static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
 static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
 static_assert(kTileK * sizeof(ElementAB) % (CS_F32 ? 64 : 128) == 0,
@@ -320,6 +323,11 @@ static constexpr bool kFp8FastAccum = CS_FP8 && CS_FP8_FAST_ACCUM;
 using MainloopSchedule = std::conditional_t<kFp8FastAccum,
     cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
     cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecialized;
+#elif CS_SCHEDULE == 2
+using MainloopSchedule = std::conditional_t<kFp8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccum,
+    cutlass::gemm::KernelTmaWarpSpecialized>;
 using TmaEpiSchedule   = cutlass::epilogue::TmaWarpSpecialized;
 #else
 using MainloopSchedule = std::conditional_t<kFp8FastAccum,

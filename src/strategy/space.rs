@@ -404,6 +404,40 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             out.insert(0, s);
         }
     }
+    // With at most 32 rows against a long N, the other orientation first: the kernel
+    // computes D^T = B^T A^T (CS_SWAP_AB), so the weight rows fill WGMMA's 64-row side and
+    // the few tokens its narrow N side (16 or 32 columns), as cuBLAS runs these shapes;
+    // one non-persistent CTA a 64-row tile with a short stage ring (CS_SCHEDULE=2), so
+    // that two or three CTAs share an SM. On the H100 (bench/small-m-h100.md, us, against
+    // the previous first / cuBLAS): 32 x 11008 x 4096 + bias + SiLU 39.0 / 46.2 / 37.4
+    // (1.21x the unfused sequence); 16 x 4096 x 4096 17.6 / 19.7 / 17.6.
+    let h = w.headline();
+    if gemm
+        && h.m <= 32
+        && h.n > 64
+        && h.k < 1 << 16
+        && matches!(w.dtype(), DType::BF16 | DType::F16)
+    {
+        let (tn, stages) = if h.m <= 16 { (16, 8) } else { (32, 6) };
+        out.insert(
+            0,
+            mk(
+                "gemm_sm90_cutlass3_ws",
+                with(
+                    &[
+                        ("CS_SWAP_AB", 1),
+                        ("CS_TILE_M", 64),
+                        ("CS_TILE_N", tn),
+                        ("CS_SCHEDULE", 2),
+                        ("CS_CLUSTER_M", 1),
+                        ("CS_STAGES", stages),
+                    ],
+                    &fp16,
+                ),
+                &format!("D^T = B^T A^T: 64 weight rows a CTA against the {tn}-column token tile, {stages} stages, not persistent (two or three CTAs an SM)"),
+            ),
+        );
+    }
     out.into_iter()
         .map(|s| {
             let v = check(&s, w).and_then(|()| {
@@ -500,9 +534,15 @@ mod tests {
         );
         // The whole space is there (every tile, schedule and cluster that fits).
         assert!(square.len() > 25, "{}", square.len());
-        // M = 64: the 64-row ping-pong tile first; M = 16: split-K first.
+        // M = 64: the 64-row ping-pong tile first; M = 16: the swapped orientation, then
+        // split-K.
         assert!(labels("llm_llama3_8b_o_m64")[0].contains("SCHEDULE=1 TILE_M=64"));
-        assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));
+        let m16 = labels("llm_llama3_8b_o_m16");
+        assert_eq!(
+            m16[0],
+            "gemm_sm90_cutlass3_ws CLUSTER_M=1 SCHEDULE=2 STAGES=8 SWAP_AB=1 TILE_M=64 TILE_N=16"
+        );
+        assert!(m16[1].starts_with("gemm_skinny_splitk"), "{m16:?}");
         // M = 256 against N = 4096: a quarter of the SMs busy with 128 x 256 tiles; smaller
         // tiles or stream-K first (the cost model's order).
         let small = labels("llm_llama3_8b_o_m256");
@@ -667,20 +707,29 @@ mod tests {
             labels("gemv_bf16_n8_k1m")[0],
             "gemm_skinny_splitk SPLIT_K=1 STREAM=1"
         );
-        // 16 x 18944 x 3584 (a 130 MiB weight): after the ping-pong tile sized to one
-        // wave (144 columns, 132 tiles) and the sized split-K.
+        // 16 x 18944 x 3584 (a 130 MiB weight): after the swapped orientation, the
+        // ping-pong tile sized to one wave (144 columns, 132 tiles) and the sized split-K.
         let big = labels("llm_qwen2_7b_up_m16");
         assert_eq!(
             big[0],
+            "gemm_sm90_cutlass3_ws CLUSTER_M=1 SCHEDULE=2 STAGES=8 SWAP_AB=1 TILE_M=64 TILE_N=16"
+        );
+        assert_eq!(
+            big[1],
             "gemm_sm90_cutlass3_ws CLUSTER_M=1 CLUSTER_N=2 SCHEDULE=1 TILE_M=64 TILE_N=144"
         );
         assert!(
-            big[1].starts_with("gemm_skinny_splitk BLOCK_N=64"),
+            big[2].starts_with("gemm_skinny_splitk BLOCK_N=64"),
             "{big:?}"
         );
-        assert_eq!(big[2], "gemm_skinny_splitk SPLIT_K=1 STREAM=1 STREAM_WN=16");
-        // 16 x 4096 x 4096 (64 tiles of 64 columns): split-K stays first.
-        assert!(labels("llm_llama3_8b_o_m16")[0].starts_with("gemm_skinny_splitk"));
+        assert_eq!(big[3], "gemm_skinny_splitk SPLIT_K=1 STREAM=1 STREAM_WN=16");
+        // 16 x 4096 x 4096 (64 tiles of 64 columns): split-K right after the swapped tile.
+        assert!(labels("llm_llama3_8b_o_m16")[1].starts_with("gemm_skinny_splitk"));
+        // 32 rows (the decode GEMM + bias + SiLU): the 32-column token tile, 6 stages.
+        assert_eq!(
+            labels("gemm_bf16_decode_bias_silu")[0],
+            "gemm_sm90_cutlass3_ws CLUSTER_M=1 SCHEDULE=2 STAGES=6 SWAP_AB=1 TILE_M=64 TILE_N=32"
+        );
         assert!(!labels("llm_llama3_8b_qkv_m16")
             .iter()
             .any(|l| l.contains("STREAM=1")));
