@@ -48,9 +48,10 @@ const SMEM_PENALTY: f64 = 8.0;
 const STREAMK_FIXUP: f64 = 1.10;
 /// One SM's rate for writing and reading back its partial tiles (bytes/s).
 const SM_PARTIAL_BYTES_PER_S: f64 = 100.0e9;
-/// What one SM streams from DRAM with the template's TMA mainloop (bytes/s). Measured on
-/// the H100 (bench/small-m-h100.md): 16-20 GB/s an SM, with 4 stages as with 12, at K =
-/// 4096 as at 65536; cuBLAS's kernels reach 23-38 there.
+/// What one SM streams from DRAM with the template's persistent TMA mainloop (bytes/s).
+/// Measured on the H100 (bench/small-m-h100.md), from the slope over K = 4096-65536: the
+/// 64x32 ping-pong tile on 128 SMs 16 GB/s an SM, the sized 64x96 tile on 115 SMs 22;
+/// cuBLAS's kernels reach 23-38 there.
 const SM_STREAM_BYTES_PER_S: f64 = 20.0e9;
 
 /// How a configuration runs its tiles.
