@@ -394,6 +394,16 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
             ));
         }
     }
+    // 0 cooperative, 1 ping-pong (persistent), 2 basic (one CTA a tile, not persistent).
+    let schedule = s.get("CS_SCHEDULE", 0);
+    if !(0..=2).contains(&schedule) {
+        return Err(format!(
+            "CS_SCHEDULE {schedule}: 0 cooperative, 1 ping-pong or 2 basic"
+        ));
+    }
+    if schedule != 0 && s.get("CS_STREAMK", 0) != 0 {
+        return Err("CS_STREAMK needs the cooperative schedule (CS_SCHEDULE=0)".into());
+    }
     if s.get("CS_SCHEDULE", 0) == 0 && m < 128 {
         return Err("the cooperative schedule needs TILE_M >= 128".into());
     }

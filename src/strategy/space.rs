@@ -648,6 +648,15 @@ mod tests {
         let mut swap_f32 = swap.clone();
         swap_f32.params.insert("CS_TILE_N".into(), 128);
         assert!(check(&swap_f32, &f32w).unwrap_err().contains("CS_SWAP_AB"));
+        // The basic (non-persistent) schedule; no fourth schedule; stream-K only cooperative.
+        let mut basic = pp(32);
+        basic.params.insert("CS_SCHEDULE".into(), 2);
+        assert_eq!(check(&basic, &w), Ok(()));
+        basic.params.insert("CS_SCHEDULE".into(), 3);
+        assert!(check(&basic, &w).unwrap_err().contains("CS_SCHEDULE 3"));
+        let mut sk = pp(64);
+        sk.params.insert("CS_STREAMK".into(), 1);
+        assert!(check(&sk, &w).unwrap_err().contains("CS_STREAMK"));
         // Stage counts: at least two, and what fits in shared memory.
         let mut s4 = pp(96);
         s4.params.insert("CS_STAGES".into(), 4);
