@@ -411,8 +411,14 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     // that two or three CTAs share an SM. On the H100 (bench/small-m-h100.md, us, against
     // the previous first / cuBLAS): 32 x 11008 x 4096 + bias + SiLU 39.0 / 46.2 / 37.4
     // (1.21x the unfused sequence); 16 x 4096 x 4096 17.6 / 19.7 / 17.6.
+    // Validated on a GPU with A row-major, B column-major and D row-major (nn.Linear) only;
+    // other layouts compile (A and B both row- or both column-major) but keep the earlier
+    // order until they have run.
     let h = w.headline();
+    let lay = w.layouts();
+    let linear = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
     if gemm
+        && linear
         && h.m <= 32
         && h.n > 64
         && h.k < 1 << 16
