@@ -325,9 +325,8 @@ static constexpr int kStageBytes = (kTileM + 2 * kTileN) * kTileK * int(sizeof(E
 #ifdef CS_STAGES
 static constexpr int kStages = CS_STAGES;
 #else
-static constexpr int kStagesFit =
-    (227 * 1024 - int(sizeof(typename CollectiveEpilogue::SharedStorage)) - 2048) / kStageBytes;
-static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+static constexpr int kStages =
+    cs_sm90::stages_fit<typename CollectiveEpilogue::SharedStorage>(kStageBytes);
 #endif
 static_assert(kStages >= 2, "CS_DUAL: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
 

@@ -599,9 +599,8 @@ static constexpr int kF32StageBytes =
 #ifdef CS_STAGES
 static constexpr int kStages = CS_STAGES;
 #else
-static constexpr int kStagesFit =
-    (227 * 1024 - int(sizeof(typename CollectiveEpilogue::SharedStorage)) - 2048) / kF32StageBytes;
-static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+static constexpr int kStages =
+    cs_sm90::stages_fit<typename CollectiveEpilogue::SharedStorage>(kF32StageBytes);
 #endif
 static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
 using CollectiveMainloop = cs_3xtf32::Mainloop<

@@ -257,16 +257,14 @@ struct Mainloop {
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
-      int const stage = smem_pipe_write.index();
-      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+    cs_sm90::produce(
+        pipeline, smem_pipe_write, k_tile_iter, k_tile_count,
+        [&](auto& bar, auto k, int stage) {
+          copy(params.tma_load_a.with(bar, mcast_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+        },
+        [&](auto& bar, auto k, int stage) {
+          copy(params.tma_load_b.with(bar, mcast_b), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+        });
   }
 
   CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {

@@ -1,6 +1,6 @@
 // cutesmith: what the Hopper (sm_90a) mainloop collectives of cutesmith_sm90_3xtf32.cuh and
-// cutesmith_sm90_dual.cuh share: their dispatch policy, and what the producer needs to know
-// of its thread block cluster.
+// cutesmith_sm90_dual.cuh share: their dispatch policy, what the producer needs to know
+// of its thread block cluster, its k-tile loop, and how many stages the templates give them.
 
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/arch.h>
+#include <cutlass/cutlass.h>
 
 namespace cs_sm90 {
 
@@ -45,6 +46,31 @@ CUTE_DEVICE ClusterLoad cluster_load(uint32_t block_rank_in_cluster) {
       c.mcast_b |= uint16_t(1) << block_layout(m, c.id.y, Int<0>{});
   }
   return c;
+}
+
+// The producer's k-tile loop: for each k-tile, wait for a free stage and issue every
+// operand's TMA load into it on that stage's barrier. Each load is called as
+// load(barrier, k_tile, stage).
+template <class Pipeline, class PipelineState, class KTileIterator, class... Loads>
+CUTE_DEVICE void produce(Pipeline& pipeline, PipelineState& smem_pipe_write,
+                         KTileIterator k_tile_iter, int k_tile_count, Loads const&... loads) {
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (; k_tile_count > 0; --k_tile_count) {
+    pipeline.producer_acquire(smem_pipe_write);
+    auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
+    int const stage = smem_pipe_write.index();
+    (loads(*bar, *k_tile_iter, stage), ...);
+    ++k_tile_iter;
+    ++smem_pipe_write;
+  }
+}
+
+// As many stages of `stage_bytes` as fit in an SM's 227 KiB of shared memory beside the
+// epilogue's storage (and 2 KiB for barriers and alignment), at most 8.
+template <class EpilogueStorage>
+constexpr int stages_fit(int stage_bytes) {
+  int const fit = (227 * 1024 - int(sizeof(EpilogueStorage)) - 2048) / stage_bytes;
+  return fit > 8 ? 8 : fit;
 }
 
 }  // namespace cs_sm90
