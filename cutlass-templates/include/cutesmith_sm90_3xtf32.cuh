@@ -257,14 +257,9 @@ struct Mainloop {
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
 
-    cs_sm90::produce(
-        pipeline, smem_pipe_write, k_tile_iter, k_tile_count,
-        [&](auto& bar, auto k, int stage) {
-          copy(params.tma_load_a.with(bar, mcast_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-        },
-        [&](auto& bar, auto k, int stage) {
-          copy(params.tma_load_b.with(bar, mcast_b), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-        });
+    cs_sm90::produce(pipeline, smem_pipe_write, k_tile_iter, k_tile_count,
+        cs_sm90::stage_load(params.tma_load_a, mcast_a, tAgA, tAsA),
+        cs_sm90::stage_load(params.tma_load_b, mcast_b, tBgB, tBsB));
   }
 
   CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {

@@ -204,17 +204,10 @@ struct Mainloop {
     Tensor tBgB2 = block_tma_b2.partition_S(gB2);
     Tensor tBsB2 = block_tma_b2.partition_D(sB2);
 
-    cs_sm90::produce(
-        pipeline, smem_pipe_write, k_tile_iter, k_tile_count,
-        [&](auto& bar, auto k, int stage) {
-          copy(params.tma_load_a.with(bar, mcast_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-        },
-        [&](auto& bar, auto k, int stage) {
-          copy(params.tma_load_b.with(bar, mcast_b), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-        },
-        [&](auto& bar, auto k, int stage) {
-          copy(params.tma_load_b2.with(bar, mcast_b), tBgB2(_, _, _, k), tBsB2(_, _, _, stage));
-        });
+    cs_sm90::produce(pipeline, smem_pipe_write, k_tile_iter, k_tile_count,
+        cs_sm90::stage_load(params.tma_load_a, mcast_a, tAgA, tAsA),
+        cs_sm90::stage_load(params.tma_load_b, mcast_b, tBgB, tBsB),
+        cs_sm90::stage_load(params.tma_load_b2, mcast_b, tBgB2, tBsB2));
   }
 
   CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {

@@ -65,6 +65,16 @@ CUTE_DEVICE void produce(Pipeline& pipeline, PipelineState& smem_pipe_write,
   }
 }
 
+// One operand's load for produce(): its k-tile `k` from the TMA source partition into
+// shared-memory stage `stage`, multicast with `mcast` (0: not a multicast).
+template <class Tma, class Src, class Dst>
+CUTE_DEVICE auto stage_load(Tma const& tma, uint16_t mcast, Src const& src, Dst const& dst) {
+  return [&tma, mcast, &src, &dst](auto& bar, auto k, int stage) {
+    using cute::_;
+    copy(tma.with(bar, mcast), src(_, _, _, k), dst(_, _, _, stage));
+  };
+}
+
 // As many stages of `stage_bytes` as fit in an SM's 227 KiB of shared memory beside the
 // epilogue's storage (and 2 KiB for barriers and alignment), at most 8.
 template <class EpilogueStorage>
