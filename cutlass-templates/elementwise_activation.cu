@@ -161,14 +161,7 @@ static constexpr int kWlOut = CS_DTYPE_BF16;
 // two steps with the accurate library functions)
 // ---------------------------------------------------------------------------------------
 
-CS_HD float cs_exp_fast(float x)
-{
-#ifdef __CUDA_ARCH__
-  return __expf(x);                     // ex2.approx(x * log2e)
-#else
-  return exp2f(x * 1.4426950408889634f);
-#endif
-}
+CS_HD float cs_exp_fast(float x) { return cs_fast_exp(x); }   // ex2.approx.ftz(x * log2e)
 
 CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
 {
@@ -179,16 +172,18 @@ CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
 #endif
 }
 
-// expm1(x) for x <= 0 (and NaN). kFast (a 16-bit result): ex2.approx minus 1, whose
-// absolute error (~2^-22) is relative error below 1e-5 where |expm1(x)| >= 0.03, and the
-// Taylor polynomial nearer 0 (next term x^5 / 120: relative error below 1e-8 there):
-// a few instructions instead of expm1f's ~30.
+// expm1(x) for x <= 0. kFast (a 16-bit result): ex2.approx minus 1, whose absolute error
+// (~2^-22) is relative error below 1e-5 where |expm1(x)| >= 0.03, and the Taylor
+// polynomial nearer 0 (next term x^5 / 120: relative error below 1e-8 there): a few
+// instructions instead of expm1f's ~30. Both are computed and one selected: a branch here
+// cost a divergent pair of paths and its reconvergence per element, and 16-bit activations
+// are bound by the instructions issued once an element takes ~40 of them.
 template <bool kFast>
 CS_HD float cs_expm1_neg(float x)
 {
   if constexpr (kFast) {
-    if (x > -0.03f) return x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
-    return cs_exp_fast(x) - 1.0f;
+    float const poly = x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
+    return x > -0.03f ? poly : cs_exp_fast(x) - 1.0f;
   } else {
     return expm1f(x);
   }
@@ -197,17 +192,19 @@ CS_HD float cs_expm1_neg(float x)
 // log(1 + exp(y)) for y <= 0. kFast (a 16-bit result): e = exp(y) <= 1; log of 1 + e by
 // lg2.approx where 1 + e >= 1.01 (the result >= 0.00995, its ~2^-22 absolute error is
 // relative error below 1e-5), e - e^2/2 + e^3/3 - e^4/4 below (relative error below 3e-9).
+// Branch-free like cs_expm1_neg.
 template <bool kFast>
 CS_HD float cs_log1p_exp_neg(float y)
 {
   if constexpr (kFast) {
     float const e = cs_exp_fast(y);
-    if (e < 0.01f) return e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+    float const series = e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
 #ifdef __CUDA_ARCH__
-    return __logf(1.0f + e);
+    float const viaLog = __logf(1.0f + e);
 #else
-    return logf(1.0f + e);
+    float const viaLog = logf(1.0f + e);
 #endif
+    return e < 0.01f ? series : viaLog;
   } else {
     return log1pf(expf(y));
   }
@@ -266,10 +263,13 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     }
   } else if constexpr (Act == CS_ACT_SELU) {
     // expm1: exp(x) - 1 would lose all relative accuracy for x near 0.
+    // Evaluated at min(x, 0) and selected, without a branch; NaN passes through.
     float const alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
-    return scale * (x > 0.0f ? x : alpha * cs_expm1_neg<kFast>(x));
+    float const neg = alpha * cs_expm1_neg<kFast>(fminf(x, 0.0f));
+    return scale * (x > 0.0f || x != x ? x : neg);
   } else if constexpr (Act == CS_ACT_ELU) {
-    return x > 0.0f ? x : p0 * cs_expm1_neg<kFast>(x);
+    float const neg = p0 * cs_expm1_neg<kFast>(fminf(x, 0.0f));
+    return x > 0.0f || x != x ? x : neg;
   } else if constexpr (Act == CS_ACT_HARDSIGMOID) {
     // relu6(x + 3) / 6: exactly 0 at x <= -3 and 1 at x >= 3 (6 * fl(1/6) rounds to 1).
     return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
@@ -281,8 +281,8 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     // log(1 + exp(bx)) / b, x itself above the threshold. max(bx, 0) + log1p(exp(-|bx|))
     // is the same function without overflow for large bx (thresholds above 88).
     float const bx = p0 * x;
-    if (bx > p1) return x;
-    return (fmaxf(bx, 0.0f) + cs_log1p_exp_neg<kFast>(-fabsf(bx))) * p2;
+    float const soft = (fmaxf(bx, 0.0f) + cs_log1p_exp_neg<kFast>(-fabsf(bx))) * p2;
+    return bx > p1 ? x : soft;
   } else if constexpr (Act == CS_ACT_SOFTSIGN) {
     // The fast division (2 ulp) below 2^126, where it is exact enough; the IEEE one's
     // slow-path call spilled registers. Above, x / (1 + |x|) rounds to +-1. NaN stays NaN.
@@ -609,11 +609,16 @@ template <> struct CsVec<4> {
 #endif
     return CsVec{{v.x, v.y, v.z, v.w}};
   }
+  // One st.global.v4 always: written as a uint4 assignment, NVVM split some of them into
+  // four 32-bit stores (the selu kernel's second vector: 4x the store instructions, the
+  // LSU queue throttled, 10% off the copy bandwidth).
   __device__ __forceinline__ void store(void* p) const {
 #if CS_STREAMING_HINT
-    __stcs(static_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
 #else
-    *static_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
 #endif
   }
 };
@@ -627,11 +632,11 @@ template <> struct CsVec<2> {
 #endif
     return CsVec{{v.x, v.y}};
   }
-  __device__ __forceinline__ void store(void* p) const {
+  __device__ __forceinline__ void store(void* p) const {   // one st.global.v2 (see above)
 #if CS_STREAMING_HINT
-    __stcs(static_cast<uint2*>(p), make_uint2(w[0], w[1]));
+    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
 #else
-    *static_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
 #endif
   }
 };
