@@ -97,7 +97,8 @@ template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB
 struct Mainloop {
   static_assert(Split >= 0 && Split <= 2, "Split: 0 truncation, 1 lo rounded, 2 hi and lo rounded");
   static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
-  static_assert(Promote >= 1 && Promote < DispatchPolicy_::Stages, "Promote: 1 to Stages - 1 k-tiles");
+  static_assert(Promote >= 1, "Promote: at least 1 k-tile");
+  static_assert(DispatchPolicy_::Stages >= 2, "at least 2 stages");
   using DispatchPolicy = DispatchPolicy_;
   using TileShape = TileShape_;
   using ElementA = float;
@@ -318,8 +319,11 @@ struct Mainloop {
   // partial, whose drift is small and of random sign from one partial to the next), and
   // the partials are added into the fp32 accumulators with FADD, which rounds to nearest.
   //
-  // Order per k-tile t: issue the WGMMAs of t; meanwhile split stage t+1 (its lo buffers);
-  // then at a promotion point wait for the WGMMAs, release their stages and promote.
+  // Order per k-tile t: issue the WGMMAs of t; once at most those are in flight, the
+  // previous k-tile's are done and its stage goes back to the producer; meanwhile split
+  // stage t+1 (its lo buffers); at a promotion point wait for t's WGMMAs, release t and
+  // promote. Stages go back one k-tile behind whatever Promote is, so the producer keeps
+  // Stages - 2 k-tiles of lead, and only a promotion drains the tensor pipe.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
@@ -393,6 +397,14 @@ struct Mainloop {
       warpgroup_commit_batch();
       ++smem_pipe_read;
 
+      // k-tile t-1's WGMMAs are done once at most t's are in flight: its stage goes back
+      // (unless t-1 was a promotion point, which released it already).
+      if (!fresh) {
+        warpgroup_wait<1>();
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+      }
+
       // While those run: the next stage lands and is split.
       if (t + 1 < k_tile_count) {
         wait_full(smem_pipe_read);
@@ -402,11 +414,8 @@ struct Mainloop {
       if (promote) {
         warpgroup_wait<0>();
         warpgroup_fence_operand(partial);
-        // Every stage up to t has been read: back to the producer.
-        for (int r = t % Promote; r >= 0; --r) {
-          pipeline.consumer_release(smem_pipe_release);
-          ++smem_pipe_release;
-        }
+        pipeline.consumer_release(smem_pipe_release);   // stage t
+        ++smem_pipe_release;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
       }
