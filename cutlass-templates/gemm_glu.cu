@@ -49,6 +49,8 @@
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
 //   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
 //   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
+//   CS_DUAL_WIDE  1    CS_DUAL=1: one WGMMA per k-block over B and B2 together (1), or one
+//                      for each (0)
 
 // Device code is built without assert(): a call to __assertfail inside the consumer loop
 // makes ptxas serialize every WGMMA (see gemm_sm90_cutlass3_ws.cu). Host asserts stay;
@@ -113,6 +115,9 @@ using namespace cute;
 #endif
 #ifndef CS_SWIZZLE
 #define CS_SWIZZLE 1
+#endif
+#ifndef CS_DUAL_WIDE
+#define CS_DUAL_WIDE 1     // dual: one WGMMA per k-block over B and B2 (2 x TILE_N columns)
 #endif
 #ifndef CS_RASTER
 #define CS_RASTER 0
@@ -333,7 +338,7 @@ static_assert(kStages >= 2, "CS_DUAL: fewer than 2 stages fit in shared memory (
 using CollectiveMainloop = cs_dual::Mainloop<
     cs_dual::MainloopSm90TmaDual<kStages, ClusterShape, MainloopSchedule>,
     TileShape, ElementAB, cutlass::detail::TagToStrideA_t<LayoutA>,
-    cutlass::detail::TagToStrideB_t<LayoutB>, CsGluCombine>;
+    cutlass::detail::TagToStrideB_t<LayoutB>, CsGluCombine, CS_DUAL_WIDE != 0>;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,

@@ -13,8 +13,14 @@
 //
 // Against two GEMMs and a combining pass, this reads A once instead of twice, never writes
 // or reads the first product, and computes per tile exactly what a plain GEMM with a tile
-// twice as wide computes (two 64x128 WGMMA accumulators per warpgroup in place of one
-// 64x256): the same shared memory per stage and the same registers.
+// twice as wide computes: the same shared memory per stage and the same registers.
+//
+// Wide (the default): each stage holds B's tile and then B2's as one operand of 2 x BLK_N
+// rows, so that one WGMMA per k-block covers both products (64 x 256 per warpgroup for
+// 128-column tiles, as a plain 128x256 GEMM): A is read from shared memory once per
+// k-block instead of twice, and half as many WGMMAs are issued. The accumulator's first
+// half (columns < BLK_N) is A * B, the second A * B2. Wide = false keeps two WGMMAs of
+// BLK_N columns into two accumulators.
 //
 // The combine must see the whole K sum: the kernel's scheduler must not split K (the
 // persistent data-parallel scheduler, not stream-K).
@@ -44,8 +50,9 @@ using MainloopSm90TmaDual = cs_sm90::MainloopPolicy<Stages, ClusterShape, Kernel
 //   template <class Frag> static void apply(Frag& acc, Frag const& acc2, Arguments const&)
 // that overwrites acc with the combined values, elementwise.
 template <class DispatchPolicy_, class TileShape_, class Element_, class StrideA_, class StrideB_,
-          class Combine_>
+          class Combine_, bool Wide_ = true>
 struct Mainloop {
+  static constexpr bool Wide = Wide_;
   using DispatchPolicy = DispatchPolicy_;
   using TileShape = TileShape_;
   using ElementA = Element_;
@@ -74,6 +81,12 @@ struct Mainloop {
       GMMA::ss_op_selector<ElementA, ElementB, float, TileShape, MajorA, MajorB>(),
       Layout<Shape<_2, _1, _1>>{}));
   static constexpr int NumMmaThreads = size(TiledMma{});
+  // Wide: the WGMMAs run over B and B2 as one operand of 2 x BLK_N rows.
+  using WideShape = Shape<BlkM, Int<2 * BlkN::value>, BlkK>;
+  static_assert(!Wide_ || 2 * BlkN::value <= 256, "Wide: 2 x TILE_N at most 256 (one WGMMA's N)");
+  using TiledMmaWide = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<ElementA, ElementB, float, WideShape, MajorA, MajorB>(),
+      Layout<Shape<_2, _1, _1>>{}));
 
   using SmemAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorA, ElementA, BlkM, BlkK>());
   using SmemAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorB, ElementB, BlkN, BlkK>());
@@ -81,6 +94,12 @@ struct Mainloop {
       cute::conditional_t<AKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
   using SmemLayoutB = decltype(tile_to_shape(SmemAtomB{}, make_shape(BlkN{}, BlkK{}, Int<Stages>{}),
       cute::conditional_t<BKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+  // Both B operands, stage by stage: rows [0, BLK_N) B, [BLK_N, 2 BLK_N) B2 (Wide); or
+  // all of B's stages, then all of B2's.
+  using SmemAtomBWide = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorB, ElementB, Int<2 * BlkN::value>, BlkK>());
+  using SmemLayoutBWide = decltype(tile_to_shape(SmemAtomBWide{}, make_shape(Int<2 * BlkN::value>{}, BlkK{}, Int<Stages>{}),
+      cute::conditional_t<BKMajor, Step<_1, _2, _3>, Step<_2, _1, _3>>{}));
+  static_assert(!Wide_ || cute::cosize_v<SmemLayoutBWide> == 2 * cute::cosize_v<SmemLayoutB>, "B and B2 fill the wide stage");
 
   using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
   using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
@@ -93,8 +112,7 @@ struct Mainloop {
   struct SharedStorage {
     struct TensorStorage : cute::aligned_struct<128, _0> {
       cute::array_aligned<ElementA, cute::cosize_v<SmemLayoutA>> smem_A;
-      cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
-      cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B2;
+      cute::array_aligned<ElementB, 2 * cute::cosize_v<SmemLayoutB>> smem_B;   // B and B2
     } tensors;
     using PipelineStorage = typename MainloopPipeline::SharedStorage;
     PipelineStorage pipeline;
@@ -131,6 +149,21 @@ struct Mainloop {
     typename Combine::Arguments combine;
     uint32_t tma_transaction_bytes = TmaTransactionBytes;
   };
+
+  // The shared-memory tensors of B and B2, (BLK_N, BLK_K, PIPE) each; Wide: the halves
+  // of each stage's 2 x BLK_N rows (the swizzle lives in the pointer, so a slice at a
+  // whole-atom row offset keeps it).
+  CUTLASS_DEVICE static auto b_tensors(TensorStorage& shared_tensors) {
+    auto ptr = make_smem_ptr(shared_tensors.smem_B.data());
+    if constexpr (Wide) {
+      Tensor sBw = make_tensor(ptr, SmemLayoutBWide{});                 // (2 BLK_N, BLK_K, PIPE)
+      Tensor halves = logical_divide(sBw, Shape<BlkN>{});              // ((BLK_N, 2), BLK_K, PIPE)
+      return cute::make_tuple(halves(make_coord(_, 0), _, _), halves(make_coord(_, 1), _, _));
+    } else {
+      constexpr int kB2 = cute::cosize_v<SmemLayoutB>;
+      return cute::make_tuple(make_tensor(ptr, SmemLayoutB{}), make_tensor(ptr + kB2, SmemLayoutB{}));
+    }
+  }
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
@@ -182,8 +215,7 @@ struct Mainloop {
                            uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
     if (!cute::elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
-    Tensor sB2 = make_tensor(make_smem_ptr(shared_tensors.smem_B2.data()), SmemLayoutB{});
+    auto [sB, sB2] = b_tensors(shared_tensors);
 
     // Multicast: A goes to the CTAs of this cluster row, B (and B2) to those of this column.
     auto const cluster = cs_sm90::cluster_load<ClusterShape, GmemTiledCopyA, GmemTiledCopyB>(block_rank_in_cluster);
@@ -214,69 +246,106 @@ struct Mainloop {
     if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
   }
 
-  // Consumers: per k-tile, the WGMMAs of A*B into accum and of A*B2 into acc2, one batch;
-  // a stage goes back to the producer once the next k-tile's batch is issued and this
-  // one has completed (one batch in flight, as CUTLASS's own mainloop). Then the combine.
+  // Consumers: per k-tile, the WGMMAs of A*B and A*B2 (Wide: one WGMMA per k-block over
+  // both; else one into accum and one into acc2), one batch; a stage goes back to the
+  // producer once the next k-tile's batch is issued and this one has completed (one batch
+  // in flight, as CUTLASS's own mainloop). Then the combine.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
     static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
-    Tensor sB2 = make_tensor(make_smem_ptr(shared_tensors.smem_B2.data()), SmemLayoutB{});
-
     int const warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
-    TiledMma tiled_mma;
-    auto thread_mma = tiled_mma.get_slice(warp_group_idx * cutlass::NumThreadsPerWarpGroup);
-    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));     // (MMA,MMA_M,MMA_K,PIPE)
-    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));     // (MMA,MMA_N,MMA_K,PIPE)
-    Tensor tCrB2 = thread_mma.make_fragment_B(thread_mma.partition_B(sB2));
-    constexpr int kBlocks = size<2>(decltype(tCrA){});
 
     auto wait_full = [&](PipelineState st) {
       auto token = pipeline.consumer_try_wait(st);
       pipeline.consumer_wait(st, token);
     };
 
-    Tensor acc2 = make_fragment_like(accum);
-    PipelineState smem_pipe_release = smem_pipe_read;
-    if (k_tile_count <= 0) {
-      clear(accum);
-      clear(acc2);
-    }
+    // The K loop over `accs` (one or two accumulators), each k-block's WGMMAs from gemms.
+    auto k_loop = [&](auto&& fence, auto&& issue) {
+      PipelineState smem_pipe_release = smem_pipe_read;
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int t = 0; t < k_tile_count; ++t) {
+        int const s = smem_pipe_read.index();
+        wait_full(smem_pipe_read);
+        fence();
+        warpgroup_arrive();
+        issue(s, t == 0);
+        warpgroup_commit_batch();
+        ++smem_pipe_read;
+        if (t > 0) {
+          // The previous k-tile's batch has completed: its stage goes back.
+          warpgroup_wait<1>();
+          pipeline.consumer_release(smem_pipe_release);
+          ++smem_pipe_release;
+        }
+        fence();
+      }
+      warpgroup_wait<0>();
+      fence();
+      if (k_tile_count > 0) pipeline.consumer_release(smem_pipe_release);
+    };
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int t = 0; t < k_tile_count; ++t) {
-      int const s = smem_pipe_read.index();
-      wait_full(smem_pipe_read);
-      warpgroup_fence_operand(accum);
-      warpgroup_fence_operand(acc2);
-      warpgroup_arrive();
+    if constexpr (Wide) {
+      TiledMmaWide tiled_mma;
+      auto thread_mma = tiled_mma.get_slice(warp_group_idx * cutlass::NumThreadsPerWarpGroup);
+      Tensor sBw = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutBWide{});
+      Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));     // (MMA,MMA_M,MMA_K,PIPE)
+      Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sBw));    // (MMA,MMA_N,MMA_K,PIPE)
+      constexpr int kBlocks = size<2>(decltype(tCrA){});
+      Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(WideShape{}));   // (MMA,MMA_M,MMA_N)
+      // One WGMMA atom spans the wide tile's N; its value mode then holds the output
+      // tile's columns first and B2's after (N/8 blocks of 2 x 2 values, blocks slowest).
+      constexpr int kHalf = decltype(size<0>(accum))::value;
+      static_assert(decltype(size<2>(acc))::value == 1 && decltype(size<2>(accum))::value == 1, "one WGMMA atom along N");
+      static_assert(decltype(size<1>(acc))::value == decltype(size<1>(accum))::value, "the same MMA_M");
+      static_assert(decltype(size<0>(acc))::value == 2 * kHalf, "the wide atom is twice as wide");
+      if (k_tile_count <= 0) clear(acc);
+      k_loop([&] { warpgroup_fence_operand(acc); },
+             [&](int s, bool first) {
+               CUTLASS_PRAGMA_UNROLL
+               for (int kb = 0; kb < kBlocks; ++kb) {
+                 tiled_mma.accumulate_ = (first && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+                 cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB(_, _, kb, s), acc);
+               }
+             });
+      Tensor acc2 = make_fragment_like(accum);
       CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < kBlocks; ++kb) {
-        GMMA::ScaleOut const scale = (t == 0 && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-        tiled_mma.accumulate_ = scale;
-        cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB(_, _, kb, s), accum);
-        tiled_mma.accumulate_ = scale;
-        cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB2(_, _, kb, s), acc2);
+      for (int m = 0; m < size<1>(accum); ++m) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < kHalf; ++v) {
+          accum(v, m, 0) = acc(v, m, 0);
+          acc2(v, m, 0) = acc(v + kHalf, m, 0);
+        }
       }
-      warpgroup_commit_batch();
-      ++smem_pipe_read;
-      if (t > 0) {
-        // The previous k-tile's batch has completed: its stage goes back.
-        warpgroup_wait<1>();
-        pipeline.consumer_release(smem_pipe_release);
-        ++smem_pipe_release;
+      Combine::apply(accum, acc2, params.combine);
+    } else {
+      TiledMma tiled_mma;
+      auto thread_mma = tiled_mma.get_slice(warp_group_idx * cutlass::NumThreadsPerWarpGroup);
+      auto [sB, sB2] = b_tensors(shared_tensors);
+      Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));     // (MMA,MMA_M,MMA_K,PIPE)
+      Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));     // (MMA,MMA_N,MMA_K,PIPE)
+      Tensor tCrB2 = thread_mma.make_fragment_B(thread_mma.partition_B(sB2));
+      constexpr int kBlocks = size<2>(decltype(tCrA){});
+      Tensor acc2 = make_fragment_like(accum);
+      if (k_tile_count <= 0) {
+        clear(accum);
+        clear(acc2);
       }
-      warpgroup_fence_operand(accum);
-      warpgroup_fence_operand(acc2);
+      k_loop([&] { warpgroup_fence_operand(accum); warpgroup_fence_operand(acc2); },
+             [&](int s, bool first) {
+               CUTLASS_PRAGMA_UNROLL
+               for (int kb = 0; kb < kBlocks; ++kb) {
+                 GMMA::ScaleOut const scale = (first && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+                 tiled_mma.accumulate_ = scale;
+                 cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB(_, _, kb, s), accum);
+                 tiled_mma.accumulate_ = scale;
+                 cute::gemm(tiled_mma, tCrA(_, _, kb, s), tCrB2(_, _, kb, s), acc2);
+               }
+             });
+      Combine::apply(accum, acc2, params.combine);
     }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(accum);
-    warpgroup_fence_operand(acc2);
-    if (k_tile_count > 0) pipeline.consumer_release(smem_pipe_release);
-
-    Combine::apply(accum, acc2, params.combine);
   }
 
   // mma() waits for its last WGMMAs and releases every stage itself.
