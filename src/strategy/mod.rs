@@ -128,9 +128,22 @@ impl Strategy {
     /// workload block (the workload's family, dtypes and layouts as `CS_WL_*` defines,
     /// and its epilogue chain as the `cs_chain` functor), the strategy's parameters as
     /// `#define`s, then the template's text.
+    ///
+    /// A parameter the template's text never names is an error: its `#define` would be
+    /// read by nothing, and the instance would silently be the template's default.
     pub fn instantiate(&self, w: &Workload) -> Result<String> {
         let path = self.source_path();
         let template = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let unread = self.unread_params(&template);
+        if !unread.is_empty() {
+            return Err(Error::Usage(format!(
+                "strategy {}: {} {} not read by {} (a misspelt or retired parameter would leave the template's default in its place)",
+                self.label(),
+                unread.join(", "),
+                if unread.len() == 1 { "is" } else { "are" },
+                path.display()
+            )));
+        }
         let mut src = format!("// cutesmith built-in strategy: {}\n", self.label());
         src.push_str(&workload_block(w));
         for (k, v) in &self.params {
@@ -138,6 +151,15 @@ impl Strategy {
         }
         src.push_str(&template);
         Ok(src)
+    }
+
+    /// The parameters that `template` (a template's text) never names as a whole word.
+    pub fn unread_params(&self, template: &str) -> Vec<&str> {
+        self.params
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !names_word(template, k))
+            .collect()
     }
 
     /// The template source file.
@@ -153,10 +175,69 @@ impl Strategy {
     }
 }
 
+/// Whether `word` occurs in `text` with no identifier character on either side.
+fn names_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::Workload;
+
+    #[test]
+    fn whole_words_only() {
+        assert!(names_word("#ifndef CS_TILE_M\n", "CS_TILE_M"));
+        assert!(names_word("x=CS_TILE_M;", "CS_TILE_M"));
+        assert!(!names_word("#ifndef CS_TILE_MN\n", "CS_TILE_M"));
+        assert!(!names_word("XCS_TILE_M", "CS_TILE_M"));
+        assert!(names_word("CS_TILE_MN CS_TILE_M", "CS_TILE_M"));
+    }
+
+    #[test]
+    fn a_parameter_no_template_reads_is_refused() {
+        let w = wl("gemm_bf16_4096");
+        let s = strategy(
+            "gemm_sm90_cutlass3_ws",
+            &[("CS_TILE_M", 128), ("CS_TILE_MM", 64)],
+            "a typo",
+        );
+        let e = s.instantiate(&w).unwrap_err().to_string();
+        assert!(e.contains("CS_TILE_MM is not read by"), "{e}");
+        assert!(e.contains("gemm_sm90_cutlass3_ws.cu"), "{e}");
+        let ok = strategy("gemm_sm90_cutlass3_ws", &[("CS_TILE_M", 128)], "");
+        assert!(ok
+            .instantiate(&w)
+            .unwrap()
+            .contains("#define CS_TILE_M 128"));
+    }
+
+    /// Every candidate the built-in space offers, for every workload in the repository,
+    /// names only parameters its template reads.
+    #[test]
+    fn every_offered_parameter_is_read_by_its_template() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads");
+        let mut checked = 0;
+        for w in Workload::load_dir(dir).unwrap() {
+            for s in space::candidates(&w) {
+                let text = std::fs::read_to_string(s.source_path()).unwrap();
+                let unread = s.unread_params(&text);
+                assert!(
+                    unread.is_empty(),
+                    "{}: {} offers {unread:?}",
+                    w.name(),
+                    s.label()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "only {checked} candidates checked");
+    }
 
     fn strategy(template: &str, params: &[(&str, i64)], rationale: &str) -> Strategy {
         Strategy {
