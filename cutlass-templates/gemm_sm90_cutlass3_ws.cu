@@ -122,8 +122,10 @@ using namespace cute;
 #define CS_F32_SPLIT 1     // fp32 split: 0 truncation, 1 lo rounded, 2 hi and lo rounded
 #endif
 #ifndef CS_F32_PROMOTE
-#define CS_F32_PROMOTE 4   // fp32: k-tiles WGMMA sums before FADD promotes the partial (4: 1327 us
-                           // at 4096^3 on an H100 against 1352 for 1, RMS error 0.5x cuBLAS fp32)
+#define CS_F32_PROMOTE 1   // fp32: k-tiles WGMMA sums before FADD promotes the partial. 4 is 2%
+                           // faster at 4096^3 (H100: 1327 against 1352 us) but its RMS error
+                           // reaches 2.5-2.8x cuBLAS fp32's at 512^3 and 4.0x at K = 64
+                           // (gemm_f32_small), past the 2x that fp32 workloads are held to
 #endif
 #ifndef CS_TILE_K
 #if CS_FP8
