@@ -272,11 +272,12 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     return x > 0.0f || x != x ? x : neg;
   } else if constexpr (Act == CS_ACT_HARDSIGMOID) {
     // relu6(x + 3) / 6: exactly 0 at x <= -3 and 1 at x >= 3 (6 * fl(1/6) rounds to 1).
-    return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+    // NaN stays NaN (cs_maxf / cs_minf), as in the reference.
+    return cs_minf(cs_maxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
   } else if constexpr (Act == CS_ACT_HARDSWISH) {
-    return x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f));
+    return x * (cs_minf(cs_maxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f));
   } else if constexpr (Act == CS_ACT_HARDTANH) {
-    return fminf(fmaxf(x, p0), p1);
+    return cs_minf(cs_maxf(x, p0), p1);
   } else if constexpr (Act == CS_ACT_SOFTPLUS) {
     // log(1 + exp(bx)) / b, x itself above the threshold. max(bx, 0) + log1p(exp(-|bx|))
     // is the same function without overflow for large bx (thresholds above 88).

@@ -358,30 +358,35 @@ using TileSchedulerTag = cutlass::gemm::PersistentScheduler;
 // ---------------------------------------------------------------------------------------
 
 #if CS_FUSED_BIAS_ACT
+// A CUTLASS activation functor from a cutesmith one (cutesmith_chain.cuh), element by
+// element: relu with the NaN-keeping max of the reference (CUTLASS's ReLu drops a NaN),
+// and GELU's erf form in its fast branch-free form for a 16-bit D.
+template <class T, int Act> struct CsEltAct {
+  static const bool kIsHeavy = Act != CS_ACT_RELU;
+  CUTLASS_HOST_DEVICE T operator()(T const& x) const {
+    if constexpr (Act == CS_ACT_RELU) return T(cs_relu(float(x)));
+    else return T(cs_gelu_erf_fast(float(x)));
+  }
+};
+template <class T, int N, int Act> struct CsEltAct<cutlass::Array<T, N>, Act> {
+  static const bool kIsHeavy = Act != CS_ACT_RELU;
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) y[i] = CsEltAct<T, Act>{}(x[i]);
+    return y;
+  }
+};
 #if   CS_ACT == 0
 template <class T> using ActivationFn = cutlass::epilogue::thread::Identity<T>;
 #elif CS_ACT == 1
-template <class T> using ActivationFn = cutlass::epilogue::thread::ReLu<T>;
+template <class T> using ActivationFn = CsEltAct<T, CS_ACT_RELU>;
 #elif CS_ACT == 2
 template <class T> using ActivationFn = cutlass::epilogue::thread::LeakyReLU<T>;  // slope: act_alpha
 #elif CS_ACT == 3 && (CS_F32 || (CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0))
 template <class T> using ActivationFn = cutlass::epilogue::thread::GELU<T>;        // erf form, f32 D
 #elif CS_ACT == 3
-// erf form, D of 16 bits: cs_gelu_erf_fast (cutesmith_chain.cuh) in place of libm's erff.
-template <class T> struct CsGeluErf16 {
-  static const bool kIsHeavy = true;
-  CUTLASS_HOST_DEVICE T operator()(T const& x) const { return T(cs_gelu_erf_fast(float(x))); }
-};
-template <class T, int N> struct CsGeluErf16<cutlass::Array<T, N>> {
-  static const bool kIsHeavy = true;
-  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
-    cutlass::Array<T, N> y;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) y[i] = CsGeluErf16<T>{}(x[i]);
-    return y;
-  }
-};
-template <class T> using ActivationFn = CsGeluErf16<T>;
+template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_ERF>;             // erf form, 16-bit D
 #elif CS_ACT == 4
 template <class T> using ActivationFn = cutlass::epilogue::thread::GELU_taylor<T>; // tanh form
 #elif CS_ACT == 5

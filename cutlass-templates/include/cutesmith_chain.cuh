@@ -90,7 +90,30 @@ CS_HD float cs_fast_log1p_exp_neg(float y)
   return e < 0.01f ? series : __logf(1.0f + e);
 }
 #endif
-CS_HD float cs_relu(float x) { return fmaxf(x, 0.0f); }
+/* max and min that keep a NaN, as PyTorch's maximum, minimum, clamp, relu and hardtanh do
+ * (and the fp64 reference): fmaxf / fminf return the other operand instead. On the device
+ * one FMNMX.NAN (PTX max.NaN / min.NaN, sm_80 and later). */
+CS_HD float cs_maxf(float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+#else
+  return x != x || y != y ? x + y : fmaxf(x, y);
+#endif
+}
+CS_HD float cs_minf(float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+#else
+  return x != x || y != y ? x + y : fminf(x, y);
+#endif
+}
+CS_HD float cs_relu(float x) { return cs_maxf(x, 0.0f); }
 CS_HD float cs_leaky_relu(float x, float slope) { return x >= 0.0f ? x : slope * x; }
 /* 0.5 x (1 + erf(x / sqrt 2)) for results rounded to 16 bits: 1 + erf(z) by Abramowitz and
  * Stegun 7.1.26 (absolute error of erf below 1.5e-7), one reciprocal and one exponential,
@@ -163,9 +186,9 @@ CS_HD float cs_elu(float x, float alpha)
   return x > 0.0f || x != x ? x : neg;
 }
 /* PyTorch's: relu6(x + 3) / 6. */
-CS_HD float cs_hardsigmoid(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f); }
+CS_HD float cs_hardsigmoid(float x) { return cs_minf(cs_maxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f); }
 CS_HD float cs_hardswish(float x) { return x * cs_hardsigmoid(x); }
-CS_HD float cs_hardtanh(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+CS_HD float cs_hardtanh(float x, float lo, float hi) { return cs_minf(cs_maxf(x, lo), hi); }
 /* PyTorch's: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold. */
 CS_HD float cs_softplus(float x, float beta, float threshold)
 {

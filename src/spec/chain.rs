@@ -169,6 +169,19 @@ impl BinOp {
             BinOp::Max => max_nan(x, y),
         }
     }
+
+    /// `x op y` in C++: min and max are cutesmith_chain.cuh's `cs_minf` / `cs_maxf`, which
+    /// keep a NaN as `apply` (and PyTorch) do, where `fminf` / `fmaxf` would drop it.
+    pub fn cpp(self, x: &str, y: &str) -> String {
+        match self {
+            BinOp::Add => format!("{x} + {y}"),
+            BinOp::Sub => format!("{x} - {y}"),
+            BinOp::Mul => format!("{x} * {y}"),
+            BinOp::Div => format!("{x} / {y}"),
+            BinOp::Min => format!("cs_minf({x}, {y})"),
+            BinOp::Max => format!("cs_maxf({x}, {y})"),
+        }
+    }
 }
 
 /// One op of a chain.
@@ -583,26 +596,13 @@ impl Chain {
             Op::Binary(b, o) => {
                 let y = self.operand_text(o, cpp);
                 match b {
-                    BinOp::Add => format!("x + {y}"),
-                    BinOp::Sub => format!("x - {y}"),
-                    BinOp::Mul => format!("x * {y}"),
-                    BinOp::Div => format!("x / {y}"),
-                    BinOp::Min | BinOp::Max if cpp => {
-                        format!("f{}f(x, {y})", b.name())
-                    }
-                    _ => format!("{}(x, {y})", b.name()),
+                    BinOp::Min | BinOp::Max if !cpp => format!("{}(x, {y})", b.name()),
+                    _ => b.cpp("x", &y),
                 }
             }
             Op::Clamp(lo, hi) => {
                 if cpp {
-                    let mut e = "x".to_string();
-                    if lo.is_finite() {
-                        e = format!("fmaxf({e}, {})", f(lo));
-                    }
-                    if hi.is_finite() {
-                        e = format!("fminf({e}, {})", f(hi));
-                    }
-                    e
+                    cpp_clamp("x", lo, hi)
                 } else {
                     format!("clamp(x, {}, {})", f(lo), f(hi))
                 }
@@ -958,6 +958,19 @@ fn num(v: f64) -> String {
 }
 
 /// An fp32 literal in C++ for `v` (the value the kernel uses is `v` rounded to f32).
+/// `clamp(x, lo, hi)` in C++ (either bound may be infinite: then it is left out), with
+/// the NaN-keeping `cs_maxf` / `cs_minf` of cutesmith_chain.cuh, as the reference clamps.
+pub fn cpp_clamp(x: &str, lo: f64, hi: f64) -> String {
+    let mut e = x.to_string();
+    if lo.is_finite() {
+        e = format!("cs_maxf({e}, {})", cpp_float(lo));
+    }
+    if hi.is_finite() {
+        e = format!("cs_minf({e}, {})", cpp_float(hi));
+    }
+    e
+}
+
 pub fn cpp_float(v: f64) -> String {
     let f = v as f32;
     if f.is_infinite() {
@@ -991,6 +1004,51 @@ mod tests {
         let mut c = Chain::default();
         c.extend_from_spec(&ops, DType::BF16).unwrap();
         c
+    }
+
+    /// min, max and clamp keep a NaN in the reference (as PyTorch does), so the C++ calls
+    /// the NaN-keeping helpers the header defines, never fminf / fmaxf.
+    #[test]
+    fn min_max_and_clamp_keep_nan_in_the_reference_and_the_cpp() {
+        let c = chain(vec![
+            OpSpec {
+                value: Some(0.5),
+                ..spec("max")
+            },
+            OpSpec {
+                operand: Some("col".into()),
+                ..spec("min")
+            },
+            OpSpec {
+                min: Some(-2.0),
+                max: Some(2.0),
+                ..spec("clamp")
+            },
+        ]);
+        assert!(c.eval(f64::NAN, &[0.0]).is_nan());
+        assert!(c.eval(1.0, &[f64::NAN]).is_nan());
+        assert_eq!(c.eval(3.0, &[1.5]), 1.5);
+        assert_eq!(c.eval(-3.0, &[1.5]), 0.5);
+        let cpp = c.cpp();
+        assert!(cpp.contains("x = cs_maxf(x, 0.5f);"), "{cpp}");
+        assert!(cpp.contains("x = cs_minf(x, t[0]);"), "{cpp}");
+        assert!(
+            cpp.contains("x = cs_minf(cs_maxf(x, -2.0f), 2.0f);"),
+            "{cpp}"
+        );
+        assert!(!cpp.contains("fmaxf") && !cpp.contains("fminf"), "{cpp}");
+        let header = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/cutlass-templates/include/cutesmith_chain.cuh"
+        ))
+        .unwrap();
+        for f in ["cs_maxf", "cs_minf"] {
+            assert!(
+                header.contains(&format!("CS_HD float {f}(float x, float y)")),
+                "{f}"
+            );
+        }
+        assert!(header.contains("max.NaN.f32") && header.contains("min.NaN.f32"));
     }
 
     #[test]

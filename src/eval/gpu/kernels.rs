@@ -261,27 +261,8 @@ fn step_expr(chain: &Chain, op: &Op) -> String {
     };
     let text = match op {
         Op::Act(a, p0, p1) => a.cpp_call("xv", *p0, *p1),
-        Op::Binary(b, o) => {
-            let y = operand(o);
-            match b {
-                crate::spec::chain::BinOp::Add => format!("xv + {y}"),
-                crate::spec::chain::BinOp::Sub => format!("xv - {y}"),
-                crate::spec::chain::BinOp::Mul => format!("xv * {y}"),
-                crate::spec::chain::BinOp::Div => format!("xv / {y}"),
-                crate::spec::chain::BinOp::Min => format!("fminf(xv, {y})"),
-                crate::spec::chain::BinOp::Max => format!("fmaxf(xv, {y})"),
-            }
-        }
-        Op::Clamp(lo, hi) => {
-            let mut e = "xv".to_string();
-            if lo.is_finite() {
-                e = format!("fmaxf({e}, {})", crate::spec::chain::cpp_float(*lo));
-            }
-            if hi.is_finite() {
-                e = format!("fminf({e}, {})", crate::spec::chain::cpp_float(*hi));
-            }
-            e
-        }
+        Op::Binary(b, o) => b.cpp("xv", &operand(o)),
+        Op::Clamp(lo, hi) => crate::spec::chain::cpp_clamp("xv", *lo, *hi),
         Op::Neg => "-xv".into(),
         Op::Abs => "fabsf(xv)".into(),
         Op::Exp => "expf(xv)".into(),
