@@ -161,8 +161,6 @@ static constexpr int kWlOut = CS_DTYPE_BF16;
 // two steps with the accurate library functions)
 // ---------------------------------------------------------------------------------------
 
-CS_HD float cs_exp_fast(float x) { return cs_fast_exp(x); }   // ex2.approx.ftz(x * log2e)
-
 CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
 {
 #ifdef __CUDA_ARCH__
@@ -172,42 +170,21 @@ CS_HD float cs_div_fast(float x, float y)   // 2 ulp; 0 for 2^126 < |y| < 2^128
 #endif
 }
 
-// expm1(x) for x <= 0. kFast (a 16-bit result): ex2.approx minus 1, whose absolute error
-// (~2^-22) is relative error below 1e-5 where |expm1(x)| >= 0.03, and the Taylor
-// polynomial nearer 0 (next term x^5 / 120: relative error below 1e-8 there): a few
-// instructions instead of expm1f's ~30. Both are computed and one selected: a branch here
-// cost a divergent pair of paths and its reconvergence per element, and 16-bit activations
-// are bound by the instructions issued once an element takes ~40 of them.
+// expm1(x) for x <= 0 and log(1 + exp(y)) for y <= 0. kFast (a 16-bit result): the
+// branch-free approximations of cutesmith_chain.cuh (cs_fast_expm1_neg,
+// cs_fast_log1p_exp_neg); otherwise libm.
 template <bool kFast>
 CS_HD float cs_expm1_neg(float x)
 {
-  if constexpr (kFast) {
-    float const poly = x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
-    return x > -0.03f ? poly : cs_exp_fast(x) - 1.0f;
-  } else {
-    return expm1f(x);
-  }
+  if constexpr (kFast) return cs_fast_expm1_neg(x);
+  else return expm1f(x);
 }
 
-// log(1 + exp(y)) for y <= 0. kFast (a 16-bit result): e = exp(y) <= 1; log of 1 + e by
-// lg2.approx where 1 + e >= 1.01 (the result >= 0.00995, its ~2^-22 absolute error is
-// relative error below 1e-5), e - e^2/2 + e^3/3 - e^4/4 below (relative error below 3e-9).
-// Branch-free like cs_expm1_neg.
 template <bool kFast>
 CS_HD float cs_log1p_exp_neg(float y)
 {
-  if constexpr (kFast) {
-    float const e = cs_exp_fast(y);
-    float const series = e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
-#ifdef __CUDA_ARCH__
-    float const viaLog = __logf(1.0f + e);
-#else
-    float const viaLog = logf(1.0f + e);
-#endif
-    return e < 0.01f ? series : viaLog;
-  } else {
-    return log1pf(expf(y));
-  }
+  if constexpr (kFast) return cs_fast_log1p_exp_neg(y);
+  else return log1pf(expf(y));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -215,7 +192,7 @@ CS_HD float cs_log1p_exp_neg(float y)
 // ---------------------------------------------------------------------------------------
 
 // Act with parameters p0 = act_alpha, p1 = act_beta and p2 = 1 / act_alpha (softplus).
-// kFast: the result is rounded to 16 bits afterwards, so __expf (ex2.approx) and
+// kFast: the result is rounded to 16 bits afterwards, so cs_fast_exp (ex2.approx.ftz) and
 // __fdividef (rcp.approx) are accurate enough.
 template <int Act, bool kFast>
 CS_HD float cs_act(float x, float p0, float p1, float p2)
@@ -236,7 +213,7 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     if constexpr (kFast) {
       // 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u))
       float const z = x * fmaf(x2, -0.071354816273801242f, -1.5957691216057308f);   // -2u
-      return cs_div_fast(x, 1.0f + cs_exp_fast(z));
+      return cs_div_fast(x, 1.0f + cs_fast_exp(z));
     } else {
       float const u = x * fmaf(x2, 0.035677408136300121f, 0.79788456080286536f);
       float const h = 0.5f * x;
@@ -247,16 +224,16 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
     // __fdividef (2 ulp) is exact enough even for f32; it only flushes x / y to 0 for
     // |y| > 2^126, where the true result is below 1e-36 anyway.
     float const bx = p0 * x;
-    float const e = kFast ? cs_exp_fast(-bx) : expf(-bx);
+    float const e = kFast ? cs_fast_exp(-bx) : expf(-bx);
     return cs_div_fast(x, 1.0f + e);
   } else if constexpr (Act == CS_ACT_SIGMOID) {
-    float const e = kFast ? cs_exp_fast(-x) : expf(-x);
+    float const e = kFast ? cs_fast_exp(-x) : expf(-x);
     return cs_div_fast(1.0f, 1.0f + e);
   } else if constexpr (Act == CS_ACT_TANH) {
     if constexpr (kFast) {
       // tanh|x| = 1 - 2 / (1 + exp(2|x|)); exp overflowing to inf gives exactly 1.
       // Absolute error ~1e-7 near 0, far below a 16-bit result's atol.
-      float const t = 1.0f - cs_div_fast(2.0f, 1.0f + cs_exp_fast(2.0f * fabsf(x)));
+      float const t = 1.0f - cs_div_fast(2.0f, 1.0f + cs_fast_exp(2.0f * fabsf(x)));
       return copysignf(t, x);
     } else {
       return tanhf(x);
@@ -292,7 +269,7 @@ CS_HD float cs_act(float x, float p0, float p1, float p2)
   } else if constexpr (Act == CS_ACT_MISH) {
     // x tanh(log(1 + e^x)) = x n / (n + 2), n = e^x (e^x + 2): one exponential, no
     // cancellation. Above x = 20 the ratio rounds to 1 (and e^2x would overflow at 44).
-    float const e = kFast ? cs_exp_fast(fminf(x, 20.0f)) : expf(fminf(x, 20.0f));
+    float const e = kFast ? cs_fast_exp(fminf(x, 20.0f)) : expf(fminf(x, 20.0f));
     float const nn = e * (e + 2.0f);
     return x * cs_div_fast(nn, nn + 2.0f);            // nn + 2 < 2^126
   } else {

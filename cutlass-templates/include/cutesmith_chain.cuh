@@ -70,26 +70,33 @@ CS_HD float cs_sigmoidf(float x)
   return 1.0f / (1.0f + expf(-x));
 #endif
 }
-#ifdef CS_FAST_CHAIN_MATH
-/* expm1(x) for x <= 0 (and NaN): ex2.approx minus 1 (absolute error ~2^-22, relative
- * below 1e-5 where |expm1 x| >= 0.03), the Taylor polynomial nearer 0 (relative error
- * below 1e-8 there). Both are computed and one selected: no branch, so a warp whose
- * elements fall on both sides runs each once (activations on 16-bit data are bound by
- * the instructions issued, not by the memory, when an element costs ~40 of them). */
+/* expm1(x) for x <= 0, for results rounded to 16 bits: ex2.approx minus 1 (absolute
+ * error ~2^-22, relative below 1e-5 where |expm1 x| >= 0.03), the Taylor polynomial nearer
+ * 0 (next term x^5 / 120: relative error below 1e-8 there), a few instructions instead of
+ * expm1f's ~30. Both are computed and one selected: no branch, so a warp whose elements
+ * fall on both sides runs each once (activations on 16-bit data are bound by the
+ * instructions issued, not by the memory, when an element costs ~40 of them). Used by the
+ * chain functions and the activation kernel (elementwise_activation.cu). */
 CS_HD float cs_fast_expm1_neg(float x)
 {
   const float poly = x * fmaf(x, fmaf(x, fmaf(x, 1.0f / 24.0f, 1.0f / 6.0f), 0.5f), 1.0f);
   return x > -0.03f ? poly : cs_fast_exp(x) - 1.0f;
 }
-/* log(1 + exp(y)) for y <= 0: lg2.approx of 1 + e where that is >= 1.01, the series
- * e - e^2/2 + e^3/3 - e^4/4 below (relative error below 3e-9). */
+/* log(1 + exp(y)) for y <= 0, for results rounded to 16 bits: e = exp(y) <= 1; lg2.approx
+ * of 1 + e where that is >= 1.01 (the result >= 0.00995, its ~2^-22 absolute error is
+ * relative error below 1e-5), the series e - e^2/2 + e^3/3 - e^4/4 below (relative error
+ * below 3e-9). Branch-free like cs_fast_expm1_neg. */
 CS_HD float cs_fast_log1p_exp_neg(float y)
 {
   const float e = cs_fast_exp(y);
   const float series = e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
-  return e < 0.01f ? series : __logf(1.0f + e);
-}
+#ifdef __CUDA_ARCH__
+  const float via_log = __logf(1.0f + e);
+#else
+  const float via_log = logf(1.0f + e);
 #endif
+  return e < 0.01f ? series : via_log;
+}
 /* max and min that keep a NaN, as PyTorch's maximum, minimum, clamp, relu and hardtanh do
  * (and the fp64 reference): fmaxf / fminf return the other operand instead. On the device
  * one FMNMX.NAN (PTX max.NaN / min.NaN, sm_80 and later). */

@@ -957,7 +957,6 @@ fn num(v: f64) -> String {
     }
 }
 
-/// An fp32 literal in C++ for `v` (the value the kernel uses is `v` rounded to f32).
 /// `clamp(x, lo, hi)` in C++ (either bound may be infinite: then it is left out), with
 /// the NaN-keeping `cs_maxf` / `cs_minf` of cutesmith_chain.cuh, as the reference clamps.
 pub fn cpp_clamp(x: &str, lo: f64, hi: f64) -> String {
@@ -971,6 +970,7 @@ pub fn cpp_clamp(x: &str, lo: f64, hi: f64) -> String {
     e
 }
 
+/// An fp32 literal in C++ for `v` (the value the kernel uses is `v` rounded to f32).
 pub fn cpp_float(v: f64) -> String {
     let f = v as f32;
     if f.is_infinite() {

@@ -200,12 +200,10 @@ fn chain_fp64(chain: &Chain) -> String {
             Op::Binary(b, o) => {
                 let v = y(o);
                 match b {
-                    BinOp::Add => format!("x + {v}"),
-                    BinOp::Sub => format!("x - {v}"),
-                    BinOp::Mul => format!("x * {v}"),
-                    BinOp::Div => format!("x / {v}"),
+                    // The fp64 forms of the NaN-keeping min and max.
                     BinOp::Min => format!("csd_min(x, {v})"),
                     BinOp::Max => format!("csd_max(x, {v})"),
+                    _ => b.cpp("x", &v),
                 }
             }
             Op::Clamp(lo, hi) => format!("csd_clamp(x, {}, {})", lit(*lo), lit(*hi)),
