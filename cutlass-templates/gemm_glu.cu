@@ -14,12 +14,15 @@
 //
 // Strategy (CS_DUAL=1, the default): one CUTLASS 3 GEMM kernel computing both products
 // at once (cutesmith_sm90_dual.cuh): per k-tile the producer loads one tile of A and one
-// each of B and B2; the consumer warpgroups run the WGMMAs of A*B and A*B2 into two
-// accumulators sharing the A fragment; when K is done, gate(alpha * acc1) * acc2 is formed
-// in registers and CUTLASS's epilogue (alpha, TMA store) writes D. A is read once, and the
-// first product never leaves the registers. Under CUTLASS's persistent cooperative
-// warp-specialized kernel with clusters and multicast of B and B2 along M.
-//
+// each of B and B2, side by side in the stage; the consumer warpgroups run one WGMMA per
+// k-block over both, into one accumulator twice as wide as D's tile (its halves are the
+// two products); CUTLASS's kernel layer sees a GEMM of 2 n columns. The epilogue forms
+// gate(alpha * first) * second in registers and CUTLASS's epilogue (alpha, TMA store)
+// writes D. A is read once, and the first product never leaves the registers. Under
+// CUTLASS's persistent cooperative warp-specialized kernel with clusters and multicast of
+// B and B2 along M; with CS_STREAMK=1 its stream-K scheduler splits the K loop of the
+// last wave's tiles over the SMs that would idle, and adds the partial (wide) sums before
+// the gate.
 // CS_DUAL=0: two CUTLASS 3 GEMMs on the given stream (the Sm90 collective builders, as in
 // gemm_sm90_cutlass3_ws.cu), and no separate combine pass:
 //   1. G = alpha * A * B, written in fp32 to the workspace (batch * m' * n' floats).
@@ -49,8 +52,7 @@
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
 //   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
 //   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
-//   CS_DUAL_WIDE  1    CS_DUAL=1: one WGMMA per k-block over B and B2 together (1), or one
-//                      for each (0)
+//   CS_STREAMK    0    CS_DUAL=1: 1 for CUTLASS's stream-K tile scheduler (uses the workspace)
 
 // Device code is built without assert(): a call to __assertfail inside the consumer loop
 // makes ptxas serialize every WGMMA (see gemm_sm90_cutlass3_ws.cu). Host asserts stay;
@@ -116,8 +118,8 @@ using namespace cute;
 #ifndef CS_SWIZZLE
 #define CS_SWIZZLE 1
 #endif
-#ifndef CS_DUAL_WIDE
-#define CS_DUAL_WIDE 1     // dual: one WGMMA per k-block over B and B2 (2 x TILE_N columns)
+#ifndef CS_STREAMK
+#define CS_STREAMK 0
 #endif
 #ifndef CS_RASTER
 #define CS_RASTER 0
@@ -187,7 +189,9 @@ static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "p
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
 static_assert(CS_DUAL == 0 || CS_DUAL == 1, "CS_DUAL: 1 one kernel for both products, 0 two GEMMs");
 static_assert(!CS_DUAL || CS_SCHEDULE == 0, "CS_DUAL=1: the cooperative schedule only");
-static_assert(!CS_DUAL || kTileN <= 128, "CS_DUAL=1: TILE_N at most 128 (two accumulators per thread)");
+static_assert(!CS_DUAL || kTileN <= 128, "CS_DUAL=1: TILE_N at most 128 (B and B2 side by side: one WGMMA's N)");
+static_assert(CS_STREAMK == 0 || CS_STREAMK == 1, "CS_STREAMK: 0 or 1");
+static_assert(!CS_STREAMK || CS_DUAL, "CS_STREAMK: the dual kernel only (CS_DUAL=1)");
 
 using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
 using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
@@ -338,11 +342,21 @@ static_assert(kStages >= 2, "CS_DUAL: fewer than 2 stages fit in shared memory (
 using CollectiveMainloop = cs_dual::Mainloop<
     cs_dual::MainloopSm90TmaDual<kStages, ClusterShape, MainloopSchedule>,
     TileShape, ElementAB, cutlass::detail::TagToStrideA_t<LayoutA>,
-    cutlass::detail::TagToStrideB_t<LayoutB>, CsGluCombine, CS_DUAL_WIDE != 0>;
+    cutlass::detail::TagToStrideB_t<LayoutB>>;
 
+// CUTLASS's epilogue for D's tiles, behind the wide view; the gate runs in its store.
+using Epilogue = cs_dual::Epilogue<CollectiveEpilogue, CollectiveMainloop, CsGluCombine>;
+
+#if CS_STREAMK
+using TileSchedulerTag = cutlass::gemm::StreamKScheduler;
+#else
+using TileSchedulerTag = cutlass::gemm::PersistentScheduler;
+#endif
+
+// The kernel's problem is (M, 2 N, K, L): each work tile covers B's and B2's columns of
+// one output tile.
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
-    cutlass::gemm::PersistentScheduler>;
+    Shape<int, int, int, int>, CollectiveMainloop, Epilogue, TileSchedulerTag>;
 
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
@@ -558,7 +572,7 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
   if (p.k == 0) return CS_ERR_UNSUPPORTED;
-  if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
+  if (p.m > kMaxInt || 2 * p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
 
   // Mainloops (TMA): 16-byte multiples for the strides, and for K where it is contiguous.
   bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
@@ -632,13 +646,14 @@ static typename dual::Gemm::Arguments cs_dual_arguments(const cs_problem& p, con
 {
   StrideD const dD = cs_stride<StrideD>(p.ldd, cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m));
   int const L = int(p.batch);
+  // The kernel's problem has 2 n' columns: B's and B2's (cutesmith_sm90_dual.cuh).
   typename dual::Gemm::Arguments args{
       L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
-      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {int(g.m_gemm), 2 * int(g.n_gemm), int(p.k), L},
       {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b),
        cs_stride_b(p, p.ldb, p.batch_stride_b), static_cast<ElementAB const*>(p.b2),
-       cs_stride_b(p, p.ldb2, p.batch_stride_b2), glu},
-      {{}, nullptr, dD, static_cast<ElementD*>(p.d), dD},
+       cs_stride_b(p, p.ldb2, p.batch_stride_b2)},
+      {{{}, nullptr, dD, static_cast<ElementD*>(p.d), dD}, glu},
       cs_hw_info(p)};
   args.epilogue.thread.alpha = p.alpha;
   args.epilogue.thread.beta = 0.0f;

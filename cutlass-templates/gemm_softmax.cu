@@ -31,7 +31,16 @@
 //      and a second pass re-reading the row (from L2, just read). exp is ex2.approx of
 //      x log2e - max log2e (as in softmax_rows.cu); log_softmax is (x log2e - max log2e
 //      - log2(sum)) ln 2. D is stored 4 elements at a time when its rows allow it.
-// The intermediate costs one fp32 write and read of m x n: a row fits one CTA's tile only
+// The exponentiated intermediate (CS_EXP16=1, used for softmax with a 16-bit D, no C term,
+// and a GEMM covering every output: n a multiple of 8, and m as well when A is
+// column-major): the GEMM's epilogue (CsExpEpilogue) turns its tile into
+// e = 2^(z log2e - mL_t), with mL_t the tile row's max times log2e, writes e as f16 (every
+// e is in [0, 1]: relative error 2^-11, absolute below 3e-8 where it is subnormal) and
+// (mL_t, sum of the tile row's e in fp32) per row and column tile. Stage 2 combines a
+// row's (mL_t, s_t) into the row's (mL, s) and writes D = e * 2^(mL_t - mL) / s. That
+// writes and reads 2 instead of 4 bytes an element; the per-tile statistics are 8 bytes
+// per row and column tile.
+// The fp32 intermediate costs one fp32 write and read of m x n: a row fits one CTA's tile only
 // when n <= CS_TILE_N, and a fused single-kernel version for that case (the softmax in
 // the epilogue: max and sum across the consumer warpgroups of one tile) is future work.
 //
@@ -44,6 +53,8 @@
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
 //   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
 //   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
+//   CS_EXP16      1    1: the exponentiated f16 intermediate below where it applies; 0: the
+//                      fp32 workspace always
 
 // Device code is built without assert(): a call to __assertfail inside the consumer loop
 // makes ptxas serialize every WGMMA (see gemm_sm90_cutlass3_ws.cu). Host asserts stay;
@@ -108,6 +119,9 @@ using namespace cute;
 #ifndef CS_RASTER
 #define CS_RASTER 0
 #endif
+#ifndef CS_EXP16
+#define CS_EXP16 1
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Workload: element types and layouts
@@ -171,6 +185,7 @@ static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8,
 static_assert(kTileK * 2 % 128 == 0, "TILE_K must span whole 128B swizzle rows");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
+static_assert(CS_EXP16 == 0 || CS_EXP16 == 1, "CS_EXP16: 0 or 1");
 
 using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
 using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
@@ -219,6 +234,172 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     cutlass::gemm::PersistentScheduler>;
 
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+#if CS_EXP16
+// ---------------------------------------------------------------------------------------
+// Stage 1, exponentiated: e = 2^(alpha z log2e - mL_t) in f16, and each tile row's (mL_t, s_t)
+// ---------------------------------------------------------------------------------------
+
+using ElementE = cutlass::half_t;
+static constexpr int kAlignE = 128 / cutlass::sizeof_bits<ElementE>::value;   // 8
+
+__device__ __forceinline__ float cs_ex2_e(float x)
+{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// What the epilogue needs beside CUTLASS's own arguments.
+struct CsExpArgs {
+  float2* stats = nullptr;   // [(l * m + row) * tiles_n + tile]: (mL_t, s_t)
+  int64_t tiles_n = 0;       // column tiles per row: ceil(n / TILE_N)
+  float alpha_log2e = 0.0f;  // alpha * log2(e)
+};
+
+// CUTLASS's collective epilogue Inner (alpha 1, f16 D), after the tile's row statistics:
+// store() takes the accumulators of one output tile (after any stream-K fixup), scales
+// them by alpha log2e, takes each tile row's max over the columns inside n (the four
+// threads of a quad hold a row's values in the WGMMA accumulator layout: rows
+// warp * 16 + lane / 4 (+ 8), columns 8 j + 2 (lane % 4) (+ 1)), replaces every value by
+// 2^(x - max) (columns past n by 0), sums them, writes (max, sum) of each row inside m, and
+// hands the values to Inner, which writes them by TMA.
+template <class Inner>
+struct CsExpEpilogue : Inner {
+  using TensorStorage = typename Inner::TensorStorage;
+
+  struct Arguments : Inner::Arguments {
+    CsExpArgs exp;
+  };
+  struct Params : Inner::Params {
+    CsExpArgs exp;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
+    Params params;
+    static_cast<typename Inner::Params&>(params) = Inner::to_underlying_arguments(problem_shape, args, workspace);
+    params.exp = args.exp;
+    return params;
+  }
+
+  CUTLASS_HOST_DEVICE
+  CsExpEpilogue(Params const& params, TensorStorage& shared_tensors) : Inner(params, shared_tensors), exp_(params.exp) {}
+
+  template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
+            class TiledMma>
+  CUTLASS_DEVICE auto store(typename Inner::LoadPipeline load_pipeline,
+                            typename Inner::LoadPipelineState load_pipe_consumer_state,
+                            typename Inner::StorePipeline store_pipeline,
+                            typename Inner::StorePipelineState store_pipe_producer_state,
+                            ProblemShapeMNKL problem_shape_mnkl, TileShapeMNK tile_shape_MNK,
+                            TileCoordMNKL tile_coord_mnkl, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int subtile_idx = -1) {
+    auto [M, N, K, L] = problem_shape_mnkl;
+    auto [m_coord, n_coord, k_coord, l_coord] = tile_coord_mnkl;
+    int const row0 = int(m_coord) * int(size<0>(tile_shape_MNK));
+    int const col0 = int(n_coord) * int(size<1>(tile_shape_MNK));
+    Tensor cD = make_identity_tensor(take<0, 2>(tile_shape_MNK));      // (BLK_M,BLK_N) -> (m,n)
+    Tensor tCcD = tiled_mma.get_thread_slice(thread_idx).partition_C(cD);   // (MMA,MMA_M,MMA_N)
+    static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "one coordinate per value");
+    constexpr int kMmaM = decltype(size<1>(accumulators))::value;
+    constexpr int kSlots = 2 * kMmaM;   // rows per thread: two per 64-row WGMMA
+    // The slot of value (v, mm, nn): its MMA_M index and which of the atom's two row halves.
+    auto slot = [&](int v, int mm, int nn) { return 2 * mm + ((int(get<0>(tCcD(v, mm, nn))) >> 3) & 1); };
+
+    float mx[kSlots], sum[kSlots];
+    int row_of[kSlots];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSlots; ++i) {
+      mx[i] = __int_as_float(0xff800000);
+      sum[i] = 0.0f;
+      row_of[i] = 0;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int nn = 0; nn < size<2>(accumulators); ++nn) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < size<0>(accumulators); ++v) {
+          auto const c = tCcD(v, mm, nn);
+          int const sl = slot(v, mm, nn);
+          row_of[sl] = int(get<0>(c));
+          float const x = col0 + int(get<1>(c)) < int(N) ? accumulators(v, mm, nn) * exp_.alpha_log2e
+                                                         : __int_as_float(0xff800000);
+          accumulators(v, mm, nn) = x;
+          mx[sl] = fmaxf(mx[sl], x);
+        }
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSlots; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int nn = 0; nn < size<2>(accumulators); ++nn) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < size<0>(accumulators); ++v) {
+          int const sl = slot(v, mm, nn);
+          float const e = cs_ex2_e(accumulators(v, mm, nn) - mx[sl]);   // 2^-inf = 0
+          accumulators(v, mm, nn) = e;
+          sum[sl] += e;
+        }
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSlots; ++i) {
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+    }
+    if ((threadIdx.x & 3) == 0) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kSlots; ++i) {
+        int const row = row0 + row_of[i];
+        if (row < int(M))
+          exp_.stats[(int64_t(l_coord) * int64_t(M) + row) * exp_.tiles_n + int64_t(n_coord)] =
+              make_float2(mx[i], sum[i]);
+      }
+    }
+    return Inner::store(load_pipeline, load_pipe_consumer_state, store_pipeline, store_pipe_producer_state,
+                        problem_shape_mnkl, tile_shape_MNK, tile_coord_mnkl, accumulators, tiled_mma, thread_idx,
+                        shared_tensors, subtile_idx);
+  }
+
+ private:
+  CsExpArgs exp_;
+};
+
+using CollectiveEpilogueE = CsExpEpilogue<typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAcc, float,
+    void, LayoutWs, kAlignE,
+    ElementE, LayoutWs, kAlignE,
+    EpilogueSchedule,
+    cutlass::epilogue::fusion::ScaledAcc<ElementE, float, float>
+  >::CollectiveOp>;
+
+using CollectiveMainloopE = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementAB, LayoutA, kAlignAB,
+    ElementAB, LayoutB, kAlignAB,
+    ElementAcc,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename CollectiveEpilogueE::SharedStorage))>,
+    MainloopSchedule
+  >::CollectiveOp;
+
+using GemmKernelE = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, CollectiveMainloopE, CollectiveEpilogueE, cutlass::gemm::PersistentScheduler>;
+
+using GemmE = cutlass::gemm::device::GemmUniversalAdapter<GemmKernelE>;
+using StrideE = typename GemmKernelE::StrideD;
+#endif
 
 using StrideA  = typename GemmKernel::StrideA;   // (M,K,L): (lda, _1, L) or (_1, lda, L)
 using StrideB  = typename GemmKernel::StrideB;   // (N,K,L): (ldb, _1, L) or (_1, ldb, L)
@@ -559,6 +740,60 @@ static cudaError_t cs_launch_rows(const CsRowArgs& a, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+#if CS_EXP16
+// Stage 2 after the exponentiated GEMM: one CTA of kExpThreads per row. The row's (mL, s)
+// from its tiles' (mL_t, s_t), then D = e * 2^(mL_t - mL) / s, 8 elements at a time (n is a
+// multiple of 8 here, and TILE_N too, so 8 consecutive elements share a tile).
+static constexpr int kExpThreads = 256;
+
+struct CsExpRowArgs {
+  const __half* e;                     // rows of n, batch-major
+  const float2* stats; int64_t tiles_n;
+  int64_t rows; int m; int n;
+  ElementCD* d; int64_t ldd, sd;
+  bool d_vec;                          // D rows allow 8-element (16-byte) stores
+};
+
+__global__ void __launch_bounds__(kExpThreads)
+cs_softmax_exp_kernel(CsExpRowArgs a)
+{
+  __shared__ float2 red[32];
+  int64_t const row = int64_t(blockIdx.x);
+  int64_t const bz = row / a.m, r = row - bz * a.m;
+  const float2* st = a.stats + row * a.tiles_n;
+  float mL = cs_neg_inf(), s = 0.0f;
+  for (int64_t t = threadIdx.x; t < a.tiles_n; t += blockDim.x) {
+    float2 const v = st[t];
+    cs_combine(mL, s, v.x, v.y);
+  }
+  cs_block_reduce(mL, s, red);
+  float const inv = 1.0f / s;
+  const uint4* e = reinterpret_cast<const uint4*>(a.e + row * int64_t(a.n));
+  ElementCD* d = a.d + bz * a.sd + r * a.ldd;
+  int const nv = a.n / 8;
+  for (int j = int(threadIdx.x); j < nv; j += int(blockDim.x)) {
+    float const f = cs_ex2(st[(8 * j) / kTileN].x - mL) * inv;
+    uint4 const raw = __ldcs(e + j);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+    float o[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float2 const x = __half22float2(h[q]);
+      o[2 * q] = x.x * f;
+      o[2 * q + 1] = x.y * f;
+    }
+    if (a.d_vec) {
+      float const lo[4] = {o[0], o[1], o[2], o[3]}, hi[4] = {o[4], o[5], o[6], o[7]};
+      cs_store4(d + 8 * j, lo);
+      cs_store4(d + 8 * j + 4, hi);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) d[8 * j + q] = cs_from_f32<ElementCD>(o[q]);
+    }
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------
 // Host side: problem checks and geometry
 // ---------------------------------------------------------------------------------------
@@ -574,7 +809,10 @@ static inline bool cs_tma_stride_ok(int64_t elems)
 struct CsGeometry {
   int64_t m_gemm, n_gemm;       // the part the TMA GEMM computes
   int64_t ldw;                  // workspace row stride (floats)
-  uint64_t ws_bytes;            // the fp32 rows, rounded up to 256 bytes
+  uint64_t ws_bytes;            // the fp32 rows (or e and the statistics), rounded up to 256 bytes
+  bool exp16;                   // the exponentiated f16 intermediate (CS_EXP16)
+  int64_t tiles_n;              // exp16: column tiles per row
+  uint64_t stats_at;            // exp16: byte offset of the statistics
 };
 
 static CsGeometry cs_geometry(const cs_problem& p)
@@ -584,6 +822,16 @@ static CsGeometry cs_geometry(const cs_problem& p)
   g.n_gemm = p.n / 8 * 8;
   g.ldw = (p.n + 3) / 4 * 4;
   g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
+  // The exponentiated path: softmax into a 16-bit D, no C, the GEMM covering every output.
+  g.exp16 = CS_EXP16 && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 && p.beta == 0.0f &&
+            g.m_gemm == p.m && g.n_gemm == p.n;
+  g.tiles_n = (p.n + kTileN - 1) / kTileN;
+  g.stats_at = 0;
+  if (g.exp16) {
+    uint64_t const rows = uint64_t(p.batch) * uint64_t(p.m);
+    g.stats_at = (rows * uint64_t(p.n) * 2 + 255) / 256 * 256;
+    g.ws_bytes = g.stats_at + (rows * uint64_t(g.tiles_n) * 8 + 255) / 256 * 256;
+  }
   return g;
 }
 
@@ -689,10 +937,54 @@ static int32_t cs_status_of(cutlass::Status s)
   }
 }
 
-// Total workspace: the fp32 rows, then CUTLASS's own (tile scheduler) workspace.
+#if CS_EXP16
+static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const CsGeometry& g, void* ws)
+{
+  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
+  StrideA const dA = cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
+  StrideB const dB = cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
+  StrideE const dE = cs_stride<StrideE>(p.n, p.m * p.n);
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.sm_count = p.sm_count;
+  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
+  }
+  int const L = int(p.batch);
+  typename GemmE::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
+      {{{}, nullptr, dE, static_cast<ElementE*>(ws), dE}, CsExpArgs{}},
+      hw_info};
+  args.epilogue.thread.alpha = 1.0f;   // alpha is the exponent's (alpha_log2e)
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.exp.stats = ws == nullptr ? nullptr
+                                          : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
+  args.epilogue.exp.tiles_n = g.tiles_n;
+  args.epilogue.exp.alpha_log2e = p.alpha * kLog2e;
+  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  args.scheduler.max_swizzle_size = CS_SWIZZLE;
+  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
+                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
+                                               : RasterOrderOptions::Heuristic;
+  return args;
+}
+#endif
+
+// Total workspace: the fp32 rows (or e and the statistics), then CUTLASS's own (tile
+// scheduler) workspace.
 static int32_t cs_workspace(const cs_problem& p, const CsGeometry& g, uint64_t* bytes)
 {
   *bytes = g.ws_bytes;
+#if CS_EXP16
+  if (g.exp16) {
+    typename GemmE::Arguments args = cs_make_arguments_e(p, g, nullptr);   // pointers may be NULL
+    if (GemmE::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+    *bytes += uint64_t(GemmE::get_workspace_size(args));
+    return CS_OK;
+  }
+#endif
   if (g.m_gemm > 0 && g.n_gemm > 0) {
     typename Gemm::Arguments args = cs_make_arguments(p, g, nullptr);   // pointers may be NULL
     if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
@@ -736,6 +1028,28 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (p.workspace == nullptr || p.workspace_bytes < need) return CS_ERR_WORKSPACE;
   if (!cs_aligned16(p.workspace)) return CS_ERR_UNSUPPORTED;
   float* ws = static_cast<float*>(p.workspace);
+
+#if CS_EXP16
+  if (g.exp16) {
+    typename GemmE::Arguments args = cs_make_arguments_e(p, g, p.workspace);
+    GemmE gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
+    void* gemm_ws = static_cast<char*>(p.workspace) + g.ws_bytes;
+    cutlass::Status s = gemm.initialize(args, gemm_ws, stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+    s = gemm.run(stream);
+    if (s != cutlass::Status::kSuccess) return cs_status_of(s);
+    CsExpRowArgs a;
+    a.e = static_cast<const __half*>(p.workspace);
+    a.stats = reinterpret_cast<const float2*>(static_cast<const char*>(p.workspace) + g.stats_at);
+    a.tiles_n = g.tiles_n;
+    a.rows = p.batch * p.m; a.m = int(p.m); a.n = int(p.n);
+    a.d = static_cast<ElementCD*>(p.d); a.ldd = p.ldd; a.sd = p.batch_stride_d;
+    a.d_vec = cs_aligned16(p.d) && (p.m == 1 || p.ldd % 8 == 0) && (p.batch == 1 || p.batch_stride_d % 8 == 0);
+    cs_softmax_exp_kernel<<<unsigned(a.rows), kExpThreads, 0, stream>>>(a);
+    return int32_t(cudaGetLastError());
+  }
+#endif
 
   // Stage 1: the TMA GEMM over (m_gemm, n_gemm), then the edge outputs.
   if (g.m_gemm > 0 && g.n_gemm > 0) {

@@ -273,9 +273,19 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             if s.template == "gemm_glu" && lay.shared_b && lay.a != Layout::Row {
                 return Err("layout shared = [\"b\"]: the template stacks the batches' rows of A and D into one GEMM, which needs a = row".into());
             }
+            tma_rows(s, w)?;
+            if s.template == "gemm_glu" {
+                let streamk = s.get("CS_STREAMK", 0);
+                if !(0..=1).contains(&streamk) {
+                    return Err(format!("CS_STREAMK {streamk}: 0 or 1"));
+                }
+                if streamk == 1 && s.get("CS_DUAL", 1) != 1 {
+                    return Err("CS_STREAMK=1 with CS_DUAL=0: stream-K is the dual kernel's".into());
+                }
+            }
             if s.template == "gemm_glu" && s.get("CS_DUAL", 1) == 1 {
                 if s.get("CS_TILE_N", 128) > 128 {
-                    return Err("CS_TILE_N above 128 with CS_DUAL=1: two accumulators per thread; use 128 or less, or CS_DUAL=0".into());
+                    return Err("CS_TILE_N above 128 with CS_DUAL=1: B's and B2's tiles side by side make one WGMMA of 2 x TILE_N columns, at most 256; use 128 or less, or CS_DUAL=0".into());
                 }
                 if s.get("CS_SCHEDULE", 0) != 0 {
                     return Err(
@@ -288,6 +298,48 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         "elementwise_activation" | "softmax_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
+}
+
+/// gemm_softmax and gemm_glu have no fallback GEMM: TMA reads every row of A and B (and
+/// gemm_glu writes every row of D) in 16-byte steps, so with packed operands the
+/// contiguous extent of each (k for A row-major and B column-major, m for A column-major,
+/// n for B row-major and gemm_glu's D) must be a multiple of 16 bytes.
+fn tma_rows(s: &Strategy, w: &Workload) -> Result<(), String> {
+    let lay = w.layouts();
+    let (ab, d) = (w.dtype().bytes(), w.out_dtype().bytes());
+    for sh in w.shapes() {
+        let mut need = vec![
+            (
+                "A",
+                if lay.a == Layout::Row {
+                    ("k", sh.k)
+                } else {
+                    ("m", sh.m)
+                },
+                ab,
+            ),
+            (
+                "B",
+                if lay.b == Layout::Row {
+                    ("n", sh.n)
+                } else {
+                    ("k", sh.k)
+                },
+                ab,
+            ),
+        ];
+        if s.template == "gemm_glu" {
+            need.push(("D", ("n", sh.n), d));
+        }
+        if let Some((op, (dim, v), _)) = need.into_iter().find(|(_, (_, v), b)| v * b % 16 != 0) {
+            return Err(format!(
+                "shape {sh}: {op}'s contiguous extent {dim} = {v} elements is {} bytes, not a \
+                 multiple of 16; the template reads (and writes) rows by TMA and has no fallback",
+                v * if op == "D" { d } else { ab }
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every GEMM template hands what its fast path cannot take (a contiguous extent or

@@ -326,6 +326,10 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     &[("CS_DUAL", 0), ("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],
                     "two CUTLASS 3 GEMMs 128x256, cluster 2x1: the first product through an fp32 workspace into the second's epilogue",
                 ),
+                (
+                    &[("CS_DUAL", 1), ("CS_TILE_M", 128), ("CS_TILE_N", 128), ("CS_CLUSTER_M", 2), ("CS_STREAMK", 1)][..],
+                    "one kernel for both products, 128x128 output tiles, cluster 2x1, stream-K: the last wave's K loops split over the SMs that would idle, the gate after the partial sums are added",
+                ),
             ] {
                 out.push(mk("gemm_glu", with(p, &fp16), why));
             }
@@ -699,6 +703,43 @@ mod tests {
         .unwrap();
         let why = space_first_error(&a);
         assert!(why.contains("shared weights (b) only"), "{why}");
+    }
+
+    #[test]
+    fn softmax_and_glu_operands_need_rows_of_16_bytes() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/workloads/gemm_softmax_f16_cr_small.toml"
+        );
+        let text = std::fs::read_to_string(fixture).unwrap();
+        let w = Workload::parse(fixture, &text).unwrap();
+        assert!(space(&w).iter().all(|(_, v)| v.is_ok()));
+        // A column-major with m = 100 f16 elements: 200-byte rows.
+        let odd_m = Workload::parse(fixture, &text.replace("m = 64", "m = 100")).unwrap();
+        let why = space_first_error(&odd_m);
+        assert!(
+            why.contains("A's contiguous extent m = 100 elements is 200 bytes"),
+            "{why}"
+        );
+        // B row-major with n = 260: 520 bytes.
+        let odd_n = Workload::parse(fixture, &text.replace("n = 264", "n = 260")).unwrap();
+        let why = space_first_error(&odd_n);
+        assert!(why.contains("B's contiguous extent n = 260"), "{why}");
+        // The GLU template writes D by TMA too: n = 203 of bf16 with K-major operands.
+        let glu = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/workloads/glu_bf16_small.toml"
+        );
+        let text = std::fs::read_to_string(glu).unwrap();
+        assert!(space(&Workload::parse(glu, &text).unwrap())
+            .iter()
+            .all(|(_, v)| v.is_ok()));
+        let odd_d = Workload::parse(glu, &text.replace("n = 200", "n = 203")).unwrap();
+        let why = space_first_error(&odd_d);
+        assert!(
+            why.contains("D's contiguous extent n = 203 elements is 406 bytes"),
+            "{why}"
+        );
     }
 
     fn space_first_error(w: &Workload) -> String {

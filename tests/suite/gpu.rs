@@ -189,6 +189,11 @@ fn every_template_validates_on_its_workloads() {
         "glu_f16_cr_small",
         // Weights shared by the batch: the rows stack into one GEMM.
         "glu_bf16_shared_small",
+        // GEMM + softmax: the exponentiated f16 intermediate (one and several column
+        // tiles, batched, MN-major operands) and the fp32 one (n off 8, log-softmax).
+        "gemm_softmax_bf16_small",
+        "gemm_softmax_f16_cr_small",
+        "gemm_log_softmax_bf16_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
