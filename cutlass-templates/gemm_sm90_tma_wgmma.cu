@@ -14,7 +14,8 @@
 //     is not given, both (the default TN build compiles one kernel for the two)
 // A batch stride of 0 for A, B or C shares one matrix across the batch.
 //
-// Strategy: one CTA computes a TILE_M x TILE_N tile of a row-major D. A column-major D is
+// Strategy: a persistent grid (one CTA per SM) walks the TILE_M x TILE_N tiles of a
+// row-major D, over the batch too, neighbouring CTAs on neighbouring tiles. A column-major D is
 // a row-major D^T = B^T * A^T: the host swaps the roles of A and B (and of m and n), and
 // the epilogue swaps the coordinates back for the chain, which indexes its operands by the
 // logical (row, col) of D. So the kernel always sees an "A" of M x K and a "B" of N x K,
@@ -23,18 +24,19 @@
 // swizzled shared memory in their natural order (K-major: 128B-swizzled rows along K;
 // MN-major: swizzled columns along M or N, the GMMA::Layout_MN_* atoms) through a
 // STAGES-deep ring guarded by mbarriers ("full": TMA bytes landed, "empty": every consumer
-// thread is done reading). WARPGROUPS consumer warpgroups issue WGMMA straight from shared
+// warp is done reading). WARPGROUPS consumer warpgroups issue WGMMA straight from shared
 // memory (SS; the transposed-operand forms read MN-major tiles) and keep one WGMMA batch in
 // flight. A producer warp after the consumer warpgroups issues the TMA loads (warp
 // specialization: the consumers never wait for a stage to be released; measured on an
 // H100 at 4096^3 against the earlier layout, where one thread of warp 0 was also the
 // producer: 128x128x64 4 stages 295.1 -> 289.0 us, 128x256x64 3 stages 245.7 -> 243.9,
-// 4 stages 240.5, cuBLAS 179; the rest of the gap is the unpersistent grid and the
-// register-direct epilogue, which no mainloop overlaps). The
+// 4 stages 240.5, cuBLAS 179). The ring runs on across a CTA's tiles: the producer loads
+// the next tile's first stages while the consumers run this tile's epilogue (persistent
+// against one CTA per tile, 128x256x64 4 stages: 235.6 -> 199.7 us, cuBLAS 176.6). The
 // epilogue computes alpha * acc + beta * C, applies the chain per element at its
 // coordinates (an identity tensor partitioned like the accumulator), and writes D from
-// registers with predicates from the same coordinates, so m and n need not be multiples of
-// the tile. TMA fills out-of-bounds rows/columns of A and B with zeros (the K residue).
+// registers (two adjacent columns per store where they are in bounds) with predicates from
+// the same coordinates, so m and n need not be multiples of the tile. TMA fills out-of-bounds rows/columns of A and B with zeros (the K residue).
 // A shared operand (batch stride 0) is a size-1 batch mode read at coordinate 0.
 //
 // TMA needs 16-byte aligned A and B, leading dimensions and batch strides of A and B a
@@ -49,8 +51,8 @@
 //   CS_TILE_K      64   K per stage (64 16-bit elements = one 128-byte swizzle row)
 //   CS_STAGES      4    depth of the TMA -> WGMMA shared memory ring
 //   CS_WARPGROUPS  2    consumer warpgroups, stacked along M
-//   CS_CLUSTER_M   1    cluster shape (co-scheduling only: no TMA multicast yet)
-//   CS_CLUSTER_N   1
+//   CS_CLUSTER_M   1    cluster size CLUSTER_M * CLUSTER_N (co-scheduling of neighbouring
+//   CS_CLUSTER_N   1    CTAs only: no TMA multicast yet)
 // Rows and columns above are those of the row-major D the kernel computes: of D^T for a
 // column-major D.
 
@@ -236,7 +238,7 @@ template <class CtaTiler,
 __global__ static
 __launch_bounds__(kCtaThreads, 1)
 void
-cs_gemm_sm90_kernel(int M, int N, int K,
+cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
                     int La, int Lb,                       // batch extents of the TMA views (1: shared)
                     CtaTiler cta_tiler,
                     CUTLASS_GRID_CONSTANT TmaA const tma_a,
@@ -266,33 +268,26 @@ cs_gemm_sm90_kernel(int M, int N, int K,
       uint32_t(size(take<0,2>(SmemLayoutA{})) * sizeof(TA) +     // BLK_M * BLK_K elements
                size(take<0,2>(SmemLayoutB{})) * sizeof(TB));     // BLK_N * BLK_K elements
 
-  int const l = int(blockIdx.z);
+  // =====================================================================================
+  // Tiles: a persistent grid walks the (m, n, batch) tiles, m fastest
+  // =====================================================================================
+  // CTA b takes tiles b, b + gridDim.x, ... Neighbouring CTAs work on neighbouring tiles
+  // at any time, so one wave of tiles shares most of its A rows and B columns in L2.
+  int const tiles_m = (M + int(size<0>(cta_tiler)) - 1) / int(size<0>(cta_tiler));
+  int const tiles_n = (N + int(size<1>(cta_tiler)) - 1) / int(size<1>(cta_tiler));
+  int const tiles   = tiles_m * tiles_n * L;
+  int const k_tile_count = (K + int(size<2>(cta_tiler)) - 1) / int(size<2>(cta_tiler));   // ceil(K / BLK_K)
+  auto tile_coord = [&](int t) {                                      // -> (m, n, l)
+    int const mn = t % (tiles_m * tiles_n);
+    return make_tuple(mn % tiles_m, mn / tiles_m, t / (tiles_m * tiles_n));
+  };
 
   // =====================================================================================
   // Full tensors
   // =====================================================================================
   Tensor mA_mkl = tma_a.get_tma_tensor(make_shape(M, K, La));          // (M,K,La) TMA coords
   Tensor mB_nkl = tma_b.get_tma_tensor(make_shape(N, K, Lb));          // (N,K,Lb) TMA coords
-  Tensor mA = mA_mkl(_, _, La == 1 ? 0 : l);                           // (M,K)
-  Tensor mB = mB_nkl(_, _, Lb == 1 ? 0 : l);                           // (N,K)
-
   bool const has_c = (beta != 0.0f);
-  TD const* C_l = has_c ? C + l * batch_stride_c : C;                  // stride 0: shared C
-  Tensor mC = make_tensor(make_gmem_ptr(C_l),
-                          make_shape(M, N), make_stride(ldc, Int<1>{}));  // (M,N) row-major
-  Tensor mD = make_tensor(make_gmem_ptr(D + l * batch_stride_d),
-                          make_shape(M, N), make_stride(ldd, Int<1>{}));  // (M,N) row-major
-  Tensor cD = make_identity_tensor(make_shape(M, N));                  // (M,N) -> (m,n)
-
-  // =====================================================================================
-  // CTA tiles
-  // =====================================================================================
-  auto cta_coord = make_coord(int(blockIdx.x), int(blockIdx.y), _);   // (m,n,k)
-  Tensor gA = local_tile(mA, cta_tiler, cta_coord, Step<_1, X,_1>{});  // (BLK_M,BLK_K,k)
-  Tensor gB = local_tile(mB, cta_tiler, cta_coord, Step< X,_1,_1>{});  // (BLK_N,BLK_K,k)
-  Tensor gC = local_tile(mC, cta_tiler, cta_coord, Step<_1,_1, X>{});  // (BLK_M,BLK_N)
-  Tensor gD = local_tile(mD, cta_tiler, cta_coord, Step<_1,_1, X>{});  // (BLK_M,BLK_N)
-  Tensor cDt = local_tile(cD, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N) -> (m,n)
 
   // =====================================================================================
   // Shared memory
@@ -304,21 +299,6 @@ cs_gemm_sm90_kernel(int M, int N, int K,
   Tensor sB = make_tensor(make_smem_ptr(smem.B.begin()), SmemLayoutB{}); // (BLK_N,BLK_K,PIPE)
 
   // =====================================================================================
-  // Copy partitions (TMA)
-  // =====================================================================================
-  // No multicast: CTA 0 of a 1-CTA multicast layout. The TMA owns all of mode 0.
-  auto [tAgA, tAsA] = tma_partition(tma_a, Int<0>{}, Layout<_1>{},
-                                    group_modes<0,2>(sA), group_modes<0,2>(gA));  // (TMA,k), (TMA,PIPE)
-  auto [tBgB, tBsB] = tma_partition(tma_b, Int<0>{}, Layout<_1>{},
-                                    group_modes<0,2>(sB), group_modes<0,2>(gB));  // (TMA,k), (TMA,PIPE)
-
-  // The TMA is responsible for all of mode 0 of tAsA and tBsB: that is one stage's bytes.
-  static_assert(kTmaTransactionBytes == sizeof(make_tensor_like(tensor<0>(tAsA))) +
-                                        sizeof(make_tensor_like(tensor<0>(tBsB))));
-
-  int const k_tile_count = int(size<1>(tAgA));                         // ceil(K / BLK_K)
-
-  // =====================================================================================
   // MMA partitions and accumulators
   // =====================================================================================
   // (The producer warp computes no MMA partition of its own: it takes consumer thread 0's.)
@@ -327,14 +307,10 @@ cs_gemm_sm90_kernel(int M, int N, int K,
   Tensor tCsB = thr_mma.partition_B(sB);                               // (MMA,MMA_N,MMA_K,PIPE)
   Tensor tCrA = thr_mma.make_fragment_A(tCsA);                         // (MMA,MMA_M,MMA_K,PIPE) smem descriptors
   Tensor tCrB = thr_mma.make_fragment_B(tCsB);                         // (MMA,MMA_N,MMA_K,PIPE) smem descriptors
-  Tensor tCgC = thr_mma.partition_C(gC);                               // (MMA,MMA_M,MMA_N)
-  Tensor tCgD = thr_mma.partition_C(gD);                               // (MMA,MMA_M,MMA_N)
-  Tensor tCcD = thr_mma.partition_C(cDt);                              // (MMA,MMA_M,MMA_N) -> (m,n)
-  Tensor tCrAcc = thr_mma.make_fragment_C(tCgD);                       // (MMA,MMA_M,MMA_N) fp32
-  clear(tCrAcc);
+  Tensor tCrAcc = partition_fragment_C(tiled_mma, take<0,2>(cta_tiler)); // (MMA,MMA_M,MMA_N) fp32
 
   // =====================================================================================
-  // Main loop
+  // The ring of stages
   // =====================================================================================
   using FullBarrier  = cutlass::arch::ClusterTransactionBarrier;       // TMA arrivals + tx bytes
   using EmptyBarrier = cutlass::arch::ClusterBarrier;                  // consumer-thread arrivals
@@ -355,79 +331,106 @@ cs_gemm_sm90_kernel(int M, int N, int K,
     CUTE_UNROLL
     for (int pipe = 0; pipe < PIPE; ++pipe) {
       FullBarrier::init (&full_barrier [pipe], 1);          // one arrive_and_expect_tx per fill
-      EmptyBarrier::init(&empty_barrier[pipe], kThreads);   // every consumer thread releases
+      EmptyBarrier::init(&empty_barrier[pipe], kThreads / 32);   // one release per consumer warp
     }
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  // Prologue: fill up to PIPE stages (k tile s goes to stage s).
-  if (is_producer) {
-    CUTE_UNROLL
-    for (int pipe = 0; pipe < PIPE; ++pipe) {
-      if (pipe < k_tile_count) {
-        FullBarrier::arrive_and_expect_tx(&full_barrier[pipe], kTmaTransactionBytes);
-        copy(tma_a.with(full_barrier[pipe]), tAgA(_, pipe), tAsA(_, pipe));
-        copy(tma_b.with(full_barrier[pipe]), tBgB(_, pipe), tBsB(_, pipe));
-      }
-    }
-  }
-
-  // Ring positions: stage index and the parity of the barrier phase we wait for.
-  int      read_stage  = 0;  uint32_t read_phase  = 0;   // next stage the MMAs consume
-  int      write_stage = 0;  uint32_t write_phase = 0;   // next stage the producer refills
-  int      prev_stage  = 0;                              // stage of the MMA batch still in flight
-
+  // Both sides count the k tiles they have passed over all of this CTA's tiles (`it`):
+  // k tile `it` lives in stage it % PIPE, on that stage's (it / PIPE)-th use. A barrier's
+  // phase parity flips each time it completes, so a wait for its r-th completion
+  // (counting from 1) waits on parity (r - 1) & 1.
   if (producer_warp) {
-    // The producer: refill each stage with k tile PIPE, PIPE + 1, ... once every consumer
-    // thread has released it.
+    // The producer: fills stage after stage, running ahead into the next tile while the
+    // consumers finish this one (its epilogue overlaps those loads).
     if (is_producer) {
-      CUTE_NO_UNROLL
-      for (int k_tile_next = PIPE; k_tile_next < k_tile_count; ++k_tile_next) {
-        EmptyBarrier::wait(&empty_barrier[write_stage], write_phase);
-        FullBarrier::arrive_and_expect_tx(&full_barrier[write_stage], kTmaTransactionBytes);
-        copy(tma_a.with(full_barrier[write_stage]), tAgA(_, k_tile_next), tAsA(_, write_stage));
-        copy(tma_b.with(full_barrier[write_stage]), tBgB(_, k_tile_next), tBsB(_, write_stage));
-        if (++write_stage == PIPE) { write_stage = 0; write_phase ^= 1; }
+      int it = 0;
+      for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
+        auto const [tm, tn, l] = tile_coord(t);
+        Tensor gA = local_tile(mA_mkl(_, _, La == 1 ? 0 : l), cta_tiler, make_coord(tm, tn, _),
+                               Step<_1, X,_1>{});                      // (BLK_M,BLK_K,k)
+        Tensor gB = local_tile(mB_nkl(_, _, Lb == 1 ? 0 : l), cta_tiler, make_coord(tm, tn, _),
+                               Step< X,_1,_1>{});                      // (BLK_N,BLK_K,k)
+        // No multicast: CTA 0 of a 1-CTA multicast layout. The TMA owns all of mode 0.
+        auto [tAgA, tAsA] = tma_partition(tma_a, Int<0>{}, Layout<_1>{},
+                                          group_modes<0,2>(sA), group_modes<0,2>(gA));  // (TMA,k), (TMA,PIPE)
+        auto [tBgB, tBsB] = tma_partition(tma_b, Int<0>{}, Layout<_1>{},
+                                          group_modes<0,2>(sB), group_modes<0,2>(gB));  // (TMA,k), (TMA,PIPE)
+        // The TMA is responsible for all of mode 0 of tAsA and tBsB: one stage's bytes.
+        static_assert(kTmaTransactionBytes == sizeof(make_tensor_like(tensor<0>(tAsA))) +
+                                              sizeof(make_tensor_like(tensor<0>(tBsB))));
+        CUTE_NO_UNROLL
+        for (int k_tile = 0; k_tile < k_tile_count; ++k_tile, ++it) {
+          int const stage = it % PIPE, use = it / PIPE;
+          // From the second use on, wait until every consumer warp has released it.
+          if (use > 0) EmptyBarrier::wait(&empty_barrier[stage], uint32_t(use - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&full_barrier[stage], kTmaTransactionBytes);
+          copy(tma_a.with(full_barrier[stage]), tAgA(_, k_tile), tAsA(_, stage));
+          copy(tma_b.with(full_barrier[stage]), tBgB(_, k_tile), tBsB(_, stage));
+        }
       }
     }
     return;
   }
 
-  CUTE_NO_UNROLL
-  for (int k_tile = 0; k_tile < k_tile_count; ++k_tile)
-  {
-    // Wait until TMA has landed k_tile in read_stage.
-    FullBarrier::wait(&full_barrier[read_stage], read_phase);
+  bool const lane_zero = (threadIdx.x % 32) == 0;
+  int it = 0;
+  for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
+    auto const coord = tile_coord(t);
+    int const tm = get<0>(coord), tn = get<1>(coord), l = get<2>(coord);
 
-    // Issue the WGMMAs of one k tile: (V,M) x (V,N) => (V,M,N)
-    warpgroup_fence_operand(tCrAcc);
-    warpgroup_arrive();
-    gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrAcc);
-    warpgroup_commit_batch();
-    // Keep this batch in flight; the previous one (k_tile - 1) is now complete.
-    warpgroup_wait<1>();
-    warpgroup_fence_operand(tCrAcc);
+    // ===================================================================================
+    // Main loop
+    // ===================================================================================
+    clear(tCrAcc);
+    int prev_stage = 0;                                    // stage of the MMA batch still in flight
+    CUTE_NO_UNROLL
+    for (int k_tile = 0; k_tile < k_tile_count; ++k_tile, ++it)
+    {
+      int const stage = it % PIPE;
+      // Wait until TMA has landed k_tile in stage (its (it / PIPE + 1)-th fill).
+      FullBarrier::wait(&full_barrier[stage], uint32_t(it / PIPE) & 1);
 
-    if (k_tile > 0) {
-      // Release the stage k_tile - 1 was read from (the producer warp refills it).
-      EmptyBarrier::arrive(&empty_barrier[prev_stage]);
+      // Issue the WGMMAs of one k tile: (V,M) x (V,N) => (V,M,N)
+      warpgroup_fence_operand(tCrAcc);
+      warpgroup_arrive();
+      gemm(tiled_mma, tCrA(_,_,_,stage), tCrB(_,_,_,stage), tCrAcc);
+      warpgroup_commit_batch();
+      // Keep this batch in flight; the previous one (k_tile - 1) is now complete.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tCrAcc);
+
+      if (k_tile > 0 && lane_zero) {
+        // Release the stage k_tile - 1 was read from (the producer warp refills it): the
+        // whole warp has passed the wait above, so its first lane speaks for it.
+        EmptyBarrier::arrive(&empty_barrier[prev_stage]);
+      }
+      prev_stage = stage;
     }
 
-    prev_stage = read_stage;
-    if (++read_stage == PIPE) { read_stage = 0; read_phase ^= 1; }
-  }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tCrAcc);
+    if (k_tile_count > 0 && lane_zero) EmptyBarrier::arrive(&empty_barrier[prev_stage]);   // the tile's last stage
 
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(tCrAcc);
-
-  // =====================================================================================
-  // Epilogue: D = chain(alpha * acc + beta * C), predicated on (m < M, n < N)
-  // =====================================================================================
-  CUTE_UNROLL
-  for (int i = 0; i < size(tCrAcc); ++i) {
-    auto const mn = tCcD(i);                                           // (m,n) of this D
-    if (elem_less(mn, shape(mD))) {
+    // ===================================================================================
+    // Epilogue: D = chain(alpha * acc + beta * C), predicated on (m < M, n < N)
+    // ===================================================================================
+    TD const* C_l = has_c ? C + l * batch_stride_c : C;                // stride 0: shared C
+    Tensor mC = make_tensor(make_gmem_ptr(C_l),
+                            make_shape(M, N), make_stride(ldc, Int<1>{}));  // (M,N) row-major
+    Tensor mD = make_tensor(make_gmem_ptr(D + l * batch_stride_d),
+                            make_shape(M, N), make_stride(ldd, Int<1>{}));  // (M,N) row-major
+    Tensor cD = make_identity_tensor(make_shape(M, N));                // (M,N) -> (m,n)
+    auto const cta_coord = make_coord(tm, tn, _);                       // (m,n,k)
+    Tensor gC = local_tile(mC, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N)
+    Tensor gD = local_tile(mD, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N)
+    Tensor cDt = local_tile(cD, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N) -> (m,n)
+    Tensor tCgC = thr_mma.partition_C(gC);                             // (MMA,MMA_M,MMA_N)
+    Tensor tCgD = thr_mma.partition_C(gD);                             // (MMA,MMA_M,MMA_N)
+    Tensor tCcD = thr_mma.partition_C(cDt);                            // (MMA,MMA_M,MMA_N) -> (m,n)
+    auto value = [&](int i) {                                          // D's value i of this thread
+      auto const mn = tCcD(i);                                         // (m,n) of this D
       float z = alpha * tCrAcc(i);
       if (has_c) {
         z += beta * static_cast<float>(tCgC(i));
@@ -438,7 +441,28 @@ cs_gemm_sm90_kernel(int M, int N, int K,
         int64_t const col = transposed ? get<0>(mn) : get<1>(mn);
         z = cs_chain_at<cs_chain>(problem, z, l, row, col);
       }
-      tCgD(i) = static_cast<TD>(z);
+      return static_cast<TD>(z);
+    };
+    // WGMMA's accumulator holds D's columns in pairs (values 2j and 2j + 1 of a thread
+    // are columns n and n + 1 of one row): one store of both where they are adjacent and
+    // aligned in memory, else one each.
+    static_assert(decltype(size(tCrAcc))::value % 2 == 0, "values come in column pairs");
+    CUTE_UNROLL
+    for (int i = 0; i < size(tCrAcc); i += 2) {
+      bool const in0 = elem_less(tCcD(i), shape(mD)), in1 = elem_less(tCcD(i + 1), shape(mD));
+      TD* const d0 = &tCgD(i);
+      if (in0 && in1 && &tCgD(i + 1) == d0 + 1 &&
+          reinterpret_cast<uintptr_t>(d0) % (2 * sizeof(TD)) == 0) {
+        TD const v0 = value(i), v1 = value(i + 1);
+        if constexpr (sizeof(TD) == 2) {
+          *reinterpret_cast<uint32_t*>(d0) = uint32_t(v0.raw()) | (uint32_t(v1.raw()) << 16);
+        } else {
+          *reinterpret_cast<float2*>(d0) = make_float2(v0, v1);
+        }
+      } else {
+        if (in0) *d0 = value(i);
+        if (in1) tCgD(i + 1) = value(i + 1);
+      }
     }
   }
 }
@@ -519,16 +543,15 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
   if (p.ldd < cd_inner) return CS_ERR_UNSUPPORTED;
   if (p.beta != 0.0f && p.ldc < cd_inner) return CS_ERR_UNSUPPORTED;
   if (p.batch > 1) {
-    if (p.batch > 65535) return CS_ERR_UNSUPPORTED;          // grid z
     if (p.batch_stride_d <= 0) return CS_ERR_UNSUPPORTED;    // every batch writes its own D
     if (p.beta != 0.0f && p.batch_stride_c < 0) return CS_ERR_UNSUPPORTED;   // 0: shared C
   }
 
-  // The grid covers the row-major D the kernel computes (D^T for a column-major D).
-  int64_t const grid_m = (((p.layout_cd == CS_LAYOUT_ROW) ? p.m : p.n) + kTileM - 1) / kTileM;
-  int64_t const grid_n = (cd_inner + kTileN - 1) / kTileN;
-  if (grid_m + kClusterM > kMaxInt) return CS_ERR_UNSUPPORTED; // grid x
-  if (grid_n + kClusterN > 65535) return CS_ERR_UNSUPPORTED;   // grid y
+  // The tiles cover the row-major D the kernel computes (D^T for a column-major D); their
+  // index over the batch is an int.
+  int64_t const tiles_m = (((p.layout_cd == CS_LAYOUT_ROW) ? p.m : p.n) + kTileM - 1) / kTileM;
+  int64_t const tiles_n = (cd_inner + kTileN - 1) / kTileN;
+  if (tiles_m * tiles_n > kMaxInt / p.batch) return CS_ERR_UNSUPPORTED;
 
   if (check_pointers) {
     if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
@@ -605,10 +628,20 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return int32_t(err);
 
-  auto round_up_to = [](int64_t x, int64_t r) { return (x + r - 1) / r * r; };
-  dim3 grid(unsigned(round_up_to((M + kTileM - 1) / kTileM, kClusterM)),
-            unsigned(round_up_to((N + kTileN - 1) / kTileN, kClusterN)),
-            unsigned(p.batch));
+  // Persistent: one CTA per SM (the ring takes most of its shared memory), or one per tile
+  // when there are fewer tiles; a whole number of clusters.
+  int64_t const tiles = int64_t((M + kTileM - 1) / kTileM) * int64_t((N + kTileN - 1) / kTileN) * p.batch;
+  int sms = p.sm_count;
+  if (sms <= 0) {
+    int device = 0;
+    err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return int32_t(err);
+  }
+  constexpr int64_t kCluster = kClusterM * kClusterN;
+  int64_t ctas = tiles < int64_t(sms) ? tiles : int64_t(sms);
+  ctas = (ctas + kCluster - 1) / kCluster * kCluster;
+  dim3 grid(unsigned(ctas), 1, 1);
   dim3 const block(static_cast<unsigned>(kCtaThreads));   // consumer warpgroups + producer warp
 
   cudaLaunchConfig_t config = {};
@@ -619,10 +652,10 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
   config.stream           = stream;
   config.attrs            = attrs;
   config.numAttrs         = 0;
-  if (kClusterM * kClusterN > 1) {
+  if (kCluster > 1) {
     attrs[0].id               = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = kClusterM;
-    attrs[0].val.clusterDim.y = kClusterN;
+    attrs[0].val.clusterDim.x = unsigned(kCluster);
+    attrs[0].val.clusterDim.y = 1;
     attrs[0].val.clusterDim.z = 1;
     config.numAttrs = 1;
   }
@@ -631,7 +664,7 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
   TD const* C = static_cast<TD const*>(p.c);
   TD*       D = static_cast<TD*>(p.d);
   err = cudaLaunchKernelEx(&config, kernel,
-                           M, N, K, La, Lb, cta_tiler, tma_a, tma_b,
+                           M, N, K, int(p.batch), La, Lb, cta_tiler, tma_a, tma_b,
                            C, int64_t(p.ldc), int64_t(p.batch_stride_c),
                            D, int64_t(p.ldd), int64_t(p.batch_stride_d),
                            tiled_mma, p.alpha, p.beta, transposed, p);
