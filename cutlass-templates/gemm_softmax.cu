@@ -891,35 +891,54 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 // Host side: CUTLASS arguments
 // ---------------------------------------------------------------------------------------
 
-static typename Gemm::Arguments cs_make_arguments(const cs_problem& p, const CsGeometry& g, float* ws)
+// What both GEMMs (the fp32 and the exponentiated one) are given alike: the SMs, the
+// strides of A and B, the scheduler's options.
+static cutlass::KernelHardwareInfo cs_hw_info(const cs_problem& p)
 {
-  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
-  StrideA const dA = cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
-  StrideB const dB = cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
-  StrideWs const dW = cs_stride<StrideWs>(g.ldw, p.m * g.ldw);
-
   cutlass::KernelHardwareInfo hw_info;
   hw_info.sm_count = p.sm_count;
   if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
     int device = 0;
     if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
   }
+  return hw_info;
+}
 
-  int const L = int(p.batch);
-  typename Gemm::Arguments args{
-      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
-      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
-      {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
-      {{}, nullptr, dW, ws, dW},
-      hw_info};
-  args.epilogue.thread.alpha = p.alpha;
-  args.epilogue.thread.beta = 0.0f;   // no source: beta * C is stage 2's
+static StrideA cs_stride_a(const cs_problem& p)
+{
+  bool const a_row = kLayoutA == CS_LAYOUT_ROW;
+  return cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
+}
 
+static StrideB cs_stride_b(const cs_problem& p)
+{
+  bool const b_row = kLayoutB == CS_LAYOUT_ROW;
+  return cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
+}
+
+template <class Args>
+static void cs_scheduler_args(Args& args)
+{
   using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.max_swizzle_size = CS_SWIZZLE;
   args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
                               : CS_RASTER == 2 ? RasterOrderOptions::AlongN
                                                : RasterOrderOptions::Heuristic;
+}
+
+static typename Gemm::Arguments cs_make_arguments(const cs_problem& p, const CsGeometry& g, float* ws)
+{
+  StrideWs const dW = cs_stride<StrideWs>(g.ldw, p.m * g.ldw);
+  int const L = int(p.batch);
+  typename Gemm::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
+      {{}, nullptr, dW, ws, dW},
+      cs_hw_info(p)};
+  args.epilogue.thread.alpha = p.alpha;
+  args.epilogue.thread.beta = 0.0f;   // no source: beta * C is stage 2's
+  cs_scheduler_args(args);
   return args;
 }
 
@@ -940,34 +959,21 @@ static int32_t cs_status_of(cutlass::Status s)
 #if CS_EXP16
 static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const CsGeometry& g, void* ws)
 {
-  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
-  StrideA const dA = cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
-  StrideB const dB = cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
   StrideE const dE = cs_stride<StrideE>(p.n, p.m * p.n);
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.sm_count = p.sm_count;
-  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
-  }
   int const L = int(p.batch);
   typename GemmE::Arguments args{
       L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
       {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
-      {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
+      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
       {{{}, nullptr, dE, static_cast<ElementE*>(ws), dE}, CsExpArgs{}},
-      hw_info};
+      cs_hw_info(p)};
   args.epilogue.thread.alpha = 1.0f;   // alpha is the exponent's (alpha_log2e)
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.exp.stats = ws == nullptr ? nullptr
                                           : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
   args.epilogue.exp.tiles_n = g.tiles_n;
   args.epilogue.exp.alpha_log2e = p.alpha * kLog2e;
-  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-  args.scheduler.max_swizzle_size = CS_SWIZZLE;
-  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
-                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
-                                               : RasterOrderOptions::Heuristic;
+  cs_scheduler_args(args);
   return args;
 }
 #endif

@@ -841,11 +841,11 @@ async fn the_debug_prompt_quotes_the_cute_declarations_a_compile_error_points_at
         super::common::root().join("cutlass-templates/gemm_sm90_tma_wgmma.cu"),
     )
     .unwrap();
-    let call = "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrAcc);";
+    let call = "gemm(tiled_mma, tCrA(_,_,_,stage), tCrB(_,_,_,stage), tCrAcc);";
     assert_eq!(template.matches(call).count(), 1);
     let wrong = template.replace(
         call,
-        "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrA(_,_,_,read_stage));",
+        "gemm(tiled_mma, tCrA(_,_,_,stage), tCrB(_,_,_,stage), tCrA(_,_,_,stage));",
     );
     let v1 = format!("// cutesmith-test: median_us=100\n{wrong}");
     let v2 = format!("// cutesmith-test: median_us=100\n{template}");

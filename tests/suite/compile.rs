@@ -572,11 +572,11 @@ fn header_lookup_quotes_the_declarations_behind_two_typical_cute_mistakes() {
     assert_eq!(template.matches(k_atom).count(), 1);
     let wrong_atom = template.replace(k_atom, "    return GMMA::Layout_MN_SW128_Atom<T>{};");
     // 2: gemm() given the A fragment as the accumulator.
-    let call = "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrAcc);";
+    let call = "gemm(tiled_mma, tCrA(_,_,_,stage), tCrB(_,_,_,stage), tCrAcc);";
     assert_eq!(template.matches(call).count(), 1);
     let wrong_acc = template.replace(
         call,
-        "gemm(tiled_mma, tCrA(_,_,_,read_stage), tCrB(_,_,_,read_stage), tCrA(_,_,_,read_stage));",
+        "gemm(tiled_mma, tCrA(_,_,_,stage), tCrB(_,_,_,stage), tCrA(_,_,_,stage));",
     );
     let dir = tempfile::tempdir().unwrap();
     let requests: Vec<CompileRequest> =
