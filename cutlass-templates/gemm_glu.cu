@@ -23,6 +23,7 @@
 // B and B2 along M; with CS_STREAMK=1 its stream-K scheduler splits the K loop of the
 // last wave's tiles over the SMs that would idle, and adds the partial (wide) sums before
 // the gate.
+//
 // CS_DUAL=0: two CUTLASS 3 GEMMs on the given stream (the Sm90 collective builders, as in
 // gemm_sm90_cutlass3_ws.cu), and no separate combine pass:
 //   1. G = alpha * A * B, written in fp32 to the workspace (batch * m' * n' floats).

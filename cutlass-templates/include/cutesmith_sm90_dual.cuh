@@ -17,7 +17,10 @@
 // in the epilogue wrapper (Epilogue below), which splits the wide accumulator into its
 // halves, forms combine(first, second) on the output tile's fragment and hands that to
 // CUTLASS's own epilogue (TMA store) with D's real shape. So the persistent data-parallel
-// scheduler and the stream-K scheduler both work.
+// scheduler and the stream-K scheduler both work. (This needs the whole wide tile summed
+// into the registers before store(): stream-K's separate reduction, where each epilogue
+// subtile is reduced on its own, would hand store() one half without the other; CUTLASS
+// 4.2 keeps that mode disabled.)
 //
 // Against two GEMMs and a combining pass, this reads A once instead of twice, never writes
 // or reads the first product, and computes per tile exactly what a plain GEMM with a tile
