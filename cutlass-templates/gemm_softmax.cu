@@ -202,30 +202,35 @@ using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #endif
 
-// D = alpha * acc, no source: ElementC void below.
-using FusionOp = cutlass::epilogue::fusion::ScaledAcc<ElementWs, float, float>;
-
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+// The epilogue of each GEMM here: D = alpha * acc of type ElementOut, row-major, no source
+// (ElementC void), stored by TMA.
+template <class ElementOut, int Align>
+using CsEpilogueOf = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto,
     ElementAcc, float,
-    void, LayoutWs, kAlignWs,
-    ElementWs, LayoutWs, kAlignWs,
+    void, LayoutWs, Align,
+    ElementOut, LayoutWs, Align,
     EpilogueSchedule,
-    FusionOp
+    cutlass::epilogue::fusion::ScaledAcc<ElementOut, float, float>
   >::CollectiveOp;
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+// CUTLASS's mainloop, with as many stages as fit beside Epilogue.
+template <class Epilogue>
+using CsMainloopFor = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     ElementAB, LayoutA, kAlignAB,
     ElementAB, LayoutB, kAlignAB,
     ElementAcc,
     TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<
-        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+        static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
     MainloopSchedule
   >::CollectiveOp;
+
+using CollectiveEpilogue = CsEpilogueOf<ElementWs, kAlignWs>;
+using CollectiveMainloop = CsMainloopFor<CollectiveEpilogue>;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>,   // (M,N,K,L)
@@ -372,27 +377,8 @@ struct CsExpEpilogue : Inner {
   CsExpArgs exp_;
 };
 
-using CollectiveEpilogueE = CsExpEpilogue<typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    ElementAcc, float,
-    void, LayoutWs, kAlignE,
-    ElementE, LayoutWs, kAlignE,
-    EpilogueSchedule,
-    cutlass::epilogue::fusion::ScaledAcc<ElementE, float, float>
-  >::CollectiveOp>;
-
-using CollectiveMainloopE = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    ElementAB, LayoutA, kAlignAB,
-    ElementAB, LayoutB, kAlignAB,
-    ElementAcc,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<
-        static_cast<int>(sizeof(typename CollectiveEpilogueE::SharedStorage))>,
-    MainloopSchedule
-  >::CollectiveOp;
+using CollectiveEpilogueE = CsExpEpilogue<CsEpilogueOf<ElementE, kAlignE>>;
+using CollectiveMainloopE = CsMainloopFor<CollectiveEpilogueE>;
 
 using GemmKernelE = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloopE, CollectiveEpilogueE, cutlass::gemm::PersistentScheduler>;
