@@ -84,6 +84,7 @@
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
 
 using namespace cute;
 
@@ -270,26 +271,10 @@ struct CsExpArgs {
 // 2^(x - max) (columns past n by 0), sums them, writes (max, sum) of each row inside m, and
 // hands the values to Inner, which writes them by TMA.
 template <class Inner>
-struct CsExpEpilogue : Inner {
+struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
+  using Base = cs_sm90::EpilogueWith<Inner, CsExpArgs>;
   using TensorStorage = typename Inner::TensorStorage;
-
-  struct Arguments : Inner::Arguments {
-    CsExpArgs exp;
-  };
-  struct Params : Inner::Params {
-    CsExpArgs exp;
-  };
-
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
-    Params params;
-    static_cast<typename Inner::Params&>(params) = Inner::to_underlying_arguments(problem_shape, args, workspace);
-    params.exp = args.exp;
-    return params;
-  }
-
-  CUTLASS_HOST_DEVICE
-  CsExpEpilogue(Params const& params, TensorStorage& shared_tensors) : Inner(params, shared_tensors), exp_(params.exp) {}
+  using Base::Base;
 
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
             class TiledMma>
@@ -329,7 +314,7 @@ struct CsExpEpilogue : Inner {
           auto const c = tCcD(v, mm, nn);
           int const sl = slot(v, mm, nn);
           row_of[sl] = int(get<0>(c));
-          float const x = col0 + int(get<1>(c)) < int(N) ? accumulators(v, mm, nn) * exp_.alpha_log2e
+          float const x = col0 + int(get<1>(c)) < int(N) ? accumulators(v, mm, nn) * this->extra_.alpha_log2e
                                                          : __int_as_float(0xff800000);
           accumulators(v, mm, nn) = x;
           mx[sl] = fmaxf(mx[sl], x);
@@ -364,7 +349,7 @@ struct CsExpEpilogue : Inner {
       for (int i = 0; i < kSlots; ++i) {
         int const row = row0 + row_of[i];
         if (row < int(M))
-          exp_.stats[(int64_t(l_coord) * int64_t(M) + row) * exp_.tiles_n + int64_t(n_coord)] =
+          this->extra_.stats[(int64_t(l_coord) * int64_t(M) + row) * this->extra_.tiles_n + int64_t(n_coord)] =
               make_float2(mx[i], sum[i]);
       }
     }
@@ -373,8 +358,6 @@ struct CsExpEpilogue : Inner {
                         shared_tensors, subtile_idx);
   }
 
- private:
-  CsExpArgs exp_;
 };
 
 using CollectiveEpilogueE = CsExpEpilogue<CsEpilogueOf<ElementE, kAlignE>>;
@@ -955,10 +938,10 @@ static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const 
       cs_hw_info(p)};
   args.epilogue.thread.alpha = 1.0f;   // alpha is the exponent's (alpha_log2e)
   args.epilogue.thread.beta = 0.0f;
-  args.epilogue.exp.stats = ws == nullptr ? nullptr
+  args.epilogue.extra.stats = ws == nullptr ? nullptr
                                           : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
-  args.epilogue.exp.tiles_n = g.tiles_n;
-  args.epilogue.exp.alpha_log2e = p.alpha * kLog2e;
+  args.epilogue.extra.tiles_n = g.tiles_n;
+  args.epilogue.extra.alpha_log2e = p.alpha * kLog2e;
   cs_scheduler_args(args);
   return args;
 }

@@ -38,6 +38,7 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
+#include "cutesmith_sm90_epilogue.cuh"
 #include "cutesmith_sm90_mainloop.cuh"
 
 namespace cs_dual {
@@ -305,26 +306,18 @@ struct Mainloop {
 //   template <class Frag> static void apply(Frag& acc, Frag const& acc2, Arguments const&)
 // that overwrites acc with the combined values, elementwise.
 template <class Inner, class Mainloop_, class Combine>
-struct Epilogue : Inner {
+struct Epilogue : cs_sm90::EpilogueWith<Inner, typename Combine::Arguments> {
+  using Base = cs_sm90::EpilogueWith<Inner, typename Combine::Arguments>;
   using OutTileShape = typename Mainloop_::OutTileShape;
   using OutTiledMma = typename Mainloop_::OutTiledMma;
   using TensorStorage = typename Inner::TensorStorage;
-  using CombineArguments = typename Combine::Arguments;
-
-  struct Arguments : Inner::Arguments {
-    CombineArguments combine;
-  };
-  struct Params : Inner::Params {
-    CombineArguments combine;
-  };
+  using Arguments = typename Base::Arguments;   // CUTLASS's, and `extra`: the combine's
+  using Params = typename Base::Params;
+  using Base::Base;
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
-    Params params;
-    static_cast<typename Inner::Params&>(params) =
-        Inner::to_underlying_arguments(out_problem(problem_shape), args, workspace);
-    params.combine = args.combine;
-    return params;
+    return Base::params_for(out_problem(problem_shape), args, workspace);
   }
 
   template <class ProblemShape>
@@ -352,9 +345,6 @@ struct Epilogue : Inner {
   CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(TileShapeMNK) {
     return Inner::get_store_pipe_increment(OutTileShape{});
   }
-
-  CUTLASS_HOST_DEVICE
-  Epilogue(Params const& params, TensorStorage& shared_tensors) : Inner(params, shared_tensors), combine_(params.combine) {}
 
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class TiledMma>
   CUTLASS_DEVICE auto load(typename Inner::LoadPipeline load_pipeline,
@@ -391,14 +381,11 @@ struct Epilogue : Inner {
         acc2(v, m, 0) = accumulators(v + kHalf, m, 0);
       }
     }
-    Combine::apply(acc, acc2, combine_);
+    Combine::apply(acc, acc2, this->extra_);
     return Inner::store(load_pipeline, load_pipe_consumer_state, store_pipeline, store_pipe_producer_state,
                         out_problem(problem_shape_mnkl), OutTileShape{}, tile_coord_mnkl, acc, OutTiledMma{},
                         thread_idx, shared_tensors, subtile_idx);
   }
-
- private:
-  CombineArguments combine_;
 };
 
 }  // namespace cs_dual
