@@ -84,6 +84,7 @@
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // the activations (cs_activate)
 #include "cutesmith_sm90_dual.cuh"
+#include "cutesmith_sm90_host.cuh"
 
 using namespace cute;
 
@@ -608,27 +609,6 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 // Host side: CUTLASS arguments
 // ---------------------------------------------------------------------------------------
 
-static cutlass::KernelHardwareInfo cs_hw_info(const cs_problem& p)
-{
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.sm_count = p.sm_count;
-  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
-  }
-  return hw_info;
-}
-
-template <class Args>
-static void cs_scheduler_args(Args& args)
-{
-  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-  args.scheduler.max_swizzle_size = CS_SWIZZLE;
-  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
-                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
-                                               : RasterOrderOptions::Heuristic;
-}
-
 static StrideA cs_stride_a(const cs_problem& p)
 {
   bool const a_row = kLayoutA == CS_LAYOUT_ROW;
@@ -655,10 +635,10 @@ static typename dual::Gemm::Arguments cs_dual_arguments(const cs_problem& p, con
        cs_stride_b(p, p.ldb, p.batch_stride_b), static_cast<ElementAB const*>(p.b2),
        cs_stride_b(p, p.ldb2, p.batch_stride_b2)},
       {{{}, nullptr, dD, static_cast<ElementD*>(p.d), dD}, glu},
-      cs_hw_info(p)};
+      cs_sm90::hw_info(p)};
   args.epilogue.thread.alpha = p.alpha;
   args.epilogue.thread.beta = 0.0f;
-  cs_scheduler_args(args);
+  cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
   return args;
 }
 #else
@@ -672,10 +652,10 @@ static typename gemm1::Gemm::Arguments cs_gemm1_arguments(const cs_problem& p, c
       {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b),
        cs_stride_b(p, p.ldb, p.batch_stride_b)},
       {{}, nullptr, dG, gbuf, dG},
-      cs_hw_info(p)};
+      cs_sm90::hw_info(p)};
   args.epilogue.thread.alpha = p.alpha;
   args.epilogue.thread.beta = 0.0f;
-  cs_scheduler_args(args);
+  cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
   return args;
 }
 
@@ -691,11 +671,11 @@ static typename gemm2::Gemm::Arguments cs_gemm2_arguments(const cs_problem& p, c
       {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b2),
        cs_stride_b(p, p.ldb2, p.batch_stride_b2)},
       {{}, nullptr, dD, static_cast<ElementD*>(p.d), dD},
-      cs_hw_info(p)};
+      cs_sm90::hw_info(p)};
   // The tree's arguments, children first: acc (none), G (pointer, default, stride), then
   // the compute node's.
   args.epilogue.thread = {{}, {gbuf, ElementG(0), dG}, glu};
-  cs_scheduler_args(args);
+  cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
   return args;
 }
 

@@ -81,6 +81,7 @@
 #include "cutesmith_abi.h"
 #include "cutesmith_fallback_gemm.cuh"
 #include "cutesmith_sm90_3xtf32.cuh"
+#include "cutesmith_sm90_host.cuh"
 
 using namespace cute;
 
@@ -998,12 +999,7 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   ElementCD const* ptr_c = has_c ? static_cast<ElementCD const*>(p.c)
                                  : static_cast<ElementCD const*>(p.d);
 
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.sm_count = p.sm_count;
-  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
-  }
+  cutlass::KernelHardwareInfo const hw_info = cs_sm90::hw_info(p);
 
   typename Gemm::Arguments args{
       L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
@@ -1065,11 +1061,7 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
 #endif
 #endif
 
-  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-  args.scheduler.max_swizzle_size = CS_SWIZZLE;
-  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
-                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
-                                               : RasterOrderOptions::Heuristic;
+  cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
   return args;
 }
 

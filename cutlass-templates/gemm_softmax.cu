@@ -85,6 +85,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
+#include "cutesmith_sm90_host.cuh"
 
 using namespace cute;
 
@@ -860,19 +861,7 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 // Host side: CUTLASS arguments
 // ---------------------------------------------------------------------------------------
 
-// What both GEMMs (the fp32 and the exponentiated one) are given alike: the SMs, the
-// strides of A and B, the scheduler's options.
-static cutlass::KernelHardwareInfo cs_hw_info(const cs_problem& p)
-{
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.sm_count = p.sm_count;
-  if (hw_info.sm_count <= 0) {   // CUTLASS then queries the device itself
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) hw_info.device_id = device;
-  }
-  return hw_info;
-}
-
+// The strides of A and B, as both GEMMs (the fp32 and the exponentiated one) take them.
 static StrideA cs_stride_a(const cs_problem& p)
 {
   bool const a_row = kLayoutA == CS_LAYOUT_ROW;
@@ -885,29 +874,29 @@ static StrideB cs_stride_b(const cs_problem& p)
   return cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
 }
 
-template <class Args>
-static void cs_scheduler_args(Args& args)
+// CUTLASS's arguments for GEMM G (either of the two) over (m_gemm, n_gemm): what both
+// share, with G's epilogue arguments `epi`.
+template <class G>
+static typename G::Arguments cs_arguments(const cs_problem& p, const CsGeometry& g,
+                                          typename G::GemmKernel::EpilogueArguments const& epi)
 {
-  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-  args.scheduler.max_swizzle_size = CS_SWIZZLE;
-  args.scheduler.raster_order = CS_RASTER == 1 ? RasterOrderOptions::AlongM
-                              : CS_RASTER == 2 ? RasterOrderOptions::AlongN
-                                               : RasterOrderOptions::Heuristic;
+  int const L = int(p.batch);
+  typename G::Arguments args{
+      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
+      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
+      epi,
+      cs_sm90::hw_info(p)};
+  cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
+  return args;
 }
 
 static typename Gemm::Arguments cs_make_arguments(const cs_problem& p, const CsGeometry& g, float* ws)
 {
   StrideWs const dW = cs_stride<StrideWs>(g.ldw, p.m * g.ldw);
-  int const L = int(p.batch);
-  typename Gemm::Arguments args{
-      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
-      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
-      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
-      {{}, nullptr, dW, ws, dW},
-      cs_hw_info(p)};
+  typename Gemm::Arguments args = cs_arguments<Gemm>(p, g, {{}, nullptr, dW, ws, dW});
   args.epilogue.thread.alpha = p.alpha;
   args.epilogue.thread.beta = 0.0f;   // no source: beta * C is stage 2's
-  cs_scheduler_args(args);
   return args;
 }
 
@@ -929,20 +918,14 @@ static int32_t cs_status_of(cutlass::Status s)
 static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const CsGeometry& g, void* ws)
 {
   StrideE const dE = cs_stride<StrideE>(p.n, p.m * p.n);
-  int const L = int(p.batch);
-  typename GemmE::Arguments args{
-      L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
-      {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
-      {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
-      {{{}, nullptr, dE, static_cast<ElementE*>(ws), dE}, CsExpArgs{}},
-      cs_hw_info(p)};
+  typename GemmE::Arguments args =
+      cs_arguments<GemmE>(p, g, {{{}, nullptr, dE, static_cast<ElementE*>(ws), dE}, CsExpArgs{}});
   args.epilogue.thread.alpha = 1.0f;   // alpha is the exponent's (alpha_log2e)
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.extra.stats = ws == nullptr ? nullptr
-                                          : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
+                                            : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
   args.epilogue.extra.tiles_n = g.tiles_n;
   args.epilogue.extra.alpha_log2e = p.alpha * kLog2e;
-  cs_scheduler_args(args);
   return args;
 }
 #endif
