@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/cutesmith-gpu}
 SEEDS=${SEEDS:-2}
 mkdir -p "$OUT/src"
 . scripts/gpu-env.sh
-cs=.carry/cutesmith
+cs=${CUTESMITH_BIN:-.carry/cutesmith}
 files=()
 pairs=()
 for spec in "$@"; do

@@ -6,7 +6,7 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export CUTLASS_DIR=/tmp/cutlass
 export CUTESMITH_CACHE_DIR=${CUTESMITH_CACHE_DIR:-/tmp/cutesmith-cache}
 export CUTESMITH_NO_INSTALL=1
-export CUTESMITH_WORKER_EXE="$PWD/.carry/cutesmith"
+export CUTESMITH_WORKER_EXE="${CUTESMITH_WORKER_EXE:-$PWD/.carry/cutesmith}"
 export CUTESMITH_TEMPLATES="$PWD/cutlass-templates"
 built_at=${CUTESMITH_BUILT_AT:-/work/main}
 if [ ! -e "$built_at" ]; then mkdir -p "$(dirname "$built_at")" && ln -s "$PWD" "$built_at"; fi

@@ -381,3 +381,136 @@ fn device_and_host_validation_agree() {
     }
     assert!(disagree.is_empty(), "{}", disagree.join("\n"));
 }
+
+/// The unfused baseline computes what it claims: the elementwise passes of a chain with a
+/// saved value, a row vector (bf16), a column vector (f32), a residual matrix and a z
+/// operand, over a batch of 2 ragged matrices (no multiple of the 16-byte vector) in both
+/// layouts, against the chain in fp64 with each pass's bf16 rounding; and the row softmax
+/// pass on rows of 1000 (16-byte vectors) and 1001 (element by element) columns.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn unfused_passes_compute_their_chain() {
+    use cutesmith::eval::gpu::kernels::{Passes, RowSoftmax};
+    use cutesmith::eval::gpu::session::Session;
+    use cutesmith::spec::chain::{Chain, OpSpec};
+    use cutesmith::spec::{DType, Layout};
+    use half::bf16;
+    let s = Session::open().unwrap();
+    let spec = |op: &str| OpSpec {
+        op: op.into(),
+        ..OpSpec::default()
+    };
+    let ops = vec![
+        OpSpec {
+            operand: Some("row".into()),
+            save: Some("y".into()),
+            ..spec("add")
+        },
+        spec("silu"),
+        OpSpec {
+            operand: Some("y".into()),
+            ..spec("mul")
+        },
+        OpSpec {
+            operand: Some("col".into()),
+            dtype: Some(DType::F32),
+            ..spec("add")
+        },
+        OpSpec {
+            operand: Some("matrix".into()),
+            ..spec("sub")
+        },
+        OpSpec {
+            operand: Some("z".into()),
+            ..spec("max")
+        },
+    ];
+    let mut chain = Chain::default();
+    chain.extend_from_spec(&ops, DType::BF16).unwrap();
+    let (m, n, batch) = (37usize, 45usize, 2usize);
+    let total = m * n * batch;
+    let val =
+        |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 997) as f64 / 997.0 * 6.0 - 3.0;
+    let q = |v: f64| bf16::from_f64(v).to_f64();
+    let z: Vec<bf16> = (0..total).map(|i| bf16::from_f64(val(i, 1))).collect();
+    let row: Vec<bf16> = (0..n).map(|i| bf16::from_f64(val(i, 2))).collect();
+    let col: Vec<f32> = (0..m).map(|i| val(i, 3) as f32).collect();
+    let mat: Vec<bf16> = (0..total).map(|i| bf16::from_f64(val(i, 4))).collect();
+    for layout in [Layout::Row, Layout::Col] {
+        let passes = Passes::compile(&s, &chain, DType::BF16, (m, n, batch), layout).unwrap();
+        assert_eq!(passes.len(), ops.len());
+        let zd = s.upload(&z).unwrap();
+        let t = [s.upload(&row).unwrap(), s.upload(&mat).unwrap()];
+        let cd = s.upload(&col).unwrap();
+        // Tensor operands in the chain's order: row, col, matrix.
+        let tensors = [t[0].ptr, cd.ptr, t[1].ptr];
+        let scratch = (
+            s.zeros::<bf16>(total).unwrap(),
+            s.zeros::<bf16>(total).unwrap(),
+        );
+        let saved = s.zeros::<bf16>(total).unwrap();
+        let out = passes
+            .run(
+                &s,
+                zd.ptr,
+                &tensors,
+                (scratch.0.ptr, scratch.1.ptr),
+                &[saved.ptr],
+            )
+            .unwrap();
+        s.sync().unwrap();
+        let got: Vec<bf16> = s.read(out, total).unwrap();
+        for i in 0..total {
+            let within = i % (m * n);
+            let (r, c) = match layout {
+                Layout::Row => (within / n, within % n),
+                Layout::Col => (within % m, within / m),
+            };
+            let zi = z[i].to_f64();
+            let y = q(zi + row[c].to_f64());
+            let x = q(y / (1.0 + (-y).exp()));
+            let x = q(x * y);
+            let x = q(x + col[r] as f64);
+            let x = q(x - mat[i].to_f64());
+            let want = q(x.max(zi));
+            let g = got[i].to_f64();
+            assert!(
+                (g - want).abs() <= 0.02 * want.abs() + 0.02,
+                "{layout:?} element {i} (row {r}, col {c}): got {g}, want {want}"
+            );
+        }
+    }
+    for (log, cols) in [
+        (false, 1000usize),
+        (false, 1001),
+        (true, 1000),
+        (true, 1001),
+    ] {
+        let rows = 3usize;
+        let x: Vec<bf16> = (0..rows * cols)
+            .map(|i| bf16::from_f64(val(i, 5)))
+            .collect();
+        let sm = RowSoftmax::compile(&s, DType::BF16, log).unwrap();
+        let xd = s.upload(&x).unwrap();
+        let yd = s.zeros::<bf16>(rows * cols).unwrap();
+        sm.run(&s, xd.ptr, yd.ptr, rows, cols).unwrap();
+        let got = s.download(&yd).unwrap();
+        for r in 0..rows {
+            let v: Vec<f64> = (0..cols).map(|c| x[r * cols + c].to_f64()).collect();
+            let mx = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = v.iter().map(|a| (a - mx).exp()).sum();
+            for c in 0..cols {
+                let want = if log {
+                    (v[c] - mx) - sum.ln()
+                } else {
+                    (v[c] - mx).exp() / sum
+                };
+                let g = got[r * cols + c].to_f64();
+                assert!(
+                    (g - want).abs() <= 0.01 * want.abs() + 1e-6,
+                    "softmax (log {log}) {cols} columns, row {r} col {c}: got {g}, want {want}"
+                );
+            }
+        }
+    }
+}

@@ -15,6 +15,15 @@ use crate::spec::{DType, Layout};
 /// Threads per block of a pass.
 const THREADS: u32 = 256;
 
+/// Vectors of 16 bytes each thread of a pass loads per loop trip (all loads first, so
+/// that enough bytes are in flight for the copy bandwidth).
+const PASS_UNROLL: usize = 4;
+
+/// Blocks of a pass an SM must hold at once (`__launch_bounds__`): 4 x 256 threads keeps
+/// a pass under 64 registers, so that the transcendental ones (silu, gelu) have the warps
+/// to hide their latency.
+const PASS_MIN_BLOCKS: u32 = 4;
+
 fn nvrtc_err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     CudaFailure {
         code: -1,
@@ -43,12 +52,7 @@ const PRELUDE: &str = r#"
 __device__ __forceinline__ float cs_f32_ld(float v) { return v; }
 __device__ __forceinline__ float cs_f32_st(float v) { return v; }
 __device__ __forceinline__ float cs_bf16_ld(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
-__device__ __forceinline__ unsigned short cs_bf16_st(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
+__device__ __forceinline__ unsigned short cs_bf16_st(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float cs_f16_ld(unsigned short v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
 __device__ __forceinline__ unsigned short cs_f16_st(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 "#;
@@ -145,8 +149,9 @@ impl Passes {
         scratch: (u64, u64),
         saved: &[u64],
     ) -> Result<u64, CudaFailure> {
-        let blocks = (self.total.div_ceil(16 / self.elem_bytes * THREADS as usize) as u32)
-            .clamp(1, s.info.sm_count.max(1) as u32 * 8);
+        let per_block = 16 / self.elem_bytes * THREADS as usize * PASS_UNROLL;
+        let blocks =
+            (self.total.div_ceil(per_block) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 8);
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -180,8 +185,46 @@ impl Passes {
     }
 }
 
+/// What one op of a chain reads besides its input: the full-size operands a pass loads
+/// as vectors beside x, and whether it needs each element's row and column (a broadcast
+/// vector operand).
+struct Reads {
+    z: bool,
+    saved: Vec<usize>,
+    /// Tensor operands stored like D in the pass's own dtype.
+    matrices: Vec<usize>,
+    index: bool,
+}
+
+fn reads(chain: &Chain, op: &Op, dtype: DType) -> Reads {
+    let mut r = Reads {
+        z: false,
+        saved: Vec::new(),
+        matrices: Vec::new(),
+        index: false,
+    };
+    if let Op::Binary(_, o) = op {
+        match o {
+            Operand::Z => r.z = true,
+            Operand::Saved(k) => r.saved.push(*k),
+            Operand::Tensor(i) => match chain.tensors.get(*i) {
+                Some(t) if t.kind == TensorKind::Matrix && t.dtype == dtype => r.matrices.push(*i),
+                Some(t) if t.kind != TensorKind::Matrix => r.index = true,
+                _ => {}
+            },
+            Operand::Scalar(_) => {}
+        }
+    }
+    r
+}
+
 /// The CUDA C++ of the passes of `chain` over `dtype` tensors: one `extern "C"` kernel
 /// `cs_pass<j>` per op, with no header but what NVRTC has built in.
+///
+/// Each thread takes one 16-byte vector of x per loop trip and loads every full-size
+/// operand of the op (z, a saved value, a residual matrix) as a vector too; a broadcast
+/// operand's row and column are found once per vector (one 64-bit division) and stepped
+/// per element, as a framework's vectorized elementwise kernels do.
 pub fn pass_source(chain: &Chain, dtype: DType) -> Result<String, CudaFailure> {
     let (ty, ld, st) = storage(dtype)?;
     let vec = 16 / dtype.bytes() as usize;
@@ -189,6 +232,22 @@ pub fn pass_source(chain: &Chain, dtype: DType) -> Result<String, CudaFailure> {
     src.push_str("#define CS_HD __device__ __forceinline__\n");
     src.push_str(PRELUDE);
     let _ = writeln!(src, "#define LDZ(v) {ld}(v)");
+    let _ = write!(
+        src,
+        r#"
+// One vector of VEC elements from p + base: a 16-byte load when the whole vector is in
+// bounds (base is a multiple of VEC, the buffer 16-byte aligned), else element by element.
+template <typename T, int VEC>
+__device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, long long base, long long total, bool full) {{
+  if (full) {{
+    *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(p + base);
+  }} else {{
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) d[v] = base + v < total ? p[base + v] : T(0);
+  }}
+}}
+"#
+    );
     src.push_str(chain_functions());
     for (ti, t) in chain.tensors.iter().enumerate() {
         let (tty, tld, _) = storage(t.dtype)?;
@@ -203,44 +262,78 @@ pub fn pass_source(chain: &Chain, dtype: DType) -> Result<String, CudaFailure> {
         );
     }
     for (j, step) in chain.steps.iter().enumerate() {
-        let expr = step_expr(chain, &step.op);
+        let r = reads(chain, &step.op, dtype);
+        let expr = step_expr(chain, &step.op, &r);
+        // Full-size operands: (array, pointer) per operand, loaded beside x.
+        let mut arrays: Vec<(String, String)> = Vec::new();
+        if r.z {
+            arrays.push(("zin".into(), "z".into()));
+        }
+        for k in &r.saved {
+            arrays.push((format!("s{k}in"), format!("s{k}")));
+        }
+        for i in &r.matrices {
+            arrays.push((format!("t{i}in"), format!("static_cast<const {ty}*>(t{i})")));
+        }
+        let (mut loads_decl, mut loads) = (String::new(), String::new());
+        for (a, ptr) in &arrays {
+            let _ = writeln!(loads_decl, "    {ty} {a}[U][{vec}];");
+            let _ = writeln!(loads, "      cs_ldv({a}[u], {ptr}, base, total, full);");
+        }
+        let unroll = PASS_UNROLL;
+        let (threads, min_blocks) = (THREADS, PASS_MIN_BLOCKS);
+        // The row and column of the vector's first element, then stepped (wrapping into
+        // the next column or row, and the next batch) per element.
+        let (index, step_index) = if r.index {
+            (
+                "      const long long within = base % (m * n);\n      long long row = col_major ? within % m : within / n;\n      long long col = col_major ? within / m : within % n;\n",
+                "        if (col_major) { if (++row == m) { row = 0; if (++col == n) col = 0; } }\n        else { if (++col == n) { col = 0; if (++row == m) row = 0; } }\n",
+            )
+        } else {
+            ("      const long long row = 0, col = 0;\n", "")
+        };
         let _ = write!(
             src,
             r#"
-extern "C" __global__ void cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __restrict__ z,
-const {ty}* s0, const {ty}* s1, const {ty}* s2, const {ty}* s3,
-const void* t0, const void* t1, const void* t2, const void* t3,
+extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) cs_pass{j}(const {ty}* __restrict__ x, const {ty}* __restrict__ z,
+const {ty}* __restrict__ s0, const {ty}* __restrict__ s1, const {ty}* __restrict__ s2, const {ty}* __restrict__ s3,
+const void* __restrict__ t0, const void* __restrict__ t1, const void* __restrict__ t2, const void* __restrict__ t3,
 {ty}* __restrict__ y, long long total, long long m, long long n, int col_major)
 {{
   (void)s0; (void)s1; (void)s2; (void)s3; (void)t0; (void)t1; (void)t2; (void)t3; (void)z;
-  const long long step = (long long)gridDim.x * blockDim.x * {vec};
-  for (long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {vec}; base < total; base += step) {{
-{ty} in[{vec}];
-{ty} out[{vec}];
-const bool full = base + {vec} <= total;
-if (full) {{
-  *reinterpret_cast<uint4*>(in) = *reinterpret_cast<const uint4*>(x + base);
-}} else {{
-  for (int v = 0; v < {vec}; ++v) in[v] = base + v < total ? x[base + v] : ({ty})0;
-}}
+  (void)m; (void)n; (void)col_major;
+  constexpr int U = {unroll};
+  const long long lane = (long long)blockDim.x * {vec};
+  const long long step = (long long)gridDim.x * lane * U;
+  for (long long b0 = (long long)blockIdx.x * lane * U + (long long)threadIdx.x * {vec}; b0 < total; b0 += step) {{
+    // Every load of the trip's U vectors first, then the math and the stores.
+    {ty} in[U][{vec}];
+{loads_decl}#pragma unroll
+    for (int u = 0; u < U; ++u) {{
+      const long long base = b0 + u * lane;
+      const bool full = base + {vec} <= total;
+      cs_ldv(in[u], x, base, total, full);
+{loads}    }}
 #pragma unroll
-for (int v = 0; v < {vec}; ++v) {{
-  const long long i = base + v;
-  const long long within = i % (m * n);
-  const long long row = col_major ? within % m : within / n;
-  const long long col = col_major ? within / m : within % n;
-  (void)row; (void)col;
-  float xv = {ld}(in[v]);
-  (void)xv;
-  float r = 0.0f;
-  if (i < total) {{ r = {expr}; }}
-  out[v] = {st}(r);
-}}
-if (full) {{
-  *reinterpret_cast<uint4*>(y + base) = *reinterpret_cast<const uint4*>(out);
-}} else {{
-  for (int v = 0; v < {vec}; ++v) if (base + v < total) y[base + v] = out[v];
-}}
+    for (int u = 0; u < U; ++u) {{
+      const long long base = b0 + u * lane;
+      if (base >= total) break;
+      const bool full = base + {vec} <= total;
+{index}      {ty} out[{vec}];
+#pragma unroll
+      for (int v = 0; v < {vec}; ++v) {{
+        const long long i = base + v;
+        (void)row; (void)col;
+        const float xv = {ld}(in[u][v]);
+        (void)xv;
+        out[v] = {st}({expr});
+{step_index}      }}
+      if (full) {{
+        *reinterpret_cast<uint4*>(y + base) = *reinterpret_cast<const uint4*>(out);
+      }} else {{
+        for (int v = 0; v < {vec}; ++v) if (base + v < total) y[base + v] = out[v];
+      }}
+    }}
   }}
 }}
 "#
@@ -249,26 +342,42 @@ if (full) {{
     Ok(src)
 }
 
-/// The C++ expression of one op on `xv` (loads of z, saved values and tensors inline).
-fn step_expr(chain: &Chain, op: &Op) -> String {
+/// The C++ expression of one op on `xv`: full-size operands from the vectors the pass
+/// loaded (`r`), broadcast ones by row or column.
+fn step_expr(chain: &Chain, op: &Op, r: &Reads) -> String {
     let operand = |o: &Operand| -> String {
         match o {
             Operand::Scalar(v) => crate::spec::chain::cpp_float(*v),
+            Operand::Tensor(i) if r.matrices.contains(i) => {
+                let ld = chain
+                    .tensors
+                    .get(*i)
+                    .and_then(|t| storage(t.dtype).ok())
+                    .map_or("", |s| s.1);
+                format!("{ld}(t{i}in[u][v])")
+            }
+            Operand::Tensor(i)
+                if chain
+                    .tensors
+                    .get(*i)
+                    .is_some_and(|t| t.kind == TensorKind::Matrix) =>
+            {
+                // Loaded element by element: not past the end in a partial vector.
+                format!("(i < total ? cs_t{i}(t{i}, i, row, col) : 0.0f)")
+            }
             Operand::Tensor(i) => format!("cs_t{i}(t{i}, i, row, col)"),
-            Operand::Z => "LDZ(z[i])".into(),
-            Operand::Saved(k) => format!("LDZ(s{k}[i])"),
+            Operand::Z => "LDZ(zin[u][v])".into(),
+            Operand::Saved(k) => format!("LDZ(s{k}in[u][v])"),
         }
     };
-    let text = match op {
+    match op {
         Op::Act(a, p0, p1) => a.cpp_call("xv", *p0, *p1),
         Op::Binary(b, o) => b.cpp("xv", &operand(o)),
         Op::Clamp(lo, hi) => crate::spec::chain::cpp_clamp("xv", *lo, *hi),
         Op::Neg => "-xv".into(),
         Op::Abs => "fabsf(xv)".into(),
         Op::Exp => "expf(xv)".into(),
-    };
-    let _ = chain;
-    text
+    }
 }
 
 /// A row softmax (or log-softmax) pass as a framework runs it after a library GEMM: one
@@ -278,51 +387,96 @@ pub struct RowSoftmax {
     func: CudaFunction,
 }
 
-/// The CUDA C++ of the row softmax pass over `dtype` rows.
+/// The CUDA C++ of the row softmax pass over `dtype` rows: a block per row; where every
+/// row starts 16-byte aligned (`cols` a multiple of the vector), both sweeps of the row
+/// (the online max and sum, then the write) move 16-byte vectors, four in flight per
+/// thread, as a framework's softmax kernels do; else element by element.
 pub fn row_softmax_source(dtype: DType, log: bool) -> Result<String, CudaFailure> {
     let (ty, ld, st) = storage(dtype)?;
+    let vec = 16 / dtype.bytes() as usize;
     let mut src = String::from(PRELUDE);
     let out = if log {
-        "(v - mx) - logf(sm)"
+        "(v - mx) - logsm"
     } else {
-        "__expf(v - mx) / sm"
+        "__expf(v - mx) * inv"
     };
     let _ = write!(
         src,
         r#"
 // NVRTC has no math.h: negative infinity by its bits.
 #define CS_NEG_INF __int_as_float(0xff800000)
-extern "C" __global__ void cs_row_softmax(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
+// Adds a block of values whose max is bm and whose sum of exp(v - bm) is bs to the running
+// (m, s).
+__device__ __forceinline__ void cs_merge(float& m, float& s, float bm, float bs) {{
+  const float nm = fmaxf(m, bm);
+  s = (m == CS_NEG_INF ? 0.0f : s * __expf(m - nm)) + (bm == CS_NEG_INF ? 0.0f : bs * __expf(bm - nm));
+  m = nm;
+}}
+extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
 {{
+  constexpr int VEC = {vec};
   __shared__ float red_m[32];
   __shared__ float red_s[32];
   const {ty}* row = x + (long long)blockIdx.x * cols;
   {ty}* out = y + (long long)blockIdx.x * cols;
+  const bool vectors = cols % VEC == 0;
   float m = CS_NEG_INF, s = 0.0f;
-  for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
-    float v = {ld}(row[c]);
-    float nm = fmaxf(m, v);
-    s = s * __expf(m - nm) + __expf(v - nm);
-    m = nm;
+  const long long span = (long long)blockDim.x * VEC;
+  if (vectors) {{
+    for (long long c0 = (long long)threadIdx.x * VEC; c0 < cols; c0 += 4 * span) {{
+      {ty} in[4][VEC];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (c0 + u * span < cols) *reinterpret_cast<uint4*>(in[u]) = *reinterpret_cast<const uint4*>(row + c0 + u * span);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {{
+        if (c0 + u * span >= cols) break;
+        float f[VEC];
+        float bm = CS_NEG_INF;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {{ f[v] = {ld}(in[u][v]); bm = fmaxf(bm, f[v]); }}
+        float bs = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) bs += __expf(f[v] - bm);
+        cs_merge(m, s, bm, bs);
+      }}
+    }}
+  }} else {{
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) cs_merge(m, s, {ld}(row[c]), 1.0f);
   }}
   for (int o = 16; o > 0; o >>= 1) {{
-    float om = __shfl_xor_sync(0xffffffffu, m, o);
-    float os = __shfl_xor_sync(0xffffffffu, s, o);
-    float nm = fmaxf(m, om);
-    s = (m == CS_NEG_INF ? 0.0f : s * __expf(m - nm)) + (om == CS_NEG_INF ? 0.0f : os * __expf(om - nm));
-    m = nm;
+    const float om = __shfl_xor_sync(0xffffffffu, m, o);
+    const float os = __shfl_xor_sync(0xffffffffu, s, o);
+    cs_merge(m, s, om, os);
   }}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {{ red_m[warp] = m; red_s[warp] = s; }}
   __syncthreads();
   const int warps = blockDim.x / 32;
-  float mx = CS_NEG_INF;
-  for (int w = 0; w < warps; ++w) mx = fmaxf(mx, red_m[w]);
-  float sm = 0.0f;
-  for (int w = 0; w < warps; ++w) sm += red_m[w] == CS_NEG_INF ? 0.0f : red_s[w] * __expf(red_m[w] - mx);
-  for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
-    float v = {ld}(row[c]);
-    out[c] = {st}({out});
+  float mx = CS_NEG_INF, sm = 0.0f;
+  for (int w = 0; w < warps; ++w) cs_merge(mx, sm, red_m[w], red_s[w]);
+  const float inv = 1.0f / sm, logsm = logf(sm);
+  (void)inv; (void)logsm;
+  if (vectors) {{
+    for (long long c0 = (long long)threadIdx.x * VEC; c0 < cols; c0 += 4 * span) {{
+      {ty} in[4][VEC];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (c0 + u * span < cols) *reinterpret_cast<uint4*>(in[u]) = *reinterpret_cast<const uint4*>(row + c0 + u * span);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {{
+        if (c0 + u * span >= cols) break;
+        {ty} o[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {{ const float v = {ld}(in[u][e]); o[e] = {st}({out}); }}
+        *reinterpret_cast<uint4*>(out + c0 + u * span) = *reinterpret_cast<const uint4*>(o);
+      }}
+    }}
+  }} else {{
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) {{
+      const float v = {ld}(row[c]);
+      out[c] = {st}({out});
+    }}
   }}
 }}
 "#

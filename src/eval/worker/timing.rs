@@ -190,6 +190,8 @@ impl Ctx<'_> {
         let lt_alpha = scale;
         let lt_epilogue = fam == Family::GemmBiasAct && w.chain().steps.len() <= 2;
         let mut lt: Option<(LtPlan, usize)> = None;
+        // The chosen cuBLASLt algorithm's median of three, to pick the unfused sequence's GEMM.
+        let mut lt_us = f64::INFINITY;
         if let Some(g) = p.gemm.filter(|_| libs.has_cublaslt()) {
             if wants(Baseline::Cublaslt) || dtype.is_fp8() {
                 let epi = lt_epilogue.then_some((params.activation, bias));
@@ -227,6 +229,7 @@ impl Ctx<'_> {
                             }
                         }
                         lt = Some((plan, best.1));
+                        lt_us = best.0;
                     }
                     Ok(_) => self
                         .report
@@ -405,13 +408,29 @@ impl Ctx<'_> {
                         Ok(())
                     }));
                 }
-                // The unfused library sequence: the GEMM(s), then cuDNN's softmax or one
-                // elementwise pass per op.
+                // The unfused library sequence: the faster library GEMM(s) (cuBLAS or the
+                // chosen cuBLAS Lt algorithm, by a median of three each, as a framework's
+                // tuned GEMM would be), then a row softmax or one elementwise pass per op.
                 let tail = passes.as_ref().is_some_and(|p| !p.is_empty()) || softmax.is_some();
+                let cublas_us = if tail && can_cublas && lt.is_some() {
+                    let mut probe = rotating_gemm(false);
+                    let mut ts: Vec<f64> = (0..3)
+                        .filter_map(|_| s_ref.time_us(&mut probe).ok())
+                        .collect();
+                    ts.sort_by(f64::total_cmp);
+                    ts.get(ts.len() / 2).copied().unwrap_or(f64::INFINITY)
+                } else {
+                    f64::INFINITY
+                };
+                // cuBLAS Lt is run without a C term here: with one, cuBLAS it is, where
+                // there is cuBLAS (fp8 has only cuBLAS Lt).
+                let use_lt =
+                    lt.is_some() && (!can_cublas || (lib_beta == 0.0 && lt_us < cublas_us));
+                let lib = if use_lt { "cuBLASLt" } else { "cuBLAS" };
                 let first: Option<Launch> = if !tail {
                     None
-                } else if can_cublas {
-                    Some(Box::new(rotating_gemm(false)))
+                } else if !use_lt {
+                    can_cublas.then(|| -> Launch { Box::new(rotating_gemm(false)) })
                 } else {
                     lt.as_ref().map(|(plan, i)| -> Launch {
                         let i = *i;
@@ -433,11 +452,11 @@ impl Ctx<'_> {
                 };
                 if let Some(mut first) = first.filter(|_| wants(Baseline::Unfused)) {
                     let what = match (&passes, &softmax) {
-                        (_, Some(_)) => {
-                            "the library GEMM, then a row softmax pass (a block per row, online max and sum)".to_string()
-                        }
+                        (_, Some(_)) => format!(
+                            "the library GEMM ({lib}), then a row softmax pass (a block per row, online max and sum, 16-byte vectors)"
+                        ),
                         (Some(ps), None) => format!(
-                            "the library GEMM{}, then {} elementwise pass{}",
+                            "the library GEMM{} ({lib}), then {} elementwise pass{}",
                             if glu { "s" } else { "" },
                             ps.len(),
                             if ps.len() == 1 { "" } else { "es" }
@@ -447,7 +466,7 @@ impl Ctx<'_> {
                     names.push("unfused".into());
                     notes.push(Some(format!("{what}, as a framework runs them")));
                     preps.resize_with(launches.len(), || None);
-                    preps.push(if can_cublas { c_into(d) } else { None });
+                    preps.push(if use_lt { None } else { c_into(d) });
                     let sc = (scratch.0.ptr, scratch.1.ptr);
                     let (ps, sm) = (passes.as_ref(), softmax.as_ref());
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
