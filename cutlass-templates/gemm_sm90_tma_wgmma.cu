@@ -33,10 +33,15 @@
 // 4 stages 240.5, cuBLAS 179). The ring runs on across a CTA's tiles: the producer loads
 // the next tile's first stages while the consumers run this tile's epilogue (persistent
 // against one CTA per tile, 128x256x64 4 stages: 235.6 -> 199.7 us, cuBLAS 176.6). The
-// epilogue computes alpha * acc + beta * C, applies the chain per element at its
-// coordinates (an identity tensor partitioned like the accumulator), and writes D from
-// registers (two adjacent columns per store where they are in bounds) with predicates from
-// the same coordinates, so m and n need not be multiples of the tile. TMA fills out-of-bounds rows/columns of A and B with zeros (the K residue).
+// epilogue computes alpha * acc + beta * C and applies the chain per element at its
+// coordinates (an identity tensor partitioned like the accumulator). A 16-bit D whose
+// pointer and strides TMA can address leaves through shared memory: 64-column chunks of
+// the tile, two staging buffers, one TMA store per chunk (TMA clips what lies outside D),
+// drained while the next tile's main loop runs (CS_EPI_TMA; 4096^3 on an H100: 199.4 ->
+// 191.1 us, cuBLAS 175.9-176.6). Otherwise (an f32 D, an unaligned D, or no room for the
+// buffers beside the ring) D is written from registers (two adjacent columns per store
+// where both are in bounds), predicated on the same coordinates. So m and n need not be
+// multiples of the tile. TMA fills out-of-bounds rows/columns of A and B with zeros (the K residue).
 // A shared operand (batch stride 0) is a size-1 batch mode read at coordinate 0.
 //
 // TMA needs 16-byte aligned A and B, leading dimensions and batch strides of A and B a
@@ -53,6 +58,7 @@
 //   CS_WARPGROUPS  2    consumer warpgroups, stacked along M
 //   CS_CLUSTER_M   1    cluster size CLUSTER_M * CLUSTER_N (co-scheduling of neighbouring
 //   CS_CLUSTER_N   1    CTAs only: no TMA multicast yet)
+//   CS_EPI_TMA     1    a 16-bit D through shared memory and TMA stores (0: from registers)
 // Rows and columns above are those of the row-major D the kernel computes: of D^T for a
 // column-major D.
 
@@ -102,6 +108,9 @@ using namespace cute;
 #endif
 #ifndef CS_CLUSTER_N
 #define CS_CLUSTER_N 1
+#endif
+#ifndef CS_EPI_TMA
+#define CS_EPI_TMA 1       // a 16-bit D leaves through shared memory and TMA stores
 #endif
 
 // ---------------------------------------------------------------------------------------
@@ -176,6 +185,15 @@ static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8,
 static_assert(kTileK * sizeof(ElementAB) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
 static_assert(kStages >= 2, "the pipeline needs at least two stages");
 
+// The TMA-store epilogue: a 16-bit D goes out in (TILE_M x kEpiN) chunks, one 128-byte
+// swizzle row wide, through two staging buffers in shared memory, where they fit beside
+// the ring (an H100 SM gives a block at most 227 KB).
+static constexpr int kEpiN = 64;
+static constexpr int kRingBytes = kStages * (kTileM + kTileN) * kTileK * int(sizeof(ElementAB));
+static constexpr int kEpiBytes  = 2 * kTileM * kEpiN * 2;
+static constexpr bool kEpiTma = CS_EPI_TMA != 0 && sizeof(ElementCD) == 2 && kTileN % kEpiN == 0 &&
+                                kRingBytes + kEpiBytes + 1024 <= 227 * 1024;
+
 // ---------------------------------------------------------------------------------------
 // Shared memory
 // ---------------------------------------------------------------------------------------
@@ -214,14 +232,29 @@ constexpr auto cs_smem_layout()
   }
 }
 
-template <class TA, class TB,
+// (BLK_M, kEpiN, 2): the epilogue's two staging buffers of D, N contiguous in 128-byte
+// swizzled rows (the layout TMA stores from); a placeholder element without kEpiTma.
+template <class TD>
+constexpr auto cs_smem_layout_d()
+{
+  if constexpr (kEpiTma) {
+    return tile_to_shape(GMMA::Layout_K_SW128_Atom<TD>{},
+                         make_shape(Int<kTileM>{}, Int<kEpiN>{}, Int<2>{}), Step<_1,_2,_3>{});
+  } else {
+    return Layout<Shape<_1,_1,_1>>{};
+  }
+}
+
+template <class TA, class TB, class TD,
           class SmemLayoutA,   // (BLK_M,BLK_K,PIPE)
-          class SmemLayoutB>   // (BLK_N,BLK_K,PIPE)
+          class SmemLayoutB,   // (BLK_N,BLK_K,PIPE)
+          class SmemLayoutD>   // (BLK_M,EPI_N,2)
 struct SharedStorage
 {
   // 1024B alignment: the SW128 pattern repeats every 8 rows x 128B.
   alignas(1024) cute::ArrayEngine<TA, cosize_v<SmemLayoutA>> A;
   alignas(1024) cute::ArrayEngine<TB, cosize_v<SmemLayoutB>> B;
+  alignas(1024) cute::ArrayEngine<TD, cosize_v<SmemLayoutD>> D;
 
   alignas(8) uint64_t full_barrier [size<2>(SmemLayoutA{})];   // TMA -> MMA: stage loaded
   alignas(8) uint64_t empty_barrier[size<2>(SmemLayoutA{})];   // MMA -> TMA: stage free
@@ -231,10 +264,18 @@ struct SharedStorage
 // Kernel
 // ---------------------------------------------------------------------------------------
 
+// A 32-bit store to shared memory by its shared-window address (STS; a plain store
+// through the generic pointer would be a generic ST).
+CUTE_DEVICE void cs_st_shared_u32(void const* p, uint32_t v)
+{
+  uint32_t const a = cute::cast_smem_ptr_to_uint(p);
+  asm volatile("st.shared.u32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
+}
+
 template <class CtaTiler,
           class TA, class SmemLayoutA, class TmaA,
           class TB, class SmemLayoutB, class TmaB,
-          class TD, class TiledMma>
+          class TD, class SmemLayoutD, class TmaD, class TiledMma>
 __global__ static
 __launch_bounds__(kCtaThreads, 1)
 void
@@ -245,6 +286,8 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
                     CUTLASS_GRID_CONSTANT TmaB const tma_b,
                     TD const* C, int64_t ldc, int64_t batch_stride_c,
                     TD      * D, int64_t ldd, int64_t batch_stride_d,
+                    CUTLASS_GRID_CONSTANT TmaD const tma_d,   // D's TMA store (when tma_store)
+                    bool tma_store,
                     TiledMma tiled_mma,
                     float alpha, float beta,
                     bool transposed,                      // D^T computed: swap (m,n) for the chain
@@ -293,7 +336,7 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
   // Shared memory
   // =====================================================================================
   extern __shared__ __align__(1024) char shared_memory[];
-  using Storage = SharedStorage<TA, TB, SmemLayoutA, SmemLayoutB>;
+  using Storage = SharedStorage<TA, TB, TD, SmemLayoutA, SmemLayoutB, SmemLayoutD>;
   Storage& smem = *reinterpret_cast<Storage*>(shared_memory);
   Tensor sA = make_tensor(make_smem_ptr(smem.A.begin()), SmemLayoutA{}); // (BLK_M,BLK_K,PIPE)
   Tensor sB = make_tensor(make_smem_ptr(smem.B.begin()), SmemLayoutB{}); // (BLK_N,BLK_K,PIPE)
@@ -376,6 +419,7 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
 
   bool const lane_zero = (threadIdx.x % 32) == 0;
   int it = 0;
+  int epi_it = 0;                                          // staging buffer uses (TMA-store epilogue)
   for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
     auto const coord = tile_coord(t);
     int const tm = get<0>(coord), tn = get<1>(coord), l = get<2>(coord);
@@ -444,9 +488,58 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
       return static_cast<TD>(z);
     };
     // WGMMA's accumulator holds D's columns in pairs (values 2j and 2j + 1 of a thread
-    // are columns n and n + 1 of one row): one store of both where they are adjacent and
-    // aligned in memory, else one each.
+    // are columns n and n + 1 of one row).
     static_assert(decltype(size(tCrAcc))::value % 2 == 0, "values come in column pairs");
+    if constexpr (kEpiTma) {
+      if (tma_store) {
+        // Through shared memory: the tile's 64-column chunks in turn go to staging buffer
+        // 0 or 1 (consumer threads write their pairs, 32 bits each, into the swizzled
+        // rows), then one thread issues the chunk's TMA store and the consumers go on. The
+        // stores drain while the next chunk is written and the next tile's main loop
+        // runs; a buffer is written again only once the store two chunks back has read
+        // it. TMA clips the rows and columns outside D.
+        Tensor sD = make_tensor(make_smem_ptr(smem.D.begin()), SmemLayoutD{});   // (BLK_M,EPI_N,2)
+        Tensor mD_tma = tma_d.get_tma_tensor(make_shape(M, N, L));                // (M,N,L) TMA coords
+        Tensor gD_epi = local_tile(mD_tma(_, _, l), make_shape(size<0>(cta_tiler), Int<kEpiN>{}),
+                                   make_coord(tm, _));                            // (BLK_M,EPI_N,chunks)
+        auto [tDgD, tDsD] = tma_partition(tma_d, Int<0>{}, Layout<_1>{},
+                                          group_modes<0,2>(sD), group_modes<0,2>(gD_epi));  // (TMA,chunks), (TMA,2)
+        // Coordinates within the tile: this thread's, and thread 0's (constants once
+        // unrolled). A thread's columns are thread 0's plus at most 6, so value i lies in
+        // the same 64-column chunk for every thread.
+        Tensor cT    = make_identity_tensor(make_shape(size<0>(cta_tiler), size<1>(cta_tiler)));
+        Tensor tCcT  = thr_mma.partition_C(cT);                                  // (MMA,MMA_M,MMA_N) -> (m,n)
+        Tensor tCcT0 = tiled_mma.get_thread_slice(0).partition_C(cT);
+        constexpr int kChunks = kTileN / kEpiN;
+        CUTE_UNROLL
+        for (int j = 0; j < kChunks; ++j) {
+          int const buf = epi_it & 1;
+          if (threadIdx.x == 0) tma_store_wait<1>();       // buf's store, two chunks back, has read it
+          cutlass::arch::NamedBarrier::sync(kThreads, 1);
+          CUTE_UNROLL
+          for (int i = 0; i < size(tCrAcc); i += 2) {
+            if (get<1>(tCcT0(i)) / kEpiN == j) {
+              bool const in0 = elem_less(tCcD(i), shape(mD)), in1 = elem_less(tCcD(i + 1), shape(mD));
+              TD const v0 = in0 ? value(i) : TD(0.0f);
+              TD const v1 = in1 ? value(i + 1) : TD(0.0f);
+              auto const rc = tCcT(i);
+              cs_st_shared_u32(&sD(get<0>(rc), get<1>(rc) - j * kEpiN, buf),
+                               uint32_t(v0.raw()) | (uint32_t(v1.raw()) << 16));
+            }
+          }
+          tma_store_fence();                               // the writes, visible to TMA
+          cutlass::arch::NamedBarrier::sync(kThreads, 1);
+          if (threadIdx.x == 0) {
+            copy(tma_d, tDsD(_, buf), tDgD(_, tn * kChunks + j));
+            tma_store_arrive();
+          }
+          ++epi_it;
+        }
+        continue;
+      }
+    }
+    // Straight from registers: one store of a pair where both are in bounds, adjacent and
+    // aligned in memory, else one each.
     CUTE_UNROLL
     for (int i = 0; i < size(tCrAcc); i += 2) {
       bool const in0 = elem_less(tCcD(i), shape(mD)), in1 = elem_less(tCcD(i + 1), shape(mD));
@@ -464,6 +557,10 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
         if (in1) tCgD(i + 1) = value(i + 1);
       }
     }
+  }
+  if constexpr (kEpiTma) {
+    // Shared memory must outlive the last TMA stores' reads.
+    if (tma_store && threadIdx.x == 0) tma_store_wait<0>();
   }
 }
 
@@ -564,6 +661,22 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
   return CS_OK;
 }
 
+// Whether D (the kernel's row-major M x N view, `ldd` apart, batches `batch_stride_d`
+// apart) can take the TMA-store epilogue: 16-byte aligned, 16-byte strides.
+static bool cs_d_tma_ok(const cs_problem& p, int64_t M)
+{
+  if constexpr (!kEpiTma) {
+    return false;
+  } else {
+    constexpr int64_t kElem = int64_t(sizeof(ElementCD));
+    auto ok = [](int64_t elems) {
+      return elems > 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
+    };
+    if (!cs_aligned16(p.d) || !ok(p.ldd) || p.ldd > INT64_MAX / M || !ok(p.ldd * M)) return false;
+    return p.batch <= 1 || ok(p.batch_stride_d);
+  }
+}
+
 // The global view TMA reads of one operand: (MN, K, L) with a static unit stride on the
 // contiguous mode.
 template <GMMA::Major Major, class T>
@@ -619,12 +732,33 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
   Copy_Atom tma_a = make_tma_atom(SM90_TMA_LOAD{}, mA, sA(_,_,0), make_shape(bM, bK));
   Copy_Atom tma_b = make_tma_atom(SM90_TMA_LOAD{}, mB, sB(_,_,0), make_shape(bN, bK));
 
+  // D's TMA store (a 16-bit D that TMA can address), else the epilogue stores from
+  // registers. Where D cannot take it, the descriptor is built over A's memory to keep one
+  // kernel, and never used.
+  TD* const D = static_cast<TD*>(p.d);
+  auto sD = cs_smem_layout_d<TD>();                                     // (BLK_M,EPI_N,2)
+  bool const tma_store = cs_d_tma_ok(p, M);
+  auto tma_d = [&] {
+    if constexpr (kEpiTma) {
+      bool const one = p.batch <= 1;
+      Tensor mD = tma_store
+          ? make_tensor(make_gmem_ptr(D), make_shape(M, N, int(p.batch)),
+                        make_stride(int64_t(p.ldd), Int<1>{}, one ? int64_t(p.ldd) * M : int64_t(p.batch_stride_d)))
+          : make_tensor(make_gmem_ptr(static_cast<TD*>(const_cast<void*>(a.ptr))),
+                        make_shape(int(kTileM), int(kEpiN), 1),
+                        make_stride(int64_t(kEpiN), Int<1>{}, int64_t(kTileM) * kEpiN));
+      return make_tma_atom(SM90_TMA_STORE{}, mD, sD(_,_,0), make_shape(bM, Int<kEpiN>{}));
+    } else {
+      return 0;
+    }
+  }();
+
   auto* kernel = &cs_gemm_sm90_kernel<decltype(cta_tiler),
                                       TA, decltype(sA), decltype(tma_a),
                                       TB, decltype(sB), decltype(tma_b),
-                                      TD, decltype(tiled_mma)>;
+                                      TD, decltype(sD), decltype(tma_d), decltype(tiled_mma)>;
 
-  int const smem_bytes = int(sizeof(SharedStorage<TA, TB, decltype(sA), decltype(sB)>));
+  int const smem_bytes = int(sizeof(SharedStorage<TA, TB, TD, decltype(sA), decltype(sB), decltype(sD)>));
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return int32_t(err);
 
@@ -662,11 +796,10 @@ static int32_t cs_gemm_sm90_run(const cs_problem& p, cs_mk_operand const& a,
 
   // C and D: the row-major M x N view of a column-major m x n matrix is the same memory.
   TD const* C = static_cast<TD const*>(p.c);
-  TD*       D = static_cast<TD*>(p.d);
   err = cudaLaunchKernelEx(&config, kernel,
                            M, N, K, int(p.batch), La, Lb, cta_tiler, tma_a, tma_b,
                            C, int64_t(p.ldc), int64_t(p.batch_stride_c),
-                           D, int64_t(p.ldd), int64_t(p.batch_stride_d),
+                           D, int64_t(p.ldd), int64_t(p.batch_stride_d), tma_d, tma_store,
                            tiled_mma, p.alpha, p.beta, transposed, p);
   if (err != cudaSuccess) return int32_t(err);
   return int32_t(cudaGetLastError());
