@@ -462,27 +462,31 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
     // ===================================================================================
     TD const* C_l = has_c ? C + l * batch_stride_c : C;                // stride 0: shared C
     Tensor mC = make_tensor(make_gmem_ptr(C_l),
-                            make_shape(M, N), make_stride(ldc, Int<1>{}));  // (M,N) row-major
+                            make_shape(M, N), make_stride(ldc, Int<1>{}));  // (M,N) row-major, read at (m,n)
     Tensor mD = make_tensor(make_gmem_ptr(D + l * batch_stride_d),
                             make_shape(M, N), make_stride(ldd, Int<1>{}));  // (M,N) row-major
     Tensor cD = make_identity_tensor(make_shape(M, N));                // (M,N) -> (m,n)
     auto const cta_coord = make_coord(tm, tn, _);                       // (m,n,k)
-    Tensor gC = local_tile(mC, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N)
     Tensor gD = local_tile(mD, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N)
     Tensor cDt = local_tile(cD, cta_tiler, cta_coord, Step<_1,_1, X>{}); // (BLK_M,BLK_N) -> (m,n)
-    Tensor tCgC = thr_mma.partition_C(gC);                             // (MMA,MMA_M,MMA_N)
     Tensor tCgD = thr_mma.partition_C(gD);                             // (MMA,MMA_M,MMA_N)
     Tensor tCcD = thr_mma.partition_C(cDt);                            // (MMA,MMA_M,MMA_N) -> (m,n)
-    auto value = [&](int i) {                                          // D's value i of this thread
+    // D's value i of this thread. Outside D (a ragged tile) it reads C and the chain's
+    // operands at the nearest element inside and its value is never stored: no branch
+    // around the loads, so the compiler can issue a tile's loads back to back instead of
+    // waiting out each one's latency in its own branch.
+    auto value = [&](int i) {
       auto const mn = tCcD(i);                                         // (m,n) of this D
+      int const m_in = cute::min(int(get<0>(mn)), M - 1);
+      int const n_in = cute::min(int(get<1>(mn)), N - 1);
       float z = alpha * tCrAcc(i);
       if (has_c) {
-        z += beta * static_cast<float>(tCgC(i));
+        z += beta * static_cast<float>(mC(m_in, n_in));
       }
       if constexpr (!cs_chain::kIdentity) {
         // The chain's operands are indexed by the workload's (row, col) of D.
-        int64_t const row = transposed ? get<1>(mn) : get<0>(mn);
-        int64_t const col = transposed ? get<0>(mn) : get<1>(mn);
+        int64_t const row = transposed ? n_in : m_in;
+        int64_t const col = transposed ? m_in : n_in;
         z = cs_chain_at<cs_chain>(problem, z, l, row, col);
       }
       return static_cast<TD>(z);
@@ -519,9 +523,7 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
           CUTE_UNROLL
           for (int i = 0; i < size(tCrAcc); i += 2) {
             if (get<1>(tCcT0(i)) / kEpiN == j) {
-              bool const in0 = elem_less(tCcD(i), shape(mD)), in1 = elem_less(tCcD(i + 1), shape(mD));
-              TD const v0 = in0 ? value(i) : TD(0.0f);
-              TD const v1 = in1 ? value(i + 1) : TD(0.0f);
+              TD const v0 = value(i), v1 = value(i + 1);          // TMA clips what lies outside D
               auto const rc = tCcT(i);
               cs_st_shared_u32(&sD(get<0>(rc), get<1>(rc) - j * kEpiN, buf),
                                uint32_t(v0.raw()) | (uint32_t(v1.raw()) << 16));
@@ -553,8 +555,9 @@ cs_gemm_sm90_kernel(int M, int N, int K, int L,            // L: the batch count
           *reinterpret_cast<float2*>(d0) = make_float2(v0, v1);
         }
       } else {
-        if (in0) *d0 = value(i);
-        if (in1) tCgD(i + 1) = value(i + 1);
+        TD const v0 = value(i), v1 = value(i + 1);
+        if (in0) *d0 = v0;
+        if (in1) tCgD(i + 1) = v1;
       }
     }
   }
