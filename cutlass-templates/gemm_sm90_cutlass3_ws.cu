@@ -497,9 +497,13 @@ struct Sm90CsChain {
         Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kVals; ++i) {
+          // An element outside the problem (a ragged tile) reads the nearest inside (its
+          // value is never stored): no branch around the loads, so a subtile's loads issue
+          // back to back instead of each waiting out its latency in its own branch. m0 +
+          // residue is the problem's extent, so this is min(m0 + c, M - 1).
           auto const c = tCcD_mn(i);
-          bool const in = elem_less(c, residue);
-          int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
+          int64_t const km = m0 + cute::min(int64_t(get<0>(c)), int64_t(get<0>(residue)) - 1);
+          int64_t const kn = n0 + cute::min(int64_t(get<1>(c)), int64_t(get<1>(residue)) - 1);
           // The kernel's (m, n) is D's (row, col), or (col, row) when D is computed
           // transposed.
           int64_t const row = kSwap ? kn : km, col = kSwap ? km : kn;
@@ -510,12 +514,12 @@ struct Sm90CsChain {
               constexpr int kind = cs_fallback::chain_kind<cs_chain>(j);
               constexpr int dtype = cs_fallback::chain_dtype<cs_chain>(j);
               cs_operand const& o = params.operands[j];
-              float v = 0.0f;
-              if (in) {
-                int64_t const idx = cs_operand_index<kind>(o, params.layout_cd, l, row, col);
-                v = dtype >= 0 ? cs_load_typed<dtype>(o.ptr, idx) : cs_load_as_float(o.ptr, o.dtype, idx);
+              int64_t const idx = cs_operand_index<kind>(o, params.layout_cd, l, row, col);
+              if constexpr (dtype >= 0) {
+                vals[slot][i] = cs_load_typed<dtype>(o.ptr, idx);
+              } else {
+                vals[slot][i] = cs_load_as_float(o.ptr, o.dtype, idx);
               }
-              vals[slot][i] = v;
             }
           });
         }
