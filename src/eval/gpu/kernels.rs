@@ -412,6 +412,13 @@ __device__ __forceinline__ void cs_merge(float& m, float& s, float bm, float bs)
   s = (m == CS_NEG_INF ? 0.0f : s * __expf(m - nm)) + (bm == CS_NEG_INF ? 0.0f : bs * __expf(bm - nm));
   m = nm;
 }}
+// The four 16-byte vectors of a sweep's step, c0 + u * span for u < 4, those inside the row.
+template <typename T, int VEC>
+__device__ __forceinline__ void cs_load4(T (&in)[4][VEC], const T* __restrict__ row, long long c0, long long span, long long cols) {{
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    if (c0 + u * span < cols) *reinterpret_cast<uint4*>(in[u]) = *reinterpret_cast<const uint4*>(row + c0 + u * span);
+}}
 extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
 {{
   constexpr int VEC = {vec};
@@ -425,9 +432,7 @@ extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __r
   if (vectors) {{
     for (long long c0 = (long long)threadIdx.x * VEC; c0 < cols; c0 += 4 * span) {{
       {ty} in[4][VEC];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (c0 + u * span < cols) *reinterpret_cast<uint4*>(in[u]) = *reinterpret_cast<const uint4*>(row + c0 + u * span);
+      cs_load4(in, row, c0, span, cols);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {{
         if (c0 + u * span >= cols) break;
@@ -460,9 +465,7 @@ extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __r
   if (vectors) {{
     for (long long c0 = (long long)threadIdx.x * VEC; c0 < cols; c0 += 4 * span) {{
       {ty} in[4][VEC];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (c0 + u * span < cols) *reinterpret_cast<uint4*>(in[u]) = *reinterpret_cast<const uint4*>(row + c0 + u * span);
+      cs_load4(in, row, c0, span, cols);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {{
         if (c0 + u * span >= cols) break;
@@ -655,5 +658,97 @@ impl Verifier {
         // counts two u64; the parameters match the kernel's.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::chain::OpSpec;
+
+    fn chain(ops: &[(&str, Option<&str>)]) -> Chain {
+        let specs: Vec<OpSpec> = ops
+            .iter()
+            .map(|(op, operand)| OpSpec {
+                op: (*op).into(),
+                operand: operand.map(Into::into),
+                ..OpSpec::default()
+            })
+            .collect();
+        let mut c = Chain::default();
+        c.extend_from_spec(&specs, DType::BF16).unwrap();
+        c
+    }
+
+    /// The source of pass `j` alone.
+    fn pass(src: &str, j: usize) -> &str {
+        let start = src
+            .find(&format!("cs_pass{j}("))
+            .expect("the pass is there");
+        let end = src[start..]
+            .find("extern \"C\"")
+            .map_or(src.len(), |e| start + e);
+        &src[start..end]
+    }
+
+    #[test]
+    fn passes_load_full_size_operands_as_vectors_and_index_broadcasts_once_per_vector() {
+        let c = chain(&[
+            ("add", Some("row")),
+            ("silu", None),
+            ("sub", Some("matrix")),
+            ("max", Some("z")),
+        ]);
+        let src = pass_source(&c, DType::BF16).unwrap();
+        // Every pass moves x by 16-byte vectors, four a thread in flight, under 64 registers.
+        assert_eq!(src.matches("__launch_bounds__(256, 4)").count(), 4);
+        assert_eq!(src.matches("constexpr int U = 4;").count(), 4);
+        // The row operand: row and column found once per vector (one 64-bit division),
+        // then stepped; no other pass divides.
+        let p0 = pass(&src, 0);
+        assert_eq!(p0.matches("base % (m * n)").count(), 1, "{p0}");
+        assert!(p0.contains("cs_t0(t0, i, row, col)"), "{p0}");
+        for j in 1..4 {
+            assert!(!pass(&src, j).contains('%'), "pass {j} divides");
+        }
+        // The residual matrix and z are loaded as vectors beside x.
+        let p2 = pass(&src, 2);
+        assert!(p2.contains("cs_ldv(t1in[u]"), "{p2}");
+        assert!(p2.contains("cs_bf16_ld(t1in[u][v])"), "{p2}");
+        let p3 = pass(&src, 3);
+        assert!(p3.contains("cs_ldv(zin[u], z,"), "{p3}");
+        // bf16 stores by the hardware conversion.
+        assert!(src.contains("cvt.rn.bf16.f32"));
+    }
+
+    #[test]
+    fn a_matrix_operand_of_another_dtype_is_read_element_by_element_inside_the_tensor() {
+        let specs = [OpSpec {
+            op: "add".into(),
+            operand: Some("matrix".into()),
+            dtype: Some(DType::F32),
+            ..OpSpec::default()
+        }];
+        let mut c = Chain::default();
+        c.extend_from_spec(&specs, DType::BF16).unwrap();
+        let src = pass_source(&c, DType::BF16).unwrap();
+        assert!(
+            src.contains("(i < total ? cs_t0(t0, i, row, col) : 0.0f)"),
+            "{src}"
+        );
+        assert!(!src.contains("cs_ldv(t0in"));
+    }
+
+    #[test]
+    fn the_row_softmax_moves_vectors_where_rows_are_aligned() {
+        for (d, vec) in [(DType::BF16, 8), (DType::F32, 4)] {
+            let src = row_softmax_source(d, false).unwrap();
+            assert!(src.contains(&format!("constexpr int VEC = {vec};")));
+            assert!(src.contains("const bool vectors = cols % VEC == 0;"));
+            assert_eq!(src.matches("cs_load4(in, row, c0, span, cols);").count(), 2);
+        }
+        assert!(row_softmax_source(DType::BF16, true)
+            .unwrap()
+            .contains("(v - mx) - logsm"));
     }
 }
