@@ -179,6 +179,8 @@ fn every_template_validates_on_its_workloads() {
         "gemm_bf16_small",
         "gemm_f16_small",
         "gemm_bias_gelu_small",
+        // A C term (beta != 0) read through a column-major C, ragged and batched.
+        "gemm_bf16_beta_small",
         "gemm_bf16_skinny_small",
         // The skinny template's stream kernel (its first candidate where K >= 2^16), with
         // the small operand K-major and M-major.
