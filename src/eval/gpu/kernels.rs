@@ -31,6 +31,21 @@ fn nvrtc_err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     }
 }
 
+/// Compiles `src` with NVRTC for compute_90 (`name`: the file name its messages give) and
+/// loads it into the session's context.
+fn nvrtc_module(s: &Session, src: &str, name: &str) -> Result<Arc<CudaModule>, CudaFailure> {
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+        src,
+        cudarc::nvrtc::CompileOptions {
+            arch: Some("compute_90"),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| nvrtc_err("NVRTC", e))?;
+    s.ctx.load_module(ptx).map_err(CudaFailure::from)
+}
+
 /// Element storage and conversions for one dtype, in C++ without CUDA headers (NVRTC
 /// has none by default): bf16 and f16 are 16-bit patterns converted by bit arithmetic and
 /// PTX `cvt`.
@@ -96,17 +111,7 @@ impl Passes {
         (m, n, batch): (usize, usize, usize),
         layout: Layout,
     ) -> Result<Passes, CudaFailure> {
-        let src = pass_source(chain, dtype)?;
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            &src,
-            cudarc::nvrtc::CompileOptions {
-                arch: Some("compute_90"),
-                name: Some("cutesmith_passes.cu".into()),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| nvrtc_err("NVRTC", e))?;
-        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let module = nvrtc_module(s, &pass_source(chain, dtype)?, "cutesmith_passes.cu")?;
         let funcs = (0..chain.steps.len())
             .map(|j| module.load_function(&format!("cs_pass{j}")))
             .collect::<Result<Vec<_>, _>>()
@@ -490,17 +495,11 @@ extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __r
 impl RowSoftmax {
     /// Compiles the pass (NVRTC).
     pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowSoftmax, CudaFailure> {
-        let src = row_softmax_source(dtype, log)?;
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            &src,
-            cudarc::nvrtc::CompileOptions {
-                arch: Some("compute_90"),
-                name: Some("cutesmith_row_softmax.cu".into()),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| nvrtc_err("NVRTC", e))?;
-        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let module = nvrtc_module(
+            s,
+            &row_softmax_source(dtype, log)?,
+            "cutesmith_row_softmax.cu",
+        )?;
         let func = module
             .load_function("cs_row_softmax")
             .map_err(CudaFailure::from)?;
@@ -606,17 +605,7 @@ extern "C" __global__ void cs_verify(const {ty}* __restrict__ got, const float* 
 impl Verifier {
     /// Compiles the verifier for `dtype` outputs (NVRTC).
     pub fn compile(s: &Session, dtype: DType) -> Result<Verifier, CudaFailure> {
-        let src = verify_source(dtype)?;
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            &src,
-            cudarc::nvrtc::CompileOptions {
-                arch: Some("compute_90"),
-                name: Some("cutesmith_verify.cu".into()),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| nvrtc_err("NVRTC", e))?;
-        let module = s.ctx.load_module(ptx).map_err(CudaFailure::from)?;
+        let module = nvrtc_module(s, &verify_source(dtype)?, "cutesmith_verify.cu")?;
         let func = module
             .load_function("cs_verify")
             .map_err(CudaFailure::from)?;

@@ -314,16 +314,14 @@ impl Ctx<'_> {
             Some(g) => {
                 let glu = fam == Family::GemmGlu;
                 let (d, d2) = (base_out.ptr, base_out2.ptr);
+                // The two input sets (A, B, B2) the library launches alternate between.
+                let sets = [(a, b, b2), (a_2, b_2, b2_2)];
                 // `tf32`: TF32 tensor cores even where the workload forbids them (the
                 // reference-only row beside an fp32 workload's baselines).
                 let rotating_gemm = move |tf32: bool| {
                     let mut k = 0usize;
                     move || -> Result<(), CudaFailure> {
-                        let (a, b, b2) = if k % 2 == 0 {
-                            (a, b, b2)
-                        } else {
-                            (a_2, b_2, b2_2)
-                        };
+                        let (a, b, b2) = sets[k % 2];
                         k += 1;
                         libs.cublas_gemm(
                             &g,
@@ -393,20 +391,14 @@ impl Ctx<'_> {
                     } else {
                         plan.note.clone()
                     });
-                    let mut k = 0usize;
-                    launches.push(Box::new(move || {
-                        let (a, b, b2) = if k % 2 == 0 {
-                            (a, b, b2)
-                        } else {
-                            (a_2, b_2, b2_2)
-                        };
-                        k += 1;
-                        plan.run(s_ref, i, a, b, d, lt_alpha)?;
-                        if glu {
-                            plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
-                        }
-                        Ok(())
-                    }));
+                    launches.push(Box::new(rotating_lt(
+                        plan,
+                        i,
+                        s_ref,
+                        sets,
+                        (d, d2, glu),
+                        lt_alpha,
+                    )));
                 }
                 // The unfused library sequence: the faster library GEMM(s) (cuBLAS or the
                 // chosen cuBLAS Lt algorithm, by a median of three each, as a framework's
@@ -433,21 +425,7 @@ impl Ctx<'_> {
                     can_cublas.then(|| -> Launch { Box::new(rotating_gemm(false)) })
                 } else {
                     lt.as_ref().map(|(plan, i)| -> Launch {
-                        let i = *i;
-                        let mut k = 0usize;
-                        Box::new(move || {
-                            let (a, b, b2) = if k % 2 == 0 {
-                                (a, b, b2)
-                            } else {
-                                (a_2, b_2, b2_2)
-                            };
-                            k += 1;
-                            plan.run(s_ref, i, a, b, d, lt_alpha)?;
-                            if glu {
-                                plan.run(s_ref, i, a, b2, d2, lt_alpha)?;
-                            }
-                            Ok(())
-                        })
+                        Box::new(rotating_lt(plan, *i, s_ref, sets, (d, d2, glu), lt_alpha))
                     })
                 };
                 if let Some(mut first) = first.filter(|_| wants(Baseline::Unfused)) {
@@ -835,6 +813,29 @@ pub(super) fn timing_verdict(
         None => Ok(format!(
             "every timed launch of the candidate verified: {runs} launches over two input sets, each output poisoned before and compared after"
         )),
+    }
+}
+
+/// A cuBLAS Lt launch with algorithm `i` of `plan` that alternates between the two input
+/// sets `(A, B, B2)`: D = A B, and for a GLU pair also D2 = A B2 (`outs`: D, D2, whether
+/// it is a pair).
+fn rotating_lt<'p>(
+    plan: &'p LtPlan,
+    i: usize,
+    s: &'p Session,
+    sets: [(u64, u64, u64); 2],
+    (d, d2, glu): (u64, u64, bool),
+    alpha: f32,
+) -> impl FnMut() -> Result<(), CudaFailure> + 'p {
+    let mut k = 0usize;
+    move || {
+        let (a, b, b2) = sets[k % 2];
+        k += 1;
+        plan.run(s, i, a, b, d, alpha)?;
+        if glu {
+            plan.run(s, i, a, b2, d2, alpha)?;
+        }
+        Ok(())
     }
 }
 
