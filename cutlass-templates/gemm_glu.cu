@@ -83,6 +83,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // the activations (cs_activate)
+#include "cutesmith_edges.cuh"
 #include "cutesmith_sm90_dual.cuh"
 #include "cutesmith_sm90_host.cuh"
 
@@ -459,32 +460,12 @@ struct CsEdgeArgs {
   CsGluArgs glu;
 };
 
-// Output t of a batch: columns [n_gemm, n) of every row first, then rows [m_gemm, m) of
-// the columns [0, n_gemm).
-__device__ __forceinline__ void cs_edge_position(const CsEdgeArgs& e, int64_t t, int& row, int& col)
-{
-  int64_t const w1 = e.n - e.n_gemm;
-  int64_t const count1 = int64_t(e.m) * w1;
-  if (t < count1) {
-    row = int(t / w1);
-    col = e.n_gemm + int(t - int64_t(row) * w1);
-  } else {
-    int64_t const t2 = t - count1;
-    row = e.m_gemm + int(t2 / e.n_gemm);
-    col = int(t2 - int64_t(row - e.m_gemm) * e.n_gemm);
-  }
-}
-
 __global__ void __launch_bounds__(256)
 cs_edge_kernel(CsEdgeArgs e)
 {
   int const lane = int(threadIdx.x & 31);
-  int64_t const warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); w < e.total;
-       w += warps) {
-    int64_t const bz = w / e.per_batch;
-    int row, col;
-    cs_edge_position(e, w - bz * e.per_batch, row, col);
+  cs_edges::for_each_output(e.m, e.n, e.m_gemm, e.n_gemm, e.per_batch, e.total,
+                            [&](int64_t bz, int row, int col) {
     const ElementAB* a = e.a + bz * e.sa;
     const ElementAB* b = e.b + bz * e.sb;
     const ElementAB* b2 = e.b2 + bz * e.sb2;
@@ -505,7 +486,7 @@ cs_edge_kernel(CsEdgeArgs e)
       float const v = cs_activate(e.glu.gate, e.glu.alpha * g, e.glu.p0, e.glu.p1) * (e.glu.alpha * h);
       e.d[bz * e.sd + int64_t(row) * e.ldd + col] = ElementD(v);
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------
