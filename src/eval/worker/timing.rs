@@ -404,7 +404,7 @@ impl Ctx<'_> {
                 // chosen cuBLAS Lt algorithm, by a median of three each, as a framework's
                 // tuned GEMM would be), then a row softmax or one elementwise pass per op.
                 let tail = passes.as_ref().is_some_and(|p| !p.is_empty()) || softmax.is_some();
-                let cublas_us = if tail && can_cublas && lt.is_some() {
+                let cublas_us = if tail && can_cublas && lt.is_some() && wants(Baseline::Unfused) {
                     let mut probe = rotating_gemm(false);
                     let mut ts: Vec<f64> = (0..3)
                         .filter_map(|_| s_ref.time_us(&mut probe).ok())
