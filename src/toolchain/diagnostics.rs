@@ -817,17 +817,7 @@ fn truncate_bytes(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
-    macro_rules! fixture {
-        ($name:literal) => {
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/parsers/",
-                $name
-            ))
-        };
-    }
-
-    const CUTE_ERR: &str = fixture!("cute_err.log");
+    const CUTE_ERR: &str = parser_fixture!("cute_err.log");
 
     fn count(d: &[Diagnostic], s: Severity) -> usize {
         d.iter().filter(|x| x.severity == s).count()
@@ -935,7 +925,7 @@ mod tests {
 
     #[test]
     fn user_template_error() {
-        let d = parse(fixture!("fe_tmpl.log"));
+        let d = parse(parser_fixture!("fe_tmpl.log"));
         assert_eq!(d.len(), 1);
         assert_eq!((d[0].file.as_str(), d[0].line), ("fe_tmpl.cu", Some(4)));
         let lines: Vec<_> = d[0]
@@ -956,7 +946,7 @@ mod tests {
 
     #[test]
     fn frontend_error_and_warning() {
-        let d = parse(fixture!("fe_err.log"));
+        let d = parse(parser_fixture!("fe_err.log"));
         assert_eq!(d.len(), 2);
         assert_eq!(
             (d[0].file.as_str(), d[0].line, d[0].severity),
@@ -974,7 +964,7 @@ mod tests {
         assert!(c.contains("fe_err.cu:22: warning #2361-D: invalid narrowing conversion"));
         assert!(c.ends_with("1 error, 1 warning (full log kept)"));
 
-        let ok = parse(fixture!("plain_kernels.log"));
+        let ok = parse(parser_fixture!("plain_kernels.log"));
         assert_eq!(ok.len(), 1);
         assert_eq!((ok[0].line, ok[0].severity), (Some(9), Severity::Warning));
         assert_eq!(ok[0].code.as_deref(), Some("177-D"));
@@ -983,7 +973,7 @@ mod tests {
 
     #[test]
     fn host_compiler() {
-        let d = parse(fixture!("host_err.log"));
+        let d = parse(parser_fixture!("host_err.log"));
         assert_eq!(d.len(), 2);
         assert!(d.iter().all(|x| x.origin == Origin::HostCompiler));
         assert_eq!(
@@ -1003,7 +993,7 @@ mod tests {
             .as_deref()
             .is_some_and(|s| s.starts_with("    8 | #error")));
 
-        let d = parse(fixture!("host_tmpl.log"));
+        let d = parse(parser_fixture!("host_tmpl.log"));
         let sev: Vec<_> = d.iter().map(|x| (x.line, x.severity)).collect();
         assert_eq!(
             sev,
@@ -1034,7 +1024,7 @@ mod tests {
 
     #[test]
     fn ptxas_linker_driver() {
-        let d = parse(fixture!("ptxas_smem.log"));
+        let d = parse(parser_fixture!("ptxas_smem.log"));
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].origin, d[0].severity, d[0].file.as_str()),
@@ -1043,7 +1033,7 @@ mod tests {
         let c = condense(&d, &[], 4096);
         assert!(c.starts_with("ptxas: error: Entry function 'too_much_smem(float*)' uses too much shared data (0x40000 bytes, 0x38c00 max)"), "{c}");
 
-        let d = parse(fixture!("ptxas_asm.log"));
+        let d = parse(parser_fixture!("ptxas_asm.log"));
         assert_eq!(d.len(), 3);
         assert!(d[0].file.ends_with("_ptxas_asm.ptx"));
         assert_eq!((d[0].line, d[0].severity), (Some(28), Severity::Error));
@@ -1053,14 +1043,14 @@ mod tests {
             (Severity::Fatal, "Ptx assembly aborted due to errors")
         );
 
-        let d = parse(fixture!("ptxas_warn.log"));
+        let d = parse(parser_fixture!("ptxas_warn.log"));
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].origin, d[0].severity),
             (Origin::Ptxas, Severity::Warning)
         );
 
-        let d = parse(fixture!("nvlink_err.log"));
+        let d = parse(parser_fixture!("nvlink_err.log"));
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].origin, d[0].severity),
@@ -1068,14 +1058,14 @@ mod tests {
         );
         assert!(condense(&d, &[], 4096).contains("Undefined reference to 'scale_factor(int)'"));
 
-        let d = parse(fixture!("ld_missing_lib.log"));
+        let d = parse(parser_fixture!("ld_missing_lib.log"));
         assert_eq!(d.len(), 3);
         assert!(d
             .iter()
             .all(|x| x.origin == Origin::Linker && x.severity == Severity::Error));
         assert_eq!(d[2].message, "ld returned 1 exit status");
 
-        let d = parse(fixture!("driver_err.log"));
+        let d = parse(parser_fixture!("driver_err.log"));
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].origin, d[0].severity),
@@ -1087,7 +1077,7 @@ mod tests {
 
     #[test]
     fn dedupes_identical_errors() {
-        let d = parse(fixture!("fe_tmpl.log"));
+        let d = parse(parser_fixture!("fe_tmpl.log"));
         let three: Vec<Diagnostic> = d.iter().cycle().take(3).cloned().collect();
         let c = condense(&three, &["fe_tmpl.cu"], 4096);
         assert!(c.contains("(+2 similar)"));
@@ -1128,7 +1118,7 @@ mod tests {
             serde_json::to_string(&Origin::HostCompiler).unwrap(),
             "\"host_compiler\""
         );
-        let d = parse(fixture!("fe_tmpl.log"));
+        let d = parse(parser_fixture!("fe_tmpl.log"));
         let back: Vec<Diagnostic> =
             serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
         assert_eq!(back, d);

@@ -7,6 +7,19 @@
 //! fills. Tool processes are spawned through [`process`] (the interactive session's
 //! `$EDITOR` is the one exception).
 
+/// A recorded tool output under `tests/fixtures/parsers/`, as a `&'static str` (the
+/// parsers' unit tests).
+#[cfg(test)]
+macro_rules! parser_fixture {
+    ($name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/parsers/",
+            $name
+        ))
+    };
+}
+
 pub mod cache;
 pub mod compile;
 pub mod diagnostics;

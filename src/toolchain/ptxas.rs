@@ -216,19 +216,9 @@ pub fn short_name(mangled: &str) -> String {
 mod tests {
     use super::*;
 
-    macro_rules! fixture {
-        ($name:literal) => {
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/parsers/",
-                $name
-            ))
-        };
-    }
-
     #[test]
     fn plain_kernels_with_spills_and_a_device_function() {
-        let k = parse(fixture!("plain_kernels.log"));
+        let k = parse(parser_fixture!("plain_kernels.log"));
         let names: Vec<&str> = k.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["spilly<40>", "with_smem", "vec_copy"]);
         let spilly = &k[0];
@@ -269,7 +259,7 @@ mod tests {
 
     #[test]
     fn cute_gemm_names_are_shortened() {
-        let k = parse(fixture!("wgmma_tma_sm90_full.log"));
+        let k = parse(parser_fixture!("wgmma_tma_sm90_full.log"));
         assert_eq!(k.len(), 3);
         assert_eq!(
             k[0].name,
@@ -292,24 +282,24 @@ mod tests {
         }
         assert_ne!(k[1].mangled, k[2].mangled);
 
-        let small = parse(fixture!("wgmma_tma_small.log"));
+        let small = parse(parser_fixture!("wgmma_tma_small.log"));
         assert_eq!(small.len(), 2);
         assert_eq!(small[1].registers, 42);
     }
 
     #[test]
     fn failed_and_warning_logs() {
-        let k = parse(fixture!("ptxas_smem.log"));
+        let k = parse(parser_fixture!("ptxas_smem.log"));
         assert_eq!(k.len(), 1);
         assert_eq!(
             (k[0].name.as_str(), k[0].shared_bytes, k[0].barriers),
             ("too_much_smem", 262144, 1)
         );
-        let k = parse(fixture!("ptxas_warn.log"));
+        let k = parse(parser_fixture!("ptxas_warn.log"));
         let regs: Vec<(&str, u32)> = k.iter().map(|k| (k.name.as_str(), k.registers)).collect();
         assert_eq!(regs, [("normal", 8), ("greedy_bounds", 8)]);
-        assert!(parse(fixture!("ptxas_asm.log")).is_empty());
-        assert!(parse(fixture!("cute_err.log")).is_empty());
+        assert!(parse(parser_fixture!("ptxas_asm.log")).is_empty());
+        assert!(parse(parser_fixture!("cute_err.log")).is_empty());
     }
 
     #[test]

@@ -174,19 +174,9 @@ pub fn parse(cuobjdump_sass_output: &str) -> SassSummary {
 mod tests {
     use super::*;
 
-    macro_rules! fixture {
-        ($name:literal) => {
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/parsers/",
-                $name
-            ))
-        };
-    }
-
     #[test]
     fn hopper_wgmma_tma_kernel() {
-        let s = parse(fixture!("wgmma_tma_small.sass"));
+        let s = parse(parser_fixture!("wgmma_tma_small.sass"));
         assert_eq!(s.kernels.len(), 2);
         assert_eq!(
             s.kernels[0].name,
@@ -212,7 +202,7 @@ mod tests {
 
     #[test]
     fn plain_kernels_wide_loads_and_spills() {
-        let s = parse(fixture!("plain_kernels.sass"));
+        let s = parse(parser_fixture!("plain_kernels.sass"));
         let names: Vec<&str> = s.kernels.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(
             names,
