@@ -657,16 +657,7 @@ beta = 0.5
         }
         has("CS_LAYOUT_ROW", Layout::Row.abi_value());
         has("CS_LAYOUT_COL", Layout::Col.abi_value());
-        for a in [
-            Activation::Identity,
-            Activation::Relu,
-            Activation::LeakyRelu,
-            Activation::GeluErf,
-            Activation::GeluTanh,
-            Activation::Silu,
-            Activation::Sigmoid,
-            Activation::Tanh,
-        ] {
+        for a in Activation::ALL {
             let n = a.name().to_uppercase();
             has(&format!("CS_ACT_{n}"), a.abi_value());
         }
