@@ -303,12 +303,6 @@ struct CsActOp {
   }
 };
 
-// The kinds of the chain's operands, by index.
-__host__ __device__ constexpr int cs_chain_kind(int i)
-{
-  return i == 0 ? cs_chain::kKind0 : i == 1 ? cs_chain::kKind1
-       : i == 2 ? cs_chain::kKind2 : cs_chain::kKind3;
-}
 
 // One operand element as fp32. Dtype is the operand's cs_dtype when known at compile
 // time (the load is then one LDG and at most one conversion), or -1: read at run time,
@@ -395,7 +389,7 @@ struct CsChainOp {
     float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < kOperands; ++i) {
-      int const kind = cs_chain_kind(i);
+      int const kind = cs_chain_kind<cs_chain>(i);
       int64_t const idx = kind == CS_OPERAND_ROW ? int64_t(col)
                         : kind == CS_OPERAND_COL ? int64_t(row)
                         : matrix_row_major ? int64_t(row) * ld[i] + col
@@ -434,7 +428,7 @@ struct CsChainOp {
     if (!p.in_row) return p;
 #pragma unroll
     for (int i = 0; i < kOperands; ++i) {
-      int const kind = cs_chain_kind(i);
+      int const kind = cs_chain_kind<cs_chain>(i);
       if (kind == CS_OPERAND_COL) {
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], int64_t(row));
         else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], int64_t(row)));
@@ -494,7 +488,7 @@ struct CsChainOp {
       float tk[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < kOperands; ++i) {
-        bool const col_op = cs_chain_kind(i) == CS_OPERAND_COL;
+        bool const col_op = cs_chain_kind<cs_chain>(i) == CS_OPERAND_COL;
         if constexpr (kPacked) {
           uint32_t const word = col_op ? p.w[i][0] : p.w[i][k / 2];
           tk[i] = from16(col_op || k % 2 == 0 ? (word & 0xffffu) : (word >> 16));
@@ -870,7 +864,7 @@ static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
     if (p.num_operands < cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
     for (int i = 0; i < cs_chain::kOperands; ++i) {
       cs_operand const& o = p.operands[i];
-      if (o.kind != cs_chain_kind(i)) return CS_ERR_UNSUPPORTED;
+      if (o.kind != cs_chain_kind<cs_chain>(i)) return CS_ERR_UNSUPPORTED;
       if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX) {
         int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;

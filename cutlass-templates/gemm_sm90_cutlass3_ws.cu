@@ -425,9 +425,9 @@ using FusionOp = BiasEltAct<ActivationFn, ElementCD, ElementCompute, ElementBias
 #endif
 static constexpr int kCOperand = CS_CHAIN_C_OPERAND;
 static_assert(kCOperand < cs_chain::kOperands, "CS_CHAIN_C_OPERAND names no chain operand");
-static_assert(kCOperand < 0 || cs_fallback::chain_kind<cs_chain>(kCOperand) == CS_OPERAND_MATRIX,
+static_assert(kCOperand < 0 || cs_chain_kind<cs_chain>(kCOperand) == CS_OPERAND_MATRIX,
               "CS_CHAIN_C_OPERAND must name a matrix operand");
-static_assert(kCOperand < 0 || cs_fallback::chain_dtype<cs_chain>(kCOperand) == int(kDtypeCD),
+static_assert(kCOperand < 0 || cs_chain_dtype<cs_chain>(kCOperand) == int(kDtypeCD),
               "CS_CHAIN_C_OPERAND must name an operand of D's type");
 namespace cs_evt {
 using namespace cutlass::epilogue::fusion;
@@ -511,15 +511,8 @@ struct Sm90CsChain {
             constexpr int j = decltype(J)::value;
             if constexpr (j != kCOperand) {
               constexpr int slot = (kCOperand >= 0 && j > kCOperand) ? j - 1 : j;
-              constexpr int kind = cs_fallback::chain_kind<cs_chain>(j);
-              constexpr int dtype = cs_fallback::chain_dtype<cs_chain>(j);
-              cs_operand const& o = params.operands[j];
-              int64_t const idx = cs_operand_index<kind>(o, params.layout_cd, l, row, col);
-              if constexpr (dtype >= 0) {
-                vals[slot][i] = cs_load_typed<dtype>(o.ptr, idx);
-              } else {
-                vals[slot][i] = cs_load_as_float(o.ptr, o.dtype, idx);
-              }
+              vals[slot][i] = cs_operand_at<cs_chain_kind<cs_chain>(j), cs_chain_dtype<cs_chain>(j)>(
+                  params.operands[j], params.layout_cd, l, row, col);
             }
           });
         }

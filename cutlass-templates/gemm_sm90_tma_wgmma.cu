@@ -190,7 +190,7 @@ static_assert(kStages >= 2, "the pipeline needs at least two stages");
 // the ring (an H100 SM gives a block at most 227 KB).
 static constexpr int kEpiN = 64;
 static constexpr int kRingBytes = kStages * (kTileM + kTileN) * kTileK * int(sizeof(ElementAB));
-static constexpr int kEpiBytes  = 2 * kTileM * kEpiN * 2;
+static constexpr int kEpiBytes  = 2 * kTileM * kEpiN * int(sizeof(ElementCD));   // two buffers
 static constexpr bool kEpiTma = CS_EPI_TMA != 0 && sizeof(ElementCD) == 2 && kTileN % kEpiN == 0 &&
                                 kRingBytes + kEpiBytes + 1024 <= 227 * 1024;
 
@@ -575,9 +575,10 @@ static inline bool cs_aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 0xF) == 0;
 }
 
-// A TMA global stride (given in elements): a multiple of 16 bytes and below 2^40 bytes.
+// A TMA global stride (given in elements of T): a multiple of 16 bytes and below 2^40 bytes.
+template <class T = ElementAB>
 static inline bool cs_tma_stride_ok(int64_t elems) {
-  constexpr int64_t kElem = int64_t(sizeof(ElementAB));
+  constexpr int64_t kElem = int64_t(sizeof(T));
   return elems >= 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
 }
 
@@ -665,16 +666,14 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
 }
 
 // Whether D (the kernel's row-major M x N view, `ldd` apart, batches `batch_stride_d`
-// apart) can take the TMA-store epilogue: 16-byte aligned, 16-byte strides.
+// apart) can take the TMA-store epilogue: 16-byte aligned, 16-byte strides. Called once
+// cs_gemm_check has passed (ldd >= 1, a positive batch stride where batch > 1).
 static bool cs_d_tma_ok(const cs_problem& p, int64_t M)
 {
   if constexpr (!kEpiTma) {
     return false;
   } else {
-    constexpr int64_t kElem = int64_t(sizeof(ElementCD));
-    auto ok = [](int64_t elems) {
-      return elems > 0 && elems < (int64_t(1) << 40) / kElem && (elems * kElem) % 16 == 0;
-    };
+    auto ok = [](int64_t elems) { return cs_tma_stride_ok<ElementCD>(elems); };
     if (!cs_aligned16(p.d) || !ok(p.ldd) || p.ldd > INT64_MAX / M || !ok(p.ldd * M)) return false;
     return p.batch <= 1 || ok(p.batch_stride_d);
   }

@@ -31,6 +31,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "cutesmith_abi.h"
 
 #ifdef __CUDACC__
@@ -307,24 +309,48 @@ CS_HD float cs_operand_load(const cs_operand &o, int32_t layout_cd, int64_t b, i
   return cs_load_as_float(o.ptr, o.dtype, idx);
 }
 
-/* Operand I of Chain at element (row, col) of batch b, its kind and dtype known at compile
- * time (Chain::kKindI, kDtypeI; a dtype of -1 is read from the operand): one index
- * computation and one typed load. The same with the kind and dtype read from the operand
- * per element (a switch on each) took 2.4 times the instructions in the raw CuTe GEMM's
- * epilogue. */
+/* The kind and dtype of a chain's operand i (Chain::kKind0..kKind3, kDtype0..kDtype3); the
+ * dtype is -1 for a chain written before it stated them, or with no such operand. */
+template <class Chain>
+CS_HD constexpr int cs_chain_kind(int i)
+{
+  return i == 0 ? Chain::kKind0 : i == 1 ? Chain::kKind1 : i == 2 ? Chain::kKind2 : Chain::kKind3;
+}
+template <class Chain, class = void>
+struct cs_chain_has_dtypes : std::false_type {};
+template <class Chain>
+struct cs_chain_has_dtypes<Chain, std::void_t<decltype(Chain::kDtype0)>> : std::true_type {};
+template <class Chain>
+CS_HD constexpr int cs_chain_dtype(int i)
+{
+  if constexpr (cs_chain_has_dtypes<Chain>::value) {
+    return i == 0 ? Chain::kDtype0 : i == 1 ? Chain::kDtype1 : i == 2 ? Chain::kDtype2 : Chain::kDtype3;
+  } else {
+    return -1;
+  }
+}
+
+/* Operand `o`, of kind KIND and cs_dtype DTYPE known at compile time (-1: read from the
+ * operand), at element (row, col) of batch b of D: one index computation and one typed
+ * load. Reading the kind and dtype from the operand at every element (a switch on each)
+ * took 2.4 times the instructions in the raw CuTe GEMM's epilogue. */
+template <int KIND, int DTYPE>
+CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col)
+{
+  if constexpr (KIND == CS_OPERAND_ROW || KIND == CS_OPERAND_COL || KIND == CS_OPERAND_MATRIX) {
+    int64_t const idx = cs_operand_index<KIND>(o, layout_cd, b, row, col);
+    if constexpr (DTYPE >= 0) return cs_load_typed<DTYPE>(o.ptr, idx);
+    else return cs_load_as_float(o.ptr, o.dtype, idx);
+  } else {
+    return cs_operand_load(o, layout_cd, b, row, col);
+  }
+}
+
+/* Operand I of Chain at element (row, col) of batch b. */
 template <class Chain, int I>
 CS_HD float cs_chain_operand(const cs_problem &p, int64_t b, int64_t row, int64_t col)
 {
-  constexpr int kind = I == 0 ? Chain::kKind0 : I == 1 ? Chain::kKind1 : I == 2 ? Chain::kKind2 : Chain::kKind3;
-  constexpr int dtype = I == 0 ? Chain::kDtype0 : I == 1 ? Chain::kDtype1 : I == 2 ? Chain::kDtype2 : Chain::kDtype3;
-  const cs_operand &o = p.operands[I];
-  if constexpr (kind == CS_OPERAND_ROW || kind == CS_OPERAND_COL || kind == CS_OPERAND_MATRIX) {
-    int64_t const idx = cs_operand_index<kind>(o, p.layout_cd, b, row, col);
-    if constexpr (dtype >= 0) return cs_load_typed<dtype>(o.ptr, idx);
-    else return cs_load_as_float(o.ptr, o.dtype, idx);
-  } else {
-    return cs_operand_load(o, p.layout_cd, b, row, col);
-  }
+  return cs_operand_at<cs_chain_kind<Chain>(I), cs_chain_dtype<Chain>(I)>(p.operands[I], p.layout_cd, b, row, col);
 }
 
 /* The chain at element (row, col) of batch b: loads the operands it reads, applies it. */

@@ -146,29 +146,6 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(cs_problem p)
 // Host side
 // ---------------------------------------------------------------------------------------
 
-// The chain's operand kinds by index (Chain::kKind0..kKind3).
-template <class Chain>
-constexpr int chain_kind(int i)
-{
-  return i == 0 ? Chain::kKind0 : i == 1 ? Chain::kKind1 : i == 2 ? Chain::kKind2 : Chain::kKind3;
-}
-
-// The chain's operand dtypes by index (Chain::kDtype0..kDtype3; -1 where the chain was
-// written before it stated them, or has no such operand).
-template <class Chain, class = void>
-struct chain_has_dtypes : std::false_type {};
-template <class Chain>
-struct chain_has_dtypes<Chain, std::void_t<decltype(Chain::kDtype0)>> : std::true_type {};
-template <class Chain>
-constexpr int chain_dtype(int i)
-{
-  if constexpr (chain_has_dtypes<Chain>::value) {
-    return i == 0 ? Chain::kDtype0 : i == 1 ? Chain::kDtype1 : i == 2 ? Chain::kDtype2 : Chain::kDtype3;
-  } else {
-    return -1;
-  }
-}
-
 // CS_OK when p's tensor operands are the ones `Chain` reads (none for the identity).
 template <class Chain>
 int32_t chain_check(const cs_problem& p, bool check_pointers)
@@ -176,8 +153,8 @@ int32_t chain_check(const cs_problem& p, bool check_pointers)
   if (p.num_operands != Chain::kOperands) return CS_ERR_UNSUPPORTED;
   for (int i = 0; i < Chain::kOperands; ++i) {
     cs_operand const& o = p.operands[i];
-    if (o.kind != chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (chain_dtype<Chain>(i) >= 0 && o.dtype != chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
     if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
     if (o.kind == CS_OPERAND_MATRIX) {
       int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;

@@ -515,6 +515,20 @@ fn generated_passes_and_chain_functors_compile() {
         file_name: "chain_functor.cu".into(),
         options: CompileOptions::default(),
     });
+    // A chain written before chains stated their operands' dtypes (no kDtype0..kDtype3):
+    // cs_chain_at reads each dtype from the operand instead.
+    let cpp = chain.cpp();
+    let undated: Vec<&str> = cpp.lines().filter(|l| !l.contains("kDtype")).collect();
+    assert!(undated.len() < cpp.lines().count());
+    requests.push(CompileRequest {
+        source: format!(
+            "{}\n__global__ void apply_chain(cs_problem p, float* out) {{\n  out[threadIdx.x] = cs_chain_at<cs_chain>(p, 1.0f, 0, threadIdx.x, threadIdx.x);\n}}\n{}",
+            undated.join("\n"),
+            TINY
+        ),
+        file_name: "chain_functor_undated.cu".into(),
+        options: CompileOptions::default(),
+    });
     for (req, r) in
         requests
             .iter()

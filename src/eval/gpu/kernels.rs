@@ -190,37 +190,48 @@ impl Passes {
     }
 }
 
-/// What one op of a chain reads besides its input: the full-size operands a pass loads
-/// as vectors beside x, and whether it needs each element's row and column (a broadcast
-/// vector operand).
-struct Reads {
-    z: bool,
-    saved: Vec<usize>,
-    /// Tensor operands stored like D in the pass's own dtype.
-    matrices: Vec<usize>,
+/// How a pass reads the second operand of its op (a binary op has one): the C++ of the
+/// operand at element v of vector u, the per-thread array and pointer of a full-size
+/// operand loaded as 16-byte vectors beside x, and whether it needs each element's row and
+/// column (a broadcast vector operand).
+struct Second {
+    expr: String,
+    vector: Option<(String, String)>,
     index: bool,
 }
 
-fn reads(chain: &Chain, op: &Op, dtype: DType) -> Reads {
-    let mut r = Reads {
-        z: false,
-        saved: Vec::new(),
-        matrices: Vec::new(),
+fn second(chain: &Chain, o: &Operand, ty: &str, dtype: DType) -> Second {
+    let plain = |expr: String, index: bool| Second {
+        expr,
+        vector: None,
+        index,
+    };
+    let vector = |ld: &str, array: String, ptr: String| Second {
+        expr: format!("{ld}({array}[u][v])"),
+        vector: Some((array, ptr)),
         index: false,
     };
-    if let Op::Binary(_, o) = op {
-        match o {
-            Operand::Z => r.z = true,
-            Operand::Saved(k) => r.saved.push(*k),
-            Operand::Tensor(i) => match chain.tensors.get(*i) {
-                Some(t) if t.kind == TensorKind::Matrix && t.dtype == dtype => r.matrices.push(*i),
-                Some(t) if t.kind != TensorKind::Matrix => r.index = true,
-                _ => {}
-            },
-            Operand::Scalar(_) => {}
-        }
+    match o {
+        Operand::Scalar(v) => plain(crate::spec::chain::cpp_float(*v), false),
+        Operand::Z => vector("LDZ", "zin".into(), "z".into()),
+        Operand::Saved(k) => vector("LDZ", format!("s{k}in"), format!("s{k}")),
+        Operand::Tensor(i) => match chain.tensors.get(*i) {
+            Some(t) if t.kind == TensorKind::Matrix && t.dtype == dtype => {
+                let ld = storage(dtype).map_or("", |s| s.1);
+                vector(
+                    ld,
+                    format!("t{i}in"),
+                    format!("static_cast<const {ty}*>(t{i})"),
+                )
+            }
+            // Another dtype: element by element, not past the end in a partial vector.
+            Some(t) if t.kind == TensorKind::Matrix => plain(
+                format!("(i < total ? cs_t{i}(t{i}, i, row, col) : 0.0f)"),
+                false,
+            ),
+            _ => plain(format!("cs_t{i}(t{i}, i, row, col)"), true),
+        },
     }
-    r
 }
 
 /// The CUDA C++ of the passes of `chain` over `dtype` tensors: one `extern "C"` kernel
@@ -267,29 +278,28 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
         );
     }
     for (j, step) in chain.steps.iter().enumerate() {
-        let r = reads(chain, &step.op, dtype);
-        let expr = step_expr(chain, &step.op, &r);
-        // Full-size operands: (array, pointer) per operand, loaded beside x.
-        let mut arrays: Vec<(String, String)> = Vec::new();
-        if r.z {
-            arrays.push(("zin".into(), "z".into()));
-        }
-        for k in &r.saved {
-            arrays.push((format!("s{k}in"), format!("s{k}")));
-        }
-        for i in &r.matrices {
-            arrays.push((format!("t{i}in"), format!("static_cast<const {ty}*>(t{i})")));
-        }
-        let (mut loads_decl, mut loads) = (String::new(), String::new());
-        for (a, ptr) in &arrays {
-            let _ = writeln!(loads_decl, "    {ty} {a}[U][{vec}];");
-            let _ = writeln!(loads, "      cs_ldv({a}[u], {ptr}, base, total, full);");
-        }
+        let sec = match &step.op {
+            Op::Binary(_, o) => second(chain, o, ty, dtype),
+            _ => Second {
+                expr: String::new(),
+                vector: None,
+                index: false,
+            },
+        };
+        let expr = step_expr(&step.op, &sec.expr);
+        // A full-size operand: its vectors declared, and loaded beside x's.
+        let (loads_decl, loads) = match &sec.vector {
+            Some((a, ptr)) => (
+                format!("    {ty} {a}[U][{vec}];\n"),
+                format!("      cs_ldv({a}[u], {ptr}, base, total, full);\n"),
+            ),
+            None => (String::new(), String::new()),
+        };
         let unroll = PASS_UNROLL;
         let (threads, min_blocks) = (THREADS, PASS_MIN_BLOCKS);
         // The row and column of the vector's first element, then stepped (wrapping into
         // the next column or row, and the next batch) per element.
-        let (index, step_index) = if r.index {
+        let (index, step_index) = if sec.index {
             (
                 "      const long long within = base % (m * n);\n      long long row = col_major ? within % m : within / n;\n      long long col = col_major ? within / m : within % n;\n",
                 "        if (col_major) { if (++row == m) { row = 0; if (++col == n) col = 0; } }\n        else { if (++col == n) { col = 0; if (++row == m) row = 0; } }\n",
@@ -328,7 +338,7 @@ const void* __restrict__ t0, const void* __restrict__ t1, const void* __restrict
 #pragma unroll
       for (int v = 0; v < {vec}; ++v) {{
         const long long i = base + v;
-        (void)row; (void)col;
+        (void)i; (void)row; (void)col;
         const float xv = {ld}(in[u][v]);
         (void)xv;
         out[v] = {st}({expr});
@@ -347,37 +357,12 @@ const void* __restrict__ t0, const void* __restrict__ t1, const void* __restrict
     Ok(src)
 }
 
-/// The C++ expression of one op on `xv`: full-size operands from the vectors the pass
-/// loaded (`r`), broadcast ones by row or column.
-fn step_expr(chain: &Chain, op: &Op, r: &Reads) -> String {
-    let operand = |o: &Operand| -> String {
-        match o {
-            Operand::Scalar(v) => crate::spec::chain::cpp_float(*v),
-            Operand::Tensor(i) if r.matrices.contains(i) => {
-                let ld = chain
-                    .tensors
-                    .get(*i)
-                    .and_then(|t| storage(t.dtype).ok())
-                    .map_or("", |s| s.1);
-                format!("{ld}(t{i}in[u][v])")
-            }
-            Operand::Tensor(i)
-                if chain
-                    .tensors
-                    .get(*i)
-                    .is_some_and(|t| t.kind == TensorKind::Matrix) =>
-            {
-                // Loaded element by element: not past the end in a partial vector.
-                format!("(i < total ? cs_t{i}(t{i}, i, row, col) : 0.0f)")
-            }
-            Operand::Tensor(i) => format!("cs_t{i}(t{i}, i, row, col)"),
-            Operand::Z => "LDZ(zin[u][v])".into(),
-            Operand::Saved(k) => format!("LDZ(s{k}in[u][v])"),
-        }
-    };
+/// The C++ expression of one op on `xv`, `operand` being its second operand's (see
+/// [`second`]).
+fn step_expr(op: &Op, operand: &str) -> String {
     match op {
         Op::Act(a, p0, p1) => a.cpp_call("xv", *p0, *p1),
-        Op::Binary(b, o) => b.cpp("xv", &operand(o)),
+        Op::Binary(b, _) => b.cpp("xv", operand),
         Op::Clamp(lo, hi) => crate::spec::chain::cpp_clamp("xv", *lo, *hi),
         Op::Neg => "-xv".into(),
         Op::Abs => "fabsf(xv)".into(),
