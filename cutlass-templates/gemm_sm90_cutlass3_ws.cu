@@ -295,8 +295,9 @@ static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8,
 static_assert(kTileK * sizeof(ElementAB) % (CS_F32 ? 64 : 128) == 0,
               "TILE_K must span whole swizzle rows (128 bytes; 64 for fp32)");
 static_assert(!CS_F32 || CS_SCHEDULE == 0, "fp32 (3xTF32): the cooperative schedule only");
-// fp32 keeps two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial).
-static_assert(!CS_F32 || kTileM * kTileN / 256 <= 64, "fp32: TILE_M x TILE_N at most 16384 (two accumulator sets)");
+// fp32 keeps two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial):
+// two sets of 96 (128x192) fit in the consumers' registers without spilling.
+static_assert(!CS_F32 || kTileM * kTileN / 256 <= 96, "fp32: TILE_M x TILE_N at most 24576 (two accumulator sets)");
 static_assert(CS_F32_TERMS == 1 || CS_F32_TERMS == 3, "CS_F32_TERMS: 3 (3xTF32) or 1 (plain TF32)");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");

@@ -419,9 +419,11 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         if terms == 1 && !w.allow_tf32() {
             return Err("CS_F32_TERMS=1 rounds fp32 operands to TF32: a precision downgrade for a workload without allow_tf32".into());
         }
-        if m * n > 128 * 128 {
+        // Two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial):
+        // 96 each (128x192) fit beside the rest without spilling, 128 each do not.
+        if m * n > 128 * 192 {
             return Err(format!(
-                "fp32 tile {m}x{n}: at most 128x128 (two accumulator sets per thread)"
+                "fp32 tile {m}x{n}: at most 128x192 (two accumulator sets per thread)"
             ));
         }
         let k = s.get("CS_TILE_K", 16);
@@ -461,15 +463,17 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     }
     // TILE_M is WGMMA's 64 rows a warpgroup; TILE_N any multiple of 16 up to 256 for
     // 16-bit operands (the epilogue's subtiles must divide it: 88 fails to compile, 48,
-    // 96, 112, 144 and 160 compile and validate), 64, 128 or 256 otherwise.
+    // 96, 112, 144 and 160 compile and validate), 64, 128 or 256 otherwise, and 192 for
+    // fp32 (the widest 3xTF32 tile whose two accumulator sets fit).
     let half = matches!(dt, DType::BF16 | DType::F16);
     if ![64, 128, 256].contains(&m) {
         return Err(format!("TILE_M {m}: must be 64, 128 or 256"));
     }
     let sized_n = half && n % 16 == 0 && (16..=256).contains(&n);
-    if !(sized_n || [64, 128, 256].contains(&n)) {
+    let f32_n = dt == DType::F32 && n == 192;
+    if !(sized_n || f32_n || [64, 128, 256].contains(&n)) {
         return Err(format!(
-            "TILE_N {n}: a multiple of 16 from 16 to 256 with bf16 / f16 operands, else 64, 128 or 256"
+            "TILE_N {n}: a multiple of 16 from 16 to 256 with bf16 / f16 operands, 192 with f32, else 64, 128 or 256"
         ));
     }
     if s.get("CS_SWAP_AB", 0) != 0 {

@@ -643,10 +643,14 @@ mod tests {
             let why = check(&pp(n), &w).unwrap_err();
             assert!(why.contains("multiple of 16"), "{n}: {why}");
         }
-        // fp32 (3xTF32) keeps the fixed widths.
+        // fp32 (3xTF32) keeps the fixed widths, and 192 (two accumulator sets of 96).
         let coop = |n| st(&[("CS_TILE_M", 128), ("CS_TILE_N", n), ("CS_CLUSTER_M", 1)]);
         assert!(check(&coop(96), &f32w).is_err());
         assert_eq!(check(&coop(128), &f32w), Ok(()));
+        assert_eq!(check(&coop(192), &f32w), Ok(()));
+        let why = check(&coop(256), &f32w).unwrap_err();
+        assert!(why.contains("at most 128x192"), "{why}");
+        assert!(check(&coop(192), &w).is_ok(), "16-bit: any multiple of 16");
         // The other orientation: 16-bit operands and the TMA epilogue.
         let swap = st(&[
             ("CS_TILE_M", 128),

@@ -44,8 +44,16 @@ const DRAM_BYTES_PER_S: f64 = 3.0e12;
 const L2_BYTES_PER_S: f64 = 12.0e12;
 /// Operand traffic penalty: efficiency = 1 / (1 + C (TM + TN) / (TM TN)).
 const SMEM_PENALTY: f64 = 8.0;
+/// The same for fp32 operands (3xTF32): four bytes an element at a quarter of the 16-bit
+/// FLOP rate per byte, read three times a k-tile and split through shared memory, so the
+/// tile's width weighs far more. Fitted on the H100 at 4096^3: 128x192 tiles ran 1.10x
+/// faster per tile than 128x128 (`bench/fp32-tiles-h100.md`).
+const SMEM_PENALTY_F32: f64 = 40.0;
 /// What the stream-K fix-up (partial tiles written and summed) costs beyond its traffic.
 const STREAMK_FIXUP: f64 = 1.10;
+/// The same for fp32 (3xTF32): a K loop three times as long hides more of the fix-up
+/// (H100, 4096^3: stream-K 128x128 at 1.05x the time of the cooperative one, not 1.10x).
+const STREAMK_FIXUP_F32: f64 = 1.05;
 /// One SM's rate for writing and reading back its partial tiles (bytes/s).
 const SM_PARTIAL_BYTES_PER_S: f64 = 100.0e9;
 /// What one SM streams from DRAM with the template's persistent TMA mainloop (bytes/s).
@@ -135,12 +143,26 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
 
 /// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
 /// 16-bit and fp8 operands all three schedules; for fp32 (the 3xTF32 mainloop, which runs
-/// under the cooperative kernel only) the cooperative and stream-K ones.
+/// under the cooperative kernel only) the cooperative and stream-K ones, with the 128x192
+/// tile (the widest whose two accumulator sets fit) in both, stream-K also in a cluster.
 pub fn space_for(ab: DType) -> Vec<Config> {
     let mut v = cutlass3_space();
     if ab == DType::F32 {
         // Two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial).
         v.retain(|c| c.schedule != Schedule::PingPong && c.tile_m * c.tile_n <= 128 * 128);
+        let wide = |schedule, cluster_m, cluster_n| Config {
+            tile_m: 128,
+            tile_n: 192,
+            schedule,
+            cluster_m,
+            cluster_n,
+        };
+        for (cm, cn) in [(2, 1), (1, 2), (1, 1)] {
+            v.push(wide(Schedule::Cooperative, cm, cn));
+        }
+        for (cm, cn) in [(2, 1), (1, 1)] {
+            v.push(wide(Schedule::StreamK, cm, cn));
+        }
     }
     v
 }
@@ -222,7 +244,12 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
             d if d.is_fp8() => 2.0,
             _ => 1.0,
         };
-    let feed = 1.0 / (1.0 + SMEM_PENALTY * (tm + tn) as f64 / (tm * tn) as f64);
+    let (penalty, fixup) = if ab == DType::F32 {
+        (SMEM_PENALTY_F32, STREAMK_FIXUP_F32)
+    } else {
+        (SMEM_PENALTY, STREAMK_FIXUP)
+    };
+    let feed = 1.0 / (1.0 + penalty * (tm + tn) as f64 / (tm * tn) as f64);
     let multicast = if c.cluster_m * c.cluster_n > 1 {
         1.02
     } else {
@@ -249,8 +276,7 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
             let splits = (SMS as f64 / tiles as f64).max(1.0);
             let fixup_s = splits * (tm * tn * 4 * 2) as f64 / SM_PARTIAL_BYTES_PER_S;
             (
-                (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64)
-                    * STREAMK_FIXUP
+                (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64) * fixup
                     + fixup_s,
                 1,
             )
@@ -374,6 +400,28 @@ mod tests {
         assert!(!s
             .iter()
             .any(|c| c.schedule == Schedule::PingPong && c.tile_m * c.tile_n > 128 * 128));
+    }
+
+    #[test]
+    fn fp32_ranks_the_wide_stream_k_tile_and_the_square_cooperative_one_first() {
+        // Measured on the H100 at 4096^3 (bench/fp32-tiles-h100.md): stream-K 128x192 in
+        // a cluster of two 1289 us, cooperative 128x128 1357, stream-K 128x128 1420.
+        let r = ranked(&Shape::gemm(4096, 4096, 4096), DType::F32, DType::F32);
+        let top: Vec<_> = r
+            .iter()
+            .take(2)
+            .map(|(c, _, _)| (c.tile_n, c.schedule))
+            .collect();
+        assert_eq!(
+            top,
+            vec![(192, Schedule::StreamK), (128, Schedule::Cooperative)]
+        );
+        // Two accumulator sets of at most 96 a thread, and no ping-pong.
+        assert!(r
+            .iter()
+            .all(|(c, _, _)| c.tile_m * c.tile_n <= 128 * 192 && c.schedule != Schedule::PingPong));
+        // The 16-bit space has no 192-wide tile.
+        assert!(space_for(DType::BF16).iter().all(|c| c.tile_n != 192));
     }
 
     #[test]
