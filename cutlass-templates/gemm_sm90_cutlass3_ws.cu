@@ -122,6 +122,12 @@ using namespace cute;
 #ifndef CS_F32_SPLIT
 #define CS_F32_SPLIT 1     // fp32 split: 0 truncation, 1 lo rounded, 2 hi and lo rounded
 #endif
+// fp32: how the consumers wait for each other's share of the split (cutesmith_sm90_3xtf32.cuh):
+// 1, a "split done" mbarrier per stage (the warpgroups out of step), measured faster with
+// 128x192 tiles; 0, a named barrier (in step), faster with 128x128 ones.
+#ifndef CS_F32_SPLIT_SYNC
+#define CS_F32_SPLIT_SYNC (CS_TILE_N >= 192 ? 1 : 0)
+#endif
 #ifndef CS_F32_PROMOTE
 #define CS_F32_PROMOTE 1   // fp32: k-tiles WGMMA sums before FADD promotes the partial. 4 is 2%
                            // faster at 4096^3 (H100: 1327 against 1352 us) but its RMS error
@@ -629,7 +635,7 @@ static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (sma
 using CollectiveMainloop = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
     TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
-    CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT>;
+    CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT, CS_F32_SPLIT_SYNC>;
 #else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -17,9 +17,10 @@
 // round to TF32 on the way). After a stage lands, the consumer warpgroups split it once:
 // each thread takes a slice of the stage and writes lo into a second buffer beside the
 // stage. hi needs no buffer of its own: the stage itself is hi, since WGMMA truncates it
-// when reading (or a rounded hi is written back over it). A named barrier then makes both halves visible to
-// every consumer (with a proxy fence: WGMMA reads through the async proxy), and each
-// consumer issues the three WGMMA batches for the k-tile:
+// when reading (or a rounded hi is written back over it). Each thread fences its writes
+// for the async proxy (WGMMA's reads) and arrives on the stage's "split done" mbarrier
+// (SplitPipeline below); a consumer waits on it just before issuing the three WGMMA
+// batches for the k-tile:
 //
 //     acc += lo(A) hi(B);  acc += hi(A) lo(B);  acc += hi(A) hi(B)      (small terms first)
 //
@@ -90,11 +91,59 @@ CUTE_DEVICE SplitF32 tf32_split(float x) {
   return {finite ? hi : x, finite ? lo : 0.0f};
 }
 
+// CUTLASS's TMA pipeline, with one more mbarrier per stage: "split done", which every
+// consumer thread arrives on once its share of the stage's split is written (and fenced for
+// WGMMA's reads), and which every consumer waits on before its WGMMAs read the stage.
+// Unlike a named barrier (arrive and wait at one point), the arrival and the wait are
+// apart: a warpgroup arrives right after splitting stage t+1 and waits only when it is about
+// to issue t+1's WGMMAs, after draining and promoting t, so the two consumer warpgroups are
+// not held in step and one's WGMMAs can run while the other promotes. The barriers are
+// initialized with the pipeline's own (by warp 0, before the kernel's cluster-wide sync).
+template <int Stages_, int NumConsumers>
+struct SplitPipeline : cutlass::PipelineTmaAsync<Stages_> {
+  using Base = cutlass::PipelineTmaAsync<Stages_>;
+  struct SharedStorage : Base::SharedStorage {
+    uint64_t split_barrier_[Stages_];
+  };
+  uint64_t* split_barrier_ptr_;
+
+  template <class ClusterShape>
+  CUTLASS_DEVICE SplitPipeline(SharedStorage& storage, typename Base::Params params, ClusterShape cluster_shape)
+      : Base(storage, params, cluster_shape), split_barrier_ptr_(&storage.split_barrier_[0]) {
+    int const warp_idx = cutlass::canonical_warp_idx_sync();
+    bool const lane_predicate = cute::elect_one_sync();
+    if (warp_idx == 0 && lane_predicate) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < Stages_; ++s)
+        cutlass::arch::ClusterBarrier::init(&split_barrier_ptr_[s], NumConsumers / cutlass::NumThreadsPerWarp);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  // This warp's share of the stage is split: every lane has fenced its writes for the async
+  // proxy; the warp converges (which orders its lanes' writes before what follows) and one
+  // lane arrives, with release semantics, for the warp.
+  CUTLASS_DEVICE void split_arrive(int stage) const {
+    __syncwarp();
+    if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(&split_barrier_ptr_[stage]);
+  }
+  // Every consumer's share of the stage read at `state` is split.
+  template <class State>
+  CUTLASS_DEVICE void split_wait(State const& state) const {
+    cutlass::arch::ClusterBarrier::wait(&split_barrier_ptr_[state.index()], state.phase());
+  }
+};
+
 // Terms: 3 is 3xTF32; 1 keeps hi(A) hi(B) only (plain TF32: fp32 workloads must reject it
 // as a precision downgrade; it exists for that check and for timing the split's cost).
+// SplitSync: how the consumers wait for each other's share of a stage's split. 1: the
+// stage's "split done" mbarrier (SplitPipeline), arrived after splitting and waited just
+// before the WGMMAs, so the two warpgroups run out of step; 0: a named barrier right after
+// splitting, which holds them in step. Measured on the H100 at 4096^3 (bench/fp32-tiles-h100.md):
+// 1 is 5% faster with 128x192 tiles (3 stages), 0 is 1-2% faster with 128x128 ones (4 stages).
 template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB_, int Terms = 3,
-          int Promote = 1, int Split = 1>
+          int Promote = 1, int Split = 1, int SplitSync = 1>
 struct Mainloop {
+  static_assert(SplitSync == 0 || SplitSync == 1, "SplitSync: 0 named barrier, 1 mbarrier per stage");
   static_assert(Split >= 0 && Split <= 2, "Split: 0 truncation, 1 lo rounded, 2 hi and lo rounded");
   static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
   static_assert(Promote >= 1, "Promote: at least 1 k-tile");
@@ -150,7 +199,7 @@ struct Mainloop {
   using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
   using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
 
-  using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
+  using MainloopPipeline = SplitPipeline<Stages, NumMmaThreads>;
   using PipelineState = cutlass::PipelineState<Stages>;
   using PipelineParams = typename MainloopPipeline::Params;
   static constexpr int NumProducerThreadEvents = 1;
@@ -352,7 +401,6 @@ struct Mainloop {
     Tensor tCrB_lo = thread_mma.make_fragment_B(thread_mma.partition_B(sB_lo));
     constexpr int kBlocks = size<2>(decltype(tCrA_hi){});
 
-    cutlass::arch::NamedBarrier split_done(NumMmaThreads, cutlass::arch::ReservedNamedBarriers::TransformBarrier);
     auto split = [&](int s) {
       if constexpr (Terms == 3 || !AKMajor)
         split_stage<AKMajor, SmemLayoutLoadA, SmemLayoutMmaA>(a_load, a_split, s, thread_idx);
@@ -360,8 +408,15 @@ struct Mainloop {
         split_stage<BKMajor, SmemLayoutLoadB, SmemLayoutMmaB>(b_load, b_split, s, thread_idx);
       if constexpr (kSplits) {
         cutlass::arch::fence_view_async_shared();   // generic-proxy writes -> WGMMA reads
-        split_done.sync();
+        if constexpr (SplitSync == 1) {
+          pipeline.split_arrive(s);
+        } else {
+          cutlass::arch::NamedBarrier::sync(NumMmaThreads, cutlass::arch::ReservedNamedBarriers::TransformBarrier);
+        }
       }
+    };
+    auto split_wait = [&](PipelineState st) {
+      if constexpr (kSplits && SplitSync == 1) pipeline.split_wait(st);
     };
     auto wait_full = [&](PipelineState st) {
       auto token = pipeline.consumer_try_wait(st);
@@ -381,6 +436,7 @@ struct Mainloop {
       bool const fresh = t % Promote == 0;
       bool const promote = (t + 1) % Promote == 0 || t + 1 == k_tile_count;
 
+      split_wait(smem_pipe_read);   // every consumer's share of stage t
       warpgroup_fence_operand(partial);
       warpgroup_arrive();
       tiled_mma.accumulate_ = fresh ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
