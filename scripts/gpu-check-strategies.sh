@@ -4,7 +4,8 @@
 # workload's valid strategies numbered as `cutesmith strategies WORKLOAD` lists them
 # (default: the first; WORKLOAD may be a spec file's path), or WORKLOAD=FILE.cu (a source as it is, e.g. one emitted from an
 # earlier template for a before/after comparison). All sources compile first, in parallel;
-# then `cutesmith check` runs each in turn. Sources and logs go to $OUT (default /tmp/cutesmith-gpu).
+# then `cutesmith check` runs each in turn (CHECK_TIMEOUT: seconds before a hanging worker
+# is killed, default the check's own). Sources and logs go to $OUT (default /tmp/cutesmith-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cutesmith-gpu}
@@ -41,7 +42,7 @@ for p in "${pairs[@]}"; do
   f=${p#* }
   tag="$(basename "$w" .toml)-$(basename "$f" .cu)"
   echo "== check $tag ($(date +%T))"
-  $cs check -w "$w" "$f" --seeds "$SEEDS" >"$OUT/$tag.log" 2>&1
+  $cs check -w "$w" "$f" --seeds "$SEEDS" ${CHECK_TIMEOUT:+--timeout "$CHECK_TIMEOUT"} >"$OUT/$tag.log" 2>&1
   echo "exit $?"
   tail -n 25 "$OUT/$tag.log"
 done
