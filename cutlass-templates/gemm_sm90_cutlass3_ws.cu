@@ -782,11 +782,29 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
 // (the TMA tensor's extent is K).
 static inline int64_t cs_kpad(int64_t k) { return (k + 3) / 4 * 4; }
 static inline size_t cs_round256(size_t x) { return (x + 255) / 256 * 256; }
+// A K-major fp32 operand whose rows TMA cannot address (a leading dimension or batch
+// stride off 16 bytes, as in A @ B with K = 2949) is copied too, into rows of K padded to
+// 16 bytes: one pass over it instead of the fallback GEMM.
+static inline bool cs_rows_unaligned(int64_t ld, int64_t batch_stride, int64_t batch) {
+  return ld % 4 != 0 || (batch > 1 && batch_stride % 4 != 0);
+}
+// Whether the kernel reads a copy of A (B): an MN-major operand always (kCopyA), a K-major
+// one whose rows are unaligned.
+static inline bool cs_copy_a(const cs_problem& e) {
+  if constexpr (kCopyA) return true;
+  return CS_F32 && CS_F32_KMAJOR_COPY && kAKMajor && e.batch_stride_a != 0 &&
+         cs_rows_unaligned(e.lda, e.batch_stride_a, e.batch);
+}
+static inline bool cs_copy_b(const cs_problem& e) {
+  if constexpr (kCopyB) return true;
+  return CS_F32 && CS_F32_KMAJOR_COPY && kBKMajor && e.batch_stride_b != 0 &&
+         cs_rows_unaligned(e.ldb, e.batch_stride_b, e.batch);
+}
 static inline size_t cs_copy_bytes_a(const cs_problem& e) {
-  return kCopyA ? cs_round256(size_t(e.batch) * size_t(e.m) * size_t(cs_kpad(e.k)) * 4) : 0;
+  return cs_copy_a(e) ? cs_round256(size_t(e.batch) * size_t(e.m) * size_t(cs_kpad(e.k)) * 4) : 0;
 }
 static inline size_t cs_copy_bytes_b(const cs_problem& e) {
-  return kCopyB ? cs_round256(size_t(e.batch) * size_t(e.n) * size_t(cs_kpad(e.k)) * 4) : 0;
+  return cs_copy_b(e) ? cs_round256(size_t(e.batch) * size_t(e.n) * size_t(cs_kpad(e.k)) * 4) : 0;
 }
 // Workspace for the copies of the effective problem `e` (0 without copies).
 static inline size_t cs_copies_bytes(const cs_problem& e) { return cs_copy_bytes_a(e) + cs_copy_bytes_b(e); }
@@ -797,12 +815,12 @@ static cs_problem cs_kernel_view(const cs_problem& e, char* copies)
 {
   cs_problem q = e;
   int64_t const kp = cs_kpad(e.k);
-  if constexpr (kCopyA) {
+  if (cs_copy_a(e)) {
     q.a = copies;
     q.lda = kp;
     q.batch_stride_a = e.m * kp;
   }
-  if constexpr (kCopyB) {
+  if (cs_copy_b(e)) {
     q.b = copies + cs_copy_bytes_a(e);
     q.ldb = kp;
     q.batch_stride_b = e.n * kp;
@@ -830,25 +848,49 @@ __global__ void cs_kmajor_copy(const float* __restrict__ x, int64_t ld, int64_t 
   }
 }
 
-// Whether an MN-major source can be copied: `rows` contiguous, ld at least that.
-static inline bool cs_copy_source_ok(const void* x, int64_t ld, int64_t rows, bool check_pointers) {
-  return ld >= rows && (!check_pointers || x != nullptr);
+// out[b][r][k] = x[b * bs + r * ld + k] for r < rows, k < kk: a K-major operand with
+// unaligned rows into rows of kp floats. Consecutive threads copy consecutive k (both
+// sides coalesced); the grid strides over the batches' rows.
+__global__ void cs_krow_copy(const float* __restrict__ x, int64_t ld, int64_t bs, int64_t rows, int64_t batch,
+                             int64_t kk, int64_t kp, float* __restrict__ out)
+{
+  for (int64_t row = blockIdx.y; row < batch * rows; row += gridDim.y) {
+    int64_t const b = row / rows, r = row - b * rows;
+    const float* src = x + b * bs + r * ld;
+    float* dst = out + row * kp;
+    for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < kk; k += int64_t(gridDim.x) * blockDim.x)
+      dst[k] = src[k];
+  }
+}
+
+// Whether a source can be copied: `inner` contiguous elements a line, ld at least that.
+static inline bool cs_copy_source_ok(const void* x, int64_t ld, int64_t inner, bool check_pointers) {
+  return ld >= inner && (!check_pointers || x != nullptr);
+}
+
+// One operand's copy: a transpose (MN-major) or a row copy (K-major, unaligned rows).
+template <bool KMajor>
+static void cs_copy_operand(const void* x, int64_t ld, int64_t bs, int64_t rows, const cs_problem& e,
+                            float* out, cudaStream_t stream)
+{
+  int64_t const kp = cs_kpad(e.k);
+  if constexpr (KMajor) {
+    dim3 const grid(unsigned(std::min<int64_t>((e.k + 255) / 256, 8)),
+                    unsigned(std::min<int64_t>(e.batch * rows, 65535)));
+    cs_krow_copy<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.batch, e.k, kp, out);
+  } else {
+    dim3 const grid(unsigned((rows + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
+    cs_kmajor_copy<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.k, kp, out);
+  }
 }
 
 static cudaError_t cs_copy_operands(const cs_problem& e, char* copies, cudaStream_t stream)
 {
-  int64_t const kp = cs_kpad(e.k);
-  dim3 const block(32, 8);
-  if constexpr (kCopyA) {
-    dim3 const grid(unsigned((e.m + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
-    cs_kmajor_copy<<<grid, block, 0, stream>>>(static_cast<const float*>(e.a), e.lda, e.batch_stride_a, e.m,
-                                               e.k, kp, reinterpret_cast<float*>(copies));
-  }
-  if constexpr (kCopyB) {
-    dim3 const grid(unsigned((e.n + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
-    cs_kmajor_copy<<<grid, block, 0, stream>>>(static_cast<const float*>(e.b), e.ldb, e.batch_stride_b, e.n,
-                                               e.k, kp, reinterpret_cast<float*>(copies + cs_copy_bytes_a(e)));
-  }
+  if (cs_copy_a(e))
+    cs_copy_operand<kAKMajor>(e.a, e.lda, e.batch_stride_a, e.m, e, reinterpret_cast<float*>(copies), stream);
+  if (cs_copy_b(e))
+    cs_copy_operand<kBKMajor>(e.b, e.ldb, e.batch_stride_b, e.n, e,
+                              reinterpret_cast<float*>(copies + cs_copy_bytes_a(e)), stream);
   return cudaGetLastError();
 }
 
@@ -864,11 +906,13 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
   if (p.beta != 0.0f || p.num_operands <= CS_CHAIN_C_OPERAND) return CS_ERR_UNSUPPORTED;
 #endif
   cs_problem const e = cs_effective(p);
-  if constexpr (kCopyA || kCopyB) {
-    // The copies' grids: K / 32 blocks along y, the batch along z.
+  if (cs_copy_a(e) || cs_copy_b(e)) {
+    // The transposes' grids: K / 32 blocks along y, the batch along z.
     if ((e.k + 31) / 32 > 65535 || e.batch > 65535) return CS_ERR_UNSUPPORTED;
-    if (kCopyA && !cs_copy_source_ok(e.a, e.lda, e.m, check_pointers)) return CS_ERR_UNSUPPORTED;
-    if (kCopyB && !cs_copy_source_ok(e.b, e.ldb, e.n, check_pointers)) return CS_ERR_UNSUPPORTED;
+    if (cs_copy_a(e) && !cs_copy_source_ok(e.a, e.lda, kAKMajor ? e.k : e.m, check_pointers))
+      return CS_ERR_UNSUPPORTED;
+    if (cs_copy_b(e) && !cs_copy_source_ok(e.b, e.ldb, kBKMajor ? e.k : e.n, check_pointers))
+      return CS_ERR_UNSUPPORTED;
   }
   // The kernel's view, the copies at a stand-in (aligned, non-null) address.
   return cs_gemm_check_effective(cs_kernel_view(e, reinterpret_cast<char*>(uintptr_t(256))), check_pointers);
@@ -914,7 +958,9 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   // extent. A (m x k): k contiguous when K-major, m otherwise; B (k x n): k or n.
   int64_t const a_inner = kKernAKMajor ? p.k : p.m, a_outer = kKernAKMajor ? p.m : p.k;
   int64_t const b_inner = kKernBKMajor ? p.k : p.n, b_outer = kKernBKMajor ? p.n : p.k;
-  if (a_inner % kAlignAB != 0 || b_inner % kAlignAB != 0) return CS_ERR_UNSUPPORTED;
+  // (fp32: the 3xTF32 mainloop reads a ragged extent with TMA's zero fill; only the
+  // strides must be 16-byte multiples.)
+  if (!CS_F32 && (a_inner % kAlignAB != 0 || b_inner % kAlignAB != 0)) return CS_ERR_UNSUPPORTED;
   if (p.lda < a_inner || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
   if (p.ldb < b_inner || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
   if (p.lda > INT64_MAX / a_outer || p.ldb > INT64_MAX / b_outer) return CS_ERR_UNSUPPORTED;

@@ -258,12 +258,15 @@ struct Mainloop {
     return {tma_a, tma_b, TmaTransactionBytes};
   }
 
+  // TMA needs 16-byte strides (4 floats), not whole 16-byte rows: a ragged K or M / N
+  // extent is read with the out-of-bounds part zero-filled.
   template <class ProblemShape>
-  static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
-    auto [M, N, K, L] = append<4>(problem_shape, 1);
-    // TMA: 16-byte aligned strides, i.e. 4 floats.
-    return cutlass::detail::check_alignment<4>(cute::make_shape(M, K, L), StrideA{}) &&
-           cutlass::detail::check_alignment<4>(cute::make_shape(N, K, L), StrideB{});
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    auto ok = [](auto const& stride) {
+      return cute::all_of(cute::flatten(stride),
+                          [](auto st) { return cute::is_static<decltype(st)>::value || st % 4 == 0; });
+    };
+    return ok(args.dA) && ok(args.dB);
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {

@@ -298,6 +298,40 @@ mod tests {
     }
 
     #[test]
+    fn fp32_output_lines_are_judged_in_16_byte_units() {
+        // KernelBench's irregular fp32 GEMM (N = 5921): every Hopper candidate carries the
+        // alignment-1 epilogue, and the first one is the Hopper template, not the
+        // Ampere-style one.
+        let w = wl("fp32_irregular");
+        let c = space::candidates(&w);
+        assert_eq!(c[0].template, "gemm_sm90_cutlass3_ws");
+        assert!(c
+            .iter()
+            .filter(|s| s.template == "gemm_sm90_cutlass3_ws")
+            .all(|s| s.params.get("CS_EPI_ALIGN1") == Some(&1)));
+        assert!(c.iter().all(|s| check(s, &w).is_ok()));
+        // 4 fp32 elements are 16 bytes: N = 4100 needs no alignment-1 epilogue, N = 4098 does.
+        let f32w = wl("fp32_4096");
+        let plain = strategy(
+            "gemm_sm90_cutlass3_ws",
+            &[("CS_TILE_M", 128), ("CS_TILE_N", 128)],
+            "",
+        );
+        assert!(check(&plain, &f32w).is_ok());
+        let text = std::fs::read_to_string(f32w.path()).unwrap();
+        for (n, needs) in [(4100, false), (4098, true)] {
+            let odd = Workload::parse(
+                "fp32_4096.toml",
+                &text.replacen("n = 4096", &format!("n = {n}"), 1),
+            )
+            .unwrap();
+            assert_eq!(odd.headline().n, n);
+            let verdict = check(&plain, &odd);
+            assert_eq!(verdict.is_err(), needs, "N = {n}: {verdict:?}");
+        }
+    }
+
+    #[test]
     fn families_and_dtypes_are_matched() {
         let relu = wl("act_relu_bf16");
         let gemm = strategy("gemm_sm90_tma_wgmma", &[], "");

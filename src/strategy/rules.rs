@@ -507,16 +507,18 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     if chained && align1 {
         return Err("the alignment-1 epilogue cannot run an epilogue chain".into());
     }
-    // Shapes with N not a multiple of 8 run on the template's fallback; the headline
-    // shape must get the fast path unless a chain rules the alignment-1 epilogue out.
+    // Shapes whose D lines are not whole 16-byte units (8 16-bit elements, 4 fp32 ones)
+    // run on the template's fallback; the headline shape must get the fast path unless a
+    // chain rules the alignment-1 epilogue out.
     let h = w.headline();
     let contiguous = if w.layouts().c == Layout::Row {
         h.n
     } else {
         h.m
     };
-    if contiguous % 8 != 0 && !align1 && !chained {
-        return Err("the headline's output rows are not a multiple of 8 elements: needs the alignment-1 epilogue (EPI_ALIGN1=1)".into());
+    let unit = (16 / w.out_dtype().bytes()).max(1);
+    if contiguous % unit != 0 && !align1 && !chained {
+        return Err(format!("the headline's output rows are not a multiple of {unit} elements (16 bytes): needs the alignment-1 epilogue (EPI_ALIGN1=1)"));
     }
     Ok(())
 }
