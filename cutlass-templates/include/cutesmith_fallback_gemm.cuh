@@ -220,7 +220,8 @@ int32_t launch(const cs_problem& p, cudaStream_t stream)
 // K slices, batch); each CTA stages a K chunk of the small operand in shared memory and
 // accumulates, for its rows of the long operand, the s dot products over its K slice in
 // registers (exact fp32 FMA): a warp per kGemvRowsPerWarp rows when the long operand keeps
-// K contiguous (lanes stride K, then a shuffle reduction), a thread per row otherwise
+// K contiguous (lanes stride K, with 16-byte loads for fp32 rows on 16-byte boundaries,
+// then a shuffle reduction), a thread per row otherwise
 // (threads stride the rows, which are then contiguous). Each slice's partial sums go to the workspace;
 // a second kernel adds the slices in order (deterministic), applies alpha, beta * C and
 // the chain, and stores D.
@@ -240,7 +241,8 @@ struct GemvArgs {
   int64_t L, S;             // long and small extents
   bool small_is_n;          // D(r, j) with r long (n small), else D(j, r)
   int split;                // K slices
-  int64_t kslice;
+  int64_t kslice;           // K per slice (a multiple of 4)
+  bool vec4;                // fp32 long rows on 16-byte boundaries: float4 loads
   float* partials;          // [batch][split][L][S]
 };
 
@@ -307,7 +309,55 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
         const TAB* rows[R];
 #pragma unroll
         for (int q = 0; q < R; ++q) rows[q] = lng + (r0 + q < g.L ? r0 + q : r0) * g.l_row + kc;
+        // fp32 rows on 16-byte boundaries: float4 loads, two per row in flight (the
+        // slices and chunks start at multiples of 4); what n leaves past a multiple of 4
+        // goes to the scalar loop below.
         int kk = lane;
+        if constexpr (std::is_same_v<TAB, float>) {
+          if (g.vec4) {
+            int k4 = 4 * lane;
+            int const n4 = n & ~3;
+            for (; k4 + 128 + 4 <= n4; k4 += 256) {
+              float4 a[2][R];
+#pragma unroll
+              for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int q = 0; q < R; ++q) a[u][q] = *reinterpret_cast<const float4*>(rows[q] + k4 + 128 * u);
+#pragma unroll
+              for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int c = 0; c < 4; ++c)
+#pragma unroll
+                  for (int j = 0; j < kGemvMaxSmall; ++j)
+                    if (j < S) {
+                      float const sv = sS[k4 + 128 * u + c][j];
+#pragma unroll
+                      for (int q = 0; q < R; ++q) {
+                        float const av = c == 0 ? a[u][q].x : c == 1 ? a[u][q].y : c == 2 ? a[u][q].z : a[u][q].w;
+                        acc[q][j] = fmaf(av, sv, acc[q][j]);
+                      }
+                    }
+            }
+            for (; k4 + 4 <= n4; k4 += 128) {
+              float4 a[R];
+#pragma unroll
+              for (int q = 0; q < R; ++q) a[q] = *reinterpret_cast<const float4*>(rows[q] + k4);
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+#pragma unroll
+                for (int j = 0; j < kGemvMaxSmall; ++j)
+                  if (j < S) {
+                    float const sv = sS[k4 + c][j];
+#pragma unroll
+                    for (int q = 0; q < R; ++q) {
+                      float const av = c == 0 ? a[q].x : c == 1 ? a[q].y : c == 2 ? a[q].z : a[q].w;
+                      acc[q][j] = fmaf(av, sv, acc[q][j]);
+                    }
+                  }
+            }
+            kk = n4 + lane;   // the scalar loops take the rest (fewer than 4 elements)
+          }
+        }
         for (; kk + 32 < n; kk += 64) {
           float a[2][R];
 #pragma unroll
@@ -421,9 +471,11 @@ int32_t launch_gemv(const cs_problem& p, cudaStream_t stream)
     g.L = p.n; g.S = p.m;
   }
   g.split = gemv_split(p);
-  g.kslice = (p.k + g.split - 1) / g.split;
+  g.kslice = ((p.k + g.split - 1) / g.split + 3) / 4 * 4;
   g.partials = static_cast<float*>(p.workspace);
   bool const long_k_contig = g.l_k == 1;
+  g.vec4 = std::is_same_v<TAB, float> && long_k_contig && g.l_row % 4 == 0 && g.l_batch % 4 == 0 &&
+           (reinterpret_cast<uintptr_t>(g.lng) & 15u) == 0;
   int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
   dim3 const grid(unsigned((g.L + rows_per_cta - 1) / rows_per_cta), unsigned(g.split), unsigned(p.batch));
   if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
