@@ -790,14 +790,16 @@ static inline bool cs_rows_unaligned(int64_t ld, int64_t batch_stride, int64_t b
 }
 // Whether the kernel reads a copy of A (B): an MN-major operand always (kCopyA), a K-major
 // one whose rows are unaligned.
+// (A batch stride of 0 is one operand shared by several batches, which the kernel does
+// not take; with one batch it is only unset, as the PyTorch operator leaves it.)
 static inline bool cs_copy_a(const cs_problem& e) {
   if constexpr (kCopyA) return true;
-  return CS_F32 && CS_F32_KMAJOR_COPY && kAKMajor && e.batch_stride_a != 0 &&
+  return CS_F32 && CS_F32_KMAJOR_COPY && kAKMajor && (e.batch == 1 || e.batch_stride_a != 0) &&
          cs_rows_unaligned(e.lda, e.batch_stride_a, e.batch);
 }
 static inline bool cs_copy_b(const cs_problem& e) {
   if constexpr (kCopyB) return true;
-  return CS_F32 && CS_F32_KMAJOR_COPY && kBKMajor && e.batch_stride_b != 0 &&
+  return CS_F32 && CS_F32_KMAJOR_COPY && kBKMajor && (e.batch == 1 || e.batch_stride_b != 0) &&
          cs_rows_unaligned(e.ldb, e.batch_stride_b, e.batch);
 }
 static inline size_t cs_copy_bytes_a(const cs_problem& e) {
