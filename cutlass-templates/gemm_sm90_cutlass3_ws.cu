@@ -792,15 +792,16 @@ static inline bool cs_rows_unaligned(int64_t ld, int64_t batch_stride, int64_t b
 // one whose rows are unaligned.
 // (A batch stride of 0 is one operand shared by several batches, which the kernel does
 // not take; with one batch it is only unset, as the PyTorch operator leaves it.)
+template <bool Copy, bool KMajor>
+static inline bool cs_copy_needed(int64_t ld, int64_t batch_stride, int64_t batch) {
+  return Copy || (CS_F32 && CS_F32_KMAJOR_COPY && KMajor && (batch == 1 || batch_stride != 0) &&
+                  cs_rows_unaligned(ld, batch_stride, batch));
+}
 static inline bool cs_copy_a(const cs_problem& e) {
-  if constexpr (kCopyA) return true;
-  return CS_F32 && CS_F32_KMAJOR_COPY && kAKMajor && (e.batch == 1 || e.batch_stride_a != 0) &&
-         cs_rows_unaligned(e.lda, e.batch_stride_a, e.batch);
+  return cs_copy_needed<kCopyA, kAKMajor>(e.lda, e.batch_stride_a, e.batch);
 }
 static inline bool cs_copy_b(const cs_problem& e) {
-  if constexpr (kCopyB) return true;
-  return CS_F32 && CS_F32_KMAJOR_COPY && kBKMajor && (e.batch == 1 || e.batch_stride_b != 0) &&
-         cs_rows_unaligned(e.ldb, e.batch_stride_b, e.batch);
+  return cs_copy_needed<kCopyB, kBKMajor>(e.ldb, e.batch_stride_b, e.batch);
 }
 static inline size_t cs_copy_bytes_a(const cs_problem& e) {
   return cs_copy_a(e) ? cs_round256(size_t(e.batch) * size_t(e.m) * size_t(cs_kpad(e.k)) * 4) : 0;

@@ -315,6 +315,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
         int kk = lane;
         if constexpr (std::is_same_v<TAB, float>) {
           if (g.vec4) {
+            // a[q]: row q's 4 values from k on, multiplied into every small column.
+            auto consume = [&](const float4 (&a)[R], int k) {
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+#pragma unroll
+                for (int j = 0; j < kGemvMaxSmall; ++j)
+                  if (j < S) {
+                    float const sv = sS[k + c][j];
+#pragma unroll
+                    for (int q = 0; q < R; ++q) {
+                      float const av = c == 0 ? a[q].x : c == 1 ? a[q].y : c == 2 ? a[q].z : a[q].w;
+                      acc[q][j] = fmaf(av, sv, acc[q][j]);
+                    }
+                  }
+            };
             int k4 = 4 * lane;
             int const n4 = n & ~3;
             for (; k4 + 128 + 4 <= n4; k4 += 256) {
@@ -323,37 +338,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
               for (int u = 0; u < 2; ++u)
 #pragma unroll
                 for (int q = 0; q < R; ++q) a[u][q] = *reinterpret_cast<const float4*>(rows[q] + k4 + 128 * u);
-#pragma unroll
-              for (int u = 0; u < 2; ++u)
-#pragma unroll
-                for (int c = 0; c < 4; ++c)
-#pragma unroll
-                  for (int j = 0; j < kGemvMaxSmall; ++j)
-                    if (j < S) {
-                      float const sv = sS[k4 + 128 * u + c][j];
-#pragma unroll
-                      for (int q = 0; q < R; ++q) {
-                        float const av = c == 0 ? a[u][q].x : c == 1 ? a[u][q].y : c == 2 ? a[u][q].z : a[u][q].w;
-                        acc[q][j] = fmaf(av, sv, acc[q][j]);
-                      }
-                    }
+              consume(a[0], k4);
+              consume(a[1], k4 + 128);
             }
             for (; k4 + 4 <= n4; k4 += 128) {
               float4 a[R];
 #pragma unroll
               for (int q = 0; q < R; ++q) a[q] = *reinterpret_cast<const float4*>(rows[q] + k4);
-#pragma unroll
-              for (int c = 0; c < 4; ++c)
-#pragma unroll
-                for (int j = 0; j < kGemvMaxSmall; ++j)
-                  if (j < S) {
-                    float const sv = sS[k4 + c][j];
-#pragma unroll
-                    for (int q = 0; q < R; ++q) {
-                      float const av = c == 0 ? a[q].x : c == 1 ? a[q].y : c == 2 ? a[q].z : a[q].w;
-                      acc[q][j] = fmaf(av, sv, acc[q][j]);
-                    }
-                  }
+              consume(a, k4);
             }
             kk = n4 + lane;   // the scalar loops take the rest (fewer than 4 elements)
           }

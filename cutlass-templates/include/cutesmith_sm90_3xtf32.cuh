@@ -18,9 +18,10 @@
 // each thread takes a slice of the stage and writes lo into a second buffer beside the
 // stage. hi needs no buffer of its own: the stage itself is hi, since WGMMA truncates it
 // when reading (or a rounded hi is written back over it). Each thread fences its writes
-// for the async proxy (WGMMA's reads) and arrives on the stage's "split done" mbarrier
-// (SplitPipeline below); a consumer waits on it just before issuing the three WGMMA
-// batches for the k-tile:
+// for the async proxy (WGMMA's reads); then either all consumers meet at a named barrier,
+// or each warp arrives on the stage's "split done" mbarrier and a warpgroup waits on it
+// just before its WGMMAs (SplitSync, SplitPipeline below). Each consumer issues the three
+// WGMMA batches for the k-tile:
 //
 //     acc += lo(A) hi(B);  acc += hi(A) lo(B);  acc += hi(A) hi(B)      (small terms first)
 //
@@ -92,7 +93,7 @@ CUTE_DEVICE SplitF32 tf32_split(float x) {
 }
 
 // CUTLASS's TMA pipeline, with one more mbarrier per stage: "split done", which every
-// consumer thread arrives on once its share of the stage's split is written (and fenced for
+// consumer warp arrives on once its share of the stage's split is written (and fenced for
 // WGMMA's reads), and which every consumer waits on before its WGMMAs read the stage.
 // Unlike a named barrier (arrive and wait at one point), the arrival and the wait are
 // apart: a warpgroup arrives right after splitting stage t+1 and waits only when it is about
@@ -199,7 +200,9 @@ struct Mainloop {
   using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
   using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
 
-  using MainloopPipeline = SplitPipeline<Stages, NumMmaThreads>;
+  // The split mbarriers exist only where SplitSync uses them.
+  using MainloopPipeline = cute::conditional_t<SplitSync == 1, SplitPipeline<Stages, NumMmaThreads>,
+                                               cutlass::PipelineTmaAsync<Stages>>;
   using PipelineState = cutlass::PipelineState<Stages>;
   using PipelineParams = typename MainloopPipeline::Params;
   static constexpr int NumProducerThreadEvents = 1;

@@ -507,9 +507,20 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     if chained && align1 {
         return Err("the alignment-1 epilogue cannot run an epilogue chain".into());
     }
-    // Shapes whose D lines are not whole 16-byte units (8 16-bit elements, 4 fp32 ones)
-    // run on the template's fallback; the headline shape must get the fast path unless a
-    // chain rules the alignment-1 epilogue out.
+    // Shapes whose D lines are not whole 16-byte units run on the template's fallback; the
+    // headline shape must get the fast path unless a chain rules the alignment-1 epilogue out.
+    if let Some(unit) = unaligned_output_lines(w) {
+        if !align1 && !chained {
+            return Err(format!("the headline's output rows are not a multiple of {unit} elements (16 bytes): needs the alignment-1 epilogue (EPI_ALIGN1=1)"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the headline's D lines (rows of a row-major D, columns of a column-major one)
+/// are not whole 16-byte units, which a TMA store needs: `Some(elements a unit)` (8 16-bit
+/// elements, 4 fp32 ones) when they are not.
+pub(super) fn unaligned_output_lines(w: &Workload) -> Option<u64> {
     let h = w.headline();
     let contiguous = if w.layouts().c == Layout::Row {
         h.n
@@ -517,8 +528,5 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         h.m
     };
     let unit = (16 / w.out_dtype().bytes()).max(1);
-    if contiguous % unit != 0 && !align1 && !chained {
-        return Err(format!("the headline's output rows are not a multiple of {unit} elements (16 bytes): needs the alignment-1 epilogue (EPI_ALIGN1=1)"));
-    }
-    Ok(())
+    (contiguous % unit != 0).then_some(unit)
 }

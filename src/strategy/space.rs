@@ -16,6 +16,16 @@ pub fn shape_regime(m: u64, n: u64) -> u8 {
     }
 }
 
+/// `CS_EPI_ALIGN1=1` for the CUTLASS 3 template where the headline's D lines are off 16
+/// bytes and no chain needs the visitor tree (the rules' `unaligned_output_lines`).
+fn align1_epilogue(w: &Workload) -> Vec<(&'static str, i64)> {
+    if super::rules::unaligned_output_lines(w).is_some() && w.chain().is_identity() {
+        vec![("CS_EPI_ALIGN1", 1)]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The candidate space for a workload, most promising first, each with its validity.
 pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     let mut out = Vec::new();
@@ -133,24 +143,14 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             } else {
                 "3xTF32 WGMMA (fp32-accurate: hi*hi + lo*hi + hi*lo, split once per stage)"
             };
-            // D's lines off 16 bytes (N = 5921, say): the alignment-1 epilogue, where no
-            // chain needs the visitor tree.
-            let contiguous = if w.layouts().c == crate::spec::Layout::Row {
-                h.n
-            } else {
-                h.m
-            };
-            let align1: &[(&str, i64)] = if contiguous % 4 != 0 && w.chain().is_identity() {
-                &[("CS_EPI_ALIGN1", 1)]
-            } else {
-                &[]
-            };
+            // D's lines off 16 bytes (N = 5921, say): the alignment-1 epilogue.
+            let align1 = align1_epilogue(w);
             let hopper: Vec<Strategy> = super::tuner::ranked(h, DType::F32, DType::F32)
                 .into_iter()
                 .map(|(c, _, why)| {
                     mk(
                         "gemm_sm90_cutlass3_ws",
-                        with(&c.params(), align1),
+                        with(&c.params(), &align1),
                         &format!("{math}, {why}"),
                     )
                 })
@@ -200,16 +200,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         }
         Family::Gemm | Family::GemmBiasAct => {
             let h = w.headline();
-            let contiguous = if w.layouts().c == crate::spec::Layout::Row {
-                h.n
-            } else {
-                h.m
-            };
-            let align1 = if contiguous % 8 != 0 && w.chain().is_identity() {
-                vec![("CS_EPI_ALIGN1", 1)]
-            } else {
-                vec![]
-            };
+            let align1 = align1_epilogue(w);
             let mut extra = fp16.clone();
             extra.extend(align1.iter().copied());
             let cutlass = [
