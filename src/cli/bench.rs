@@ -293,20 +293,25 @@ fn precompile(
     jobs: usize,
 ) {
     let mut requests: Vec<CompileRequest> = Vec::new();
+    // A kernel several workloads instantiate alike (same dtypes, layouts, chain and
+    // parameters) has one cache key: compiled once for all of them.
+    let mut keys = std::collections::HashSet::new();
     let db = crate::tuning::default_path();
-    let mut ranked = 0;
+    let (mut ranked, mut total) = (0, 0);
     for w in workloads {
         let (planned, known) = crate::tuning::planned(w, candidates, db.as_deref());
         ranked += known;
         for s in planned {
             let Ok(src) = s.instantiate(w) else { continue };
-            if !requests.iter().any(|r| r.source == src) {
-                requests.push(CompileRequest::version(&src, arch));
+            total += 1;
+            let req = CompileRequest::version(&src, arch);
+            if keys.insert(compile::cache_key(tc, &req)) {
+                requests.push(req);
             }
         }
     }
     eprintln!(
-        "compiling {} distinct kernel instances, {jobs} at a time ({ranked} candidates ordered by what the tuning database measured before)",
+        "compiling {} distinct kernel instances for {total} candidates, {jobs} at a time ({ranked} candidates ordered by what the tuning database measured before)",
         requests.len()
     );
     let done = std::sync::atomic::AtomicUsize::new(0);

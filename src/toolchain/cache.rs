@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, IoContext, Result};
 
 /// Bumped whenever the layout of an entry or the meaning of the key changes.
-const KEY_SCHEMA: &str = "cutesmith-compile-v1";
+const KEY_SCHEMA: &str = "cutesmith-compile-v2";
 
 /// The hash naming a cache entry.
 pub fn key(parts: &[&[u8]]) -> String {

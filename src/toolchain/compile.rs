@@ -179,6 +179,42 @@ pub fn nvcc_args(tc: &Toolchain, opts: &CompileOptions) -> Vec<String> {
     args
 }
 
+/// The text of a source that its cache key hashes: the source with its leading `//`
+/// comment lines and blank lines emptied. The lines stay (empty), so every line keeps
+/// its number and a cached diagnostic points where a fresh one would. The built-in
+/// strategies open with the workload's name and description, so the one kernel that
+/// several workloads of the same dtypes, layouts and chain instantiate (a suite's
+/// projection shapes) is compiled once. A comment line ending in a backslash continues
+/// onto the next line: it and everything after it are kept whole, as is everything from
+/// the first line that is not a `//` comment or blank.
+pub fn key_source(source: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while !rest.is_empty() {
+        let (line, tail) = match rest.find('\n') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let body = line.trim_end_matches('\r');
+        let trimmed = body.trim_start();
+        let comment = trimmed.starts_with("//") && !body.ends_with('\\');
+        if !(comment || trimmed.is_empty()) {
+            break;
+        }
+        if line.len() == rest.len() {
+            // The last line, a comment: the source was comments only.
+            return std::borrow::Cow::Owned(out);
+        }
+        out.push('\n');
+        rest = tail;
+    }
+    if rest.len() == source.len() {
+        return std::borrow::Cow::Borrowed(source);
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
 /// The cache key of a request under a toolchain.
 pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
     // Every header beside the ABI header can be included by a kernel: hash them all.
@@ -198,7 +234,7 @@ pub fn cache_key(tc: &Toolchain, req: &CompileRequest) -> String {
     let args = nvcc_args(tc, &req.options).join("\u{1f}");
     let sass = if req.options.sass { "sass" } else { "nosass" };
     cache::key(&[
-        req.source.as_bytes(),
+        key_source(&req.source).as_bytes(),
         req.file_name.as_bytes(),
         args.as_bytes(),
         tc.fingerprint().as_bytes(),
@@ -679,6 +715,37 @@ mod tests {
         assert_eq!(sanitized_name("gemm"), "gemm.cu");
         assert_eq!(sanitized_name(""), "kernel.cu");
         assert_eq!(sanitized_name(".hidden"), "kernel.cu");
+    }
+
+    #[test]
+    fn key_source_blanks_only_the_leading_comments() {
+        let a = "// built-in: x\n// workload a: one\n\n#define X 1 // a\n// later\nint x;\n";
+        let b = "// built-in: x\n// workload b: another\n\n#define X 1 // a\n// later\nint x;\n";
+        assert_eq!(key_source(a), "\n\n\n#define X 1 // a\n// later\nint x;\n");
+        assert_eq!(key_source(a), key_source(b));
+        // Line numbers are kept, and so is everything after the first code line.
+        assert_eq!(key_source(a).lines().count(), a.lines().count());
+        let c = a.replace("#define X 1 // a", "#define X 1 // b");
+        assert_ne!(key_source(a), key_source(&c));
+        let d = a.replace("// later", "// sooner");
+        assert_ne!(key_source(a), key_source(&d));
+        // Code first: nothing to blank.
+        assert!(matches!(
+            key_source("int x; // y\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // A comment ending in a backslash swallows the next line: kept whole from there.
+        let e = "// one\n// two \\\n#define X 1\n";
+        let f = "// one\n// two\n#define X 1\n";
+        assert_eq!(key_source(e), "\n// two \\\n#define X 1\n");
+        assert_ne!(key_source(e), key_source(f));
+        assert_eq!(key_source("// a \\\r\nint x;"), "// a \\\r\nint x;");
+        // A block comment is code for this purpose, and a source of comments only is
+        // blanked to the same lines.
+        assert_eq!(key_source("/* a */\n"), "/* a */\n");
+        assert_eq!(key_source("// a\r\n  // b"), "\n");
+        assert_eq!(key_source("\n  \nint x;"), "\n\nint x;");
+        assert_eq!(key_source(""), "");
     }
 
     #[test]

@@ -359,9 +359,27 @@ pub const DROP_SLOWER_THAN: f64 = 1.10;
 /// ones: what was tried is not good enough to keep repeating.
 pub const EXPLORE_BELOW_VENDOR: f64 = 0.9;
 
-/// The candidates to try, in order, at most `budget`: strategies the history knows ranked
-/// by what they did on the nearest shape (time relative to the best there, then distance),
-/// then the untried ones in the space's order. When the best known one was measured on this
+/// Evidence from a shape at most this many doublings away (summed over m, n, k and batch)
+/// leads the cost model's order; from further away, the cost model's first pick leads.
+pub const LEAD_WITHIN: f64 = 1.0;
+
+/// `a[0], b[0], a[1], b[1], ...`, then the rest of the longer one.
+fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter(), b.into_iter());
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return out,
+            (x, y) => out.extend(x.into_iter().chain(y)),
+        }
+    }
+}
+
+/// The candidates to try, in order, at most `budget`. Strategies the history knows are
+/// ranked by what they did on the nearest shape (time relative to the best there, then
+/// distance); they take turns with the untried ones in the space's (cost model's) order,
+/// the known first when they were measured within [`LEAD_WITHIN`] doublings of this
+/// shape, else the untried. When the best known one was measured on this
 /// very shape at [`EXPLORE_BELOW_VENDOR`] of the vendor library or better, only this
 /// shape's known good ones are tried (a re-run compiles nothing new); below it, what did
 /// well on other shapes and the untried ones come right after the best. On the exact shape, strategies that failed
@@ -419,8 +437,18 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
                 .map(|(i, _)| *i),
         );
     } else {
-        out.extend(known.iter().map(|(i, _)| *i));
-        out.extend(untried);
+        // Evidence from other shapes and the cost model's order take turns, so neither
+        // fills the budget alone: a winner at a quarter of the rows is no reason never to
+        // try the tile the cost model ranks first here. The nearer evidence goes first.
+        let evidence: Vec<usize> = known.iter().map(|(i, _)| *i).collect();
+        let near = known
+            .first()
+            .is_some_and(|(_, k)| k.distance <= LEAD_WITHIN);
+        out = if near {
+            interleave(evidence, untried)
+        } else {
+            interleave(untried, evidence)
+        };
     }
     if out.is_empty() {
         out = dropped;
@@ -659,8 +687,13 @@ mod tests {
         let k = known(&[at("streamk", 1024, 107.5)], &square);
         assert!(k.is_empty(), "{k:?}");
         assert_eq!(plan(&labels, &k, 1), vec![0]);
-        // Alone but ahead of the vendor there: evidence.
+        // Alone but ahead of the vendor there: evidence, which takes turns with the cost
+        // model's order; from two doublings away the cost model's pick leads, from one
+        // the evidence does.
         let k = known(&[at("streamk", 1024, 95.0)], &square);
+        assert_eq!(plan(&labels, &k, 1), vec![0]);
+        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
+        let k = known(&[at("streamk", 2048, 95.0)], &square);
         assert_eq!(plan(&labels, &k, 1), vec![1]);
         // Compared with another strategy there: evidence, whatever the vendor did.
         let rows = vec![at("streamk", 1024, 107.5), at("coop", 1024, 120.0)];
@@ -672,6 +705,30 @@ mod tests {
         // And a failure elsewhere still sends a strategy to the end.
         let k = known(&[rec("coop", 1024, "mismatch", None)], &square);
         assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+    }
+
+    #[test]
+    fn evidence_from_other_shapes_takes_turns_with_the_cost_model() {
+        let labels: Vec<String> = ["w1", "w2", "n1", "n2", "n3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // n1..n3 won at 1024 rows (compared there); the cost model ranks w1, w2 first for
+        // 4096 rows. Two doublings away: w1 leads, then the evidence and the rest by turns.
+        let rows = vec![
+            rec("n1", 1024, "correct", Some(70.0)),
+            rec("n2", 1024, "correct", Some(72.0)),
+            rec("n3", 1024, "correct", Some(75.0)),
+        ];
+        let big = Shape::gemm(4096, 4096, 4096);
+        let k = known(&rows, &big);
+        assert_eq!(plan(&labels, &k, 4), vec![0, 2, 1, 3]);
+        assert_eq!(plan(&labels, &k, 10), vec![0, 2, 1, 3, 4]);
+        // At 2048 rows, one doubling away: the evidence leads.
+        let k = known(&rows, &Shape::gemm(2048, 4096, 4096));
+        assert_eq!(plan(&labels, &k, 4), vec![2, 0, 3, 1]);
+        assert_eq!(interleave(vec![1], vec![2, 3, 4]), vec![1, 2, 3, 4]);
+        assert_eq!(interleave(vec![], vec![]), Vec::<usize>::new());
     }
 
     #[test]

@@ -162,6 +162,25 @@ fn cache_is_keyed_by_content_and_flags() {
     let mut edited = req.clone();
     edited.source.push_str("\n// an edit\n");
     assert!(!compile::compile(&tc, &cache, &edited).unwrap().cached);
+
+    // The leading comment (a built-in strategy's workload name) is not part of the key:
+    // the same kernel instantiated for another workload is the same entry.
+    let mut renamed = req.clone();
+    renamed.source = format!("// workload another: its description{}", req.source);
+    let fourth = compile::compile(&tc, &cache, &renamed).unwrap();
+    assert!(
+        fourth.cached,
+        "a new leading comment must not cost a compile"
+    );
+    assert_eq!(fourth.key, first.key);
+    // ... but a comment that ends in a backslash continues onto the next line, and is.
+    let mut spliced = req.clone();
+    spliced.source = format!("// continued \\{}", req.source);
+    assert_ne!(
+        compile::cache_key(&tc, &spliced),
+        first.key,
+        "a comment that swallows a line must change the key"
+    );
 }
 
 /// A compile that runs past its limit is killed and reported as timed out, not cached.
