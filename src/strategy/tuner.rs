@@ -23,7 +23,9 @@
 //!
 //! Beside the fixed tiles, [`sized`] adds 64-row ping-pong tiles whose width is chosen for
 //! the shape: the narrowest multiple of 16 that fits all tiles in one wave of one tile
-//! per SM (32 x 11008: 96 columns, 115 tiles).
+//! per SM (32 x 11008: 96 columns, 115 tiles); [`sized_wide`] adds 128-row cooperative
+//! tiles whose width fills whole waves where the fixed widths leave a last wave mostly
+//! idle (1024 x 4608: 128 x 144, 256 tiles in two waves).
 //!
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
 //! promise: the tuning database (measured times on the same GPU, `src/tuning/`) reorders
@@ -139,6 +141,37 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
             cluster_n: cn,
         })
         .collect()
+}
+
+/// 128-row cooperative tiles sized to `h` for 16-bit operands with more than 64 rows: the
+/// narrowest width (a multiple of 16 from 96 to 256) that puts every tile in the fewest
+/// whole waves (at most 8) at which such a width exists, in a cluster of two along M (B
+/// multicast) where the rows of tiles pair up, else alone. Where the fixed widths leave
+/// most of a last wave idle (1024 x 4608: 144 tiles of 128 x 256 on 132 SMs, two waves
+/// 55% busy), the sized width fills them (128 x 144: 256 tiles, two waves 97% busy).
+/// Empty where that width is 128 or 256 (the fixed space has it) or below 96.
+pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
+    if !matches!(ab, DType::BF16 | DType::F16) || h.m <= 64 {
+        return Vec::new();
+    }
+    let rows = h.m.div_ceil(128) * h.batch.max(1);
+    for waves in 1..=8 {
+        let tn = (rows * h.n).div_ceil(waves * SMS).next_multiple_of(16);
+        if tn > 256 || rows * h.n.div_ceil(tn) > waves * SMS {
+            continue;
+        }
+        if tn < 96 || tn == 128 || tn == 256 {
+            return Vec::new();
+        }
+        return vec![Config {
+            tile_m: 128,
+            tile_n: tn,
+            schedule: Schedule::Cooperative,
+            cluster_m: if h.m.div_ceil(128) % 2 == 0 { 2 } else { 1 },
+            cluster_n: 1,
+        }];
+    }
+    Vec::new()
 }
 
 /// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
@@ -334,6 +367,7 @@ pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)
     let mut v: Vec<(Config, Estimate, String)> = space_for(ab)
         .into_iter()
         .chain(sized(h, ab))
+        .chain(sized_wide(h, ab))
         .map(|c| {
             let e = estimate(&c, h, ab, cd);
             let why = format!(
@@ -466,11 +500,51 @@ mod tests {
         });
         let sk = rank_of(1024, 6144, 4096, |c| c.schedule == Schedule::StreamK);
         assert!(sk < big, "{sk} {big}");
+        // Ahead of both now: 128 x 192 (sized_wide), 256 tiles in two full waves.
         let c = first(1024, 6144, 4096);
         assert_eq!(
             (c.tile_m, c.tile_n, c.schedule),
-            (128, 128, Schedule::Cooperative)
+            (128, 192, Schedule::Cooperative)
         );
+        let coop128 = rank_of(1024, 6144, 4096, |c| {
+            c.tile_m * c.tile_n == 128 * 128 && c.schedule == Schedule::Cooperative
+        });
+        assert!(coop128 < big, "{coop128} {big}");
+    }
+
+    #[test]
+    fn wider_m_gets_a_cooperative_width_that_fills_its_waves() {
+        let w = |m, n| {
+            sized_wide(&Shape::gemm(m, n, 4096), DType::BF16)
+                .iter()
+                .map(|c| (c.tile_n, c.cluster_m))
+                .collect::<Vec<_>>()
+        };
+        // 1024 x 4608: 8 rows of tiles; one wave would need 280 columns, two take 144
+        // (256 tiles of 264 slots).
+        assert_eq!(w(1024, 4608), vec![(144, 2)]);
+        // 1024 x 3584: one wave of 224 columns (128 tiles); 4096 x 4608: six of 192.
+        assert_eq!(w(1024, 3584), vec![(224, 2)]);
+        assert_eq!(w(4096, 4608), vec![(192, 2)]);
+        // An odd number of tile rows: no cluster along M.
+        assert_eq!(w(384, 4608), vec![(112, 1)]);
+        // 4096^3 fills four waves of 128 x 256 already; 256 rows would need tiles under
+        // 96 columns; 4096 x 14336 needs more than 8 waves; 64 rows and fp32 are not
+        // sized here.
+        assert!(w(4096, 4096).is_empty());
+        assert!(w(256, 4096).is_empty());
+        assert!(w(4096, 14336).is_empty());
+        assert!(w(64, 4608).is_empty());
+        assert!(sized_wide(&Shape::gemm(1024, 4608, 4096), DType::F32).is_empty());
+        for (m, n) in [(1024, 4608), (1024, 3584), (4096, 4608), (384, 4608)] {
+            let h = Shape::gemm(m, n, 4096);
+            for c in sized_wide(&h, DType::BF16) {
+                assert!(
+                    wave_efficiency(&h, c.tile_m, c.tile_n, SMS) > 0.9,
+                    "{m}x{n}: {c:?}"
+                );
+            }
+        }
     }
 
     #[test]
