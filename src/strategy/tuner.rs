@@ -24,8 +24,8 @@
 //! Beside the fixed tiles, [`sized`] adds 64-row ping-pong tiles whose width is chosen for
 //! the shape: the narrowest multiple of 16 that fits all tiles in one wave of one tile
 //! per SM (32 x 11008: 96 columns, 115 tiles); [`sized_wide`] adds 128-row cooperative
-//! tiles whose width fills whole waves where the fixed widths leave a last wave mostly
-//! idle (1024 x 4608: 128 x 144, 256 tiles in two waves).
+//! tiles 96 or 192 wide where they fill their waves (256 x 6144: 128 x 96, 128 tiles in
+//! one wave).
 //!
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
 //! promise: the tuning database (measured times on the same GPU, `src/tuning/`) reorders
@@ -143,35 +143,39 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
         .collect()
 }
 
-/// 128-row cooperative tiles sized to `h` for 16-bit operands with more than 64 rows: the
-/// narrowest width (a multiple of 16 from 96 to 256) that puts every tile in the fewest
-/// whole waves (at most 8) at which such a width exists, in a cluster of two along M (B
-/// multicast) where the rows of tiles pair up, else alone. Where the fixed widths leave
-/// most of a last wave idle (1024 x 4608: 144 tiles of 128 x 256 on 132 SMs, two waves
-/// 55% busy), the sized width fills them (128 x 144: 256 tiles, two waves 97% busy).
-/// Empty where that width is 128 or 256 (the fixed space has it) or below 96.
+/// The widths a 128-row cooperative tile of 16-bit operands is offered beside the fixed
+/// 64, 128 and 256 when they fill the waves better. On the H100 (`bench/llm-tuning-h100.md`)
+/// 96 and 192 ran at the fixed tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us
+/// against 28.2 for the best fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3),
+/// while 144 and 224 ran 25-30% slower per tile (1024 x 4608 x 3584: 128 x 144 100.5 us
+/// against 77.9 for 256 x 128; 1024 x 14336 x 4096: 128 x 224 213.1 against 177.5).
+pub const WAVE_WIDTHS: [u64; 2] = [96, 192];
+
+/// Below this fraction of busy SM slots a sized width is not offered.
+const SIZED_MIN_EFFICIENCY: f64 = 0.9;
+
+/// 128-row cooperative tiles of [`WAVE_WIDTHS`] for 16-bit operands with more than 64
+/// rows, each where its tiles keep at least 90% of the SM slots of their waves busy, in
+/// a cluster of two along M (B multicast) where the rows of tiles pair up, else alone.
+/// They give the cost model a width between the fixed ones where those leave a last wave
+/// mostly idle (256 x 6144: 96 columns, 128 tiles in one wave, where 128 x 128 runs 96
+/// and 128 x 256 48).
 pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
     if !matches!(ab, DType::BF16 | DType::F16) || h.m <= 64 {
         return Vec::new();
     }
-    let rows = h.m.div_ceil(128) * h.batch.max(1);
-    for waves in 1..=8 {
-        let tn = (rows * h.n).div_ceil(waves * SMS).next_multiple_of(16);
-        if tn > 256 || rows * h.n.div_ceil(tn) > waves * SMS {
-            continue;
-        }
-        if tn < 96 || tn == 128 || tn == 256 {
-            return Vec::new();
-        }
-        return vec![Config {
+    let cluster_m = if h.m.div_ceil(128) % 2 == 0 { 2 } else { 1 };
+    WAVE_WIDTHS
+        .iter()
+        .filter(|&&tn| wave_efficiency(h, 128, tn, SMS) >= SIZED_MIN_EFFICIENCY)
+        .map(|&tn| Config {
             tile_m: 128,
             tile_n: tn,
             schedule: Schedule::Cooperative,
-            cluster_m: if h.m.div_ceil(128) % 2 == 0 { 2 } else { 1 },
+            cluster_m,
             cluster_n: 1,
-        }];
-    }
-    Vec::new()
+        })
+        .collect()
 }
 
 /// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
@@ -520,31 +524,19 @@ mod tests {
                 .map(|c| (c.tile_n, c.cluster_m))
                 .collect::<Vec<_>>()
         };
-        // 1024 x 4608: 8 rows of tiles; one wave would need 280 columns, two take 144
-        // (256 tiles of 264 slots).
-        assert_eq!(w(1024, 4608), vec![(144, 2)]);
-        // 1024 x 3584: one wave of 224 columns (128 tiles); 4096 x 4608: six of 192.
-        assert_eq!(w(1024, 3584), vec![(224, 2)]);
-        assert_eq!(w(4096, 4608), vec![(192, 2)]);
+        // 256 x 6144: 128 tiles of 96 columns in one wave (97%); 192 columns: 64 (48%).
+        assert_eq!(w(256, 6144), vec![(96, 2)]);
+        // 1024 x 6144: both fill their waves (512 and 256 tiles); 1024 x 4608: 96 only
+        // (384 tiles in three waves; 192 columns leave the second of two 45% busy).
+        assert_eq!(w(1024, 6144), vec![(96, 2), (192, 2)]);
+        assert_eq!(w(1024, 4608), vec![(96, 2)]);
         // An odd number of tile rows: no cluster along M.
-        assert_eq!(w(384, 4608), vec![(112, 1)]);
-        // 4096^3 fills four waves of 128 x 256 already; 256 rows would need tiles under
-        // 96 columns; 4096 x 14336 needs more than 8 waves; 64 rows and fp32 are not
+        assert_eq!(w(384, 4224), vec![(96, 1)]);
+        // 1024 x 3584: neither fills 90% (304 and 152 tiles); 64 rows and fp32 are not
         // sized here.
-        assert!(w(4096, 4096).is_empty());
-        assert!(w(256, 4096).is_empty());
-        assert!(w(4096, 14336).is_empty());
-        assert!(w(64, 4608).is_empty());
-        assert!(sized_wide(&Shape::gemm(1024, 4608, 4096), DType::F32).is_empty());
-        for (m, n) in [(1024, 4608), (1024, 3584), (4096, 4608), (384, 4608)] {
-            let h = Shape::gemm(m, n, 4096);
-            for c in sized_wide(&h, DType::BF16) {
-                assert!(
-                    wave_efficiency(&h, c.tile_m, c.tile_n, SMS) > 0.9,
-                    "{m}x{n}: {c:?}"
-                );
-            }
-        }
+        assert!(w(1024, 3584).is_empty());
+        assert!(w(64, 6144).is_empty());
+        assert!(sized_wide(&Shape::gemm(1024, 6144, 4096), DType::F32).is_empty());
     }
 
     #[test]
