@@ -379,7 +379,8 @@ fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
 /// ranked by what they did on the nearest shape (time relative to the best there, then
 /// distance); they take turns with the untried ones in the space's (cost model's) order,
 /// the known first when they were measured within [`LEAD_WITHIN`] doublings of this
-/// shape, else the untried. When the best known one was measured on this
+/// shape, else the untried; known ones that lost by more than [`DROP_SLOWER_THAN`] where
+/// they were measured come after the untried. When the best known one was measured on this
 /// very shape at [`EXPLORE_BELOW_VENDOR`] of the vendor library or better, only this
 /// shape's known good ones are tried (a re-run compiles nothing new); below it, what did
 /// well on other shapes and the untried ones come right after the best. On the exact shape, strategies that failed
@@ -440,15 +441,19 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
         // Evidence from other shapes and the cost model's order take turns, so neither
         // fills the budget alone: a winner at a quarter of the rows is no reason never to
         // try the tile the cost model ranks first here. The nearer evidence goes first.
-        let evidence: Vec<usize> = known.iter().map(|(i, _)| *i).collect();
-        let near = known
-            .first()
-            .is_some_and(|(_, k)| k.distance <= LEAD_WITHIN);
+        // What lost by more than DROP_SLOWER_THAN where it was measured comes after
+        // the untried ones: that evidence speaks against it.
+        let (good, lost): (Vec<_>, Vec<_>) = known
+            .iter()
+            .partition(|(_, k)| k.relative.is_some_and(|r| r <= DROP_SLOWER_THAN));
+        let evidence: Vec<usize> = good.iter().map(|(i, _)| *i).collect();
+        let near = good.first().is_some_and(|(_, k)| k.distance <= LEAD_WITHIN);
         out = if near {
             interleave(evidence, untried)
         } else {
             interleave(untried, evidence)
         };
+        out.extend(lost.iter().map(|(i, _)| *i));
     }
     if out.is_empty() {
         out = dropped;
@@ -727,6 +732,13 @@ mod tests {
         // At 2048 rows, one doubling away: the evidence leads.
         let k = known(&rows, &Shape::gemm(2048, 4096, 4096));
         assert_eq!(plan(&labels, &k, 4), vec![2, 0, 3, 1]);
+        // What lost by more than 10% there waits behind the untried.
+        let rows = vec![
+            rec("n1", 2048, "correct", Some(70.0)),
+            rec("n2", 2048, "correct", Some(140.0)),
+        ];
+        let k = known(&rows, &big);
+        assert_eq!(plan(&labels, &k, 5), vec![2, 0, 1, 4, 3]);
         assert_eq!(interleave(vec![1], vec![2, 3, 4]), vec![1, 2, 3, 4]);
         assert_eq!(interleave(vec![], vec![]), Vec::<usize>::new());
     }
