@@ -1263,10 +1263,8 @@ impl Engine {
                 median_us: cand.as_ref().map(|c| c.median_us),
             },
             (Some(best), Some(c)) => {
-                // Faster only beyond the noise: half the two runs' p10-p90 spreads, at least 1%.
-                let noise = (0.5 * (c.spread + self.state.best_spread.unwrap_or(0.0))).max(0.01);
                 let gain = 1.0 - c.median_us / best;
-                if gain > noise {
+                if gain > noise_band(c.spread, self.state.best_spread.unwrap_or(0.0)) {
                     Verdict::Faster {
                         percent: gain * 100.0,
                         median_us: c.median_us,
@@ -1333,4 +1331,43 @@ fn version_list(versions: &[u32]) -> String {
         .map(|v| format!("v{v}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The most one timing's spread counts toward [`noise_band`]: a run noisier than this (a
+/// disturbed GPU, a bimodal kernel) says little about its median, and must not make every
+/// later candidate beat it by half its spread (one best timed at 51.5 us with a spread of
+/// 100% once kept a 31.4 us candidate out).
+pub const MAX_SPREAD_COUNTED: f64 = 0.10;
+
+/// How much faster than the best a candidate must be to count: half the two timings'
+/// p10-p90 spreads (each at most [`MAX_SPREAD_COUNTED`]), at least 1%.
+pub fn noise_band(candidate_spread: f64, best_spread: f64) -> f64 {
+    let counted = |s: f64| {
+        if s.is_finite() {
+            s.clamp(0.0, MAX_SPREAD_COUNTED)
+        } else {
+            MAX_SPREAD_COUNTED
+        }
+    };
+    (0.5 * (counted(candidate_spread) + counted(best_spread))).max(0.01)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_noise_band_is_half_the_spreads_within_bounds() {
+        assert!((noise_band(0.04, 0.02) - 0.03).abs() < 1e-12);
+        // At least 1%.
+        assert_eq!(noise_band(0.0, 0.0), 0.01);
+        // A best timed with a spread of 100% counts as 10%: a candidate 39% faster
+        // (51.5 -> 31.4 us, spread 3.5%) is faster beyond the noise.
+        let band = noise_band(0.035, 1.0087);
+        assert!((band - 0.0675).abs() < 1e-12, "{band}");
+        assert!(1.0 - 31.4 / 51.5 > band);
+        // ... while 5% faster against it is not.
+        assert!(0.05 < band);
+        assert_eq!(noise_band(f64::NAN, 0.0), 0.05);
+    }
 }
