@@ -232,11 +232,22 @@ pub fn cmd_bench(
             rows: all,
         }
     };
-    let (rows, _) =
-        suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
-            // Written after every workload: a crash loses at most the one in flight.
-            write(&args.out, &report(rows))
-        })?;
+    // While the sessions measure, the next workloads' kernels compile on the idle cores,
+    // planned with what the tuning database has learned by then (the sessions reorder
+    // their candidates by it, past what the precompile saw).
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (rows, _) = std::thread::scope(|scope| {
+        scope.spawn(|| lookahead(&tc, &workloads, candidates, &arch, jobs, &finished, &stop));
+        let result =
+            suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
+                finished.store(rows.len(), std::sync::atomic::Ordering::SeqCst);
+                // Written after every workload: a crash loses at most the one in flight.
+                write(&args.out, &report(rows))
+            });
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        result
+    })?;
     let report = report(&rows);
     print!("{}", markdown(&report));
     eprintln!(
@@ -299,13 +310,11 @@ fn precompile(
     let db = crate::tuning::default_path();
     let (mut ranked, mut total) = (0, 0);
     for w in workloads {
-        let (planned, known) = crate::tuning::planned(w, candidates, db.as_deref());
+        let (planned, known) = plan_requests(tc, w, candidates, db.as_deref(), arch);
         ranked += known;
-        for s in planned {
-            let Ok(src) = s.instantiate(w) else { continue };
-            total += 1;
-            let req = CompileRequest::version(&src, arch);
-            if keys.insert(compile::cache_key(tc, &req)) {
+        total += planned.len();
+        for (key, req) in planned {
+            if keys.insert(key) {
                 requests.push(req);
             }
         }
@@ -331,6 +340,84 @@ fn precompile(
             .unwrap_or("");
         eprintln!("  compiled {n}/{}: {label} {status}", requests.len());
     });
+}
+
+/// How many workloads ahead of the last finished one [`lookahead`] compiles.
+const LOOKAHEAD: usize = 2;
+
+/// The kernels of workload `i` (in the suite's order) that its plan asks for and the
+/// compile cache lacks, planned once at most [`LOOKAHEAD`] workloads before it remain
+/// unfinished (`finished` counts the finished ones), so that the plan sees the tuning
+/// database as the session will; compiled `jobs` at a time. Ends when every workload is
+/// planned or `stop` is set. Failures are left to the sessions, which meet them again.
+fn lookahead(
+    tc: &crate::toolchain::Toolchain,
+    workloads: &[Workload],
+    candidates: usize,
+    arch: &str,
+    jobs: usize,
+    finished: &std::sync::atomic::AtomicUsize,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    let db = crate::tuning::default_path();
+    let cache = CompileCache::default_location();
+    for (i, w) in workloads.iter().enumerate() {
+        while finished.load(Ordering::SeqCst) + LOOKAHEAD < i {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let missing = missing_requests(tc, &cache, w, candidates, db.as_deref(), arch);
+        if !missing.is_empty() {
+            let _ = compile::compile_many(tc, &cache, &missing, jobs, &|_, _| {});
+        }
+    }
+}
+
+/// The compile requests of `w`'s planned candidates (at most `candidates`, ordered by the
+/// tuning database at `db`) whose kernels are not in `cache`, one per key.
+pub fn missing_requests(
+    tc: &crate::toolchain::Toolchain,
+    cache: &CompileCache,
+    w: &Workload,
+    candidates: usize,
+    db: Option<&Path>,
+    arch: &str,
+) -> Vec<CompileRequest> {
+    let mut keys = std::collections::HashSet::new();
+    plan_requests(tc, w, candidates, db, arch)
+        .0
+        .into_iter()
+        .filter(|(key, _)| cache.lookup(key).is_none() && keys.insert(key.clone()))
+        .map(|(_, req)| req)
+        .collect()
+}
+
+/// Each of `w`'s planned candidates (at most `candidates`, ordered by the tuning database
+/// at `db`) as its cache key and compile request, exactly as the session will ask
+/// ([`Strategy::instantiate`] for `arch`), and how many of them the database ranked.
+pub fn plan_requests(
+    tc: &crate::toolchain::Toolchain,
+    w: &Workload,
+    candidates: usize,
+    db: Option<&Path>,
+    arch: &str,
+) -> (Vec<(String, CompileRequest)>, usize) {
+    let (planned, known) = crate::tuning::planned(w, candidates, db);
+    let requests = planned
+        .iter()
+        .filter_map(|s| s.instantiate(w).ok())
+        .map(|src| {
+            let req = CompileRequest::version(&src, arch);
+            (compile::cache_key(tc, &req), req)
+        })
+        .collect();
+    (requests, known)
 }
 
 /// The bench row of one workload, from its session.

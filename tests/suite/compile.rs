@@ -675,3 +675,46 @@ fn header_lookup_quotes_the_declarations_behind_two_typical_cute_mistakes() {
         acc.condensed
     );
 }
+
+/// The llm suite's workloads share their kernels: two projection shapes plan the same
+/// first kernel under one cache key, and once the cache holds a key, the bench's
+/// lookahead asks for nothing more for it.
+#[test]
+fn workloads_of_one_class_share_their_planned_kernels() {
+    let Some(tc) = toolchain() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::new(dir.path().join("compile"));
+    let load =
+        |name: &str| cutesmith::spec::Workload::find(&root().join("workloads"), name).unwrap();
+    let (a, b) = (
+        load("llm_llama3_8b_o_m4096"),
+        load("llm_qwen2_7b_down_m1024"),
+    );
+    let db = dir.path().join("none.sqlite");
+    let (pa, _) = cutesmith::cli::bench::plan_requests(&tc, &a, 4, Some(&db), "sm_90a");
+    let (pb, _) = cutesmith::cli::bench::plan_requests(&tc, &b, 4, Some(&db), "sm_90a");
+    assert_eq!(pa.len(), 4);
+    // The keys of the kernels both plan are equal, though the sources differ (each
+    // names its workload).
+    let shared: Vec<(&CompileRequest, &CompileRequest)> = pa
+        .iter()
+        .filter_map(|(k, ra)| Some((ra, &pb.iter().find(|(kb, _)| kb == k)?.1)))
+        .collect();
+    assert!(!shared.is_empty(), "no shared kernel");
+    for (ra, rb) in &shared {
+        assert_ne!(ra.source, rb.source);
+        assert_eq!(ra.source.lines().nth(2), rb.source.lines().nth(2));
+    }
+    let missing =
+        |w| cutesmith::cli::bench::missing_requests(&tc, &cache, w, 4, Some(&db), "sm_90a");
+    assert_eq!(missing(&a).len(), 4);
+    // A complete entry for every key of a: nothing missing for a, and b misses only
+    // what it does not share with a.
+    for (key, _) in &pa {
+        let entry = cache.entry_dir(key);
+        std::fs::create_dir_all(&entry).unwrap();
+        std::fs::write(entry.join(cutesmith::toolchain::cache::OUTCOME_FILE), "{}").unwrap();
+    }
+    assert!(missing(&a).is_empty());
+    assert_eq!(missing(&b).len(), pb.len() - shared.len());
+}
