@@ -685,7 +685,7 @@ fn workloads_of_one_class_share_their_planned_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let cache = CompileCache::new(dir.path().join("compile"));
     let load =
-        |name: &str| cutesmith::spec::Workload::find(&root().join("workloads"), name).unwrap();
+        |name: &str| cutesmith::spec::Workload::find(root().join("workloads"), name).unwrap();
     let (a, b) = (
         load("llm_llama3_8b_o_m4096"),
         load("llm_qwen2_7b_down_m1024"),
