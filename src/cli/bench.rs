@@ -239,14 +239,13 @@ pub fn cmd_bench(
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (rows, _) = std::thread::scope(|scope| {
         scope.spawn(|| lookahead(&tc, &workloads, candidates, &arch, jobs, &finished, &stop));
-        let result =
-            suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
-                finished.store(rows.len(), std::sync::atomic::Ordering::SeqCst);
-                // Written after every workload: a crash loses at most the one in flight.
-                write(&args.out, &report(rows))
-            });
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        result
+        // Stops the lookahead however the sessions end, a panic included.
+        let _stop = StopOnDrop(&stop);
+        suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
+            finished.store(rows.len(), std::sync::atomic::Ordering::SeqCst);
+            // Written after every workload: a crash loses at most the one in flight.
+            write(&args.out, &report(rows))
+        })
     })?;
     let report = report(&rows);
     print!("{}", markdown(&report));
@@ -340,6 +339,15 @@ fn precompile(
             .unwrap_or("");
         eprintln!("  compiled {n}/{}: {label} {status}", requests.len());
     });
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// How many workloads ahead of the last finished one [`lookahead`] compiles.
