@@ -59,6 +59,17 @@
 #define NDEBUG
 #endif
 
+// CS_EXT_MMA=1: CuTe's extended WGMMA shapes, so a tile width outside {8, 16, 32, 64, 96,
+// 128, 192, 256} is one WGMMA of that width (144: one 64x144x16, not nine 64x16x16; 224:
+// one 64x224x16, not seven 64x32x16; nvcc 13.0, SASS HGMMA count 72 -> 8 and 56 -> 8).
+// Not yet measured on a GPU; 0 keeps CuTe's standard shapes.
+#ifndef CS_EXT_MMA
+#define CS_EXT_MMA 0
+#endif
+#if CS_EXT_MMA && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
 #include <cstdint>
 #include <type_traits>
 

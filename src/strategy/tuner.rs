@@ -148,7 +148,12 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
 /// 96 and 192 ran at the fixed tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us
 /// against 28.2 for the best fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3),
 /// while 144 and 224 ran 25-30% slower per tile (1024 x 4608 x 3584: 128 x 144 100.5 us
-/// against 77.9 for 256 x 128; 1024 x 14336 x 4096: 128 x 224 213.1 against 177.5).
+/// against 77.9 for 256 x 128; 1024 x 14336 x 4096: 128 x 224 213.1 against 177.5). The
+/// cause is in the SASS: CuTe's standard WGMMA shapes are 8, 16, 32, 64, 96, 128, 192 and
+/// 256 columns wide, so a 144-wide tile runs nine 64x16x16 WGMMAs a k-step and a 224-wide
+/// one seven 64x32x16 (72 and 56 HGMMA instructions in the kernel, against 8 at 192). The
+/// template's `CS_EXT_MMA=1` enables CuTe's extended shapes (one 64x144x16 or 64x224x16);
+/// it compiles to 8 HGMMAs but has not run on a GPU, so these widths wait for it.
 pub const WAVE_WIDTHS: [u64; 2] = [96, 192];
 
 /// Below this fraction of busy SM slots a sized width is not offered.
