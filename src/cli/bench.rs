@@ -234,15 +234,15 @@ pub fn cmd_bench(
     };
     // While the sessions measure, the next workloads' kernels compile on the idle cores,
     // planned with what the tuning database has learned by then (the sessions reorder
-    // their candidates by it, past what the precompile saw).
-    let finished = std::sync::atomic::AtomicUsize::new(0);
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    // their candidates by it, past what the precompile saw). The lookahead hears how many
+    // workloads finished, and stops once this sender is gone (the sessions ended, or
+    // panicked).
+    let (finished, heard) = std::sync::mpsc::channel::<usize>();
     let (rows, _) = std::thread::scope(|scope| {
-        scope.spawn(|| lookahead(&tc, &workloads, candidates, &arch, jobs, &finished, &stop));
-        // Stops the lookahead however the sessions end, a panic included.
-        let _stop = StopOnDrop(&stop);
+        scope.spawn(|| lookahead(&tc, &workloads, candidates, &arch, jobs, heard));
+        let finished = finished;
         suite::run_sessions(opts, no_install, config, &run, &name, &spec, &mut |rows| {
-            finished.store(rows.len(), std::sync::atomic::Ordering::SeqCst);
+            let _ = finished.send(rows.len());
             // Written after every workload: a crash loses at most the one in flight.
             write(&args.out, &report(rows))
         })
@@ -341,44 +341,43 @@ fn precompile(
     });
 }
 
-/// Sets its flag when dropped.
-struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// How many workloads ahead of the last finished one [`lookahead`] compiles.
 const LOOKAHEAD: usize = 2;
 
-/// The kernels of workload `i` (in the suite's order) that its plan asks for and the
-/// compile cache lacks, planned once at most [`LOOKAHEAD`] workloads before it remain
-/// unfinished (`finished` counts the finished ones), so that the plan sees the tuning
-/// database as the session will; compiled `jobs` at a time. Ends when every workload is
-/// planned or `stop` is set. Failures are left to the sessions, which meet them again.
+/// Compiles the kernels of each unfinished workload (in the suite's order) that its plan
+/// asks for and the compile cache lacks, `jobs` at a time, once at most [`LOOKAHEAD`]
+/// workloads before it remain unfinished, so that the plan sees the tuning database as
+/// the session will. `finished` brings the count of finished workloads; the lookahead
+/// ends when every workload is planned or its sender is gone. Failures are left to the
+/// sessions, which meet them again.
 fn lookahead(
     tc: &crate::toolchain::Toolchain,
     workloads: &[Workload],
     candidates: usize,
     arch: &str,
     jobs: usize,
-    finished: &std::sync::atomic::AtomicUsize,
-    stop: &std::sync::atomic::AtomicBool,
+    finished: std::sync::mpsc::Receiver<usize>,
 ) {
-    use std::sync::atomic::Ordering;
+    use std::sync::mpsc::TryRecvError;
     let db = crate::tuning::default_path();
     let cache = CompileCache::default_location();
+    let mut done = 0;
     for (i, w) in workloads.iter().enumerate() {
-        while finished.load(Ordering::SeqCst) + LOOKAHEAD < i {
-            if stop.load(Ordering::SeqCst) {
-                return;
+        // The latest count; wait for more while this workload is too far ahead.
+        loop {
+            match finished.try_recv() {
+                Ok(n) => done = n,
+                Err(TryRecvError::Disconnected) => return,
+                Err(TryRecvError::Empty) if done + LOOKAHEAD < i => match finished.recv() {
+                    Ok(n) => done = n,
+                    Err(_) => return,
+                },
+                Err(TryRecvError::Empty) => break,
             }
-            std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        if stop.load(Ordering::SeqCst) {
-            return;
+        // Its session has finished (or is running, with its own kernels compiled).
+        if i <= done {
+            continue;
         }
         let missing = missing_requests(tc, &cache, w, candidates, db.as_deref(), arch);
         if !missing.is_empty() {
@@ -388,7 +387,7 @@ fn lookahead(
 }
 
 /// The compile requests of `w`'s planned candidates (at most `candidates`, ordered by the
-/// tuning database at `db`) whose kernels are not in `cache`, one per key.
+/// tuning database at `db`) whose kernels are not in `cache`.
 pub fn missing_requests(
     tc: &crate::toolchain::Toolchain,
     cache: &CompileCache,
@@ -397,18 +396,17 @@ pub fn missing_requests(
     db: Option<&Path>,
     arch: &str,
 ) -> Vec<CompileRequest> {
-    let mut keys = std::collections::HashSet::new();
     plan_requests(tc, w, candidates, db, arch)
         .0
         .into_iter()
-        .filter(|(key, _)| cache.lookup(key).is_none() && keys.insert(key.clone()))
+        .filter(|(key, _)| cache.lookup(key).is_none())
         .map(|(_, req)| req)
         .collect()
 }
 
 /// Each of `w`'s planned candidates (at most `candidates`, ordered by the tuning database
 /// at `db`) as its cache key and compile request, exactly as the session will ask
-/// ([`Strategy::instantiate`] for `arch`), and how many of them the database ranked.
+/// ([`Strategy::compile_request`] for `arch`), and how many of them the database ranked.
 pub fn plan_requests(
     tc: &crate::toolchain::Toolchain,
     w: &Workload,
@@ -419,11 +417,8 @@ pub fn plan_requests(
     let (planned, known) = crate::tuning::planned(w, candidates, db);
     let requests = planned
         .iter()
-        .filter_map(|s| s.instantiate(w).ok())
-        .map(|src| {
-            let req = CompileRequest::version(&src, arch);
-            (compile::cache_key(tc, &req), req)
-        })
+        .filter_map(|s| s.compile_request(w, arch).ok())
+        .map(|req| (compile::cache_key(tc, &req), req))
         .collect();
     (requests, known)
 }

@@ -69,8 +69,7 @@ impl BuiltinProvider {
         let requests: Vec<CompileRequest> = self
             .candidates
             .iter()
-            .filter_map(|s| s.instantiate(&self.workload).ok())
-            .map(|src| CompileRequest::version(&src, arch))
+            .filter_map(|s| s.compile_request(&self.workload, arch).ok())
             .collect();
         // Failures here are not errors: the compile stage meets them again and reports.
         let _ = tokio::task::block_in_place(|| {

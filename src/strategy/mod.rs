@@ -153,6 +153,20 @@ impl Strategy {
         Ok(src)
     }
 
+    /// The compile request of this strategy's instance for `w` on `arch`: the one a session
+    /// makes for it (`CompileRequest::version`), so compiling it ahead fills the cache
+    /// entry the session will find.
+    pub fn compile_request(
+        &self,
+        w: &Workload,
+        arch: &str,
+    ) -> Result<crate::toolchain::compile::CompileRequest> {
+        Ok(crate::toolchain::compile::CompileRequest::version(
+            &self.instantiate(w)?,
+            arch,
+        ))
+    }
+
     /// The parameters that `template` (a template's text) never names as a whole word.
     pub fn unread_params(&self, template: &str) -> Vec<&str> {
         self.params

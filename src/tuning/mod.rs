@@ -571,6 +571,11 @@ pub fn summary(w: &Workload, db: Option<&Path>, shapes: usize) -> Option<String>
 mod tests {
     use super::*;
 
+    /// Strategy labels, one per name.
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
     fn rec(strategy: &str, m: u64, outcome: &str, us: Option<f64>) -> Record {
         Record {
             at: 0,
@@ -600,10 +605,7 @@ mod tests {
 
     #[test]
     fn plan_puts_winners_first_drops_losers_and_failures_on_the_same_shape() {
-        let labels: Vec<String> = ["a", "b", "c", "d", "e"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let labels = names(&["a", "b", "c", "d", "e"]);
         let rows = vec![
             rec("a", 4096, "correct", Some(120.0)),
             rec("b", 4096, "correct", Some(100.0)),
@@ -619,7 +621,7 @@ mod tests {
 
     #[test]
     fn plan_on_a_nearby_shape_reorders_but_drops_nothing_that_worked() {
-        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["a", "b", "c"]);
         let rows = vec![
             rec("a", 2048, "correct", Some(130.0)),
             rec("b", 2048, "correct", Some(100.0)),
@@ -632,7 +634,7 @@ mod tests {
 
     #[test]
     fn plan_explores_when_the_best_known_is_well_behind_the_vendor() {
-        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["a", "b", "c"]);
         // Both known ones at 0.33x and 0.31x of cuBLAS (100 us): the untried c goes second.
         let rows = vec![
             rec("a", 4096, "correct", Some(300.0)),
@@ -648,7 +650,7 @@ mod tests {
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &k, 3), vec![0, 1]);
         // Poor here, but c did well on another shape: it goes before the untried.
-        let labels: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["a", "b", "c", "d"]);
         let rows = vec![
             rec("a", 4096, "correct", Some(300.0)),
             rec("b", 4096, "correct", Some(320.0)),
@@ -660,7 +662,7 @@ mod tests {
 
     #[test]
     fn far_shapes_and_other_regimes_do_not_rank_candidates() {
-        let labels: Vec<String> = ["split", "tile"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["split", "tile"]);
         let at = |strategy: &str, m: u64, n: u64, k: u64, us: f64| {
             let mut r = rec(strategy, m, "correct", Some(us));
             (r.n, r.k) = (n, k);
@@ -685,7 +687,7 @@ mod tests {
 
     #[test]
     fn a_lone_measurement_on_another_shape_ranks_nothing_unless_it_beat_the_vendor() {
-        let labels: Vec<String> = ["coop", "streamk"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["coop", "streamk"]);
         let at = |strategy: &str, m: u64, us: f64| rec(strategy, m, "correct", Some(us));
         let square = Shape::gemm(4096, 4096, 4096);
         // Alone at 1024 rows at 0.93x of the vendor: the space's order stands.
@@ -714,10 +716,7 @@ mod tests {
 
     #[test]
     fn evidence_from_other_shapes_takes_turns_with_the_cost_model() {
-        let labels: Vec<String> = ["w1", "w2", "n1", "n2", "n3"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let labels = names(&["w1", "w2", "n1", "n2", "n3"]);
         // n1..n3 won at 1024 rows (compared there); the cost model ranks w1, w2 first for
         // 4096 rows. Two doublings away: w1 leads, then the evidence and the rest by turns.
         let rows = vec![
@@ -745,13 +744,13 @@ mod tests {
 
     #[test]
     fn plan_without_history_keeps_the_space_order() {
-        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["a", "b", "c"]);
         assert_eq!(plan(&labels, &[], 2), vec![0, 1]);
     }
 
     #[test]
     fn plan_never_returns_nothing() {
-        let labels: Vec<String> = ["a"].iter().map(|s| s.to_string()).collect();
+        let labels = names(&["a"]);
         let rows = vec![rec("a", 4096, "mismatch", None)];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &k, 3), vec![0]);
