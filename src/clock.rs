@@ -22,6 +22,22 @@ pub fn civil(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
+/// The day number (from 1970-01-01) of a `YYYY-MM-DD` date: the inverse of [`civil`].
+pub fn days_of(date: &str) -> Option<i64> {
+    let mut it = date.trim().splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (it.next()??, it.next()??, it.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
 /// `YYYY-MM-DD` of a day number.
 pub fn civil_date(days: i64) -> String {
     let (y, m, d) = civil(days);
@@ -57,5 +73,10 @@ mod tests {
         assert_eq!(civil_date(20_414), "2025-11-22");
         assert_eq!(civil_date(19_782), "2024-02-29");
         assert_eq!(now_rfc3339().len(), 20);
+        for days in [0, 20_414, 19_782, -1, 11_016, 30_000] {
+            assert_eq!(days_of(&civil_date(days)), Some(days), "{days}");
+        }
+        assert_eq!(days_of("2026-13-01"), None);
+        assert_eq!(days_of("yesterday"), None);
     }
 }

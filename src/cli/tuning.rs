@@ -4,8 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 
+use super::bench::BenchReport;
 use super::EXIT_OK;
 use crate::error::{Error, Result};
+use crate::spec::Workload;
 use crate::tuning::{self, Record, TuningDb};
 
 #[derive(Debug, Subcommand)]
@@ -19,8 +21,15 @@ pub enum TuningAction {
     },
     /// Write every row to FILE as JSON lines (one evaluation a line).
     Export { file: PathBuf },
-    /// Add the rows of a JSON-lines FILE (from `export`); rows already present are skipped.
-    Import { file: PathBuf },
+    /// Add the rows of FILE: a JSON-lines export (from `export`), or a bench report
+    /// (`bench/<suite>.json` from `cutesmith bench`), whose every evaluated candidate
+    /// becomes a row (its workloads are read from --workloads-dir for their class). Rows
+    /// already present are skipped.
+    Import {
+        file: PathBuf,
+        #[arg(long, default_value = "workloads")]
+        workloads_dir: PathBuf,
+    },
 }
 
 fn open() -> Result<TuningDb> {
@@ -55,8 +64,11 @@ pub fn cmd_tuning(action: TuningAction) -> Result<i32> {
             println!("wrote {} rows to {}", rows.len(), file.display());
             Ok(EXIT_OK)
         }
-        TuningAction::Import { file } => {
-            let rows = read_rows(&file)?;
+        TuningAction::Import {
+            file,
+            workloads_dir,
+        } => {
+            let rows = read_rows(&file, &workloads_dir)?;
             let db = open()?;
             let added = db.import(&rows)?;
             println!(
@@ -71,13 +83,28 @@ pub fn cmd_tuning(action: TuningAction) -> Result<i32> {
     }
 }
 
-/// The rows of a JSON-lines export; a bad line is an error naming the file and the line,
-/// and nothing is imported then.
-fn read_rows(file: &Path) -> Result<Vec<Record>> {
+/// The rows of a JSON-lines export, or of a bench report (one JSON object with `rows`);
+/// a bad line is an error naming the file and the line, and nothing is imported then.
+fn read_rows(file: &Path, workloads_dir: &Path) -> Result<Vec<Record>> {
     let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
         path: file.to_path_buf(),
         source,
     })?;
+    // A bench report is one JSON object with the suite's rows.
+    let is_report = serde_json::from_str::<serde_json::Value>(&text)
+        .is_ok_and(|v| v.get("rows").is_some() && v.get("suite").is_some());
+    if is_report {
+        let report: BenchReport = serde_json::from_str(&text).map_err(|e| Error::Format {
+            context: file.display().to_string(),
+            message: format!("{e}: not a report of `cutesmith bench`; nothing was imported"),
+        })?;
+        return bench_rows(&report, workloads_dir).map_err(|e| match e {
+            Error::Usage(m) => {
+                Error::Usage(format!("{}: {m}; nothing was imported", file.display()))
+            }
+            other => other,
+        });
+    }
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -90,6 +117,48 @@ fn read_rows(file: &Path) -> Result<Vec<Record>> {
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// Every candidate a bench report evaluated, as the rows its sessions would have added:
+/// the workload's class from its spec in `workloads_dir`, the shape it was timed on, the
+/// fastest vendor baseline of the same worker. The report's date stands for the time.
+fn bench_rows(report: &BenchReport, workloads_dir: &Path) -> Result<Vec<Record>> {
+    let at = crate::clock::days_of(&report.date).map_or(0, |d| d * 86_400);
+    let mut out = Vec::new();
+    for row in &report.rows {
+        let w = Workload::find(workloads_dir, &row.workload).map_err(|e| {
+            Error::Usage(format!(
+                "workload {} of the report: {e} (pass --workloads-dir where its spec is)",
+                row.workload
+            ))
+        })?;
+        let class = tuning::class_of(&w);
+        for t in &row.search.tried {
+            let timing = t.timing.as_ref();
+            let shape = timing.map_or(*w.headline(), |t| t.shape);
+            let vendor = timing.and_then(|t| t.fastest_vendor());
+            out.push(Record {
+                at,
+                gpu: report.device.clone(),
+                toolkit: String::new(),
+                workload: row.workload.clone(),
+                class: class.clone(),
+                m: shape.m,
+                n: shape.n,
+                k: shape.k,
+                batch: shape.batch,
+                strategy: t.strategy.label(),
+                provider: "builtin".into(),
+                outcome: t.outcome.clone(),
+                median_us: timing
+                    .and_then(|t| t.candidate.as_ref())
+                    .map(|c| c.median_us),
+                vendor: vendor.map(|b| b.name.clone()),
+                vendor_us: vendor.map(|b| b.stats.median_us),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// GPU, workload class, workload name and shape (m, n, k, batch).
@@ -149,4 +218,45 @@ fn show(db: &TuningDb, workload: Option<&str>) -> Result<i32> {
         }
     }
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(p: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+    }
+
+    #[test]
+    fn a_bench_report_imports_as_one_row_per_evaluated_candidate() {
+        // The committed H100 llm run: 42 workloads, 122 candidates evaluated.
+        let rows = read_rows(&repo("bench/llm-h100.json"), &repo("workloads")).unwrap();
+        assert_eq!(rows.len(), 122);
+        assert!(rows.iter().all(|r| r.gpu == "NVIDIA H100 80GB HBM3"
+            && r.class == "gemm|bf16>bf16|rowcolrow|none"
+            && r.provider == "builtin"));
+        let r = rows
+            .iter()
+            .find(|r| r.workload == "llm_qwen2_7b_qkv_m256" && r.strategy.contains("TILE_N=64 "))
+            .or_else(|| rows.iter().find(|r| r.workload == "llm_qwen2_7b_qkv_m256"))
+            .unwrap();
+        assert_eq!((r.m, r.n, r.k, r.batch), (256, 4608, 3584, 1));
+        assert_eq!(r.outcome, "correct");
+        assert!(r.median_us.is_some_and(|us| us > 10.0) && r.vendor_us.is_some());
+        assert_eq!(crate::clock::civil_date(r.at / 86_400), "2026-11-26");
+        // A report naming a workload the directory lacks imports nothing and says where.
+        let err = read_rows(&repo("bench/llm-h100.json"), &repo("src")).unwrap_err();
+        assert!(err.to_string().contains("--workloads-dir"), "{err}");
+        // A malformed report is named as one.
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, r#"{"suite": "x", "rows": 3}"#).unwrap();
+        let err = read_rows(&bad, &repo("workloads")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not a report of `cutesmith bench`"),
+            "{err}"
+        );
+    }
 }

@@ -115,6 +115,17 @@ impl Strategy {
             .collect()
     }
 
+    /// The cost model's time for this instance on `w`'s headline shape, in microseconds,
+    /// where the model covers it (a CUTLASS 3 GEMM configuration of [`tuner::Config`]);
+    /// `None` for every other template or parameter set.
+    pub fn estimate_us(&self, w: &Workload) -> Option<f64> {
+        if self.template != "gemm_sm90_cutlass3_ws" || !w.family().is_gemm() {
+            return None;
+        }
+        let c = tuner::Config::from_params(&self.params)?;
+        Some(tuner::estimate(&c, w.headline(), w.dtype(), w.out_dtype()).us)
+    }
+
     /// A short label: `template K=V K=V`.
     pub fn label(&self) -> String {
         let mut s = self.template.clone();

@@ -363,6 +363,14 @@ pub const EXPLORE_BELOW_VENDOR: f64 = 0.9;
 /// leads the cost model's order; from further away, the cost model's first pick leads.
 pub const LEAD_WITHIN: f64 = 1.0;
 
+/// A strategy measured well on other shapes whose cost-model estimate here is more than this
+/// many times the space's best estimate comes after the untried candidates. On an H100
+/// (`bench/llm-h100.md`), the 256 x 64 tile in a cluster of two along M, good at 4096 rows,
+/// was carried by that evidence to 256 x 4608 x 3584, where the model's estimate for it was
+/// 2.8 times its best (a cluster half empty on one row of tiles) and it took 70.5 us against
+/// 25-31 for the model's picks (191.6 us against 52.9 at 256 x 14336 x 4096).
+pub const FAR_FROM_MODEL: f64 = 1.5;
+
 /// `a[0], b[0], a[1], b[1], ...`, then the rest of the longer one.
 fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
     let mut out = Vec::with_capacity(a.len() + b.len());
@@ -386,8 +394,23 @@ fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
 /// well on other shapes and the untried ones come right after the best. On the exact shape, strategies that failed
 /// or were more than [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else
 /// would remain. `labels` are the space's candidates, most promising first.
-pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
+pub fn plan(
+    labels: &[String],
+    estimates: &[Option<f64>],
+    history: &[Known],
+    budget: usize,
+) -> Vec<usize> {
     let find = |l: &str| history.iter().find(|k| k.strategy == l);
+    // Evidence from other shapes does not overrule the cost model by a wide margin: a
+    // strategy the model expects to take more than FAR_FROM_MODEL times its best estimate
+    // here waits behind the untried ones.
+    let best_estimate = estimates.iter().flatten().copied().reduce(f64::min);
+    let far = |i: usize| {
+        matches!(
+            (estimates.get(i).copied().flatten(), best_estimate),
+            (Some(e), Some(b)) if e > FAR_FROM_MODEL * b
+        )
+    };
     let exact_drop =
         |k: &Known| k.distance < 1e-9 && k.relative.is_none_or(|r| r > DROP_SLOWER_THAN);
     let mut known: Vec<(usize, &Known)> = Vec::new();
@@ -425,9 +448,12 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
         out.push(known[0].0);
         let (here, elsewhere): (Vec<_>, Vec<_>) =
             known.iter().skip(1).partition(|(_, k)| k.distance < 1e-9);
+        let (unlikely, elsewhere): (Vec<_>, Vec<_>) =
+            elsewhere.into_iter().partition(|(i, _)| far(*i));
         out.extend(elsewhere.iter().map(|(i, _)| *i));
         out.extend(untried);
         out.extend(here.iter().map(|(i, _)| *i));
+        out.extend(unlikely.iter().map(|(i, _)| *i));
     } else if trusted {
         // Measured on this very shape and good enough: re-measure only what won (and
         // what came within the noise band), compile nothing new.
@@ -443,9 +469,9 @@ pub fn plan(labels: &[String], history: &[Known], budget: usize) -> Vec<usize> {
         // try the tile the cost model ranks first here. The nearer evidence goes first.
         // What lost by more than DROP_SLOWER_THAN where it was measured comes after
         // the untried ones: that evidence speaks against it.
-        let (good, lost): (Vec<_>, Vec<_>) = known
-            .iter()
-            .partition(|(_, k)| k.relative.is_some_and(|r| r <= DROP_SLOWER_THAN));
+        let (good, lost): (Vec<_>, Vec<_>) = known.iter().partition(|(i, k)| {
+            k.relative.is_some_and(|r| r <= DROP_SLOWER_THAN) && (k.distance < 1e-9 || !far(*i))
+        });
         let evidence: Vec<usize> = good.iter().map(|(i, _)| *i).collect();
         let near = good.first().is_some_and(|(_, k)| k.distance <= LEAD_WITHIN);
         out = if near {
@@ -498,7 +524,8 @@ pub fn planned(
         .map(|(_, rows)| known(&rows, w.headline()))
         .unwrap_or_default();
     let labels: Vec<String> = all.iter().map(|s| s.label()).collect();
-    let order = plan(&labels, &history, budget);
+    let estimates: Vec<Option<f64>> = all.iter().map(|s| s.estimate_us(w)).collect();
+    let order = plan(&labels, &estimates, &history, budget);
     let ranked = order
         .iter()
         .filter(|i| history.iter().any(|k| k.strategy == labels[**i]))
@@ -615,8 +642,8 @@ mod tests {
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         // b (best, at 1.0x of the vendor), d (4% slower); a (20% slower) and c (failed)
         // dropped; the untried e not compiled: this shape is settled.
-        assert_eq!(plan(&labels, &k, 10), vec![1, 3]);
-        assert_eq!(plan(&labels, &k, 1), vec![1]);
+        assert_eq!(plan(&labels, &[], &k, 10), vec![1, 3]);
+        assert_eq!(plan(&labels, &[], &k, 1), vec![1]);
     }
 
     #[test]
@@ -629,7 +656,7 @@ mod tests {
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         // Measured at half the rows: b, then a; c failed elsewhere, so it goes last.
-        assert_eq!(plan(&labels, &k, 10), vec![1, 0, 2]);
+        assert_eq!(plan(&labels, &[], &k, 10), vec![1, 0, 2]);
     }
 
     #[test]
@@ -641,14 +668,14 @@ mod tests {
             rec("b", 4096, "correct", Some(320.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 2), vec![0, 2]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![0, 2]);
         // At 0.95x: settled, the known ones only.
         let rows = vec![
             rec("a", 4096, "correct", Some(105.0)),
             rec("b", 4096, "correct", Some(110.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 3), vec![0, 1]);
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 1]);
         // Poor here, but c did well on another shape: it goes before the untried.
         let labels = names(&["a", "b", "c", "d"]);
         let rows = vec![
@@ -657,7 +684,7 @@ mod tests {
             rec("c", 1024, "correct", Some(50.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 3), vec![0, 2, 3]);
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 2, 3]);
     }
 
     #[test]
@@ -677,12 +704,12 @@ mod tests {
         ];
         let k = known(&rows, &gemv);
         assert!(k.is_empty(), "{k:?}");
-        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![0, 1]);
         // Within the regime and a few doublings, it does.
         let rows = vec![at("tile", 16, 512, 1 << 20, 90.0)];
         let k = known(&rows, &gemv);
         assert_eq!(k.len(), 1);
-        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![1, 0]);
     }
 
     #[test]
@@ -693,25 +720,25 @@ mod tests {
         // Alone at 1024 rows at 0.93x of the vendor: the space's order stands.
         let k = known(&[at("streamk", 1024, 107.5)], &square);
         assert!(k.is_empty(), "{k:?}");
-        assert_eq!(plan(&labels, &k, 1), vec![0]);
+        assert_eq!(plan(&labels, &[], &k, 1), vec![0]);
         // Alone but ahead of the vendor there: evidence, which takes turns with the cost
         // model's order; from two doublings away the cost model's pick leads, from one
         // the evidence does.
         let k = known(&[at("streamk", 1024, 95.0)], &square);
-        assert_eq!(plan(&labels, &k, 1), vec![0]);
-        assert_eq!(plan(&labels, &k, 2), vec![0, 1]);
+        assert_eq!(plan(&labels, &[], &k, 1), vec![0]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![0, 1]);
         let k = known(&[at("streamk", 2048, 95.0)], &square);
-        assert_eq!(plan(&labels, &k, 1), vec![1]);
+        assert_eq!(plan(&labels, &[], &k, 1), vec![1]);
         // Compared with another strategy there: evidence, whatever the vendor did.
         let rows = vec![at("streamk", 1024, 107.5), at("coop", 1024, 120.0)];
         let k = known(&rows, &square);
-        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![1, 0]);
         // On this very shape a lone measurement still counts (a re-run re-measures it).
         let k = known(&[at("streamk", 4096, 107.5)], &square);
         assert_eq!(k.len(), 1);
         // And a failure elsewhere still sends a strategy to the end.
         let k = known(&[rec("coop", 1024, "mismatch", None)], &square);
-        assert_eq!(plan(&labels, &k, 2), vec![1, 0]);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![1, 0]);
     }
 
     #[test]
@@ -726,26 +753,54 @@ mod tests {
         ];
         let big = Shape::gemm(4096, 4096, 4096);
         let k = known(&rows, &big);
-        assert_eq!(plan(&labels, &k, 4), vec![0, 2, 1, 3]);
-        assert_eq!(plan(&labels, &k, 10), vec![0, 2, 1, 3, 4]);
+        assert_eq!(plan(&labels, &[], &k, 4), vec![0, 2, 1, 3]);
+        assert_eq!(plan(&labels, &[], &k, 10), vec![0, 2, 1, 3, 4]);
         // At 2048 rows, one doubling away: the evidence leads.
         let k = known(&rows, &Shape::gemm(2048, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 4), vec![2, 0, 3, 1]);
+        assert_eq!(plan(&labels, &[], &k, 4), vec![2, 0, 3, 1]);
         // What lost by more than 10% there waits behind the untried.
         let rows = vec![
             rec("n1", 2048, "correct", Some(70.0)),
             rec("n2", 2048, "correct", Some(140.0)),
         ];
         let k = known(&rows, &big);
-        assert_eq!(plan(&labels, &k, 5), vec![2, 0, 1, 4, 3]);
+        assert_eq!(plan(&labels, &[], &k, 5), vec![2, 0, 1, 4, 3]);
         assert_eq!(interleave(vec![1], vec![2, 3, 4]), vec![1, 2, 3, 4]);
         assert_eq!(interleave(vec![], vec![]), Vec::<usize>::new());
     }
 
     #[test]
+    fn evidence_the_cost_model_rules_out_waits_behind_the_untried() {
+        let labels = names(&["w1", "w2", "n1", "n2", "n3"]);
+        let rows = vec![
+            rec("n1", 2048, "correct", Some(70.0)),
+            rec("n2", 2048, "correct", Some(72.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        // One doubling away the evidence leads; n1's estimate here is 3x the best, so
+        // it goes after every untried candidate, and n2 (1.2x) keeps its turn.
+        let est = [Some(10.0), Some(11.0), Some(30.0), Some(12.0), None];
+        assert_eq!(plan(&labels, &est, &k, 5), vec![3, 0, 1, 4, 2]);
+        // Without estimates nothing moves.
+        assert_eq!(plan(&labels, &[], &k, 5), vec![2, 0, 3, 1, 4]);
+        // On this very shape the measurement stands, whatever the model says.
+        let here = known(&rows, &Shape::gemm(2048, 4096, 4096));
+        assert_eq!(plan(&labels, &est, &here, 5)[..2], [2, 3]);
+        // Poor on this shape: the far evidence comes after the untried too.
+        let mut poor = rows.clone();
+        for r in &mut poor {
+            r.vendor_us = Some(50.0);
+        }
+        poor.push(rec("w2", 4096, "correct", Some(200.0)));
+        poor[2].vendor_us = Some(100.0);
+        let k = known(&poor, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &est, &k, 5), vec![1, 3, 0, 4, 2]);
+    }
+
+    #[test]
     fn plan_without_history_keeps_the_space_order() {
         let labels = names(&["a", "b", "c"]);
-        assert_eq!(plan(&labels, &[], 2), vec![0, 1]);
+        assert_eq!(plan(&labels, &[], &[], 2), vec![0, 1]);
     }
 
     #[test]
@@ -753,7 +808,7 @@ mod tests {
         let labels = names(&["a"]);
         let rows = vec![rec("a", 4096, "mismatch", None)];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &k, 3), vec![0]);
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0]);
     }
 
     #[test]
