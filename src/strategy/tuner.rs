@@ -83,6 +83,10 @@ pub struct Config {
     pub schedule: Schedule,
     pub cluster_m: u64,
     pub cluster_n: u64,
+    /// The kernel computes D^T = B^T A^T (`CS_SWAP_AB`): its M runs along D's columns
+    /// (the weights of an nn.Linear), its N along D's rows (the tokens); tile and cluster
+    /// are the kernel's.
+    pub swap: bool,
 }
 
 impl Config {
@@ -101,7 +105,22 @@ impl Config {
             Schedule::PingPong => p.push(("CS_SCHEDULE", 1)),
             Schedule::StreamK => p.push(("CS_STREAMK", 1)),
         }
+        if self.swap {
+            p.push(("CS_SWAP_AB", 1));
+        }
+        if self.extended_mma() {
+            p.push(("CS_EXT_MMA", 1));
+        }
         p
+    }
+
+    /// Whether the tile's width needs CuTe's extended WGMMA shapes to run as one WGMMA
+    /// (the 128-row cooperative kinds only: measured on the H100, a 64 x 144 ping-pong
+    /// tile ran 58.08 us with them and 55.23 without at 64 x 18944 x 3584, where a
+    /// 128 x 144 cooperative one ran 50.18 with them and 100.5 without at 1024 x 4608 x
+    /// 3584; `bench/llm-tuning-h100.md`).
+    pub fn extended_mma(&self) -> bool {
+        self.schedule != Schedule::PingPong && !STANDARD_WGMMA_N.contains(&self.tile_n)
     }
 
     /// The configuration a CUTLASS 3 strategy's parameters describe, where the cost model
@@ -116,6 +135,8 @@ impl Config {
             "CS_CLUSTER_N",
             "CS_SCHEDULE",
             "CS_STREAMK",
+            "CS_SWAP_AB",
+            "CS_EXT_MMA",
             // Neither changes the tile's work: f16 for bf16, the epilogue's alignment.
             "CS_GEMM_FP16",
             "CS_EPI_ALIGN1",
@@ -137,13 +158,18 @@ impl Config {
                 .ok()
                 .filter(|v| *v > 0)
         };
-        Some(Config {
+        let c = Config {
             tile_m: dim("CS_TILE_M", 0)?,
             tile_n: dim("CS_TILE_N", 0)?,
             schedule,
             cluster_m: dim("CS_CLUSTER_M", 1)?,
             cluster_n: dim("CS_CLUSTER_N", 1)?,
-        })
+            swap: get("CS_SWAP_AB").unwrap_or(0) != 0,
+        };
+        // The extended shapes are the configuration's own choice, not a free switch.
+        (get("CS_EXT_MMA").unwrap_or(0) != 0 && c.extended_mma()
+            || get("CS_EXT_MMA").unwrap_or(0) == 0 && !c.extended_mma())
+        .then_some(c)
     }
 
     fn name(&self) -> String {
@@ -153,8 +179,21 @@ impl Config {
             Schedule::StreamK => "stream-K",
         };
         format!(
-            "{s} {}x{}, cluster {}x{}",
-            self.tile_m, self.tile_n, self.cluster_m, self.cluster_n
+            "{}{s} {}x{}, cluster {}x{}{}",
+            if self.swap {
+                "swapped (D^T = B^T A^T) "
+            } else {
+                ""
+            },
+            self.tile_m,
+            self.tile_n,
+            self.cluster_m,
+            self.cluster_n,
+            if self.extended_mma() {
+                ", one extended-shape WGMMA per k-step"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -181,6 +220,7 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
             schedule: Schedule::PingPong,
             cluster_m: cm,
             cluster_n: cn,
+            swap: false,
         })
         .collect()
 }
@@ -188,15 +228,16 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
 /// The widths a 128-row cooperative tile of 16-bit operands is offered beside the fixed
 /// 64, 128 and 256 when they fill the waves better. On the H100 (`bench/llm-tuning-h100.md`)
 /// 96 and 192 ran at the fixed tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us
-/// against 28.2 for the best fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3),
-/// while 144 and 224 ran 25-30% slower per tile (1024 x 4608 x 3584: 128 x 144 100.5 us
-/// against 77.9 for 256 x 128; 1024 x 14336 x 4096: 128 x 224 213.1 against 177.5). The
-/// cause is in the SASS: CuTe's standard WGMMA shapes are 8, 16, 32, 64, 96, 128, 192 and
-/// 256 columns wide, so a 144-wide tile runs nine 64x16x16 WGMMAs a k-step and a 224-wide
-/// one seven 64x32x16 (72 and 56 HGMMA instructions in the kernel, against 8 at 192). The
-/// template's `CS_EXT_MMA=1` enables CuTe's extended shapes (one 64x144x16 or 64x224x16);
-/// it compiles to 8 HGMMAs but has not run on a GPU, so these widths wait for it.
-pub const WAVE_WIDTHS: [u64; 2] = [96, 192];
+/// against 28.2 for the best fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3).
+/// 144 and 224 are not among CuTe's standard WGMMA widths ([`STANDARD_WGMMA_N`]): without
+/// the template's `CS_EXT_MMA=1` a 144-wide tile runs nine 64x16x16 WGMMAs a k-step and ran
+/// 25-30% slower per tile; with it (one 64x144x16), 1024 x 4608 x 3584 took 50.18 us at
+/// 128 x 144 against 59.74 for the best fixed tile, and 1024 x 14336 x 4096 160.29 at
+/// 128 x 224 against 166.8 (cuBLAS 46.08 and 154.88).
+pub const WAVE_WIDTHS: [u64; 4] = [96, 144, 192, 224];
+
+/// The WGMMA widths CuTe has without its extended shapes.
+pub const STANDARD_WGMMA_N: [u64; 8] = [8, 16, 32, 64, 96, 128, 192, 256];
 
 /// Below this fraction of busy SM slots a sized width is not offered.
 const SIZED_MIN_EFFICIENCY: f64 = 0.9;
@@ -221,8 +262,49 @@ pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
             schedule: Schedule::Cooperative,
             cluster_m,
             cluster_n: 1,
+            swap: false,
         })
         .collect()
+}
+
+/// What a swapped kernel is estimated to take against an unswapped one of the same tile
+/// count. Measured on the H100 (`bench/llm-tuning-h100.md`), 256 x 4096 x 4096: swapped
+/// 128 x 64 (the weights on WGMMA's 64-row side, 128 tiles) 19.58 us against 23.30 for the
+/// unswapped 128 x 64 in a cluster 1 x 2 (128 tiles), the arrangement cuBLAS picks for
+/// these shapes (`bench/small-m-h100.md`).
+const SWAP_FACTOR: f64 = 0.85;
+
+/// Swapped cooperative tiles (D^T = B^T A^T) for 16-bit operands with 65-256 rows and one
+/// batch, where the other side is the long one: the weights of an nn.Linear on the kernel's
+/// M side, 128 or 256 of them a tile, the tokens 64 or 128 a tile, alone or in a cluster
+/// of two along the tokens (the weight tile multicast). The cost model ranks them with the
+/// rest (estimated on the transposed problem).
+pub fn swapped(h: &Shape, ab: DType) -> Vec<Config> {
+    if !matches!(ab, DType::BF16 | DType::F16)
+        || h.m <= 64
+        || h.m > 256
+        || h.batch > 1
+        || h.n < 4 * h.m
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (tm, tn) in [(128, 64), (128, 128), (256, 64)] {
+        for cn in [1, 2] {
+            if cn == 2 && h.m.div_ceil(tn) % 2 != 0 {
+                continue;
+            }
+            out.push(Config {
+                tile_m: tm,
+                tile_n: tn,
+                schedule: Schedule::Cooperative,
+                cluster_m: 1,
+                cluster_n: cn,
+                swap: true,
+            });
+        }
+    }
+    out
 }
 
 /// Every configuration worth compiling for operands of type `ab`, in a fixed order: for
@@ -240,6 +322,7 @@ pub fn space_for(ab: DType) -> Vec<Config> {
             schedule,
             cluster_m,
             cluster_n,
+            swap: false,
         };
         for (cm, cn) in [(2, 1), (1, 2), (1, 1)] {
             v.push(wide(Schedule::Cooperative, cm, cn));
@@ -263,6 +346,7 @@ pub fn cutlass3_space() -> Vec<Config> {
                 schedule: Schedule::Cooperative,
                 cluster_m: cm,
                 cluster_n: cn,
+                swap: false,
             });
         }
     }
@@ -274,6 +358,7 @@ pub fn cutlass3_space() -> Vec<Config> {
                 schedule: Schedule::PingPong,
                 cluster_m: cm,
                 cluster_n: cn,
+                swap: false,
             });
         }
     }
@@ -284,6 +369,7 @@ pub fn cutlass3_space() -> Vec<Config> {
             schedule: Schedule::StreamK,
             cluster_m: 1,
             cluster_n: 1,
+            swap: false,
         });
     }
     // fp32 accumulators per consumer thread: a cooperative tile over 256 threads, a
@@ -314,6 +400,21 @@ pub struct Estimate {
 
 /// Predicts `c` on the problem `h` with operands of type `ab` and output `cd`.
 pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
+    if c.swap {
+        // The kernel's problem is the transposed one.
+        let t = Shape {
+            m: h.n,
+            n: h.m,
+            ..*h
+        };
+        let e = estimate(&Config { swap: false, ..*c }, &t, ab, cd);
+        return Estimate {
+            us: e.us * SWAP_FACTOR,
+            compute_us: e.compute_us * SWAP_FACTOR,
+            memory_us: e.memory_us * SWAP_FACTOR,
+            ..e
+        };
+    }
     let (tm, tn) = (c.tile_m, c.tile_n);
     // The grid covers whole clusters: with one row of tiles, a cluster of two along M
     // runs an empty tile beside every real one.
@@ -419,6 +520,7 @@ pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)
         .into_iter()
         .chain(sized(h, ab))
         .chain(sized_wide(h, ab))
+        .chain(swapped(h, ab))
         .map(|c| {
             let e = estimate(&c, h, ab, cd);
             let why = format!(
@@ -434,11 +536,21 @@ pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)
                     } else {
                         1
                     };
+                    // A swapped kernel tiles the transposed problem.
+                    let kernel_shape = if c.swap {
+                        Shape {
+                            m: h.n,
+                            n: h.m,
+                            ..*h
+                        }
+                    } else {
+                        *h
+                    };
                     format!(
                         "{} wave{}, {:.0}% of the SM slots busy",
                         e.waves,
                         if e.waves == 1 { "" } else { "s" },
-                        100.0 * wave_efficiency(h, c.tile_m, c.tile_n, per_sm * SMS)
+                        100.0 * wave_efficiency(&kernel_shape, c.tile_m, c.tile_n, per_sm * SMS)
                     )
                 },
                 e.us,
@@ -573,15 +685,23 @@ mod tests {
         };
         // 256 x 6144: 128 tiles of 96 columns in one wave (97%); 192 columns: 64 (48%).
         assert_eq!(w(256, 6144), vec![(96, 2)]);
-        // 1024 x 6144: both fill their waves (512 and 256 tiles); 1024 x 4608: 96 only
-        // (384 tiles in three waves; 192 columns leave the second of two 45% busy).
+        // 1024 x 6144: 96 and 192 fill their waves (512 and 256 tiles); 1024 x 4608: 96
+        // (384 tiles in three waves) and 144 (256 in two; 192 columns leave the second of
+        // two 45% busy); 1024 x 14336: 224 (512 tiles), 96 and 192, not 144 (87%).
         assert_eq!(w(1024, 6144), vec![(96, 2), (192, 2)]);
-        assert_eq!(w(1024, 4608), vec![(96, 2)]);
+        assert_eq!(w(1024, 4608), vec![(96, 2), (144, 2)]);
+        assert_eq!(w(1024, 14336), vec![(96, 2), (192, 2), (224, 2)]);
+        // Only the widths outside CuTe's standard WGMMA shapes ask for the extended ones.
+        let ext: Vec<bool> = sized_wide(&Shape::gemm(1024, 14336, 4096), DType::BF16)
+            .iter()
+            .map(|c| c.params().contains(&("CS_EXT_MMA", 1)))
+            .collect();
+        assert_eq!(ext, vec![false, false, true]);
         // An odd number of tile rows: no cluster along M.
         assert_eq!(w(384, 4224), vec![(96, 1)]);
-        // 1024 x 3584: neither fills 90% (304 and 152 tiles); 64 rows and fp32 are not
-        // sized here.
-        assert!(w(1024, 3584).is_empty());
+        // 1024 x 3584: 224 (128 tiles in one wave), not 96 or 192 (304 and 152 tiles);
+        // 64 rows and fp32 are not sized here.
+        assert_eq!(w(1024, 3584), vec![(224, 2)]);
         assert!(w(64, 6144).is_empty());
         assert!(sized_wide(&Shape::gemm(1024, 6144, 4096), DType::F32).is_empty());
     }
@@ -633,9 +753,12 @@ mod tests {
 
     #[test]
     fn parameters_map_back_to_the_configuration_they_came_from() {
+        let h = Shape::gemm(256, 14336, 4096);
         for c in space_for(DType::BF16)
             .into_iter()
             .chain(space_for(DType::F32))
+            .chain(swapped(&h, DType::BF16))
+            .chain(sized_wide(&Shape::gemm(1024, 14336, 4096), DType::BF16))
         {
             let params: std::collections::BTreeMap<String, i64> = c
                 .params()
@@ -654,8 +777,11 @@ mod tests {
             Config::from_params(&p)
         };
         assert!(with(&[("CS_GEMM_FP16", 1)]).is_some());
+        let swapped = with(&[("CS_SWAP_AB", 1)]).unwrap();
+        assert!(swapped.swap && swapped.schedule == Schedule::Cooperative);
+        // The extended WGMMA shapes belong to the width: asked for at 128, not modelled.
+        assert_eq!(with(&[("CS_EXT_MMA", 1)]), None);
         // What the model does not cover has no configuration.
-        assert_eq!(with(&[("CS_SWAP_AB", 1)]), None);
         assert_eq!(with(&[("CS_STAGES", 8)]), None);
         assert_eq!(with(&[("CS_SCHEDULE", 2)]), None);
         assert_eq!(with(&[("CS_SCHEDULE", 1), ("CS_STREAMK", 1)]), None);
@@ -677,6 +803,7 @@ mod tests {
                 schedule: Schedule::Cooperative,
                 cluster_m: cm,
                 cluster_n: cn,
+                swap: false,
             };
             estimate(&c, &h, DType::BF16, DType::BF16).us / best
         };

@@ -388,12 +388,16 @@ fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
 /// distance); they take turns with the untried ones in the space's (cost model's) order,
 /// the known first when they were measured within [`LEAD_WITHIN`] doublings of this
 /// shape, else the untried; known ones that lost by more than [`DROP_SLOWER_THAN`] where
-/// they were measured come after the untried. When the best known one was measured on this
-/// very shape at [`EXPLORE_BELOW_VENDOR`] of the vendor library or better, only this
-/// shape's known good ones are tried (a re-run compiles nothing new); below it, what did
-/// well on other shapes and the untried ones come right after the best. On the exact shape, strategies that failed
-/// or were more than [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else
-/// would remain. `labels` are the space's candidates, most promising first.
+/// they were measured, or that the cost model expects to take more than [`FAR_FROM_MODEL`]
+/// times its best estimate here (`estimates`, by label; `None` where the model does not
+/// cover a strategy), come after the untried. When the best known one was measured on this
+/// very shape at [`EXPLORE_BELOW_VENDOR`] of the vendor library or better, this shape's
+/// known good ones are re-measured, with the cost model's first untried pick after the
+/// best while that is still behind the vendor library (at or past it, a re-run compiles
+/// nothing new); below it, the untried and what did well on other shapes take turns right
+/// after the best. On the exact shape, strategies that failed or were more than
+/// [`DROP_SLOWER_THAN`] times the best are left out, unless nothing else would remain.
+/// `labels` are the space's candidates, most promising first.
 pub fn plan(
     labels: &[String],
     estimates: &[Option<f64>],
@@ -450,19 +454,32 @@ pub fn plan(
             known.iter().skip(1).partition(|(_, k)| k.distance < 1e-9);
         let (unlikely, elsewhere): (Vec<_>, Vec<_>) =
             elsewhere.into_iter().partition(|(i, _)| far(*i));
-        out.extend(elsewhere.iter().map(|(i, _)| *i));
-        out.extend(untried);
+        // The cost model's untried picks and what did well elsewhere take turns, the
+        // untried first: the space has grown since this shape was measured (on an H100,
+        // qwen2's 1024 x 4608 x 3584 at 0.77x cuBLAS had three neighbours' winners ahead of
+        // the new 128 x 144 tile that ran it at 0.92x).
+        out.extend(interleave(
+            untried,
+            elsewhere.iter().map(|(i, _)| *i).collect(),
+        ));
         out.extend(here.iter().map(|(i, _)| *i));
         out.extend(unlikely.iter().map(|(i, _)| *i));
     } else if trusted {
-        // Measured on this very shape and good enough: re-measure only what won (and
-        // what came within the noise band), compile nothing new.
-        out.extend(
-            known
-                .iter()
-                .filter(|(_, k)| k.distance < 1e-9)
-                .map(|(i, _)| *i),
-        );
+        // Measured on this very shape and good enough: re-measure what won (and what
+        // came within the noise band). Still behind the vendor library, the cost model's
+        // first untried pick gets one turn, right after the best (the space may have
+        // grown); at or past the vendor library nothing new is compiled.
+        let here: Vec<usize> = known
+            .iter()
+            .filter(|(_, k)| k.distance < 1e-9)
+            .map(|(i, _)| *i)
+            .collect();
+        let behind = known[0].1.vs_vendor.is_some_and(|v| v < 1.0);
+        out.extend(here.first());
+        if let Some(first) = untried.first().filter(|_| behind) {
+            out.push(*first);
+        }
+        out.extend(here.iter().skip(1));
     } else {
         // Evidence from other shapes and the cost model's order take turns, so neither
         // fills the budget alone: a winner at a quarter of the rows is no reason never to
@@ -669,14 +686,22 @@ mod tests {
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &[], &k, 2), vec![0, 2]);
-        // At 0.95x: settled, the known ones only.
+        // At 0.95x: the known ones, and the cost model's first untried one after the best.
         let rows = vec![
             rec("a", 4096, "correct", Some(105.0)),
             rec("b", 4096, "correct", Some(110.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 2, 1]);
+        // At or past the vendor library: settled, the known ones only.
+        let rows = vec![
+            rec("a", 4096, "correct", Some(95.0)),
+            rec("b", 4096, "correct", Some(100.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &[], &k, 3), vec![0, 1]);
-        // Poor here, but c did well on another shape: it goes before the untried.
+        // Poor here, and c did well on another shape: it takes turns with the untried,
+        // which go first.
         let labels = names(&["a", "b", "c", "d"]);
         let rows = vec![
             rec("a", 4096, "correct", Some(300.0)),
@@ -684,7 +709,7 @@ mod tests {
             rec("c", 1024, "correct", Some(50.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 2, 3]);
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 3, 2]);
     }
 
     #[test]
@@ -794,7 +819,7 @@ mod tests {
         poor.push(rec("w2", 4096, "correct", Some(200.0)));
         poor[2].vendor_us = Some(100.0);
         let k = known(&poor, &Shape::gemm(4096, 4096, 4096));
-        assert_eq!(plan(&labels, &est, &k, 5), vec![1, 3, 0, 4, 2]);
+        assert_eq!(plan(&labels, &est, &k, 5), vec![1, 0, 3, 4, 2]);
     }
 
     #[test]
