@@ -371,6 +371,12 @@ pub const LEAD_WITHIN: f64 = 1.0;
 /// 25-31 for the model's picks (191.6 us against 52.9 at 256 x 14336 x 4096).
 pub const FAR_FROM_MODEL: f64 = 1.5;
 
+/// Evidence from this many doublings away or more can bring a strategy forward but not
+/// send it back: on an H100 (`bench/llm-tuning-h100.md`), 128 x 144 tiles lost by 8% at
+/// 4096 x 14336 x 4096 and so were planned after three other shapes' winners at
+/// 1024 x 4608 x 3584, where they ran 50.18 us against those winners' 59.5.
+pub const WEAK_EVIDENCE: f64 = 2.0;
+
 /// `a[0], b[0], a[1], b[1], ...`, then the rest of the longer one.
 fn interleave(a: Vec<usize>, b: Vec<usize>) -> Vec<usize> {
     let mut out = Vec::with_capacity(a.len() + b.len());
@@ -445,6 +451,20 @@ pub fn plan(
         .and_then(|(_, k)| k.vs_vendor)
         .is_some_and(|v| v < EXPLORE_BELOW_VENDOR);
     let trusted = !poor && known.first().is_some_and(|(_, k)| k.distance < 1e-9);
+    // Evidence from WEAK_EVIDENCE doublings away or more may promote a strategy (below)
+    // but not hold it back: there it keeps the cost model's place among the untried.
+    let weak = |k: &Known| k.distance >= WEAK_EVIDENCE;
+    let with_weak = |untried: &[usize], pick: &dyn Fn(&Known) -> bool| -> Vec<usize> {
+        let mut v: Vec<usize> = untried.to_vec();
+        v.extend(
+            known
+                .iter()
+                .filter(|(i, k)| weak(k) && !far(*i) && pick(k))
+                .map(|(i, _)| *i),
+        );
+        v.sort_unstable();
+        v
+    };
     let mut out: Vec<usize> = Vec::new();
     if poor {
         // The best, then what did well elsewhere but was not tried on this shape, then
@@ -454,6 +474,8 @@ pub fn plan(
             known.iter().skip(1).partition(|(_, k)| k.distance < 1e-9);
         let (unlikely, elsewhere): (Vec<_>, Vec<_>) =
             elsewhere.into_iter().partition(|(i, _)| far(*i));
+        let elsewhere: Vec<_> = elsewhere.into_iter().filter(|(_, k)| !weak(k)).collect();
+        let untried = with_weak(&untried, &|_| true);
         // The cost model's untried picks and what did well elsewhere take turns, the
         // untried first: the space has grown since this shape was measured (on an H100,
         // qwen2's 1024 x 4608 x 3584 at 0.77x cuBLAS had three neighbours' winners ahead of
@@ -475,6 +497,7 @@ pub fn plan(
             .map(|(i, _)| *i)
             .collect();
         let behind = known[0].1.vs_vendor.is_some_and(|v| v < 1.0);
+        let untried = with_weak(&untried, &|_| true);
         out.extend(here.first());
         if let Some(first) = untried.first().filter(|_| behind) {
             out.push(*first);
@@ -486,9 +509,12 @@ pub fn plan(
         // try the tile the cost model ranks first here. The nearer evidence goes first.
         // What lost by more than DROP_SLOWER_THAN where it was measured comes after
         // the untried ones: that evidence speaks against it.
-        let (good, lost): (Vec<_>, Vec<_>) = known.iter().partition(|(i, k)| {
-            k.relative.is_some_and(|r| r <= DROP_SLOWER_THAN) && (k.distance < 1e-9 || !far(*i))
-        });
+        let lost_by_much = |k: &Known| k.relative.is_none_or(|r| r > DROP_SLOWER_THAN);
+        let (good, lost): (Vec<_>, Vec<_>) = known
+            .iter()
+            .filter(|(i, k)| !(weak(k) && !far(*i) && lost_by_much(k)))
+            .partition(|(i, k)| !lost_by_much(k) && (k.distance < 1e-9 || !far(*i)));
+        let untried = with_weak(&untried, &lost_by_much);
         let evidence: Vec<usize> = good.iter().map(|(i, _)| *i).collect();
         let near = good.first().is_some_and(|(_, k)| k.distance <= LEAD_WITHIN);
         out = if near {
@@ -700,13 +726,22 @@ mod tests {
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &[], &k, 3), vec![0, 1]);
-        // Poor here, and c did well on another shape: it takes turns with the untried,
-        // which go first.
+        // Poor here, and c did well on a shape two doublings away: weak evidence, so c
+        // keeps the cost model's place among the untried.
         let labels = names(&["a", "b", "c", "d"]);
         let rows = vec![
             rec("a", 4096, "correct", Some(300.0)),
             rec("b", 4096, "correct", Some(320.0)),
             rec("c", 1024, "correct", Some(50.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        assert_eq!(plan(&labels, &[], &k, 3), vec![0, 2, 3]);
+        // From one doubling away it takes turns with the untried, which go first.
+        let rows = vec![
+            rec("a", 4096, "correct", Some(300.0)),
+            rec("b", 4096, "correct", Some(320.0)),
+            rec("d", 2048, "correct", Some(50.0)),
+            rec("c", 2048, "correct", Some(52.0)),
         ];
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &[], &k, 3), vec![0, 3, 2]);
@@ -754,8 +789,12 @@ mod tests {
         assert_eq!(plan(&labels, &[], &k, 2), vec![0, 1]);
         let k = known(&[at("streamk", 2048, 95.0)], &square);
         assert_eq!(plan(&labels, &[], &k, 1), vec![1]);
-        // Compared with another strategy there: evidence, whatever the vendor did.
+        // Compared with another strategy there: evidence, whatever the vendor did; but
+        // from two doublings away a loss there does not hold coop back.
         let rows = vec![at("streamk", 1024, 107.5), at("coop", 1024, 120.0)];
+        let k = known(&rows, &square);
+        assert_eq!(plan(&labels, &[], &k, 2), vec![0, 1]);
+        let rows = vec![at("streamk", 2048, 107.5), at("coop", 2048, 120.0)];
         let k = known(&rows, &square);
         assert_eq!(plan(&labels, &[], &k, 2), vec![1, 0]);
         // On this very shape a lone measurement still counts (a re-run re-measures it).
