@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn a_bench_report_imports_as_one_row_per_evaluated_candidate() {
         // The committed H100 llm run: 42 workloads, 122 candidates evaluated.
-        let rows = read_rows(&repo("bench/llm-h100.json"), &repo("workloads")).unwrap();
+        let rows = read_rows(&repo("bench/llm-run2-h100.json"), &repo("workloads")).unwrap();
         assert_eq!(rows.len(), 122);
         assert!(rows.iter().all(|r| r.gpu == "NVIDIA H100 80GB HBM3"
             && r.class == "gemm|bf16>bf16|rowcolrow|none"
@@ -246,7 +246,7 @@ mod tests {
         assert!(r.median_us.is_some_and(|us| us > 10.0) && r.vendor_us.is_some());
         assert_eq!(crate::clock::civil_date(r.at / 86_400), "2026-11-26");
         // A report naming a workload the directory lacks imports nothing and says where.
-        let err = read_rows(&repo("bench/llm-h100.json"), &repo("src")).unwrap_err();
+        let err = read_rows(&repo("bench/llm-run2-h100.json"), &repo("src")).unwrap_err();
         assert!(err.to_string().contains("--workloads-dir"), "{err}");
         // A malformed report is named as one.
         let dir = tempfile::tempdir().unwrap();

@@ -790,7 +790,7 @@ mod tests {
 
     #[test]
     fn a_half_empty_cluster_is_far_from_the_best_estimate() {
-        // 256 x 4608 x 3584 on an H100 (bench/llm-h100.md): 256 x 64 in a cluster of two
+        // 256 x 4608 x 3584 on an H100 (bench/llm-run2-h100.md): 256 x 64 in a cluster of two
         // along M ran 70.5 us, the model's picks 25-31; the planner's FAR_FROM_MODEL (1.5)
         // must rule it out from its estimate.
         let h = Shape::gemm(256, 4608, 3584);

@@ -365,7 +365,7 @@ pub const LEAD_WITHIN: f64 = 1.0;
 
 /// A strategy measured well on other shapes whose cost-model estimate here is more than this
 /// many times the space's best estimate comes after the untried candidates. On an H100
-/// (`bench/llm-h100.md`), the 256 x 64 tile in a cluster of two along M, good at 4096 rows,
+/// (`bench/llm-run2-h100.md`), the 256 x 64 tile in a cluster of two along M, good at 4096 rows,
 /// was carried by that evidence to 256 x 4608 x 3584, where the model's estimate for it was
 /// 2.8 times its best (a cluster half empty on one row of tiles) and it took 70.5 us against
 /// 25-31 for the model's picks (191.6 us against 52.9 at 256 x 14336 x 4096).

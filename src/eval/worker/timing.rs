@@ -810,7 +810,7 @@ fn capture_graph(
 /// else the `timing_inconsistent` fault naming the first bad launch.
 /// A batch of timed rounds in which some contender's samples spread wider than this
 /// ((p90 - p10) / median) is timed again. Undisturbed batches spread 0.3-9% on an H100
-/// (`bench/llm-h100.json`); one disturbed batch there spread 101% and put a candidate at
+/// (`bench/llm-run2-h100.json`); one disturbed batch there spread 101% and put a candidate at
 /// 51.5 us that the batch before had timed at 25.1.
 pub(super) const RETIME_SPREAD: f64 = 0.25;
 /// At most this many batches are timed.
