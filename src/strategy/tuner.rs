@@ -90,6 +90,31 @@ pub struct Config {
 }
 
 impl Config {
+    /// An unswapped cooperative tile.
+    pub fn cooperative(tile_m: u64, tile_n: u64, cluster_m: u64, cluster_n: u64) -> Config {
+        Config {
+            tile_m,
+            tile_n,
+            schedule: Schedule::Cooperative,
+            cluster_m,
+            cluster_n,
+            swap: false,
+        }
+    }
+
+    /// The problem the kernel tiles for `h`: the transposed one when swapped.
+    pub fn kernel_shape(&self, h: &Shape) -> Shape {
+        if self.swap {
+            Shape {
+                m: h.n,
+                n: h.m,
+                ..*h
+            }
+        } else {
+            *h
+        }
+    }
+
     /// The template's parameters for it.
     pub fn params(&self) -> Vec<(&'static str, i64)> {
         let mut p = vec![
@@ -340,14 +365,7 @@ pub fn cutlass3_space() -> Vec<Config> {
     let clusters = [(2, 1), (1, 2), (1, 1)];
     for (tm, tn) in [(128, 256), (256, 128), (128, 128), (128, 64), (256, 64)] {
         for (cm, cn) in clusters {
-            out.push(Config {
-                tile_m: tm,
-                tile_n: tn,
-                schedule: Schedule::Cooperative,
-                cluster_m: cm,
-                cluster_n: cn,
-                swap: false,
-            });
+            out.push(Config::cooperative(tm, tn, cm, cn));
         }
     }
     for (tm, tn) in [(64, 128), (128, 128), (64, 256), (64, 64), (128, 64)] {
@@ -402,12 +420,7 @@ pub struct Estimate {
 pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
     if c.swap {
         // The kernel's problem is the transposed one.
-        let t = Shape {
-            m: h.n,
-            n: h.m,
-            ..*h
-        };
-        let e = estimate(&Config { swap: false, ..*c }, &t, ab, cd);
+        let e = estimate(&Config { swap: false, ..*c }, &c.kernel_shape(h), ab, cd);
         return Estimate {
             us: e.us * SWAP_FACTOR,
             compute_us: e.compute_us * SWAP_FACTOR,
@@ -537,15 +550,7 @@ pub fn ranked(h: &Shape, ab: DType, cd: DType) -> Vec<(Config, Estimate, String)
                         1
                     };
                     // A swapped kernel tiles the transposed problem.
-                    let kernel_shape = if c.swap {
-                        Shape {
-                            m: h.n,
-                            n: h.m,
-                            ..*h
-                        }
-                    } else {
-                        *h
-                    };
+                    let kernel_shape = c.kernel_shape(h);
                     format!(
                         "{} wave{}, {:.0}% of the SM slots busy",
                         e.waves,
@@ -797,15 +802,13 @@ mod tests {
         let r = ranked(&h, DType::BF16, DType::BF16);
         let best = r[0].1.us;
         let est = |tm, tn, cm, cn| {
-            let c = Config {
-                tile_m: tm,
-                tile_n: tn,
-                schedule: Schedule::Cooperative,
-                cluster_m: cm,
-                cluster_n: cn,
-                swap: false,
-            };
-            estimate(&c, &h, DType::BF16, DType::BF16).us / best
+            estimate(
+                &Config::cooperative(tm, tn, cm, cn),
+                &h,
+                DType::BF16,
+                DType::BF16,
+            )
+            .us / best
         };
         assert!(est(256, 64, 2, 1) > 2.0, "{}", est(256, 64, 2, 1));
         assert!(est(128, 64, 1, 2) < 1.5, "{}", est(128, 64, 1, 2));
