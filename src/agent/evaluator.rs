@@ -224,6 +224,7 @@ impl Evaluator for ScriptedEvaluator {
                     speedup: None,
                     note: None,
                 }],
+                retimed: None,
             }),
             revalidation: None,
             fault: None,
@@ -290,6 +291,7 @@ impl Evaluator for ScriptedEvaluator {
                 speedup: Some(100.0 / median),
                 note: None,
             }],
+            retimed: None,
         });
         Ok(Evaluation {
             report: Some(WorkerReport {

@@ -742,6 +742,29 @@ pub fn markdown(r: &BenchReport) -> String {
             ));
         }
     }
+    // Timings whose first batch was disturbed: said beside the table, not hidden.
+    let retimed: Vec<String> = r
+        .rows
+        .iter()
+        .flat_map(|row| {
+            row.search.tried.iter().filter_map(move |t| {
+                let why = t.timing.as_ref()?.retimed.as_ref()?;
+                Some(format!(
+                    "- {} {}: {why}\n",
+                    row.workload,
+                    t.strategy.label()
+                ))
+            })
+        })
+        .collect();
+    if !retimed.is_empty() {
+        s.push_str(&format!(
+            "\n{} timing{} re-timed after a disturbed batch:\n\n",
+            retimed.len(),
+            if retimed.len() == 1 { " was" } else { "s were" }
+        ));
+        s.extend(retimed);
+    }
     s
 }
 
@@ -854,6 +877,28 @@ mod tests {
         assert!(md.contains("| 90% of copy | NO |"), "{md}");
         assert!(
             md.contains("| act | elementwise_activation VECS_PER_THREAD=4 | out_of_bounds | - |"),
+            "{md}"
+        );
+        assert!(!md.contains("re-timed"), "{md}");
+        // A timing whose first batch was disturbed is named under the table.
+        let mut again = r.clone();
+        let tried = &mut again.rows[0].search.tried[0];
+        tried.outcome = "correct".into();
+        tried.timing = Some(TimingReport {
+            shape: crate::spec::Shape::gemm(1024, 1, 1),
+            flops: 0.0,
+            min_bytes: 0.0,
+            floor_s: 0.0,
+            candidate: crate::eval::job::Stats::from_samples(&[12.0]),
+            roofline_fraction: None,
+            achieved_tflops: None,
+            achieved_tb_per_s: None,
+            baselines: Vec::new(),
+            retimed: Some("3 batches were timed".into()),
+        });
+        let md = markdown(&again);
+        assert!(
+            md.contains("1 timing was re-timed after a disturbed batch:\n\n- act elementwise_activation VECS_PER_THREAD=4: 3 batches were timed\n"),
             "{md}"
         );
 

@@ -299,6 +299,10 @@ pub struct TimingReport {
     pub achieved_tflops: Option<f64>,
     pub achieved_tb_per_s: Option<f64>,
     pub baselines: Vec<BaselineTiming>,
+    /// Set when a disturbed batch of rounds was timed again: which batches were timed
+    /// and which one the figures come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retimed: Option<String>,
 }
 
 impl TimingReport {

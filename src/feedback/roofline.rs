@@ -122,6 +122,7 @@ mod tests {
             achieved_tflops: None,
             achieved_tb_per_s: None,
             baselines: vec![],
+            retimed: None,
         }
     }
 

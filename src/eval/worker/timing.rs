@@ -679,8 +679,8 @@ impl Ctx<'_> {
                 Err(f) => self.report.fault = Some(f),
             }
         }
-        let (kept, note) = quietest_batch(&batches, &names);
-        self.report.notes.extend(note);
+        let (kept, retimed) = quietest_batch(&batches, &names);
+        self.report.notes.extend(retimed.clone());
         let mut stats: Vec<Stats> = batches
             .swap_remove(kept)
             .iter()
@@ -725,6 +725,7 @@ impl Ctx<'_> {
             achieved_tb_per_s: med.map(|t| min_bytes / t / 1e12),
             candidate,
             baselines,
+            retimed,
         })
     }
 }
