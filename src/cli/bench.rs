@@ -630,6 +630,22 @@ fn summary(rows: &[BenchRow]) -> String {
         s.push_str(&parts.join(";"));
         s.push('.');
     }
+    // The rows judged against cuBLAS, also against cuBLASLt (the best of its heuristic's
+    // algorithms), where it ran beside them.
+    let lt: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.goal_vs.as_deref() == Some("cublas"))
+        .filter_map(|r| r.baselines.iter().find(|b| b.0.starts_with("cublaslt"))?.2)
+        .filter(|x| *x > 0.0)
+        .collect();
+    if !lt.is_empty() {
+        let geo = (lt.iter().map(|x| x.ln()).sum::<f64>() / lt.len() as f64).exp();
+        let low = lt.iter().copied().fold(f64::INFINITY, f64::min);
+        s.push_str(&format!(
+            " The rows judged against cublas, against cublaslt: {geo:.2}x ({low:.2}x) over {} rows.",
+            lt.len()
+        ));
+    }
     s.push('\n');
     s
 }
@@ -825,6 +841,13 @@ mod tests {
         assert!(s.contains("copy 88% (88%) over 1 rows"), "{s}");
         assert!(s.contains("cublas 1.40x (0.98x) over 2 rows"), "{s}");
         assert!(s.contains("unfused 1.50x (1.50x) over 1 rows"), "{s}");
+        // cuBLASLt ran beside one of the two rows judged against cuBLAS.
+        assert!(
+            s.contains(
+                " The rows judged against cublas, against cublaslt: 0.99x (0.99x) over 1 rows.\n"
+            ),
+            "{s}"
+        );
     }
 
     #[test]
