@@ -134,6 +134,14 @@ fn bench_rows(report: &BenchReport, workloads_dir: &Path) -> Result<Vec<Record>>
         })?;
         let class = tuning::class_of(&w);
         for t in &row.search.tried {
+            // Only what a GPU evaluated, as a session records it: a compile failure or a
+            // version an interrupted run never evaluated says nothing of its speed.
+            if matches!(
+                t.outcome.as_str(),
+                "compile failed" | "proposed" | "compiled"
+            ) {
+                continue;
+            }
             let timing = t.timing.as_ref();
             let shape = timing.map_or(*w.headline(), |t| t.shape);
             let vendor = timing.and_then(|t| t.fastest_vendor());

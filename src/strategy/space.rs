@@ -238,9 +238,14 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 // (super::tuner), then the raster / swizzle variants of the large tile.
                 // (With 33-64 rows on the small side the best 64-row ping-pong tile is
                 // moved first below, as measured in bench/llm-run1.md.)
+                // Swapped tiles have run on a GPU with the nn.Linear layouts only (A row,
+                // B column, D row), like the swapped basic tile below.
+                let lay = w.layouts();
+                let linear = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
                 let ranked = super::tuner::ranked(h, w.dtype(), w.out_dtype());
                 let tuned = ranked
                     .iter()
+                    .filter(|(c, _, _)| linear || !c.swap)
                     .map(|(c, _, why)| mk("gemm_sm90_cutlass3_ws", with(&c.params(), &extra), why));
                 let variants = [6, 7].into_iter().map(|i| {
                     mk(

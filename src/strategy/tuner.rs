@@ -149,8 +149,9 @@ impl Config {
     }
 
     /// The configuration a CUTLASS 3 strategy's parameters describe, where the cost model
-    /// covers it: `None` for parameters it does not model (the swapped or non-persistent
-    /// kernels, a fixed stage count, raster or swizzle variants, fp8 or fp32 switches).
+    /// covers it: `None` for parameters it does not model (the non-persistent kernel, a
+    /// fixed stage count, raster or swizzle variants, fp8 or fp32 switches), and without an
+    /// explicit `CS_CLUSTER_M` (the template's default, 2, is not the model's to guess).
     pub fn from_params(params: &std::collections::BTreeMap<String, i64>) -> Option<Config> {
         let get = |k: &str| params.get(k).copied();
         let known = [
@@ -187,7 +188,7 @@ impl Config {
             tile_m: dim("CS_TILE_M", 0)?,
             tile_n: dim("CS_TILE_N", 0)?,
             schedule,
-            cluster_m: dim("CS_CLUSTER_M", 1)?,
+            cluster_m: dim("CS_CLUSTER_M", 0)?,
             cluster_n: dim("CS_CLUSTER_N", 1)?,
             swap: get("CS_SWAP_AB").unwrap_or(0) != 0,
         };
@@ -420,11 +421,12 @@ pub struct Estimate {
 pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
     if c.swap {
         // The kernel's problem is the transposed one.
+        // The factor speeds the tiles' arithmetic, not the bytes: the memory floor stays.
         let e = estimate(&Config { swap: false, ..*c }, &c.kernel_shape(h), ab, cd);
+        let compute_us = e.compute_us * SWAP_FACTOR;
         return Estimate {
-            us: e.us * SWAP_FACTOR,
-            compute_us: e.compute_us * SWAP_FACTOR,
-            memory_us: e.memory_us * SWAP_FACTOR,
+            us: compute_us.max(e.memory_us),
+            compute_us,
             ..e
         };
     }
@@ -776,6 +778,7 @@ mod tests {
             let mut p: std::collections::BTreeMap<String, i64> = [
                 ("CS_TILE_M".to_string(), 128),
                 ("CS_TILE_N".to_string(), 128),
+                ("CS_CLUSTER_M".to_string(), 1),
             ]
             .into();
             p.extend(extra.iter().map(|(k, v)| (k.to_string(), *v)));

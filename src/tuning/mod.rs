@@ -524,6 +524,10 @@ pub fn plan(
         };
         out.extend(lost.iter().map(|(i, _)| *i));
     }
+    // Each candidate once, at its first place (the best known one may also be weak
+    // evidence from another shape, which the branches above add among the untried).
+    let mut seen = std::collections::BTreeSet::new();
+    out.retain(|i| seen.insert(*i));
     if out.is_empty() {
         out = dropped;
     } else {
@@ -859,6 +863,19 @@ mod tests {
         poor[2].vendor_us = Some(100.0);
         let k = known(&poor, &Shape::gemm(4096, 4096, 4096));
         assert_eq!(plan(&labels, &est, &k, 5), vec![1, 0, 3, 4, 2]);
+        // The best known one poor and two doublings away (weak evidence, also among the
+        // untried): planned once.
+        let far_poor = vec![
+            rec("w2", 1024, "correct", Some(200.0)),
+            rec("n2", 1024, "correct", Some(210.0)),
+        ];
+        let k = known(&far_poor, &Shape::gemm(4096, 4096, 4096));
+        let p = plan(&labels, &est, &k, 5);
+        let mut unique = p.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!((p.len(), unique.len()), (5, 5), "{p:?}");
+        assert_eq!(p[0], 1);
     }
 
     #[test]

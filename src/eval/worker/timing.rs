@@ -617,6 +617,7 @@ impl Ctx<'_> {
         // spread too widely (a disturbed machine) is timed again, and the quietest batch
         // stands for every contender (see `quietest_batch`).
         let mut batches: Vec<Vec<Vec<f64>>> = Vec::new();
+        let judged = usize::from(kernel.is_some() && launches.len() > 1);
         for batch in 0..MAX_BATCHES {
             let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); launches.len()];
             for run in 0..runs {
@@ -663,7 +664,9 @@ impl Ctx<'_> {
                     }
                 }
             }
-            let quiet = widest_spread(&samples) <= RETIME_SPREAD;
+            // The baselines' spreads decide (all contenders' without a candidate): a
+            // candidate's own noise is its own, and must not buy it another batch.
+            let quiet = widest_spread(&samples[judged..]) <= RETIME_SPREAD;
             batches.push(samples);
             if quiet {
                 break;
@@ -679,7 +682,7 @@ impl Ctx<'_> {
                 Err(f) => self.report.fault = Some(f),
             }
         }
-        let (kept, retimed) = quietest_batch(&batches, &names);
+        let (kept, retimed) = quietest_batch(&batches, &names, judged);
         self.report.notes.extend(retimed.clone());
         let mut stats: Vec<Stats> = batches
             .swap_remove(kept)
@@ -806,11 +809,8 @@ fn capture_graph(
     Ok(timed)
 }
 
-/// The verdict on the timed launches from the verifier's counters (two per launch: outside
-/// the validated tolerance, still poison): a note when every launch did the whole work,
-/// else the `timing_inconsistent` fault naming the first bad launch.
-/// A batch of timed rounds in which some contender's samples spread wider than this
-/// ((p90 - p10) / median) is timed again. Undisturbed batches spread 0.3-9% on an H100
+/// A batch of timed rounds in which some baseline's samples (every contender's without a
+/// candidate) spread wider than this ((p90 - p10) / median) is timed again. Undisturbed batches spread 0.3-9% on an H100
 /// (`bench/llm-run2-h100.json`); one disturbed batch there spread 101% and put a candidate at
 /// 51.5 us that the batch before had timed at 25.1.
 pub(super) const RETIME_SPREAD: f64 = 0.25;
@@ -826,15 +826,21 @@ pub(super) fn widest_spread(samples: &[Vec<f64>]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The batch whose widest spread is the smallest (the first at a tie), and a note when
-/// there was more than one. Every contender's figures come from that one batch, in which
-/// they ran interleaved: the choice looks at how quiet the machine was, never at who was
-/// faster, so it cannot favour the candidate.
+/// The batch whose widest spread among the contenders from index `judged` on is the
+/// smallest (the first at a tie), and a note when there was more than one. Every
+/// contender's figures come from that one batch, in which they ran interleaved. The
+/// choice looks at how quiet the machine was for the baselines (`judged` = 1 leaves the
+/// candidate out), never at who was faster: a candidate cannot make a batch look disturbed
+/// by being noisy itself.
 pub(super) fn quietest_batch(
     batches: &[Vec<Vec<f64>>],
     names: &[String],
+    judged: usize,
 ) -> (usize, Option<String>) {
-    let spreads: Vec<f64> = batches.iter().map(|b| widest_spread(b)).collect();
+    let spreads: Vec<f64> = batches
+        .iter()
+        .map(|b| widest_spread(b.get(judged..).unwrap_or(&[])))
+        .collect();
     let kept = spreads
         .iter()
         .enumerate()
@@ -846,6 +852,7 @@ pub(super) fn quietest_batch(
     let noisy = batches[0]
         .iter()
         .zip(names)
+        .skip(judged)
         .filter_map(|(s, n)| Some((n, Stats::from_samples(s)?.spread)))
         .filter(|(_, sp)| *sp > RETIME_SPREAD)
         .map(|(n, sp)| format!("{n} {:.0}%", 100.0 * sp))
@@ -867,6 +874,9 @@ pub(super) fn quietest_batch(
     )
 }
 
+/// The verdict on the timed launches from the verifier's counters (two per launch: outside
+/// the validated tolerance, still poison): a note when every launch did the whole work,
+/// else the `timing_inconsistent` fault naming the first bad launch.
 pub(super) fn timing_verdict(
     counts: &[u64],
     out_len: usize,
@@ -965,37 +975,47 @@ mod tests {
         let names = vec!["candidate".to_string(), "cublas".to_string()];
         let steady =
             |us: f64| -> Vec<f64> { (0..30).map(|i| us + 0.01 * f64::from(i % 5)).collect() };
-        // Recorded shape of the disturbed H100 batch: half the candidate's launches took
-        // twice as long (median 51.5 us, spread 101%).
-        let disturbed: Vec<f64> = (0..30)
-            .map(|i| if i % 2 == 0 { 25.1 } else { 52.0 })
-            .collect();
-        let first = vec![disturbed, steady(18.7)];
-        assert!(widest_spread(&first) > RETIME_SPREAD);
+        // Recorded shape of the disturbed H100 batch: half the launches took twice as long
+        // (the candidate's median 51.5 us, spread 101%; cuBLAS's spread 57%).
+        let disturbed = |fast: f64| -> Vec<f64> {
+            (0..30)
+                .map(|i| if i % 2 == 0 { fast } else { 2.07 * fast })
+                .collect()
+        };
+        let first = vec![disturbed(25.1), disturbed(18.7)];
+        assert!(widest_spread(&first[1..]) > RETIME_SPREAD);
         assert!(widest_spread(&[steady(25.1), steady(18.7)]) < 0.01);
         assert_eq!(widest_spread(&[]), 0.0);
         // One quiet batch: kept, no note.
         assert_eq!(
-            quietest_batch(&[vec![steady(25.1), steady(18.7)]], &names),
+            quietest_batch(&[vec![steady(25.1), steady(18.7)]], &names, 1),
             (0, None)
         );
         // Re-timed: the quieter second batch stands for both contenders.
         let batches = vec![first.clone(), vec![steady(25.3), steady(18.8)]];
-        let (kept, note) = quietest_batch(&batches, &names);
+        let (kept, note) = quietest_batch(&batches, &names, 1);
         assert_eq!(kept, 1);
         let note = note.unwrap();
         assert!(
-            note.contains("candidate 52%")
-                && note.contains("2 batches")
-                && note.contains("batch 2"),
+            note.contains("cublas 52%") && note.contains("2 batches") && note.contains("batch 2"),
             "{note}"
         );
-        assert!(!note.contains("cublas "), "{note}");
+        assert!(!note.contains("candidate "), "{note}");
         // Three disturbed batches: the least disturbed one, whatever the candidate's time.
         let mild: Vec<f64> = (0..30)
             .map(|i| if i % 10 == 0 { 40.0 } else { 30.0 })
             .collect();
-        let batches = vec![first.clone(), vec![mild, steady(18.7)], first];
-        assert_eq!(quietest_batch(&batches, &names).0, 1);
+        let batches = vec![first.clone(), vec![steady(30.0), mild], first.clone()];
+        assert_eq!(quietest_batch(&batches, &names, 1).0, 1);
+        // A candidate noisy on its own does not choose the batch: the baselines' quiet
+        // first batch stands, however fast the candidate was in another.
+        let batches = vec![
+            vec![disturbed(25.1), steady(18.7)],
+            vec![steady(20.0), steady(18.7)],
+        ];
+        assert_eq!(quietest_batch(&batches, &names, 1).0, 0);
+        assert!(widest_spread(&batches[0][1..]) <= RETIME_SPREAD);
+        // Without a candidate (baseline mode) every contender counts.
+        assert_eq!(quietest_batch(&batches, &names, 0).0, 1);
     }
 }
