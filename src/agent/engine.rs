@@ -1127,21 +1127,12 @@ impl Engine {
             return;
         };
         let (_, change) = self.change_of(n);
-        let timing = report.timing.as_ref();
-        let vendor = timing.and_then(|t| t.fastest_vendor());
-        let h = self.workload.headline();
         let record = crate::tuning::Record {
             at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64),
             gpu: device.name.clone(),
             toolkit: self.toolchain.nvcc.version.clone(),
-            workload: self.workload.name().to_string(),
-            class: crate::tuning::class_of(&self.workload),
-            m: h.m,
-            n: h.n,
-            k: h.k,
-            batch: h.batch,
             strategy: change,
             provider: self.provider.name(),
             outcome: if e.passed() {
@@ -1151,11 +1142,11 @@ impl Engine {
                     .as_ref()
                     .map_or_else(|| "failed".to_string(), |f| f.kind.name().to_string())
             },
-            median_us: timing
-                .and_then(|t| t.candidate.as_ref())
-                .map(|c| c.median_us),
-            vendor: vendor.map(|b| b.name.clone()),
-            vendor_us: vendor.map(|b| b.stats.median_us),
+            ..crate::tuning::Record::timed(
+                &self.workload,
+                *self.workload.headline(),
+                report.timing.as_ref(),
+            )
         };
         let result = crate::tuning::TuningDb::open(&path).and_then(|db| db.record(&record));
         if let Err(err) = result {

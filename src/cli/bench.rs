@@ -592,6 +592,12 @@ fn goal_speedup(row: &BenchRow) -> Option<(String, f64)> {
     Some((name.to_string(), b.2?))
 }
 
+/// The geometric mean and the lowest of positive speedups (`xs` not empty).
+fn geomean_and_lowest(xs: &[f64]) -> (f64, f64) {
+    let geo = (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp();
+    (geo, xs.iter().copied().fold(f64::INFINITY, f64::min))
+}
+
 /// The lines under the table: how many rows met their goal, and per goal baseline the
 /// geometric mean and the lowest of the rows' speedups over it.
 fn summary(rows: &[BenchRow]) -> String {
@@ -614,8 +620,7 @@ fn summary(rows: &[BenchRow]) -> String {
         let parts: Vec<String> = groups
             .iter()
             .map(|(name, xs)| {
-                let geo = (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp();
-                let low = xs.iter().copied().fold(f64::INFINITY, f64::min);
+                let (geo, low) = geomean_and_lowest(xs);
                 let (g, l) = if name == "copy" {
                     (
                         format!("{:.0}%", geo * 100.0),
@@ -630,17 +635,16 @@ fn summary(rows: &[BenchRow]) -> String {
         s.push_str(&parts.join(";"));
         s.push('.');
     }
-    // The rows judged against cuBLAS, also against cuBLASLt (the best of its heuristic's
-    // algorithms), where it ran beside them.
+    // The rows counted against cuBLAS above, also against cuBLASLt (the best of its
+    // heuristic's algorithms), where it ran beside them.
     let lt: Vec<f64> = rows
         .iter()
-        .filter(|r| r.goal_vs.as_deref() == Some("cublas"))
+        .filter(|r| goal_speedup(r).is_some_and(|(name, x)| name == "cublas" && x > 0.0))
         .filter_map(|r| r.baselines.iter().find(|b| b.0.starts_with("cublaslt"))?.2)
         .filter(|x| *x > 0.0)
         .collect();
     if !lt.is_empty() {
-        let geo = (lt.iter().map(|x| x.ln()).sum::<f64>() / lt.len() as f64).exp();
-        let low = lt.iter().copied().fold(f64::INFINITY, f64::min);
+        let (geo, low) = geomean_and_lowest(&lt);
         s.push_str(&format!(
             " The rows judged against cublas, against cublaslt: {geo:.2}x ({low:.2}x) over {} rows.",
             lt.len()

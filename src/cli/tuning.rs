@@ -132,7 +132,6 @@ fn bench_rows(report: &BenchReport, workloads_dir: &Path) -> Result<Vec<Record>>
                 row.workload
             ))
         })?;
-        let class = tuning::class_of(&w);
         for t in &row.search.tried {
             // Only what a GPU evaluated, as a session records it: a compile failure or a
             // version an interrupted run never evaluated says nothing of its speed.
@@ -144,25 +143,13 @@ fn bench_rows(report: &BenchReport, workloads_dir: &Path) -> Result<Vec<Record>>
             }
             let timing = t.timing.as_ref();
             let shape = timing.map_or(*w.headline(), |t| t.shape);
-            let vendor = timing.and_then(|t| t.fastest_vendor());
             out.push(Record {
                 at,
                 gpu: report.device.clone(),
-                toolkit: String::new(),
-                workload: row.workload.clone(),
-                class: class.clone(),
-                m: shape.m,
-                n: shape.n,
-                k: shape.k,
-                batch: shape.batch,
                 strategy: t.strategy.label(),
                 provider: "builtin".into(),
                 outcome: t.outcome.clone(),
-                median_us: timing
-                    .and_then(|t| t.candidate.as_ref())
-                    .map(|c| c.median_us),
-                vendor: vendor.map(|b| b.name.clone()),
-                vendor_us: vendor.map(|b| b.stats.median_us),
+                ..Record::timed(&w, shape, timing)
             });
         }
     }

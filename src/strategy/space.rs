@@ -240,8 +240,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 // moved first below, as measured in bench/llm-run1.md.)
                 // Swapped tiles have run on a GPU with the nn.Linear layouts only (A row,
                 // B column, D row), like the swapped basic tile below.
-                let lay = w.layouts();
-                let linear = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
+                let linear = linear_layouts(w);
                 let ranked = super::tuner::ranked(h, w.dtype(), w.out_dtype());
                 let tuned = ranked
                     .iter()
@@ -427,8 +426,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     // other layouts compile (A and B both row- or both column-major) but keep the earlier
     // order until they have run.
     let h = w.headline();
-    let lay = w.layouts();
-    let linear = lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row;
+    let linear = linear_layouts(w);
     if gemm
         && linear
         && h.m <= 32
@@ -504,6 +502,13 @@ pub fn coverage(w: &Workload) -> Result<usize, String> {
 }
 
 /// The valid candidates, in order.
+/// Whether `w` has nn.Linear's layouts (A row-major, B column-major, D row-major): the
+/// only ones the swapped orientation has run with on a GPU.
+fn linear_layouts(w: &Workload) -> bool {
+    let lay = w.layouts();
+    lay.a == Layout::Row && lay.b == Layout::Col && lay.c == Layout::Row
+}
+
 pub fn candidates(w: &Workload) -> Vec<Strategy> {
     space(w)
         .into_iter()

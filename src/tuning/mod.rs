@@ -87,6 +87,37 @@ pub struct Record {
 }
 
 impl Record {
+    /// The part of a row that comes from the workload and its timing: `w`'s name and class,
+    /// the `shape` it was timed on, the candidate's median and the fastest vendor
+    /// library's from `timing`. Who measured it, what and with what outcome are the
+    /// caller's (left empty here).
+    pub fn timed(
+        w: &Workload,
+        shape: Shape,
+        timing: Option<&crate::eval::job::TimingReport>,
+    ) -> Record {
+        let vendor = timing.and_then(|t| t.fastest_vendor());
+        Record {
+            at: 0,
+            gpu: String::new(),
+            toolkit: String::new(),
+            workload: w.name().to_string(),
+            class: class_of(w),
+            m: shape.m,
+            n: shape.n,
+            k: shape.k,
+            batch: shape.batch,
+            strategy: String::new(),
+            provider: String::new(),
+            outcome: String::new(),
+            median_us: timing
+                .and_then(|t| t.candidate.as_ref())
+                .map(|c| c.median_us),
+            vendor: vendor.map(|b| b.name.clone()),
+            vendor_us: vendor.map(|b| b.stats.median_us),
+        }
+    }
+
     /// The shape it was timed on.
     pub fn shape(&self) -> Shape {
         Shape {
