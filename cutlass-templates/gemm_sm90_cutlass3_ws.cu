@@ -145,6 +145,17 @@ using namespace cute;
                            // reaches 2.5-2.8x cuBLAS fp32's at 512^3 and 4.0x at K = 64
                            // (gemm_f32_small), past the 2x that fp32 workloads are held to
 #endif
+// fp32, from K = CS_F32_PROMOTE_MIN_K on (0: never): the partial sums CS_F32_PROMOTE_LARGE_K
+// k-tiles between promotions. The drift of a longer partial stays well inside an fp32 dot
+// product's error once K is large. H100, bench/fp32-tiles-h100.md runs 17-18: every 4 from
+// K = 2048 is 1.7-2.8% faster (4096^3, 2048x4096x8192) at RMS errors of 0.39-0.72x cuBLAS
+// fp32's (1.08x at K = 2^16 with 128x128 tiles); every 8 was no faster, at up to 1.31x.
+#ifndef CS_F32_PROMOTE_MIN_K
+#define CS_F32_PROMOTE_MIN_K 2048
+#endif
+#ifndef CS_F32_PROMOTE_LARGE_K
+#define CS_F32_PROMOTE_LARGE_K 4
+#endif
 #ifndef CS_TILE_K
 #if CS_FP8
 #define CS_TILE_K 128      // K per stage: 128 fp8 = 128 bytes = one SW128 row
@@ -646,7 +657,8 @@ static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (sma
 using CollectiveMainloop = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
     TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
-    CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT, CS_F32_SPLIT_SYNC>;
+    CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT, CS_F32_SPLIT_SYNC, CS_F32_PROMOTE_LARGE_K,
+    CS_F32_PROMOTE_MIN_K>;
 #else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -141,13 +141,20 @@ struct SplitPipeline : cutlass::PipelineTmaAsync<Stages_> {
 // before the WGMMAs, so the two warpgroups run out of step; 0: a named barrier right after
 // splitting, which holds them in step. Measured on the H100 at 4096^3 (bench/fp32-tiles-h100.md):
 // 1 is 5% faster with 128x192 tiles (3 stages), 0 is 1-2% faster with 128x128 ones (4 stages).
+// PromoteLargeK / PromoteMinK: where the problem's K is at least PromoteMinK (0: never),
+// the partial is promoted every PromoteLargeK k-tiles instead of every Promote. The
+// truncation drift of a partial grows with the k-steps it sums, while the error of an fp32
+// dot product (cuBLAS's, which fp32 workloads are held to) grows with K: a longer partial
+// is within that bound only at large K (see mma()).
 template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB_, int Terms = 3,
-          int Promote = 1, int Split = 1, int SplitSync = 1>
+          int Promote = 1, int Split = 1, int SplitSync = 1, int PromoteLargeK = Promote,
+          int PromoteMinK = 0>
 struct Mainloop {
   static_assert(SplitSync == 0 || SplitSync == 1, "SplitSync: 0 named barrier, 1 mbarrier per stage");
   static_assert(Split >= 0 && Split <= 2, "Split: 0 truncation, 1 lo rounded, 2 hi and lo rounded");
   static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
-  static_assert(Promote >= 1, "Promote: at least 1 k-tile");
+  static_assert(Promote >= 1 && PromoteLargeK >= 1, "Promote: at least 1 k-tile");
+  static_assert(PromoteMinK >= 0, "PromoteMinK: 0 (off) or the smallest K of the longer interval");
   static_assert(DispatchPolicy_::Stages >= 2, "at least 2 stages");
   using DispatchPolicy = DispatchPolicy_;
   using TileShape = TileShape_;
@@ -245,6 +252,7 @@ struct Mainloop {
     TMA_A tma_load_a;
     TMA_B tma_load_b;
     uint32_t tma_transaction_bytes = TmaTransactionBytes;
+    int k_extent = 0;   // the problem's K: chooses the promotion interval
   };
 
   template <class ProblemShape>
@@ -258,7 +266,7 @@ struct Mainloop {
                                        TileShape{}, ClusterShape{});
     TMA_B tma_b = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, SmemLayoutLoadB{}(_, _, cute::Int<0>{}),
                                        TileShape{}, ClusterShape{});
-    return {tma_a, tma_b, TmaTransactionBytes};
+    return {tma_a, tma_b, TmaTransactionBytes, int(K)};
   }
 
   // TMA needs 16-byte strides (4 floats), not whole 16-byte rows: a ragged K or M / N
@@ -373,6 +381,7 @@ struct Mainloop {
   // far beyond fp32's rounding. Here WGMMA only sums Promote k-tiles from zero (a small
   // partial, whose drift is small and of random sign from one partial to the next), and
   // the partials are added into the fp32 accumulators with FADD, which rounds to nearest.
+  // The interval is Promote k-tiles, or PromoteLargeK where K >= PromoteMinK.
   //
   // Order per k-tile t: issue the WGMMAs of t; once at most those are in flight, the
   // previous k-tile's are done and its stage goes back to the producer; meanwhile split
@@ -381,7 +390,7 @@ struct Mainloop {
   // Stages - 2 k-tiles of lead, and only a promotion drains the tensor pipe.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
     static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
     uint32_t* const a_load = shared_tensors.smem_A.data();
     uint32_t* const b_load = shared_tensors.smem_B.data();
@@ -429,6 +438,7 @@ struct Mainloop {
       pipeline.consumer_wait(st, token);
     };
 
+    int const interval = PromoteMinK > 0 && params.k_extent >= PromoteMinK ? PromoteLargeK : Promote;
     Tensor partial = make_fragment_like(accum);
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
@@ -436,11 +446,13 @@ struct Mainloop {
     wait_full(smem_pipe_read);
     split(smem_pipe_read.index());
 
+    int phase = 0;   // k-tiles summed into the partial so far (t % interval)
     CUTLASS_PRAGMA_NO_UNROLL
     for (int t = 0; t < k_tile_count; ++t) {
       int const s = smem_pipe_read.index();
-      bool const fresh = t % Promote == 0;
-      bool const promote = (t + 1) % Promote == 0 || t + 1 == k_tile_count;
+      bool const fresh = phase == 0;
+      bool const promote = phase + 1 == interval || t + 1 == k_tile_count;
+      phase = promote ? 0 : phase + 1;
 
       split_wait(smem_pipe_read);   // every consumer's share of stage t
       warpgroup_fence_operand(partial);
