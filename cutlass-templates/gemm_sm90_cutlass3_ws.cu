@@ -146,15 +146,22 @@ using namespace cute;
                            // (gemm_f32_small), past the 2x that fp32 workloads are held to
 #endif
 // fp32, from K = CS_F32_PROMOTE_MIN_K on (0: never): the partial sums CS_F32_PROMOTE_LARGE_K
-// k-tiles between promotions. The drift of a longer partial stays well inside an fp32 dot
-// product's error once K is large. H100, bench/fp32-tiles-h100.md runs 17-18: every 4 from
-// K = 2048 is 1.7-2.8% faster (4096^3, 2048x4096x8192) at RMS errors of 0.39-0.72x cuBLAS
-// fp32's (1.08x at K = 2^16 with 128x128 tiles); every 8 was no faster, at up to 1.31x.
+// k-tiles between promotions, twice as many from twice that K, up to CS_F32_PROMOTE_MAX
+// (2048: 4, 4096 and more: 8). The drift of a longer partial stays well inside an fp32 dot
+// product's error once K is large. H100, bench/fp32-tiles-h100.md runs 17-18: against every
+// k-tile, 1.7-2.8% faster at 4096^3 and 2048x4096x8192, at RMS errors of 0.65-0.86x cuBLAS
+// fp32's there, 0.72x at K = 2048 (every 4) and 1.21-1.31x at K = 2^16 (every 8).
 #ifndef CS_F32_PROMOTE_MIN_K
 #define CS_F32_PROMOTE_MIN_K 2048
 #endif
 #ifndef CS_F32_PROMOTE_LARGE_K
 #define CS_F32_PROMOTE_LARGE_K 4
+#endif
+#ifndef CS_F32_MIN_K
+#define CS_F32_MIN_K 32     // fp32 (3xTF32): smaller K go to the fallback (see cs_gemm_check_effective)
+#endif
+#ifndef CS_F32_PROMOTE_MAX
+#define CS_F32_PROMOTE_MAX 8
 #endif
 #ifndef CS_TILE_K
 #if CS_FP8
@@ -295,6 +302,9 @@ static_assert(!CS_FP8 || (kAKMajor && kBKMajor), "fp8: both kernel operands must
 // through shared memory on every k-tile).
 #ifndef CS_F32_KMAJOR_COPY
 #define CS_F32_KMAJOR_COPY 1
+#endif
+#ifndef CS_F32_COPY_VEC
+#define CS_F32_COPY_VEC 1   // the transposing copy with 16-byte accesses where the source allows
 #endif
 static constexpr bool kCopyA = CS_F32 && CS_F32_KMAJOR_COPY && !kAKMajor;
 static constexpr bool kCopyB = CS_F32 && CS_F32_KMAJOR_COPY && !kBKMajor;
@@ -658,7 +668,7 @@ using CollectiveMainloop = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
     TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
     CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT, CS_F32_SPLIT_SYNC, CS_F32_PROMOTE_LARGE_K,
-    CS_F32_PROMOTE_MIN_K>;
+    CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
 #else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -874,6 +884,49 @@ __global__ void cs_kmajor_copy(const float* __restrict__ x, int64_t ld, int64_t 
   }
 }
 
+// The same transpose with 16-byte global loads and stores, for a source whose lines and
+// batches start on 16-byte boundaries (ld and bs multiples of 4, x 16-byte aligned; the
+// rows of kp floats always are). A 32 x 32 tile, 256 threads: each loads 4 consecutive r
+// of one k as a float4 and stores 4 consecutive k of one r as a float4. With the tile's
+// rows padded to 33 floats, both passes through shared memory are free of bank conflicts
+// (a warp's 32 scalar accesses of one pass fall on 32 distinct banks). Elements past rows
+// or kk go one by one.
+__global__ void __launch_bounds__(256) cs_kmajor_copy4(const float* __restrict__ x, int64_t ld, int64_t bs,
+                                                       int64_t rows, int64_t kk, int64_t kp,
+                                                       float* __restrict__ out)
+{
+  __shared__ float tile[32][33];   // [k][r]
+  int64_t const b = blockIdx.z;
+  int64_t const r0 = int64_t(blockIdx.x) * 32, k0 = int64_t(blockIdx.y) * 32;
+  int const t = threadIdx.x;
+  {
+    int const k = t / 8, r4 = (t % 8) * 4;
+    int64_t const gk = k0 + k, gr = r0 + r4;
+    const float* src = x + b * bs + gk * ld + gr;
+    if (gk < kk && gr + 3 < rows) {
+      float4 const v = __ldg(reinterpret_cast<const float4*>(src));
+      tile[k][r4] = v.x;
+      tile[k][r4 + 1] = v.y;
+      tile[k][r4 + 2] = v.z;
+      tile[k][r4 + 3] = v.w;
+    } else if (gk < kk) {
+      for (int j = 0; j < 4 && gr + j < rows; ++j) tile[k][r4 + j] = src[j];
+    }
+  }
+  __syncthreads();
+  {
+    int const r = t / 8, k4 = (t % 8) * 4;
+    int64_t const gr = r0 + r, gk = k0 + k4;
+    if (gr >= rows) return;
+    float* dst = out + (b * rows + gr) * kp + gk;
+    if (gk + 3 < kk) {
+      *reinterpret_cast<float4*>(dst) = make_float4(tile[k4][r], tile[k4 + 1][r], tile[k4 + 2][r], tile[k4 + 3][r]);
+    } else {
+      for (int j = 0; j < 4 && gk + j < kk; ++j) dst[j] = tile[k4 + j][r];
+    }
+  }
+}
+
 // out[b][r][k] = x[b * bs + r * ld + k] for r < rows, k < kk: a K-major operand with
 // unaligned rows into rows of kp floats. Consecutive threads copy consecutive k (both
 // sides coalesced); the grid strides over the batches' rows.
@@ -906,7 +959,11 @@ static void cs_copy_operand(const void* x, int64_t ld, int64_t bs, int64_t rows,
     cs_krow_copy<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.batch, e.k, kp, out);
   } else {
     dim3 const grid(unsigned((rows + 31) / 32), unsigned((e.k + 31) / 32), unsigned(e.batch));
-    cs_kmajor_copy<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.k, kp, out);
+    bool const vec = CS_F32_COPY_VEC && ld % 4 == 0 && bs % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+    if (vec)
+      cs_kmajor_copy4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.k, kp, out);
+    else
+      cs_kmajor_copy<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const float*>(x), ld, bs, rows, e.k, kp, out);
   }
 }
 
@@ -976,6 +1033,14 @@ static int32_t cs_gemm_check_effective(const cs_problem& p, bool check_pointers)
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
   if (p.k == 0) return CS_ERR_UNSUPPORTED;                   // would need a beta*C-only path
+#if CS_F32 && CS_F32_TERMS == 3
+  // 3xTF32 drops up to about 2^-20 of every product (lo*lo, lo's rounding), where fp32
+  // rounds each to 2^-24: with only a few products a dot, that is the whole error, several
+  // times fp32's. H100 (bench/fp32-tiles-h100.md run 21), RMS error against cuBLAS fp32's:
+  // 4.9x at K = 7, 2.7-2.8x at 16, 1.9-2.3x at 24, 1.8x at 32. Smaller K go to the
+  // fallback (fp32 FMAs), whose work is small there.
+  if (p.k < CS_F32_MIN_K) return CS_ERR_UNSUPPORTED;
+#endif
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
   bool const has_c = (p.beta != 0.0f);
 

@@ -141,19 +141,20 @@ struct SplitPipeline : cutlass::PipelineTmaAsync<Stages_> {
 // before the WGMMAs, so the two warpgroups run out of step; 0: a named barrier right after
 // splitting, which holds them in step. Measured on the H100 at 4096^3 (bench/fp32-tiles-h100.md):
 // 1 is 5% faster with 128x192 tiles (3 stages), 0 is 1-2% faster with 128x128 ones (4 stages).
-// PromoteLargeK / PromoteMinK: where the problem's K is at least PromoteMinK (0: never),
-// the partial is promoted every PromoteLargeK k-tiles instead of every Promote. The
+// PromoteLargeK / PromoteMinK / PromoteMax: where the problem's K is at least PromoteMinK
+// (0: never), the partial is promoted every PromoteLargeK k-tiles instead of every Promote,
+// and twice as rarely for each further doubling of K, up to every PromoteMax. The
 // truncation drift of a partial grows with the k-steps it sums, while the error of an fp32
 // dot product (cuBLAS's, which fp32 workloads are held to) grows with K: a longer partial
 // is within that bound only at large K (see mma()).
 template <class DispatchPolicy_, class TileShape_, class StrideA_, class StrideB_, int Terms = 3,
           int Promote = 1, int Split = 1, int SplitSync = 1, int PromoteLargeK = Promote,
-          int PromoteMinK = 0>
+          int PromoteMinK = 0, int PromoteMax = PromoteLargeK>
 struct Mainloop {
   static_assert(SplitSync == 0 || SplitSync == 1, "SplitSync: 0 named barrier, 1 mbarrier per stage");
   static_assert(Split >= 0 && Split <= 2, "Split: 0 truncation, 1 lo rounded, 2 hi and lo rounded");
   static_assert(Terms == 1 || Terms == 3, "Terms: 3 (3xTF32) or 1 (plain TF32)");
-  static_assert(Promote >= 1 && PromoteLargeK >= 1, "Promote: at least 1 k-tile");
+  static_assert(Promote >= 1 && PromoteLargeK >= 1 && PromoteMax >= PromoteLargeK, "Promote: at least 1 k-tile");
   static_assert(PromoteMinK >= 0, "PromoteMinK: 0 (off) or the smallest K of the longer interval");
   static_assert(DispatchPolicy_::Stages >= 2, "at least 2 stages");
   using DispatchPolicy = DispatchPolicy_;
@@ -381,7 +382,7 @@ struct Mainloop {
   // far beyond fp32's rounding. Here WGMMA only sums Promote k-tiles from zero (a small
   // partial, whose drift is small and of random sign from one partial to the next), and
   // the partials are added into the fp32 accumulators with FADD, which rounds to nearest.
-  // The interval is Promote k-tiles, or PromoteLargeK where K >= PromoteMinK.
+  // The interval is Promote k-tiles, or PromoteLargeK and more where K >= PromoteMinK.
   //
   // Order per k-tile t: issue the WGMMAs of t; once at most those are in flight, the
   // previous k-tile's are done and its stage goes back to the producer; meanwhile split
@@ -438,7 +439,12 @@ struct Mainloop {
       pipeline.consumer_wait(st, token);
     };
 
-    int const interval = PromoteMinK > 0 && params.k_extent >= PromoteMinK ? PromoteLargeK : Promote;
+    int interval = Promote;
+    if (PromoteMinK > 0 && params.k_extent >= PromoteMinK) {
+      interval = PromoteLargeK;
+      for (int k = params.k_extent / 2; k >= PromoteMinK && interval < PromoteMax; k /= 2) interval *= 2;
+      interval = interval < PromoteMax ? interval : PromoteMax;
+    }
     Tensor partial = make_fragment_like(accum);
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
