@@ -17,6 +17,14 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
             out.display()
         )));
     }
+    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if !crate::spec::is_workload_name(&stem) {
+        return Err(Error::Usage(format!(
+            "--out {}: the file stem \"{stem}\" is the workload's name, which takes lowercase letters, digits, '_' and '-' only (e.g. --out {})",
+            out.display(),
+            out.with_file_name(format!("{}.toml", import::workload_name(&out))).display()
+        )));
+    }
     if out.exists() && !force {
         return Err(Error::Usage(format!(
             "{} already exists; pass --force to replace it, or --out another file",

@@ -94,9 +94,11 @@ pub struct Imported {
 }
 
 const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax over the last \
-    dimension, and after them elementwise add, sub, mul, div, minimum, maximum, clamp, neg, \
-    abs, exp and the activations relu, relu6, leaky_relu, gelu, silu, sigmoid, tanh, selu, \
-    elu, hardsigmoid, hardswish, hardtanh, softplus, mish";
+    dimension, and after them elementwise add, sub, mul, div (also a constant or an earlier \
+    value divided by the running one), minimum, maximum (torch.min / torch.max of two \
+    tensors too), clamp, neg, abs, exp and the activations relu, relu6, leaky_relu, gelu, \
+    silu, sigmoid, tanh, selu, elu, hardsigmoid, hardswish, hardtanh, softplus, mish; copies \
+    (clone, detach) and eval-mode dropout pass their input on";
 
 /// Runs the tracer on `problem` with `python` and maps the graph; `name` is the
 /// workload's name (for the description only).
@@ -256,7 +258,13 @@ enum Class {
 }
 
 fn op_name(target: &str) -> &str {
-    // "aten.mm.default" -> "mm"; "aten.add.Tensor" -> "add"
+    // "aten.mm.default" -> "mm"; "aten.add.Tensor" -> "add"; torch.min(x, y) and
+    // torch.max(x, y) of two tensors are the elementwise minimum and maximum.
+    match target {
+        "aten.min.other" => return "minimum",
+        "aten.max.other" => return "maximum",
+        _ => {}
+    }
     let t = target.strip_prefix("aten.").unwrap_or(target);
     t.split('.').next().unwrap_or(t)
 }
@@ -278,17 +286,33 @@ fn classify(target: &str) -> Class {
 }
 
 fn unknown_message(target: &str) -> String {
+    if !target.starts_with("aten.") {
+        // A Python-level call left in the graph (getitem of a tuple-returning op, ...).
+        return format!("no cutesmith workload family computes `{target}` (not an ATen op)");
+    }
     let op = op_name(target);
     let what = match op {
         o if o.starts_with("conv") => " (a convolution)".to_string(),
         o if o.contains("pool") => " (pooling)".to_string(),
         o if o.contains("norm") => " (a normalization)".to_string(),
-        "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" => {
+        "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" | "logsumexp"
+        | "argmax" | "argmin" | "cumsum" | "cumprod" | "any" | "all" => {
             " (a reduction)".to_string()
         }
         _ => String::new(),
     };
     format!("no cutesmith workload family computes aten.{op}{what}")
+}
+
+/// A node that passes its first argument's values on unchanged: a copy (clone, detach,
+/// contiguous, alias) or an eval-mode dropout.
+fn passes_values(n: &Node) -> bool {
+    let t = n.target.as_deref().unwrap_or_default();
+    match op_name(t) {
+        "clone" | "contiguous" | "alias" | "detach" => true,
+        "dropout" => !n.args.get(2).and_then(Value::as_bool).unwrap_or(false),
+        _ => false,
+    }
 }
 
 fn dtype_of(name: &str) -> Option<DType> {
@@ -398,6 +422,20 @@ impl<'g> Mapper<'g> {
             target: n.target.clone().unwrap_or_else(|| n.op.clone()),
             message: message.into(),
         });
+    }
+
+    /// An argument with a copied value replaced by the value it copies (`aliases`: copy
+    /// name -> the original's name, both nodes of the graph).
+    fn resolve(&self, aliases: &HashMap<String, String>, a: Option<Arg<'g>>) -> Option<Arg<'g>> {
+        match a {
+            Some(Arg::Node(x)) => Some(Arg::Node(
+                aliases
+                    .get(x)
+                    .and_then(|o| self.nodes.get_key_value(o.as_str()).map(|(k, _)| *k))
+                    .unwrap_or(x),
+            )),
+            other => other,
+        }
     }
 
     fn meta(&self, name: &str) -> Option<&'g Meta> {
@@ -858,40 +896,35 @@ fn chain_after<'g>(
     let mut emitted: HashMap<String, usize> = HashMap::new();
     let mut current = start.to_string();
     let mut saves = 0usize;
+    // Copies (clone, detach, contiguous, alias) and eval-mode dropouts are other names for
+    // the value they read: `x.clone().detach()` kept for a residual is the GEMM's result.
+    let mut aliases: HashMap<String, String> = HashMap::new();
     for n in members {
         let t = n.target.clone().unwrap_or_default();
         let op = op_name(&t).to_string();
         match classify(&t) {
             Class::Elementwise => {}
-            Class::View if matches!(op.as_str(), "clone" | "contiguous" | "alias" | "detach") => {
-                if n.args
-                    .first()
-                    .map(arg)
-                    .is_some_and(|a| matches!(a, Arg::Node(x) if x == current))
-                {
-                    current = n.name.clone();
-                    continue;
-                }
-                mp.problem(n, "a copy of a value other than the previous op's result");
-                return None;
-            }
+            Class::View if passes_values(n) => {}
             _ => {
                 mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only");
                 return None;
             }
         }
-        if op == "dropout" {
-            let train = n.args.get(2).and_then(Value::as_bool).unwrap_or(false);
-            if train {
-                mp.problem(n, "dropout in training mode is random; call model.eval()");
-                return None;
+        if op == "dropout" && !passes_values(n) {
+            mp.problem(n, "dropout in training mode is random; call model.eval()");
+            return None;
+        }
+        if passes_values(n) {
+            if let Some(Arg::Node(x)) = mp.resolve(&aliases, n.args.first().map(arg)) {
+                aliases.insert(n.name.clone(), x.to_string());
+                continue;
             }
-            current = n.name.clone();
-            continue;
+            mp.problem(n, "a copy of something that is not a tensor");
+            return None;
         }
         // Which positional argument is the running value x, and the other operand.
-        let a0 = n.args.first().map(arg);
-        let a1 = param(n, 1, "other").map(arg);
+        let a0 = mp.resolve(&aliases, n.args.first().map(arg));
+        let a1 = mp.resolve(&aliases, param(n, 1, "other").map(arg));
         let x_first = matches!(a0, Some(Arg::Node(x)) if x == current);
         let x_second = matches!(a1, Some(Arg::Node(x)) if x == current);
         if !x_first && !x_second {
@@ -985,17 +1018,11 @@ fn chain_after<'g>(
                     spec.op = "add".into();
                 }
                 "sub" | "rsub" => spec.op = "sub".into(),
-                "div" if x_right => {
-                    mp.problem(
-                        n,
-                        "divides by the running value (c / x): no chain op computes that",
-                    );
-                    return None;
-                }
                 "div" if n.kwargs.get("rounding_mode").is_some_and(|v| !v.is_null()) => {
                     mp.problem(n, "division with a rounding mode");
                     return None;
                 }
+                "div" if x_right => spec.op = "rdiv".into(),
                 _ => {}
             }
         } else {
@@ -1012,6 +1039,7 @@ fn chain_after<'g>(
         specs.push(spec);
         current = n.name.clone();
     }
+    let out = aliases.get(out).map_or(out, String::as_str);
     if current != out {
         let n = mp.nodes.get(out).copied();
         match n {
@@ -1227,12 +1255,34 @@ fn map_gemm<'g>(
         params.alpha = Some(a as f32);
     }
     let (family, epilogue) = if let Some(s) = softmax {
-        let Some(Arg::Node(input)) = s.args.first().map(arg) else {
+        let Some(Arg::Node(mut input)) = s.args.first().map(arg) else {
             mp.problem(s, "softmax of something that is not a tensor");
             return None;
         };
-        if input != core.name || s.name != out || g.bias.is_some() {
-            mp.problem(s, "a softmax that is not applied straight to the GEMM's result as the output (gemm_softmax fuses only that)");
+        // Through copies and eval-mode dropouts to the value they pass on.
+        while let Some(n) = mp.nodes.get(input).copied().filter(|n| passes_values(n)) {
+            match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => input = x,
+                _ => break,
+            }
+        }
+        let mut last = out;
+        while let Some(n) = mp.nodes.get(last).copied().filter(|n| passes_values(n)) {
+            match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => last = x,
+                _ => break,
+            }
+        }
+        if g.bias.is_some() {
+            mp.problem(s, "a softmax of a GEMM with a bias (nn.Linear with bias=True): gemm_softmax computes softmax(A B + beta C) without a bias vector");
+            return None;
+        }
+        if input != core.name {
+            mp.problem(s, format!("a softmax of `{input}`, not of the GEMM's result: gemm_softmax fuses no op between the two"));
+            return None;
+        }
+        if s.name != last {
+            mp.problem(s, "ops after the softmax: gemm_softmax ends with the softmax");
             return None;
         }
         softmax_dim_ok(mp, s)?;
@@ -1606,8 +1656,10 @@ mod tests {
         assert!((w.chain().eval(z, &[]) - want).abs() < 1e-12);
     }
 
+    /// 2 / exp(x) maps to rdiv; a copy kept for a residual (`x.clone().detach()`) is the
+    /// value it copies; torch.min of two tensors is the elementwise minimum.
     #[test]
-    fn division_by_the_running_value_and_strided_operands_are_named() {
+    fn copies_rdiv_and_min_of_two_tensors_map() {
         let g = graph(
             vec![
                 input("x", &[8, 8], &[8, 1]),
@@ -1628,11 +1680,80 @@ mod tests {
             ],
             "d",
         );
-        let err = map_graph(&g, "t.py").unwrap_err();
-        assert_eq!(err.len(), 1);
-        assert_eq!(err[0].node, "d");
-        assert!(err[0].message.contains("c / x"), "{}", err[0]);
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(ops, ["exp", "rdiv 2"]);
+        let w = Workload::from_spec("t.toml", spec).unwrap();
+        assert!((w.chain().eval(0.5, &[]) - 2.0 / 0.5f64.exp()).abs() < 1e-12);
 
+        // mm; c = mm.clone(); d = c.detach(); m = mm * 0.5; s = m + d; out = min(s, c)
+        let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
+        let v = |name: &str, target: &str, args: Value| node(name, target, args, &[64, 16], &[16, 1]);
+        nodes.extend([
+            v("c", "aten.clone.default", serde_json::json!([r("mm")])),
+            v("d", "aten.detach.default", serde_json::json!([r("c")])),
+            v("m", "aten.mul.Tensor", serde_json::json!([r("mm"), 0.5])),
+            v("s", "aten.add.Tensor", serde_json::json!([r("m"), r("d")])),
+            v("lo", "aten.min.other", serde_json::json!([r("s"), r("c")])),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "lo"), "t.py").unwrap();
+        assert_eq!(ops, ["mm", "mul 0.5", "add z", "min z"]);
+        let w = Workload::from_spec("t.toml", spec).unwrap();
+        assert_eq!(w.chain().eval(-4.0, &[]), -6.0);
+        assert_eq!(w.chain().eval(4.0, &[]), 4.0);
+    }
+
+    /// A softmax after a dropout in eval mode is the GEMM's softmax; one after a biased
+    /// linear is refused, naming the bias.
+    #[test]
+    fn gemm_softmax_through_a_dropout_and_the_bias_named() {
+        let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
+        nodes.extend([
+            node(
+                "drop",
+                "aten.dropout.default",
+                serde_json::json!([r("mm"), 0.1, false]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sm",
+                "aten.softmax.int",
+                serde_json::json!([r("drop"), 1]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, _) = map_graph(&graph(nodes, "sm"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmSoftmax);
+
+        let g = graph(
+            vec![
+                input("x", &[64, 32], &[32, 1]),
+                input("w", &[16, 32], &[32, 1]),
+                input("bias", &[16], &[1]),
+                node(
+                    "lin",
+                    "aten.linear.default",
+                    serde_json::json!([r("x"), r("w"), r("bias")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "sm",
+                    "aten.softmax.int",
+                    serde_json::json!([r("lin"), -1]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ],
+            "sm",
+        );
+        let err = map_graph(&g, "t.py").unwrap_err();
+        assert!(err[0].message.contains("bias"), "{}", err[0]);
+    }
+
+    #[test]
+    fn strided_operands_are_named() {
         let g = graph(mm_nodes(&[64, 1], &[16, 1]), "mm");
         let err = map_graph(&g, "t.py").unwrap_err();
         assert!(

@@ -83,6 +83,7 @@ fn binop(b: BinOp) -> &'static str {
         BinOp::Sub => "sub",
         BinOp::Mul => "mul",
         BinOp::Div => "div",
+        BinOp::RDiv => "rdiv",
         BinOp::Min => "min",
         BinOp::Max => "max",
     }

@@ -8,7 +8,7 @@
 //!
 //! ```toml
 //! [[epilogue]]
-//! op = "mul"            # add | sub | mul | div | min | max: with value, or operand
+//! op = "mul"            # add | sub | mul | div | rdiv (value / x) | min | max: with value, or operand
 //! value = 0.5
 //! [[epilogue]]
 //! op = "add"
@@ -39,7 +39,7 @@ pub const MAX_OPS: usize = 32;
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpSpec {
-    /// The op: a binary op (add, sub, mul, div, min, max), scale (mul by value), clamp,
+    /// The op: a binary op (add, sub, mul, div, rdiv, min, max), scale (mul by value), clamp,
     /// neg, abs, exp, or any activation.
     pub op: String,
     /// Binary ops and scale: the scalar operand.
@@ -131,23 +131,25 @@ pub enum Operand {
     Saved(usize),
 }
 
-/// A binary op `x = x (op) operand`.
+/// A binary op `x = x (op) operand` (`rdiv`: `x = operand / x`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinOp {
     Add,
     Sub,
     Mul,
     Div,
+    RDiv,
     Min,
     Max,
 }
 
 impl BinOp {
-    const ALL: [(&'static str, BinOp); 6] = [
+    const ALL: [(&'static str, BinOp); 7] = [
         ("add", BinOp::Add),
         ("sub", BinOp::Sub),
         ("mul", BinOp::Mul),
         ("div", BinOp::Div),
+        ("rdiv", BinOp::RDiv),
         ("min", BinOp::Min),
         ("max", BinOp::Max),
     ];
@@ -165,6 +167,7 @@ impl BinOp {
             BinOp::Sub => x - y,
             BinOp::Mul => x * y,
             BinOp::Div => x / y,
+            BinOp::RDiv => y / x,
             BinOp::Min => min_nan(x, y),
             BinOp::Max => max_nan(x, y),
         }
@@ -178,6 +181,7 @@ impl BinOp {
             BinOp::Sub => format!("{x} - {y}"),
             BinOp::Mul => format!("{x} * {y}"),
             BinOp::Div => format!("{x} / {y}"),
+            BinOp::RDiv => format!("{y} / {x}"),
             BinOp::Min => format!("cs_minf({x}, {y})"),
             BinOp::Max => format!("cs_maxf({x}, {y})"),
         }
@@ -1049,6 +1053,34 @@ mod tests {
             );
         }
         assert!(header.contains("max.NaN.f32") && header.contains("min.NaN.f32"));
+    }
+
+    #[test]
+    fn rdiv_divides_its_operand_by_the_running_value() {
+        // softsign written out: z / (1 + |z|).
+        let c = chain(vec![
+            spec("abs"),
+            OpSpec {
+                value: Some(1.0),
+                ..spec("add")
+            },
+            OpSpec {
+                operand: Some("z".into()),
+                ..spec("rdiv")
+            },
+        ]);
+        assert_eq!(c.eval(3.0, &[]), 0.75);
+        assert_eq!(c.eval(-1.0, &[]), -0.5);
+        assert_eq!(c.eval(0.0, &[]), 0.0);
+        let scalar = chain(vec![OpSpec {
+            value: Some(2.0),
+            ..spec("rdiv")
+        }]);
+        assert_eq!(scalar.eval(8.0, &[]), 0.25);
+        assert_eq!(scalar.eval(0.0, &[]), f64::INFINITY);
+        let cpp = c.cpp();
+        assert!(cpp.contains("x = z / x;"), "{cpp}");
+        assert!(scalar.cpp().contains("x = 2.0f / x;"), "{}", scalar.cpp());
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub use chain::Chain;
 use error::Result;
 pub use error::WorkloadError;
 use location::parse_error;
-pub use rules::human_bytes;
+pub use rules::{human_bytes, is_workload_name};
 use rules::Validator;
 pub use schema::*;
 pub use tolerance::{gemm_roundoff, ElementTolerance, Summation, Tolerance};

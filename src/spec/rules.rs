@@ -196,11 +196,7 @@ impl Validator<'_> {
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or_default();
-        let ok = !stem.is_empty()
-            && stem
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-        if !ok {
+        if !is_workload_name(stem) {
             return Err(self.err(
                 "name",
                 format!(
@@ -606,3 +602,12 @@ fn needs(family: Family) -> &'static str {
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
     }
 }
+
+/// Whether `s` may name a workload (a spec file's stem): lowercase letters, digits, '_'
+/// and '-'.
+pub fn is_workload_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+

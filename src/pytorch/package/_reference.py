@@ -131,6 +131,8 @@ def chain(w, z, tensors):
                 x = x * y
             elif fn == "div":
                 x = x / y
+            elif fn == "rdiv":
+                x = y / x
             elif fn in ("min", "max"):
                 if not torch.is_tensor(y):
                     y = torch.full_like(x, y)
