@@ -48,6 +48,20 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
         workload.shapes().len()
     );
     println!("  ops: {}", imported.ops.join(" -> "));
+    // The format accepts some workloads no built-in template computes yet: say so now,
+    // with the first template's reason, rather than at the first `run`.
+    let space = crate::strategy::space(&workload);
+    if let Some(why) = space
+        .iter()
+        .all(|(_, v)| v.is_err())
+        .then(|| space.iter().find_map(|(s, v)| v.as_ref().err().map(|e| format!("{}: {e}", s.template))))
+        .flatten()
+    {
+        println!(
+            "note: no built-in template computes this workload yet ({why}); `cutesmith run` needs a model provider for it ([model] in cutesmith.toml), and `cutesmith strategies {}` lists every template's reason",
+            out.display()
+        );
+    }
     println!(
         "next: cutesmith run {} (on a GPU machine), then cutesmith export runs/<id> --torch DIR",
         out.display()
