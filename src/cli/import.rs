@@ -17,7 +17,10 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
             out.display()
         )));
     }
-    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if !crate::spec::is_workload_name(&stem) {
         return Err(Error::Usage(format!(
             "--out {}: the file stem \"{stem}\" is the workload's name, which takes lowercase letters, digits, '_' and '-' only (e.g. --out {})",
@@ -54,7 +57,11 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
     if let Some(why) = space
         .iter()
         .all(|(_, v)| v.is_err())
-        .then(|| space.iter().find_map(|(s, v)| v.as_ref().err().map(|e| format!("{}: {e}", s.template))))
+        .then(|| {
+            space
+                .iter()
+                .find_map(|(s, v)| v.as_ref().err().map(|e| format!("{}: {e}", s.template)))
+        })
         .flatten()
     {
         println!(

@@ -1282,7 +1282,10 @@ fn map_gemm<'g>(
             return None;
         }
         if s.name != last {
-            mp.problem(s, "ops after the softmax: gemm_softmax ends with the softmax");
+            mp.problem(
+                s,
+                "ops after the softmax: gemm_softmax ends with the softmax",
+            );
             return None;
         }
         softmax_dim_ok(mp, s)?;
@@ -1687,7 +1690,8 @@ mod tests {
 
         // mm; c = mm.clone(); d = c.detach(); m = mm * 0.5; s = m + d; out = min(s, c)
         let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
-        let v = |name: &str, target: &str, args: Value| node(name, target, args, &[64, 16], &[16, 1]);
+        let v =
+            |name: &str, target: &str, args: Value| node(name, target, args, &[64, 16], &[16, 1]);
         nodes.extend([
             v("c", "aten.clone.default", serde_json::json!([r("mm")])),
             v("d", "aten.detach.default", serde_json::json!([r("c")])),

@@ -53,8 +53,8 @@ pub use chain::Chain;
 use error::Result;
 pub use error::WorkloadError;
 use location::parse_error;
-pub use rules::{human_bytes, is_workload_name};
 use rules::Validator;
+pub use rules::{human_bytes, is_workload_name};
 pub use schema::*;
 pub use tolerance::{gemm_roundoff, ElementTolerance, Summation, Tolerance};
 
