@@ -5,7 +5,9 @@
 //   D[l][i, :] = softmax(Z[l][i, :])          (p.log_softmax == 0)
 //   D[l][i, :] = log_softmax(Z[l][i, :])      (p.log_softmax != 0)
 //
-// A and B are bf16 or f16 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16), each
+// A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
+// f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,
+// cooperative schedule, TILE_K 32 and tiles of at most 192 columns), each
 // stored row- or column-major (CS_WL_LAYOUT_A / CS_WL_LAYOUT_B: all four combinations;
 // default A row, B column). C and D are row-major, of type CS_WL_DTYPE_CD (bf16, f16 or
 // f32; default: the type of A and B). Column-major D returns CS_ERR_UNSUPPORTED.
@@ -87,6 +89,13 @@
 #include "cutesmith_edges.cuh"
 #include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
 #include "cutesmith_sm90_host.cuh"
+#include "cutesmith_sm90_3xtf32.cuh"   // the f32 GEMM's mainloop
+
+#if defined(CS_WL_DTYPE_AB) && CS_WL_DTYPE_AB == 0
+#define CS_F32 1           // f32 operands: the 3xTF32 mainloop
+#else
+#define CS_F32 0
+#endif
 
 using namespace cute;
 
@@ -108,7 +117,11 @@ using namespace cute;
 #endif
 #endif
 #ifndef CS_TILE_K
+#if CS_F32
+#define CS_TILE_K 32       // 32 floats: one 128-byte swizzle row
+#else
 #define CS_TILE_K 64
+#endif
 #endif
 #ifndef CS_CLUSTER_M
 #define CS_CLUSTER_M 2
@@ -123,7 +136,17 @@ using namespace cute;
 #define CS_RASTER 0
 #endif
 #ifndef CS_EXP16
-#define CS_EXP16 1
+#define CS_EXP16 (CS_F32 ? 0 : 1)
+#endif
+// f32: the 3xTF32 mainloop's promotion interval by K (as in gemm_sm90_cutlass3_ws.cu).
+#ifndef CS_F32_PROMOTE_MIN_K
+#define CS_F32_PROMOTE_MIN_K 2048
+#endif
+#ifndef CS_F32_PROMOTE_LARGE_K
+#define CS_F32_PROMOTE_LARGE_K 4
+#endif
+#ifndef CS_F32_PROMOTE_MAX
+#define CS_F32_PROMOTE_MAX 8
 #endif
 
 // ---------------------------------------------------------------------------------------
@@ -156,11 +179,12 @@ static constexpr int kLayoutB = CS_LAYOUT_COL;
 // What this build can run at all (an instance for another workload still compiles, and
 // every launch returns CS_ERR_UNSUPPORTED).
 static constexpr bool kTypesOk =
-    (kDtypeAB == CS_DTYPE_BF16 || kDtypeAB == CS_DTYPE_F16) &&
+    (kDtypeAB == CS_DTYPE_BF16 || kDtypeAB == CS_DTYPE_F16 || (CS_F32 && kDtypeAB == CS_DTYPE_F32)) &&
     (kDtypeCD == CS_DTYPE_BF16 || kDtypeCD == CS_DTYPE_F16 || kDtypeCD == CS_DTYPE_F32);
 
 // A and B in CUTLASS's types (the same bits as __nv_bfloat16 / __half); D and C in CUDA's.
-using ElementAB = std::conditional_t<kDtypeAB == CS_DTYPE_F16, cutlass::half_t, cutlass::bfloat16_t>;
+using ElementAB = std::conditional_t<CS_F32, float,
+                  std::conditional_t<kDtypeAB == CS_DTYPE_F16, cutlass::half_t, cutlass::bfloat16_t>>;
 using ElementCD = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
                   std::conditional_t<kDtypeCD == CS_DTYPE_F16, __half, __nv_bfloat16>>;
 using ElementAcc = float;
@@ -172,7 +196,7 @@ using LayoutB  = std::conditional_t<kLayoutB == CS_LAYOUT_ROW, cutlass::layout::
                                     cutlass::layout::ColumnMajor>;
 using LayoutWs = cutlass::layout::RowMajor;
 
-static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 8: 16 bytes
+static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;   // 16 bytes: 8 (4 floats)
 static constexpr int kAlignWs = 128 / cutlass::sizeof_bits<ElementWs>::value;   // 4
 
 static constexpr int kTileM    = CS_TILE_M;
@@ -185,7 +209,10 @@ static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative,
 static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
 static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
 static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
-static_assert(kTileK * 2 % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(kTileK * int(sizeof(ElementAB)) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(!CS_F32 || (CS_SCHEDULE == 0 && kTileM == 128 && kTileN <= 192),
+              "f32 (3xTF32): cooperative 128-row tiles of at most 192 columns (two accumulator sets a thread)");
+static_assert(!(CS_F32 && CS_EXP16), "f32: CS_EXP16 is the 16-bit GEMM's path");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
 static_assert(CS_EXP16 == 0 || CS_EXP16 == 1, "CS_EXP16: 0 or 1");
@@ -219,6 +246,21 @@ using CsEpilogueOf = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::fusion::ScaledAcc<ElementOut, float, float>
   >::CollectiveOp;
 
+#if CS_F32
+// f32: the 3xTF32 mainloop (hi and lo TF32 parts of each operand, three WGMMAs a k-step,
+// fp32 promotion), with as many stages as fit beside Epilogue. Its stage: the TMA stage and
+// the lo buffers (and hi ones for an MN-major operand, which the split transposes).
+static constexpr bool kAKMajor = kLayoutA == CS_LAYOUT_ROW, kBKMajor = kLayoutB == CS_LAYOUT_COL;
+static constexpr int kF32StageBytes = kTileM * kTileK * 4 * (2 + (kAKMajor ? 0 : 1)) +
+                                      kTileN * kTileK * 4 * (2 + (kBKMajor ? 0 : 1));
+template <class Epilogue>
+using CsMainloopFor = cs_3xtf32::Mainloop<
+    cs_3xtf32::MainloopSm90Tma3xTF32<cs_sm90::stages_fit<typename Epilogue::SharedStorage>(kF32StageBytes),
+                                     ClusterShape, MainloopSchedule>,
+    TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
+    /*Terms*/ 3, /*Promote*/ 1, /*Split*/ 1, /*SplitSync*/ (kTileN >= 192 ? 1 : 0), CS_F32_PROMOTE_LARGE_K,
+    CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
+#else
 // CUTLASS's mainloop, with as many stages as fit beside Epilogue.
 template <class Epilogue>
 using CsMainloopFor = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -231,6 +273,7 @@ using CsMainloopFor = typename cutlass::gemm::collective::CollectiveBuilder<
         static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
     MainloopSchedule
   >::CollectiveOp;
+#endif
 
 using CollectiveEpilogue = CsEpilogueOf<ElementWs, kAlignWs>;
 using CollectiveMainloop = CsMainloopFor<CollectiveEpilogue>;
@@ -751,10 +794,10 @@ cs_softmax_exp_kernel(CsExpRowArgs a)
 
 static inline bool cs_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 0xF) == 0; }
 
-// A TMA global stride of a 16-bit operand (in elements): a multiple of 16 bytes, < 2^40 bytes.
+// A TMA global stride of an operand (in elements): a multiple of 16 bytes, < 2^40 bytes.
 static inline bool cs_tma_stride_ok(int64_t elems)
 {
-  return elems >= 0 && elems < (int64_t(1) << 39) && elems % kAlignAB == 0;
+  return elems >= 0 && elems < (int64_t(1) << 40) / int64_t(sizeof(ElementAB)) && elems % kAlignAB == 0;
 }
 
 struct CsGeometry {

@@ -83,7 +83,7 @@ fn takes(template: &str) -> Option<Takes> {
         },
         "gemm_softmax" => Takes {
             families: &[Family::GemmSoftmax],
-            dtypes: HALF,
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
             out: None,
             cd_col: false,
             any_ab_layout: true,
@@ -274,6 +274,25 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                 return Err("layout shared = [\"b\"]: the template stacks the batches' rows of A and D into one GEMM, which needs a = row".into());
             }
             tma_rows(s, w)?;
+            if s.template == "gemm_softmax" && w.dtype() == DType::F32 {
+                // The 3xTF32 mainloop: two accumulator sets a thread, two consumer
+                // warpgroups of 64 rows.
+                let (tm, tn) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
+                if s.get("CS_SCHEDULE", 0) != 0 || tm != 128 || tn > 192 {
+                    return Err(format!(
+                        "f32 with a {tm}x{tn} tile (schedule {}): the 3xTF32 GEMM takes cooperative 128-row tiles of at most 192 columns",
+                        s.get("CS_SCHEDULE", 0)
+                    ));
+                }
+                let stage = f32_softmax_stage_bytes(w, tn);
+                if 2 * stage > F32_SOFTMAX_STAGES_BUDGET {
+                    return Err(format!(
+                        "f32 with a 128x{tn} tile and layouts a = {}, b = {}: a stage of the 3xTF32 GEMM takes {stage} B of shared memory (the split's buffers; an MN-major operand's hi and lo transposed), and two do not fit beside the epilogue; take a narrower tile",
+                        w.layouts().a.name(),
+                        w.layouts().b.name()
+                    ));
+                }
+            }
             if s.template == "gemm_glu" {
                 let streamk = s.get("CS_STREAMK", 0);
                 if !(0..=1).contains(&streamk) {
@@ -298,6 +317,20 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         "elementwise_activation" | "softmax_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
+}
+
+/// Shared memory the f32 gemm_softmax's stages may take (of the 227 KiB an SM has, the
+/// rest for the epilogue's buffers and the pipeline's barriers).
+pub(super) const F32_SOFTMAX_STAGES_BUDGET: i64 = 190_000;
+
+/// One stage of the f32 gemm_softmax's 3xTF32 mainloop with a 128 x `tile_n` tile (32 of K):
+/// the TMA stage and lo buffer of each operand, and a hi buffer for an MN-major one (as
+/// the template counts it).
+pub(super) fn f32_softmax_stage_bytes(w: &Workload, tile_n: i64) -> i64 {
+    let lay = w.layouts();
+    let a = 2 + i64::from(lay.a != Layout::Row);
+    let b = 2 + i64::from(lay.b != Layout::Col);
+    (128 * a + tile_n * b) * 32 * 4
 }
 
 /// gemm_softmax and gemm_glu have no fallback GEMM: TMA reads every row of A and B (and

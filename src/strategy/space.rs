@@ -349,6 +349,25 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.swap(first, first + 1);
             }
         }
+        Family::GemmSoftmax if w.dtype() == DType::F32 => {
+            // The two widest tiles whose two stages fit (an MN-major operand's split
+            // buffers take more shared memory).
+            let fits: Vec<i64> = [192, 128, 64]
+                .into_iter()
+                .filter(|&tn| {
+                    2 * super::rules::f32_softmax_stage_bytes(w, tn)
+                        <= super::rules::F32_SOFTMAX_STAGES_BUDGET
+                })
+                .take(2)
+                .collect();
+            for tn in fits {
+                let p = [("CS_TILE_M", 128), ("CS_TILE_N", tn), ("CS_CLUSTER_M", 2)];
+                let why = format!(
+                    "3xTF32 GEMM (fp32-accurate) 128x{tn}, cluster 2x1, then the second stage"
+                );
+                out.push(mk("gemm_softmax", with(&p, &fp16), &why));
+            }
+        }
         Family::GemmSoftmax => {
             for (p, why) in [
                 (
@@ -757,6 +776,40 @@ mod tests {
             why.contains("D's contiguous extent n = 203 elements is 406 bytes"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn f32_gemm_softmax_takes_3xtf32_tiles_whose_two_stages_fit() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/workloads/gemm_softmax_f32_small.toml"
+        );
+        let text = std::fs::read_to_string(fixture).unwrap();
+        let tiles = |w: &Workload| -> Vec<i64> {
+            candidates(w)
+                .iter()
+                .map(|s| s.get("CS_TILE_N", 0))
+                .collect()
+        };
+        // K-major operands: 128x192 and 128x128.
+        let w = Workload::parse(fixture, &text).unwrap();
+        assert_eq!(tiles(&w), [192, 128]);
+        assert!(candidates(&w).iter().all(|s| s.template == "gemm_softmax"));
+        // B row-major: its split writes hi and lo, and 128x192 no longer fits twice.
+        let rr_fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/workloads/gemm_softmax_f32_rr_small.toml"
+        );
+        let rr_text = std::fs::read_to_string(rr_fixture).unwrap();
+        let rr = Workload::parse(rr_fixture, &rr_text).unwrap();
+        assert_eq!(tiles(&rr), [128, 64]);
+        let wide = candidates(&w)[0].clone();
+        let why = check(&wide, &rr).unwrap_err();
+        assert!(why.contains("two do not fit"), "{why}");
+        // Both MN-major: 128x64 only.
+        let cr =
+            Workload::parse(rr_fixture, &rr_text.replace("a = \"row\"", "a = \"col\"")).unwrap();
+        assert_eq!(tiles(&cr), [64]);
     }
 
     fn space_first_error(w: &Workload) -> String {

@@ -225,8 +225,8 @@ fn a_simple_error_points_at_its_line() {
 /// (workload block, epilogue chain, parameters), compiles for sm_90a in each layout and
 /// dtype it takes: the four A/B storage orders and a column-major D for the 16-bit and
 /// fp32 GEMMs (the Hopper 3xTF32 mainloop among them), both GEMV orientations, fp8, epilogue chains with row, column and matrix
-/// operands, the new activations, log-softmax, GEMM + softmax and SwiGLU / GEGLU (K-major
-/// and MN-major operands).
+/// operands, the new activations, log-softmax, GEMM + softmax (16-bit and f32) and SwiGLU /
+/// GEGLU (K-major and MN-major operands).
 #[test]
 fn every_template_instance_compiles_in_each_layout() {
     use cutesmith::spec::Workload;
@@ -271,6 +271,10 @@ fn every_template_instance_compiles_in_each_layout() {
         ("act_chain_broadcast_bf16", "elementwise_activation"),
         ("log_softmax_bf16_4096x32000", "softmax_rows"),
         ("gemm_softmax_bf16_head", "gemm_softmax"),
+        // f32 GEMM + softmax on the 3xTF32 mainloop: K-major operands, and B row-major
+        // (the split transposes it; a narrower tile so that two stages fit).
+        ("gemm_softmax_f32_head", "gemm_softmax"),
+        ("gemm_softmax_f32_rr_small", "gemm_softmax"),
         ("gemm_glu_swiglu_bf16", "gemm_glu"),
         // The dual GLU kernel with both operands MN-major (f16 GEGLU, A column-major, B
         // row-major): a GPU test fixture.

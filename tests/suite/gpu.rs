@@ -196,6 +196,9 @@ fn every_template_validates_on_its_workloads() {
         "gemm_softmax_bf16_small",
         "gemm_softmax_f16_cr_small",
         "gemm_log_softmax_bf16_small",
+        // f32 through the 3xTF32 GEMM: K-major, and B row-major (transposed by the split).
+        "gemm_softmax_f32_small",
+        "gemm_softmax_f32_rr_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
