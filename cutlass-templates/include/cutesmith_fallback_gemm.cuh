@@ -222,11 +222,16 @@ int32_t launch(const cs_problem& p, cudaStream_t stream)
 // registers (exact fp32 FMA): a warp per kGemvRowsPerWarp rows when the long operand keeps
 // K contiguous (lanes stride K, with 16-byte loads for fp32 rows on 16-byte boundaries,
 // then a shuffle reduction), a thread per row otherwise
-// (threads stride the rows, which are then contiguous). Each slice's partial sums go to the workspace;
+// (threads stride the rows, which are then contiguous); for one fp32 column with aligned
+// K runs (the matrix-vector product), gemv_vector_kernel reads the vector straight from
+// global memory instead. Each slice's partial sums go to the workspace;
 // a second kernel adds the slices in order (deterministic), applies alpha, beta * C and
 // the chain, and stores D.
 
 constexpr int kGemvMaxSmall = 16, kGemvThreads = 256, kGemvChunk = 512;
+#ifndef CS_GEMV_VECTOR
+#define CS_GEMV_VECTOR 1   // 0: the matrix-vector product through the staged kernel too
+#endif
 // Rows of the long operand per warp when it keeps K contiguous: each staged value of the
 // small operand is read once from shared memory for all of them.
 constexpr int kGemvRowsPerWarp = 4;
@@ -410,6 +415,88 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
   }
 }
 
+// The matrix-vector case (one small column, fp32, both operands' K runs on 16-byte
+// boundaries): no shared-memory stage and no barrier. Each lane reads float4s of its
+// warp's R long rows (not kept in L1, 256-byte L2 fetches) and the matching float4 of the
+// vector (from L2 after the first CTA's touch), two steps in flight; the same rows, slices
+// and partials as gemv_partials_kernel.
+__device__ __forceinline__ float4 gemv_ld_stream(const float* p)
+{
+  float4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0,%1,%2,%3}, [%4];"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  return r;
+}
+
+__global__ void __launch_bounds__(kGemvThreads) gemv_vector_kernel(GemvArgs g)
+{
+  constexpr int R = kGemvRowsPerWarp;
+  int64_t const b = blockIdx.z;
+  int const slice = blockIdx.y;
+  int64_t const k0 = int64_t(slice) * g.kslice;
+  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
+  const float* lng = static_cast<const float*>(g.lng) + b * g.l_batch;
+  const float* x = static_cast<const float*>(g.sml) + b * g.s_batch;
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t const r0 = (int64_t(blockIdx.x) * (kGemvThreads / 32) + warp) * R;
+  if (r0 >= g.L) return;
+  const float* rows[R];
+#pragma unroll
+  for (int q = 0; q < R; ++q) rows[q] = lng + (r0 + q < g.L ? r0 + q : r0) * g.l_row;
+  // Eight independent sums a row and lane (the float4's four positions, two steps): a
+  // lane's share of a long slice (thousands of products at K = 2^20) would otherwise be
+  // one sequential sum, whose rounding error grows with its length (4.2x cuBLAS fp32's
+  // RMS error at 2048 x 2^20 in one chain; the staged kernel has the same defect).
+  float4 acc4[2][R];
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc4[u][q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto fma4 = [](float4 a, float4 v, float4 s) {
+    return make_float4(fmaf(a.x, v.x, s.x), fmaf(a.y, v.y, s.y), fmaf(a.z, v.z, s.z), fmaf(a.w, v.w, s.w));
+  };
+  int64_t const k4end = k0 + (k1 - k0) / 4 * 4;
+  int64_t k = k0 + 4 * lane;
+  for (; k + 128 + 4 <= k4end; k += 256) {
+    float4 a[2][R], v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      v[u] = __ldg(reinterpret_cast<const float4*>(x + k + 128 * u));
+#pragma unroll
+      for (int q = 0; q < R; ++q) a[u][q] = gemv_ld_stream(rows[q] + k + 128 * u);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int q = 0; q < R; ++q) acc4[u][q] = fma4(a[u][q], v[u], acc4[u][q]);
+  }
+  for (; k + 4 <= k4end; k += 128) {
+    float4 const v = __ldg(reinterpret_cast<const float4*>(x + k));
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc4[0][q] = fma4(gemv_ld_stream(rows[q] + k), v, acc4[0][q]);
+  }
+  for (int64_t kk = k4end + lane; kk < k1; kk += 32) {   // fewer than 4 left
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc4[1][q].x = fmaf(rows[q][kk], x[kk], acc4[1][q].x);
+  }
+  float acc[R];
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    float4 const s0 = acc4[0][q], s1 = acc4[1][q];
+    acc[q] = ((s0.x + s0.y) + (s0.z + s0.w)) + ((s1.x + s1.y) + (s1.z + s1.w));
+  }
+#pragma unroll
+  for (int q = 0; q < R; ++q)
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+  if (lane != 0) return;
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    if (r0 + q >= g.L) return;
+    g.partials[(b * g.split + slice) * g.L + r0 + q] = acc[q];
+  }
+}
+
 template <class TCD, class Chain>
 __global__ void __launch_bounds__(kGemvThreads) gemv_finish_kernel(GemvArgs g)
 {
@@ -470,7 +557,11 @@ int32_t launch_gemv(const cs_problem& p, cudaStream_t stream)
            (reinterpret_cast<uintptr_t>(g.lng) & 15u) == 0;
   int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
   dim3 const grid(unsigned((g.L + rows_per_cta - 1) / rows_per_cta), unsigned(g.split), unsigned(p.batch));
-  if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
+  // One fp32 column whose K runs, like the long rows', are 16-byte aligned: the vector kernel.
+  bool const vector = CS_GEMV_VECTOR && g.vec4 && g.S == 1 && g.s_k == 1 && g.s_batch % 4 == 0 &&
+                      (reinterpret_cast<uintptr_t>(g.sml) & 15u) == 0;
+  if (vector) gemv_vector_kernel<<<grid, kGemvThreads, 0, stream>>>(g);
+  else if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
   else gemv_partials_kernel<TAB, false><<<grid, kGemvThreads, 0, stream>>>(g);
   int64_t const outs = p.batch * g.L * g.S;
   int64_t blocks = (outs + kGemvThreads - 1) / kGemvThreads;
