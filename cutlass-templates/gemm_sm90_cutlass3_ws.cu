@@ -145,23 +145,10 @@ using namespace cute;
                            // reaches 2.5-2.8x cuBLAS fp32's at 512^3 and 4.0x at K = 64
                            // (gemm_f32_small), past the 2x that fp32 workloads are held to
 #endif
-// fp32, from K = CS_F32_PROMOTE_MIN_K on (0: never): the partial sums CS_F32_PROMOTE_LARGE_K
-// k-tiles between promotions, twice as many from twice that K, up to CS_F32_PROMOTE_MAX
-// (2048: 4, 4096 and more: 8). The drift of a longer partial stays well inside an fp32 dot
-// product's error once K is large. H100, bench/fp32-tiles-h100.md runs 17-18: against every
-// k-tile, 1.7-2.8% faster at 4096^3 and 2048x4096x8192, at RMS errors of 0.65-0.86x cuBLAS
-// fp32's there, 0.72x at K = 2048 (every 4) and 1.21-1.31x at K = 2^16 (every 8).
-#ifndef CS_F32_PROMOTE_MIN_K
-#define CS_F32_PROMOTE_MIN_K 2048
-#endif
-#ifndef CS_F32_PROMOTE_LARGE_K
-#define CS_F32_PROMOTE_LARGE_K 4
-#endif
+// fp32: the promotion interval by K (CS_F32_PROMOTE_MIN_K, _LARGE_K, _MAX): see
+// cutesmith_sm90_3xtf32.cuh.
 #ifndef CS_F32_MIN_K
 #define CS_F32_MIN_K 32     // fp32 (3xTF32): smaller K go to the fallback (see cs_gemm_check_effective)
-#endif
-#ifndef CS_F32_PROMOTE_MAX
-#define CS_F32_PROMOTE_MAX 8
 #endif
 #ifndef CS_TILE_K
 #if CS_FP8

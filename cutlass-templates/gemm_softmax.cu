@@ -138,16 +138,8 @@ using namespace cute;
 #ifndef CS_EXP16
 #define CS_EXP16 (CS_F32 ? 0 : 1)
 #endif
-// f32: the 3xTF32 mainloop's promotion interval by K (as in gemm_sm90_cutlass3_ws.cu).
-#ifndef CS_F32_PROMOTE_MIN_K
-#define CS_F32_PROMOTE_MIN_K 2048
-#endif
-#ifndef CS_F32_PROMOTE_LARGE_K
-#define CS_F32_PROMOTE_LARGE_K 4
-#endif
-#ifndef CS_F32_PROMOTE_MAX
-#define CS_F32_PROMOTE_MAX 8
-#endif
+// f32: the 3xTF32 mainloop's promotion interval by K: CS_F32_PROMOTE_MIN_K, _LARGE_K and
+// _MAX (defaults in cutesmith_sm90_3xtf32.cuh).
 
 // ---------------------------------------------------------------------------------------
 // Workload: element types and layouts

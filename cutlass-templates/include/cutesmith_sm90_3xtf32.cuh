@@ -55,6 +55,23 @@
 
 #include "cutesmith_sm90_mainloop.cuh"
 
+// The promotion interval by K of the templates built on this mainloop (override with
+// -DNAME=VALUE or a #define before the include): from K = CS_F32_PROMOTE_MIN_K on (0:
+// never) the partial sums CS_F32_PROMOTE_LARGE_K k-tiles between promotions, twice as many
+// from twice that K, up to CS_F32_PROMOTE_MAX (2048: 4, 4096 and more: 8); below, every
+// k-tile. H100, bench/fp32-tiles-h100.md runs 17-18: against every k-tile, 1.7-2.8%
+// faster at 4096^3 and 2048x4096x8192, at RMS errors of 0.65-0.86x cuBLAS fp32's there,
+// 0.72x at K = 2048 (every 4) and 1.21-1.31x at K = 2^16 (every 8).
+#ifndef CS_F32_PROMOTE_MIN_K
+#define CS_F32_PROMOTE_MIN_K 2048
+#endif
+#ifndef CS_F32_PROMOTE_LARGE_K
+#define CS_F32_PROMOTE_LARGE_K 4
+#endif
+#ifndef CS_F32_PROMOTE_MAX
+#define CS_F32_PROMOTE_MAX 8
+#endif
+
 namespace cs_3xtf32 {
 using namespace cute;
 
