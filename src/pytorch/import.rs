@@ -53,6 +53,10 @@ pub struct Node {
     pub kwargs: BTreeMap<String, Value>,
     /// The tensor it makes (shape, stride, dtype), on the meta device.
     pub val: Option<Meta>,
+    /// A 0-d parameter, buffer or constant made from a Python number: its value (a number,
+    /// or `{"float": "inf"}` and the like).
+    #[serde(default)]
+    pub value: Option<Value>,
 }
 
 /// A tensor's shape, strides (in elements) and dtype.
@@ -946,6 +950,20 @@ fn chain_after<'g>(
         };
         if binary {
             let other = if x_first { a1 } else { a0 };
+            // A 0-d parameter holding a known number is that number.
+            let other = match other {
+                Some(Arg::Node(o)) => mp
+                    .nodes
+                    .get(o)
+                    .filter(|p| {
+                        p.op == "placeholder" && p.val.as_ref().is_some_and(|m| m.shape.is_empty())
+                    })
+                    .and_then(|p| p.value.as_ref())
+                    .map(arg)
+                    .filter(|a| matches!(a, Arg::Num(_)))
+                    .or(other),
+                _ => other,
+            };
             // add / sub scale their second operand by alpha: that folds into a constant
             // added to x, and into nothing else.
             let alpha = num_param(n, 2, "alpha").unwrap_or(1.0);
@@ -1299,7 +1317,36 @@ fn map_gemm<'g>(
         (Family::GemmSoftmax, Vec::new())
     } else {
         let mut chain = chain_after(mp, &core.name, out, (g.batch, g.m, g.n), out_dtype, ops)?;
-        if g.bias.is_some() {
+        let reads_output = chain.iter().any(|o| o.operand.as_deref() == Some("z"));
+        if let (Some(bias), true) = (&g.bias, reads_output) {
+            // The chain reads the linear's result again (x * sigmoid(x), a residual), which
+            // includes the bias, where a spec's z is the value before it: the bias add is
+            // written out as the chain's first op, its result saved and read in z's place.
+            let mut first = OpSpec {
+                op: "add".into(),
+                operand: Some("row".into()),
+                save: Some("lin".into()),
+                ..Default::default()
+            };
+            if let Some(d) = mp
+                .meta(bias)
+                .and_then(|m| dtype_of(&m.dtype))
+                .filter(|d| *d != out_dtype)
+            {
+                first.dtype = Some(d);
+            }
+            for o in &mut chain {
+                if o.operand.as_deref() == Some("z") {
+                    o.operand = Some("lin".into());
+                }
+            }
+            // The header's op list, from the chain as it now reads.
+            ops.truncate(ops.len().saturating_sub(chain.len()));
+            ops.push(format!("{} (the bias, saved)", describe(&first)));
+            ops.extend(chain.iter().map(describe));
+            chain.insert(0, first);
+            (Family::Gemm, chain)
+        } else if g.bias.is_some() {
             leading_activation(&mut chain, &mut params);
             params.bias = Some(true);
             if params.activation.is_none() {
@@ -1704,6 +1751,47 @@ mod tests {
         let w = Workload::from_spec("t.toml", spec).unwrap();
         assert_eq!(w.chain().eval(-4.0, &[]), -6.0);
         assert_eq!(w.chain().eval(4.0, &[]), 4.0);
+    }
+
+    /// A 0-d parameter whose value the tracer read (nn.Parameter(torch.tensor(2.0))) is
+    /// that number; one without a value is still refused, named.
+    #[test]
+    fn a_0d_parameter_with_a_value_is_a_constant() {
+        let with_value = |value: Value| {
+            let mut p = json_node(
+                "p_c",
+                "placeholder",
+                Some("c"),
+                Some("parameter"),
+                serde_json::json!([]),
+                &[],
+                &[],
+            );
+            p["value"] = value;
+            let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
+            nodes.push(p);
+            nodes.extend([
+                node(
+                    "lo",
+                    "aten.min.other",
+                    serde_json::json!([r("mm"), r("p_c")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                node(
+                    "d",
+                    "aten.sub.Tensor",
+                    serde_json::json!([r("lo"), r("p_c")]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ]);
+            map_graph(&graph(nodes, "d"), "t.py")
+        };
+        let (_, ops) = with_value(serde_json::json!(2.0)).unwrap();
+        assert_eq!(ops, ["mm", "min 2", "sub 2"]);
+        let err = with_value(Value::Null).unwrap_err();
+        assert!(err[0].message.contains("p_c"), "{}", err[0]);
     }
 
     /// A softmax after a dropout in eval mode is the GEMM's softmax; one after a biased

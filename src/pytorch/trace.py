@@ -45,6 +45,18 @@ def _is_device_arg(v):
     return False
 
 
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def scalar_value(t):
+    """The value of a 0-d tensor that holds data (not on meta), else None."""
+    if isinstance(t, torch.Tensor) and t.dim() == 0 and t.device.type != "meta" and t.is_floating_point():
+        v = float(t.detach())
+        return encode(v)
+    return None
+
+
 class ToMeta(TorchFunctionMode):
     """Sends every tensor the problem file makes to the meta device, whatever device it
     names: factories get device="meta", and .cuda() / .to(device) keep the tensor where it
@@ -52,9 +64,14 @@ class ToMeta(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name == "tensor" and args and _is_number(args[0]):
+            # A 0-d tensor of a Python number (nn.Parameter(torch.tensor(c))): made for real
+            # on the CPU, a few bytes, so that its value can be read after the trace.
+            kwargs["device"] = "cpu"
+            return func(*args, **kwargs)
         if kwargs.get("device") is not None:
             kwargs["device"] = "meta"
-        name = getattr(func, "__name__", "")
         if name in ("cuda", "cpu"):
             return args[0]
         if name == "to":
@@ -143,6 +160,9 @@ def main():
     kinds = {}
     for s in ep.graph_signature.input_specs:
         kinds[s.arg.name] = (s.kind.name.lower(), s.target)
+    # The values of 0-d parameters, buffers and constants made from Python numbers.
+    held = dict(ep.state_dict)
+    held.update(getattr(ep, "constants", {}) or {})
     nodes = []
     output = []
     for n in ep.graph.nodes:
@@ -152,6 +172,7 @@ def main():
             output = [encode(o) for o in outs]
             continue
         kind, target = kinds.get(n.name, (None, None))
+        value = scalar_value(held.get(target)) if n.op == "placeholder" and target else None
         nodes.append({
             "name": n.name,
             "op": n.op,
@@ -160,6 +181,7 @@ def main():
             "args": encode(list(n.args)),
             "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
             "val": meta_of(n.meta.get("val")),
+            "value": value,
         })
     print(json.dumps({
         "torch": torch.__version__,

@@ -214,6 +214,44 @@ fn import_level2_chain_folds_constants_into_the_epilogue() {
     );
 }
 
+/// A 0-d nn.Parameter of a Python number is its value; a residual kept with
+/// clone().detach() is the linear's result, bias included.
+#[test]
+fn import_a_scalar_parameter_and_a_detached_residual() {
+    let Some((spec, w, toml_text)) = import("linear_min_param_residual") else {
+        return;
+    };
+    // The residual is the linear's result with its bias: the bias add is written out and
+    // saved, since a spec's z is the value before the bias.
+    assert_eq!(spec.family, Family::Gemm);
+    type Row<'a> = (&'a str, Option<f64>, Option<&'a str>, Option<&'a str>);
+    let ops: Vec<Row> = spec
+        .epilogue
+        .iter()
+        .map(|o| {
+            (
+                o.op.as_str(),
+                o.value,
+                o.operand.as_deref(),
+                o.save.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("add", None, Some("row"), Some("lin")),
+            ("min", Some(2.0), None, None),
+            ("sub", Some(2.0), None, None),
+            ("add", None, Some("lin"), None),
+        ],
+        "{toml_text}"
+    );
+    // z = 3 before a bias of 0.5: min(3.5, 2) - 2 + 3.5.
+    assert_eq!(w.chain().eval(3.0, &[0.5]), 3.5);
+    assert_gemm_shapes(&w, 256, 512, 1024, 1);
+}
+
 #[test]
 fn import_softplus_keeps_its_parameters() {
     let Some((spec, w, _)) = import("softplus") else {
