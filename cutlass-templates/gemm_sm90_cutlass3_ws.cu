@@ -640,10 +640,8 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 // kernel. Its shared memory per stage: the TMA stage, plus the split buffers (lo; hi too
 // for an MN-major operand); as many stages as fit beside the epilogue (at most 8), or
 // CS_STAGES.
-static constexpr int kF32Extra = (CS_F32_TERMS == 3 ? 1 : 0);
 static constexpr int kF32StageBytes =
-    kTileM * kTileK * 4 * (1 + kF32Extra + (kKernAKMajor ? 0 : 1)) +
-    kTileN * kTileK * 4 * (1 + kF32Extra + (kKernBKMajor ? 0 : 1));
+    cs_3xtf32::stage_bytes<kTileM, kTileN, kTileK, kKernAKMajor, kKernBKMajor, CS_F32_TERMS>();
 #ifdef CS_STAGES
 static constexpr int kStages = CS_STAGES;
 #else

@@ -242,9 +242,8 @@ using CsEpilogueOf = typename cutlass::epilogue::collective::CollectiveBuilder<
 // f32: the 3xTF32 mainloop (hi and lo TF32 parts of each operand, three WGMMAs a k-step,
 // fp32 promotion), with as many stages as fit beside Epilogue. Its stage: the TMA stage and
 // the lo buffers (and hi ones for an MN-major operand, which the split transposes).
-static constexpr bool kAKMajor = kLayoutA == CS_LAYOUT_ROW, kBKMajor = kLayoutB == CS_LAYOUT_COL;
-static constexpr int kF32StageBytes = kTileM * kTileK * 4 * (2 + (kAKMajor ? 0 : 1)) +
-                                      kTileN * kTileK * 4 * (2 + (kBKMajor ? 0 : 1));
+static constexpr int kF32StageBytes =
+    cs_3xtf32::stage_bytes<kTileM, kTileN, kTileK, kLayoutA == CS_LAYOUT_ROW, kLayoutB == CS_LAYOUT_COL>();
 template <class Epilogue>
 using CsMainloopFor = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<cs_sm90::stages_fit<typename Epilogue::SharedStorage>(kF32StageBytes),

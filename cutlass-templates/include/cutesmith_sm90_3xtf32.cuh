@@ -151,6 +151,15 @@ struct SplitPipeline : cutlass::PipelineTmaAsync<Stages_> {
   }
 };
 
+// Shared memory one stage of Mainloop takes (what a template needs for its stage count
+// before instantiating it): each operand's TMA stage, lo beside it with 3 terms, and hi
+// too for an MN-major operand (the split transposes it), all fp32.
+template <int BlkM, int BlkN, int BlkK, bool AKMajor, bool BKMajor, int Terms = 3>
+constexpr int stage_bytes() {
+  constexpr int lo = Terms == 3 ? 1 : 0;
+  return (BlkM * (1 + lo + (AKMajor ? 0 : 1)) + BlkN * (1 + lo + (BKMajor ? 0 : 1))) * BlkK * 4;
+}
+
 // Terms: 3 is 3xTF32; 1 keeps hi(A) hi(B) only (plain TF32: fp32 workloads must reject it
 // as a precision downgrade; it exists for that check and for timing the split's cost).
 // SplitSync: how the consumers wait for each other's share of a stage's split. 1: the

@@ -308,6 +308,18 @@ fn unknown_message(target: &str) -> String {
     format!("no cutesmith workload family computes aten.{op}{what}")
 }
 
+/// The value `name` stands for: through copies and eval-mode dropouts (see
+/// [`passes_values`]) back to the node that computed it.
+fn through_copies<'s, 'g: 's>(nodes: &HashMap<&'g str, &'g Node>, mut name: &'s str) -> &'s str {
+    while let Some(n) = nodes.get(name).copied().filter(|n| passes_values(n)) {
+        match n.args.first().map(arg) {
+            Some(Arg::Node(x)) => name = x,
+            _ => break,
+        }
+    }
+    name
+}
+
 /// A node that passes its first argument's values on unchanged: a copy (clone, detach,
 /// contiguous, alias) or an eval-mode dropout.
 fn passes_values(n: &Node) -> bool {
@@ -428,16 +440,10 @@ impl<'g> Mapper<'g> {
         });
     }
 
-    /// An argument with a copied value replaced by the value it copies (`aliases`: copy
-    /// name -> the original's name, both nodes of the graph).
-    fn resolve(&self, aliases: &HashMap<String, String>, a: Option<Arg<'g>>) -> Option<Arg<'g>> {
+    /// An argument with a copied value replaced by the value it copies.
+    fn resolve(&self, a: Option<Arg<'g>>) -> Option<Arg<'g>> {
         match a {
-            Some(Arg::Node(x)) => Some(Arg::Node(
-                aliases
-                    .get(x)
-                    .and_then(|o| self.nodes.get_key_value(o.as_str()).map(|(k, _)| *k))
-                    .unwrap_or(x),
-            )),
+            Some(Arg::Node(x)) => Some(Arg::Node(through_copies(&self.nodes, x))),
             other => other,
         }
     }
@@ -901,8 +907,8 @@ fn chain_after<'g>(
     let mut current = start.to_string();
     let mut saves = 0usize;
     // Copies (clone, detach, contiguous, alias) and eval-mode dropouts are other names for
-    // the value they read: `x.clone().detach()` kept for a residual is the GEMM's result.
-    let mut aliases: HashMap<String, String> = HashMap::new();
+    // the value they read (`x.clone().detach()` kept for a residual is the GEMM's result):
+    // every argument is read through them.
     for n in members {
         let t = n.target.clone().unwrap_or_default();
         let op = op_name(&t).to_string();
@@ -919,16 +925,15 @@ fn chain_after<'g>(
             return None;
         }
         if passes_values(n) {
-            if let Some(Arg::Node(x)) = mp.resolve(&aliases, n.args.first().map(arg)) {
-                aliases.insert(n.name.clone(), x.to_string());
+            if matches!(n.args.first().map(arg), Some(Arg::Node(_))) {
                 continue;
             }
             mp.problem(n, "a copy of something that is not a tensor");
             return None;
         }
         // Which positional argument is the running value x, and the other operand.
-        let a0 = mp.resolve(&aliases, n.args.first().map(arg));
-        let a1 = mp.resolve(&aliases, param(n, 1, "other").map(arg));
+        let a0 = mp.resolve(n.args.first().map(arg));
+        let a1 = mp.resolve(param(n, 1, "other").map(arg));
         let x_first = matches!(a0, Some(Arg::Node(x)) if x == current);
         let x_second = matches!(a1, Some(Arg::Node(x)) if x == current);
         if !x_first && !x_second {
@@ -1057,7 +1062,7 @@ fn chain_after<'g>(
         specs.push(spec);
         current = n.name.clone();
     }
-    let out = aliases.get(out).map_or(out, String::as_str);
+    let out = through_copies(&mp.nodes, out);
     if current != out {
         let n = mp.nodes.get(out).copied();
         match n {
@@ -1273,24 +1278,11 @@ fn map_gemm<'g>(
         params.alpha = Some(a as f32);
     }
     let (family, epilogue) = if let Some(s) = softmax {
-        let Some(Arg::Node(mut input)) = s.args.first().map(arg) else {
+        let Some(Arg::Node(input)) = mp.resolve(s.args.first().map(arg)) else {
             mp.problem(s, "softmax of something that is not a tensor");
             return None;
         };
-        // Through copies and eval-mode dropouts to the value they pass on.
-        while let Some(n) = mp.nodes.get(input).copied().filter(|n| passes_values(n)) {
-            match n.args.first().map(arg) {
-                Some(Arg::Node(x)) => input = x,
-                _ => break,
-            }
-        }
-        let mut last = out;
-        while let Some(n) = mp.nodes.get(last).copied().filter(|n| passes_values(n)) {
-            match n.args.first().map(arg) {
-                Some(Arg::Node(x)) => last = x,
-                _ => break,
-            }
-        }
+        let last = through_copies(&mp.nodes, out);
         if g.bias.is_some() {
             mp.problem(s, "a softmax of a GEMM with a bias (nn.Linear with bias=True): gemm_softmax computes softmax(A B + beta C) without a bias vector");
             return None;
