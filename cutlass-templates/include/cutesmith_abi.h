@@ -27,6 +27,10 @@
  *   CS_FAMILY_GEMM_GLU:      D[b] = gate(A[b] * B[b]) * (A[b] * B2[b]), gate a
  *                            cs_activation (SwiGLU: silu, GEGLU: gelu_tanh/gelu_erf);
  *                            B2 has B's layout, shape and dtype
+ *   CS_FAMILY_NORM:          D[b] = chain(normalize(A[b])): each of the m rows of A (n
+ *                            elements; layout_a ROW: a row is contiguous, COL: element j
+ *                            of row i at j * lda + i) normalized by `norm` (cs_norm) with
+ *                            `norm_eps`; D has A's layout (layout_cd == layout_a)
  * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
  * operand to every batch.
  *
@@ -70,7 +74,8 @@ typedef enum cs_family {
   CS_FAMILY_SOFTMAX = 3,
   CS_FAMILY_LOG_SOFTMAX = 4,
   CS_FAMILY_GEMM_SOFTMAX = 5,
-  CS_FAMILY_GEMM_GLU = 6
+  CS_FAMILY_GEMM_GLU = 6,
+  CS_FAMILY_NORM = 7
 } cs_family;
 
 /* Element types of operands and results. */
@@ -108,6 +113,19 @@ typedef enum cs_activation {
   CS_ACT_SOFTSIGN = 14,
   CS_ACT_MISH = 15
 } cs_activation;
+
+/* The row normalization of CS_FAMILY_NORM (x is one row of n elements, eps = norm_eps):
+ *   RMS:   x * rsqrt(mean(x^2) + eps)                    (RMSNorm)
+ *   LAYER: (x - mean(x)) * rsqrt(var(x) + eps), var the biased (population) variance
+ *   L2:    x / max(sqrt(sum(x^2)), eps)                   (F.normalize, p = 2)
+ *   L1:    x / max(sum(|x|), eps)                         (F.normalize, p = 1)
+ * An affine weight and bias (LayerNorm, RMSNorm) are the chain's `mul row` / `add row`. */
+typedef enum cs_norm {
+  CS_NORM_RMS = 0,
+  CS_NORM_LAYER = 1,
+  CS_NORM_L2 = 2,
+  CS_NORM_L1 = 3
+} cs_norm;
 
 /* Where an epilogue-chain tensor operand is indexed from. */
 typedef enum cs_operand_kind {
@@ -222,6 +240,11 @@ typedef struct cs_problem {
   int64_t batch_stride_b2;
   int32_t gate; /* cs_activation */
   int32_t reserved1;
+
+  /* CS_FAMILY_NORM: the normalization (cs_norm) and its epsilon. Appended to version 2:
+   * a kernel of another family never reads them. */
+  int32_t norm;
+  float norm_eps;
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

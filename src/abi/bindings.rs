@@ -22,6 +22,7 @@ pub mod cs_family {
     pub const CS_FAMILY_LOG_SOFTMAX: Type = 4;
     pub const CS_FAMILY_GEMM_SOFTMAX: Type = 5;
     pub const CS_FAMILY_GEMM_GLU: Type = 6;
+    pub const CS_FAMILY_NORM: Type = 7;
 }
 pub mod cs_dtype {
     #[allow(unused_imports)]
@@ -61,6 +62,15 @@ pub mod cs_activation {
     pub const CS_ACT_SOFTPLUS: Type = 13;
     pub const CS_ACT_SOFTSIGN: Type = 14;
     pub const CS_ACT_MISH: Type = 15;
+}
+pub mod cs_norm {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const CS_NORM_RMS: Type = 0;
+    pub const CS_NORM_LAYER: Type = 1;
+    pub const CS_NORM_L2: Type = 2;
+    pub const CS_NORM_L1: Type = 3;
 }
 pub mod cs_operand_kind {
     #[allow(unused_imports)]
@@ -157,10 +167,12 @@ pub struct cs_problem {
     pub batch_stride_b2: i64,
     pub gate: i32,
     pub reserved1: i32,
+    pub norm: i32,
+    pub norm_eps: f32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 392usize];
+    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 400usize];
     ["Alignment of cs_problem"][::std::mem::align_of::<cs_problem>() - 8usize];
     ["Offset of field: cs_problem::abi_version"]
         [::std::mem::offset_of!(cs_problem, abi_version) - 0usize];
@@ -233,6 +245,9 @@ const _: () = {
     ["Offset of field: cs_problem::gate"][::std::mem::offset_of!(cs_problem, gate) - 384usize];
     ["Offset of field: cs_problem::reserved1"]
         [::std::mem::offset_of!(cs_problem, reserved1) - 388usize];
+    ["Offset of field: cs_problem::norm"][::std::mem::offset_of!(cs_problem, norm) - 392usize];
+    ["Offset of field: cs_problem::norm_eps"]
+        [::std::mem::offset_of!(cs_problem, norm_eps) - 396usize];
 };
 impl Default for cs_problem {
     fn default() -> Self {

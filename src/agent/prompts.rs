@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::eval::Evaluation;
-use crate::spec::{DType, Family, RooflineClass, Workload};
+use crate::spec::{DType, Family, NormKind, RooflineClass, Workload};
 
 /// (name, built-in text) of every prompt template.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -171,6 +171,28 @@ impl WorkloadFacts {
             ),
             Family::Softmax => "softmax over each row (length n)".into(),
             Family::LogSoftmax => "log_softmax over each row (length n)".into(),
+            Family::Norm => {
+                let mut s = format!(
+                    "{} over each row (n elements; A {}: {}), eps {:e}",
+                    match pr.norm {
+                        NormKind::Rms => "RMSNorm x / sqrt(mean(x^2) + eps)",
+                        NormKind::Layer => "LayerNorm (x - mean) / sqrt(var + eps), biased var",
+                        NormKind::L2 => "L2 normalize x / max(sqrt(sum x^2), eps)",
+                        NormKind::L1 => "L1 normalize x / max(sum |x|, eps)",
+                    },
+                    w.layouts().a.name(),
+                    if w.layouts().a == crate::spec::Layout::Col {
+                        "element j of row i at j*lda + i, rows side by side"
+                    } else {
+                        "rows contiguous"
+                    },
+                    pr.eps
+                );
+                if !chain.is_identity() {
+                    s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
+                }
+                s
+            }
         };
         let layouts = if fam.is_gemm() {
             let l = w.layouts();
@@ -263,6 +285,12 @@ pub fn class_advice(w: &Workload) -> &'static str {
         Family::Softmax | Family::LogSoftmax => {
             "This is memory bound: read each row once (online max and sum), a row per warp for short \
              rows or per CTA for long ones, 16-byte vectors, fp32 accumulation."
+        }
+        Family::Norm => {
+            "This is memory bound: read each row once and keep it in registers for the write, a row \
+             per warp for short rows or per CTA for long ones (split over CTAs through the \
+             workspace when one CTA cannot hold it), 16-byte vectors, fp32 tree reductions, the \
+             variance about the mean (two passes over the registers), not E[x^2] - E[x]^2."
         }
     }
 }

@@ -122,7 +122,7 @@ pub fn hints(
                 );
             }
         }
-        Family::Activation | Family::Softmax | Family::LogSoftmax => {
+        Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
             if t.ldg_128 == 0 && t.ldg > 0 {
                 push(
                     Severity::High,

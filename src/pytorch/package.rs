@@ -172,6 +172,7 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
                 AtolScale::None => "none",
                 AtolScale::SqrtK => "sqrt_k",
                 AtolScale::InvN => "inv_n",
+                AtolScale::InvSqrtN => "inv_sqrt_n",
             },
         },
         "roundoff": roundoff,

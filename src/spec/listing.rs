@@ -54,6 +54,15 @@ impl Workload {
                 format!("{s} {act}{chain}")
             }
             Family::Softmax | Family::LogSoftmax => s,
+            Family::Norm => format!(
+                "{s} {}{}{chain}",
+                self.params.norm,
+                if self.layouts.a == super::schema::Layout::Col {
+                    " col"
+                } else {
+                    ""
+                }
+            ),
         }
     }
 

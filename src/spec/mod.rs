@@ -433,7 +433,7 @@ k = 4096
         let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
-            e.contains("only for families gemm, gemm_bias_act and activation"),
+            e.contains("only for families gemm, gemm_bias_act, activation and norm"),
             "{e}"
         );
     }
@@ -467,6 +467,155 @@ k = 4096
             &GEMM.replace("dtype = \"bf16\"", "dtype = \"bf16\"\nout_dtype = \"e4m3\""),
         );
         assert!(e.contains("an fp8 output needs fp8 operands"), "{e}");
+    }
+
+    const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";
+
+    #[test]
+    fn norm_specs_take_a_kind_an_eps_a_layout_and_a_chain() {
+        let shapes = "[[shapes]]\nm = 8\nn = 100\n";
+        // The kind is required, with the allowed ones named.
+        let e = err("n", &format!("{NORM}{shapes}"));
+        assert!(
+            e.contains("params.norm") && e.contains("rms, layer, l2, l1"),
+            "{e}"
+        );
+        // Defaults: eps per kind; atol shrinking with the row for l2 and l1.
+        let w = parse("n", &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}")).unwrap();
+        assert_eq!(
+            (w.params().norm, w.params().eps, w.tolerance().atol_scale),
+            (NormKind::Layer, 1e-5, AtolScale::None)
+        );
+        let l2 = parse("n", &format!("{NORM}[params]\nnorm = \"l2\"\n{shapes}")).unwrap();
+        assert_eq!(
+            (l2.params().eps, l2.tolerance().atol_scale),
+            (1e-12, AtolScale::InvSqrtN)
+        );
+        let sh = Shape::rows(8, 100);
+        assert!((l2.tolerance().atol_at(&sh) - 1e-2 / 10.0).abs() < 1e-12);
+        let l1 = parse(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"l1\"\neps = 0.0\n{shapes}"),
+        )
+        .unwrap();
+        assert_eq!(
+            (l1.params().eps, l1.tolerance().atol_scale),
+            (0.0, AtolScale::InvN)
+        );
+        // A negative eps, an eps or a kind on another family, an activation param.
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"rms\"\neps = -1.0\n{shapes}"),
+        );
+        assert!(e.contains("params.eps") && e.contains(">= 0"), "{e}");
+        let e = err("g", &format!("{GEMM}[params]\neps = 1e-5\n"));
+        assert!(
+            e.contains("params.eps") && e.contains("only for norm"),
+            "{e}"
+        );
+        let e = err("g", &format!("{GEMM}[params]\nnorm = \"rms\"\n"));
+        assert!(e.contains("params.norm"), "{e}");
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"rms\"\nactivation = \"relu\"\n{shapes}"),
+        );
+        assert!(
+            e.contains("params.activation") && e.contains("[[epilogue]]"),
+            "{e}"
+        );
+        // Batch and a column-major A (rows side by side); D follows A; no B.
+        let col = parse(
+            "n",
+            &format!("{NORM}[layout]\na = \"col\"\n[params]\nnorm = \"rms\"\n[[shapes]]\nbatch = 3\nm = 10\nn = 7\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (col.layouts().a, col.layouts().c),
+            (Layout::Col, Layout::Col)
+        );
+        assert_eq!(col.headline().to_string(), "3x(10x7)");
+        assert_eq!(col.min_bytes(col.headline()), 2.0 * 210.0 * 2.0);
+        let e = err(
+            "n",
+            &format!(
+                "{NORM}[layout]\na = \"col\"\nc = \"row\"\n[params]\nnorm = \"rms\"\n{shapes}"
+            ),
+        );
+        assert!(e.contains("layout.c"), "{e}");
+        let e = err(
+            "n",
+            &format!("{NORM}[layout]\nb = \"col\"\n[params]\nnorm = \"rms\"\n{shapes}"),
+        );
+        assert!(e.contains("layout") && e.contains("one operand"), "{e}");
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"rms\"\n[[shapes]]\nn = 4\nk = 2\n"),
+        );
+        assert!(e.contains("shapes[0].k"), "{e}");
+        let e = err(
+            "n",
+            &format!("{NORM}out_dtype = \"f16\"\n[params]\nnorm = \"rms\"\n{shapes}"),
+        );
+        assert!(e.contains("out_dtype") && e.contains("bf16 or f32"), "{e}");
+        // The chain runs after the norm: LayerNorm's weight and bias.
+        let ln = Workload::find(dir(), "norm_layer_f32_kernelbench").unwrap();
+        assert_eq!(ln.chain().tensors.len(), 2);
+        assert_eq!(ln.target().baselines, vec![Baseline::Copy]);
+        assert_eq!(ln.goal_baseline(), "copy");
+        let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
+        assert_eq!(
+            ln.goal(Some(118.0), &copy, None),
+            ("80% of copy".to_string(), true)
+        );
+        // A baseline that cannot run a norm is refused by name.
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"rms\"\n{shapes}[target]\nbaselines = [\"cudnn\"]\n"),
+        );
+        assert!(
+            e.contains("cannot run norm") && e.contains("allowed for norm: torch, copy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn norm_shift_and_scale_follow_their_formulas() {
+        let row = [1.0, -2.0, 3.0, 6.0];
+        let s = RowStats::of(row.iter().copied());
+        assert_eq!((s.sum, s.sumsq, s.abs_sum), (8.0, 50.0, 12.0));
+        // mean 2: (1, 16, 1, 16) about it.
+        assert_eq!(s.centered, 34.0);
+        let close = |a: (f64, f64), b: (f64, f64)| {
+            assert!(
+                (a.0 - b.0).abs() < 1e-15 && (a.1 - b.1).abs() < 1e-15,
+                "{a:?} vs {b:?}"
+            )
+        };
+        close(
+            NormKind::Rms.shift_scale(4.0, s, 0.5),
+            (0.0, 1.0 / 13.0f64.sqrt()),
+        );
+        close(
+            NormKind::Layer.shift_scale(4.0, s, 0.0),
+            (2.0, 1.0 / 8.5f64.sqrt()),
+        );
+        close(
+            NormKind::L2.shift_scale(4.0, s, 0.0),
+            (0.0, 1.0 / 50.0f64.sqrt()),
+        );
+        close(NormKind::L1.shift_scale(4.0, s, 0.0), (0.0, 1.0 / 12.0));
+        // eps bounds the divisor of an all-zero row (F.normalize); rms adds it.
+        let z = RowStats::of([0.0; 3].into_iter());
+        close(NormKind::L2.shift_scale(3.0, z, 1e-12), (0.0, 1e12));
+        close(NormKind::L1.shift_scale(3.0, z, 0.25), (0.0, 4.0));
+        close(NormKind::Rms.shift_scale(3.0, z, 0.25), (0.0, 2.0));
+        // A constant row: LayerNorm gives 0 (x - mean) with 1/sqrt(eps) as the scale.
+        let c = RowStats::of([5.0; 4].into_iter());
+        close(NormKind::Layer.shift_scale(4.0, c, 0.25), (5.0, 2.0));
+        // NaN and infinity propagate into the statistics.
+        assert!(RowStats::of([1.0, f64::NAN].into_iter()).sum.is_nan());
+        let inf = RowStats::of([1.0, f64::INFINITY].into_iter());
+        assert!(NormKind::Rms.shift_scale(2.0, inf, 0.0).1 == 0.0);
     }
 
     #[test]
@@ -653,6 +802,12 @@ beta = 0.5
             has(
                 &format!("CS_FAMILY_{}", f.name().to_uppercase()),
                 f.abi_value(),
+            );
+        }
+        for k in NormKind::ALL {
+            has(
+                &format!("CS_NORM_{}", k.name().to_uppercase()),
+                k.abi_value(),
             );
         }
         has("CS_LAYOUT_ROW", Layout::Row.abi_value());

@@ -3,7 +3,7 @@
 //! which roof bounds it.
 
 use super::chain::TensorKind;
-use super::schema::{ComputePipe, DType, Family, RooflineClass, Shape};
+use super::schema::{ComputePipe, DType, Family, NormKind, RooflineClass, Shape};
 use super::Workload;
 
 impl Workload {
@@ -28,6 +28,8 @@ impl Workload {
     /// add and activation are the first ops of its chain). gemm_glu: two GEMMs plus the
     /// gate and a multiply per output. gemm_softmax: the GEMM plus the row softmax.
     /// Activation: `m n` times the chain's count (the activation is its first op).
+    /// Norm: 3 per element (a square or abs and a sum, the scale), 5 for LayerNorm (the
+    /// mean, the centered square and sum, the shift and scale), plus the chain's count.
     /// Softmax: 5 per element (max, subtract, exp, sum, scale by 1/sum); log-softmax 6
     /// (max, subtract, exp, sum, log, subtract).
     pub fn flops(&self, shape: &Shape) -> f64 {
@@ -48,6 +50,14 @@ impl Workload {
             Family::Activation => out * self.chain.flops_per_element(),
             Family::Softmax => 5.0 * out,
             Family::LogSoftmax => 6.0 * out,
+            Family::Norm => {
+                (if self.params.norm == NormKind::Layer {
+                    5.0
+                } else {
+                    3.0
+                } + self.chain.flops_per_element())
+                    * out
+            }
         }
     }
 
@@ -72,7 +82,7 @@ impl Workload {
         let reference_planes = match self.family {
             Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => 8.0,
             Family::GemmGlu => 16.0,
-            Family::Activation | Family::Softmax | Family::LogSoftmax => 0.0,
+            Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => 0.0,
         };
         2.0 * t.inputs + t.output + t.chain + reference_planes * t.elements
     }
@@ -102,7 +112,7 @@ impl Workload {
                 self.tensor_bytes(shape),
             ),
             Family::GemmGlu => ((m * k * ba + 2.0 * k * n * bb) * inb, 0.0),
-            Family::Activation | Family::Softmax | Family::LogSoftmax => {
+            Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
                 (elements * inb, self.tensor_bytes(shape))
             }
         };

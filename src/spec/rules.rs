@@ -68,6 +68,7 @@ impl Validator<'_> {
         let (out_dtype, acc_dtype) = self.dtypes(&spec)?;
 
         let layouts = match (family.is_gemm(), spec.layout) {
+            (false, Some(l)) if family == Family::Norm => self.norm_layouts(&l)?,
             (true, l) => {
                 let l = l.unwrap_or_default();
                 let d = Layouts::default();
@@ -92,7 +93,7 @@ impl Validator<'_> {
                     "layout",
                     format!(
                         "only for the GEMM families (gemm, gemm_bias_act, gemm_softmax, \
-                         gemm_glu), not {family}; remove [layout]"
+                         gemm_glu) and norm, not {family}; remove [layout]"
                     ),
                 ))
             }
@@ -101,13 +102,14 @@ impl Validator<'_> {
         let shapes = self.shapes(family, &spec.shapes)?;
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
-        let tolerance = self.tolerance(family, out_dtype, spec.allow_tf32, spec.tolerance)?;
+        let norm = (family == Family::Norm).then_some(params.norm);
+        let tolerance = self.tolerance(family, norm, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
             Family::GemmGlu | Family::GemmSoftmax => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
-            Family::Softmax | Family::LogSoftmax => false,
+            Family::Softmax | Family::LogSoftmax | Family::Norm => false,
         };
         let target = self.target(family, fused, spec.target)?;
 
@@ -159,7 +161,7 @@ impl Validator<'_> {
         if !specs.is_empty() && !family.has_chain() {
             return Err(self.err(
                 "epilogue",
-                format!("only for families gemm, gemm_bias_act and activation, not {family}"),
+                format!("only for families gemm, gemm_bias_act, activation and norm, not {family}"),
             ));
         }
         let act = Op::Act(
@@ -187,6 +189,32 @@ impl Validator<'_> {
                 None => self.err("epilogue", e.message),
             })?;
         Ok(chain)
+    }
+
+    /// `[layout]` of a norm: A row or column (a column-major A holds the rows side by side,
+    /// as a reduction over a middle dimension does), D the same.
+    fn norm_layouts(&self, l: &LayoutSpec) -> Result<Layouts> {
+        if l.b.is_some() || l.shared.is_some() {
+            return Err(self.err(
+                "layout",
+                "family norm has one operand: only `a` (and `c`, equal to it) may be set",
+            ));
+        }
+        let a = l.a.unwrap_or(Layout::Row);
+        let c = l.c.unwrap_or(a);
+        if c != a {
+            return Err(self.err(
+                "layout.c",
+                format!("a norm writes D in A's layout (\"{a}\"); set c = \"{a}\" or leave it out"),
+            ));
+        }
+        Ok(Layouts {
+            a,
+            b: Layout::Row,
+            c,
+            shared_a: false,
+            shared_b: false,
+        })
     }
 
     /// The file stem, checked against the optional `name` field.
@@ -248,6 +276,12 @@ impl Validator<'_> {
             return Err(self.err(
                 "out_dtype",
                 format!("an fp8 output needs fp8 operands, not {}", spec.dtype),
+            ));
+        }
+        if family == Family::Norm && !(out_dtype == spec.dtype || out_dtype == DType::F32) {
+            return Err(self.err(
+                "out_dtype",
+                format!("a norm writes {} or f32, not {out_dtype}", spec.dtype),
             ));
         }
         let acc_dtype = spec.acc_dtype.unwrap_or(DType::F32);
@@ -324,6 +358,15 @@ impl Validator<'_> {
                 forbid("batch", s.batch)?;
                 Shape::rows(dim("m", s.m, None)?, dim("n", s.n, None)?)
             }
+            Family::Norm => {
+                forbid("k", s.k)?;
+                Shape {
+                    m: dim("m", s.m, Some(1))?,
+                    n: dim("n", s.n, None)?,
+                    k: 0,
+                    batch: dim("batch", s.batch, Some(1))?,
+                }
+            }
         };
         // Every operand's element count must fit the ABI's int64 sizes and strides.
         let fits = |a: u64, b: u64| {
@@ -369,6 +412,30 @@ impl Validator<'_> {
         finite("scale_a", p.scale_a)?;
         finite("scale_b", p.scale_b)?;
         finite("scale_d", p.scale_d)?;
+        finite("eps", p.eps)?;
+        if let Some(e) = p.eps.filter(|e| *e < 0.0) {
+            return Err(self.err("params.eps", format!("must be >= 0, got {e}")));
+        }
+        if family != Family::Norm {
+            if p.norm.is_some() {
+                return Err(only("norm", "norm"));
+            }
+            if p.eps.is_some() {
+                return Err(only("eps", "norm"));
+            }
+        }
+        let norm = match (family, p.norm) {
+            (Family::Norm, None) => {
+                return Err(self.err(
+                    "params.norm",
+                    format!(
+                        "missing; family norm needs one; allowed: {}",
+                        NormKind::ALL.map(NormKind::name).join(", ")
+                    ),
+                ))
+            }
+            (_, k) => k.unwrap_or(NormKind::Rms),
+        };
         if !dtype.is_fp8() {
             for (f, v) in [("scale_a", p.scale_a), ("scale_b", p.scale_b)] {
                 if v.is_some() {
@@ -411,6 +478,13 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
+            (Family::Norm, Some(_)) => {
+                return Err(self.err(
+                    "params.activation",
+                    "family norm applies its activation (or anything after the norm) as \
+                     [[epilogue]] ops; move it there",
+                ))
+            }
             (
                 Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax | Family::GemmGlu,
                 Some(_),
@@ -420,7 +494,8 @@ impl Validator<'_> {
                 | Family::Softmax
                 | Family::LogSoftmax
                 | Family::GemmSoftmax
-                | Family::GemmGlu,
+                | Family::GemmGlu
+                | Family::Norm,
                 None,
             ) => Activation::Identity,
             (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
@@ -467,17 +542,31 @@ impl Validator<'_> {
                 Activation::Identity
             },
             log_softmax: p.log_softmax.unwrap_or(false),
+            norm,
+            eps: if family == Family::Norm {
+                p.eps.unwrap_or(norm.default_eps())
+            } else {
+                0.0
+            },
         })
     }
 
     fn tolerance(
         &self,
         family: Family,
+        norm: Option<NormKind>,
         out_dtype: DType,
         tf32: bool,
         spec: Option<ToleranceSpec>,
     ) -> Result<Tolerance> {
         let mut t = Tolerance::default_for(family, out_dtype, tf32);
+        // A row normalized to unit length (L2) or unit sum (L1) has elements of
+        // 1/sqrt(n) or 1/n: the atol shrinks with them, else zeros would pass.
+        match norm {
+            Some(NormKind::L2) => t.atol_scale = AtolScale::InvSqrtN,
+            Some(NormKind::L1) => t.atol_scale = AtolScale::InvN,
+            _ => {}
+        }
         let Some(spec) = spec else { return Ok(t) };
         for (field, v) in [("rtol", spec.rtol), ("atol", spec.atol)] {
             if let Some(x) = v {
@@ -600,6 +689,7 @@ fn needs(family: Family) -> &'static str {
         }
         Family::Activation => "n (and optional m rows)",
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
+        Family::Norm => "n (elements per row), optional m rows and batch",
     }
 }
 

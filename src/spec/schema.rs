@@ -26,11 +26,14 @@ pub enum Family {
     /// `D = gate(A * B) * (A * B2)`: two GEMMs sharing A, combined elementwise (SwiGLU,
     /// GEGLU).
     GemmGlu,
+    /// Each row normalized (RMSNorm, LayerNorm, L2 / L1 normalize, `params.norm`), then
+    /// the epilogue chain (an affine weight and bias are its `mul row` / `add row`).
+    Norm,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
@@ -38,6 +41,7 @@ impl Family {
         Family::LogSoftmax,
         Family::GemmSoftmax,
         Family::GemmGlu,
+        Family::Norm,
     ];
 
     /// The spelling used in spec files and reports.
@@ -50,6 +54,7 @@ impl Family {
             Family::LogSoftmax => "log_softmax",
             Family::GemmSoftmax => "gemm_softmax",
             Family::GemmGlu => "gemm_glu",
+            Family::Norm => "norm",
         }
     }
 
@@ -63,6 +68,7 @@ impl Family {
             Family::LogSoftmax => 4,
             Family::GemmSoftmax => 5,
             Family::GemmGlu => 6,
+            Family::Norm => 7,
         }
     }
 
@@ -79,7 +85,7 @@ impl Family {
     pub fn has_chain(self) -> bool {
         matches!(
             self,
-            Family::Gemm | Family::GemmBiasAct | Family::Activation
+            Family::Gemm | Family::GemmBiasAct | Family::Activation | Family::Norm
         )
     }
 
@@ -92,10 +98,13 @@ impl Family {
     }
 
     /// The baselines measured when a spec names none: vendor GEMMs for the GEMM
-    /// families, cuDNN plus a plain device copy (the bandwidth ceiling) otherwise.
+    /// families, cuDNN plus a plain device copy (the bandwidth ceiling) otherwise; the
+    /// copy alone for the norms (cuDNN's legacy API has none).
     pub fn default_baselines(self) -> Vec<Baseline> {
         if self.is_gemm() {
             vec![Baseline::Cublas, Baseline::Cublaslt]
+        } else if self == Family::Norm {
+            vec![Baseline::Copy]
         } else {
             vec![Baseline::Cudnn, Baseline::Copy]
         }
@@ -355,6 +364,105 @@ impl fmt::Display for Activation {
     }
 }
 
+/// The row normalization of the norm family (`cs_norm`); x is one row of n elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `x / sqrt(mean(x^2) + eps)` (RMSNorm).
+    Rms,
+    /// `(x - mean) / sqrt(var + eps)`, the biased variance (LayerNorm).
+    Layer,
+    /// `x / max(sqrt(sum x^2), eps)` (`F.normalize`, p = 2).
+    L2,
+    /// `x / max(sum |x|, eps)` (`F.normalize`, p = 1).
+    L1,
+}
+
+impl NormKind {
+    /// Every kind, in ABI order.
+    pub const ALL: [NormKind; 4] = [NormKind::Rms, NormKind::Layer, NormKind::L2, NormKind::L1];
+
+    /// The `cs_norm` value the harness puts in `cs_problem.norm`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            NormKind::Rms => 0,
+            NormKind::Layer => 1,
+            NormKind::L2 => 2,
+            NormKind::L1 => 3,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            NormKind::Rms => "rms",
+            NormKind::Layer => "layer",
+            NormKind::L2 => "l2",
+            NormKind::L1 => "l1",
+        }
+    }
+
+    /// The epsilon PyTorch uses when none is given: `nn.LayerNorm`'s 1e-5 (and 1e-5 for
+    /// RMSNorm, as KernelBench writes it), `F.normalize`'s 1e-12.
+    pub fn default_eps(self) -> f32 {
+        match self {
+            NormKind::Rms | NormKind::Layer => 1e-5,
+            NormKind::L2 | NormKind::L1 => 1e-12,
+        }
+    }
+
+    /// A row's shift and scale (y = (x - shift) * scale) from its fp64 statistics over
+    /// `n` elements: the sum of x, of x^2, of |x|, and `centered`, the sum of (x - mean)^2.
+    pub fn shift_scale(self, n: f64, stats: RowStats, eps: f64) -> (f64, f64) {
+        match self {
+            NormKind::Rms => (0.0, 1.0 / (stats.sumsq / n + eps).sqrt()),
+            NormKind::Layer => (stats.sum / n, 1.0 / (stats.centered / n + eps).sqrt()),
+            NormKind::L2 => (0.0, 1.0 / stats.sumsq.sqrt().max(eps)),
+            NormKind::L1 => (0.0, 1.0 / stats.abs_sum.max(eps)),
+        }
+    }
+}
+
+/// The fp64 sums of one row a norm's reference is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RowStats {
+    /// Sum of x.
+    pub sum: f64,
+    /// Sum of x^2.
+    pub sumsq: f64,
+    /// Sum of |x|.
+    pub abs_sum: f64,
+    /// Sum of (x - mean)^2.
+    pub centered: f64,
+}
+
+impl RowStats {
+    /// The statistics of `row`, two passes (the centered sum about the exact mean).
+    pub fn of(row: impl Iterator<Item = f64> + Clone) -> RowStats {
+        let (mut sum, mut sumsq, mut abs_sum, mut count) = (0.0, 0.0, 0.0, 0usize);
+        for x in row.clone() {
+            sum += x;
+            sumsq += x * x;
+            abs_sum += x.abs();
+            count += 1;
+        }
+        let mean = sum / count.max(1) as f64;
+        let centered = row.map(|x| (x - mean) * (x - mean)).sum();
+        RowStats {
+            sum,
+            sumsq,
+            abs_sum,
+            centered,
+        }
+    }
+}
+
+impl fmt::Display for NormKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// The name of cuBLAS on TF32 tensor cores, timed beside an fp32 workload's baselines for
 /// reference only (not fp32-accurate): never a goal's or a speedup's baseline.
 pub const TF32_REFERENCE: &str = "cublas tf32 (not fp32-accurate)";
@@ -396,7 +504,8 @@ impl Baseline {
     pub fn supports(self, family: Family) -> bool {
         match self {
             Baseline::Cublas | Baseline::Cublaslt => family.is_gemm(),
-            Baseline::Cudnn | Baseline::Copy => !family.is_gemm(),
+            Baseline::Cudnn => !family.is_gemm() && family != Family::Norm,
+            Baseline::Copy => !family.is_gemm(),
             Baseline::Torch => true,
             Baseline::Unfused => family.is_gemm() || family == Family::Activation,
         }
@@ -420,6 +529,8 @@ pub enum AtolScale {
     SqrtK,
     /// `atol / n`: a softmax row of n columns averages 1/n per element.
     InvN,
+    /// `atol / sqrt(n)`: a row of n elements scaled to unit length (L2 norm).
+    InvSqrtN,
 }
 
 /// Which peak rate bounds the arithmetic of a workload, so a caller of
@@ -562,6 +673,12 @@ pub struct ParamsSpec {
     /// gemm_softmax: log-softmax instead of softmax (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_softmax: Option<bool>,
+    /// norm: the normalization (rms | layer | l2 | l1); required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm: Option<NormKind>,
+    /// norm: the epsilon (default per kind: 1e-5 for rms and layer, 1e-12 for l2 and l1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eps: Option<f32>,
 }
 
 impl ParamsSpec {
@@ -654,7 +771,9 @@ impl Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = if self.k == 0 {
+        let s = if self.k == 0 && self.batch > 1 {
+            format!("{}x({}x{})", self.batch, self.m, self.n)
+        } else if self.k == 0 {
             if self.m == 1 {
                 format!("{}", self.n)
             } else {
@@ -733,6 +852,10 @@ pub struct Params {
     pub gate: Activation,
     /// gemm_softmax: log-softmax.
     pub log_softmax: bool,
+    /// norm: the normalization (Rms for other families, where it is not read).
+    pub norm: NormKind,
+    /// norm: its epsilon (0 for other families).
+    pub eps: f32,
 }
 
 /// Baselines and goals with defaults filled.

@@ -64,6 +64,8 @@ impl Tolerance {
             Family::Gemm | Family::GemmBiasAct | Family::GemmGlu => AtolScale::None,
             Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax => AtolScale::InvN,
             Family::Activation => AtolScale::None,
+            // L2 and L1 norms scale by 1/sqrt(n) and 1/n (set by the spec's rules).
+            Family::Norm => AtolScale::None,
         }
     }
 
@@ -73,6 +75,7 @@ impl Tolerance {
             AtolScale::None => self.atol,
             AtolScale::SqrtK => self.atol * (shape.k.max(1) as f64).sqrt(),
             AtolScale::InvN => self.atol / shape.n.max(1) as f64,
+            AtolScale::InvSqrtN => self.atol / (shape.n.max(1) as f64).sqrt(),
         }
     }
 

@@ -117,6 +117,15 @@ fn takes(template: &str) -> Option<Takes> {
             chain: ChainTakes::Identity,
             shared: true,
         },
+        "norm_rows" => Takes {
+            families: &[Family::Norm],
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: None,
+            cd_col: true,
+            any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: false,
+        },
         _ => return None,
     })
 }
@@ -314,7 +323,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
-        "elementwise_activation" | "softmax_rows" => Ok(()),
+        "elementwise_activation" | "softmax_rows" | "norm_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
 }

@@ -382,6 +382,20 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.push(mk("gemm_softmax", with(p, &fp16), why));
             }
         }
+        Family::Norm => {
+            for (p, why) in [
+                (
+                    &[("CS_THREADS", 1024)][..],
+                    "a row per warp (short rows), per CTA with the row in registers, or split over CTAs (long rows); 1024-thread CTAs",
+                ),
+                (
+                    &[("CS_THREADS", 512)][..],
+                    "the same with 512-thread CTAs: more CTAs per SM for medium rows",
+                ),
+            ] {
+                out.push(mk("norm_rows", with(p, &[]), why));
+            }
+        }
         Family::Softmax | Family::LogSoftmax => {
             for (t, c, why) in [
                 (

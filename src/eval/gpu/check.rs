@@ -15,7 +15,7 @@ use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKer
 use super::session::{CudaFailure, Session};
 use crate::eval::compare::{BinCounts, Binning, Dims, Mismatch, Summary};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
-use crate::spec::{Activation, DType};
+use crate::spec::{Activation, DType, NormKind};
 
 fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     CudaFailure {
@@ -37,6 +37,9 @@ pub enum Reference {
     Glu { gate: Activation },
     /// Row softmax (or log-softmax) of `scale * z + beta * C`.
     GemmSoftmax { log: bool },
+    /// `chain((A[i] - shift) * scale)`, each logical row's shift and scale from its fp64
+    /// statistics (`cs_norm_stats`).
+    Norm { kind: NormKind, eps: f64 },
 }
 
 /// Everything fixed for one workload's comparison kernels.
@@ -277,6 +280,9 @@ pub fn check_source(spec: &CheckSpec) -> String {
             p0 = lit(gate.default_params().0),
             p1 = lit(gate.default_params().1),
         ),
+        Reference::Norm { .. } => format!(
+            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
+        ),
         Reference::GemmSoftmax { log } => format!(
             "{}  const double x = acc + cc;\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             gemm_z(0, 1, true, spec.out),
@@ -285,6 +291,10 @@ pub fn check_source(spec: &CheckSpec) -> String {
         ),
     };
     let col_major = if spec.col_major { "true" } else { "false" };
+    let (norm_kind, norm_eps) = match &spec.reference {
+        Reference::Norm { kind, eps } => (kind.abi_value(), lit(*eps)),
+        _ => (0, lit(0.0)),
+    };
     let _ = write!(
         s,
         r#"
@@ -479,6 +489,48 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     double* o = stats + (with_gemm ? 3 : 2) * row;
     o[0] = mx; o[1] = red[0];
     if (with_gemm) o[2] = em;
+  }}
+}}
+
+// Per-row (shift, scale) in fp64 for the norm reference: y = (x - shift) * scale, from the
+// row's sums of x, x^2 and |x| and its sum of squares about the mean (a second pass).
+extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
+{{
+  const bool col_major = {col_major};
+  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
+  const long long row = blockIdx.x, b = row / R, lr = row % R;
+  __shared__ double red[3][1024];
+  double s1 = 0.0, s2 = 0.0, sa = 0.0;
+  for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
+    const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
+    const double x = {in_ld}((const void*)a.r[0], i);
+    s1 += x; s2 += x * x; sa += fabs(x);
+  }}
+  red[0][threadIdx.x] = s1; red[1][threadIdx.x] = s2; red[2][threadIdx.x] = sa; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
+    if (threadIdx.x < s) for (int q = 0; q < 3; ++q) red[q][threadIdx.x] += red[q][threadIdx.x + s];
+    __syncthreads();
+  }}
+  s1 = red[0][0]; s2 = red[1][0]; sa = red[2][0]; __syncthreads();
+  const double n = (double)C, mean = s1 / n;
+  double cs = 0.0;
+  for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
+    const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
+    const double d = {in_ld}((const void*)a.r[0], i) - mean;
+    cs += d * d;
+  }}
+  red[0][threadIdx.x] = cs; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[0][threadIdx.x] += red[0][threadIdx.x + s]; __syncthreads(); }}
+  if (threadIdx.x == 0) {{
+    const double eps = {norm_eps};
+    double shift = 0.0, scale = 1.0;
+    switch ({norm_kind}) {{
+      case 0: scale = 1.0 / sqrt(s2 / n + eps); break;
+      case 1: shift = mean; scale = 1.0 / sqrt(red[0][0] / n + eps); break;
+      case 2: scale = 1.0 / fmax(sqrt(s2), eps); break;
+      default: scale = 1.0 / fmax(sa, eps); break;
+    }}
+    stats[2 * row] = shift; stats[2 * row + 1] = scale;
   }}
 }}
 
@@ -865,6 +917,7 @@ pub struct Checker {
     stats: CudaFunction,
     count: CudaFunction,
     dots: CudaFunction,
+    norm_stats: CudaFunction,
     spec: CheckSpec,
 }
 
@@ -881,8 +934,10 @@ impl Checker {
                 "cs_row_stats",
                 "cs_check_count",
                 "cs_dots",
+                "cs_norm_stats",
             ],
         )?;
+        let norm_stats = f.remove(6);
         let dots = f.remove(5);
         let count = f.remove(4);
         let stats = f.remove(3);
@@ -897,8 +952,29 @@ impl Checker {
             stats,
             count,
             dots,
+            norm_stats,
             spec: spec.clone(),
         })
+    }
+
+    /// Per-row (shift, scale) of the norm reference, into `stats` (2 doubles per row).
+    pub fn norm_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
+        let logical_rows = if self.spec.col_major {
+            args.cols
+        } else {
+            args.rows
+        };
+        let rows = (args.batch * logical_rows) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (rows.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.stream.launch_builder(&self.norm_stats);
+        b.arg(args).arg(&stats);
+        // SAFETY: the arguments describe live buffers; stats holds two entries per row.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
     }
 
     /// Per-row statistics for the softmax references, into `stats` (2 doubles per row,

@@ -33,13 +33,18 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
             log: params.log_softmax,
         },
         Family::GemmGlu => Reference::Glu { gate: params.gate },
+        Family::Norm => Reference::Norm {
+            kind: params.norm,
+            eps: f64::from(params.eps),
+        },
     };
     CheckSpec {
         reference,
         chain: w.chain().clone(),
         out: d,
         input: a,
-        col_major: w.family().is_gemm() && w.layouts().c == Layout::Col,
+        col_major: (w.family().is_gemm() || w.family() == Family::Norm)
+            && w.layouts().c == Layout::Col,
     }
 }
 
@@ -127,6 +132,12 @@ impl Ctx<'_> {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;
                 dev.checker.row_stats(self.s, &args, st.ptr)?;
+                stats = Some(st);
+            }
+            Reference::Norm { .. } => {
+                let st = self.s.zeros::<f64>(2 * rows)?;
+                args.r[1] = st.ptr;
+                dev.checker.norm_stats(self.s, &args, st.ptr)?;
                 stats = Some(st);
             }
             Reference::GemmSoftmax { .. } => {

@@ -140,7 +140,8 @@ impl<'a> super::Ctx<'a> {
         let params = w.params();
         let lay = w.layouts();
         let out_len = batch * m * n;
-        let ldd = if w.family().is_gemm() && lay.c == Layout::Col {
+        // D column-major (a GEMM's, or a norm's rows side by side): m between columns.
+        let ldd = if (w.family().is_gemm() || w.family() == Family::Norm) && lay.c == Layout::Col {
             m
         } else {
             n
@@ -194,7 +195,7 @@ impl<'a> super::Ctx<'a> {
                 tensors,
                 out_len,
                 gemm: None,
-                ldd: n as i64,
+                ldd: ldd as i64,
             });
         }
         let ba = if lay.shared_a { 1 } else { batch };
@@ -314,7 +315,13 @@ impl<'a> super::Ctx<'a> {
             batch_stride_b2: 0,
             gate: params.gate.abi_value(),
             reserved1: 0,
+            norm: params.norm.abi_value(),
+            norm_eps: params.eps,
         };
+        // A norm's A is batched like D (A and D share their layout and leading dimension).
+        if w.family() == Family::Norm {
+            cp.batch_stride_a = cp.batch_stride_d;
+        }
         // An activation workload that is one activation (an [[epilogue]] one included)
         // states it, with its parameters, in the problem.
         if w.family() == Family::Activation {

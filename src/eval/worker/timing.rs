@@ -461,8 +461,9 @@ impl Ctx<'_> {
                 }
             }
             None => {
-                let single_act =
-                    w.chain().steps.len() == 1 && matches!(w.chain().steps[0].op, Op::Act(..));
+                let single_act = fam == Family::Activation
+                    && w.chain().steps.len() == 1
+                    && matches!(w.chain().steps[0].op, Op::Act(..));
                 let op = match fam {
                     Family::Softmax | Family::LogSoftmax => {
                         Some(libs.cudnn_softmax(dtype, m, n, fam == Family::LogSoftmax))

@@ -13,7 +13,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
-use crate::spec::{DType, Family, Layout, Shape};
+use crate::spec::{DType, Family, Layout, RowStats, Shape};
 
 use super::problem::Problem;
 use super::{classify_cuda, fault, Ctx};
@@ -267,9 +267,13 @@ impl Ctx<'_> {
 
     pub(super) fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
         let sh = p.shape;
-        let (rows, cols) = match (&p.gemm, self.workload.layouts().c) {
-            (Some(_), Layout::Col) => (sh.n as usize, sh.m as usize),
-            _ => (sh.m as usize, sh.n as usize),
+        // D column-major (a GEMM's or a norm's): the storage rows are the logical columns.
+        let col_major = (p.gemm.is_some() || self.workload.family() == Family::Norm)
+            && self.workload.layouts().c == Layout::Col;
+        let (rows, cols) = if col_major {
+            (sh.n as usize, sh.m as usize)
+        } else {
+            (sh.m as usize, sh.n as usize)
         };
         Dims {
             batch: sh.batch.max(1) as usize,
@@ -395,6 +399,34 @@ impl Ctx<'_> {
                     if w.family() == Family::LogSoftmax {
                         log_of_softmax(&p.host_a, m, n, &mut want);
                     }
+                }
+                Family::Norm => {
+                    // Each logical row's (shift, scale) from its fp64 statistics, then
+                    // the chain at every element of D (A's layout).
+                    let col = lay.c == Layout::Col;
+                    let x = &p.host_a;
+                    let at = |b: usize, r: usize, c: usize| {
+                        b * plane + if col { c * m + r } else { r * n + c }
+                    };
+                    let batches = p.out_len / plane.max(1);
+                    let mut rows = vec![(0f64, 1f64); batches * m];
+                    for (idx, slot) in rows.iter_mut().enumerate() {
+                        let (b, r) = (idx / m, idx % m);
+                        let stats = RowStats::of((0..n).map(|c| x[at(b, r, c)].to_f64()));
+                        *slot = params
+                            .norm
+                            .shift_scale(n as f64, stats, f64::from(params.eps));
+                    }
+                    let tensors = &p.tensors;
+                    data::parallel_fill(&mut want, |i| {
+                        let (b, r, c) = coords(i, col);
+                        let (shift, scale) = rows[b * m + r];
+                        let mut t = [0f64; MAX_TENSORS];
+                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                            *slot = tt.at(lay.c, b, r, c);
+                        }
+                        chain.eval((x[i].to_f64() - shift) * scale, &t)
+                    });
                 }
                 _ => {
                     let (x, tensors) = (&p.host_a, &p.tensors);
