@@ -26,6 +26,8 @@ use crate::spec::{
 /// The tracer, shipped inside the binary and written to a temp file for each import.
 pub const TRACER: &str = include_str!("trace.py");
 
+mod norm;
+
 /// The graph `trace.py` prints.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Graph {
@@ -725,10 +727,16 @@ pub fn map_graph(
         .iter()
         .filter(|n| n.op == "call_function")
         .collect();
+    // Normalizations (an op, or written out with reductions): their nodes are known.
+    let norms = mp.norms(&calls);
+    let absorbed: HashSet<&str> = norms
+        .iter()
+        .flat_map(|m| m.absorbed.iter().map(String::as_str))
+        .collect();
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
-        if classify(t) == Class::Unknown {
+        if classify(t) == Class::Unknown && !absorbed.contains(n.name.as_str()) {
             mp.problem(n, unknown_message(t));
         }
     }
@@ -777,11 +785,27 @@ pub fn map_graph(
     for extra in softmaxes.iter().skip(1) {
         mp.problem(extra, "a second softmax: a workload has one");
     }
+    for extra in norms.iter().skip(1) {
+        if let Some(n) = mp.nodes.get(extra.head.as_str()).copied() {
+            mp.problem(n, "a second normalization: a workload has one");
+        }
+    }
+    if let (Some(nm), true) = (norms.first(), !gemms.is_empty() || !softmaxes.is_empty()) {
+        if let Some(n) = mp.nodes.get(nm.head.as_str()).copied() {
+            mp.problem(
+                n,
+                "a normalization beside a GEMM or a softmax: family norm fuses nothing before or after it but elementwise ops",
+            );
+        }
+    }
     if !mp.problems.is_empty() {
         return Err(mp.problems);
     }
     let mut ops: Vec<String> = Vec::new();
     let spec = match (gemms.first(), softmaxes.first()) {
+        (None, None) if !norms.is_empty() => {
+            norm::map_norm(&mut mp, &norms[0], &out_name, file, &mut ops)
+        }
         (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
         (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),
         (None, None) => map_activation(&mut mp, graph, &out_name, file, &mut ops),

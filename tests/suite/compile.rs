@@ -279,6 +279,12 @@ fn every_template_instance_compiles_in_each_layout() {
         // The dual GLU kernel with both operands MN-major (f16 GEGLU, A column-major, B
         // row-major): a GPU test fixture.
         ("glu_f16_cr_small", "gemm_glu"),
+        // The norms: RMSNorm with its weight (bf16), LayerNorm with weight, bias and GELU,
+        // rows side by side (f32, column-major A), and L1 into f32.
+        ("norm_rms_bf16_llm", "norm_rows"),
+        ("norm_layer_bf16_gelu", "norm_rows"),
+        ("norm_rms_f32_dim1", "norm_rows"),
+        ("norm_l1_bf16_small", "norm_rows"),
     ];
     let mut requests = Vec::new();
     let mut not_taken = Vec::new();
@@ -362,6 +368,7 @@ fn every_template_instance_compiles_in_each_layout() {
         "softmax_rows",
         "gemm_softmax",
         "gemm_glu",
+        "norm_rows",
     ] {
         assert!(
             requests

@@ -202,6 +202,12 @@ fn every_template_validates_on_its_workloads() {
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",
+        // The norms: short, medium and split rows, a chain after, rows side by side
+        // (column-major A), an f32 output of bf16 rows.
+        "norm_bf16_small",
+        "norm_layer_f32_small",
+        "norm_col_f32_small",
+        "norm_l1_bf16_small",
     ];
     let mut cases = Vec::new();
     for name in names {

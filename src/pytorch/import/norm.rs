@@ -1,0 +1,482 @@
+//! Row normalizations in a traced graph: `aten.layer_norm` and `aten.rms_norm` as ops, and
+//! the forms KernelBench writes out (RMSNorm as `x / sqrt(mean(x^2) + eps)` or
+//! `x * rsqrt(...)`, L2 as `x / norm(x)` or `x / clamp_min(norm(x), eps)`, L1 as
+//! `x / sum(|x|)`), each over a run of adjacent dimensions. A match names the node whose
+//! value is the normalized tensor (the head the chain continues from) and the nodes it
+//! absorbs, which are then not "unknown ops".
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
+use crate::spec::chain::OpSpec;
+use crate::spec::{
+    DType, Family, Layout, LayoutSpec, NormKind, ParamsSpec, ShapeSpec, WorkloadSpec,
+};
+
+/// A normalization found in the graph.
+pub(super) struct NormMatch {
+    /// The node whose value is the normalized tensor.
+    pub head: String,
+    /// The normalized input.
+    pub input: String,
+    pub kind: NormKind,
+    /// `None`: the kind's default.
+    pub eps: Option<f64>,
+    /// The normalized dimensions, ascending, non-negative.
+    pub dims: Vec<usize>,
+    /// Ops the norm itself runs after normalizing (an affine weight and bias).
+    pub affine: Vec<OpSpec>,
+    /// Every node the match accounts for (the head included).
+    pub absorbed: HashSet<String>,
+}
+
+fn target(n: &Node) -> &str {
+    op_name(n.target.as_deref().unwrap_or_default())
+}
+
+fn rank(mp: &Mapper<'_>, name: &str) -> usize {
+    mp.meta(name).map_or(0, |m| m.shape.len())
+}
+
+/// Dimension list argument `i` (an int or a list), normalized for a tensor of `rank`.
+fn dims_arg(n: &Node, i: usize, key: &str, rank: usize) -> Option<Vec<usize>> {
+    let v = param(n, i, key)?;
+    let list: Vec<i64> = match v {
+        Value::Array(a) => a.iter().map(Value::as_i64).collect::<Option<_>>()?,
+        other => vec![other.as_i64()?],
+    };
+    let r = rank as i64;
+    let mut d: Vec<usize> = list
+        .into_iter()
+        .map(|x| if x < 0 { x + r } else { x })
+        .filter(|x| (0..r).contains(x))
+        .map(|x| x as usize)
+        .collect();
+    d.sort_unstable();
+    d.dedup();
+    (!d.is_empty()).then_some(d)
+}
+
+impl<'g> Mapper<'g> {
+    fn node(&self, name: &str) -> Option<&'g Node> {
+        self.nodes.get(name).copied()
+    }
+
+    /// The node an argument names, through copies and broadcasting views (expand,
+    /// expand_as), with the names passed on the way.
+    fn producer(&self, a: Option<&Value>, seen: &mut Vec<String>) -> Option<&'g Node> {
+        let Some(Arg::Node(mut name)) = self.resolve(a.map(arg)) else {
+            return None;
+        };
+        loop {
+            let n = self.node(name)?;
+            if matches!(target(n), "expand" | "expand_as") {
+                seen.push(n.name.clone());
+                match self.resolve(n.args.first().map(arg)) {
+                    Some(Arg::Node(x)) => name = x,
+                    _ => return None,
+                }
+            } else {
+                return Some(n);
+            }
+        }
+    }
+
+    fn is(&self, a: Option<&Value>, x: &str) -> bool {
+        matches!(self.resolve(a.map(arg)), Some(Arg::Node(v)) if v == x)
+    }
+
+    /// `x^2` as `pow(x, 2)` or `x * x`: the x.
+    fn square_of(&self, n: &Node) -> Option<String> {
+        let a0 = self.resolve(n.args.first().map(arg));
+        match (target(n), a0) {
+            ("pow", Some(Arg::Node(x))) if num_param(n, 1, "exponent") == Some(2.0) => {
+                Some(x.to_string())
+            }
+            ("mul", Some(Arg::Node(x))) if self.is(n.args.get(1), x) => Some(x.to_string()),
+            _ => None,
+        }
+    }
+
+    /// A reduction with keepdim over some dimensions: (op, its input, dims).
+    fn keepdim_reduction(&self, n: &Node) -> Option<(&'static str, String, Vec<usize>)> {
+        let Some(Arg::Node(src)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        let r = rank(self, src);
+        let (op, dims_at, keep_at) = match target(n) {
+            "mean" => ("mean", 1, 2),
+            "sum" => ("sum", 1, 2),
+            "linalg_vector_norm" | "norm" => {
+                if num_param(n, 1, "ord").or_else(|| num_param(n, 1, "p")) != Some(2.0) {
+                    return None;
+                }
+                ("l2", 2, 3)
+            }
+            _ => return None,
+        };
+        let keep = param(n, keep_at, "keepdim")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if !keep {
+            return None;
+        }
+        Some((op, src.to_string(), dims_arg(n, dims_at, "dim", r)?))
+    }
+
+    /// `sum(x^2)`'s or `mean(x^2)`'s x and dims, or `norm(x)`'s: (kind of sum, x, dims).
+    fn sum_of_squares(
+        &self,
+        n: &Node,
+        seen: &mut Vec<String>,
+    ) -> Option<(&'static str, String, Vec<usize>)> {
+        let (op, src, dims) = self.keepdim_reduction(n)?;
+        if op == "l2" {
+            return Some((op, src, dims));
+        }
+        let sq = self.node(&src)?;
+        let x = self.square_of(sq)?;
+        seen.push(sq.name.clone());
+        Some((op, x, dims))
+    }
+
+    /// The divisor of an L2 or L1 norm, or the sqrt of an RMS one: the kind, the input,
+    /// the dims and the eps a clamp_min or an add puts in.
+    fn divisor(
+        &self,
+        d: &'g Node,
+        seen: &mut Vec<String>,
+    ) -> Option<(NormKind, String, Vec<usize>, Option<f64>)> {
+        seen.push(d.name.clone());
+        match target(d) {
+            "clamp_min" | "clamp" => {
+                let eps = num_param(d, 1, "min")?;
+                if target(d) == "clamp" && num_param(d, 2, "max").is_some() {
+                    return None;
+                }
+                let inner = self.producer(d.args.first(), seen)?;
+                let (kind, x, dims, e) = self.divisor(inner, seen)?;
+                if e.is_some_and(|e| e != 0.0) || kind == NormKind::Rms {
+                    return None;
+                }
+                Some((kind, x, dims, Some(eps)))
+            }
+            "sqrt" => {
+                let inner = self.producer(d.args.first(), seen)?;
+                seen.push(inner.name.clone());
+                // sqrt(mean(x^2) + eps): RMS; sqrt(sum(x^2)): L2.
+                let (red, eps) = if target(inner) == "add" {
+                    let eps = num_param(inner, 1, "other")?;
+                    (self.producer(inner.args.first(), seen)?, Some(eps))
+                } else {
+                    (inner, None)
+                };
+                seen.push(red.name.clone());
+                let (op, x, dims) = self.sum_of_squares(red, seen)?;
+                match (op, eps) {
+                    ("mean", e) => Some((NormKind::Rms, x, dims, Some(e.unwrap_or(0.0)))),
+                    ("sum", None) => Some((NormKind::L2, x, dims, Some(0.0))),
+                    _ => None,
+                }
+            }
+            // x / norm(x) has no epsilon (F.normalize's is the clamp_min above).
+            "linalg_vector_norm" | "norm" => {
+                let (_, x, dims) = self.keepdim_reduction(d)?;
+                Some((NormKind::L2, x, dims, Some(0.0)))
+            }
+            "sum" => {
+                let (op, src, dims) = self.keepdim_reduction(d)?;
+                let a = self.node(&src)?;
+                if op != "sum" || target(a) != "abs" {
+                    return None;
+                }
+                seen.push(a.name.clone());
+                let Some(Arg::Node(x)) = self.resolve(a.args.first().map(arg)) else {
+                    return None;
+                };
+                Some((NormKind::L1, x.to_string(), dims, Some(0.0)))
+            }
+            _ => None,
+        }
+    }
+
+    /// A written-out norm whose result is node `n` (`x / divisor` or `x * rsqrt(...)`).
+    fn written_norm(&self, n: &'g Node) -> Option<NormMatch> {
+        let mut seen = vec![n.name.clone()];
+        let (x, kind, dims, eps) = match target(n) {
+            "div" => {
+                let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
+                    return None;
+                };
+                let d = self.producer(n.args.get(1), &mut seen)?;
+                let (kind, src, dims, eps) = self.divisor(d, &mut seen)?;
+                if src != x {
+                    return None;
+                }
+                (x.to_string(), kind, dims, eps)
+            }
+            "mul" => {
+                // x * rsqrt(mean(x^2) + eps), either order.
+                let (xa, ra) = (n.args.first(), n.args.get(1));
+                let mut found = None;
+                for (xv, rv) in [(xa, ra), (ra, xa)] {
+                    let Some(Arg::Node(x)) = self.resolve(xv.map(arg)) else {
+                        continue;
+                    };
+                    let mut s = seen.clone();
+                    let Some(r) = self.producer(rv, &mut s) else {
+                        continue;
+                    };
+                    if target(r) != "rsqrt" {
+                        continue;
+                    }
+                    s.push(r.name.clone());
+                    let Some(add) = self.producer(r.args.first(), &mut s) else {
+                        continue;
+                    };
+                    s.push(add.name.clone());
+                    let (red, eps) = if target(add) == "add" {
+                        match (
+                            self.producer(add.args.first(), &mut s),
+                            num_param(add, 1, "other"),
+                        ) {
+                            (Some(red), Some(e)) => (red, e),
+                            _ => continue,
+                        }
+                    } else {
+                        (add, 0.0)
+                    };
+                    s.push(red.name.clone());
+                    match self.sum_of_squares(red, &mut s) {
+                        Some(("mean", src, dims)) if src == x => {
+                            found = Some((x.to_string(), dims, eps, s));
+                            break;
+                        }
+                        _ => continue,
+                    }
+                }
+                let (x, dims, eps, s) = found?;
+                seen = s;
+                (x, NormKind::Rms, dims, Some(eps))
+            }
+            _ => return None,
+        };
+        Some(NormMatch {
+            head: n.name.clone(),
+            input: x,
+            kind,
+            eps,
+            dims,
+            affine: Vec::new(),
+            absorbed: seen.into_iter().collect(),
+        })
+    }
+
+    /// `aten.layer_norm(x, shape, weight, bias, eps)` / `aten.rms_norm(x, shape, weight,
+    /// eps)`: the last `len(shape)` dimensions, the weight and bias as row operands.
+    fn norm_op(&self, n: &'g Node, dtype: Option<DType>) -> Option<NormMatch> {
+        let layer = match target(n) {
+            "layer_norm" => true,
+            "rms_norm" => false,
+            _ => return None,
+        };
+        let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        let r = rank(self, x);
+        let l = param(n, 1, "normalized_shape")
+            .and_then(Value::as_array)
+            .map_or(1, Vec::len);
+        if l == 0 || l > r {
+            return None;
+        }
+        let (weight, bias, eps) = if layer {
+            (
+                param(n, 2, "weight"),
+                param(n, 3, "bias"),
+                num_param(n, 4, "eps"),
+            )
+        } else {
+            // rms_norm with eps None uses the input type's machine epsilon.
+            let eps = num_param(n, 3, "eps").or_else(|| dtype.map(DType::epsilon));
+            (param(n, 2, "weight"), None, eps)
+        };
+        let mut affine = Vec::new();
+        for (v, op) in [(weight, "mul"), (bias, "add")] {
+            if matches!(v.map(arg), Some(Arg::Node(_))) {
+                affine.push(OpSpec {
+                    op: op.into(),
+                    operand: Some("row".into()),
+                    ..OpSpec::default()
+                });
+            }
+        }
+        Some(NormMatch {
+            head: n.name.clone(),
+            input: x.to_string(),
+            kind: if layer {
+                NormKind::Layer
+            } else {
+                NormKind::Rms
+            },
+            eps: eps.or(Some(1e-5)),
+            dims: (r - l..r).collect(),
+            affine,
+            absorbed: HashSet::from([n.name.clone()]),
+        })
+    }
+
+    /// Every normalization in `calls`, written out or as an op.
+    pub(super) fn norms(&self, calls: &[&'g Node]) -> Vec<NormMatch> {
+        let mut out: Vec<NormMatch> = Vec::new();
+        for n in calls {
+            if out.iter().any(|m| m.absorbed.contains(&n.name)) {
+                continue;
+            }
+            let dtype = n.val.as_ref().and_then(|m| super::dtype_of(&m.dtype));
+            if let Some(m) = self.norm_op(n, dtype).or_else(|| self.written_norm(n)) {
+                out.push(m);
+            }
+        }
+        out
+    }
+}
+
+/// The workload of a normalization `nm` whose chain ends at `out`.
+pub(super) fn map_norm(
+    mp: &mut Mapper<'_>,
+    nm: &NormMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&nm.head)?;
+    if mp.source(&nm.input).is_none() {
+        mp.problem(
+            head,
+            format!("its input `{}` is computed, not an input of Model: family norm fuses nothing before it", nm.input),
+        );
+        return None;
+    }
+    let meta = mp.meta(&nm.input).cloned()?;
+    let dtype = super::float_input(mp, head, &meta, "norms take")?;
+    if !super::contiguous(&meta) {
+        mp.problem(
+            head,
+            format!(
+                "its input {:?} (strides {:?}) is not contiguous",
+                meta.shape, meta.stride
+            ),
+        );
+        return None;
+    }
+    let (first, last) = (nm.dims[0], nm.dims[nm.dims.len() - 1]);
+    if last - first + 1 != nm.dims.len() {
+        mp.problem(
+            head,
+            format!(
+                "a norm over dimensions {:?}, which are not adjacent",
+                nm.dims
+            ),
+        );
+        return None;
+    }
+    let prod = |s: &[i64]| s.iter().product::<i64>().max(1);
+    let (outer, n, inner) = (
+        prod(&meta.shape[..first]),
+        prod(&meta.shape[first..=last]),
+        prod(&meta.shape[last + 1..]),
+    );
+    // The last dimensions: rows of n; a middle run: batches of `inner` rows side by side.
+    let (col, batch, m) = if inner == 1 {
+        (false, 1, outer)
+    } else {
+        (true, outer, inner)
+    };
+    let mut chain = nm.affine.clone();
+    chain.extend(super::chain_after(
+        mp,
+        &nm.head,
+        out,
+        (batch, m, n),
+        dtype,
+        ops,
+    )?);
+    if col
+        && chain
+            .iter()
+            .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
+    {
+        mp.problem(
+            head,
+            "a tensor operand after a norm over a middle dimension: only constants and activations follow such a norm",
+        );
+        return None;
+    }
+    for (i, a) in nm.affine.iter().enumerate() {
+        ops.insert(i, format!("{} row", a.op));
+    }
+    ops.insert(0, format!("{} norm", nm.kind));
+    let eps = nm.eps.map(|e| e as f32);
+    let what = match nm.kind {
+        NormKind::Rms => "RMSNorm",
+        NormKind::Layer => "LayerNorm",
+        NormKind::L2 => "L2 normalize",
+        NormKind::L1 => "L1 normalize",
+    };
+    let shapes = if col {
+        let mut v = vec![ShapeSpec {
+            batch: (batch > 1).then_some(batch),
+            m: Some(m),
+            n: Some(n),
+            k: None,
+        }];
+        v.push(ShapeSpec {
+            batch: (batch > 1).then_some(batch.min(3)),
+            m: Some(super::ragged(m)),
+            n: Some(super::ragged(n)),
+            k: None,
+        });
+        super::dedup(&mut v);
+        v
+    } else {
+        super::row_shapes(m, n)
+    };
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{dtype} {what} over {} of {:?}{}; imported from {file}",
+            if col {
+                format!("dims {first}..={last} ({batch} x {m} rows of {n}, side by side)")
+            } else {
+                format!("the last dims ({m} rows of {n})")
+            },
+            meta.shape,
+            match chain.len() {
+                0 => String::new(),
+                1 => ", then 1 op".into(),
+                k => format!(", then {k} ops"),
+            }
+        ),
+        family: Family::Norm,
+        dtype,
+        out_dtype: None,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: col.then(|| LayoutSpec {
+            a: Some(Layout::Col),
+            ..LayoutSpec::default()
+        }),
+        shapes,
+        params: ParamsSpec {
+            norm: Some(nm.kind),
+            eps,
+            ..ParamsSpec::default()
+        },
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+    })
+}
