@@ -100,7 +100,8 @@ pub struct Imported {
 }
 
 const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax over the last \
-    dimension, and after them elementwise add, sub, mul, div (also a constant or an earlier \
+    dimension, the norms (layer_norm, rms_norm, and RMS, L2 and L1 normalization written out \
+    with mean / sum / norm over adjacent dims, keepdim), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
     tensors too), clamp, neg, abs, exp and the activations relu, relu6, leaky_relu, gelu, \
     silu, sigmoid, tanh, selu, elu, hardsigmoid, hardswish, hardtanh, softplus, mish; copies \
@@ -1593,6 +1594,7 @@ fn map_activation(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::NormKind;
 
     fn node(name: &str, target: &str, args: Value, shape: &[i64], stride: &[i64]) -> Value {
         json_node(
@@ -1657,6 +1659,116 @@ mod tests {
                 &[16, 1],
             ),
         ]
+    }
+
+    /// F.normalize (p = 2 with its clamp_min and expand_as) over the last dim, and L1
+    /// written out over a middle dim; a mean over non-kept dims is still refused.
+    #[test]
+    fn written_out_l2_and_l1_norms_map() {
+        let (sh, st) = (&[8, 100][..], &[100, 1][..]);
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "nrm",
+                    "aten.linalg_vector_norm.default",
+                    serde_json::json!([r("x"), 2.0, [-1], true]),
+                    &[8, 1],
+                    &[1, 1],
+                ),
+                node(
+                    "cl",
+                    "aten.clamp_min.default",
+                    serde_json::json!([r("nrm"), 1e-12]),
+                    &[8, 1],
+                    &[1, 1],
+                ),
+                node(
+                    "ex",
+                    "aten.expand_as.default",
+                    serde_json::json!([r("cl"), r("x")]),
+                    sh,
+                    &[1, 0],
+                ),
+                node(
+                    "div",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("x"), r("ex")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "relu",
+                    "aten.relu.default",
+                    serde_json::json!([r("div")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "relu",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Norm);
+        assert_eq!(
+            (spec.params.norm, spec.params.eps),
+            (Some(NormKind::L2), Some(1e-12))
+        );
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(8), Some(100)));
+        assert_eq!(spec.epilogue.len(), 1);
+        assert_eq!(ops, vec!["l2 norm".to_string(), "relu".to_string()]);
+        // L1 over dim 1 of (4, 6, 5): 4 batches of 5 rows of 6, side by side.
+        let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "ab",
+                    "aten.abs.default",
+                    serde_json::json!([r("x")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "s",
+                    "aten.sum.dim_IntList",
+                    serde_json::json!([r("ab"), [1], true]),
+                    &[4, 1, 5],
+                    &[5, 5, 1],
+                ),
+                node(
+                    "div",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("x"), r("s")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "div",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(
+            (spec.params.norm, spec.params.eps),
+            (Some(NormKind::L1), Some(0.0))
+        );
+        assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
+        let s0 = spec.shapes[0];
+        assert_eq!((s0.batch, s0.m, s0.n), (Some(4), Some(5), Some(6)));
+        // The same sum without keepdim is a reduction, named as one.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "s",
+                    "aten.sum.dim_IntList",
+                    serde_json::json!([r("x"), [1]]),
+                    &[4, 5],
+                    &[5, 1],
+                ),
+            ],
+            "s",
+        );
+        let e = map_graph(&g, "t.py").unwrap_err();
+        assert!(e[0].message.contains("(a reduction)"), "{}", e[0].message);
     }
 
     /// mm then x * sigmoid(x) (swish through z), then 1 - x (neg, add), then x * x.
@@ -1885,9 +1997,9 @@ mod tests {
                 ),
                 node(
                     "n",
-                    "aten.layer_norm.default",
-                    serde_json::json!([r("s"), [8]]),
-                    &[8],
+                    "aten.avg_pool1d.default",
+                    serde_json::json!([r("s"), [2]]),
+                    &[4],
                     &[1],
                 ),
             ],
@@ -1896,7 +2008,7 @@ mod tests {
         let err = map_graph(&g, "t.py").unwrap_err();
         let names: Vec<&str> = err.iter().map(|u| u.node.as_str()).collect();
         assert_eq!(names, ["s", "n"]);
-        assert!(err[0].message.contains("reduction") && err[1].message.contains("normalization"));
+        assert!(err[0].message.contains("reduction") && err[1].message.contains("pooling"));
     }
 
     #[test]

@@ -252,6 +252,50 @@ fn import_a_scalar_parameter_and_a_detached_residual() {
     assert_gemm_shapes(&w, 256, 512, 1024, 1);
 }
 
+/// RMSNorm written out over dim 1 of a 4-D tensor: family norm with the rows side by side
+/// (a column-major A), batched over the leading dim, its eps kept.
+#[test]
+fn import_a_written_out_rmsnorm_over_a_middle_dim() {
+    let Some((spec, w, toml_text)) = import("rmsnorm_dim1") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Norm, "{toml_text}");
+    assert_eq!(w.params().norm, cutesmith::spec::NormKind::Rms);
+    assert_eq!(w.params().eps, 1e-5);
+    assert_eq!(w.layouts().a, cutesmith::spec::Layout::Col);
+    let h = w.headline();
+    assert_eq!((h.batch, h.m, h.n), (16, 256 * 256, 64), "{toml_text}");
+    assert!(w.chain().is_identity(), "{toml_text}");
+}
+
+/// nn.LayerNorm's weight and bias become the chain's row operands, before the ops after it.
+#[test]
+fn import_a_layernorm_and_the_ops_after_it() {
+    let Some((spec, w, toml_text)) = import("layernorm_gelu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Norm, "{toml_text}");
+    assert_eq!(w.params().norm, cutesmith::spec::NormKind::Layer);
+    let ops: Vec<(&str, Option<&str>)> = spec
+        .epilogue
+        .iter()
+        .map(|o| (o.op.as_str(), o.operand.as_deref()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("mul", Some("row")),
+            ("add", Some("row")),
+            ("gelu_erf", None),
+            ("mul", None)
+        ],
+        "{toml_text}"
+    );
+    let h = w.headline();
+    assert_eq!((h.batch, h.m, h.n), (1, 8 * 512, 1024));
+    assert_eq!(w.layouts().a, cutesmith::spec::Layout::Row);
+}
+
 #[test]
 fn import_softplus_keeps_its_parameters() {
     let Some((spec, w, _)) = import("softplus") else {
