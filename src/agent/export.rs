@@ -144,15 +144,6 @@ pub fn export_torch(
     cutlass_include: Option<&Path>,
     out: &Path,
 ) -> Result<Vec<PathBuf>> {
-    let workload = dir.workload(&dir.load_spec()?)?;
-    if workload.family() == crate::spec::Family::Norm {
-        return Err(Error::Usage(format!(
-            "export --torch: family norm ({}) has no PyTorch operator in the package yet; \
-             `cutesmith export {}` writes the kernel with its ABI header and a README",
-            workload.name(),
-            dir.root.display()
-        )));
-    }
     let (b, mut written) = write_best(dir, abi_include, |w| package::csrc_dir(out, w), "")?;
     written.extend(package::write_package(
         &package::PackageInput {

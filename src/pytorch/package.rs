@@ -163,6 +163,7 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
             "act_alpha": p.act_alpha, "act_beta": p.act_beta, "bias": p.bias,
             "scale_a": p.scale_a, "scale_b": p.scale_b, "scale_d": p.scale_d,
             "gate": p.gate.name(), "log_softmax": p.log_softmax,
+            "norm": p.norm.name(), "eps": p.eps,
         },
         "gate_params": [g0, g1],
         "chain": {"steps": steps, "tensors": tensors, "describe": chain.describe()},
@@ -240,6 +241,8 @@ pub fn workload_header(w: &Workload) -> String {
     def("CSW_SCALE_D", c_float(p.scale_d));
     def("CSW_GATE", p.gate.abi_value().to_string());
     def("CSW_LOG_SOFTMAX", i32::from(p.log_softmax).to_string());
+    def("CSW_NORM", p.norm.abi_value().to_string());
+    def("CSW_NORM_EPS", c_float(p.eps));
     def("CSW_NUM_INPUTS", inputs.len().to_string());
     def("CSW_INPUTS", format!("{:?}", inputs.join(", ")));
     def("CSW_SHAPES", format!("{shapes:?}"));

@@ -601,6 +601,9 @@ fn torch_operator_compiles_for_gemm_workloads() {
         "gemm_chain_col_leaky_max_bf16",
         "gemm_bf16_rr_dcol",
         "gemm_softmax_bf16_head",
+        // Norms: rows side by side (x is (batch, n, m)), and a weight, bias and GELU after.
+        "norm_rms_f32_dim1",
+        "norm_layer_bf16_gelu",
     ];
     let mut dirs = Vec::new();
     for name in names {
@@ -641,6 +644,14 @@ fn torch_operator_compiles_for_gemm_workloads() {
     assert!(h.contains("#define CSW_SHARED_B 1"), "{h}");
     let h = std::fs::read_to_string(dirs[2].join("cutesmith_workload.h")).unwrap();
     assert!(h.contains("#define CSW_INPUTS \"a, b, b2\""), "{h}");
+    let h = std::fs::read_to_string(dirs[6].join("cutesmith_workload.h")).unwrap();
+    for line in [
+        "#define CSW_FAMILY 7",
+        "#define CSW_NORM 0",
+        "#define CSW_LAYOUT_A 1",
+    ] {
+        assert!(h.contains(line), "{line} not in\n{h}");
+    }
     let Some(tc) = toolchain() else {
         return;
     };

@@ -48,18 +48,49 @@ def make_inputs(w, shape, device="cuda", seed=0):
             out.append(_matrix(k, n, lay["b"], batch, batched and not lay["shared_b"], ab, gen, device))
         if w["params"]["beta"] != 0:
             out.append(_matrix(m, n, lay["c"], batch, batched, cd, gen, device))
+    elif _norm_cols(w):
+        # A norm over dimension -2: batches of m rows of n side by side, (batch, n, m).
+        shape_x = (batch, n, m) if batched else (n, m)
+        out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
     else:
         shape_x = (m, n) if m > 1 else (n,)
+        if w["family"] == "norm" and batched:
+            shape_x = (batch, m, n)
         out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
+    cols = _norm_cols(w)
     for t in w["chain"]["tensors"]:
         dt = DTYPES[t["dtype"]]
         if t["kind"] == "row":
-            out.append((torch.rand(n, generator=gen, device=device) * 2 - 1).to(dt))
+            # One value per column j of a row: dimension -2 when the rows are side by side.
+            size = (n, 1) if cols else (n,)
+            out.append((torch.rand(*size, generator=gen, device=device) * 2 - 1).to(dt))
         elif t["kind"] == "col":
-            out.append((torch.rand(m, 1, generator=gen, device=device) * 2 - 1).to(dt))
+            size = (m,) if cols else (m, 1)
+            out.append((torch.rand(*size, generator=gen, device=device) * 2 - 1).to(dt))
         else:
             out.append(_matrix(m, n, lay["c"], batch, batched, dt, gen, device))
     return out
+
+
+def _norm_cols(w):
+    return w["family"] == "norm" and w["layout"]["a"] == "col"
+
+
+def normalize(w, x):
+    """The norm of each row of x: dimension -1, or -2 where the rows are side by side."""
+    p = w["params"]
+    dim = -2 if _norm_cols(w) else -1
+    eps = p["eps"]
+    kind = p["norm"]
+    if kind == "rms":
+        return x / torch.sqrt((x * x).mean(dim, keepdim=True) + eps)
+    if kind == "layer":
+        mean = x.mean(dim, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps)
+    if kind == "l2":
+        return x / torch.clamp_min(torch.sqrt((x * x).sum(dim, keepdim=True)), eps)
+    return x / torch.clamp_min(x.abs().sum(dim, keepdim=True), eps)
 
 
 def output_shape(w, inputs):
@@ -202,6 +233,9 @@ def reference(w, inputs, exact=False, with_slack=False):
             return _ret(torch.softmax(x, -1).to(dt), None, with_slack)
         if fam == "log_softmax":
             return _ret(torch.log_softmax(x, -1).to(dt), None, with_slack)
+        if fam == "norm":
+            y = normalize(w, x.to(torch.float64 if exact else torch.float32)).to(dt)
+            return _ret(chain(w, y, tensors), None, with_slack)
         return _ret(chain(w, x.to(dt), tensors), None, with_slack)
     a, b = cast(parts["a"]), cast(parts["b"])
     scale = p["alpha"] * p["scale_a"] * p["scale_b"]
@@ -260,7 +294,8 @@ def check(w, shape, got, inputs):
     tol = w["tolerance"]
     m, n, k, _ = dims(shape)
     atol = tol["atol"] * {"none": 1.0, "sqrt_k": math.sqrt(max(k, 1)),
-                          "inv_n": 1.0 / max(n, 1)}[tol["atol_scale"]]
+                          "inv_n": 1.0 / max(n, 1),
+                          "inv_sqrt_n": 1.0 / math.sqrt(max(n, 1))}[tol["atol_scale"]]
     err = (g - want).abs()
     bad = ~(err <= atol + tol["rtol"] * want.abs() + slack)
     bad = bad & ~(torch.isnan(want) & torch.isnan(g))

@@ -183,18 +183,34 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   p.ldc = p.ldd;
 #endif
 #else
-  // Activation and row softmax: m rows of the last dimension's n elements.
   check_tensor(a, "x", CSW_DTYPE_AB, device);
+  d = at::empty(a.sizes(), out_opts);
+  p.a = a.data_ptr();
+#if CSW_FAMILY == CS_FAMILY_NORM && CSW_LAYOUT_A == CS_LAYOUT_COL
+  // A norm over the second-last dimension: x (..., n, m) holds batches of m rows of n
+  // elements side by side (element j of row i at j * m + i).
+  TORCH_CHECK(a.dim() >= 2 && a.is_contiguous(), CSW_NAME ": x must be contiguous with at least two "
+              "dimensions (..., n, m), normalized over dimension -2; got ", a.sizes(), " with strides ",
+              a.strides(), ": pass .contiguous()");
+  n = a.size(-2);
+  m = a.size(-1);
+  batch = n * m == 0 ? 0 : a.numel() / (n * m);
+  batched = batch > 1;
+  p.lda = std::max<int64_t>(m, 1);
+  p.batch_stride_a = m * n;
+#else
+  // Activation, row softmax and a norm over the last dimension: m rows of its n elements.
   TORCH_CHECK(a.dim() >= 1 && a.is_contiguous(), CSW_NAME ": x must be contiguous (rows of its last "
               "dimension), got strides ", a.strides(), ": pass .contiguous()");
   n = a.size(-1);
   m = n == 0 ? 0 : a.numel() / n;
-  d = at::empty(a.sizes(), out_opts);
-  p.a = a.data_ptr();
   p.lda = std::max<int64_t>(n, 1);
+#endif
   p.ldd = p.lda;
   p.ldc = p.lda;
 #endif
+  p.norm = CSW_NORM;
+  p.norm_eps = CSW_NORM_EPS;
   p.m = m;
   p.n = n;
   p.k = k;
