@@ -383,14 +383,17 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             }
         }
         Family::Norm => {
+            // The template sizes CTAs itself (CS_THREADS 0): 512 threads where the chain
+            // reads tensor operands (128 registers for them), else 1024; then the other.
+            let other = if w.chain().reads_tensors() { 1024 } else { 512 };
             for (p, why) in [
                 (
-                    &[("CS_THREADS", 1024)][..],
-                    "a row per warp (short rows), per CTA with the row in registers, or split over CTAs (long rows); 1024-thread CTAs",
+                    &[("CS_THREADS", 0)][..],
+                    "a row per warp (short rows), per CTA with the row in registers, or split over CTAs (long rows); rows side by side per thread; CTAs of 512 threads where the chain reads operands, else 1024",
                 ),
                 (
-                    &[("CS_THREADS", 512)][..],
-                    "the same with 512-thread CTAs: more CTAs per SM for medium rows",
+                    &[("CS_THREADS", other)][..],
+                    "the same with the other CTA size",
                 ),
             ] {
                 out.push(mk("norm_rows", with(p, &[]), why));
