@@ -66,6 +66,13 @@
 //           1024), an f32 one 93-97%
 //   path 1: bf16 n = 1024 and 512: 99%; n = 256 and 64: 88 / 94%
 //   path 3: 16 x 4194304: f32 63 / 66%, bf16 59 / 64% (at 1.5x traffic the ceiling is 67%)
+//           With `cutesmith check` (L2 flushed, median of 30) on KernelBench's LayerNorm
+//           (16 x 4194304 f32, weight and bias as long as the row): 37% of copy with the
+//           chunks walked row by row (478 us: the weight and bias re-read for every row),
+//           45% chunk-major (388 us), 54% with the write kernel at 4 vectors a thread and
+//           2 CTAs of 512 an SM (325 us; 8 vectors at 1 CTA: 390 us), 56% with CTAs of
+//           256 threads, 4 an SM (312 us; 8 vectors: 316; 128 threads, 8 an SM: 308), 60%
+//           with 2 vectors a thread and 6 CTAs an SM (293 us).
 //   path 4: 16 x 65536 x 64: f32 95 / 96%, bf16 77 / 82% (R = 8: 62 / 76%), bf16 with the
 //           chain 71 / 77%; bf16 n = 16 72 / 73%, n = 128 64 / 71%, n = 256 (two passes)
 //           56 / 59%
@@ -79,8 +86,11 @@
 //   CS_WARP_ROW_MAX         1024    row-major rows up to this many elements: path 1
 //   CS_WARP_VECS            2       path 1: vectors a lane holds at once (1, 2, 4, 8)
 //   CS_REG_BYTES            131072  most bytes of a row one CTA holds in registers
-//   CS_SPLIT_THREADS        512     path 3's CTA size
+//   CS_SPLIT_THREADS        256     path 3's CTA size
 //   CS_SPLIT_MAX_PARTS      1024    most chunks a row is split into
+//   CS_SPLIT_APPLY_VECS     2       path 3's write kernel: vectors a thread a step
+//   CS_SPLIT_APPLY_CTAS     6       path 3's write kernel: CTAs an SM keeps (its register
+//                                   bound: 6 x 256 threads, 42 registers)
 //   CS_COL_ROWS_PER_THREAD  4       path 4: adjacent rows a thread (2, 4, 8; 0: 16 bytes)
 //   CS_COL_K                16      path 4: columns a warp holds (2, 4, 8, 16)
 //
@@ -113,7 +123,7 @@
 #define CS_REG_BYTES 131072
 #endif
 #ifndef CS_SPLIT_THREADS
-#define CS_SPLIT_THREADS 512
+#define CS_SPLIT_THREADS 256
 #endif
 #ifndef CS_SPLIT_MAX_PARTS
 #define CS_SPLIT_MAX_PARTS 1024
@@ -134,6 +144,16 @@ static constexpr int kColK         = CS_COL_K;
 static constexpr int kWarpCta      = 256;   // path 1: threads per CTA
 static constexpr int kColWarps     = 8;     // path 4: most warps per tile
 static constexpr int kSplitVecs    = 8;     // path 3: vectors a thread per step
+// Path 3's write kernel: vectors a thread per step, and CTAs an SM keeps, so that one CTA's
+// loads overlap another's math and stores (a CTA a chunk, one step each otherwise).
+#ifndef CS_SPLIT_APPLY_VECS
+#define CS_SPLIT_APPLY_VECS 2
+#endif
+#ifndef CS_SPLIT_APPLY_CTAS
+#define CS_SPLIT_APPLY_CTAS 6
+#endif
+static constexpr int kSplitApplyVecs = CS_SPLIT_APPLY_VECS;
+static constexpr int kSplitApplyCtas = CS_SPLIT_APPLY_CTAS;
 // Path 2: vectors a thread, powers of two in [kRegVecsMin, kRegVecsMax].
 static constexpr int kRegVecsRaw = CS_REG_BYTES / (16 * kThreads);
 static constexpr int kRegVecsMax = kRegVecsRaw >= 16 ? 16 : kRegVecsRaw >= 8 ? 8
@@ -792,7 +812,7 @@ cs_norm_split_finish(const __grid_constant__ cs_problem p, int64_t rows, int64_t
 }
 
 template <class TA, class TD, int VPT>
-__global__ void __launch_bounds__(kSplitThreads, 1)
+__global__ void __launch_bounds__(kSplitThreads, kSplitApplyCtas)
 cs_norm_split_apply(const __grid_constant__ cs_problem p, int64_t items, int64_t parts, int64_t cv,
                     const CsNorm* __restrict__ fin)
 {
@@ -1148,7 +1168,7 @@ static int32_t cs_norm_run(const cs_problem& p, const CsPlan& pl, cudaStream_t s
           int64_t const items = pl.rows * pl.parts;
           cs_norm_split_stats<TA, kSplitVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, ws);
           cs_norm_split_finish<TD><<<unsigned(cs_min64(pl.rows, 65535)), 256, 0, st>>>(p, pl.rows, pl.parts, ws, fin);
-          cs_norm_split_apply<TA, TD, kSplitVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, fin);
+          cs_norm_split_apply<TA, TD, kSplitApplyVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, fin);
         }
         break;
       case kPathCol:
