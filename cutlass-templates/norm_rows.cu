@@ -57,9 +57,10 @@
 // (ROW) or a column (COL), pointers not element-aligned, chain operands whose kind or dtype
 // differ from the chain's. m, n or batch 0: CS_OK, nothing done.
 //
-// Measured with a standalone harness, not yet with the project's fp64 checker (H100 80GB
-// HBM3; cudaEvent means, bytes read + written, as % of cudaMemcpyAsync device-to-device on
-// the same card; LAYER / RMS):
+// Validated by the project's fp64 checker on every shape of the norm workloads and GPU test
+// fixtures (bench/norm.md, bench/norm-split-h100.md). First measured with a standalone
+// harness (H100 80GB HBM3; cudaEvent means, bytes read + written, as % of cudaMemcpyAsync
+// device-to-device on the same card; LAYER / RMS):
 //   path 2: bf16 16384 x 4096 99 / 96%, 4096 x 8192 98 / 96%, 4096 x 65536 99 / 99%; f32
 //           16384 x 4096 99 / 99%, 4096 x 8192 98 / 98%, 4096 x 32768 98 / 98%; bf16 -> f32
 //           95 / 89%; a bf16 weight + bias chain 86-88% (CS_THREADS 512; 83-90% with
