@@ -73,7 +73,8 @@
 //           45% chunk-major (388 us), 54% with the write kernel at 4 vectors a thread and
 //           2 CTAs of 512 an SM (325 us; 8 vectors at 1 CTA: 390 us), 56% with CTAs of
 //           256 threads, 4 an SM (312 us; 8 vectors: 316; 128 threads, 8 an SM: 308), 60%
-//           with 2 vectors a thread and 6 CTAs an SM (293 us).
+//           with 2 vectors a thread and 6 CTAs an SM (293 us), 58% with the statistics
+//           kernel bounded to 768 threads an SM so that it does not spill (305 us).
 //   path 4: 16 x 65536 x 64: f32 95 / 96%, bf16 77 / 82% (R = 8: 62 / 76%), bf16 with the
 //           chain 71 / 77%; bf16 n = 16 72 / 73%, n = 128 64 / 71%, n = 256 (two passes)
 //           56 / 59%
@@ -764,8 +765,11 @@ struct CsChunk {
   }
 };
 
+// 768 threads an SM, up to 85 registers: at 1024 (64 registers) 8 vectors a thread spilled
+// 16 bytes (293 us on KernelBench's LayerNorm, but a template must not spill), 4 vectors a
+// thread did not (312 us); this form measured 305 us.
 template <class TA, int VPT>
-__global__ void __launch_bounds__(kSplitThreads, kSplitThreads <= 512 ? 1024 / kSplitThreads : 1)
+__global__ void __launch_bounds__(kSplitThreads, kSplitThreads <= 256 ? 768 / kSplitThreads : 1)
 cs_norm_split_stats(const __grid_constant__ cs_problem p, int64_t items, int64_t parts, int64_t cv, CsStat* ws)
 {
   constexpr int V = CsVec<TA>::V;

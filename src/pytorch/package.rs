@@ -175,6 +175,7 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
                 AtolScale::InvN => "inv_n",
                 AtolScale::InvSqrtN => "inv_sqrt_n",
             },
+            "atol_floor": t.atol_floor,
         },
         "roundoff": roundoff,
         "summation": summation,

@@ -776,6 +776,19 @@ beta = 0.5
         assert!(tf.tolerance().rtol > 100.0 * f.tolerance().rtol);
         assert_eq!(tf.compute_pipe(), ComputePipe::TensorTf32);
         assert_eq!(f.compute_pipe(), ComputePipe::SimtF32);
+        // A scaled atol stops at half the output type's subnormal step: an f16 L1 norm of
+        // 65536 (elements near 1.5e-5, f16 subnormals) keeps 2^-25, not 1e-3 / 65536.
+        let l1 = parse(
+            "n",
+            "description = \"n\"\nfamily = \"norm\"\ndtype = \"f16\"\n[params]\nnorm = \"l1\"\n[[shapes]]\nm = 4\nn = 65536\n",
+        )
+        .unwrap();
+        let sh = Shape::rows(4, 65536);
+        assert_eq!(l1.tolerance().atol_at(&sh), 2f64.powi(-25));
+        assert!(l1.tolerance().accepts(2f64.powi(-25), 0.0, &sh));
+        assert!(!l1.tolerance().accepts(2f64.powi(-24), 0.0, &sh));
+        // ... and a short row keeps its scaled atol.
+        assert_eq!(l1.tolerance().atol_at(&Shape::rows(4, 100)), 1e-3 / 100.0);
     }
 
     #[test]

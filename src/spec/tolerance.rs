@@ -32,6 +32,10 @@ pub struct Tolerance {
     pub atol: f64,
     /// How atol grows with the shape.
     pub atol_scale: AtolScale,
+    /// The least the scaled atol may shrink to: half the output type's smallest subnormal
+    /// step (f16 2^-25), the rounding no kernel can avoid. Without it an f16 softmax or L1
+    /// norm of a long row (elements near 1/n, f16 subnormals) failed on honest rounding.
+    pub atol_floor: f64,
 }
 
 impl Tolerance {
@@ -53,7 +57,20 @@ impl Tolerance {
             rtol,
             atol,
             atol_scale: Self::default_scale(family),
+            atol_floor: Self::subnormal_half_step(out_dtype),
         }
+    }
+
+    /// Half the gap between 0 and the smallest positive value of `d` (its subnormal step).
+    pub fn subnormal_half_step(d: DType) -> f64 {
+        2f64.powi(match d {
+            DType::F16 => -25,
+            DType::BF16 => -134,
+            DType::F32 => -150,
+            DType::E4M3 => -10,
+            DType::E5M2 => -17,
+            DType::F64 => -1075,
+        })
     }
 
     /// 1/n for the row softmax families, none otherwise (see [`Tolerance`]).
@@ -77,6 +94,7 @@ impl Tolerance {
             AtolScale::InvN => self.atol / shape.n.max(1) as f64,
             AtolScale::InvSqrtN => self.atol / (shape.n.max(1) as f64).sqrt(),
         }
+        .max(self.atol_floor)
     }
 
     /// The comparison tolerance on `shape` (atol scaled), as the validator applies it.

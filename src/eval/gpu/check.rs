@@ -957,19 +957,24 @@ impl Checker {
         })
     }
 
-    /// Per-row (shift, scale) of the norm reference, into `stats` (2 doubles per row).
-    pub fn norm_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
+    /// One CTA of `threads` per logical row of the output (a storage column when D is
+    /// column-major), across the batch.
+    fn per_row(&self, args: &CheckArgs, threads: u32) -> LaunchConfig {
         let logical_rows = if self.spec.col_major {
             args.cols
         } else {
             args.rows
         };
-        let rows = (args.batch * logical_rows) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (rows.max(1), 1, 1),
-            block_dim: (256, 1, 1),
+        LaunchConfig {
+            grid_dim: (((args.batch * logical_rows) as u32).max(1), 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
-        };
+        }
+    }
+
+    /// Per-row (shift, scale) of the norm reference, into `stats` (2 doubles per row).
+    pub fn norm_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
+        let cfg = self.per_row(args, 256);
         let mut b = s.stream.launch_builder(&self.norm_stats);
         b.arg(args).arg(&stats);
         // SAFETY: the arguments describe live buffers; stats holds two entries per row.
@@ -980,18 +985,8 @@ impl Checker {
     /// Per-row statistics for the softmax references, into `stats` (2 doubles per row,
     /// 3 for a GEMM's rows).
     pub fn row_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
-        let logical_rows = if self.spec.col_major {
-            args.cols
-        } else {
-            args.rows
-        };
-        let rows = (args.batch * logical_rows) as u32;
         let with_gemm = i32::from(matches!(self.spec.reference, Reference::GemmSoftmax { .. }));
-        let cfg = LaunchConfig {
-            grid_dim: (rows.max(1), 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = self.per_row(args, 1024);
         let mut b = s.stream.launch_builder(&self.stats);
         b.arg(args).arg(&stats).arg(&with_gemm);
         // SAFETY: the arguments describe live buffers; stats holds one entry per row.
