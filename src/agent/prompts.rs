@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::eval::Evaluation;
-use crate::spec::{DType, Family, NormKind, RooflineClass, Workload};
+use crate::spec::{DType, Family, RooflineClass, Workload};
 
 /// (name, built-in text) of every prompt template.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -174,12 +174,7 @@ impl WorkloadFacts {
             Family::Norm => {
                 let mut s = format!(
                     "{} over each row (n elements; A {}: {}), eps {:e}",
-                    match pr.norm {
-                        NormKind::Rms => "RMSNorm x / sqrt(mean(x^2) + eps)",
-                        NormKind::Layer => "LayerNorm (x - mean) / sqrt(var + eps), biased var",
-                        NormKind::L2 => "L2 normalize x / max(sqrt(sum x^2), eps)",
-                        NormKind::L1 => "L1 normalize x / max(sum |x|, eps)",
-                    },
+                    pr.norm.formula(),
                     w.layouts().a.name(),
                     if w.layouts().a == crate::spec::Layout::Col {
                         "element j of row i at j*lda + i, rows side by side"

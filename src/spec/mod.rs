@@ -16,7 +16,8 @@
 //! ```toml
 //! name = "gemm_bf16_4096"     # optional; must equal the file stem
 //! description = "bf16 GEMM, TN, the square headline shape"
-//! family = "gemm"             # gemm | gemm_bias_act | activation | softmax
+//! family = "gemm"             # gemm | gemm_bias_act | gemm_softmax | gemm_glu |
+//!                             # activation | softmax | log_softmax | norm
 //! dtype = "bf16"              # operands: f32 | f16 | bf16
 //! out_dtype = "bf16"          # optional: C and D; default = dtype
 //! acc_dtype = "f32"           # optional: accumulation; default f32 (f16 allowed for f16 gemm)
@@ -30,7 +31,8 @@
 //! n = 4096                    # softmax: m rows, n columns
 //! k = 4096
 //! [params]                    # activation, leaky_slope, alpha, beta, bias (per family)
-//! [tolerance]                 # optional: rtol, atol, atol_scale = none | sqrt_k | inv_n
+//! [tolerance]                 # optional: rtol, atol, atol_scale = none | sqrt_k | inv_n |
+//!                             #           inv_sqrt_n
 //! [target]                    # optional: baselines, speedup_vs, min_speedup,
 //!                             #           min_roofline_fraction
 //! ```
@@ -200,6 +202,12 @@ impl Workload {
     /// Operand storage orders; all row-major outside the GEMM families.
     pub fn layouts(&self) -> Layouts {
         self.layouts
+    }
+
+    /// Whether D is stored column-major: a GEMM's `c = "col"`, or a norm's rows side by
+    /// side (`a = "col"`). Every other family writes row-major D (its layouts are fixed).
+    pub fn d_col_major(&self) -> bool {
+        self.layouts.c == Layout::Col
     }
 
     /// Every shape, headline first; never empty.

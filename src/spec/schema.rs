@@ -402,6 +402,27 @@ impl NormKind {
         }
     }
 
+    /// The name PyTorch users know it by.
+    pub fn title(self) -> &'static str {
+        match self {
+            NormKind::Rms => "RMSNorm",
+            NormKind::Layer => "LayerNorm",
+            NormKind::L2 => "L2 normalize",
+            NormKind::L1 => "L1 normalize",
+        }
+    }
+
+    /// The computation in words, for the model's prompt.
+    pub fn formula(self) -> String {
+        let f = match self {
+            NormKind::Rms => "x / sqrt(mean(x^2) + eps)",
+            NormKind::Layer => "(x - mean) / sqrt(var + eps), biased var",
+            NormKind::L2 => "x / max(sqrt(sum x^2), eps)",
+            NormKind::L1 => "x / max(sum |x|, eps)",
+        };
+        format!("{} {f}", self.title())
+    }
+
     /// The epsilon PyTorch uses when none is given: `nn.LayerNorm`'s 1e-5 (and 1e-5 for
     /// RMSNorm, as KernelBench writes it), `F.normalize`'s 1e-12.
     pub fn default_eps(self) -> f32 {

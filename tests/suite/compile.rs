@@ -511,6 +511,16 @@ fn generated_passes_and_chain_functors_compile() {
                 DType::BF16,
                 true,
             ),
+            // The norm's per-row statistics, rows side by side.
+            (
+                Reference::Norm {
+                    kind: cutesmith::spec::NormKind::Layer,
+                    eps: 1e-5,
+                },
+                DType::BF16,
+                DType::F32,
+                true,
+            ),
         ];
         for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
             let src = check_source(&CheckSpec {
@@ -520,7 +530,13 @@ fn generated_passes_and_chain_functors_compile() {
                 input,
                 col_major,
             });
-            for entry in ["cs_check_main", "cs_check_count", "cs_dots", "cs_row_stats"] {
+            for entry in [
+                "cs_check_main",
+                "cs_check_count",
+                "cs_dots",
+                "cs_row_stats",
+                "cs_norm_stats",
+            ] {
                 assert!(src.contains(entry), "{entry} missing");
             }
             requests.push(CompileRequest {

@@ -444,6 +444,19 @@ extern "C" __global__ void cs_check_detail(CheckArgs a)
   }}
 }}
 
+// The sum (or, with take_max, the largest) of v over the CTA, returned to every thread;
+// red holds blockDim.x doubles (a power of two).
+__device__ double csd_block_reduce(double v, double* red, bool take_max)
+{{
+  red[threadIdx.x] = v; __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
+    if (threadIdx.x < s) red[threadIdx.x] = take_max ? fmax(red[threadIdx.x], red[threadIdx.x + s]) : red[threadIdx.x] + red[threadIdx.x + s];
+    __syncthreads();
+  }}
+  const double r = red[0]; __syncthreads();
+  return r;
+}}
+
 // Per-row statistics in fp64 for the softmax references: max and sum of exp(x - max) (and
 // for a GEMM's rows, the largest error bound of the row), one block per logical row.
 extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gemm)
@@ -466,12 +479,8 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     }}
     mx = fmax(mx, x); em = fmax(em, e);
   }}
-  red[threadIdx.x] = mx; __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]); __syncthreads(); }}
-  mx = red[0]; __syncthreads();
-  red[threadIdx.x] = em; __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]); __syncthreads(); }}
-  em = red[0]; __syncthreads();
+  mx = csd_block_reduce(mx, red, true);
+  em = csd_block_reduce(em, red, true);
   double sum = 0.0;
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
@@ -483,11 +492,10 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     }}
     sum += exp(x - mx);
   }}
-  red[threadIdx.x] = sum; __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s]; __syncthreads(); }}
+  sum = csd_block_reduce(sum, red, false);
   if (threadIdx.x == 0) {{
     double* o = stats + (with_gemm ? 3 : 2) * row;
-    o[0] = mx; o[1] = red[0];
+    o[0] = mx; o[1] = sum;
     if (with_gemm) o[2] = em;
   }}
 }}
@@ -499,19 +507,16 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
   const bool col_major = {col_major};
   const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
   const long long row = blockIdx.x, b = row / R, lr = row % R;
-  __shared__ double red[3][1024];
+  __shared__ double red[1024];
   double s1 = 0.0, s2 = 0.0, sa = 0.0;
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     const double x = {in_ld}((const void*)a.r[0], i);
     s1 += x; s2 += x * x; sa += fabs(x);
   }}
-  red[0][threadIdx.x] = s1; red[1][threadIdx.x] = s2; red[2][threadIdx.x] = sa; __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
-    if (threadIdx.x < s) for (int q = 0; q < 3; ++q) red[q][threadIdx.x] += red[q][threadIdx.x + s];
-    __syncthreads();
-  }}
-  s1 = red[0][0]; s2 = red[1][0]; sa = red[2][0]; __syncthreads();
+  s1 = csd_block_reduce(s1, red, false);
+  s2 = csd_block_reduce(s2, red, false);
+  sa = csd_block_reduce(sa, red, false);
   const double n = (double)C, mean = s1 / n;
   double cs = 0.0;
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
@@ -519,14 +524,13 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
     const double d = {in_ld}((const void*)a.r[0], i) - mean;
     cs += d * d;
   }}
-  red[0][threadIdx.x] = cs; __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {{ if (threadIdx.x < s) red[0][threadIdx.x] += red[0][threadIdx.x + s]; __syncthreads(); }}
+  cs = csd_block_reduce(cs, red, false);
   if (threadIdx.x == 0) {{
     const double eps = {norm_eps};
     double shift = 0.0, scale = 1.0;
     switch ({norm_kind}) {{
       case 0: scale = 1.0 / sqrt(s2 / n + eps); break;
-      case 1: shift = mean; scale = 1.0 / sqrt(red[0][0] / n + eps); break;
+      case 1: shift = mean; scale = 1.0 / sqrt(cs / n + eps); break;
       case 2: scale = 1.0 / fmax(sqrt(s2), eps); break;
       default: scale = 1.0 / fmax(sa, eps); break;
     }}

@@ -43,8 +43,7 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
         chain: w.chain().clone(),
         out: d,
         input: a,
-        col_major: (w.family().is_gemm() || w.family() == Family::Norm)
-            && w.layouts().c == Layout::Col,
+        col_major: w.d_col_major(),
     }
 }
 

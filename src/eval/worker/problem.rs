@@ -141,11 +141,7 @@ impl<'a> super::Ctx<'a> {
         let lay = w.layouts();
         let out_len = batch * m * n;
         // D column-major (a GEMM's, or a norm's rows side by side): m between columns.
-        let ldd = if (w.family().is_gemm() || w.family() == Family::Norm) && lay.c == Layout::Col {
-            m
-        } else {
-            n
-        };
+        let ldd = if w.d_col_major() { m } else { n };
         let mut tensors = Vec::new();
         for (i, t) in w.chain().tensors.iter().enumerate() {
             let (len, ld, stride) = match t.kind {

@@ -115,9 +115,11 @@ impl Ctx<'_> {
         // larger of the input and a baseline output into its own buffer.
         let in_bytes = p.out_len * std::mem::size_of::<A>();
         let copy_bytes = (in_bytes + out_bytes) / 2;
-        let copy_dst = self
-            .s
-            .zeros::<u8>(if fam.is_gemm() { 1 } else { copy_bytes })?;
+        let copy_dst = if fam.is_gemm() {
+            None
+        } else {
+            Some(self.s.zeros::<u8>(copy_bytes)?)
+        };
         let scratch = (self.s.zeros::<D>(p.out_len)?, self.s.zeros::<D>(p.out_len)?);
         let saved: Vec<DevBuf<D>> = (0..w.chain().saved.len())
             .map(|_| self.s.zeros::<D>(p.out_len))
@@ -520,7 +522,7 @@ impl Ctx<'_> {
                 notes.push(Some(
                     "device-to-device copy of the same bytes: the bandwidth ceiling".into(),
                 ));
-                let (d, from_out) = (copy_dst.ptr, base_out2.ptr);
+                let (d, from_out) = (copy_dst.as_ref().map_or(0, |b| b.ptr), base_out2.ptr);
                 let mut k = 0usize;
                 launches.push(Box::new(move || {
                     k += 1;

@@ -267,10 +267,8 @@ impl Ctx<'_> {
 
     pub(super) fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
         let sh = p.shape;
-        // D column-major (a GEMM's or a norm's): the storage rows are the logical columns.
-        let col_major = (p.gemm.is_some() || self.workload.family() == Family::Norm)
-            && self.workload.layouts().c == Layout::Col;
-        let (rows, cols) = if col_major {
+        // D column-major: the storage rows are the logical columns.
+        let (rows, cols) = if self.workload.d_col_major() {
             (sh.n as usize, sh.m as usize)
         } else {
             (sh.m as usize, sh.n as usize)
@@ -403,7 +401,7 @@ impl Ctx<'_> {
                 Family::Norm => {
                     // Each logical row's (shift, scale) from its fp64 statistics, then
                     // the chain at every element of D (A's layout).
-                    let col = lay.c == Layout::Col;
+                    let col = w.d_col_major();
                     let x = &p.host_a;
                     let at = |b: usize, r: usize, c: usize| {
                         b * plane + if col { c * m + r } else { r * n + c }

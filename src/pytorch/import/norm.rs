@@ -420,12 +420,7 @@ pub(super) fn map_norm(
     }
     ops.insert(0, format!("{} norm", nm.kind));
     let eps = nm.eps.map(|e| e as f32);
-    let what = match nm.kind {
-        NormKind::Rms => "RMSNorm",
-        NormKind::Layer => "LayerNorm",
-        NormKind::L2 => "L2 normalize",
-        NormKind::L1 => "L1 normalize",
-    };
+    let what = nm.kind.title();
     let shapes = if col {
         let mut v = vec![ShapeSpec {
             batch: (batch > 1).then_some(batch),
