@@ -12,7 +12,7 @@ use cudarc::cublas::sys as bsys;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::cudnn::sys as dnsys;
 
-use crate::eval::gpu::session::{CudaFailure, Session};
+use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::spec::{Activation, DType, Layout};
 
 fn fail(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
@@ -120,9 +120,17 @@ fn op(t: bool) -> bsys::cublasOperation_t {
     }
 }
 
+/// The workspace given to cuBLAS: 32 MiB, the size cuBLAS itself uses by default on
+/// Hopper, so its algorithm choice is the usual one.
+const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
 /// The vendor-library handles of a session.
 pub struct Libraries {
     cublas: Option<cudarc::cublas::CudaBlas>,
+    /// cuBLAS's workspace, set on the handle (declared after it: freed after the handle).
+    /// Without one, cuBLAS allocates its workspace on the stream at each call, and a
+    /// graph captured from those calls holds an allocation and a free per launch.
+    _cublas_workspace: Option<DevBuf<u8>>,
     lt: Option<ltsys::cublasLtHandle_t>,
     cudnn: Option<dnsys::cudnnHandle_t>,
     pub notes: Vec<String>,
@@ -139,6 +147,28 @@ impl Libraries {
                 None
             }
         };
+        let mut cublas_workspace = None;
+        if let Some(b) = &cublas {
+            match s.zeros::<u8>(CUBLAS_WORKSPACE_BYTES) {
+                Ok(ws) => {
+                    // SAFETY: a live handle and a buffer of the stated size that lives as
+                    // long as the handle (it is dropped after it).
+                    let status = unsafe {
+                        bsys::cublasSetWorkspace_v2(
+                            *b.handle(),
+                            ws.ptr as *mut c_void,
+                            CUBLAS_WORKSPACE_BYTES,
+                        )
+                    };
+                    if status == bsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                        cublas_workspace = Some(ws);
+                    } else {
+                        notes.push(format!("cuBLAS workspace not set: {status:?}"));
+                    }
+                }
+                Err(e) => notes.push(format!("cuBLAS workspace not allocated: {e}")),
+            }
+        }
         let lt = match cudarc::cublaslt::result::create_handle() {
             Ok(h) => Some(h),
             Err(e) => {
@@ -171,6 +201,7 @@ impl Libraries {
         };
         Libraries {
             cublas,
+            _cublas_workspace: cublas_workspace,
             lt,
             cudnn,
             notes,

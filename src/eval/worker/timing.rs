@@ -784,6 +784,24 @@ impl TimedGraph {
     }
 }
 
+/// Records `event` on the session's stream as an event-record node of the graph being
+/// captured. A plain record during capture only marks a point for other streams to wait
+/// on and adds no node: the event is never recorded when the graph runs, and reading its
+/// time fails with CUDA_ERROR_INVALID_VALUE.
+fn record_node(event: &cudarc::driver::CudaEvent, s: &Session) -> Result<(), CudaFailure> {
+    use cudarc::driver::sys;
+    // SAFETY: a live event of the session's context and the session's live stream.
+    unsafe {
+        sys::cuEventRecordWithFlags(
+            event.cu_event(),
+            s.stream.cu_stream(),
+            sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32,
+        )
+    }
+    .result()?;
+    Ok(())
+}
+
 /// Captures GRAPH_LAUNCHES calls of `launch` on the session's stream into a timed graph.
 fn capture_graph(
     s: &Session,
@@ -808,9 +826,9 @@ fn capture_graph(
             result = result.and_then(|()| s.flush_l2());
         }
         result = result
-            .and_then(|()| Ok(a.record(&s.stream)?))
+            .and_then(|()| record_node(a, s))
             .and_then(|()| launch())
-            .and_then(|()| Ok(b.record(&s.stream)?));
+            .and_then(|()| record_node(b, s));
         if result.is_err() {
             break;
         }
