@@ -147,9 +147,8 @@ using namespace cute;
 #endif
 // fp32: the promotion interval by K (CS_F32_PROMOTE_MIN_K, _LARGE_K, _MAX): see
 // cutesmith_sm90_3xtf32.cuh.
-#ifndef CS_F32_MIN_K
-#define CS_F32_MIN_K 32     // fp32 (3xTF32): smaller K go to the fallback (see cs_gemm_check_effective)
-#endif
+// fp32 (3xTF32): K below CS_F32_MIN_K goes to the fallback (see cutesmith_sm90_3xtf32.cuh
+// and cs_gemm_check_effective).
 #ifndef CS_TILE_K
 #if CS_FP8
 #define CS_TILE_K 128      // K per stage: 128 fp8 = 128 bytes = one SW128 row

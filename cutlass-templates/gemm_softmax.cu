@@ -2,8 +2,11 @@
 // attention-score and classifier-head pattern, on Hopper (sm_90a).
 //
 //   Z[l] = alpha * A[l] (m x k) * B[l] (k x n) + beta * C[l] (m x n)      for l in [0, batch)
-//   D[l][i, :] = softmax(Z[l][i, :])          (p.log_softmax == 0)
-//   D[l][i, :] = log_softmax(Z[l][i, :])      (p.log_softmax != 0)
+//   X[l][i, j] = chain(Z[l][i, j])            (the workload's ops before the softmax, if any:
+//                                              a bias, a scale, an activation, ... as
+//                                              struct cs_chain, see cutesmith_chain.cuh)
+//   D[l][i, :] = softmax(X[l][i, :])          (p.log_softmax == 0)
+//   D[l][i, :] = log_softmax(X[l][i, :])      (p.log_softmax != 0)
 //
 // A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
 // f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,
@@ -23,17 +26,20 @@
 //      down to 8 (A column-major, where M is the contiguous dimension) rows and N' = n
 //      rounded down to 8 columns; the few outputs outside (columns [N', n) of every row,
 //      rows [M', m)) are computed by a small warp-per-output dot-product kernel, so any m
-//      and n work. K must be a multiple of 8 when it is the contiguous dimension of A or
-//      B (A row-major or B column-major), every leading dimension and batch stride of A
-//      and B a multiple of 8, A and B 16-byte aligned; otherwise CS_ERR_UNSUPPORTED.
+//      and n work. The TMA GEMM needs K a multiple of 16 bytes where it is the contiguous
+//      dimension of A or B (A row-major or B column-major), every leading dimension and
+//      batch stride of A and B a multiple of 16 bytes and no operand shared by the batch
+//      (cs_tma_ok); otherwise that kernel computes every output (slow, but any shape has a
+//      kernel). A and B must then be 16-byte aligned (else CS_ERR_UNSUPPORTED).
 //   2. A row softmax kernel reads each fp32 row once (16-byte loads: the workspace rows
-//      are aligned), adds beta * C, and writes D in one pass with the row in registers:
+//      are aligned), adds beta * C, applies the chain, and writes D in one pass with the
+//      row in registers:
 //      one warp per row for n <= 1024, one CTA per row for n <= 32768 (8 float4 per
 //      thread, up to 1024 threads), else a CTA per row with an online (max, sum) pass
 //      and a second pass re-reading the row (from L2, just read). exp is ex2.approx of
 //      x log2e - max log2e (as in softmax_rows.cu); log_softmax is (x log2e - max log2e
 //      - log2(sum)) ln 2. D is stored 4 elements at a time when its rows allow it.
-// The exponentiated intermediate (CS_EXP16=1, used for softmax with a 16-bit D, no C term,
+// The exponentiated intermediate (CS_EXP16=1, used for softmax with a 16-bit D, no C term, no chain,
 // and a GEMM covering every output: n a multiple of 8, and m as well when A is
 // column-major): the GEMM's epilogue (CsExpEpilogue) turns its tile into
 // e = 2^(z log2e - mL_t), with mL_t the tile row's max times log2e, writes e as f16 (every
@@ -86,6 +92,7 @@
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"       // the ops before the softmax (the identity without them)
 #include "cutesmith_edges.cuh"
 #include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
 #include "cutesmith_sm90_host.cuh"
@@ -519,6 +526,7 @@ struct CsRowArgs {
   const ElementCD* c; int64_t ldc, sc; float beta;
   ElementCD* d; int64_t ldd, sd;
   bool d_vec;                          // D rows allow 4-element stores
+  cs_problem prob;                     // the chain's operands (a chain before the softmax)
 };
 
 // The partial state of a row: mL = max(x) log2e (or -inf when empty) and
@@ -568,11 +576,12 @@ struct CsRowOut {
   }
 };
 
-// Vector j (elements 4j..4j+3) of a row: Z + beta * C, -inf past the end. kLastRead: the
-// row is not read again (evict-first load), else a plain load that leaves it in L2.
+// Vector j (elements 4j..4j+3) of row r of batch bz: the chain of Z + beta * C, -inf past
+// the end. kLastRead: the row is not read again (evict-first load), else a plain load that
+// leaves it in L2.
 template <bool kLastRead = true>
 __device__ __forceinline__ void cs_row_vec(const CsRowArgs& a, const float* z, const ElementCD* c,
-                                           int j, float (&f)[4])
+                                           int64_t bz, int64_t r, int j, float (&f)[4])
 {
   const float4* zv = reinterpret_cast<const float4*>(z) + j;
   float4 const v = kLastRead ? __ldcs(zv) : __ldg(zv);
@@ -580,8 +589,12 @@ __device__ __forceinline__ void cs_row_vec(const CsRowArgs& a, const float* z, c
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     int const col = 4 * j + e;
-    if (col >= a.n) f[e] = cs_neg_inf();
-    else if (a.beta != 0.0f) f[e] = fmaf(a.beta, cs_to_f32(c[col]), f[e]);
+    if (col >= a.n) {
+      f[e] = cs_neg_inf();
+      continue;
+    }
+    if (a.beta != 0.0f) f[e] = fmaf(a.beta, cs_to_f32(c[col]), f[e]);
+    if constexpr (!cs_chain::kIdentity) f[e] = cs_chain_at<cs_chain>(a.prob, f[e], bz, r, col);
   }
 }
 
@@ -619,7 +632,7 @@ __device__ __forceinline__ void cs_row_in_registers(const CsRowArgs& a, int64_t 
   for (int i = 0; i < VPT; ++i) {
     int const j = g + i * G;
     if (j < nv) {
-      cs_row_vec(a, z, c, j, f[i]);
+      cs_row_vec(a, z, c, bz, r, j, f[i]);
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) f[i][e] = cs_neg_inf();
@@ -684,7 +697,7 @@ cs_softmax_stream_kernel(CsRowArgs a)
   float mL = cs_neg_inf(), s = 0.0f;
   for (int j = g; j < nv; j += G) {
     float f[4];
-    cs_row_vec<false>(a, z, c, j, f);
+    cs_row_vec<false>(a, z, c, bz, r, j, f);
     float const cm = fmaxf(fmaxf(f[0], f[1]), fmaxf(f[2], f[3]));
     float const cmL = cm == cs_neg_inf() ? cm : cm * kLog2e;
     if (cmL > mL) {                 // new running max: rescale the running sum
@@ -699,7 +712,7 @@ cs_softmax_stream_kernel(CsRowArgs a)
   CsRowOut<LOG> const out(mL, s);
   for (int j = g; j < nv; j += G) {
     float f[4];
-    cs_row_vec(a, z, c, j, f);
+    cs_row_vec(a, z, c, bz, r, j, f);
     cs_row_store<LOG>(a, d, j, f, out);
   }
 }
@@ -800,15 +813,43 @@ struct CsGeometry {
   uint64_t stats_at;            // exp16: byte offset of the statistics
 };
 
+// The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
+// value that is still a valid TMA stride.
+static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride, int64_t ld, int64_t outer)
+{
+  return p.batch > 1 ? batch_stride : ld * outer;
+}
+
+// Whether the TMA GEMM can read A and B: 16-byte leading dimensions and batch strides, K a
+// multiple of 8 where it is contiguous, no operand shared by the batch (a stride-0 TMA
+// dimension), and for f32 a K of at least CS_F32_MIN_K. Otherwise the edge kernel computes
+// every output of stage 1 (one warp an output, fp32 FMAs: a slow path, there so that any
+// shape has a kernel).
+static bool cs_tma_ok(const cs_problem& p)
+{
+  bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
+  if (CS_F32 && p.k < CS_F32_MIN_K) return false;   // fp32 FMAs: 3xTF32 loses to them here
+  if ((a_row || !b_row) && p.k % kAlignAB != 0) return false;
+  if (!cs_tma_stride_ok(p.lda) || !cs_tma_stride_ok(p.ldb)) return false;
+  int64_t const outer_a = a_row ? p.m : p.k, outer_b = b_row ? p.k : p.n;
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, outer_a)) ||
+      (p.batch > 1 && p.batch_stride_a == 0)) return false;
+  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, outer_b)) ||
+      (p.batch > 1 && p.batch_stride_b == 0)) return false;
+  return true;
+}
+
 static CsGeometry cs_geometry(const cs_problem& p)
 {
   CsGeometry g;
-  g.m_gemm = kLayoutA == CS_LAYOUT_COL ? p.m / 8 * 8 : p.m;
-  g.n_gemm = p.n / 8 * 8;
+  bool const tma = cs_tma_ok(p);
+  g.m_gemm = !tma ? 0 : kLayoutA == CS_LAYOUT_COL ? p.m / 8 * 8 : p.m;
+  g.n_gemm = !tma ? 0 : p.n / 8 * 8;
   g.ldw = (p.n + 3) / 4 * 4;
   g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
   // The exponentiated path: softmax into a 16-bit D, no C, the GEMM covering every output.
-  g.exp16 = CS_EXP16 && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 && p.beta == 0.0f &&
+  g.exp16 = CS_EXP16 && cs_chain::kIdentity && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 &&
+            p.beta == 0.0f &&
             g.m_gemm == p.m && g.n_gemm == p.n;
   g.tiles_n = (p.n + kTileN - 1) / kTileN;
   g.stats_at = 0;
@@ -820,19 +861,13 @@ static CsGeometry cs_geometry(const cs_problem& p)
   return g;
 }
 
-// The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
-// value that is still a valid TMA stride.
-static inline int64_t cs_batch_stride(const cs_problem& p, int64_t batch_stride, int64_t ld, int64_t outer)
-{
-  return p.batch > 1 ? batch_stride : ld * outer;
-}
-
 // CS_OK when this kernel handles `p`.
 static int32_t cs_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
   if (!kTypesOk) return CS_ERR_UNSUPPORTED;
   if (p.family != CS_FAMILY_GEMM_SOFTMAX) return CS_ERR_UNSUPPORTED;
+  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
   if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD) return CS_ERR_UNSUPPORTED;
   if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != CS_LAYOUT_ROW)
     return CS_ERR_UNSUPPORTED;
@@ -842,18 +877,13 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
   if (p.batch * p.m > kMaxInt) return CS_ERR_UNSUPPORTED;    // one CTA per row at most
 
-  // Mainloop (TMA): 16-byte multiples for the strides, and for K where it is contiguous.
+  // A and B: rows that hold the matrix (the TMA GEMM's own conditions are cs_tma_ok's;
+  // without them the edge kernel computes stage 1).
   bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
-  if ((a_row || !b_row) && p.k % kAlignAB != 0) return CS_ERR_UNSUPPORTED;
-  if (p.lda < (a_row ? p.k : p.m) || !cs_tma_stride_ok(p.lda)) return CS_ERR_UNSUPPORTED;
-  if (p.ldb < (b_row ? p.n : p.k) || !cs_tma_stride_ok(p.ldb)) return CS_ERR_UNSUPPORTED;
+  if (p.lda < (a_row ? p.k : p.m) || p.ldb < (b_row ? p.n : p.k)) return CS_ERR_UNSUPPORTED;
   int64_t const outer_a = a_row ? p.m : p.k, outer_b = b_row ? p.k : p.n;
   if (p.lda > INT64_MAX / outer_a || p.ldb > INT64_MAX / outer_b) return CS_ERR_UNSUPPORTED;
-  // Broadcast operands (batch stride 0) would need a stride-0 TMA dimension: not handled.
-  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_a, p.lda, outer_a)) ||
-      (p.batch > 1 && p.batch_stride_a == 0)) return CS_ERR_UNSUPPORTED;
-  if (!cs_tma_stride_ok(cs_batch_stride(p, p.batch_stride_b, p.ldb, outer_b)) ||
-      (p.batch > 1 && p.batch_stride_b == 0)) return CS_ERR_UNSUPPORTED;
+  if (p.batch_stride_a < 0 || p.batch_stride_b < 0) return CS_ERR_UNSUPPORTED;
 
   // Stage 2: C and D rows (any alignment of the element type).
   if (p.m > 1 && p.ldd < p.n) return CS_ERR_UNSUPPORTED;
@@ -863,7 +893,7 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 
   if (check_pointers) {
     if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
-    if (!cs_aligned16(p.a) || !cs_aligned16(p.b)) return CS_ERR_UNSUPPORTED;
+    if (cs_tma_ok(p) && (!cs_aligned16(p.a) || !cs_aligned16(p.b))) return CS_ERR_UNSUPPORTED;
     if (has_c && p.c == nullptr) return CS_ERR_UNSUPPORTED;
     uintptr_t const esize = sizeof(ElementCD);
     if (reinterpret_cast<uintptr_t>(p.d) % esize != 0) return CS_ERR_UNSUPPORTED;
@@ -1067,6 +1097,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   uintptr_t const vec_bytes = 4 * sizeof(ElementCD);
   a.d_vec = reinterpret_cast<uintptr_t>(p.d) % vec_bytes == 0 && (p.m == 1 || p.ldd % 4 == 0) &&
             (p.batch == 1 || p.batch_stride_d % 4 == 0);
+  a.prob = p;
   cudaError_t const err = p.log_softmax != 0 ? cs_launch_rows<true>(a, stream)
                                              : cs_launch_rows<false>(a, stream);
   return int32_t(err);

@@ -366,6 +366,28 @@ CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, in
   return Chain::apply(z, t);
 }
 
+/* CS_OK when p's tensor operands are the ones `Chain` reads (none for the identity): their
+ * number, kinds and dtypes, leading dimensions that hold a row (or column) of D, and with
+ * `check_pointers` their addresses. Host side, before a launch. */
+template <class Chain>
+inline int32_t cs_chain_operands_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.num_operands != Chain::kOperands) return CS_ERR_UNSUPPORTED;
+  for (int i = 0; i < Chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[i];
+    if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (o.kind == CS_OPERAND_MATRIX) {
+      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
+      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
+      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+    }
+    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
 /* ---- the identity chain, when the source defines none ---- */
 
 #ifndef CS_CHAIN_DEFINED

@@ -150,20 +150,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(cs_problem p)
 template <class Chain>
 int32_t chain_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.num_operands != Chain::kOperands) return CS_ERR_UNSUPPORTED;
-  for (int i = 0; i < Chain::kOperands; ++i) {
-    cs_operand const& o = p.operands[i];
-    if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
-    if (o.kind == CS_OPERAND_MATRIX) {
-      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
-      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
-      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
-    }
-    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
-  }
-  return CS_OK;
+  return cs_chain_operands_check<Chain>(p, check_pointers);
 }
 
 // CS_OK when the fallback takes `p` with A/B elements TAB, C/D elements TCD and the

@@ -65,6 +65,12 @@
 #ifndef CS_F32_PROMOTE_MIN_K
 #define CS_F32_PROMOTE_MIN_K 2048
 #endif
+// Below this K the templates built on this mainloop compute with fp32 FMAs instead: a
+// 3xTF32 product's error (about 2^-20, against fp32's 2^-24) dominates short dot products
+// (RMS error 2.7-2.8x cuBLAS fp32's at K = 16, 1.8x at 32; bench/fp32-tiles-h100.md).
+#ifndef CS_F32_MIN_K
+#define CS_F32_MIN_K 32
+#endif
 #ifndef CS_F32_PROMOTE_LARGE_K
 #define CS_F32_PROMOTE_LARGE_K 4
 #endif

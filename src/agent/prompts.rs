@@ -160,15 +160,25 @@ impl WorkloadFacts {
                 "D = {}(A*B) * (A*B2): two GEMMs sharing A (B2 has B's shape and layout)",
                 pr.gate
             ),
-            Family::GemmSoftmax => format!(
-                "D = {} over each row (length n) of alpha*A*B + beta*C, alpha {}",
-                if pr.log_softmax {
+            Family::GemmSoftmax => {
+                let row_op = if pr.log_softmax {
                     "log_softmax"
                 } else {
                     "softmax"
-                },
-                pr.alpha
-            ),
+                };
+                if chain.is_identity() {
+                    format!(
+                        "D = {row_op} over each row (length n) of alpha*A*B + beta*C, alpha {}",
+                        pr.alpha
+                    )
+                } else {
+                    format!(
+                        "z = alpha*A*B + beta*C with alpha {}, x = chain(z): {}; D = {row_op} over each row (length n) of x",
+                        pr.alpha,
+                        chain.describe()
+                    )
+                }
+            }
             Family::Softmax => "softmax over each row (length n)".into(),
             Family::LogSoftmax => "log_softmax over each row (length n)".into(),
             Family::Norm => {

@@ -908,14 +908,22 @@ fn chain_after<'g>(
     out_dtype: DType,
     ops: &mut Vec<String>,
 ) -> Option<Vec<OpSpec>> {
-    // The nodes that depend on `start`, in graph order.
+    // The nodes that depend on `start`, in graph order, up to `out` (a chain that ends
+    // before the graph does: gemm_softmax's, at the softmax's input).
+    let end = through_copies(&mp.nodes, out).to_string();
     let mut chainy: HashSet<String> = HashSet::from([start.to_string()]);
     let mut members: Vec<&'g Node> = Vec::new();
     let mut all: Vec<&'g Node> = mp.nodes.values().copied().collect();
     all.sort_by_key(|n| mp.order.get(n.name.as_str()).copied().unwrap_or(0));
+    let end_at = mp.order.get(end.as_str()).copied();
     for n in all {
         if n.op != "call_function" || n.name == start {
             continue;
+        }
+        if let (Some(e), Some(o)) = (end_at, mp.order.get(n.name.as_str())) {
+            if *o > e {
+                break;
+            }
         }
         let reads = n
             .args
@@ -941,7 +949,7 @@ fn chain_after<'g>(
             Class::Elementwise => {}
             Class::View if passes_values(n) => {}
             _ => {
-                mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only");
+                mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only (a GEMM's softmax may follow them)");
                 return None;
             }
         }
@@ -1285,6 +1293,46 @@ fn leading_activation(specs: &mut Vec<OpSpec>, params: &mut ParamsSpec) {
     specs.remove(0);
 }
 
+/// Writes a linear's bias add out as the chain's first op (`add row`). Where the chain
+/// reads the linear's result again (x * sigmoid(x), a residual), which includes the bias
+/// while a spec's z is the value before it, the sum is saved (`lin`) and read in z's place.
+fn bias_first(
+    mp: &mut Mapper<'_>,
+    bias: &str,
+    chain: &mut Vec<OpSpec>,
+    out_dtype: DType,
+    ops: &mut Vec<String>,
+) {
+    let reads_output = chain.iter().any(|o| o.operand.as_deref() == Some("z"));
+    let mut first = OpSpec {
+        op: "add".into(),
+        operand: Some("row".into()),
+        save: reads_output.then(|| "lin".into()),
+        ..Default::default()
+    };
+    if let Some(d) = mp
+        .meta(bias)
+        .and_then(|m| dtype_of(&m.dtype))
+        .filter(|d| *d != out_dtype)
+    {
+        first.dtype = Some(d);
+    }
+    for o in chain.iter_mut() {
+        if o.operand.as_deref() == Some("z") {
+            o.operand = Some("lin".into());
+        }
+    }
+    // The header's op list, from the chain as it now reads.
+    ops.truncate(ops.len().saturating_sub(chain.len()));
+    ops.push(if reads_output {
+        format!("{} (the bias, saved)", describe(&first))
+    } else {
+        format!("{} (the bias)", describe(&first))
+    });
+    ops.extend(chain.iter().map(describe));
+    chain.insert(0, first);
+}
+
 fn map_gemm<'g>(
     mp: &mut Mapper<'g>,
     core: &'g Node,
@@ -1308,14 +1356,6 @@ fn map_gemm<'g>(
             return None;
         };
         let last = through_copies(&mp.nodes, out);
-        if g.bias.is_some() {
-            mp.problem(s, "a softmax of a GEMM with a bias (nn.Linear with bias=True): gemm_softmax computes softmax(A B + beta C) without a bias vector");
-            return None;
-        }
-        if input != core.name {
-            mp.problem(s, format!("a softmax of `{input}`, not of the GEMM's result: gemm_softmax fuses no op between the two"));
-            return None;
-        }
         if s.name != last {
             mp.problem(
                 s,
@@ -1330,38 +1370,19 @@ fn map_gemm<'g>(
         ) {
             params.log_softmax = Some(true);
         }
+        // The ops between the GEMM and the softmax (a bias, a scale, an activation) are
+        // gemm_softmax's chain, which runs before the softmax.
+        let mut chain = chain_after(mp, &core.name, &input, (g.batch, g.m, g.n), out_dtype, ops)?;
+        if let Some(bias) = &g.bias {
+            bias_first(mp, bias, &mut chain, out_dtype, ops);
+        }
         ops.push(op_name(s.target.as_deref().unwrap_or_default()).into());
-        (Family::GemmSoftmax, Vec::new())
+        (Family::GemmSoftmax, chain)
     } else {
         let mut chain = chain_after(mp, &core.name, out, (g.batch, g.m, g.n), out_dtype, ops)?;
         let reads_output = chain.iter().any(|o| o.operand.as_deref() == Some("z"));
         if let (Some(bias), true) = (&g.bias, reads_output) {
-            // The chain reads the linear's result again (x * sigmoid(x), a residual), which
-            // includes the bias, where a spec's z is the value before it: the bias add is
-            // written out as the chain's first op, its result saved and read in z's place.
-            let mut first = OpSpec {
-                op: "add".into(),
-                operand: Some("row".into()),
-                save: Some("lin".into()),
-                ..Default::default()
-            };
-            if let Some(d) = mp
-                .meta(bias)
-                .and_then(|m| dtype_of(&m.dtype))
-                .filter(|d| *d != out_dtype)
-            {
-                first.dtype = Some(d);
-            }
-            for o in &mut chain {
-                if o.operand.as_deref() == Some("z") {
-                    o.operand = Some("lin".into());
-                }
-            }
-            // The header's op list, from the chain as it now reads.
-            ops.truncate(ops.len().saturating_sub(chain.len()));
-            ops.push(format!("{} (the bias, saved)", describe(&first)));
-            ops.extend(chain.iter().map(describe));
-            chain.insert(0, first);
+            bias_first(mp, bias, &mut chain, out_dtype, ops);
             (Family::Gemm, chain)
         } else if g.bias.is_some() {
             leading_activation(&mut chain, &mut params);
@@ -1922,10 +1943,11 @@ mod tests {
         assert!(err[0].message.contains("p_c"), "{}", err[0]);
     }
 
-    /// A softmax after a dropout in eval mode is the GEMM's softmax; one after a biased
-    /// linear is refused, naming the bias.
+    /// A softmax after a dropout in eval mode is the GEMM's softmax; a biased linear, then
+    /// GELU, then a softmax is gemm_softmax with the chain `add row, gelu` before the
+    /// softmax; an op after the softmax is refused.
     #[test]
-    fn gemm_softmax_through_a_dropout_and_the_bias_named() {
+    fn gemm_softmax_through_a_dropout_and_a_chain_before_it() {
         let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
         nodes.extend([
             node(
@@ -1946,30 +1968,54 @@ mod tests {
         let (spec, _) = map_graph(&graph(nodes, "sm"), "t.py").unwrap();
         assert_eq!(spec.family, Family::GemmSoftmax);
 
-        let g = graph(
-            vec![
-                input("x", &[64, 32], &[32, 1]),
-                input("w", &[16, 32], &[32, 1]),
-                input("bias", &[16], &[1]),
-                node(
-                    "lin",
-                    "aten.linear.default",
-                    serde_json::json!([r("x"), r("w"), r("bias")]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-                node(
-                    "sm",
-                    "aten.softmax.int",
-                    serde_json::json!([r("lin"), -1]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-            ],
-            "sm",
-        );
-        let err = map_graph(&g, "t.py").unwrap_err();
-        assert!(err[0].message.contains("bias"), "{}", err[0]);
+        let biased = vec![
+            input("x", &[64, 32], &[32, 1]),
+            input("w", &[16, 32], &[32, 1]),
+            input("bias", &[16], &[1]),
+            node(
+                "lin",
+                "aten.linear.default",
+                serde_json::json!([r("x"), r("w"), r("bias")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "act",
+                "aten.gelu.default",
+                serde_json::json!([r("lin")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sm",
+                "aten.softmax.int",
+                serde_json::json!([r("act"), -1]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ];
+        let g = graph(biased.clone(), "sm");
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmSoftmax);
+        assert_eq!(ops, ["linear", "add row (the bias)", "gelu_erf", "softmax"]);
+        let chain: Vec<_> = spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.as_str(), o.operand.as_deref()))
+            .collect();
+        assert_eq!(chain, [("add", Some("row")), ("gelu_erf", None)]);
+        assert!(spec.epilogue[0].save.is_none());
+        // An op after the softmax is not gemm_softmax's.
+        let mut nodes = biased;
+        nodes.push(node(
+            "after",
+            "aten.mul.Tensor",
+            serde_json::json!([r("sm"), 2.0]),
+            &[64, 16],
+            &[16, 1],
+        ));
+        let err = map_graph(&graph(nodes, "after"), "t.py").unwrap_err();
+        assert!(err[0].message.contains("after the softmax"), "{}", err[0]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ impl Workload {
                 self.params.activation
             ),
             Family::GemmSoftmax => format!(
-                "{s} {} {}",
+                "{s} {}{chain} {}",
                 self.layouts.blas_name(),
                 if self.params.log_softmax {
                     "log_softmax"

@@ -441,9 +441,30 @@ k = 4096
         let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
-            e.contains("only for families gemm, gemm_bias_act, activation and norm"),
+            e.contains(
+                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation and norm"
+            ),
             "{e}"
         );
+    }
+
+    /// gemm_softmax takes a chain, run on the GEMM's result before the softmax: a bias
+    /// (row operand) and an activation, named in the listing, counted in the flops.
+    #[test]
+    fn gemm_softmax_takes_a_chain_before_the_softmax() {
+        let text = "description = \"s\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 64\nn = 100\nk = 32\n";
+        let plain = parse("g", text).unwrap();
+        let w = parse(
+            "g",
+            &format!("{text}[[epilogue]]\nop = \"add\"\noperand = \"row\"\n[[epilogue]]\nop = \"gelu_erf\"\n"),
+        )
+        .unwrap();
+        assert_eq!(w.chain().steps.len(), 2);
+        assert_eq!(w.chain().tensors.len(), 1);
+        assert!(w.family().chain_before_row_op());
+        assert!(w.summary_line().contains("+2 ops"), "{}", w.summary_line());
+        let sh = w.headline();
+        assert!(w.flops(sh) > plain.flops(sh));
     }
 
     #[test]

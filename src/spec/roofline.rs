@@ -46,7 +46,7 @@ impl Workload {
                 gemm + c_term + out * self.chain.flops_per_element()
             }
             Family::GemmGlu => 2.0 * gemm + out * (self.params.gate.flops_per_element() + 1.0),
-            Family::GemmSoftmax => gemm + c_term + softmax * out,
+            Family::GemmSoftmax => gemm + c_term + (softmax + self.chain.flops_per_element()) * out,
             Family::Activation => out * self.chain.flops_per_element(),
             Family::Softmax => 5.0 * out,
             Family::LogSoftmax => 6.0 * out,

@@ -161,7 +161,10 @@ impl Validator<'_> {
         if !specs.is_empty() && !family.has_chain() {
             return Err(self.err(
                 "epilogue",
-                format!("only for families gemm, gemm_bias_act, activation and norm, not {family}"),
+                format!(
+                    "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), \
+                     activation and norm, not {family}"
+                ),
             ));
         }
         let act = Op::Act(

@@ -80,13 +80,24 @@ impl Family {
         )
     }
 
-    /// Whether the output goes through an elementwise epilogue chain (the GEMM with and
-    /// without bias, and the activation family itself).
+    /// Whether the family takes an elementwise op chain: after the GEMM (with and without
+    /// bias), the activation family itself, after the norm, and for gemm_softmax on the
+    /// GEMM's result before the softmax (see [`Family::chain_before_row_op`]).
     pub fn has_chain(self) -> bool {
         matches!(
             self,
-            Family::Gemm | Family::GemmBiasAct | Family::Activation | Family::Norm
+            Family::Gemm
+                | Family::GemmBiasAct
+                | Family::Activation
+                | Family::Norm
+                | Family::GemmSoftmax
         )
+    }
+
+    /// Whether the chain runs before the family's row operation (gemm_softmax: the
+    /// softmax reads the chain's result) rather than producing the output itself.
+    pub fn chain_before_row_op(self) -> bool {
+        self == Family::GemmSoftmax
     }
 
     /// Whether each output row is normalized (softmax or log-softmax).

@@ -87,7 +87,8 @@ fn takes(template: &str) -> Option<Takes> {
             out: None,
             cd_col: false,
             any_ab_layout: true,
-            chain: ChainTakes::Identity,
+            // The chain runs in the row kernel, on the GEMM's fp32 result.
+            chain: ChainTakes::Any,
             shared: false,
         },
         "gemm_glu" => Takes {
@@ -282,7 +283,9 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             if s.template == "gemm_glu" && lay.shared_b && lay.a != Layout::Row {
                 return Err("layout shared = [\"b\"]: the template stacks the batches' rows of A and D into one GEMM, which needs a = row".into());
             }
-            tma_rows(s, w)?;
+            if s.template == "gemm_glu" {
+                tma_rows(s, w)?;
+            }
             if s.template == "gemm_softmax" && w.dtype() == DType::F32 {
                 // The 3xTF32 mainloop: two accumulator sets a thread, two consumer
                 // warpgroups of 64 rows.
@@ -342,10 +345,10 @@ pub(super) fn f32_softmax_stage_bytes(w: &Workload, tile_n: i64) -> i64 {
     (128 * a + tile_n * b) * 32 * 4
 }
 
-/// gemm_softmax and gemm_glu have no fallback GEMM: TMA reads every row of A and B (and
-/// gemm_glu writes every row of D) in 16-byte steps, so with packed operands the
-/// contiguous extent of each (k for A row-major and B column-major, m for A column-major,
-/// n for B row-major and gemm_glu's D) must be a multiple of 16 bytes.
+/// gemm_glu has no fallback GEMM: TMA reads every row of A and B and writes every row of
+/// D in 16-byte steps, so with packed operands the contiguous extent of each (k for A
+/// row-major and B column-major, m for A column-major, n for B row-major and D) must be a
+/// multiple of 16 bytes. (gemm_softmax computes what TMA cannot read with its edge kernel.)
 fn tma_rows(s: &Strategy, w: &Workload) -> Result<(), String> {
     let lay = w.layouts();
     let (ab, d) = (w.dtype().bytes(), w.out_dtype().bytes());

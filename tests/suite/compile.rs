@@ -275,6 +275,10 @@ fn every_template_instance_compiles_in_each_layout() {
         // (the split transposes it; a narrower tile so that two stages fit).
         ("gemm_softmax_f32_head", "gemm_softmax"),
         ("gemm_softmax_f32_rr_small", "gemm_softmax"),
+        // An op chain before the softmax (a bias, GELU, a scale; a column operand and tanh
+        // before an f32 log-softmax).
+        ("gemm_softmax_chain_bf16_small", "gemm_softmax"),
+        ("gemm_softmax_chain_f32_small", "gemm_softmax"),
         ("gemm_glu_swiglu_bf16", "gemm_glu"),
         // The dual GLU kernel with both operands MN-major (f16 GEGLU, A column-major, B
         // row-major): a GPU test fixture.

@@ -249,6 +249,10 @@ fn every_template_validates_on_its_workloads() {
         // f32 through the 3xTF32 GEMM: K-major, and B row-major (transposed by the split).
         "gemm_softmax_f32_small",
         "gemm_softmax_f32_rr_small",
+        // Op chains before the softmax; K too short for TMA rows (the edge kernel computes
+        // the products), f32 K below 32 (fp32 FMAs).
+        "gemm_softmax_chain_bf16_small",
+        "gemm_softmax_chain_f32_small",
         "gemm_f32_small",
         "relu_bf16_small",
         "softmax_f32_small",

@@ -284,8 +284,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
             "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
         ),
         Reference::GemmSoftmax { log } => format!(
-            "{}  const double x = acc + cc;\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
-            gemm_z(0, 1, true, spec.out),
+            "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             if *log { "x - st[0] - log(st[1])" } else { "p" },
             if *log { "2.0 * st[2]" } else { "2.0 * st[2] * p" },
         ),
@@ -295,6 +294,26 @@ pub fn check_source(spec: &CheckSpec) -> String {
         Reference::Norm { kind, eps } => (kind.abi_value(), lit(*eps)),
         _ => (0, lit(0.0)),
     };
+    // What a GEMM's softmax reads at element i: the chain of the product (+ beta C), and
+    // its error bound carried through the chain.
+    let _ = write!(
+        s,
+        r#"
+__device__ double cs_gemm_x(const CheckArgs& a, long long i, long long b, long long lr, long long lc, double* ex)
+{{
+  (void)b; (void)lr; (void)lc;
+  double t[4] = {{0.0, 0.0, 0.0, 0.0}};
+{tload}{gemm}  const double x0 = acc + cc;
+  const double w = csd_chain(x0, t);
+  double dev = 0.0;
+  const double ds[4] = {{-e, -0.5 * e, 0.5 * e, e}};
+  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));
+  *ex = dev;
+  return w;
+}}
+"#,
+        gemm = gemm_z(0, 1, true, spec.out)
+    );
     let _ = write!(
         s,
         r#"
@@ -470,10 +489,7 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     double x, e = 0.0;
     if (with_gemm) {{
-      const double acc = a.scale * ld_f32((const void*)a.r[0], i);
-      const double cc = a.r[2] ? a.beta * {out_ld}((const void*)a.r[2], i) : 0.0;
-      x = acc + cc;
-      e = a.ebound * fabs(a.scale) * ld_f32((const void*)a.r[1], i) + 1.2e-7 * (fabs(acc) + fabs(cc));
+      x = cs_gemm_x(a, i, b, lr, lc, &e);
     }} else {{
       x = {in_ld}((const void*)a.r[0], i);
     }}
@@ -486,7 +502,8 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     double x;
     if (with_gemm) {{
-      x = a.scale * ld_f32((const void*)a.r[0], i) + (a.r[2] ? a.beta * {out_ld}((const void*)a.r[2], i) : 0.0);
+      double ex;
+      x = cs_gemm_x(a, i, b, lr, lc, &ex);
     }} else {{
       x = {in_ld}((const void*)a.r[0], i);
     }}

@@ -440,8 +440,13 @@ impl Ctx<'_> {
                 };
                 if let Some(mut first) = first.filter(|_| wants(Baseline::Unfused)) {
                     let what = match (&passes, &softmax) {
-                        (_, Some(_)) => format!(
-                            "the library GEMM ({lib}), then a row softmax pass (a block per row, online max and sum, 16-byte vectors)"
+                        (ps, Some(_)) => format!(
+                            "the library GEMM ({lib}), then {}a row softmax pass (a block per row, online max and sum, 16-byte vectors)",
+                            match ps.as_ref().map_or(0, |p| p.len()) {
+                                0 => String::new(),
+                                1 => "1 elementwise pass, ".into(),
+                                k => format!("{k} elementwise passes, "),
+                            }
                         ),
                         (Some(ps), None) => format!(
                             "the library GEMM{} ({lib}), then {} elementwise pass{}",
@@ -460,11 +465,12 @@ impl Ctx<'_> {
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
                     launches.push(Box::new(move || {
                         first()?;
-                        if let Some(k) = sm {
-                            k.run(s_ref, d, sc.0, batch * m, n)?;
-                        }
+                        // The chain's passes, then (gemm_softmax) the softmax of their result.
                         if let Some(ps) = ps {
                             ps.run(s_ref, d, pt, sc, sp)?;
+                        }
+                        if let Some(k) = sm {
+                            k.run(s_ref, d, sc.0, batch * m, n)?;
                         }
                         Ok(())
                     }));
@@ -961,11 +967,13 @@ fn rotating_lt<'p>(
 }
 
 /// The ops a framework runs as separate elementwise passes after its library op: the
-/// chain after the GEMM (gemm, gemm_bias_act), the whole chain (activation), the gate and
-/// the product (gemm_glu); none otherwise.
+/// chain after the GEMM (gemm, gemm_bias_act; gemm_softmax, before its softmax), the whole
+/// chain (activation), the gate and the product (gemm_glu); none otherwise.
 fn unfused_chain(w: &Workload) -> Option<Chain> {
     match w.family() {
-        Family::Gemm | Family::GemmBiasAct | Family::Activation => Some(w.chain().clone()),
+        Family::Gemm | Family::GemmBiasAct | Family::Activation | Family::GemmSoftmax => {
+            Some(w.chain().clone())
+        }
         Family::GemmGlu => {
             let mut c = Chain::default();
             let (p0, p1) = w.params().gate.default_params();

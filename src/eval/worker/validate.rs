@@ -492,13 +492,20 @@ impl Ctx<'_> {
                 }
             }
             Family::GemmSoftmax => {
-                let mut e = vec![0f64; p.out_len];
-                let mut x = vec![0f64; p.out_len];
-                for i in 0..p.out_len {
+                // The chain before the softmax (the identity without ops), its error bound
+                // carried through it as for a GEMM's chain.
+                let mut xe = vec![(0f64, 0f64); p.out_len];
+                let tensors = &p.tensors;
+                data::parallel_fill(&mut xe, |i| {
+                    let (b, r, c) = coords(i, col_major);
+                    let mut t = [0f64; MAX_TENSORS];
+                    for (slot, tt) in t.iter_mut().zip(tensors) {
+                        *slot = tt.at(lay.c, b, r, c);
+                    }
                     let (v, ev) = z_at(i, &z, &s);
-                    x[i] = v;
-                    e[i] = ev;
-                }
+                    chain_with_slack(chain, v, ev, &t)
+                });
+                let (x, e): (Vec<f64>, Vec<f64>) = xe.into_iter().unzip();
                 let batches = p.out_len / plane.max(1);
                 for b in 0..batches {
                     for r in 0..m {
