@@ -21,7 +21,8 @@
 // the tokens on its narrow N side, so no MMA row is padding and the shared-memory ring
 // holds weight tiles instead of zero-filled token rows. bf16
 // inputs by default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the
-// input type; fp8 (e4m3 / e5m2, A row and B column only) writes bf16, f16 or f32.
+// workload's output type (bf16, f16 or f32; without CS_WL_DTYPE_CD the input type); fp8
+// (e4m3 / e5m2, A row and B column only) writes bf16, f16 or f32.
 // Batches: any batch strides; a shared B (stride 0) with A and D row-major, or a shared A
 // with B and D column-major, runs as one GEMM with the batches stacked (TMA has no
 // stride-0 dimension); other shared operands take the fallback.
@@ -225,18 +226,22 @@ using ElementAB = cutlass::bfloat16_t;
 using FallbackElement = __nv_bfloat16;   // the same bits as cutlass::bfloat16_t
 static constexpr cs_dtype kDtypeAB = CS_DTYPE_BF16;
 #endif
-// C and D: the input type for 16-bit inputs; for fp8 inputs the workload's output type
-// (bf16 by default, f16 or f32).
-#if CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0
+// C and D: the workload's output type (CS_WL_DTYPE_CD: bf16, f16 or f32) for 16-bit and
+// fp8 inputs; without one, the input type (bf16 for fp8 inputs). f32 inputs write f32.
+#if !CS_F32 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0
 using ElementCD = float;
 using FallbackCD = float;
 static constexpr cs_dtype kDtypeCD = CS_DTYPE_F32;
-#elif CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 1
+#elif !CS_F32 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 1
 using ElementCD = cutlass::half_t;
 using FallbackCD = __half;
 static constexpr cs_dtype kDtypeCD = CS_DTYPE_F16;
+#elif !CS_F32 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 2
+using ElementCD = cutlass::bfloat16_t;
+using FallbackCD = __nv_bfloat16;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_BF16;
 #elif CS_FP8
-#if defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD != 2
+#if defined(CS_WL_DTYPE_CD)
 #error "fp8 builds write bf16, f16 or f32 D (CS_WL_DTYPE_CD 2, 1 or 0)"
 #endif
 using ElementCD = cutlass::bfloat16_t;
@@ -409,7 +414,7 @@ template <class T> using ActivationFn = cutlass::epilogue::thread::Identity<T>;
 template <class T> using ActivationFn = CsEltAct<T, CS_ACT_RELU>;
 #elif CS_ACT == 2
 template <class T> using ActivationFn = cutlass::epilogue::thread::LeakyReLU<T>;  // slope: act_alpha
-#elif CS_ACT == 3 && (CS_F32 || (CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0))
+#elif CS_ACT == 3 && (CS_F32 || (defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 0))
 template <class T> using ActivationFn = cutlass::epilogue::thread::GELU<T>;        // erf form, f32 D
 #elif CS_ACT == 3
 template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_ERF>;             // erf form, 16-bit D

@@ -1372,7 +1372,7 @@ fn map_gemm<'g>(
         }
         // The ops between the GEMM and the softmax (a bias, a scale, an activation) are
         // gemm_softmax's chain, which runs before the softmax.
-        let mut chain = chain_after(mp, &core.name, &input, (g.batch, g.m, g.n), out_dtype, ops)?;
+        let mut chain = chain_after(mp, &core.name, input, (g.batch, g.m, g.n), out_dtype, ops)?;
         if let Some(bias) = &g.bias {
             bias_first(mp, bias, &mut chain, out_dtype, ops);
         }

@@ -388,6 +388,44 @@ mod tests {
             .all(|s| s.params.get("CS_GEMM_FP16") == Some(&1)));
     }
 
+    /// What the coverage sweep found without a kernel now has one: 16-bit operands into
+    /// an f32 D on the CUTLASS 3 template (an fp8 D stays refused, named), gemm_softmax
+    /// with a chain before it and a K too short for TMA rows; and the skinny template no
+    /// longer claims a batch its grid cannot hold.
+    #[test]
+    fn mixed_outputs_softmax_chains_and_batch_limits() {
+        let spec = |text: &str| Workload::parse("x.toml", text).unwrap();
+        let gemm = "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n";
+        let f32_out = spec(&format!(
+            "{gemm}out_dtype = \"f32\"\n[[shapes]]\nm = 512\nn = 512\nk = 131072\n"
+        ));
+        let cutlass = strategy("gemm_sm90_cutlass3_ws", &[], "");
+        assert!(
+            check(&cutlass, &f32_out).is_ok(),
+            "{:?}",
+            check(&cutlass, &f32_out)
+        );
+        assert!(space_of(&f32_out)
+            .iter()
+            .any(|s| s.template == "gemm_sm90_cutlass3_ws"));
+        let fp8_out = spec(
+            "description = \"x\"\nfamily = \"gemm\"\ndtype = \"e4m3\"\nout_dtype = \"e4m3\"\n[[shapes]]\nm = 256\nn = 256\nk = 256\n",
+        );
+        let e = check(&cutlass, &fp8_out).unwrap_err();
+        assert!(e.contains("out_dtype e4m3"), "{e}");
+
+        let sm = spec(
+            "description = \"x\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 128\nn = 5\nk = 10\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n",
+        );
+        assert!(check(&strategy("gemm_softmax", &[], ""), &sm).is_ok());
+
+        let batched = spec(&format!(
+            "{gemm}[[shapes]]\nm = 16\nn = 16\nk = 16\nbatch = 70000\n"
+        ));
+        let e = check(&strategy("gemm_skinny_splitk", &[], ""), &batched).unwrap_err();
+        assert!(e.contains("batch above 65535"), "{e}");
+    }
+
     fn space_of(w: &Workload) -> Vec<Strategy> {
         space(w).into_iter().map(|(s, _)| s).collect()
     }

@@ -236,6 +236,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             Ok(())
         }
         "gemm_skinny_splitk" => {
+            batch_limit(w)?;
             // Every shape is validated: each must be skinny in one orientation.
             if let Some(sh) = w.shapes().iter().find(|sh| sh.m > 64 && sh.n > 64) {
                 return Err(format!(
@@ -435,9 +436,14 @@ fn raw_cute(s: &Strategy) -> Result<(), String> {
 fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     let (m, n) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
     let (dt, out) = (w.dtype(), w.out_dtype());
-    if !dt.is_fp8() && out != dt {
+    if dt == DType::F32 && out != dt {
         return Err(format!(
-            "out_dtype {out}: with {dt} operands the template writes {dt} (other outputs for fp8 operands only)"
+            "out_dtype {out}: with f32 operands the template writes f32"
+        ));
+    }
+    if out.is_fp8() {
+        return Err(format!(
+            "out_dtype {out}: the template writes bf16, f16 or f32"
         ));
     }
     if dt.is_fp8() {

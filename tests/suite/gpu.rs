@@ -232,6 +232,8 @@ fn every_template_validates_on_its_workloads() {
         // A C term (beta != 0) read through a column-major C, ragged and batched.
         "gemm_bf16_beta_small",
         "gemm_bf16_skinny_small",
+        // 16-bit operands into an f32 D (bias and GELU in f32).
+        "gemm_bf16_f32out_small",
         // The skinny template's stream kernel (its first candidate where K >= 2^16), with
         // the small operand K-major and M-major.
         "gemv_bf16_stream_small",

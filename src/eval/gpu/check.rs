@@ -1007,7 +1007,18 @@ impl Checker {
     /// 3 for a GEMM's rows).
     pub fn row_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
         let with_gemm = i32::from(matches!(self.spec.reference, Reference::GemmSoftmax { .. }));
-        let cfg = self.per_row(args, 1024);
+        // A block of as many threads as the kernel's registers allow (a chain's fp64
+        // functions can need more than 64 a thread), a power of two for the reduction.
+        // SAFETY: a function of a live module.
+        let most = unsafe {
+            cudarc::driver::result::function::get_function_attribute(
+                self.stats.cu_function(),
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            )
+        }
+        .map_err(CudaFailure::from)?;
+        let most = most.clamp(32, 1024) as u32;
+        let cfg = self.per_row(args, 1 << (31 - most.leading_zeros()));
         let mut b = s.stream.launch_builder(&self.stats);
         b.arg(args).arg(&stats).arg(&with_gemm);
         // SAFETY: the arguments describe live buffers; stats holds one entry per row.
