@@ -320,7 +320,11 @@ impl Chain {
                 field,
                 message,
             };
-            let name = s.op.trim().to_ascii_lowercase();
+            let mut name = s.op.trim().to_ascii_lowercase();
+            if name == "gelu" {
+                // PyTorch's nn.GELU() without an approximation.
+                name = "gelu_erf".into();
+            }
             let binary = BinOp::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
             let act = Activation::ALL.iter().copied().find(|a| a.name() == name);
             let uses = |field: &'static str, v: bool| -> Result<(), ChainError> {

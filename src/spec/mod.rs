@@ -448,6 +448,37 @@ k = 4096
         );
     }
 
+    /// PyTorch's spellings of the dtypes and of GELU are accepted as the canonical names.
+    #[test]
+    fn pytorch_spellings_of_dtypes_and_gelu() {
+        let w = parse(
+            "g",
+            "description = \"s\"\nfamily = \"gemm\"\ndtype = \"bfloat16\"\nout_dtype = \"float32\"\n[[shapes]]\nm = 4\nn = 4\nk = 4\n[[epilogue]]\nop = \"gelu\"\n",
+        )
+        .unwrap();
+        assert_eq!((w.dtype(), w.out_dtype()), (DType::BF16, DType::F32));
+        assert!(matches!(
+            w.chain().steps[0].op,
+            chain::Op::Act(Activation::GeluErf, _, _)
+        ));
+        let w = parse(
+            "h",
+            "description = \"s\"\nfamily = \"activation\"\ndtype = \"half\"\n[[shapes]]\nm = 4\nn = 4\n[params]\nactivation = \"gelu\"\n",
+        )
+        .unwrap();
+        assert_eq!(w.dtype(), DType::F16);
+        assert_eq!(w.params().activation, Activation::GeluErf);
+        // alpha beside an elu would be read as the GEMM's scale: refused, with the way out.
+        let e = err(
+            "e",
+            "description = \"s\"\nfamily = \"gemm_bias_act\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 4\nk = 4\n[params]\nactivation = \"elu\"\nalpha = 0.5\n",
+        );
+        assert!(
+            e.contains("params.alpha") && e.contains("GEMM's scale") && e.contains("[[epilogue]]"),
+            "{e}"
+        );
+    }
+
     /// gemm_softmax takes a chain, run on the GEMM's result before the softmax: a bias
     /// (row operand) and an activation, named in the listing, counted in the flops.
     #[test]

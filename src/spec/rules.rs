@@ -518,6 +518,20 @@ impl Validator<'_> {
                 ))
             }
         };
+        // `alpha` is the GEMM's scale; written beside an elu, whose parameter is also
+        // called alpha, it would be read as the scale silently.
+        if family == Family::GemmBiasAct && p.alpha.is_some() && activation == Activation::Elu {
+            return Err(self.err(
+                "params.alpha",
+                format!(
+                    "is the GEMM's scale (alpha * A * B), not a parameter of {activation}; to \
+                     set {activation}'s own, write the work as family = \"gemm\" with \
+                     [[epilogue]] ops (op = \"add\", operand = \"row\" for the bias, then \
+                     op = \"{activation}\" with its alpha / beta), where [params] alpha \
+                     stays the GEMM's scale"
+                ),
+            ));
+        }
         let (d0, d1) = activation.default_params();
         let act_alpha = match (activation, p.leaky_slope) {
             (Activation::LeakyRelu, s) => s.unwrap_or(0.01),

@@ -128,24 +128,26 @@ impl fmt::Display for Family {
     }
 }
 
-/// Element type of an operand or result (`cs_dtype`). Specs may name f32, f16 and bf16;
-/// F64 exists only because the ABI has it (a reference or harness may use it).
+/// Element type of an operand or result (`cs_dtype`). Specs may name f32, f16 and bf16
+/// (or PyTorch's and the common spellings: float32, fp32, float16, fp16, half, bfloat16)
+/// and e4m3 / e5m2 (float8_e4m3fn, float8_e5m2); F64 exists only because the ABI has it
+/// (a reference or harness may use it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 pub enum DType {
     /// IEEE binary32.
-    #[serde(rename = "f32")]
+    #[serde(rename = "f32", alias = "float32", alias = "fp32")]
     F32,
     /// IEEE binary16.
-    #[serde(rename = "f16")]
+    #[serde(rename = "f16", alias = "float16", alias = "fp16", alias = "half")]
     F16,
     /// bfloat16.
-    #[serde(rename = "bf16")]
+    #[serde(rename = "bf16", alias = "bfloat16")]
     BF16,
     /// fp8 with 4 exponent and 3 mantissa bits (finite only; max 448), operands only.
-    #[serde(rename = "e4m3")]
+    #[serde(rename = "e4m3", alias = "float8_e4m3fn")]
     E4M3,
     /// fp8 with 5 exponent and 2 mantissa bits (max 57344), operands only.
-    #[serde(rename = "e5m2")]
+    #[serde(rename = "e5m2", alias = "float8_e5m2")]
     E5M2,
     /// IEEE binary64; not accepted in spec files.
     #[serde(skip_deserializing, rename = "f64")]
@@ -266,7 +268,8 @@ pub enum Activation {
     Relu,
     /// `x >= 0 ? x : slope * x`; the slope travels in `cs_problem.act_alpha`.
     LeakyRelu,
-    /// `0.5 x (1 + erf(x / sqrt 2))`.
+    /// `0.5 x (1 + erf(x / sqrt 2))` (also spelled `gelu`, PyTorch's default form).
+    #[serde(alias = "gelu")]
     GeluErf,
     /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
     GeluTanh,
