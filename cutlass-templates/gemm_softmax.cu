@@ -39,10 +39,11 @@
 //      and a second pass re-reading the row (from L2, just read). exp is ex2.approx of
 //      x log2e - max log2e (as in softmax_rows.cu); log_softmax is (x log2e - max log2e
 //      - log2(sum)) ln 2. D is stored 4 elements at a time when its rows allow it.
-// The exponentiated intermediate (CS_EXP16=1, used for softmax with a 16-bit D, no C term, no chain,
+// The exponentiated intermediate (CS_EXP16=1, used for softmax with a 16-bit D, no C term,
 // and a GEMM covering every output: n a multiple of 8, and m as well when A is
-// column-major): the GEMM's epilogue (CsExpEpilogue) turns its tile into
-// e = 2^(z log2e - mL_t), with mL_t the tile row's max times log2e, writes e as f16 (every
+// column-major): the GEMM's epilogue (CsExpEpilogue) applies the chain (if any) to alpha
+// times the accumulator, giving x, and turns its tile into
+// e = 2^(x log2e - mL_t), with mL_t the tile row's max times log2e, writes e as f16 (every
 // e is in [0, 1]: relative error 2^-11, absolute below 3e-8 where it is subnormal) and
 // (mL_t, sum of the tile row's e in fp32) per row and column tile. Stage 2 combines a
 // row's (mL_t, s_t) into the row's (mL, s) and writes D = e * 2^(mL_t - mL) / s. That
@@ -284,6 +285,9 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
 
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
+static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kLn2   = 0.69314718055994531f;
+
 #if CS_EXP16
 // ---------------------------------------------------------------------------------------
 // Stage 1, exponentiated: e = 2^(alpha z log2e - mL_t) in f16, and each tile row's (mL_t, s_t)
@@ -303,7 +307,9 @@ __device__ __forceinline__ float cs_ex2_e(float x)
 struct CsExpArgs {
   float2* stats = nullptr;   // [(l * m + row) * tiles_n + tile]: (mL_t, s_t)
   int64_t tiles_n = 0;       // column tiles per row: ceil(n / TILE_N)
-  float alpha_log2e = 0.0f;  // alpha * log2(e)
+  float alpha_log2e = 0.0f;  // alpha * log2(e) (the identity chain)
+  float alpha = 0.0f;        // alpha (a chain: x = chain(alpha * acc), then times log2(e))
+  cs_problem prob{};         // the chain's operands
 };
 
 // CUTLASS's collective epilogue Inner (alpha 1, f16 D), after the tile's row statistics:
@@ -357,8 +363,19 @@ struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
           auto const c = tCcD(v, mm, nn);
           int const sl = slot(v, mm, nn);
           row_of[sl] = int(get<0>(c));
-          float const x = col0 + int(get<1>(c)) < int(N) ? accumulators(v, mm, nn) * this->extra_.alpha_log2e
-                                                         : __int_as_float(0xff800000);
+          int const col = col0 + int(get<1>(c));
+          float x = __int_as_float(0xff800000);
+          if (col < int(N)) {
+            if constexpr (cs_chain::kIdentity) {
+              x = accumulators(v, mm, nn) * this->extra_.alpha_log2e;
+            } else {
+              // The chain's operands at the element (a row past m reads row m - 1: its
+              // value is never stored).
+              int const row = cute::min(row0 + int(get<0>(c)), int(M) - 1);
+              x = cs_chain_at<cs_chain>(this->extra_.prob, accumulators(v, mm, nn) * this->extra_.alpha,
+                                        int64_t(l_coord), row, col) * kLog2e;
+            }
+          }
           accumulators(v, mm, nn) = x;
           mx[sl] = fmaxf(mx[sl], x);
         }
@@ -469,8 +486,6 @@ cs_edge_kernel(CsEdgeArgs e)
 // Stage 2: row softmax / log-softmax from the workspace into D
 // ---------------------------------------------------------------------------------------
 
-static constexpr float kLog2e = 1.4426950408889634f;
-static constexpr float kLn2   = 0.69314718055994531f;
 static constexpr int kWarpRowMax = 1024;    // n <= this: one warp per row
 static constexpr int kCtaVecs    = 8;       // CTA per row: float4 vectors per thread
 static constexpr int kCtaRowMax  = 1024 * kCtaVecs * 4;   // 32768: rows held in registers
@@ -848,7 +863,7 @@ static CsGeometry cs_geometry(const cs_problem& p)
   g.ldw = (p.n + 3) / 4 * 4;
   g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
   // The exponentiated path: softmax into a 16-bit D, no C, the GEMM covering every output.
-  g.exp16 = CS_EXP16 && cs_chain::kIdentity && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 &&
+  g.exp16 = CS_EXP16 && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 &&
             p.beta == 0.0f &&
             g.m_gemm == p.m && g.n_gemm == p.n;
   g.tiles_n = (p.n + kTileN - 1) / kTileN;
@@ -971,6 +986,8 @@ static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const 
                                             : reinterpret_cast<float2*>(static_cast<char*>(ws) + g.stats_at);
   args.epilogue.extra.tiles_n = g.tiles_n;
   args.epilogue.extra.alpha_log2e = p.alpha * kLog2e;
+  args.epilogue.extra.alpha = p.alpha;
+  args.epilogue.extra.prob = p;
   return args;
 }
 #endif

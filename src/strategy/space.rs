@@ -759,25 +759,22 @@ mod tests {
     }
 
     #[test]
-    fn softmax_and_glu_operands_need_rows_of_16_bytes() {
+    fn glu_operands_need_rows_of_16_bytes_and_softmax_takes_any() {
+        // gemm_softmax: rows TMA cannot read (A column-major with m = 100 f16 elements,
+        // 200 bytes; B row-major with n = 260, 520 bytes) go to its edge kernel.
         let fixture = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/workloads/gemm_softmax_f16_cr_small.toml"
         );
         let text = std::fs::read_to_string(fixture).unwrap();
-        let w = Workload::parse(fixture, &text).unwrap();
-        assert!(space(&w).iter().all(|(_, v)| v.is_ok()));
-        // A column-major with m = 100 f16 elements: 200-byte rows.
-        let odd_m = Workload::parse(fixture, &text.replace("m = 64", "m = 100")).unwrap();
-        let why = space_first_error(&odd_m);
-        assert!(
-            why.contains("A's contiguous extent m = 100 elements is 200 bytes"),
-            "{why}"
-        );
-        // B row-major with n = 260: 520 bytes.
-        let odd_n = Workload::parse(fixture, &text.replace("n = 264", "n = 260")).unwrap();
-        let why = space_first_error(&odd_n);
-        assert!(why.contains("B's contiguous extent n = 260"), "{why}");
+        for t in [
+            text.clone(),
+            text.replace("m = 64", "m = 100"),
+            text.replace("n = 264", "n = 260"),
+        ] {
+            let w = Workload::parse(fixture, &t).unwrap();
+            assert!(space(&w).iter().all(|(_, v)| v.is_ok()), "{t}");
+        }
         // The GLU template writes D by TMA too: n = 203 of bf16 with K-major operands.
         let glu = concat!(
             env!("CARGO_MANIFEST_DIR"),
