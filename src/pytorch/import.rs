@@ -1790,6 +1790,66 @@ mod tests {
         );
         let e = map_graph(&g, "t.py").unwrap_err();
         assert!(e[0].message.contains("(a reduction)"), "{}", e[0].message);
+        // KernelBench's L1Norm, x / mean(|x|, dim 1, keepdim): L1, then times n = 6.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "ab",
+                    "aten.abs.default",
+                    serde_json::json!([r("x")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "mn",
+                    "aten.mean.dim",
+                    serde_json::json!([r("ab"), [1], true]),
+                    &[4, 1, 5],
+                    &[5, 5, 1],
+                ),
+                node(
+                    "div",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("x"), r("mn")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "div",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.norm, Some(NormKind::L1));
+        assert_eq!(
+            (spec.epilogue[0].op.as_str(), spec.epilogue[0].value),
+            ("mul", Some(6.0))
+        );
+        assert_eq!(ops[0], "l1 norm");
+        // KernelBench's FrobeniusNorm, x / torch.norm(x): L2 over every element, one row.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "nrm",
+                    "aten.linalg_vector_norm.default",
+                    serde_json::json!([r("x")]),
+                    &[],
+                    &[],
+                ),
+                node(
+                    "div",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("x"), r("nrm")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "div",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.norm, Some(NormKind::L2));
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(1), Some(120)));
+        assert!(spec.layout.is_none());
     }
 
     /// mm then x * sigmoid(x) (swish through z), then 1 - x (neg, add), then x * x.

@@ -15,6 +15,17 @@ use crate::spec::{
     DType, Family, Layout, LayoutSpec, NormKind, ParamsSpec, ShapeSpec, WorkloadSpec,
 };
 
+/// The divisor of a written-out norm: the kind, its input, the dims, the eps a clamp_min
+/// or an add puts in, and the count the divisor is divided by (n for `mean(|x|)`, an L1
+/// norm times n; else 1).
+struct Divisor {
+    kind: NormKind,
+    x: String,
+    dims: Vec<usize>,
+    eps: Option<f64>,
+    count: f64,
+}
+
 /// A normalization found in the graph.
 pub(super) struct NormMatch {
     /// The node whose value is the normalized tensor.
@@ -110,13 +121,23 @@ impl<'g> Mapper<'g> {
             "mean" => ("mean", 1, 2),
             "sum" => ("sum", 1, 2),
             "linalg_vector_norm" | "norm" => {
-                if num_param(n, 1, "ord").or_else(|| num_param(n, 1, "p")) != Some(2.0) {
+                // The order defaults to 2 (`torch.norm(x, p='fro')` traces to none).
+                if num_param(n, 1, "ord")
+                    .or_else(|| num_param(n, 1, "p"))
+                    .unwrap_or(2.0)
+                    != 2.0
+                {
                     return None;
                 }
                 ("l2", 2, 3)
             }
             _ => return None,
         };
+        // No dimension: every one (`torch.norm(x)`, Frobenius); the 0-d result broadcasts
+        // as a kept one would.
+        if param(n, dims_at, "dim").is_none_or(Value::is_null) {
+            return Some((op, src.to_string(), (0..r).collect()));
+        }
         let keep = param(n, keep_at, "keepdim")
             .and_then(Value::as_bool)
             .unwrap_or(false);
@@ -142,13 +163,8 @@ impl<'g> Mapper<'g> {
         Some((op, x, dims))
     }
 
-    /// The divisor of an L2 or L1 norm, or the sqrt of an RMS one: the kind, the input,
-    /// the dims and the eps a clamp_min or an add puts in.
-    fn divisor(
-        &self,
-        d: &'g Node,
-        seen: &mut Vec<String>,
-    ) -> Option<(NormKind, String, Vec<usize>, Option<f64>)> {
+    /// The divisor of an L2 or L1 norm, or the sqrt of an RMS one.
+    fn divisor(&self, d: &'g Node, seen: &mut Vec<String>) -> Option<Divisor> {
         seen.push(d.name.clone());
         match target(d) {
             "clamp_min" | "clamp" => {
@@ -157,11 +173,15 @@ impl<'g> Mapper<'g> {
                     return None;
                 }
                 let inner = self.producer(d.args.first(), seen)?;
-                let (kind, x, dims, e) = self.divisor(inner, seen)?;
-                if e.is_some_and(|e| e != 0.0) || kind == NormKind::Rms {
+                let d = self.divisor(inner, seen)?;
+                if d.eps.is_some_and(|e| e != 0.0) || d.kind == NormKind::Rms {
                     return None;
                 }
-                Some((kind, x, dims, Some(eps)))
+                // max(sum / count, eps) = max(sum, count eps) / count.
+                Some(Divisor {
+                    eps: Some(eps * d.count),
+                    ..d
+                })
             }
             "sqrt" => {
                 let inner = self.producer(d.args.first(), seen)?;
@@ -175,28 +195,56 @@ impl<'g> Mapper<'g> {
                 };
                 seen.push(red.name.clone());
                 let (op, x, dims) = self.sum_of_squares(red, seen)?;
-                match (op, eps) {
-                    ("mean", e) => Some((NormKind::Rms, x, dims, Some(e.unwrap_or(0.0)))),
-                    ("sum", None) => Some((NormKind::L2, x, dims, Some(0.0))),
-                    _ => None,
-                }
+                let kind = match (op, eps) {
+                    ("mean", _) => NormKind::Rms,
+                    ("sum", None) => NormKind::L2,
+                    _ => return None,
+                };
+                Some(Divisor {
+                    kind,
+                    x,
+                    dims,
+                    eps: Some(eps.unwrap_or(0.0)),
+                    count: 1.0,
+                })
             }
             // x / norm(x) has no epsilon (F.normalize's is the clamp_min above).
             "linalg_vector_norm" | "norm" => {
                 let (_, x, dims) = self.keepdim_reduction(d)?;
-                Some((NormKind::L2, x, dims, Some(0.0)))
+                Some(Divisor {
+                    kind: NormKind::L2,
+                    x,
+                    dims,
+                    eps: Some(0.0),
+                    count: 1.0,
+                })
             }
-            "sum" => {
+            // sum(|x|), or mean(|x|) = sum(|x|) / n.
+            "sum" | "mean" => {
                 let (op, src, dims) = self.keepdim_reduction(d)?;
                 let a = self.node(&src)?;
-                if op != "sum" || target(a) != "abs" {
+                if target(a) != "abs" {
                     return None;
                 }
                 seen.push(a.name.clone());
                 let Some(Arg::Node(x)) = self.resolve(a.args.first().map(arg)) else {
                     return None;
                 };
-                Some((NormKind::L1, x.to_string(), dims, Some(0.0)))
+                let count = if op == "mean" {
+                    let shape = &self.meta(x)?.shape;
+                    dims.iter()
+                        .map(|&i| shape.get(i).copied().unwrap_or(1))
+                        .product::<i64>() as f64
+                } else {
+                    1.0
+                };
+                Some(Divisor {
+                    kind: NormKind::L1,
+                    x: x.to_string(),
+                    dims,
+                    eps: Some(0.0),
+                    count,
+                })
             }
             _ => None,
         }
@@ -205,17 +253,26 @@ impl<'g> Mapper<'g> {
     /// A written-out norm whose result is node `n` (`x / divisor` or `x * rsqrt(...)`).
     fn written_norm(&self, n: &'g Node) -> Option<NormMatch> {
         let mut seen = vec![n.name.clone()];
+        let mut affine = Vec::new();
         let (x, kind, dims, eps) = match target(n) {
             "div" => {
                 let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
                     return None;
                 };
                 let d = self.producer(n.args.get(1), &mut seen)?;
-                let (kind, src, dims, eps) = self.divisor(d, &mut seen)?;
-                if src != x {
+                let dv = self.divisor(d, &mut seen)?;
+                if dv.x != x {
                     return None;
                 }
-                (x.to_string(), kind, dims, eps)
+                // x / mean(|x|) = (x / sum(|x|)) * n.
+                if dv.count != 1.0 {
+                    affine.push(OpSpec {
+                        op: "mul".into(),
+                        value: Some(dv.count),
+                        ..OpSpec::default()
+                    });
+                }
+                (x.to_string(), dv.kind, dv.dims, dv.eps)
             }
             "mul" => {
                 // x * rsqrt(mean(x^2) + eps), either order.
@@ -269,7 +326,7 @@ impl<'g> Mapper<'g> {
             kind,
             eps,
             dims,
-            affine: Vec::new(),
+            affine,
             absorbed: seen.into_iter().collect(),
         })
     }
@@ -416,7 +473,7 @@ pub(super) fn map_norm(
         return None;
     }
     for (i, a) in nm.affine.iter().enumerate() {
-        ops.insert(i, format!("{} row", a.op));
+        ops.insert(i, super::describe(a));
     }
     ops.insert(0, format!("{} norm", nm.kind));
     let eps = nm.eps.map(|e| e as f32);

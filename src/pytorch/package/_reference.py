@@ -262,10 +262,15 @@ def reference(w, inputs, exact=False, with_slack=False):
         return _ret(want, dev, with_slack)
     if fam == "gemm_softmax":
         f = torch.log_softmax if p["log_softmax"] else torch.softmax
-        want = f(z, -1)
+        # The chain runs before the softmax; its error bound is carried through it.
+        x = chain(w, z, tensors)
+        want = f(x, -1)
         if e is None:
             return _ret(want, None, with_slack)
-        emax = e.amax(-1, keepdim=True)
+        ex = torch.zeros_like(x)
+        for d in (-1.0, -0.5, 0.5, 1.0):
+            ex = torch.maximum(ex, (chain(w, z + d * e, tensors) - x).abs())
+        emax = ex.amax(-1, keepdim=True)
         dev = 2 * emax if p["log_softmax"] else 2 * emax * want
         return _ret(want, dev, with_slack)
     want = chain(w, z, tensors)
