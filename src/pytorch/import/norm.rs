@@ -503,7 +503,10 @@ pub(super) fn map_norm(
             if col {
                 format!("dims {first}..={last} ({batch} x {m} rows of {n}, side by side)")
             } else {
-                format!("the last dims ({m} rows of {n})")
+                format!(
+                    "the last dims ({m} row{} of {n})",
+                    if m == 1 { "" } else { "s" }
+                )
             },
             meta.shape,
             match chain.len() {
