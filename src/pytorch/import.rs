@@ -1560,16 +1560,36 @@ fn map_activation(
         .iter()
         .filter(|n| n.op == "placeholder" && n.kind.as_deref() == Some("user_input"))
         .collect();
-    // The input the output depends on through elementwise ops.
-    let Some(x) = inputs.iter().find(|i| {
+    // The input the output depends on through elementwise ops: one an op reads, of the
+    // output's shape where there is one (`a.unsqueeze(1) * b` runs over b, a is a column
+    // operand), else the first.
+    let read = |i: &&&Node| {
         graph.nodes.iter().any(|n| {
             n.op == "call_function"
                 && n.args
-                    .first()
+                    .iter()
+                    .chain(n.kwargs.values())
                     .map(arg)
-                    .is_some_and(|a| matches!(a, Arg::Node(v) if v == i.name))
+                    .any(|a| matches!(a, Arg::Node(v) if v == i.name))
         })
-    }) else {
+    };
+    let out_shape = mp.meta(out).map(|m| m.shape.clone());
+    let same_shape = |i: &&&Node| i.val.as_ref().map(|v| &v.shape) == out_shape.as_ref();
+    let Some(x) = inputs
+        .iter()
+        .find(|i| read(i) && same_shape(i))
+        .or_else(|| {
+            inputs.iter().find(|i| {
+                graph.nodes.iter().any(|n| {
+                    n.op == "call_function"
+                        && n.args
+                            .first()
+                            .map(arg)
+                            .is_some_and(|a| matches!(a, Arg::Node(v) if v == i.name))
+                })
+            })
+        })
+    else {
         mp.problems.push(Unmapped {
             node: out.into(),
             target: "output".into(),
@@ -1850,6 +1870,37 @@ mod tests {
         assert_eq!(spec.params.norm, Some(NormKind::L2));
         assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(1), Some(120)));
         assert!(spec.layout.is_none());
+    }
+
+    /// KernelBench's diagonal matmul, `a.unsqueeze(1) * b` (diag(a) @ b): the activation
+    /// family runs over b, the input of the output's shape, and a is a column operand.
+    #[test]
+    fn a_diagonal_matmul_is_b_times_a_column() {
+        let g = graph(
+            vec![
+                input("a", &[64], &[1]),
+                input("b", &[64, 32], &[32, 1]),
+                node(
+                    "u",
+                    "aten.unsqueeze.default",
+                    serde_json::json!([r("a"), 1]),
+                    &[64, 1],
+                    &[1, 1],
+                ),
+                node(
+                    "mul",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("u"), r("b")]),
+                    &[64, 32],
+                    &[32, 1],
+                ),
+            ],
+            "mul",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Activation);
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(64), Some(32)));
+        assert_eq!(ops, ["mul col"]);
     }
 
     /// mm then x * sigmoid(x) (swish through z), then 1 - x (neg, add), then x * x.
