@@ -1417,6 +1417,9 @@ fn map_gemm<'g>(
         },
         if g.bias.is_some() { " + bias" } else { "" },
         match family {
+            Family::GemmSoftmax if epilogue.len() > usize::from(g.bias.is_some()) => {
+                " then an elementwise chain and a row softmax"
+            }
             Family::GemmSoftmax => " then a row softmax",
             _ if !epilogue.is_empty() => " then an elementwise chain",
             _ => "",
