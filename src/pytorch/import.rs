@@ -1760,35 +1760,39 @@ mod tests {
         assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(8), Some(100)));
         assert_eq!(spec.epilogue.len(), 1);
         assert_eq!(ops, vec!["l2 norm".to_string(), "relu".to_string()]);
-        // L1 over dim 1 of (4, 6, 5): 4 batches of 5 rows of 6, side by side.
+        // L1 over dim 1 of (4, 6, 5): 4 batches of 5 rows of 6, side by side; x divided by
+        // the sum (or mean) of |x| over that dim.
         let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);
-        let g = graph(
-            vec![
-                input("x", sh, st),
-                node(
-                    "ab",
-                    "aten.abs.default",
-                    serde_json::json!([r("x")]),
-                    sh,
-                    st,
-                ),
-                node(
-                    "s",
-                    "aten.sum.dim_IntList",
-                    serde_json::json!([r("ab"), [1], true]),
-                    &[4, 1, 5],
-                    &[5, 5, 1],
-                ),
-                node(
-                    "div",
-                    "aten.div.Tensor",
-                    serde_json::json!([r("x"), r("s")]),
-                    sh,
-                    st,
-                ),
-            ],
-            "div",
-        );
+        let l1 = |reduce: &str| {
+            graph(
+                vec![
+                    input("x", sh, st),
+                    node(
+                        "ab",
+                        "aten.abs.default",
+                        serde_json::json!([r("x")]),
+                        sh,
+                        st,
+                    ),
+                    node(
+                        "s",
+                        reduce,
+                        serde_json::json!([r("ab"), [1], true]),
+                        &[4, 1, 5],
+                        &[5, 5, 1],
+                    ),
+                    node(
+                        "div",
+                        "aten.div.Tensor",
+                        serde_json::json!([r("x"), r("s")]),
+                        sh,
+                        st,
+                    ),
+                ],
+                "div",
+            )
+        };
+        let g = l1("aten.sum.dim_IntList");
         let (spec, _) = map_graph(&g, "t.py").unwrap();
         assert_eq!(
             (spec.params.norm, spec.params.eps),
@@ -1814,33 +1818,7 @@ mod tests {
         let e = map_graph(&g, "t.py").unwrap_err();
         assert!(e[0].message.contains("(a reduction)"), "{}", e[0].message);
         // KernelBench's L1Norm, x / mean(|x|, dim 1, keepdim): L1, then times n = 6.
-        let g = graph(
-            vec![
-                input("x", sh, st),
-                node(
-                    "ab",
-                    "aten.abs.default",
-                    serde_json::json!([r("x")]),
-                    sh,
-                    st,
-                ),
-                node(
-                    "mn",
-                    "aten.mean.dim",
-                    serde_json::json!([r("ab"), [1], true]),
-                    &[4, 1, 5],
-                    &[5, 5, 1],
-                ),
-                node(
-                    "div",
-                    "aten.div.Tensor",
-                    serde_json::json!([r("x"), r("mn")]),
-                    sh,
-                    st,
-                ),
-            ],
-            "div",
-        );
+        let g = l1("aten.mean.dim");
         let (spec, ops) = map_graph(&g, "t.py").unwrap();
         assert_eq!(spec.params.norm, Some(NormKind::L1));
         assert_eq!(
