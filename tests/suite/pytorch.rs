@@ -296,6 +296,30 @@ fn import_a_layernorm_and_the_ops_after_it() {
     assert_eq!(w.layouts().a, cutesmith::spec::Layout::Row);
 }
 
+/// A biased linear, GELU and a softmax: gemm_softmax, the bias and GELU its chain before
+/// the softmax, with a built-in candidate.
+#[test]
+fn import_a_linear_gelu_softmax() {
+    let Some((spec, w, toml_text)) = import("linear_gelu_softmax") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
+    let ops: Vec<(&str, Option<&str>)> = spec
+        .epilogue
+        .iter()
+        .map(|o| (o.op.as_str(), o.operand.as_deref()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![("add", Some("row")), ("gelu_erf", None)],
+        "{toml_text}"
+    );
+    let h = w.headline();
+    assert_eq!((h.m, h.n, h.k), (512, 4096, 1024));
+    assert_eq!(w.dtype(), cutesmith::spec::DType::BF16);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 #[test]
 fn import_softplus_keeps_its_parameters() {
     let Some((spec, w, _)) = import("softplus") else {
