@@ -1566,32 +1566,25 @@ fn map_activation(
     // The input the output depends on through elementwise ops: one an op reads, of the
     // output's shape where there is one (`a.unsqueeze(1) * b` runs over b, a is a column
     // operand), else the first.
-    let read = |i: &&&Node| {
+    // `first_only`: read as an op's first argument.
+    let read = |i: &Node, first_only: bool| {
         graph.nodes.iter().any(|n| {
+            let mut args = n.args.iter().chain(n.kwargs.values());
+            let reads = |a: &Value| matches!(arg(a), Arg::Node(v) if v == i.name);
             n.op == "call_function"
-                && n.args
-                    .iter()
-                    .chain(n.kwargs.values())
-                    .map(arg)
-                    .any(|a| matches!(a, Arg::Node(v) if v == i.name))
+                && if first_only {
+                    n.args.first().is_some_and(reads)
+                } else {
+                    args.any(reads)
+                }
         })
     };
     let out_shape = mp.meta(out).map(|m| m.shape.clone());
-    let same_shape = |i: &&&Node| i.val.as_ref().map(|v| &v.shape) == out_shape.as_ref();
+    let same_shape = |i: &Node| i.val.as_ref().map(|v| &v.shape) == out_shape.as_ref();
     let Some(x) = inputs
         .iter()
-        .find(|i| read(i) && same_shape(i))
-        .or_else(|| {
-            inputs.iter().find(|i| {
-                graph.nodes.iter().any(|n| {
-                    n.op == "call_function"
-                        && n.args
-                            .first()
-                            .map(arg)
-                            .is_some_and(|a| matches!(a, Arg::Node(v) if v == i.name))
-                })
-            })
-        })
+        .find(|i| read(i, false) && same_shape(i))
+        .or_else(|| inputs.iter().find(|i| read(i, true)))
     else {
         mp.problems.push(Unmapped {
             node: out.into(),

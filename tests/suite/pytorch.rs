@@ -63,6 +63,14 @@ fn import_to(python: &Path, file: &str, out: &Path, extra: &[&str]) -> Output {
 
 /// Imports `examples/pytorch/<file>.py` into a temp dir; the spec as written and as the
 /// normal loader validates it.
+/// An imported spec's `[[epilogue]]` as (op, operand) pairs.
+fn chain_ops(spec: &WorkloadSpec) -> Vec<(&str, Option<&str>)> {
+    spec.epilogue
+        .iter()
+        .map(|o| (o.op.as_str(), o.operand.as_deref()))
+        .collect()
+}
+
 fn import(file: &str) -> Option<(WorkloadSpec, Workload, String)> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
@@ -276,11 +284,7 @@ fn import_a_layernorm_and_the_ops_after_it() {
     };
     assert_eq!(spec.family, Family::Norm, "{toml_text}");
     assert_eq!(w.params().norm, cutesmith::spec::NormKind::Layer);
-    let ops: Vec<(&str, Option<&str>)> = spec
-        .epilogue
-        .iter()
-        .map(|o| (o.op.as_str(), o.operand.as_deref()))
-        .collect();
+    let ops = chain_ops(&spec);
     assert_eq!(
         ops,
         vec![
@@ -304,11 +308,7 @@ fn import_a_linear_gelu_softmax() {
         return;
     };
     assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
-    let ops: Vec<(&str, Option<&str>)> = spec
-        .epilogue
-        .iter()
-        .map(|o| (o.op.as_str(), o.operand.as_deref()))
-        .collect();
+    let ops = chain_ops(&spec);
     assert_eq!(
         ops,
         vec![("add", Some("row")), ("gelu_erf", None)],

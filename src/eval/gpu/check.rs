@@ -258,6 +258,12 @@ pub fn check_source(spec: &CheckSpec) -> String {
         _ => ("unsigned char", "0xFF"),
     };
     let tload = tensor_loads(spec);
+    // gemm_softmax's reference reads its operands through cs_gemm_x, not here.
+    let ref_tload = if matches!(spec.reference, Reference::GemmSoftmax { .. }) {
+        ""
+    } else {
+        tload.as_str()
+    };
     let reference = match &spec.reference {
         Reference::Chain => format!("  *want = csd_chain({in_ld}((const void*)a.r[0], i), t); *slack = 0.0;\n"),
         Reference::Softmax { log } => format!(
@@ -324,7 +330,7 @@ __device__ void cs_reference(const CheckArgs& a, long long i, long long b, long 
   const long long lr = col_major ? c : r, lc = col_major ? r : c;
   (void)lr; (void)lc;
   double t[4] = {{0.0, 0.0, 0.0, 0.0}};
-{tload}{reference}  *want *= a.scale_d;
+{ref_tload}{reference}  *want *= a.scale_d;
   *slack *= fabs(a.scale_d);
 }}
 

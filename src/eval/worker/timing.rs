@@ -465,12 +465,15 @@ impl Ctx<'_> {
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
                     launches.push(Box::new(move || {
                         first()?;
-                        // The chain's passes, then (gemm_softmax) the softmax of their result.
-                        if let Some(ps) = ps {
-                            ps.run(s_ref, d, pt, sc, sp)?;
-                        }
+                        // The chain's passes, then (gemm_softmax) the softmax of their
+                        // result, into the other scratch buffer.
+                        let x = match ps {
+                            Some(ps) => ps.run(s_ref, d, pt, sc, sp)?,
+                            None => d,
+                        };
                         if let Some(k) = sm {
-                            k.run(s_ref, d, sc.0, batch * m, n)?;
+                            let y = if x == sc.0 { sc.1 } else { sc.0 };
+                            k.run(s_ref, x, y, batch * m, n)?;
                         }
                         Ok(())
                     }));
