@@ -31,6 +31,10 @@
  *                            elements; layout_a ROW: a row is contiguous, COL: element j
  *                            of row i at j * lda + i) normalized by `norm` (cs_norm) with
  *                            `norm_eps`; D has A's layout (layout_cd == layout_a)
+ *   CS_FAMILY_REDUCE:        D[b] = chain(reduce(A[b])): each of the m rows of A (k
+ *                            elements; layout_a ROW: element j of row i at i * lda + j,
+ *                            COL: at j * lda + i) reduced to one value by `reduce`
+ *                            (cs_reduce); n == 1, D is m x 1 (ldd 1, batch_stride_d m)
  * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
  * operand to every batch.
  *
@@ -75,7 +79,8 @@ typedef enum cs_family {
   CS_FAMILY_LOG_SOFTMAX = 4,
   CS_FAMILY_GEMM_SOFTMAX = 5,
   CS_FAMILY_GEMM_GLU = 6,
-  CS_FAMILY_NORM = 7
+  CS_FAMILY_NORM = 7,
+  CS_FAMILY_REDUCE = 8
 } cs_family;
 
 /* Element types of operands and results. */
@@ -126,6 +131,18 @@ typedef enum cs_norm {
   CS_NORM_L2 = 2,
   CS_NORM_L1 = 3
 } cs_norm;
+
+/* The reduction of CS_FAMILY_REDUCE (x is one row of k elements):
+ *   SUM: sum(x)   MEAN: sum(x) / k   MAX: max(x)   MIN: min(x) (a NaN in x gives NaN)
+ *   LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2)) (torch.norm) */
+typedef enum cs_reduce {
+  CS_REDUCE_SUM = 0,
+  CS_REDUCE_MEAN = 1,
+  CS_REDUCE_MAX = 2,
+  CS_REDUCE_MIN = 3,
+  CS_REDUCE_LOGSUMEXP = 4,
+  CS_REDUCE_L2 = 5
+} cs_reduce;
 
 /* Where an epilogue-chain tensor operand is indexed from. */
 typedef enum cs_operand_kind {
@@ -245,6 +262,10 @@ typedef struct cs_problem {
    * a kernel of another family never reads them. */
   int32_t norm;
   float norm_eps;
+
+  /* CS_FAMILY_REDUCE: the reduction (cs_reduce). Appended to version 2 likewise. */
+  int32_t reduce;
+  int32_t reserved2;
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

@@ -23,6 +23,7 @@ pub mod cs_family {
     pub const CS_FAMILY_GEMM_SOFTMAX: Type = 5;
     pub const CS_FAMILY_GEMM_GLU: Type = 6;
     pub const CS_FAMILY_NORM: Type = 7;
+    pub const CS_FAMILY_REDUCE: Type = 8;
 }
 pub mod cs_dtype {
     #[allow(unused_imports)]
@@ -71,6 +72,17 @@ pub mod cs_norm {
     pub const CS_NORM_LAYER: Type = 1;
     pub const CS_NORM_L2: Type = 2;
     pub const CS_NORM_L1: Type = 3;
+}
+pub mod cs_reduce {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const CS_REDUCE_SUM: Type = 0;
+    pub const CS_REDUCE_MEAN: Type = 1;
+    pub const CS_REDUCE_MAX: Type = 2;
+    pub const CS_REDUCE_MIN: Type = 3;
+    pub const CS_REDUCE_LOGSUMEXP: Type = 4;
+    pub const CS_REDUCE_L2: Type = 5;
 }
 pub mod cs_operand_kind {
     #[allow(unused_imports)]
@@ -169,10 +181,12 @@ pub struct cs_problem {
     pub reserved1: i32,
     pub norm: i32,
     pub norm_eps: f32,
+    pub reduce: i32,
+    pub reserved2: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 400usize];
+    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 408usize];
     ["Alignment of cs_problem"][::std::mem::align_of::<cs_problem>() - 8usize];
     ["Offset of field: cs_problem::abi_version"]
         [::std::mem::offset_of!(cs_problem, abi_version) - 0usize];
@@ -248,6 +262,9 @@ const _: () = {
     ["Offset of field: cs_problem::norm"][::std::mem::offset_of!(cs_problem, norm) - 392usize];
     ["Offset of field: cs_problem::norm_eps"]
         [::std::mem::offset_of!(cs_problem, norm_eps) - 396usize];
+    ["Offset of field: cs_problem::reduce"][::std::mem::offset_of!(cs_problem, reduce) - 400usize];
+    ["Offset of field: cs_problem::reserved2"]
+        [::std::mem::offset_of!(cs_problem, reserved2) - 404usize];
 };
 impl Default for cs_problem {
     fn default() -> Self {

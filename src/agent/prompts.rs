@@ -198,6 +198,23 @@ impl WorkloadFacts {
                 }
                 s
             }
+            Family::Reduce => {
+                let mut s = format!(
+                    "y = {} over each row (k elements; A {}: {}); D is m x 1 (one value a row, \
+                     batch stride m)",
+                    pr.reduce.formula(),
+                    w.layouts().a.name(),
+                    if w.layouts().a == crate::spec::Layout::Col {
+                        "element j of row i at j*lda + i, rows side by side"
+                    } else {
+                        "element j of row i at i*lda + j"
+                    },
+                );
+                if !chain.is_identity() {
+                    s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
+                }
+                s
+            }
         };
         let layouts = if fam.is_gemm() {
             let l = w.layouts();
@@ -296,6 +313,13 @@ pub fn class_advice(w: &Workload) -> &'static str {
              per warp for short rows or per CTA for long ones (split over CTAs through the \
              workspace when one CTA cannot hold it), 16-byte vectors, fp32 tree reductions, the \
              variance about the mean (two passes over the registers), not E[x^2] - E[x]^2."
+        }
+        Family::Reduce => {
+            "This is memory bound and reads only: stream A once at the read bandwidth. Row-major \
+             rows: a warp (or part of one) a row with 16-byte vectors, several in flight; \
+             rows side by side (column-major A): each thread owns adjacent rows and walks k, \
+             coalesced across the warp. Too few rows for the SMs: split k over CTAs through the \
+             workspace and combine. fp32 accumulation; max/min keep NaN."
         }
     }
 }

@@ -122,7 +122,12 @@ pub fn hints(
                 );
             }
         }
-        Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
+        // A reduction writes one value a row: only its loads need to be vectors.
+        Family::Activation
+        | Family::Softmax
+        | Family::LogSoftmax
+        | Family::Norm
+        | Family::Reduce => {
             if t.ldg_128 == 0 && t.ldg > 0 {
                 push(
                     Severity::High,
@@ -133,7 +138,7 @@ pub fn hints(
                     ),
                 );
             }
-            if t.stg_128 == 0 && t.stg > 0 {
+            if t.stg_128 == 0 && t.stg > 0 && family != Family::Reduce {
                 push(
                     Severity::Medium,
                     format!(

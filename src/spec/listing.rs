@@ -63,6 +63,15 @@ impl Workload {
                     ""
                 }
             ),
+            Family::Reduce => format!(
+                "{s} {}{}{chain}",
+                self.params.reduce,
+                if self.layouts.a == super::schema::Layout::Col {
+                    " col"
+                } else {
+                    ""
+                }
+            ),
         }
     }
 

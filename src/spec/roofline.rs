@@ -3,7 +3,7 @@
 //! which roof bounds it.
 
 use super::chain::TensorKind;
-use super::schema::{ComputePipe, DType, Family, NormKind, RooflineClass, Shape};
+use super::schema::{ComputePipe, DType, Family, NormKind, ReduceKind, RooflineClass, Shape};
 use super::Workload;
 
 impl Workload {
@@ -58,6 +58,17 @@ impl Workload {
                 } + self.chain.flops_per_element())
                     * out
             }
+            // A compare or add an element (logsumexp: subtract, exp, add, and the max
+            // pass; L2: square and add), then the chain on each result.
+            Family::Reduce => {
+                let per = match self.params.reduce {
+                    ReduceKind::Logsumexp => 4.0,
+                    ReduceKind::L2 => 2.0,
+                    _ => 1.0,
+                };
+                per * shape.m as f64 * shape.k as f64 * shape.batch as f64
+                    + out * self.chain.flops_per_element()
+            }
         }
     }
 
@@ -82,7 +93,11 @@ impl Workload {
         let reference_planes = match self.family {
             Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => 8.0,
             Family::GemmGlu => 16.0,
-            Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => 0.0,
+            Family::Activation
+            | Family::Softmax
+            | Family::LogSoftmax
+            | Family::Norm
+            | Family::Reduce => 0.0,
         };
         2.0 * t.inputs + t.output + t.chain + reference_planes * t.elements
     }
@@ -115,6 +130,8 @@ impl Workload {
             Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
                 (elements * inb, self.tensor_bytes(shape))
             }
+            // m rows of k elements in, one value a row out.
+            Family::Reduce => (m * k * b * inb, self.tensor_bytes(shape)),
         };
         TensorSizes {
             inputs,

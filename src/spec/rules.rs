@@ -69,6 +69,7 @@ impl Validator<'_> {
 
         let layouts = match (family.is_gemm(), spec.layout) {
             (false, Some(l)) if family == Family::Norm => self.norm_layouts(&l)?,
+            (false, Some(l)) if family == Family::Reduce => self.reduce_layouts(&l)?,
             (true, l) => {
                 let l = l.unwrap_or_default();
                 let d = Layouts::default();
@@ -93,7 +94,7 @@ impl Validator<'_> {
                     "layout",
                     format!(
                         "only for the GEMM families (gemm, gemm_bias_act, gemm_softmax, \
-                         gemm_glu) and norm, not {family}; remove [layout]"
+                         gemm_glu), norm and reduce, not {family}; remove [layout]"
                     ),
                 ))
             }
@@ -103,13 +104,20 @@ impl Validator<'_> {
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let norm = (family == Family::Norm).then_some(params.norm);
-        let tolerance = self.tolerance(family, norm, out_dtype, spec.allow_tf32, spec.tolerance)?;
+        let mut tolerance =
+            self.tolerance(family, norm, out_dtype, spec.allow_tf32, spec.tolerance)?;
+        // A mean of k signed elements shrinks like 1/sqrt(k): so does its atol (unless
+        // the spec sets a scale), else writing zeros would pass.
+        let atol_scale_set = spec.tolerance.is_some_and(|t| t.atol_scale.is_some());
+        if family == Family::Reduce && params.reduce == ReduceKind::Mean && !atol_scale_set {
+            tolerance.atol_scale = AtolScale::InvSqrtK;
+        }
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
             Family::GemmGlu | Family::GemmSoftmax => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
-            Family::Softmax | Family::LogSoftmax | Family::Norm => false,
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce => false,
         };
         let target = self.target(family, fused, spec.target)?;
 
@@ -220,6 +228,23 @@ impl Validator<'_> {
         })
     }
 
+    /// A reduction's layouts: A's (`a`, row or col); D is m x 1, written as a row.
+    fn reduce_layouts(&self, l: &LayoutSpec) -> Result<Layouts> {
+        if l.b.is_some() || l.shared.is_some() || l.c.is_some() {
+            return Err(self.err(
+                "layout",
+                "family reduce has one operand: only `a` may be set (D is one value a row)",
+            ));
+        }
+        Ok(Layouts {
+            a: l.a.unwrap_or(Layout::Row),
+            b: Layout::Row,
+            c: Layout::Row,
+            shared_a: false,
+            shared_b: false,
+        })
+    }
+
     /// The file stem, checked against the optional `name` field.
     fn name(&self, declared: Option<&str>) -> Result<String> {
         let stem = self
@@ -281,10 +306,12 @@ impl Validator<'_> {
                 format!("an fp8 output needs fp8 operands, not {}", spec.dtype),
             ));
         }
-        if family == Family::Norm && !(out_dtype == spec.dtype || out_dtype == DType::F32) {
+        if matches!(family, Family::Norm | Family::Reduce)
+            && !(out_dtype == spec.dtype || out_dtype == DType::F32)
+        {
             return Err(self.err(
                 "out_dtype",
-                format!("a norm writes {} or f32, not {out_dtype}", spec.dtype),
+                format!("a {family} writes {} or f32, not {out_dtype}", spec.dtype),
             ));
         }
         let acc_dtype = spec.acc_dtype.unwrap_or(DType::F32);
@@ -370,6 +397,16 @@ impl Validator<'_> {
                     batch: dim("batch", s.batch, Some(1))?,
                 }
             }
+            // Rows of k elements, each reduced to one: D is m x 1.
+            Family::Reduce => {
+                forbid("n", s.n)?;
+                Shape {
+                    m: dim("m", s.m, Some(1))?,
+                    n: 1,
+                    k: dim("k", s.k, None)?,
+                    batch: dim("batch", s.batch, Some(1))?,
+                }
+            }
         };
         // Every operand's element count must fit the ABI's int64 sizes and strides.
         let fits = |a: u64, b: u64| {
@@ -439,6 +476,20 @@ impl Validator<'_> {
             }
             (_, k) => k.unwrap_or(NormKind::Rms),
         };
+        let reduce = match (family, p.reduce) {
+            (Family::Reduce, None) => {
+                return Err(self.err(
+                    "params.reduce",
+                    format!(
+                        "missing; family reduce needs one; allowed: {}",
+                        ReduceKind::ALL.map(ReduceKind::name).join(", ")
+                    ),
+                ))
+            }
+            (Family::Reduce, Some(r)) => r,
+            (_, Some(_)) => return Err(only("reduce", "reduce")),
+            (_, None) => ReduceKind::Sum,
+        };
         if !dtype.is_fp8() {
             for (f, v) in [("scale_a", p.scale_a), ("scale_b", p.scale_b)] {
                 if v.is_some() {
@@ -481,11 +532,13 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
-            (Family::Norm, Some(_)) => {
+            (Family::Norm | Family::Reduce, Some(_)) => {
                 return Err(self.err(
                     "params.activation",
-                    "family norm applies its activation (or anything after the norm) as \
-                     [[epilogue]] ops; move it there",
+                    format!(
+                        "family {family} applies its activation (or anything after the \
+                         {family}) as [[epilogue]] ops; move it there"
+                    ),
                 ))
             }
             (
@@ -498,7 +551,8 @@ impl Validator<'_> {
                 | Family::LogSoftmax
                 | Family::GemmSoftmax
                 | Family::GemmGlu
-                | Family::Norm,
+                | Family::Norm
+                | Family::Reduce,
                 None,
             ) => Activation::Identity,
             (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
@@ -565,6 +619,7 @@ impl Validator<'_> {
             } else {
                 0.0
             },
+            reduce,
         })
     }
 
@@ -707,6 +762,7 @@ fn needs(family: Family) -> &'static str {
         Family::Activation => "n (and optional m rows)",
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
         Family::Norm => "n (elements per row), optional m rows and batch",
+        Family::Reduce => "k (elements reduced per row), optional m rows and batch",
     }
 }
 

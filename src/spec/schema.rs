@@ -29,11 +29,14 @@ pub enum Family {
     /// Each row normalized (RMSNorm, LayerNorm, L2 / L1 normalize, `params.norm`), then
     /// the epilogue chain (an affine weight and bias are its `mul row` / `add row`).
     Norm,
+    /// Each row of A (k elements) reduced to one value (sum, mean, max, min, logsumexp,
+    /// L2 norm: `params.reduce`), then the epilogue chain; D is m x 1.
+    Reduce,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
@@ -42,6 +45,7 @@ impl Family {
         Family::GemmSoftmax,
         Family::GemmGlu,
         Family::Norm,
+        Family::Reduce,
     ];
 
     /// The spelling used in spec files and reports.
@@ -55,6 +59,7 @@ impl Family {
             Family::GemmSoftmax => "gemm_softmax",
             Family::GemmGlu => "gemm_glu",
             Family::Norm => "norm",
+            Family::Reduce => "reduce",
         }
     }
 
@@ -69,6 +74,7 @@ impl Family {
             Family::GemmSoftmax => 5,
             Family::GemmGlu => 6,
             Family::Norm => 7,
+            Family::Reduce => 8,
         }
     }
 
@@ -81,7 +87,8 @@ impl Family {
     }
 
     /// Whether the family takes an elementwise op chain: after the GEMM (with and without
-    /// bias), the activation family itself, after the norm, and for gemm_softmax on the
+    /// bias), the activation family itself, after the norm or the reduction, and for
+    /// gemm_softmax on the
     /// GEMM's result before the softmax (see [`Family::chain_before_row_op`]).
     pub fn has_chain(self) -> bool {
         matches!(
@@ -90,6 +97,7 @@ impl Family {
                 | Family::GemmBiasAct
                 | Family::Activation
                 | Family::Norm
+                | Family::Reduce
                 | Family::GemmSoftmax
         )
     }
@@ -110,11 +118,11 @@ impl Family {
 
     /// The baselines measured when a spec names none: vendor GEMMs for the GEMM
     /// families, cuDNN plus a plain device copy (the bandwidth ceiling) otherwise; the
-    /// copy alone for the norms (cuDNN's legacy API has none).
+    /// copy alone for the norms and reductions (the harness runs no cuDNN op for them).
     pub fn default_baselines(self) -> Vec<Baseline> {
         if self.is_gemm() {
             vec![Baseline::Cublas, Baseline::Cublaslt]
-        } else if self == Family::Norm {
+        } else if matches!(self, Family::Norm | Family::Reduce) {
             vec![Baseline::Copy]
         } else {
             vec![Baseline::Cudnn, Baseline::Copy]
@@ -458,6 +466,112 @@ impl NormKind {
     }
 }
 
+/// The reduction of the reduce family (`cs_reduce`); x is one row of k elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceKind {
+    /// `sum(x)` (`torch.sum`).
+    Sum,
+    /// `sum(x) / k` (`torch.mean`).
+    Mean,
+    /// `max(x)` (`torch.amax`, `torch.max(x, dim)[0]`).
+    Max,
+    /// `min(x)`.
+    Min,
+    /// `max(x) + log(sum(exp(x - max(x))))` (`torch.logsumexp`).
+    Logsumexp,
+    /// `sqrt(sum(x^2))` (`torch.norm(x, dim=...)`).
+    L2,
+}
+
+impl ReduceKind {
+    /// Every kind, in ABI order.
+    pub const ALL: [ReduceKind; 6] = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Max,
+        ReduceKind::Min,
+        ReduceKind::Logsumexp,
+        ReduceKind::L2,
+    ];
+
+    /// The `cs_reduce` value the harness puts in `cs_problem.reduce`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            ReduceKind::Sum => 0,
+            ReduceKind::Mean => 1,
+            ReduceKind::Max => 2,
+            ReduceKind::Min => 3,
+            ReduceKind::Logsumexp => 4,
+            ReduceKind::L2 => 5,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::Logsumexp => "logsumexp",
+            ReduceKind::L2 => "l2",
+        }
+    }
+
+    /// The computation in words, for the model's prompt.
+    pub fn formula(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum(x)",
+            ReduceKind::Mean => "sum(x) / k",
+            ReduceKind::Max => "max(x), NaN if any x is NaN",
+            ReduceKind::Min => "min(x), NaN if any x is NaN",
+            ReduceKind::Logsumexp => "max(x) + log(sum(exp(x - max(x))))",
+            ReduceKind::L2 => "sqrt(sum(x^2))",
+        }
+    }
+
+    /// The reduction of one row in fp64, and the bound on an fp32 kernel's honest error
+    /// there: for the sums, `ACC * u * sum |term|` (u fp32's unit roundoff, the terms x,
+    /// or x^2 for L2, or exp(x - max) for logsumexp); max and min are exact.
+    pub fn eval(self, row: impl Iterator<Item = f64> + Clone, acc_u: f64) -> (f64, f64) {
+        let k = row.clone().count().max(1) as f64;
+        let nan = row.clone().any(f64::is_nan);
+        match self {
+            ReduceKind::Sum | ReduceKind::Mean => {
+                let (s, a) = row.fold((0.0, 0.0), |(s, a), x| (s + x, a + x.abs()));
+                let d = if self == ReduceKind::Mean { k } else { 1.0 };
+                (s / d, acc_u * a / d)
+            }
+            ReduceKind::Max | ReduceKind::Min if nan => (f64::NAN, 0.0),
+            ReduceKind::Max => (row.fold(f64::NEG_INFINITY, f64::max), 0.0),
+            ReduceKind::Min => (row.fold(f64::INFINITY, f64::min), 0.0),
+            ReduceKind::Logsumexp => {
+                let mx = row.clone().fold(f64::NEG_INFINITY, f64::max);
+                if nan || !mx.is_finite() {
+                    return (if nan { f64::NAN } else { mx }, 0.0);
+                }
+                let s: f64 = row.map(|x| (x - mx).exp()).sum();
+                // exp's own error (a few ulps a term) and the sum's, relative to the sum;
+                // log turns a relative error into an absolute one; the add rounds at |result|.
+                let r = mx + s.ln();
+                (r, acc_u * (2.0 + r.abs()))
+            }
+            ReduceKind::L2 => {
+                let s: f64 = row.map(|x| x * x).sum();
+                // The squares round too; sqrt halves the sum's relative error.
+                (s.sqrt(), acc_u * s.sqrt())
+            }
+        }
+    }
+}
+
+impl fmt::Display for ReduceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// The fp64 sums of one row a norm's reference is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RowStats {
@@ -566,6 +680,8 @@ pub enum AtolScale {
     InvN,
     /// `atol / sqrt(n)`: a row of n elements scaled to unit length (L2 norm).
     InvSqrtN,
+    /// `atol / sqrt(k)`: the mean of k signed elements.
+    InvSqrtK,
 }
 
 /// Which peak rate bounds the arithmetic of a workload, so a caller of
@@ -714,6 +830,9 @@ pub struct ParamsSpec {
     /// norm: the epsilon (default per kind: 1e-5 for rms and layer, 1e-12 for l2 and l1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eps: Option<f32>,
+    /// reduce: the reduction (sum | mean | max | min | logsumexp | l2); required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce: Option<ReduceKind>,
 }
 
 impl ParamsSpec {
@@ -891,6 +1010,8 @@ pub struct Params {
     pub norm: NormKind,
     /// norm: its epsilon (0 for other families).
     pub eps: f32,
+    /// reduce: the reduction (Sum for other families, where it is not read).
+    pub reduce: ReduceKind,
 }
 
 /// Baselines and goals with defaults filled.

@@ -82,7 +82,7 @@ impl Tolerance {
             Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax => AtolScale::InvN,
             Family::Activation => AtolScale::None,
             // L2 and L1 norms scale by 1/sqrt(n) and 1/n (set by the spec's rules).
-            Family::Norm => AtolScale::None,
+            Family::Norm | Family::Reduce => AtolScale::None,
         }
     }
 
@@ -93,6 +93,7 @@ impl Tolerance {
             AtolScale::SqrtK => self.atol * (shape.k.max(1) as f64).sqrt(),
             AtolScale::InvN => self.atol / shape.n.max(1) as f64,
             AtolScale::InvSqrtN => self.atol / (shape.n.max(1) as f64).sqrt(),
+            AtolScale::InvSqrtK => self.atol / (shape.k.max(1) as f64).sqrt(),
         }
         .max(self.atol_floor)
     }

@@ -49,6 +49,13 @@ pub fn workload_block(w: &Workload) -> String {
     if w.allow_tf32() {
         s.push_str("#define CS_WL_ALLOW_TF32 1 // fp32 operands may be rounded to TF32\n");
     }
+    if w.family() == crate::spec::Family::Reduce {
+        s.push_str(&format!(
+            "#define CS_WL_REDUCE {} // cs_reduce: {}\n",
+            w.params().reduce.abi_value(),
+            w.params().reduce
+        ));
+    }
     // An activation workload that is one activation runs it from `cs_problem` (the
     // templates' tuned forms); anything longer is the chain functor.
     let plain_activation =

@@ -127,6 +127,15 @@ fn takes(template: &str) -> Option<Takes> {
             chain: ChainTakes::Any,
             shared: false,
         },
+        "reduce_rows" => Takes {
+            families: &[Family::Reduce],
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: None,
+            cd_col: false,
+            any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: false,
+        },
         _ => return None,
     })
 }
@@ -327,7 +336,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
-        "elementwise_activation" | "softmax_rows" | "norm_rows" => Ok(()),
+        "elementwise_activation" | "softmax_rows" | "norm_rows" | "reduce_rows" => Ok(()),
         other => Err(format!("unknown template {other}")),
     }
 }

@@ -399,6 +399,20 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.push(mk("norm_rows", with(p, &[]), why));
             }
         }
+        Family::Reduce => {
+            for (p, why) in [
+                (
+                    &[("CS_THREADS", 256)][..],
+                    "row-major rows: 4-32 lanes a row, 16-byte vectors, 4 in flight a lane; rows side by side: adjacent rows a thread, warps splitting k; rows split over CTAs when too few to fill the GPU",
+                ),
+                (
+                    &[("CS_THREADS", 512), ("CS_ROW_VECS", 8), ("CS_COL_UNROLL", 16)][..],
+                    "larger CTAs and twice the loads in flight a thread",
+                ),
+            ] {
+                out.push(mk("reduce_rows", with(p, &[]), why));
+            }
+        }
         Family::Softmax | Family::LogSoftmax => {
             for (t, c, why) in [
                 (

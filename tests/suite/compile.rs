@@ -291,6 +291,12 @@ fn every_template_instance_compiles_in_each_layout() {
         ("norm_layer_bf16_gelu", "norm_rows"),
         ("norm_rms_f32_dim1", "norm_rows"),
         ("norm_l1_bf16_small", "norm_rows"),
+        // The reductions: a row-major f32 sum, bf16 max over rows side by side, logsumexp
+        // with a chain after it, an f16 mean into f32 with a column operand.
+        ("reduce_sum_f32_small", "reduce_rows"),
+        ("reduce_max_col_bf16_small", "reduce_rows"),
+        ("reduce_lse_chain_f32_small", "reduce_rows"),
+        ("reduce_mean_col_f16_small", "reduce_rows"),
     ];
     let mut requests = Vec::new();
     let mut not_taken = Vec::new();
@@ -375,6 +381,7 @@ fn every_template_instance_compiles_in_each_layout() {
         "gemm_softmax",
         "gemm_glu",
         "norm_rows",
+        "reduce_rows",
     ] {
         assert!(
             requests

@@ -264,6 +264,12 @@ fn every_template_validates_on_its_workloads() {
         "norm_layer_f32_small",
         "norm_col_f32_small",
         "norm_l1_bf16_small",
+        // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
+        // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
+        "reduce_sum_f32_small",
+        "reduce_max_col_bf16_small",
+        "reduce_lse_chain_f32_small",
+        "reduce_mean_col_f16_small",
     ];
     let mut cases = Vec::new();
     for name in names {

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKer
 use super::session::{CudaFailure, Session};
 use crate::eval::compare::{BinCounts, Binning, Dims, Mismatch, Summary};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
-use crate::spec::{Activation, DType, NormKind};
+use crate::spec::{Activation, DType, NormKind, ReduceKind};
 
 fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     CudaFailure {
@@ -40,6 +40,9 @@ pub enum Reference {
     /// `chain((A[i] - shift) * scale)`, each logical row's shift and scale from its fp64
     /// statistics (`cs_norm_stats`).
     Norm { kind: NormKind, eps: f64 },
+    /// `chain(reduce(row))`, each row's reduction and its error bound from
+    /// `cs_reduce_stats`, the bound carried through the chain.
+    Reduce { kind: ReduceKind },
 }
 
 /// Everything fixed for one workload's comparison kernels.
@@ -289,6 +292,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         Reference::Norm { .. } => format!(
             "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
         ),
+        Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  const double x0 = st[0], e = st[1];\n  const double w = csd_chain(x0, t);\n  double dev = 0.0;\n  const double ds[4] = {-e, -0.5 * e, 0.5 * e, e};\n  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  *want = w; *slack = isnan(dev) ? 0.0 : dev;\n".to_string(),
         Reference::GemmSoftmax { log } => format!(
             "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             if *log { "x - st[0] - log(st[1])" } else { "p" },
@@ -300,6 +304,13 @@ pub fn check_source(spec: &CheckSpec) -> String {
         Reference::Norm { kind, eps } => (kind.abi_value(), lit(*eps)),
         _ => (0, lit(0.0)),
     };
+    let reduce_kind = match &spec.reference {
+        Reference::Reduce { kind } => kind.abi_value(),
+        _ => 0,
+    };
+    // The fp32 kernel's allowed error per unit of the sum of |terms| (4 u, the worker's
+    // ACC_SAFETY * F32_U), as `ReduceKind::eval` uses it.
+    let reduce_u = lit(4.0 * 2f64.powi(-24));
     // What a GEMM's softmax reads at element i: the chain of the product (+ beta C), and
     // its error bound carried through the chain.
     let _ = write!(
@@ -558,6 +569,53 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
       default: scale = 1.0 / fmax(sa, eps); break;
     }}
     stats[2 * row] = shift; stats[2 * row + 1] = scale;
+  }}
+}}
+
+// Per-row (value, error bound) in fp64 of a reduction (one block a row of A: k elements,
+// element j of row lr of batch b at b * sa + (a_col ? j * lda + lr : lr * lda + j)): the
+// same numbers as the host's `ReduceKind::eval`.
+extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long k, long long lda, int a_col, long long sa)
+{{
+  const long long row = blockIdx.x, b = row / a.rows, lr = row % a.rows;
+  const void* A = (const void*)a.r[0];
+  __shared__ double red[1024];
+  const double inf = __longlong_as_double(0x7ff0000000000000ll);
+  double s1 = 0.0, sa1 = 0.0, s2 = 0.0, mx = -inf, mn = inf, nan = 0.0;
+  for (long long j = threadIdx.x; j < k; j += blockDim.x) {{
+    const double x = {in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j));
+    if (isnan(x)) {{ nan = 1.0; continue; }}
+    s1 += x; sa1 += fabs(x); s2 += x * x; mx = fmax(mx, x); mn = fmin(mn, x);
+  }}
+  s1 = csd_block_reduce(s1, red, false);
+  sa1 = csd_block_reduce(sa1, red, false);
+  s2 = csd_block_reduce(s2, red, false);
+  nan = csd_block_reduce(nan, red, true);
+  mx = csd_block_reduce(mx, red, true);
+  mn = -csd_block_reduce(-mn, red, true);
+  const int kind = {reduce_kind};
+  double se = 0.0;
+  if (kind == 4 && nan == 0.0 && isfinite(mx)) {{
+    for (long long j = threadIdx.x; j < k; j += blockDim.x)
+      se += exp({in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j)) - mx);
+    se = csd_block_reduce(se, red, false);
+  }}
+  if (threadIdx.x == 0) {{
+    const double u = {reduce_u}, kf = (double)(k > 0 ? k : 1), qnan = __longlong_as_double(0x7ff8000000000000ll);
+    double v = 0.0, e = 0.0;
+    switch (kind) {{
+      case 0: v = nan != 0.0 ? qnan : s1; e = u * sa1; break;
+      case 1: v = nan != 0.0 ? qnan : s1 / kf; e = u * sa1 / kf; break;
+      case 2: v = nan != 0.0 ? qnan : mx; break;
+      case 3: v = nan != 0.0 ? qnan : mn; break;
+      case 4:
+        if (nan != 0.0) v = qnan;
+        else if (!isfinite(mx)) v = mx;
+        else {{ v = mx + log(se); e = u * (2.0 + fabs(v)); }}
+        break;
+      default: v = nan != 0.0 ? qnan : sqrt(s2); e = u * sqrt(s2); break;
+    }}
+    stats[2 * row] = v; stats[2 * row + 1] = e;
   }}
 }}
 
@@ -945,6 +1003,7 @@ pub struct Checker {
     count: CudaFunction,
     dots: CudaFunction,
     norm_stats: CudaFunction,
+    reduce_stats: CudaFunction,
     spec: CheckSpec,
 }
 
@@ -962,8 +1021,10 @@ impl Checker {
                 "cs_check_count",
                 "cs_dots",
                 "cs_norm_stats",
+                "cs_reduce_stats",
             ],
         )?;
+        let reduce_stats = f.remove(7);
         let norm_stats = f.remove(6);
         let dots = f.remove(5);
         let count = f.remove(4);
@@ -980,6 +1041,7 @@ impl Checker {
             count,
             dots,
             norm_stats,
+            reduce_stats,
             spec: spec.clone(),
         })
     }
@@ -1005,6 +1067,26 @@ impl Checker {
         let mut b = s.stream.launch_builder(&self.norm_stats);
         b.arg(args).arg(&stats);
         // SAFETY: the arguments describe live buffers; stats holds two entries per row.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+
+    /// Per-row (value, bound) of the reduce reference, into `stats` (2 doubles per row);
+    /// `geometry` is A's (k, lda, column-major, batch stride).
+    pub fn reduce_stats(
+        &self,
+        s: &Session,
+        args: &CheckArgs,
+        stats: u64,
+        geometry: (i64, i64, bool, i64),
+    ) -> Result<(), CudaFailure> {
+        let cfg = self.per_row(args, 256);
+        let (k, lda, col, sa) = geometry;
+        let col = i32::from(col);
+        let mut b = s.stream.launch_builder(&self.reduce_stats);
+        b.arg(args).arg(&stats).arg(&k).arg(&lda).arg(&col).arg(&sa);
+        // SAFETY: the arguments describe live buffers; stats holds two entries per row and
+        // the geometry stays inside A.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         Ok(())
     }

@@ -37,6 +37,9 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
             kind: params.norm,
             eps: f64::from(params.eps),
         },
+        Family::Reduce => Reference::Reduce {
+            kind: params.reduce,
+        },
     };
     CheckSpec {
         reference,
@@ -137,6 +140,20 @@ impl Ctx<'_> {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;
                 dev.checker.norm_stats(self.s, &args, st.ptr)?;
+                stats = Some(st);
+            }
+            Reference::Reduce { .. } => {
+                let st = self.s.zeros::<f64>(2 * rows)?;
+                args.r[1] = st.ptr;
+                let sh = p.shape;
+                let (lda, _) = super::problem::reduce_geometry(w.layouts().a, &sh);
+                let geometry = (
+                    sh.k as i64,
+                    lda as i64,
+                    w.layouts().a == Layout::Col,
+                    (sh.m * sh.k) as i64,
+                );
+                dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?;
                 stats = Some(st);
             }
             Reference::GemmSoftmax { .. } => {

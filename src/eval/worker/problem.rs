@@ -104,6 +104,15 @@ fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
     v
 }
 
+/// A reduction's A: its leading dimension and the element index of (row i, element j)
+/// within a batch (ROW: `i * k + j`; COL, rows side by side: `j * m + i`).
+pub(super) fn reduce_geometry(layout_a: Layout, sh: &Shape) -> (u64, fn(u64, u64, u64) -> u64) {
+    match layout_a {
+        Layout::Row => (sh.k, |ld, i, j| i * ld + j),
+        Layout::Col => (sh.m, |ld, i, j| j * ld + i),
+    }
+}
+
 impl<'a> super::Ctx<'a> {
     /// `n` elements of input `stream` under `seed`: generated on the device (no host
     /// image) under device validation, else generated on the host and uploaded (the host
@@ -176,7 +185,14 @@ impl<'a> super::Ctx<'a> {
         self.s
             .fill_bits(out.at(GUARD_ELEMENTS + out_len), GUARD_ELEMENTS, eb, guard)?;
         if !w.family().is_gemm() {
-            let (a, host_a) = self.input::<A>(out_len, seed, STREAM_A)?;
+            // A reduction's A holds k elements for each output; every other family's A
+            // is shaped like D.
+            let a_len = if w.family() == Family::Reduce {
+                out_len * k
+            } else {
+                out_len
+            };
+            let (a, host_a) = self.input::<A>(a_len, seed, STREAM_A)?;
             return Ok(Problem {
                 shape: *shape,
                 a,
@@ -313,10 +329,20 @@ impl<'a> super::Ctx<'a> {
             reserved1: 0,
             norm: params.norm.abi_value(),
             norm_eps: params.eps,
+            reduce: params.reduce.abi_value(),
+            reserved2: 0,
         };
         // A norm's A is batched like D (A and D share their layout and leading dimension).
         if w.family() == Family::Norm {
             cp.batch_stride_a = cp.batch_stride_d;
+        }
+        // A reduction's A is m x k per batch in its layout; D is m x 1.
+        if w.family() == Family::Reduce {
+            let (lda, _) = reduce_geometry(lay.a, &sh);
+            cp.lda = lda as i64;
+            cp.batch_stride_a = (sh.m * sh.k) as i64;
+            cp.ldd = 1;
+            cp.ldc = 1;
         }
         // An activation workload that is one activation (an [[epilogue]] one included)
         // states it, with its parameters, in the problem.

@@ -426,6 +426,27 @@ impl Ctx<'_> {
                         chain.eval((x[i].to_f64() - shift) * scale, &t)
                     });
                 }
+                Family::Reduce => {
+                    // Each row's reduction in fp64 with its error bound, carried through
+                    // the chain like a GEMM's dot product.
+                    let (lda, at) = super::problem::reduce_geometry(lay.a, &p.shape);
+                    let (x, tensors, k) = (&p.host_a, &p.tensors, p.shape.k);
+                    let mk = m * k as usize;
+                    let mut pairs = vec![(0f64, 0f64); p.out_len];
+                    data::parallel_fill(&mut pairs, |o| {
+                        let (b, r) = (o / m.max(1), o % m.max(1));
+                        let row = (0..k).map(|j| x[b * mk + at(lda, r as u64, j) as usize].to_f64());
+                        let (v, e) = params.reduce.eval(row, ACC_SAFETY * F32_U);
+                        let mut t = [0f64; MAX_TENSORS];
+                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                            *slot = tt.at(Layout::Row, b, r, 0);
+                        }
+                        chain_with_slack(chain, v, e, &t)
+                    });
+                    let (w, e): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+                    want = w;
+                    slack = e;
+                }
                 _ => {
                     let (x, tensors) = (&p.host_a, &p.tensors);
                     data::parallel_fill(&mut want, |i| {

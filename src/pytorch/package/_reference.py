@@ -300,7 +300,8 @@ def check(w, shape, got, inputs):
     m, n, k, _ = dims(shape)
     atol = tol["atol"] * {"none": 1.0, "sqrt_k": math.sqrt(max(k, 1)),
                           "inv_n": 1.0 / max(n, 1),
-                          "inv_sqrt_n": 1.0 / math.sqrt(max(n, 1))}[tol["atol_scale"]]
+                          "inv_sqrt_n": 1.0 / math.sqrt(max(n, 1)),
+                          "inv_sqrt_k": 1.0 / math.sqrt(max(k, 1))}[tol["atol_scale"]]
     atol = max(atol, tol.get("atol_floor", 0.0))
     err = (g - want).abs()
     bad = ~(err <= atol + tol["rtol"] * want.abs() + slack)

@@ -1,0 +1,594 @@
+// cutesmith template: row reductions (sum, mean, max, min, logsumexp, L2 norm), f32 / f16 /
+// bf16 in, the same type or f32 out, row-major rows or rows side by side, any batch.
+//
+//   D[b] = chain(reduce(A[b]))   (CS_FAMILY_REDUCE): each of the m rows of A[b] (k elements)
+//     SUM: sum(x)   MEAN: sum(x) / k   MAX / MIN: max(x) / min(x), NaN if a NaN is read
+//     LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2))
+//
+// layout_a ROW: element j of row i of batch b at b * batch_stride_a + i * lda + j (torch.sum
+// over the last dim); COL: at b * batch_stride_a + j * lda + i (a reduction over dim 1 of a
+// (B, K, M) tensor: batch B, m = M rows side by side, lda = M). D is m x 1: element i of
+// batch b at b * batch_stride_d + i * ldd. Each reduced y (fp32) goes through
+// cs_chain::apply(y, t), t[] the chain's operands at (b, i, 0).
+//
+// Math in fp32, one rounding on store. Each thread keeps a running state per row it reads
+// (a sum, an extreme, or logsumexp's (max, sum of exp(x - max)), updated once a vector), the
+// states merge by shuffles, shared memory and, for split rows, a finish kernel.
+//   Row-major: G lanes a row (G = 4-32 by the row's length), 16-byte vectors from the row's
+//   first 16-byte boundary (a head and a tail element by element, so any lda works), up to
+//   CS_ROW_VECS vectors a lane in flight. Too few rows to fill the GPU: each row is split
+//   into P parts (a warp each) whose states go to the workspace; cs_reduce_finish merges a
+//   row's P states and writes D.
+//   Rows side by side: a CTA of CS_THREADS covers WI x 32 x R adjacent rows (R rows a thread:
+//   a 16-byte vector where A, lda and the batch stride allow, else one element, coalesced
+//   across the warp either way) and its other warps split k; CS_COL_UNROLL steps of k in
+//   flight a thread; warps merge in shared memory. Few rows: few warps along the rows, more
+//   along k, and k split over CTAs through the workspace as above.
+//
+// Workspace: split rows only, batch * m * P * 8 bytes (one state a part); a smaller one than
+// asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other
+// families, an unknown cs_reduce (or one unlike CS_WL_REDUCE), n != 1, layout_cd not ROW,
+// dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda below a row (ROW) or a
+// column (COL), pointers not element-aligned, chain operands unlike the chain's. m, k or
+// batch 0: CS_OK, nothing done.
+//
+// Parameters (-DNAME=VALUE):
+//   CS_THREADS        256   threads a CTA (a multiple of 64, at most 1024)
+//   CS_ROW_VECS       4     row-major: 16-byte vectors a lane loads before it adds them
+//   CS_COL_UNROLL     8     rows side by side: steps of k a thread loads before it adds them
+//   CS_WAVES          2     split rows while fewer than this many waves of threads would run
+//   CS_MAX_PARTS      1024  most parts a row is split into
+//
+// Never allocates or synchronizes.
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
+
+#ifndef CS_THREADS
+#define CS_THREADS 256
+#endif
+#ifndef CS_ROW_VECS
+#define CS_ROW_VECS 4
+#endif
+#ifndef CS_COL_UNROLL
+#define CS_COL_UNROLL 8
+#endif
+#ifndef CS_WAVES
+#define CS_WAVES 2
+#endif
+#ifndef CS_MAX_PARTS
+#define CS_MAX_PARTS 1024
+#endif
+
+static constexpr int kThreads = CS_THREADS;
+static constexpr int kRowVecs = CS_ROW_VECS;
+static constexpr int kColUnroll = CS_COL_UNROLL;
+static constexpr int kWaves = CS_WAVES;
+static constexpr int64_t kMaxParts = CS_MAX_PARTS;
+static constexpr int kWarps = kThreads / 32;
+
+static_assert(kThreads % 64 == 0 && kThreads >= 64 && kThreads <= 1024, "CS_THREADS: a multiple of 64, 64-1024");
+static_assert(kRowVecs == 1 || kRowVecs == 2 || kRowVecs == 4 || kRowVecs == 8, "CS_ROW_VECS: 1, 2, 4 or 8");
+static_assert(kColUnroll >= 1 && kColUnroll <= 16, "CS_COL_UNROLL: 1-16");
+static_assert(kWaves >= 1 && kMaxParts >= 1, "CS_WAVES, CS_MAX_PARTS");
+
+// What this build compiles: a workload instance its family, types and reduction (the rest is
+// rejected at run time); the template compiled alone, everything.
+#if defined(CS_WL_FAMILY)
+static constexpr bool kBuildReduce = CS_WL_FAMILY == CS_FAMILY_REDUCE;
+#else
+static constexpr bool kBuildReduce = true;
+#endif
+#if defined(CS_WL_DTYPE_AB) && defined(CS_WL_DTYPE_CD)
+static constexpr int kWlIn = CS_WL_DTYPE_AB, kWlOut = CS_WL_DTYPE_CD;
+#else
+static constexpr int kWlIn = -1, kWlOut = -1;
+#endif
+#if defined(CS_WL_REDUCE)
+static constexpr int kWlReduce = CS_WL_REDUCE;
+#else
+static constexpr int kWlReduce = -1;
+#endif
+#if defined(CS_WL_LAYOUT_A)
+static constexpr bool kBuildRow = CS_WL_LAYOUT_A == CS_LAYOUT_ROW;
+static constexpr bool kBuildCol = CS_WL_LAYOUT_A == CS_LAYOUT_COL;
+#else
+static constexpr bool kBuildRow = true, kBuildCol = true;
+#endif
+
+// ---------------------------------------------------------------------------------------
+// The running state of a reduction and its updates
+// ---------------------------------------------------------------------------------------
+
+// SUM, MEAN, L2: a is the sum (of x, or of x^2). MAX, MIN: a is the extreme so far (NaN once
+// a NaN was read). LOGSUMEXP: a is the largest x (NaN skipped), b the sum of exp(x - a) (NaN
+// once a NaN was read, which the result keeps).
+struct CsAcc {
+  float a, b;
+};
+
+template <int KIND>
+__device__ __forceinline__ CsAcc cs_init()
+{
+  if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_LOGSUMEXP) return {-INFINITY, 0.0f};
+  else if constexpr (KIND == CS_REDUCE_MIN) return {INFINITY, 0.0f};
+  else return {0.0f, 0.0f};
+}
+
+// Merges state o into s.
+template <int KIND>
+__device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
+{
+  if constexpr (KIND == CS_REDUCE_MAX) {
+    s.a = (o.a > s.a || o.a != o.a) ? o.a : s.a;
+  } else if constexpr (KIND == CS_REDUCE_MIN) {
+    s.a = (o.a < s.a || o.a != o.a) ? o.a : s.a;
+  } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+    float const m = fmaxf(s.a, o.a);
+    if (m != -INFINITY) {
+      s.b = s.b * expf(s.a - m) + o.b * expf(o.a - m);
+      s.a = m;
+    } else {
+      s.b = s.b + o.b;   // both empty (or NaN)
+    }
+  } else {
+    s.a += o.a;
+  }
+}
+
+// Adds N values (one vector's, or one element) to s.
+template <int KIND, int N>
+__device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
+{
+  if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+    float mv = x[0];
+#pragma unroll
+    for (int e = 1; e < N; ++e) mv = fmaxf(mv, x[e]);
+    float const m = fmaxf(s.a, mv);
+    if (m == -INFINITY) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) s.b += x[e] != x[e] ? x[e] : 0.0f;   // keeps a NaN
+      return;
+    }
+    float acc = s.b * expf(s.a - m);
+#pragma unroll
+    for (int e = 0; e < N; ++e) acc += expf(x[e] - m);
+    s.a = m;
+    s.b = acc;
+  } else if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_MIN) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) cs_merge<KIND>(s, CsAcc{x[e], 0.0f});
+  } else if constexpr (KIND == CS_REDUCE_L2) {
+    // Pairwise within the vector, then one add to the running sum.
+    float t = 0.0f;
+#pragma unroll
+    for (int e = 0; e < N; ++e) t = fmaf(x[e], x[e], t);
+    s.a += t;
+  } else {
+    float t = 0.0f;
+#pragma unroll
+    for (int e = 0; e < N; ++e) t += x[e];
+    s.a += t;
+  }
+}
+
+template <int KIND>
+__device__ __forceinline__ void cs_add1(CsAcc& s, float x)
+{
+  float const v[1] = {x};
+  cs_add<KIND, 1>(s, v);
+}
+
+// ---------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------
+
+template <class T> struct CsDtype;
+template <> struct CsDtype<float> { static constexpr int value = CS_DTYPE_F32; };
+template <> struct CsDtype<__half> { static constexpr int value = CS_DTYPE_F16; };
+template <> struct CsDtype<__nv_bfloat16> { static constexpr int value = CS_DTYPE_BF16; };
+
+__device__ __forceinline__ float cs_f32(float x) { return x; }
+__device__ __forceinline__ float cs_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float cs_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T cs_from_f32(float y);
+template <> __device__ __forceinline__ float cs_from_f32<float>(float y) { return y; }
+template <> __device__ __forceinline__ __half cs_from_f32<__half>(float y) { return __float2half_rn(y); }
+template <> __device__ __forceinline__ __nv_bfloat16 cs_from_f32<__nv_bfloat16>(float y) { return __float2bfloat16_rn(y); }
+
+// The elements of one 16-byte vector, as fp32.
+template <class T>
+__device__ __forceinline__ void cs_unpack(uint4 r, float (&x)[16 / sizeof(T)])
+{
+  if constexpr (sizeof(T) == 4) {
+    x[0] = __uint_as_float(r.x); x[1] = __uint_as_float(r.y);
+    x[2] = __uint_as_float(r.z); x[3] = __uint_as_float(r.w);
+  } else {
+    unsigned const w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float2 f;
+      if constexpr (std::is_same_v<T, __half>) f = __half22float2(*reinterpret_cast<const __half2*>(&w[q]));
+      else f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[q]));
+      x[2 * q] = f.x;
+      x[2 * q + 1] = f.y;
+    }
+  }
+}
+
+// Row i of batch b's result from its state: the reduction's last step, the chain, the store.
+template <int KIND, class TD>
+__device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t i, CsAcc s)
+{
+  float y;
+  if constexpr (KIND == CS_REDUCE_MEAN) y = float(double(s.a) / double(p.k));
+  else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) y = s.a + logf(s.b);
+  else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a);
+  else y = s.a;
+  if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
+  static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+}
+
+// Merges the states of a group of G lanes (G a power of two, lanes aligned to G).
+template <int KIND, int G>
+__device__ __forceinline__ CsAcc cs_group_merge(CsAcc s)
+{
+  unsigned const lane = threadIdx.x & 31u;
+  unsigned const mask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (lane & ~unsigned(G - 1));
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) {
+    CsAcc q;
+    q.a = __shfl_xor_sync(mask, s.a, o);
+    q.b = __shfl_xor_sync(mask, s.b, o);
+    cs_merge<KIND>(s, q);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Row-major rows: G lanes a (row, part)
+// ---------------------------------------------------------------------------------------
+
+template <class TA, class TD, int KIND, int G>
+__global__ void __launch_bounds__(kThreads)
+cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc* ws)
+{
+  constexpr int V = 16 / sizeof(TA);
+  constexpr int64_t kGroups = kThreads / G;
+  int const lane = int(threadIdx.x) % G;
+  for (int64_t t = int64_t(blockIdx.x) * kGroups + threadIdx.x / G; t < tasks; t += int64_t(gridDim.x) * kGroups) {
+    int64_t const row = t / parts, part = t % parts;
+    int64_t const b = row / p.m, i = row % p.m;
+    TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i * p.lda;
+    int64_t head = int64_t((16u - (reinterpret_cast<uintptr_t>(x) & 15u)) & 15u) / int64_t(sizeof(TA));
+    if (head > p.k) head = p.k;
+    int64_t const nv = (p.k - head) / V;
+    CsAcc s = cs_init<KIND>();
+    if (part == 0)
+      for (int64_t j = lane; j < head; j += G) cs_add1<KIND>(s, cs_f32(x[j]));
+    if (part == parts - 1)
+      for (int64_t j = head + nv * V + lane; j < p.k; j += G) cs_add1<KIND>(s, cs_f32(x[j]));
+    uint4 const* xv = reinterpret_cast<uint4 const*>(x + head);
+    int64_t const v1 = part * chunk + chunk < nv ? part * chunk + chunk : nv;
+    int64_t v = part * chunk + lane;
+    for (; v + int64_t(kRowVecs - 1) * G < v1; v += int64_t(kRowVecs) * G) {
+      uint4 r[kRowVecs];
+#pragma unroll
+      for (int u = 0; u < kRowVecs; ++u) r[u] = __ldg(xv + v + u * G);
+#pragma unroll
+      for (int u = 0; u < kRowVecs; ++u) {
+        float e[V];
+        cs_unpack<TA>(r[u], e);
+        cs_add<KIND, V>(s, e);
+      }
+    }
+    for (; v < v1; v += G) {
+      float e[V];
+      cs_unpack<TA>(__ldg(xv + v), e);
+      cs_add<KIND, V>(s, e);
+    }
+    s = cs_group_merge<KIND, G>(s);
+    if (lane == 0) {
+      if (parts == 1) cs_store<KIND, TD>(p, b, i, s);
+      else ws[t] = s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows side by side: a CTA covers WI x 32 x R adjacent rows, its kWarps / WI warps split k
+// ---------------------------------------------------------------------------------------
+
+template <class TA, class TD, int KIND, int R>
+__global__ void __launch_bounds__(kThreads)
+cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chunk, CsAcc* ws)
+{
+  __shared__ CsAcc part_state[kThreads][R];
+  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int const iw = warp % wi, jw = warp / wi, wj = kWarps / wi;
+  int64_t const tasks = p.batch * igroups * parts;
+  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
+    int64_t const part = t % parts, bi = t / parts, ig = bi % igroups, b = bi / igroups;
+    int64_t const i0 = ((ig * wi + iw) * 32 + lane) * R;
+    int64_t const j0 = part * chunk, j1 = j0 + chunk < p.k ? j0 + chunk : p.k;
+    TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a;
+    CsAcc s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = cs_init<KIND>();
+    if (i0 < p.m) {
+      bool const whole = i0 + R <= p.m;
+      int64_t j = j0 + jw;
+      if (R == 1 || whole) {
+        for (; j + int64_t(kColUnroll - 1) * wj < j1; j += int64_t(kColUnroll) * wj) {
+          float e[kColUnroll][R];
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u) {
+            TA const* at = x + (j + u * wj) * p.lda + i0;
+            if constexpr (R == 1) e[u][0] = cs_f32(__ldg(at));
+            else cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at)), e[u]);
+          }
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r) cs_add1<KIND>(s[r], e[u][r]);
+        }
+      }
+      for (; j < j1; j += wj)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (i0 + r < p.m) cs_add1<KIND>(s[r], cs_f32(x[j * p.lda + i0 + r]));
+    }
+    // The warps along k merge in shared memory; the first of them finishes.
+    if (wj > 1) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) part_state[threadIdx.x][r] = s[r];
+      __syncthreads();
+      if (jw == 0) {
+        for (int q = 1; q < wj; ++q)
+#pragma unroll
+          for (int r = 0; r < R; ++r) cs_merge<KIND>(s[r], part_state[threadIdx.x + q * wi * 32][r]);
+      }
+      __syncthreads();
+    }
+    if (jw == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (i0 + r >= p.m) break;
+        if (parts == 1) cs_store<KIND, TD>(p, b, i0 + r, s[r]);
+        else ws[(b * p.m + i0 + r) * parts + part] = s[r];
+      }
+    }
+  }
+}
+
+// A warp a row: merges the row's `parts` states from the workspace and writes D.
+template <class TD, int KIND>
+__global__ void __launch_bounds__(256) cs_reduce_finish(cs_problem p, int64_t rows, int64_t parts, const CsAcc* ws)
+{
+  int const lane = int(threadIdx.x) % 32;
+  for (int64_t row = (int64_t(blockIdx.x) * 256 + threadIdx.x) / 32; row < rows; row += int64_t(gridDim.x) * 8) {
+    CsAcc s = cs_init<KIND>();
+    for (int64_t q = lane; q < parts; q += 32) cs_merge<KIND>(s, ws[row * parts + q]);
+    s = cs_group_merge<KIND, 32>(s);
+    if (lane == 0) cs_store<KIND, TD>(p, row / p.m, row % p.m, s);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host: checks, the plan (shared by cutesmith_workspace_bytes and cutesmith_launch), launch
+// ---------------------------------------------------------------------------------------
+
+static int64_t cs_dtype_bytes(int32_t dt)
+{
+  return dt == CS_DTYPE_F32 ? 4 : (dt == CS_DTYPE_F16 || dt == CS_DTYPE_BF16) ? 2 : 0;
+}
+static int64_t cs_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t cs_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t cs_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
+{
+  if (!kBuildReduce || p.family != CS_FAMILY_REDUCE) return CS_ERR_UNSUPPORTED;
+  if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_L2) return CS_ERR_UNSUPPORTED;
+  if (kWlReduce >= 0 && p.reduce != kWlReduce) return CS_ERR_UNSUPPORTED;
+  if (cs_dtype_bytes(p.dtype_ab) == 0 || !(p.dtype_cd == p.dtype_ab || p.dtype_cd == CS_DTYPE_F32))
+    return CS_ERR_UNSUPPORTED;
+  if (kWlIn >= 0 && (p.dtype_ab != kWlIn || p.dtype_cd != kWlOut)) return CS_ERR_UNSUPPORTED;
+  if (p.layout_a == CS_LAYOUT_ROW ? !kBuildRow : p.layout_a == CS_LAYOUT_COL ? !kBuildCol : true)
+    return CS_ERR_UNSUPPORTED;
+  if (p.layout_cd != CS_LAYOUT_ROW || p.n != 1) return CS_ERR_UNSUPPORTED;
+  if (p.m < 0 || p.k < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.k == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.m > INT64_MAX / p.batch || p.m * p.batch > INT64_MAX / p.k) return CS_ERR_UNSUPPORTED;
+  bool const row = p.layout_a == CS_LAYOUT_ROW;
+  int64_t const inner = row ? p.k : p.m, outer = row ? p.m : p.k;
+  if (outer > 1 && p.lda < inner) return CS_ERR_UNSUPPORTED;
+  if (p.m > 1 && p.ldd < 1) return CS_ERR_UNSUPPORTED;
+  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (check_pointers) {
+    if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||
+        reinterpret_cast<uintptr_t>(p.d) % uintptr_t(cs_dtype_bytes(p.dtype_cd)) != 0)
+      return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+static int cs_sm_count(const cs_problem& p)
+{
+  if (p.sm_count > 0) return p.sm_count;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+    return sms;
+  (void)cudaGetLastError();
+  return 132;   // an H100 SXM
+}
+
+struct CsPlan {
+  bool row = true;
+  int group = 32;   // row-major: lanes a row; rows side by side: R (rows a thread)
+  int wi = kWarps;  // rows side by side: warps along the rows
+  int64_t rows = 0, parts = 1, chunk = 0, igroups = 1, tasks = 0, grid = 1;
+  uint64_t ws_bytes = 0;
+};
+
+// Splits a length into (at most) `parts` chunks of at least `least`; the workspace to match.
+static void cs_split(CsPlan& pl, int64_t length, int64_t parts, int64_t least)
+{
+  parts = cs_max64(1, cs_min64(parts, cs_max64(1, length / cs_max64(least, 1))));
+  pl.chunk = cs_max64(1, cs_ceil_div(length, parts));
+  pl.parts = cs_max64(1, cs_ceil_div(length, pl.chunk));
+  pl.ws_bytes = pl.parts > 1 ? uint64_t(pl.rows) * uint64_t(pl.parts) * sizeof(CsAcc) : 0;
+}
+
+static bool cs_col_vectors(const cs_problem& p)
+{
+  int64_t const es = cs_dtype_bytes(p.dtype_ab);
+  return (p.lda * es) % 16 == 0 && (p.batch_stride_a * es) % 16 == 0 &&
+         (p.a == nullptr || reinterpret_cast<uintptr_t>(p.a) % 16 == 0);
+}
+
+// The plan of a launch, at most `most_parts` parts a row. Sizing the workspace, A's pointer is
+// unknown and taken as 16-byte aligned (the harness's is); a launch whose A is not plans
+// again and, if the workspace is then short, with fewer parts.
+static int32_t cs_reduce_plan(const cs_problem& p, CsPlan& pl, int64_t most_parts)
+{
+  pl.rows = p.batch * p.m;
+  int64_t const threads_wanted = int64_t(kWaves) * cs_sm_count(p) * 2048;
+  int64_t const es = cs_dtype_bytes(p.dtype_ab), V = 16 / es;
+  pl.row = p.layout_a == CS_LAYOUT_ROW;
+  if (pl.row) {
+    int64_t const nv = p.k / V;   // a row's vectors, about
+    pl.group = nv >= 64 ? 32 : nv >= 16 ? 16 : nv >= 8 ? 8 : 4;
+    int64_t parts = 1;
+    if (pl.rows * pl.group < threads_wanted && pl.group == 32)
+      parts = cs_min64(cs_ceil_div(threads_wanted, pl.rows * 32), most_parts);
+    // At least two steps of a warp's vectors a part.
+    cs_split(pl, cs_max64(nv, 1), parts, 2 * 32 * kRowVecs);
+    pl.tasks = pl.rows * pl.parts;
+    int64_t const groups = kThreads / pl.group;
+    pl.grid = cs_min64(cs_ceil_div(pl.tasks, groups), int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
+    return CS_OK;
+  }
+  pl.group = cs_col_vectors(p) ? int(V) : 1;
+  int64_t const lanes = cs_ceil_div(p.m, pl.group);   // threads along the rows, a batch
+  int wi = 1;
+  while (wi < kWarps && int64_t(wi) * 32 < lanes) wi *= 2;
+  pl.wi = wi;
+  pl.igroups = cs_ceil_div(lanes, int64_t(wi) * 32);
+  int64_t const ctas = p.batch * pl.igroups, ctas_wanted = threads_wanted / kThreads;
+  int64_t parts = 1;
+  if (ctas < ctas_wanted) parts = cs_min64(cs_ceil_div(ctas_wanted, ctas), most_parts);
+  // At least four unrolled steps of the CTA's warps along k a part.
+  cs_split(pl, p.k, parts, int64_t(kWarps / wi) * kColUnroll * 4);
+  pl.tasks = ctas * pl.parts;
+  pl.grid = cs_min64(pl.tasks, int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
+  return CS_OK;
+}
+
+template <class TA, class TD, int KIND>
+static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
+{
+  CsAcc* const ws = static_cast<CsAcc*>(p.workspace);
+  unsigned const grid = unsigned(cs_max64(1, cs_min64(pl.grid, 0x7fffffffLL)));
+  if (pl.row) {
+    if constexpr (kBuildRow) {
+      switch (pl.group) {
+        case 4: cs_reduce_rows<TA, TD, KIND, 4><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws); break;
+        case 8: cs_reduce_rows<TA, TD, KIND, 8><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws); break;
+        case 16: cs_reduce_rows<TA, TD, KIND, 16><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws); break;
+        default: cs_reduce_rows<TA, TD, KIND, 32><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws); break;
+      }
+    }
+  } else if constexpr (kBuildCol) {
+    constexpr int V = 16 / sizeof(TA);
+    if (pl.group == V) cs_reduce_cols<TA, TD, KIND, V><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
+    else cs_reduce_cols<TA, TD, KIND, 1><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
+  }
+  if (pl.parts > 1) {
+    unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 8), int64_t(cs_sm_count(p)) * 64));
+    cs_reduce_finish<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
+  }
+}
+
+template <int KIND>
+static constexpr bool cs_build_kind() { return kWlReduce < 0 || kWlReduce == KIND; }
+
+template <class TA, class TD>
+static int32_t cs_run(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
+{
+  constexpr bool types = kWlIn < 0 || (kWlIn == CsDtype<TA>::value && kWlOut == CsDtype<TD>::value);
+  if constexpr (!types) {
+    return CS_ERR_UNSUPPORTED;
+  } else {
+    switch (p.reduce) {
+      case CS_REDUCE_SUM: if constexpr (cs_build_kind<CS_REDUCE_SUM>()) cs_run_kind<TA, TD, CS_REDUCE_SUM>(p, pl, st); break;
+      case CS_REDUCE_MEAN: if constexpr (cs_build_kind<CS_REDUCE_MEAN>()) cs_run_kind<TA, TD, CS_REDUCE_MEAN>(p, pl, st); break;
+      case CS_REDUCE_MAX: if constexpr (cs_build_kind<CS_REDUCE_MAX>()) cs_run_kind<TA, TD, CS_REDUCE_MAX>(p, pl, st); break;
+      case CS_REDUCE_MIN: if constexpr (cs_build_kind<CS_REDUCE_MIN>()) cs_run_kind<TA, TD, CS_REDUCE_MIN>(p, pl, st); break;
+      case CS_REDUCE_LOGSUMEXP: if constexpr (cs_build_kind<CS_REDUCE_LOGSUMEXP>()) cs_run_kind<TA, TD, CS_REDUCE_LOGSUMEXP>(p, pl, st); break;
+      case CS_REDUCE_L2: if constexpr (cs_build_kind<CS_REDUCE_L2>()) cs_run_kind<TA, TD, CS_REDUCE_L2>(p, pl, st); break;
+      default: return CS_ERR_UNSUPPORTED;
+    }
+    return int32_t(cudaGetLastError());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ABI entry points
+// ---------------------------------------------------------------------------------------
+
+CS_EXPORT uint32_t cutesmith_abi_version(void)
+{
+  return CS_ABI_VERSION;
+}
+
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t* bytes)
+{
+  if (bytes != nullptr) *bytes = 0;
+  if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  int32_t const status = cs_reduce_check(*problem, /*check_pointers=*/false);
+  if (status != CS_OK || problem->m == 0 || problem->k == 0 || problem->batch == 0) return status;
+  CsPlan pl;
+  int32_t const rc = cs_reduce_plan(*problem, pl, kMaxParts);
+  if (rc == CS_OK) *bytes = pl.ws_bytes;
+  return rc;
+}
+
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
+{
+  if (problem == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  cs_problem const& p = *problem;
+  int32_t rc = cs_reduce_check(p, /*check_pointers=*/true);
+  if (rc != CS_OK || p.m == 0 || p.k == 0 || p.batch == 0) return rc;
+  CsPlan pl;
+  rc = cs_reduce_plan(p, pl, kMaxParts);
+  if (rc != CS_OK) return rc;
+  if (pl.ws_bytes > p.workspace_bytes) {   // a smaller workspace than planned: fewer parts
+    int64_t const fit = int64_t(p.workspace_bytes / (uint64_t(pl.rows) * sizeof(CsAcc)));
+    rc = cs_reduce_plan(p, pl, cs_max64(fit, 1));
+    if (rc != CS_OK) return rc;
+    if (pl.ws_bytes > p.workspace_bytes) return CS_ERR_WORKSPACE;
+  }
+  if (pl.parts > 1 && (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % alignof(CsAcc) != 0))
+    return CS_ERR_WORKSPACE;
+  bool const f32_out = p.dtype_cd == CS_DTYPE_F32;
+  switch (p.dtype_ab) {
+    case CS_DTYPE_F32: return cs_run<float, float>(p, pl, stream);
+    case CS_DTYPE_F16: return f32_out ? cs_run<__half, float>(p, pl, stream) : cs_run<__half, __half>(p, pl, stream);
+    case CS_DTYPE_BF16:
+      return f32_out ? cs_run<__nv_bfloat16, float>(p, pl, stream) : cs_run<__nv_bfloat16, __nv_bfloat16>(p, pl, stream);
+    default: return CS_ERR_UNSUPPORTED;
+  }
+}
