@@ -157,9 +157,11 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
       for (int e = 0; e < N; ++e) s.b += x[e] != x[e] ? x[e] : 0.0f;   // keeps a NaN
       return;
     }
-    float acc = s.b * expf(s.a - m);
+    // exp(d) as exp2(d log2 e): one multiply and ex2 (2 ulp); the multiply's rounding adds
+    // |d| u relative, little where the terms matter (d near 0).
+    float acc = s.b * exp2f((s.a - m) * 1.4426950408889634f);
 #pragma unroll
-    for (int e = 0; e < N; ++e) acc += expf(x[e] - m);
+    for (int e = 0; e < N; ++e) acc += exp2f((x[e] - m) * 1.4426950408889634f);
     s.a = m;
     s.b = acc;
   } else if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_MIN) {
@@ -316,7 +318,9 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
   int const iw = warp % wi, jw = warp / wi, wj = kWarps / wi;
   int64_t const tasks = p.batch * igroups * parts;
   for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
-    int64_t const part = t % parts, bi = t / parts, ig = bi % igroups, b = bi / igroups;
+    // CTAs adjacent in launch order read adjacent columns of the same rows of A (whole DRAM
+    // pages at once, as a row-major read does), then the next part of k, then the next batch.
+    int64_t const ig = t % igroups, pb = t / igroups, part = pb % parts, b = pb / parts;
     int64_t const i0 = ((ig * wi + iw) * 32 + lane) * R;
     int64_t const j0 = part * chunk, j1 = j0 + chunk < p.k ? j0 + chunk : p.k;
     TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a;
@@ -479,18 +483,24 @@ static int32_t cs_reduce_plan(const cs_problem& p, CsPlan& pl, int64_t most_part
     pl.grid = cs_min64(cs_ceil_div(pl.tasks, groups), int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
     return CS_OK;
   }
-  pl.group = cs_col_vectors(p) ? int(V) : 1;
-  int64_t const lanes = cs_ceil_div(p.m, pl.group);   // threads along the rows, a batch
-  int wi = 1;
-  while (wi < kWarps && int64_t(wi) * 32 < lanes) wi *= 2;
-  pl.wi = wi;
-  pl.igroups = cs_ceil_div(lanes, int64_t(wi) * 32);
-  int64_t const ctas = p.batch * pl.igroups, ctas_wanted = threads_wanted / kThreads;
-  int64_t parts = 1;
-  if (ctas < ctas_wanted) parts = cs_min64(cs_ceil_div(ctas_wanted, ctas), most_parts);
-  // At least four unrolled steps of the CTA's warps along k a part.
-  cs_split(pl, p.k, parts, int64_t(kWarps / wi) * kColUnroll * 4);
-  pl.tasks = ctas * pl.parts;
+  int64_t const ctas_wanted = threads_wanted / kThreads;
+  // R rows a thread: a vector's where A allows, unless that leaves too few CTAs even with
+  // k split (a small problem): then one, for eight times the threads.
+  for (int r : {cs_col_vectors(p) ? int(V) : 1, 1}) {
+    pl.group = r;
+    int64_t const lanes = cs_ceil_div(p.m, r);   // threads along the rows, a batch
+    int wi = 1;
+    while (wi < kWarps && int64_t(wi) * 32 < lanes) wi *= 2;
+    pl.wi = wi;
+    pl.igroups = cs_ceil_div(lanes, int64_t(wi) * 32);
+    int64_t const ctas = p.batch * pl.igroups;
+    int64_t parts = 1;
+    if (ctas < ctas_wanted) parts = cs_min64(cs_ceil_div(ctas_wanted, ctas), most_parts);
+    // At least one unrolled step of the CTA's warps along k a part.
+    cs_split(pl, p.k, parts, int64_t(kWarps / wi) * kColUnroll);
+    pl.tasks = ctas * pl.parts;
+    if (2 * pl.tasks >= ctas_wanted) break;
+  }
   pl.grid = cs_min64(pl.tasks, int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
   return CS_OK;
 }

@@ -113,7 +113,8 @@ impl Ctx<'_> {
         // The copy baseline moves what a memory-bound op moves, reading and writing half of
         // its input and output bytes each (bf16 in, f32 out: 3 bytes an element), from the
         // larger of the input and a baseline output into its own buffer.
-        let in_bytes = p.out_len * std::mem::size_of::<A>();
+        // (A reduction reads k elements for each one it writes: A's own length.)
+        let in_bytes = p.a.len * std::mem::size_of::<A>();
         let copy_bytes = (in_bytes + out_bytes) / 2;
         let copy_dst = if fam.is_gemm() {
             None
