@@ -36,6 +36,8 @@
 //   CS_THREADS        256   threads a CTA (a multiple of 64, at most 1024)
 //   CS_ROW_VECS       4     row-major: 16-byte vectors a lane loads before it adds them
 //   CS_COL_UNROLL     8     rows side by side: steps of k a thread loads before it adds them
+//   CS_COL_SCALAR_ROWS 1    rows side by side that vectors cannot read (lda off 16 bytes):
+//                           adjacent rows a thread, element by element (1, 2, 4)
 //   CS_WAVES          2     split rows while fewer than this many waves of threads would run
 //   CS_MAX_PARTS      1024  most parts a row is split into
 //
@@ -63,6 +65,9 @@
 #ifndef CS_WAVES
 #define CS_WAVES 2
 #endif
+#ifndef CS_COL_SCALAR_ROWS
+#define CS_COL_SCALAR_ROWS 1
+#endif
 #ifndef CS_MAX_PARTS
 #define CS_MAX_PARTS 1024
 #endif
@@ -73,11 +78,13 @@ static constexpr int kColUnroll = CS_COL_UNROLL;
 static constexpr int kWaves = CS_WAVES;
 static constexpr int64_t kMaxParts = CS_MAX_PARTS;
 static constexpr int kWarps = kThreads / 32;
+static constexpr int kColScalarRows = CS_COL_SCALAR_ROWS;
 
 static_assert(kThreads % 64 == 0 && kThreads >= 64 && kThreads <= 1024, "CS_THREADS: a multiple of 64, 64-1024");
 static_assert(kRowVecs == 1 || kRowVecs == 2 || kRowVecs == 4 || kRowVecs == 8, "CS_ROW_VECS: 1, 2, 4 or 8");
 static_assert(kColUnroll >= 1 && kColUnroll <= 16, "CS_COL_UNROLL: 1-16");
 static_assert(kWaves >= 1 && kMaxParts >= 1, "CS_WAVES, CS_MAX_PARTS");
+static_assert(kColScalarRows == 1 || kColScalarRows == 2 || kColScalarRows == 4, "CS_COL_SCALAR_ROWS: 1, 2 or 4");
 
 // What this build compiles: a workload instance its family, types and reduction (the rest is
 // rejected at run time); the template compiled alone, everything.
@@ -309,7 +316,7 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
 // Rows side by side: a CTA covers WI x 32 x R adjacent rows, its kWarps / WI warps split k
 // ---------------------------------------------------------------------------------------
 
-template <class TA, class TD, int KIND, int R>
+template <class TA, class TD, int KIND, int R, bool VEC>
 __global__ void __launch_bounds__(kThreads)
 cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chunk, CsAcc* ws)
 {
@@ -330,14 +337,18 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
     if (i0 < p.m) {
       bool const whole = i0 + R <= p.m;
       int64_t j = j0 + jw;
-      if (R == 1 || whole) {
+      if (whole) {
         for (; j + int64_t(kColUnroll - 1) * wj < j1; j += int64_t(kColUnroll) * wj) {
           float e[kColUnroll][R];
 #pragma unroll
           for (int u = 0; u < kColUnroll; ++u) {
             TA const* at = x + (j + u * wj) * p.lda + i0;
-            if constexpr (R == 1) e[u][0] = cs_f32(__ldg(at));
-            else cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at)), e[u]);
+            if constexpr (VEC) {
+              cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at)), e[u]);
+            } else {
+#pragma unroll
+              for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + r));
+            }
           }
 #pragma unroll
           for (int u = 0; u < kColUnroll; ++u)
@@ -438,7 +449,7 @@ static int cs_sm_count(const cs_problem& p)
 }
 
 struct CsPlan {
-  bool row = true;
+  bool row = true, vec = false;   // vec: rows side by side read as 16-byte vectors
   int group = 32;   // row-major: lanes a row; rows side by side: R (rows a thread)
   int wi = kWarps;  // rows side by side: warps along the rows
   int64_t rows = 0, parts = 1, chunk = 0, igroups = 1, tasks = 0, grid = 1;
@@ -486,8 +497,10 @@ static int32_t cs_reduce_plan(const cs_problem& p, CsPlan& pl, int64_t most_part
   int64_t const ctas_wanted = threads_wanted / kThreads;
   // R rows a thread: a vector's where A allows, unless that leaves too few CTAs even with
   // k split (a small problem): then one, for eight times the threads.
-  for (int r : {cs_col_vectors(p) ? int(V) : 1, 1}) {
+  bool const vec = cs_col_vectors(p);
+  for (int r : {vec ? int(V) : kColScalarRows, 1}) {
     pl.group = r;
+    pl.vec = vec && r == V && V > 1;
     int64_t const lanes = cs_ceil_div(p.m, r);   // threads along the rows, a batch
     int wi = 1;
     while (wi < kWarps && int64_t(wi) * 32 < lanes) wi *= 2;
@@ -521,8 +534,10 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
     }
   } else if constexpr (kBuildCol) {
     constexpr int V = 16 / sizeof(TA);
-    if (pl.group == V) cs_reduce_cols<TA, TD, KIND, V><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
-    else cs_reduce_cols<TA, TD, KIND, 1><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
+    if (pl.vec) cs_reduce_cols<TA, TD, KIND, V, true><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
+    else if (pl.group == kColScalarRows && kColScalarRows > 1)
+      cs_reduce_cols<TA, TD, KIND, kColScalarRows, false><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
+    else cs_reduce_cols<TA, TD, KIND, 1, false><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
   }
   if (pl.parts > 1) {
     unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 8), int64_t(cs_sm_count(p)) * 64));
