@@ -37,7 +37,7 @@
 //   CS_ROW_VECS       4     row-major: 16-byte vectors a lane loads before it adds them
 //   CS_COL_UNROLL     8     rows side by side: steps of k a thread loads before it adds them
 //   CS_COL_SCALAR_ROWS 1    rows side by side that vectors cannot read (lda off 16 bytes):
-//                           adjacent rows a thread, element by element (1, 2, 4)
+//                           rows a thread, 32 apart, element by element (1, 2, 4)
 //   CS_WAVES          2     split rows while fewer than this many waves of threads would run
 //   CS_MAX_PARTS      1024  most parts a row is split into
 //
@@ -328,26 +328,29 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
     // CTAs adjacent in launch order read adjacent columns of the same rows of A (whole DRAM
     // pages at once, as a row-major read does), then the next part of k, then the next batch.
     int64_t const ig = t % igroups, pb = t / igroups, part = pb % parts, b = pb / parts;
-    int64_t const i0 = ((ig * wi + iw) * 32 + lane) * R;
+    // The thread's rows: R adjacent ones read as a vector, or (element by element) R rows
+    // 32 apart, so that each load instruction of the warp reads 32 adjacent rows.
+    int64_t const wbase = (ig * wi + iw) * 32 * R;
+    auto const row_of = [&](int r) -> int64_t { return VEC ? wbase + lane * R + r : wbase + r * 32 + lane; };
     int64_t const j0 = part * chunk, j1 = j0 + chunk < p.k ? j0 + chunk : p.k;
     TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a;
     CsAcc s[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) s[r] = cs_init<KIND>();
-    if (i0 < p.m) {
-      bool const whole = i0 + R <= p.m;
+    if (row_of(0) < p.m) {
+      bool const whole = row_of(R - 1) < p.m;
       int64_t j = j0 + jw;
       if (whole) {
         for (; j + int64_t(kColUnroll - 1) * wj < j1; j += int64_t(kColUnroll) * wj) {
           float e[kColUnroll][R];
 #pragma unroll
           for (int u = 0; u < kColUnroll; ++u) {
-            TA const* at = x + (j + u * wj) * p.lda + i0;
+            TA const* at = x + (j + u * wj) * p.lda;
             if constexpr (VEC) {
-              cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at)), e[u]);
+              cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at + row_of(0))), e[u]);
             } else {
 #pragma unroll
-              for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + r));
+              for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + row_of(r)));
             }
           }
 #pragma unroll
@@ -359,7 +362,7 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
       for (; j < j1; j += wj)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (i0 + r < p.m) cs_add1<KIND>(s[r], cs_f32(x[j * p.lda + i0 + r]));
+          if (row_of(r) < p.m) cs_add1<KIND>(s[r], cs_f32(x[j * p.lda + row_of(r)]));
     }
     // The warps along k merge in shared memory; the first of them finishes.
     if (wj > 1) {
@@ -376,9 +379,9 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
     if (jw == 0) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (i0 + r >= p.m) break;
-        if (parts == 1) cs_store<KIND, TD>(p, b, i0 + r, s[r]);
-        else ws[(b * p.m + i0 + r) * parts + part] = s[r];
+        if (row_of(r) >= p.m) break;
+        if (parts == 1) cs_store<KIND, TD>(p, b, row_of(r), s[r]);
+        else ws[(b * p.m + row_of(r)) * parts + part] = s[r];
       }
     }
   }

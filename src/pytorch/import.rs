@@ -27,6 +27,7 @@ use crate::spec::{
 pub const TRACER: &str = include_str!("trace.py");
 
 mod norm;
+mod reduce;
 
 /// The graph `trace.py` prints.
 #[derive(Debug, Clone, Deserialize)]
@@ -101,7 +102,9 @@ pub struct Imported {
 
 const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax over the last \
     dimension, the norms (layer_norm, rms_norm, and RMS, L2 and L1 normalization written out \
-    with mean / sum / norm over adjacent dims, keepdim), and after them elementwise add, sub, mul, div (also a constant or an earlier \
+    with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
+    adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
+    norm / linalg.vector_norm of order 2), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
     tensors too), clamp, neg, abs, exp and the activations relu, relu6, leaky_relu, gelu, \
     silu, sigmoid, tanh, selu, elu, hardsigmoid, hardswish, hardtanh, softplus, mish; copies \
@@ -730,10 +733,17 @@ pub fn map_graph(
         .collect();
     // Normalizations (an op, or written out with reductions): their nodes are known.
     let norms = mp.norms(&calls);
-    let absorbed: HashSet<&str> = norms
+    let mut absorbed: HashSet<&str> = norms
         .iter()
         .flat_map(|m| m.absorbed.iter().map(String::as_str))
         .collect();
+    // Reductions over dims that no norm took (with a max's getitem nodes).
+    let reductions = mp.reductions(&calls, &absorbed);
+    absorbed.extend(
+        reductions
+            .iter()
+            .flat_map(|m| m.absorbed.iter().map(String::as_str)),
+    );
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
@@ -799,6 +809,22 @@ pub fn map_graph(
             );
         }
     }
+    for extra in reductions.iter().skip(1) {
+        if let Some(n) = mp.nodes.get(extra.head.as_str()).copied() {
+            mp.problem(n, "a second reduction: a workload has one");
+        }
+    }
+    if let (Some(rm), true) = (
+        reductions.first(),
+        !gemms.is_empty() || !softmaxes.is_empty() || !norms.is_empty(),
+    ) {
+        if let Some(n) = mp.nodes.get(rm.head.as_str()).copied() {
+            mp.problem(
+                n,
+                "a reduction beside a GEMM, a softmax or a norm: family reduce fuses nothing before it, and elementwise ops only after it",
+            );
+        }
+    }
     if !mp.problems.is_empty() {
         return Err(mp.problems);
     }
@@ -806,6 +832,9 @@ pub fn map_graph(
     let spec = match (gemms.first(), softmaxes.first()) {
         (None, None) if !norms.is_empty() => {
             norm::map_norm(&mut mp, &norms[0], &out_name, file, &mut ops)
+        }
+        (None, None) if !reductions.is_empty() => {
+            reduce::map_reduce(&mut mp, &reductions[0], &out_name, file, &mut ops)
         }
         (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
         (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),
@@ -1631,7 +1660,7 @@ fn map_activation(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::NormKind;
+    use crate::spec::{NormKind, ReduceKind};
 
     fn node(name: &str, target: &str, args: Value, shape: &[i64], stride: &[i64]) -> Value {
         json_node(
@@ -1794,7 +1823,7 @@ mod tests {
         assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
         let s0 = spec.shapes[0];
         assert_eq!((s0.batch, s0.m, s0.n), (Some(4), Some(5), Some(6)));
-        // The same sum without keepdim is a reduction, named as one.
+        // The same sum without a division is a reduction: 4 batches of 5 rows side by side.
         let g = graph(
             vec![
                 input("x", sh, st),
@@ -1808,8 +1837,15 @@ mod tests {
             ],
             "s",
         );
-        let e = map_graph(&g, "t.py").unwrap_err();
-        assert!(e[0].message.contains("(a reduction)"), "{}", e[0].message);
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(
+            (spec.family, spec.params.reduce),
+            (Family::Reduce, Some(ReduceKind::Sum))
+        );
+        assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
+        let s0 = spec.shapes[0];
+        assert_eq!((s0.batch, s0.m, s0.k, s0.n), (Some(4), Some(5), Some(6), None));
+        assert_eq!(ops, vec!["sum over dims 1..=1".to_string()]);
         // KernelBench's L1Norm, x / mean(|x|, dim 1, keepdim): L1, then times n = 6.
         let g = l1("aten.mean.dim");
         let (spec, ops) = map_graph(&g, "t.py").unwrap();
@@ -1844,6 +1880,113 @@ mod tests {
         assert_eq!(spec.params.norm, Some(NormKind::L2));
         assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(1), Some(120)));
         assert!(spec.layout.is_none());
+    }
+
+    /// Reductions over dims: `torch.max(x, dim)[0]` (values through getitem 0) with a chain
+    /// after it; logsumexp over the last dim (rows); refused: the indices (argmax's
+    /// getitem 1), dims that are not adjacent, a tensor operand after it, one after a GEMM.
+    #[test]
+    fn reductions_over_dims_map_to_the_reduce_family() {
+        let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);
+        let max_graph = |item: i64, out: &str| {
+            graph(
+                vec![
+                    input("x", sh, st),
+                    node(
+                        "mx",
+                        "aten.max.dim",
+                        serde_json::json!([r("x"), 1]),
+                        &[4, 5],
+                        &[5, 1],
+                    ),
+                    node(
+                        "v",
+                        "<built-in function getitem>",
+                        serde_json::json!([r("mx"), 0]),
+                        &[4, 5],
+                        &[5, 1],
+                    ),
+                    node(
+                        "ix",
+                        "<built-in function getitem>",
+                        serde_json::json!([r("mx"), 1]),
+                        &[4, 5],
+                        &[5, 1],
+                    ),
+                    node(
+                        "lr",
+                        "aten.leaky_relu.default",
+                        serde_json::json!([r(if item == 0 { "v" } else { "ix" }), 0.1]),
+                        &[4, 5],
+                        &[5, 1],
+                    ),
+                ],
+                out,
+            )
+        };
+        let (spec, ops) = map_graph(&max_graph(0, "lr"), "t.py").unwrap();
+        assert_eq!(
+            (spec.family, spec.params.reduce),
+            (Family::Reduce, Some(ReduceKind::Max))
+        );
+        assert_eq!(spec.epilogue.len(), 1);
+        assert_eq!(ops, vec!["max over dims 1..=1".to_string(), "leaky_relu".into()]);
+        // The indices are not the reduction's value.
+        assert!(map_graph(&max_graph(1, "lr"), "t.py").is_err());
+        // logsumexp over the last dim of (8, 100): 8 rows of 100, row-major.
+        let (sh2, st2) = (&[8, 100][..], &[100, 1][..]);
+        let lse = |dims: serde_json::Value| {
+            graph(
+                vec![
+                    input("x", sh2, st2),
+                    node(
+                        "l",
+                        "aten.logsumexp.default",
+                        serde_json::json!([r("x"), dims, true]),
+                        &[8, 1],
+                        &[1, 1],
+                    ),
+                ],
+                "l",
+            )
+        };
+        let (spec, _) = map_graph(&lse(serde_json::json!([-1])), "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Logsumexp));
+        assert!(spec.layout.is_none());
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(8), Some(100)));
+        // Every dim (none given): one row of 800.
+        let (spec, _) = map_graph(&lse(serde_json::json!([])), "t.py").unwrap();
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(1), Some(800)));
+        // Dims 0 and 2 of (4, 6, 5) are not adjacent.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "s",
+                    "aten.sum.dim_IntList",
+                    serde_json::json!([r("x"), [0, 2]]),
+                    &[6],
+                    &[1],
+                ),
+            ],
+            "s",
+        );
+        let e = map_graph(&g, "t.py").unwrap_err();
+        assert!(e[0].message.contains("not adjacent"), "{}", e[0].message);
+        // A reduction after a GEMM is not one workload.
+        let mut nodes = mm_nodes(&[64, 1], &[1, 64]);
+        nodes.push(node(
+            "s",
+            "aten.sum.dim_IntList",
+            serde_json::json!([r("mm"), [1]]),
+            &[64],
+            &[1],
+        ));
+        let e = map_graph(&graph(nodes, "s"), "t.py").unwrap_err();
+        assert!(
+            e.iter().any(|u| u.message.contains("a reduction beside a GEMM")),
+            "{e:?}"
+        );
     }
 
     /// KernelBench's diagonal matmul, `a.unsqueeze(1) * b` (diag(a) @ b): the activation
@@ -2121,10 +2264,10 @@ mod tests {
                 input("x", &[8, 8], &[8, 1]),
                 node(
                     "s",
-                    "aten.sum.dim_IntList",
-                    serde_json::json!([r("x"), [1]]),
-                    &[8],
-                    &[1],
+                    "aten.cumsum.default",
+                    serde_json::json!([r("x"), 1]),
+                    &[8, 8],
+                    &[8, 1],
                 ),
                 node(
                     "n",

@@ -128,7 +128,7 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
         .shapes()
         .iter()
         .map(|s| {
-            if w.family().is_gemm() {
+            if w.family().is_gemm() || w.family() == Family::Reduce {
                 json!({"m": s.m, "n": s.n, "k": s.k, "batch": s.batch})
             } else {
                 json!({"m": s.m, "n": s.n})
@@ -245,6 +245,7 @@ pub fn workload_header(w: &Workload) -> String {
     def("CSW_LOG_SOFTMAX", i32::from(p.log_softmax).to_string());
     def("CSW_NORM", p.norm.abi_value().to_string());
     def("CSW_NORM_EPS", c_float(p.eps));
+    def("CSW_REDUCE", p.reduce.abi_value().to_string());
     def("CSW_NUM_INPUTS", inputs.len().to_string());
     def("CSW_INPUTS", format!("{:?}", inputs.join(", ")));
     def("CSW_SHAPES", format!("{shapes:?}"));

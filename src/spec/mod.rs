@@ -442,7 +442,7 @@ k = 4096
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
             e.contains(
-                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation and norm"
+                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation, norm and reduce"
             ),
             "{e}"
         );
@@ -530,6 +530,79 @@ k = 4096
     }
 
     const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";
+
+    const REDUCE: &str = "description = \"r\"\nfamily = \"reduce\"\ndtype = \"f32\"\n";
+
+    #[test]
+    fn reduce_specs_take_a_kind_k_a_layout_and_a_column_chain() {
+        let shapes = "[[shapes]]\nbatch = 4\nm = 5\nk = 600\n";
+        let e = err("r", &format!("{REDUCE}{shapes}"));
+        assert!(
+            e.contains("params.reduce") && e.contains("sum, mean, max, min, logsumexp, l2"),
+            "{e}"
+        );
+        let w = parse(
+            "r",
+            &format!("{REDUCE}[layout]\na = \"col\"\n[params]\nreduce = \"mean\"\n{shapes}"),
+        )
+        .unwrap();
+        // D is one value a row: n = 1, k the reduced length; the mean's atol shrinks with k.
+        assert_eq!(w.shapes()[0], Shape { m: 5, n: 1, k: 600, batch: 4 });
+        assert_eq!(w.layouts().a, Layout::Col);
+        assert_eq!(w.tolerance().atol_scale, AtolScale::InvSqrtK);
+        assert!((w.tolerance().atol_at(&w.shapes()[0]) - 1e-5 / 600f64.sqrt()).abs() < 1e-15);
+        // Bytes: A once (4 x 5 x 600 f32) and D (20 f32).
+        assert_eq!(w.min_bytes(&w.shapes()[0]), (4.0 * 5.0 * 600.0 + 20.0) * 4.0);
+        // n is not a reduction's, nor a reduction another family's; b is not an operand.
+        let e = err("r", &format!("{REDUCE}[params]\nreduce = \"sum\"\n[[shapes]]\nm = 5\nn = 3\nk = 7\n"));
+        assert!(e.contains("shapes[0].n") && e.contains("not used by reduce"), "{e}");
+        let e = err("g", &format!("{GEMM}[params]\nreduce = \"sum\"\n"));
+        assert!(e.contains("params.reduce") && e.contains("only for reduce"), "{e}");
+        let e = err(
+            "r",
+            &format!("{REDUCE}[layout]\nb = \"col\"\n[params]\nreduce = \"sum\"\n{shapes}"),
+        );
+        assert!(e.contains("only `a` may be set"), "{e}");
+        // A chain after it may read a column operand (one value a row), not a row one.
+        let ok = parse(
+            "r",
+            &format!("{REDUCE}[params]\nreduce = \"max\"\n[[epilogue]]\nop = \"mul\"\noperand = \"col\"\n[[epilogue]]\nop = \"gelu_erf\"\n{shapes}"),
+        )
+        .unwrap();
+        assert_eq!(ok.chain().steps.len(), 2);
+        let e = err(
+            "r",
+            &format!("{REDUCE}[params]\nreduce = \"max\"\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n{shapes}"),
+        );
+        assert!(e.contains("must be operand = \"col\""), "{e}");
+    }
+
+    #[test]
+    fn reduce_references_and_their_bounds() {
+        let u = 1e-6;
+        let row = [1.0, -2.0, 3.5, 0.5];
+        let it = || row.iter().copied();
+        assert_eq!(ReduceKind::Sum.eval(it(), u), (3.0, 7.0 * u));
+        assert_eq!(ReduceKind::Mean.eval(it(), u), (0.75, 7.0 * u / 4.0));
+        assert_eq!(ReduceKind::Max.eval(it(), u), (3.5, 0.0));
+        assert_eq!(ReduceKind::Min.eval(it(), u), (-2.0, 0.0));
+        let (l2, e) = ReduceKind::L2.eval(it(), u);
+        assert!((l2 - 17.5f64.sqrt()).abs() < 1e-15 && (e - u * l2).abs() < 1e-18);
+        let (lse, _) = ReduceKind::Logsumexp.eval(it(), u);
+        let direct = row.iter().map(|x: &f64| x.exp()).sum::<f64>().ln();
+        assert!((lse - direct).abs() < 1e-14);
+        // Large values do not overflow (the max is taken out first).
+        let (big, _) = ReduceKind::Logsumexp.eval([1000.0, 1000.0].into_iter(), u);
+        assert!((big - (1000.0 + 2f64.ln())).abs() < 1e-12);
+        // A NaN anywhere makes every kind NaN; -inf rows keep logsumexp at -inf.
+        let nan = [1.0, f64::NAN, 2.0];
+        for kind in ReduceKind::ALL {
+            assert!(kind.eval(nan.iter().copied(), u).0.is_nan(), "{kind}");
+        }
+        let (neg, _) = ReduceKind::Logsumexp.eval([f64::NEG_INFINITY; 3].into_iter(), u);
+        assert_eq!(neg, f64::NEG_INFINITY);
+        assert_eq!(ReduceKind::Max.eval([f64::INFINITY, 1.0].into_iter(), u).0, f64::INFINITY);
+    }
 
     #[test]
     fn norm_specs_take_a_kind_an_eps_a_layout_and_a_chain() {

@@ -171,7 +171,7 @@ impl Validator<'_> {
                 "epilogue",
                 format!(
                     "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), \
-                     activation and norm, not {family}"
+                     activation, norm and reduce, not {family}"
                 ),
             ));
         }
@@ -199,6 +199,21 @@ impl Validator<'_> {
                 Some(i) => self.err(format!("epilogue[{i}].{}", e.field), e.message),
                 None => self.err("epilogue", e.message),
             })?;
+        // A reduction's D is one value a row: the only tensor it can be combined with is a
+        // column operand (one value a row).
+        if family == Family::Reduce {
+            if let Some(t) = chain.tensors.iter().find(|t| t.kind != TensorKind::Col) {
+                return Err(self.err(
+                    "epilogue",
+                    format!(
+                        "family reduce writes one value a row: tensor `{}` must be operand = \
+                         \"col\" (m values), not \"{}\"",
+                        t.name,
+                        t.kind.name()
+                    ),
+                ));
+            }
+        }
         Ok(chain)
     }
 

@@ -320,6 +320,21 @@ fn import_a_linear_gelu_softmax() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// KernelBench's max over dim 1 (`torch.max(x, dim=1)[0]`) then a scale: family reduce with
+/// the rows side by side, the values through getitem 0.
+#[test]
+fn import_a_max_over_a_middle_dim() {
+    let Some((spec, w, _)) = import("max_over_dim1") else {
+        return;
+    };
+    assert_eq!(w.family(), Family::Reduce);
+    assert_eq!(w.params().reduce, cutesmith::spec::ReduceKind::Max);
+    assert_eq!(w.layouts().a, Layout::Col);
+    let s = w.headline();
+    assert_eq!((s.batch, s.m, s.k, s.n), (16, 255, 512, 1));
+    assert_eq!(chain_ops(&spec), vec![("mul", None)]);
+}
+
 #[test]
 fn import_softplus_keeps_its_parameters() {
     let Some((spec, w, _)) = import("softplus") else {
@@ -468,6 +483,8 @@ from {pkg} import _reference as R
 w = pkg.WORKLOAD
 gemm = w["family"] in R.GEMM
 shape = {{"m": 37, "n": 45, "k": 29, "batch": 3 if w["shapes"][0].get("batch", 1) > 1 else 1}} if gemm else {{"m": 7, "n": 129}}
+if w["family"] == "reduce":
+    shape = {{"m": 7, "n": 1, "k": 129, "batch": 3 if w["layout"]["a"] == "col" else 1}}
 inputs = pkg.make_inputs(shape, device="cpu", seed=1)
 assert len(inputs) == len(pkg.INPUTS), (len(inputs), pkg.INPUTS)
 out_shape, out_dtype = R.output_shape(w, inputs)
@@ -628,6 +645,10 @@ fn torch_operator_compiles_for_gemm_workloads() {
         // Norms: rows side by side (x is (batch, n, m)), and a weight, bias and GELU after.
         "norm_rms_f32_dim1",
         "norm_layer_bf16_gelu",
+        // Reductions: over a middle dim (x is (batch, k, m), the result (batch, m)), and
+        // over the last dim of bf16 rows into f32.
+        "reduce_max_f32_kernelbench",
+        "reduce_logsumexp_bf16_vocab",
     ];
     let mut dirs = Vec::new();
     for name in names {
@@ -672,6 +693,14 @@ fn torch_operator_compiles_for_gemm_workloads() {
     for line in [
         "#define CSW_FAMILY 7",
         "#define CSW_NORM 0",
+        "#define CSW_LAYOUT_A 1",
+    ] {
+        assert!(h.contains(line), "{line} not in\n{h}");
+    }
+    let h = std::fs::read_to_string(dirs[8].join("cutesmith_workload.h")).unwrap();
+    for line in [
+        "#define CSW_FAMILY 8",
+        "#define CSW_REDUCE 2",
         "#define CSW_LAYOUT_A 1",
     ] {
         assert!(h.contains(line), "{line} not in\n{h}");

@@ -52,7 +52,7 @@ fn rank(mp: &Mapper<'_>, name: &str) -> usize {
 }
 
 /// Dimension list argument `i` (an int or a list), normalized for a tensor of `rank`.
-fn dims_arg(n: &Node, i: usize, key: &str, rank: usize) -> Option<Vec<usize>> {
+pub(super) fn dims_arg(n: &Node, i: usize, key: &str, rank: usize) -> Option<Vec<usize>> {
     let v = param(n, i, key)?;
     let list: Vec<i64> = match v {
         Value::Array(a) => a.iter().map(Value::as_i64).collect::<Option<_>>()?,
@@ -71,7 +71,7 @@ fn dims_arg(n: &Node, i: usize, key: &str, rank: usize) -> Option<Vec<usize>> {
 }
 
 impl<'g> Mapper<'g> {
-    fn node(&self, name: &str) -> Option<&'g Node> {
+    pub(super) fn node(&self, name: &str) -> Option<&'g Node> {
         self.nodes.get(name).copied()
     }
 

@@ -48,6 +48,15 @@ def make_inputs(w, shape, device="cuda", seed=0):
             out.append(_matrix(k, n, lay["b"], batch, batched and not lay["shared_b"], ab, gen, device))
         if w["params"]["beta"] != 0:
             out.append(_matrix(m, n, lay["c"], batch, batched, cd, gen, device))
+    elif w["family"] == "reduce":
+        # Rows of k reduced: (batch, k, m) for rows side by side (dimension -2), else
+        # (batch, m, k) / (m, k) / (k,) (dimension -1).
+        lead = (batch,) if batched else ()
+        if w["layout"]["a"] == "col":
+            shape_x = (*lead, k, m)
+        else:
+            shape_x = (*lead, m, k) if (m > 1 or batched) else (k,)
+        out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
     elif _norm_cols(w):
         # A norm over dimension -2: batches of m rows of n side by side, (batch, n, m).
         shape_x = (batch, n, m) if batched else (n, m)
@@ -60,7 +69,10 @@ def make_inputs(w, shape, device="cuda", seed=0):
     cols = _norm_cols(w)
     for t in w["chain"]["tensors"]:
         dt = DTYPES[t["dtype"]]
-        if t["kind"] == "row":
+        if w["family"] == "reduce":
+            # One value a row (the rules take only column operands here), shared by the batch.
+            out.append((torch.rand(m, generator=gen, device=device) * 2 - 1).to(dt))
+        elif t["kind"] == "row":
             # One value per column j of a row: dimension -2 when the rows are side by side.
             size = (n, 1) if cols else (n,)
             out.append((torch.rand(*size, generator=gen, device=device) * 2 - 1).to(dt))
@@ -93,8 +105,42 @@ def normalize(w, x):
     return x / torch.clamp_min(x.abs().sum(dim, keepdim=True), eps)
 
 
+def _reduce_dim(w):
+    return -2 if w["layout"]["a"] == "col" else -1
+
+
+def reduce_rows(w, x, exact):
+    """Each row of x reduced (dimension -1, or -2 for rows side by side), and the bound on an
+    fp32 kernel's honest error there (the harness's `ReduceKind::eval`)."""
+    dim = _reduce_dim(w)
+    kind = w["params"]["reduce"]
+    u = 4.0 * 2.0 ** -24
+    k = x.shape[dim]
+    if kind in ("sum", "mean"):
+        y, e = x.sum(dim), u * x.abs().sum(dim)
+        if kind == "mean":
+            y, e = y / k, e / k
+    elif kind == "max":
+        y, e = x.amax(dim), None
+    elif kind == "min":
+        y, e = x.amin(dim), None
+    elif kind == "logsumexp":
+        y = torch.logsumexp(x, dim)
+        e = u * (2.0 + y.abs())
+    else:
+        y = torch.linalg.vector_norm(x, 2, dim)
+        e = u * y
+    if e is None or not exact:
+        e = torch.zeros_like(y)
+    return y, e
+
+
 def output_shape(w, inputs):
     cd = DTYPES[w["out_dtype"]]
+    if w["family"] == "reduce":
+        s = list(inputs[0].shape)
+        del s[_reduce_dim(w)]
+        return tuple(s), cd
     if w["family"] not in GEMM:
         return tuple(inputs[0].shape), cd
     a, b = inputs[0], inputs[1]
@@ -236,6 +282,14 @@ def reference(w, inputs, exact=False, with_slack=False):
         if fam == "norm":
             y = normalize(w, x.to(torch.float64 if exact else torch.float32)).to(dt)
             return _ret(chain(w, y, tensors), None, with_slack)
+        if fam == "reduce":
+            y, e = reduce_rows(w, x.to(torch.float64 if exact else torch.float32), exact)
+            y, e = y.to(dt), e.to(dt)
+            want = chain(w, y, tensors)
+            dev = torch.zeros_like(want)
+            for d in (-1.0, -0.5, 0.5, 1.0):
+                dev = torch.maximum(dev, (chain(w, y + d * e, tensors) - want).abs())
+            return _ret(want, dev.nan_to_num(0.0), with_slack)
         return _ret(chain(w, x.to(dt), tensors), None, with_slack)
     a, b = cast(parts["a"]), cast(parts["b"])
     scale = p["alpha"] * p["scale_a"] * p["scale_b"]

@@ -182,6 +182,37 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
 #else
   p.ldc = p.ldd;
 #endif
+#elif CSW_FAMILY == CS_FAMILY_REDUCE
+  check_tensor(a, "x", CSW_DTYPE_AB, device);
+  p.a = a.data_ptr();
+  std::vector<int64_t> out_sizes = a.sizes().vec();
+#if CSW_LAYOUT_A == CS_LAYOUT_COL
+  // Reduced over the second-last dimension: x (..., k, m) holds batches of m rows of k
+  // elements side by side (element j of row i at j * m + i); the result is (..., m).
+  TORCH_CHECK(a.dim() >= 2 && a.is_contiguous(), CSW_NAME ": x must be contiguous with at least two "
+              "dimensions (..., k, m), reduced over dimension -2; got ", a.sizes(), " with strides ",
+              a.strides(), ": pass .contiguous()");
+  k = a.size(-2);
+  m = a.size(-1);
+  batch = k * m == 0 ? 0 : a.numel() / (k * m);
+  batched = batch > 1;
+  p.lda = std::max<int64_t>(m, 1);
+  p.batch_stride_a = m * k;
+  out_sizes.erase(out_sizes.end() - 2);
+#else
+  // Reduced over the last dimension: m rows of its k elements; the result is x's leading dims.
+  TORCH_CHECK(a.dim() >= 1 && a.is_contiguous(), CSW_NAME ": x must be contiguous (rows of its last "
+              "dimension), got strides ", a.strides(), ": pass .contiguous()");
+  k = a.size(-1);
+  m = k == 0 ? 0 : a.numel() / k;
+  p.lda = std::max<int64_t>(k, 1);
+  out_sizes.pop_back();
+#endif
+  d = at::empty(out_sizes, out_opts);
+  n = 1;
+  p.ldd = 1;
+  p.ldc = 1;
+  p.reduce = CSW_REDUCE;
 #else
   check_tensor(a, "x", CSW_DTYPE_AB, device);
   d = at::empty(a.sizes(), out_opts);

@@ -1,0 +1,233 @@
+//! Reductions over dimensions in a traced graph (`torch.sum`, `mean`, `amax` / `amin`,
+//! `max` / `min` with a dim (their values), `logsumexp`, `torch.norm` / `linalg.vector_norm`
+//! of order 2), each over a run of adjacent dimensions of a Model input, with elementwise
+//! ops after it: the reduce family. A match names the node whose value is the reduced
+//! tensor (the head the chain continues from) and the nodes it absorbs.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::norm::dims_arg;
+use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
+use crate::spec::{
+    DType, Family, Layout, LayoutSpec, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec,
+};
+
+/// A reduction found in the graph.
+pub(super) struct ReduceMatch {
+    /// The node whose value is the reduced tensor (a `max.dim`'s values: its getitem 0).
+    pub head: String,
+    /// The reduced input.
+    pub input: String,
+    pub kind: ReduceKind,
+    /// The reduced dimensions, ascending, non-negative.
+    pub dims: Vec<usize>,
+    /// Every node the match accounts for (the head included).
+    pub absorbed: HashSet<String>,
+}
+
+/// Whether `op` (an ATen op's short name) is a reduction this module maps, and which.
+fn kind_of(op: &str) -> Option<ReduceKind> {
+    Some(match op {
+        "sum" => ReduceKind::Sum,
+        "mean" => ReduceKind::Mean,
+        "amax" | "max" => ReduceKind::Max,
+        "amin" | "min" => ReduceKind::Min,
+        "logsumexp" => ReduceKind::Logsumexp,
+        "linalg_vector_norm" | "norm" => ReduceKind::L2,
+        _ => return None,
+    })
+}
+
+impl<'g> Mapper<'g> {
+    /// The reductions among `calls` that no normalization absorbed.
+    pub(super) fn reductions(
+        &self,
+        calls: &[&'g Node],
+        taken: &HashSet<&str>,
+    ) -> Vec<ReduceMatch> {
+        calls
+            .iter()
+            .filter(|n| !taken.contains(n.name.as_str()))
+            .filter_map(|n| self.reduction(n, calls))
+            .collect()
+    }
+
+    fn reduction(&self, n: &'g Node, calls: &[&'g Node]) -> Option<ReduceMatch> {
+        let target = n.target.as_deref().unwrap_or_default();
+        let kind = kind_of(op_name(target))?;
+        let Some(Arg::Node(input)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        let rank = self.meta(input).map_or(0, |m| m.shape.len());
+        // torch.norm(x, p, dim) and linalg.vector_norm(x, ord, dim): order 2 only.
+        let dims_at = if kind == ReduceKind::L2 {
+            let order = num_param(n, 1, "ord")
+                .or_else(|| num_param(n, 1, "p"))
+                .unwrap_or(2.0);
+            if order != 2.0 {
+                return None;
+            }
+            2
+        } else {
+            1
+        };
+        // No dimension given (or none at all, `x.sum()`): every one.
+        let dims = match param(n, dims_at, "dim") {
+            None | Some(Value::Null) => (0..rank).collect(),
+            Some(Value::Array(a)) if a.is_empty() => (0..rank).collect(),
+            Some(_) => dims_arg(n, dims_at, "dim", rank)?,
+        };
+        let mut absorbed = HashSet::from([n.name.clone()]);
+        // max / min with a dim return (values, indices): the values are getitem 0.
+        let mut head = n.name.clone();
+        if target.ends_with(".dim") && matches!(kind, ReduceKind::Max | ReduceKind::Min) {
+            for g in calls
+                .iter()
+                .filter(|g| g.target.as_deref() == Some("<built-in function getitem>"))
+                .filter(|g| matches!(self.resolve(g.args.first().map(arg)), Some(Arg::Node(x)) if x == n.name))
+            {
+                absorbed.insert(g.name.clone());
+                if g.args.get(1).and_then(Value::as_i64) == Some(0) {
+                    head = g.name.clone();
+                }
+            }
+            if head == n.name {
+                return None;
+            }
+        }
+        Some(ReduceMatch {
+            head,
+            input: input.to_string(),
+            kind,
+            dims,
+            absorbed,
+        })
+    }
+}
+
+/// The workload of a reduction `rm` whose chain ends at `out`.
+pub(super) fn map_reduce(
+    mp: &mut Mapper<'_>,
+    rm: &ReduceMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&rm.head)?;
+    if mp.source(&rm.input).is_none() {
+        mp.problem(
+            head,
+            format!("its input `{}` is computed, not an input of Model: family reduce fuses nothing before it", rm.input),
+        );
+        return None;
+    }
+    let meta = mp.meta(&rm.input).cloned()?;
+    let dtype = super::float_input(mp, head, &meta, "reductions take")?;
+    if !super::contiguous(&meta) {
+        mp.problem(
+            head,
+            format!(
+                "its input {:?} (strides {:?}) is not contiguous",
+                meta.shape, meta.stride
+            ),
+        );
+        return None;
+    }
+    let (first, last) = (rm.dims[0], rm.dims[rm.dims.len() - 1]);
+    if last - first + 1 != rm.dims.len() {
+        mp.problem(
+            head,
+            format!(
+                "a reduction over dimensions {:?}, which are not adjacent",
+                rm.dims
+            ),
+        );
+        return None;
+    }
+    let prod = |s: &[i64]| s.iter().product::<i64>().max(1);
+    let (outer, k, inner) = (
+        prod(&meta.shape[..first]),
+        prod(&meta.shape[first..=last]),
+        prod(&meta.shape[last + 1..]),
+    );
+    // The last dimensions: rows of k; a middle run: batches of `inner` rows side by side.
+    let (col, batch, m) = if inner == 1 {
+        (false, 1, outer)
+    } else {
+        (true, outer, inner)
+    };
+    let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
+    if chain
+        .iter()
+        .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
+    {
+        mp.problem(
+            head,
+            "a tensor operand after a reduction: only constants and activations follow one",
+        );
+        return None;
+    }
+    ops.insert(0, format!("{} over dims {first}..={last}", rm.kind));
+    let b = |x: i64| (x > 1).then_some(x);
+    let mut shapes = vec![
+        ShapeSpec {
+            batch: b(batch),
+            m: Some(m),
+            k: Some(k),
+            n: None,
+        },
+        ShapeSpec {
+            batch: b(batch.min(3)),
+            m: Some(super::ragged(m)),
+            k: Some(super::ragged(k)),
+            n: None,
+        },
+        ShapeSpec {
+            batch: b(batch.min(2)),
+            m: Some(super::small(m, 33)),
+            k: Some(super::small(k, 1023)),
+            n: None,
+        },
+    ];
+    super::dedup(&mut shapes);
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{dtype} {} over {} of {:?}{}; imported from {file}",
+            rm.kind,
+            if col {
+                format!("dims {first}..={last} ({batch} x {m} rows of {k}, side by side)")
+            } else {
+                format!(
+                    "the last dims ({m} row{} of {k})",
+                    if m == 1 { "" } else { "s" }
+                )
+            },
+            meta.shape,
+            match chain.len() {
+                0 => String::new(),
+                1 => ", then 1 op".into(),
+                c => format!(", then {c} ops"),
+            }
+        ),
+        family: Family::Reduce,
+        dtype,
+        out_dtype: None::<DType>,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: col.then(|| LayoutSpec {
+            a: Some(Layout::Col),
+            ..LayoutSpec::default()
+        }),
+        shapes,
+        params: ParamsSpec {
+            reduce: Some(rm.kind),
+            ..ParamsSpec::default()
+        },
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+    })
+}
