@@ -114,8 +114,11 @@ static constexpr bool kBuildRow = true, kBuildCol = true;
 // The running state of a reduction and its updates
 // ---------------------------------------------------------------------------------------
 
-// SUM, MEAN, L2: a is the sum (of x, or of x^2). MAX, MIN: a is the extreme so far (NaN once
-// a NaN was read). LOGSUMEXP: a is the largest x (NaN skipped), b the sum of exp(x - a) (NaN
+// SUM, MEAN, L2: a is the sum (of x, or of x^2) and b its compensation (Kahan: the sum is
+// a - b), so that a thread's long run of adds (2048 on KernelBench's sum over a middle dim)
+// costs no more than a few roundings: without it, a sum of 4096 f32 rows side by side
+// reached 2.2 u times the sum of |x| and a later seed failed the check's 4 u. MAX, MIN: a is
+// the extreme so far (NaN once a NaN was read). LOGSUMEXP: a is the largest x (NaN skipped), b the sum of exp(x - a) (NaN
 // once a NaN was read, which the result keeps).
 struct CsAcc {
   float a, b;
@@ -130,6 +133,15 @@ __device__ __forceinline__ CsAcc cs_init()
 }
 
 // Merges state o into s.
+// Adds y to a compensated sum.
+__device__ __forceinline__ void cs_kahan(CsAcc& s, float y)
+{
+  float const v = y - s.b;
+  float const t = s.a + v;
+  s.b = (t - s.a) - v;
+  s.a = t;
+}
+
 template <int KIND>
 __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
 {
@@ -146,7 +158,8 @@ __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
       s.b = s.b + o.b;   // both empty (or NaN)
     }
   } else {
-    s.a += o.a;
+    cs_kahan(s, o.a);
+    cs_kahan(s, -o.b);
   }
 }
 
@@ -179,12 +192,12 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
     float t = 0.0f;
 #pragma unroll
     for (int e = 0; e < N; ++e) t = fmaf(x[e], x[e], t);
-    s.a += t;
+    cs_kahan(s, t);
   } else {
     float t = 0.0f;
 #pragma unroll
     for (int e = 0; e < N; ++e) t += x[e];
-    s.a += t;
+    cs_kahan(s, t);
   }
 }
 
@@ -238,9 +251,10 @@ template <int KIND, class TD>
 __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t i, CsAcc s)
 {
   float y;
-  if constexpr (KIND == CS_REDUCE_MEAN) y = float(double(s.a) / double(p.k));
+  if constexpr (KIND == CS_REDUCE_SUM) y = s.a - s.b;
+  else if constexpr (KIND == CS_REDUCE_MEAN) y = float((double(s.a) - double(s.b)) / double(p.k));
   else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) y = s.a + logf(s.b);
-  else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a);
+  else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a - s.b);
   else y = s.a;
   if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
   static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
