@@ -163,7 +163,21 @@ __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
   }
 }
 
-// Adds N values (one vector's, or one element) to s.
+// The sum of N values as a tree (independent adds, log2 N deep).
+template <int N>
+__device__ __forceinline__ float cs_pairwise(const float (&x)[N])
+{
+  float t[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) t[e] = x[e];
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int e = 0; e + w < N; e += 2 * w) t[e] += t[e + w];
+  return t[0];
+}
+
+// Adds N values (one vector's, several rows' of one column, or one element) to s.
 template <int KIND, int N>
 __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
 {
@@ -189,15 +203,12 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
     for (int e = 0; e < N; ++e) cs_merge<KIND>(s, CsAcc{x[e], 0.0f});
   } else if constexpr (KIND == CS_REDUCE_L2) {
     // Pairwise within the vector, then one add to the running sum.
-    float t = 0.0f;
+    float q[N];
 #pragma unroll
-    for (int e = 0; e < N; ++e) t = fmaf(x[e], x[e], t);
-    cs_kahan(s, t);
+    for (int e = 0; e < N; ++e) q[e] = x[e] * x[e];
+    cs_kahan(s, cs_pairwise<N>(q));
   } else {
-    float t = 0.0f;
-#pragma unroll
-    for (int e = 0; e < N; ++e) t += x[e];
-    cs_kahan(s, t);
+    cs_kahan(s, cs_pairwise<N>(x));
   }
 }
 
@@ -367,10 +378,15 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
               for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + row_of(r)));
             }
           }
+          // Each row's kColUnroll values at once: one compensated add (a tree before it),
+          // one rescale for logsumexp.
 #pragma unroll
-          for (int u = 0; u < kColUnroll; ++u)
+          for (int r = 0; r < R; ++r) {
+            float col[kColUnroll];
 #pragma unroll
-            for (int r = 0; r < R; ++r) cs_add1<KIND>(s[r], e[u][r]);
+            for (int u = 0; u < kColUnroll; ++u) col[u] = e[u][r];
+            cs_add<KIND, kColUnroll>(s[r], col);
+          }
         }
       }
       for (; j < j1; j += wj)
