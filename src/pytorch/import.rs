@@ -1844,7 +1844,10 @@ mod tests {
         );
         assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
         let s0 = spec.shapes[0];
-        assert_eq!((s0.batch, s0.m, s0.k, s0.n), (Some(4), Some(5), Some(6), None));
+        assert_eq!(
+            (s0.batch, s0.m, s0.k, s0.n),
+            (Some(4), Some(5), Some(6), None)
+        );
         assert_eq!(ops, vec!["sum over dims 1..=1".to_string()]);
         // KernelBench's L1Norm, x / mean(|x|, dim 1, keepdim): L1, then times n = 6.
         let g = l1("aten.mean.dim");
@@ -1930,7 +1933,10 @@ mod tests {
             (Family::Reduce, Some(ReduceKind::Max))
         );
         assert_eq!(spec.epilogue.len(), 1);
-        assert_eq!(ops, vec!["max over dims 1..=1".to_string(), "leaky_relu".into()]);
+        assert_eq!(
+            ops,
+            vec!["max over dims 1..=1".to_string(), "leaky_relu".into()]
+        );
         // The indices are not the reduction's value.
         assert!(map_graph(&max_graph(1, "lr"), "t.py").is_err());
         // logsumexp over the last dim of (8, 100): 8 rows of 100, row-major.
@@ -1984,7 +1990,8 @@ mod tests {
         ));
         let e = map_graph(&graph(nodes, "s"), "t.py").unwrap_err();
         assert!(
-            e.iter().any(|u| u.message.contains("a reduction beside a GEMM")),
+            e.iter()
+                .any(|u| u.message.contains("a reduction beside a GEMM")),
             "{e:?}"
         );
     }

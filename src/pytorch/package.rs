@@ -223,6 +223,21 @@ pub fn workload_header(w: &Workload) -> String {
     def("CSW_NAMESPACE", package_name(w));
     def("CSW_FAMILY", w.family().abi_value().to_string());
     def("CSW_IS_GEMM", u8::from(w.family().is_gemm()).to_string());
+    // The preprocessor's own flags: cs_family and cs_layout are enums, which an `#if`
+    // reads as 0.
+    def(
+        "CSW_IS_GLU",
+        u8::from(w.family() == Family::GemmGlu).to_string(),
+    );
+    def(
+        "CSW_IS_NORM",
+        u8::from(w.family() == Family::Norm).to_string(),
+    );
+    def(
+        "CSW_IS_REDUCE",
+        u8::from(w.family() == Family::Reduce).to_string(),
+    );
+    def("CSW_A_COL", u8::from(lay.a == Layout::Col).to_string());
     def("CSW_DTYPE_AB", w.dtype().abi_value().to_string());
     def("CSW_DTYPE_CD", w.out_dtype().abi_value().to_string());
     def("CSW_DTYPE_ACC", w.acc_dtype().abi_value().to_string());
@@ -441,4 +456,27 @@ pub fn write_package(input: &PackageInput<'_>, out: &Path) -> Result<Vec<PathBuf
     )?;
     write(&out.join("README.md"), &readme(input, &pkg), &mut written)?;
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TORCH_OP;
+
+    /// The operator's `#if`s test only macros: an enum constant of the ABI header
+    /// (`CS_FAMILY_NORM`, `CS_LAYOUT_COL`) reads as 0 in the preprocessor, which made the
+    /// GLU's b2 and a norm's or reduction's rows side by side dead code.
+    #[test]
+    fn the_operators_conditions_read_macros_not_enum_constants() {
+        for line in TORCH_OP.lines().map(str::trim_start) {
+            if line.starts_with("#if") || line.starts_with("#elif") {
+                assert!(
+                    !line.contains("CS_FAMILY_") && !line.contains("CS_LAYOUT_"),
+                    "an enum constant in a preprocessor condition: {line}"
+                );
+            }
+        }
+        for flag in ["CSW_IS_GLU", "CSW_IS_NORM", "CSW_IS_REDUCE", "CSW_A_COL"] {
+            assert!(TORCH_OP.contains(flag), "{flag} is not used");
+        }
+    }
 }

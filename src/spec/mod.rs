@@ -547,17 +547,37 @@ k = 4096
         )
         .unwrap();
         // D is one value a row: n = 1, k the reduced length; the mean's atol shrinks with k.
-        assert_eq!(w.shapes()[0], Shape { m: 5, n: 1, k: 600, batch: 4 });
+        assert_eq!(
+            w.shapes()[0],
+            Shape {
+                m: 5,
+                n: 1,
+                k: 600,
+                batch: 4
+            }
+        );
         assert_eq!(w.layouts().a, Layout::Col);
         assert_eq!(w.tolerance().atol_scale, AtolScale::InvSqrtK);
         assert!((w.tolerance().atol_at(&w.shapes()[0]) - 1e-5 / 600f64.sqrt()).abs() < 1e-15);
         // Bytes: A once (4 x 5 x 600 f32) and D (20 f32).
-        assert_eq!(w.min_bytes(&w.shapes()[0]), (4.0 * 5.0 * 600.0 + 20.0) * 4.0);
+        assert_eq!(
+            w.min_bytes(&w.shapes()[0]),
+            (4.0 * 5.0 * 600.0 + 20.0) * 4.0
+        );
         // n is not a reduction's, nor a reduction another family's; b is not an operand.
-        let e = err("r", &format!("{REDUCE}[params]\nreduce = \"sum\"\n[[shapes]]\nm = 5\nn = 3\nk = 7\n"));
-        assert!(e.contains("shapes[0].n") && e.contains("not used by reduce"), "{e}");
+        let e = err(
+            "r",
+            &format!("{REDUCE}[params]\nreduce = \"sum\"\n[[shapes]]\nm = 5\nn = 3\nk = 7\n"),
+        );
+        assert!(
+            e.contains("shapes[0].n") && e.contains("not used by reduce"),
+            "{e}"
+        );
         let e = err("g", &format!("{GEMM}[params]\nreduce = \"sum\"\n"));
-        assert!(e.contains("params.reduce") && e.contains("only for reduce"), "{e}");
+        assert!(
+            e.contains("params.reduce") && e.contains("only for reduce"),
+            "{e}"
+        );
         let e = err(
             "r",
             &format!("{REDUCE}[layout]\nb = \"col\"\n[params]\nreduce = \"sum\"\n{shapes}"),
@@ -601,7 +621,10 @@ k = 4096
         }
         let (neg, _) = ReduceKind::Logsumexp.eval([f64::NEG_INFINITY; 3].into_iter(), u);
         assert_eq!(neg, f64::NEG_INFINITY);
-        assert_eq!(ReduceKind::Max.eval([f64::INFINITY, 1.0].into_iter(), u).0, f64::INFINITY);
+        assert_eq!(
+            ReduceKind::Max.eval([f64::INFINITY, 1.0].into_iter(), u).0,
+            f64::INFINITY
+        );
     }
 
     #[test]

@@ -692,6 +692,8 @@ fn torch_operator_compiles_for_gemm_workloads() {
     let h = std::fs::read_to_string(dirs[6].join("cutesmith_workload.h")).unwrap();
     for line in [
         "#define CSW_FAMILY 7",
+        "#define CSW_IS_NORM 1",
+        "#define CSW_A_COL 1",
         "#define CSW_NORM 0",
         "#define CSW_LAYOUT_A 1",
     ] {
@@ -700,6 +702,8 @@ fn torch_operator_compiles_for_gemm_workloads() {
     let h = std::fs::read_to_string(dirs[8].join("cutesmith_workload.h")).unwrap();
     for line in [
         "#define CSW_FAMILY 8",
+        "#define CSW_IS_REDUCE 1",
+        "#define CSW_A_COL 1",
         "#define CSW_REDUCE 2",
         "#define CSW_LAYOUT_A 1",
     ] {

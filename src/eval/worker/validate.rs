@@ -435,7 +435,8 @@ impl Ctx<'_> {
                     let mut pairs = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut pairs, |o| {
                         let (b, r) = (o / m.max(1), o % m.max(1));
-                        let row = (0..k).map(|j| x[b * mk + at(lda, r as u64, j) as usize].to_f64());
+                        let row =
+                            (0..k).map(|j| x[b * mk + at(lda, r as u64, j) as usize].to_f64());
                         let (v, e) = params.reduce.eval(row, ACC_SAFETY * F32_U);
                         let mut t = [0f64; MAX_TENSORS];
                         for (slot, tt) in t.iter_mut().zip(tensors) {

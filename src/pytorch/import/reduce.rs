@@ -42,11 +42,7 @@ fn kind_of(op: &str) -> Option<ReduceKind> {
 
 impl<'g> Mapper<'g> {
     /// The reductions among `calls` that no normalization absorbed.
-    pub(super) fn reductions(
-        &self,
-        calls: &[&'g Node],
-        taken: &HashSet<&str>,
-    ) -> Vec<ReduceMatch> {
+    pub(super) fn reductions(&self, calls: &[&'g Node], taken: &HashSet<&str>) -> Vec<ReduceMatch> {
         calls
             .iter()
             .filter(|n| !taken.contains(n.name.as_str()))

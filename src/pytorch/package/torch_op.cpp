@@ -155,7 +155,7 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   p.ldb = B.ld;
   p.batch_stride_a = A.batched ? m * k : 0;
   p.batch_stride_b = B.batched ? k * n : 0;
-#if CSW_FAMILY == CS_FAMILY_GEMM_GLU
+#if CSW_IS_GLU
   const at::Tensor& b2 = inputs[next++];
   check_tensor(b2, "b2", CSW_DTYPE_AB, device);
   const Mat B2 = check_matrix(b2, "b2 (k x n)", CSW_LAYOUT_B);
@@ -182,11 +182,11 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
 #else
   p.ldc = p.ldd;
 #endif
-#elif CSW_FAMILY == CS_FAMILY_REDUCE
+#elif CSW_IS_REDUCE
   check_tensor(a, "x", CSW_DTYPE_AB, device);
   p.a = a.data_ptr();
   std::vector<int64_t> out_sizes = a.sizes().vec();
-#if CSW_LAYOUT_A == CS_LAYOUT_COL
+#if CSW_A_COL
   // Reduced over the second-last dimension: x (..., k, m) holds batches of m rows of k
   // elements side by side (element j of row i at j * m + i); the result is (..., m).
   TORCH_CHECK(a.dim() >= 2 && a.is_contiguous(), CSW_NAME ": x must be contiguous with at least two "
@@ -217,7 +217,7 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   check_tensor(a, "x", CSW_DTYPE_AB, device);
   d = at::empty(a.sizes(), out_opts);
   p.a = a.data_ptr();
-#if CSW_FAMILY == CS_FAMILY_NORM && CSW_LAYOUT_A == CS_LAYOUT_COL
+#if CSW_IS_NORM && CSW_A_COL
   // A norm over the second-last dimension: x (..., n, m) holds batches of m rows of n
   // elements side by side (element j of row i at j * m + i).
   TORCH_CHECK(a.dim() >= 2 && a.is_contiguous(), CSW_NAME ": x must be contiguous with at least two "
