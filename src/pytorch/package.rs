@@ -127,13 +127,8 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
     let shapes: Vec<Value> = w
         .shapes()
         .iter()
-        .map(|s| {
-            if w.family().is_gemm() || w.family() == Family::Reduce {
-                json!({"m": s.m, "n": s.n, "k": s.k, "batch": s.batch})
-            } else {
-                json!({"m": s.m, "n": s.n})
-            }
-        })
+        // Every dimension, the batch included (a norm's batches of rows side by side).
+        .map(|s| json!({"m": s.m, "n": s.n, "k": s.k, "batch": s.batch}))
         .collect();
     let t = w.tolerance();
     // The validator's error model for the GEMM's dot products, as the worker applies it.
