@@ -106,9 +106,10 @@ const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax ov
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
     norm / linalg.vector_norm of order 2), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
-    tensors too), clamp, neg, abs, exp and the activations relu, relu6, leaky_relu, gelu, \
+    tensors too), clamp, neg, abs, exp, log, sqrt, rsqrt, x ** c (pow) and the activations relu, relu6, leaky_relu, gelu, \
     silu, sigmoid, tanh, selu, elu, hardsigmoid, hardswish, hardtanh, softplus, mish; copies \
-    (clone, detach) and eval-mode dropout pass their input on";
+    (clone, detach) and eval-mode dropout pass their input on; an op may restart from the \
+    input or an earlier value (`0.5 * x * (1 + tanh(...x...))`)";
 
 /// Runs the tracer on `problem` with `python` and maps the graph; `name` is the
 /// workload's name (for the description only).
@@ -285,9 +286,11 @@ fn classify(target: &str) -> Class {
         "softmax" | "_softmax" => Class::Softmax { log: false },
         "log_softmax" | "_log_softmax" => Class::Softmax { log: true },
         "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum" | "clamp" | "clamp_min"
-        | "clamp_max" | "neg" | "abs" | "exp" | "relu" | "relu6" | "leaky_relu" | "gelu"
-        | "silu" | "sigmoid" | "tanh" | "selu" | "elu" | "hardsigmoid" | "hardswish"
-        | "hardtanh" | "softplus" | "mish" | "dropout" => Class::Elementwise,
+        | "clamp_max" | "neg" | "abs" | "exp" | "log" | "sqrt" | "rsqrt" | "pow" | "relu"
+        | "relu6" | "leaky_relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "selu" | "elu"
+        | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" => {
+            Class::Elementwise
+        }
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
         | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
         | "detach" => Class::View,
@@ -996,6 +999,49 @@ fn chain_after<'g>(
         // Which positional argument is the running value x, and the other operand.
         let a0 = mp.resolve(n.args.first().map(arg));
         let a1 = mp.resolve(param(n, 1, "other").map(arg));
+        // An op that starts again from z or from an earlier result (`0.5 * x * (1 +
+        // tanh(x + c * x**3))` computes `0.5 * x`, then restarts from x): the value so far
+        // is saved (a later op reads it back) and the chain continues from that one
+        // (`set`).
+        let names: Vec<&str> = [&a0, &a1]
+            .into_iter()
+            .filter_map(|a| match a {
+                Some(Arg::Node(x)) => Some(*x),
+                _ => None,
+            })
+            .collect();
+        if !names.contains(&current.as_str()) && current != start {
+            let restart = names
+                .iter()
+                .copied()
+                .find(|x| *x == start || emitted.contains_key(*x));
+            if let (Some(x), Some(&last)) = (restart, emitted.get(&current)) {
+                let save = specs[last].save.clone().unwrap_or_else(|| {
+                    saves += 1;
+                    format!("s{saves}")
+                });
+                specs[last].save = Some(save);
+                let operand = if x == start {
+                    "z".to_string()
+                } else {
+                    let i = emitted[x];
+                    specs[i].save.clone().unwrap_or_else(|| {
+                        saves += 1;
+                        let name = format!("s{saves}");
+                        specs[i].save = Some(name.clone());
+                        name
+                    })
+                };
+                let set = OpSpec {
+                    op: "set".into(),
+                    operand: Some(operand),
+                    ..Default::default()
+                };
+                ops.push(describe(&set));
+                specs.push(set);
+                current = x.to_string();
+            }
+        }
         let x_first = matches!(a0, Some(Arg::Node(x)) if x == current);
         let x_second = matches!(a1, Some(Arg::Node(x)) if x == current);
         if !x_first && !x_second {
@@ -1160,7 +1206,22 @@ fn unary(mp: &mut Mapper<'_>, n: &Node, op: &str, spec: &mut OpSpec) -> bool {
     let p = |i: usize, k: &str| num_param(n, i, k);
     match op {
         "relu" | "silu" | "sigmoid" | "tanh" | "selu" | "hardsigmoid" | "hardswish" | "mish"
-        | "neg" | "abs" | "exp" => {}
+        | "neg" | "abs" | "exp" | "log" | "sqrt" => {}
+        "rsqrt" => {
+            spec.op = "pow".into();
+            spec.value = Some(-0.5);
+        }
+        // x ** c (aten.pow.Tensor_Scalar); a tensor exponent or a constant base does not map.
+        "pow" => match (n.target.as_deref(), p(1, "exponent")) {
+            (Some("aten.pow.Tensor_Scalar"), Some(e)) => spec.value = Some(e),
+            _ => {
+                mp.problem(
+                    n,
+                    "pow with a tensor exponent or a constant base: only x ** c maps",
+                );
+                return false;
+            }
+        },
         "relu6" => {
             spec.op = "hardtanh".into();
             spec.min = Some(0.0);
@@ -2088,6 +2149,73 @@ mod tests {
         let z: f64 = 0.3;
         let want = (1.0 - z / (1.0 + (-z).exp())).powi(2);
         assert!((w.chain().eval(z, &[]) - want).abs() < 1e-12);
+    }
+
+    /// minGPT's GELU written out, `0.5 * x * (1 + tanh(c * (x + 0.044715 * x**3)))`: the
+    /// `0.5 * x` branch is saved and the chain restarts from z (`set`); pow, rsqrt, log and
+    /// sqrt map as ops.
+    #[test]
+    fn a_branch_restarts_from_z_and_pow_maps() {
+        let (sh, st) = (&[8, 100][..], &[100, 1][..]);
+        let ew =
+            |name: &str, target: &str, args: serde_json::Value| node(name, target, args, sh, st);
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                ew("h", "aten.mul.Tensor", serde_json::json!([0.5, r("x")])),
+                ew(
+                    "p3",
+                    "aten.pow.Tensor_Scalar",
+                    serde_json::json!([r("x"), 3.0]),
+                ),
+                ew(
+                    "m",
+                    "aten.mul.Tensor",
+                    serde_json::json!([0.044715, r("p3")]),
+                ),
+                ew("a", "aten.add.Tensor", serde_json::json!([r("x"), r("m")])),
+                ew(
+                    "m2",
+                    "aten.mul.Tensor",
+                    serde_json::json!([0.7978845608028654, r("a")]),
+                ),
+                ew("t", "aten.tanh.default", serde_json::json!([r("m2")])),
+                ew("a2", "aten.add.Tensor", serde_json::json!([1.0, r("t")])),
+                ew(
+                    "out",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("h"), r("a2")]),
+                ),
+            ],
+            "out",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Activation);
+        assert_eq!(ops[1], "set z");
+        assert!(ops.contains(&"pow 3".to_string()), "{ops:?}");
+        let w = Workload::from_spec("t.toml", spec).unwrap();
+        for z in [-2.5f64, -0.3, 0.0, 0.7, 3.0] {
+            let want = 0.5 * z * (1.0 + (0.7978845608028654 * (z + 0.044715 * z.powi(3))).tanh());
+            assert!((w.chain().eval(z, &[]) - want).abs() < 1e-12, "{z}");
+        }
+        // rsqrt, log and sqrt: x -> pow -0.5 -> log -> sqrt (of 2 rows of 3).
+        let (sh, st) = (&[2, 3][..], &[3, 1][..]);
+        let ew = |name: &str, target: &str, src: &str| {
+            node(name, target, serde_json::json!([r(src)]), sh, st)
+        };
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                ew("q", "aten.rsqrt.default", "x"),
+                ew("l", "aten.log.default", "q"),
+                ew("s", "aten.sqrt.default", "l"),
+            ],
+            "s",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        let w = Workload::from_spec("t.toml", spec).unwrap();
+        let z: f64 = 0.04;
+        assert!((w.chain().eval(z, &[]) - (z.powf(-0.5)).ln().sqrt()).abs() < 1e-12);
     }
 
     /// 2 / exp(x) maps to rdiv; a copy kept for a residual (`x.clone().detach()`) is the

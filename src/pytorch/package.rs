@@ -86,6 +86,7 @@ fn binop(b: BinOp) -> &'static str {
         BinOp::RDiv => "rdiv",
         BinOp::Min => "min",
         BinOp::Max => "max",
+        BinOp::Set => "set",
     }
 }
 
@@ -114,6 +115,9 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
                 Op::Neg => json!({"op": "neg"}),
                 Op::Abs => json!({"op": "abs"}),
                 Op::Exp => json!({"op": "exp"}),
+                Op::Log => json!({"op": "log"}),
+                Op::Sqrt => json!({"op": "sqrt"}),
+                Op::Pow(p) => json!({"op": "pow", "value": p}),
             };
             v["save"] = s.save.map_or(Value::Null, |i| json!(i));
             v

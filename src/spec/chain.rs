@@ -141,10 +141,12 @@ pub enum BinOp {
     RDiv,
     Min,
     Max,
+    /// `x = y`: the chain continues from an earlier value (z or a saved one).
+    Set,
 }
 
 impl BinOp {
-    const ALL: [(&'static str, BinOp); 7] = [
+    const ALL: [(&'static str, BinOp); 8] = [
         ("add", BinOp::Add),
         ("sub", BinOp::Sub),
         ("mul", BinOp::Mul),
@@ -152,6 +154,7 @@ impl BinOp {
         ("rdiv", BinOp::RDiv),
         ("min", BinOp::Min),
         ("max", BinOp::Max),
+        ("set", BinOp::Set),
     ];
 
     fn name(self) -> &'static str {
@@ -170,6 +173,7 @@ impl BinOp {
             BinOp::RDiv => y / x,
             BinOp::Min => min_nan(x, y),
             BinOp::Max => max_nan(x, y),
+            BinOp::Set => y,
         }
     }
 
@@ -184,6 +188,7 @@ impl BinOp {
             BinOp::RDiv => format!("{y} / {x}"),
             BinOp::Min => format!("cs_minf({x}, {y})"),
             BinOp::Max => format!("cs_maxf({x}, {y})"),
+            BinOp::Set => y.to_string(),
         }
     }
 }
@@ -198,6 +203,11 @@ pub enum Op {
     Neg,
     Abs,
     Exp,
+    /// Natural logarithm (NaN below 0, -inf at 0).
+    Log,
+    Sqrt,
+    /// `x^p` for a constant exponent p (`torch.pow(x, p)`, `x ** p`).
+    Pow(f64),
 }
 
 /// One step: an op, and the slot its result is saved in (if any).
@@ -228,7 +238,9 @@ pub struct ChainError {
 /// The op names a spec may use, for error messages.
 pub fn op_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = BinOp::ALL.iter().map(|(n, _)| *n).collect();
-    v.extend(["scale", "clamp", "neg", "abs", "exp", "swish"]);
+    v.extend([
+        "scale", "clamp", "neg", "abs", "exp", "log", "sqrt", "pow", "swish",
+    ]);
     v.extend(Activation::ALL.iter().map(|a| a.name()));
     v
 }
@@ -373,6 +385,25 @@ impl Chain {
                     return Err(err("dtype", "only for a row, col or matrix operand".into()));
                 }
                 Op::Binary(b, operand)
+            } else if name == "pow" {
+                for (f, v) in [
+                    ("alpha", s.alpha.is_some()),
+                    ("beta", s.beta.is_some()),
+                    ("min", s.min.is_some()),
+                    ("max", s.max.is_some()),
+                    ("threshold", s.threshold.is_some()),
+                    ("operand", s.operand.is_some()),
+                    ("dtype", s.dtype.is_some()),
+                ] {
+                    uses(f, v)?;
+                }
+                let Some(p) = s.value else {
+                    return Err(err(
+                        "value",
+                        "op \"pow\" needs value = <the exponent>".into(),
+                    ));
+                };
+                Op::Pow(finite(p, "value", i)?)
             } else {
                 uses("value", s.value.is_some())?;
                 uses("operand", s.operand.is_some())?;
@@ -398,7 +429,7 @@ impl Chain {
                         }
                         Op::Clamp(lo, hi)
                     }
-                    ("neg" | "abs" | "exp", _) => {
+                    ("neg" | "abs" | "exp" | "log" | "sqrt", _) => {
                         for (f, v) in [
                             ("alpha", s.alpha.is_some()),
                             ("beta", s.beta.is_some()),
@@ -411,6 +442,8 @@ impl Chain {
                         match name.as_str() {
                             "neg" => Op::Neg,
                             "abs" => Op::Abs,
+                            "log" => Op::Log,
+                            "sqrt" => Op::Sqrt,
                             _ => Op::Exp,
                         }
                     }
@@ -526,6 +559,9 @@ impl Chain {
                 Op::Neg => -x,
                 Op::Abs => x.abs(),
                 Op::Exp => x.exp(),
+                Op::Log => x.ln(),
+                Op::Sqrt => x.sqrt(),
+                Op::Pow(p) => x.powf(p),
             };
             if let Some(i) = s.save {
                 saved[i] = x;
@@ -541,8 +577,8 @@ impl Chain {
             .iter()
             .map(|s| match s.op {
                 Op::Act(a, _, _) => a.flops_per_element(),
-                Op::Binary(..) | Op::Neg | Op::Abs | Op::Exp => 1.0,
-                Op::Clamp(..) => 2.0,
+                Op::Binary(..) | Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt => 1.0,
+                Op::Clamp(..) | Op::Pow(_) => 2.0,
             })
             .sum()
     }
@@ -628,6 +664,27 @@ impl Chain {
                     "expf(x)".into()
                 } else {
                     "exp(x)".into()
+                }
+            }
+            Op::Log => {
+                if cpp {
+                    "logf(x)".into()
+                } else {
+                    "log(x)".into()
+                }
+            }
+            Op::Sqrt => {
+                if cpp {
+                    "sqrtf(x)".into()
+                } else {
+                    "sqrt(x)".into()
+                }
+            }
+            Op::Pow(p) => {
+                if cpp {
+                    pow_cpp("x", p, "f")
+                } else {
+                    format!("pow(x, {})", f(p))
                 }
             }
         }
@@ -997,6 +1054,25 @@ pub fn cpp_float(v: f64) -> String {
     format!("{s}f")
 }
 
+/// `x^p` in C++ for a constant p: small integer powers as products (exact to the last
+/// rounding, as PyTorch's pow computes them), 0.5 and -0.5 as roots, else `pow`. `suffix` is
+/// "f" for fp32 math, "" for fp64.
+pub fn pow_cpp(x: &str, p: f64, suffix: &str) -> String {
+    let one = if suffix == "f" { "1.0f" } else { "1.0" };
+    match p {
+        0.0 => one.to_string(),
+        1.0 => x.to_string(),
+        2.0 => format!("({x} * {x})"),
+        3.0 => format!("({x} * {x} * {x})"),
+        4.0 => format!("(({x} * {x}) * ({x} * {x}))"),
+        -1.0 => format!("({one} / {x})"),
+        -2.0 => format!("({one} / ({x} * {x}))"),
+        -0.5 => format!("({one} / sqrt{suffix}({x}))"),
+        0.5 => format!("sqrt{suffix}({x})"),
+        _ => format!("pow{suffix}({x}, {p:?}{suffix})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1294,6 +1370,60 @@ mod tests {
         }]);
         assert!(c.eval(f64::NAN, &[]).is_nan());
         assert_eq!(c.eval(f64::NEG_INFINITY, &[]), 0.0);
+    }
+
+    #[test]
+    fn pow_log_sqrt_and_set_parse_evaluate_and_print() {
+        let specs = vec![
+            OpSpec {
+                op: "pow".into(),
+                value: Some(3.0),
+                save: Some("c".into()),
+                ..Default::default()
+            },
+            OpSpec {
+                op: "set".into(),
+                operand: Some("z".into()),
+                ..Default::default()
+            },
+            OpSpec {
+                op: "sqrt".into(),
+                ..Default::default()
+            },
+            OpSpec {
+                op: "log".into(),
+                ..Default::default()
+            },
+            OpSpec {
+                op: "add".into(),
+                operand: Some("c".into()),
+                ..Default::default()
+            },
+        ];
+        let mut c = Chain::default();
+        c.extend_from_spec(&specs, DType::F32).unwrap();
+        let z: f64 = 2.0;
+        assert!((c.eval(z, &[]) - (z.sqrt().ln() + 8.0)).abs() < 1e-12);
+        assert!(c.eval(-1.0, &[]).is_nan(), "sqrt of a negative is NaN");
+        let cpp = c.cpp();
+        assert!(
+            cpp.contains("(x * x * x)") && cpp.contains("logf(x)") && cpp.contains("sqrtf(x)"),
+            "{cpp}"
+        );
+        assert_eq!(pow_cpp("x", 1.5, "f"), "powf(x, 1.5f)");
+        assert_eq!(pow_cpp("x", -0.5, ""), "(1.0 / sqrt(x))");
+        // pow needs its exponent, and takes no operand.
+        let mut c = Chain::default();
+        let e = c
+            .extend_from_spec(
+                &[OpSpec {
+                    op: "pow".into(),
+                    ..Default::default()
+                }],
+                DType::F32,
+            )
+            .unwrap_err();
+        assert_eq!(e.field, "value");
     }
 
     #[test]

@@ -216,6 +216,9 @@ fn chain_fp64(chain: &Chain) -> String {
             Op::Neg => "-x".into(),
             Op::Abs => "fabs(x)".into(),
             Op::Exp => "exp(x)".into(),
+            Op::Log => "log(x)".into(),
+            Op::Sqrt => "sqrt(x)".into(),
+            Op::Pow(p) => format!("pow(x, {})", lit(*p)),
         };
         let _ = writeln!(s, "  x = {e};");
         if let Some(i) = st.save {

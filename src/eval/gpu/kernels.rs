@@ -367,6 +367,9 @@ fn step_expr(op: &Op, operand: &str) -> String {
         Op::Neg => "-xv".into(),
         Op::Abs => "fabsf(xv)".into(),
         Op::Exp => "expf(xv)".into(),
+        Op::Log => "logf(xv)".into(),
+        Op::Sqrt => "sqrtf(xv)".into(),
+        Op::Pow(p) => crate::spec::chain::pow_cpp("xv", *p, "f"),
     }
 }
 

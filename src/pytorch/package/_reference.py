@@ -211,6 +211,8 @@ def chain(w, z, tensors):
                 x = x / y
             elif fn == "rdiv":
                 x = y / x
+            elif fn == "set":
+                x = y if torch.is_tensor(y) else torch.full_like(x, y)
             elif fn in ("min", "max"):
                 if not torch.is_tensor(y):
                     y = torch.full_like(x, y)
@@ -223,6 +225,12 @@ def chain(w, z, tensors):
             x = torch.abs(x)
         elif op == "exp":
             x = torch.exp(x)
+        elif op == "log":
+            x = torch.log(x)
+        elif op == "sqrt":
+            x = torch.sqrt(x)
+        elif op == "pow":
+            x = torch.pow(x, step["value"])
         if step.get("save") is not None:
             saved[step["save"]] = x
     return x
