@@ -659,26 +659,14 @@ impl Chain {
                     "abs(x)".into()
                 }
             }
-            Op::Exp => {
-                if cpp {
-                    "expf(x)".into()
-                } else {
-                    "exp(x)".into()
-                }
-            }
-            Op::Log => {
-                if cpp {
-                    "logf(x)".into()
-                } else {
-                    "log(x)".into()
-                }
-            }
-            Op::Sqrt => {
-                if cpp {
-                    "sqrtf(x)".into()
-                } else {
-                    "sqrt(x)".into()
-                }
+            Op::Exp | Op::Log | Op::Sqrt => {
+                let f = match st.op {
+                    Op::Exp => "exp",
+                    Op::Log => "log",
+                    _ => "sqrt",
+                };
+                // fp32 math in the kernel's C++.
+                format!("{f}{}(x)", if cpp { "f" } else { "" })
             }
             Op::Pow(p) => {
                 if cpp {

@@ -401,24 +401,39 @@ impl<'g> Mapper<'g> {
     }
 }
 
-/// The workload of a normalization `nm` whose chain ends at `out`.
-pub(super) fn map_norm(
+/// A run of adjacent dimensions of a Model input (`dims`), seen as rows: the last
+/// dimensions are `m` rows of `len`; a middle run is `batch` batches of `m` rows side by
+/// side (`col`, a column-major A).
+pub(super) struct RowsOver {
+    pub shape: Vec<i64>,
+    pub dtype: DType,
+    pub first: usize,
+    pub last: usize,
+    pub col: bool,
+    pub batch: i64,
+    pub m: i64,
+    pub len: i64,
+}
+
+/// The rows of `input` over `dims` for family `family` (a norm or a reduction), or a
+/// problem recorded on `head`: the input must be an input of Model, of a float type,
+/// contiguous, and the dims adjacent.
+pub(super) fn rows_over(
     mp: &mut Mapper<'_>,
-    nm: &NormMatch,
-    out: &str,
-    file: &str,
-    ops: &mut Vec<String>,
-) -> Option<WorkloadSpec> {
-    let head = mp.node(&nm.head)?;
-    if mp.source(&nm.input).is_none() {
+    head: &Node,
+    input: &str,
+    dims: &[usize],
+    family: &str,
+) -> Option<RowsOver> {
+    if mp.source(input).is_none() {
         mp.problem(
             head,
-            format!("its input `{}` is computed, not an input of Model: family norm fuses nothing before it", nm.input),
+            format!("its input `{input}` is computed, not an input of Model: family {family} fuses nothing before it"),
         );
         return None;
     }
-    let meta = mp.meta(&nm.input).cloned()?;
-    let dtype = super::float_input(mp, head, &meta, "norms take")?;
+    let meta = mp.meta(input).cloned()?;
+    let dtype = super::float_input(mp, head, &meta, &format!("family {family} takes"))?;
     if !super::contiguous(&meta) {
         mp.problem(
             head,
@@ -429,29 +444,56 @@ pub(super) fn map_norm(
         );
         return None;
     }
-    let (first, last) = (nm.dims[0], nm.dims[nm.dims.len() - 1]);
-    if last - first + 1 != nm.dims.len() {
+    let (first, last) = (dims[0], dims[dims.len() - 1]);
+    if last - first + 1 != dims.len() {
         mp.problem(
             head,
-            format!(
-                "a norm over dimensions {:?}, which are not adjacent",
-                nm.dims
-            ),
+            format!("a {family} over dimensions {dims:?}, which are not adjacent"),
         );
         return None;
     }
     let prod = |s: &[i64]| s.iter().product::<i64>().max(1);
-    let (outer, n, inner) = (
+    let (outer, len, inner) = (
         prod(&meta.shape[..first]),
         prod(&meta.shape[first..=last]),
         prod(&meta.shape[last + 1..]),
     );
-    // The last dimensions: rows of n; a middle run: batches of `inner` rows side by side.
     let (col, batch, m) = if inner == 1 {
         (false, 1, outer)
     } else {
         (true, outer, inner)
     };
+    Some(RowsOver {
+        shape: meta.shape,
+        dtype,
+        first,
+        last,
+        col,
+        batch,
+        m,
+        len,
+    })
+}
+
+/// The workload of a normalization `nm` whose chain ends at `out`.
+pub(super) fn map_norm(
+    mp: &mut Mapper<'_>,
+    nm: &NormMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&nm.head)?;
+    let RowsOver {
+        shape,
+        dtype,
+        first,
+        last,
+        col,
+        batch,
+        m,
+        len: n,
+    } = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
     let mut chain = nm.affine.clone();
     chain.extend(super::chain_after(
         mp,
@@ -508,7 +550,7 @@ pub(super) fn map_norm(
                     if m == 1 { "" } else { "s" }
                 )
             },
-            meta.shape,
+            shape,
             match chain.len() {
                 0 => String::new(),
                 1 => ", then 1 op".into(),

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::norm::dims_arg;
+use super::norm::{dims_arg, rows_over, RowsOver};
 use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
 use crate::spec::{
     DType, Family, Layout, LayoutSpec, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec,
@@ -112,48 +112,16 @@ pub(super) fn map_reduce(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&rm.head)?;
-    if mp.source(&rm.input).is_none() {
-        mp.problem(
-            head,
-            format!("its input `{}` is computed, not an input of Model: family reduce fuses nothing before it", rm.input),
-        );
-        return None;
-    }
-    let meta = mp.meta(&rm.input).cloned()?;
-    let dtype = super::float_input(mp, head, &meta, "reductions take")?;
-    if !super::contiguous(&meta) {
-        mp.problem(
-            head,
-            format!(
-                "its input {:?} (strides {:?}) is not contiguous",
-                meta.shape, meta.stride
-            ),
-        );
-        return None;
-    }
-    let (first, last) = (rm.dims[0], rm.dims[rm.dims.len() - 1]);
-    if last - first + 1 != rm.dims.len() {
-        mp.problem(
-            head,
-            format!(
-                "a reduction over dimensions {:?}, which are not adjacent",
-                rm.dims
-            ),
-        );
-        return None;
-    }
-    let prod = |s: &[i64]| s.iter().product::<i64>().max(1);
-    let (outer, k, inner) = (
-        prod(&meta.shape[..first]),
-        prod(&meta.shape[first..=last]),
-        prod(&meta.shape[last + 1..]),
-    );
-    // The last dimensions: rows of k; a middle run: batches of `inner` rows side by side.
-    let (col, batch, m) = if inner == 1 {
-        (false, 1, outer)
-    } else {
-        (true, outer, inner)
-    };
+    let RowsOver {
+        shape,
+        dtype,
+        first,
+        last,
+        col,
+        batch,
+        m,
+        len: k,
+    } = rows_over(mp, head, &rm.input, &rm.dims, "reduce")?;
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     if chain
         .iter()
@@ -201,7 +169,7 @@ pub(super) fn map_reduce(
                     if m == 1 { "" } else { "s" }
                 )
             },
-            meta.shape,
+            shape,
             match chain.len() {
                 0 => String::new(),
                 1 => ", then 1 op".into(),
