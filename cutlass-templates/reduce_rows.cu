@@ -25,7 +25,8 @@
 //   flight a thread; warps merge in shared memory. Few rows: few warps along the rows, more
 //   along k, and k split over CTAs through the workspace as above.
 //
-// Workspace: split rows only, batch * m * P * 8 bytes (one state a part); a smaller one than
+// Workspace: split rows only, batch * m * P * 8 bytes (one state a part: a row's parts
+// adjacent for row-major rows, part-major for rows side by side); a smaller one than
 // asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other
 // families, an unknown cs_reduce (or one unlike CS_WL_REDUCE), n != 1, layout_cd not ROW,
 // dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda below a row (ROW) or a
@@ -36,6 +37,8 @@
 //   CS_THREADS        256   threads a CTA (a multiple of 64, at most 1024)
 //   CS_ROW_VECS       4     row-major: 16-byte vectors a lane loads before it adds them
 //   CS_COL_UNROLL     8     rows side by side: steps of k a thread loads before it adds them
+//   CS_COL_PART_STEPS 768   rows side by side: k split in parts of at most this many steps
+//                           (partials part-major in the workspace, a finish kernel)
 //   CS_COL_SCALAR_ROWS 1    rows side by side that vectors cannot read (lda off 16 bytes):
 //                           rows a thread, 32 apart, element by element (1, 2, 4)
 //   CS_WAVES          2     split rows while fewer than this many waves of threads would run
@@ -68,6 +71,9 @@
 #ifndef CS_COL_SCALAR_ROWS
 #define CS_COL_SCALAR_ROWS 1
 #endif
+#ifndef CS_COL_PART_STEPS
+#define CS_COL_PART_STEPS 768
+#endif
 #ifndef CS_MAX_PARTS
 #define CS_MAX_PARTS 1024
 #endif
@@ -79,12 +85,14 @@ static constexpr int kWaves = CS_WAVES;
 static constexpr int64_t kMaxParts = CS_MAX_PARTS;
 static constexpr int kWarps = kThreads / 32;
 static constexpr int kColScalarRows = CS_COL_SCALAR_ROWS;
+static constexpr int64_t kColPartSteps = CS_COL_PART_STEPS;
 
 static_assert(kThreads % 64 == 0 && kThreads >= 64 && kThreads <= 1024, "CS_THREADS: a multiple of 64, 64-1024");
 static_assert(kRowVecs == 1 || kRowVecs == 2 || kRowVecs == 4 || kRowVecs == 8, "CS_ROW_VECS: 1, 2, 4 or 8");
 static_assert(kColUnroll >= 1 && kColUnroll <= 16, "CS_COL_UNROLL: 1-16");
 static_assert(kWaves >= 1 && kMaxParts >= 1, "CS_WAVES, CS_MAX_PARTS");
 static_assert(kColScalarRows == 1 || kColScalarRows == 2 || kColScalarRows == 4, "CS_COL_SCALAR_ROWS: 1, 2 or 4");
+static_assert(kColPartSteps >= 1, "CS_COL_PART_STEPS");
 
 // What this build compiles: a workload instance its family, types and reduction (the rest is
 // rejected at run time); the template compiled alone, everything.
@@ -410,14 +418,29 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (row_of(r) >= p.m) break;
+        // Part-major partials: the warp's stores are adjacent rows (row-major ones were a
+        // 32-byte sector a thread, the whole input's size again in writes at 512 parts).
         if (parts == 1) cs_store<KIND, TD>(p, b, row_of(r), s[r]);
-        else ws[(b * p.m + row_of(r)) * parts + part] = s[r];
+        else ws[part * p.batch * p.m + b * p.m + row_of(r)] = s[r];
       }
     }
   }
 }
 
-// A warp a row: merges the row's `parts` states from the workspace and writes D.
+// A thread a row: merges the row's `parts` states, stored part-major (rows side by side's
+// partials), and writes D.
+template <class TD, int KIND>
+__global__ void __launch_bounds__(256) cs_reduce_finish_cols(cs_problem p, int64_t rows, int64_t parts, const CsAcc* ws)
+{
+  for (int64_t row = int64_t(blockIdx.x) * 256 + threadIdx.x; row < rows; row += int64_t(gridDim.x) * 256) {
+    CsAcc s = cs_init<KIND>();
+    for (int64_t q = 0; q < parts; ++q) cs_merge<KIND>(s, ws[q * rows + row]);
+    cs_store<KIND, TD>(p, row / p.m, row % p.m, s);
+  }
+}
+
+// A warp a row: merges the row's `parts` states from the workspace (row-major rows'
+// partials, a row's parts adjacent) and writes D.
 template <class TD, int KIND>
 __global__ void __launch_bounds__(256) cs_reduce_finish(cs_problem p, int64_t rows, int64_t parts, const CsAcc* ws)
 {
@@ -540,8 +563,12 @@ static int32_t cs_reduce_plan(const cs_problem& p, CsPlan& pl, int64_t most_part
     pl.wi = wi;
     pl.igroups = cs_ceil_div(lanes, int64_t(wi) * 32);
     int64_t const ctas = p.batch * pl.igroups;
-    int64_t parts = 1;
-    if (ctas < ctas_wanted) parts = cs_min64(cs_ceil_div(ctas_wanted, ctas), most_parts);
+    // Parts of at most kColPartSteps steps of k: the CTAs running at once then read a
+    // window of A small enough for the TLB (KernelBench's 128 x 4096 x 4095 f32 in 2 parts
+    // a batch: 88% of copy; in 5: 92%); more where the GPU needs more CTAs.
+    int64_t parts = cs_ceil_div(p.k, kColPartSteps);
+    if (ctas * parts < ctas_wanted) parts = cs_ceil_div(ctas_wanted, ctas);
+    parts = cs_min64(parts, most_parts);
     // At least one unrolled step of the CTA's warps along k a part.
     cs_split(pl, p.k, parts, int64_t(kWarps / wi) * kColUnroll);
     pl.tasks = ctas * pl.parts;
@@ -572,9 +599,12 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
       cs_reduce_cols<TA, TD, KIND, kColScalarRows, false><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
     else cs_reduce_cols<TA, TD, KIND, 1, false><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
   }
-  if (pl.parts > 1) {
+  if (pl.parts > 1 && pl.row) {
     unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 8), int64_t(cs_sm_count(p)) * 64));
     cs_reduce_finish<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
+  } else if (pl.parts > 1) {
+    unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 256), int64_t(cs_sm_count(p)) * 8));
+    cs_reduce_finish_cols<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
   }
 }
 
