@@ -141,6 +141,15 @@ __device__ __forceinline__ CsAcc cs_init()
 }
 
 // Merges state o into s.
+// 2^x by the SFU (ex2.approx: 2^-22 relative; flushes what would be subnormal to 0, where
+// exp(x - max) no longer adds to a sum of at least 1). exp2f added a range fix-up to each.
+__device__ __forceinline__ float cs_exp2(float x)
+{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Adds y to a compensated sum.
 __device__ __forceinline__ void cs_kahan(CsAcc& s, float y)
 {
@@ -160,7 +169,7 @@ __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
   } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
     float const m = fmaxf(s.a, o.a);
     if (m != -INFINITY) {
-      s.b = s.b * expf(s.a - m) + o.b * expf(o.a - m);
+      s.b = s.b * cs_exp2((s.a - m) * 1.4426950408889634f) + o.b * cs_exp2((o.a - m) * 1.4426950408889634f);
       s.a = m;
     } else {
       s.b = s.b + o.b;   // both empty (or NaN)
@@ -201,9 +210,9 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
     }
     // exp(d) as exp2(d log2 e): one multiply and ex2 (2 ulp); the multiply's rounding adds
     // |d| u relative, little where the terms matter (d near 0).
-    float acc = s.b * exp2f((s.a - m) * 1.4426950408889634f);
+    float acc = s.b * cs_exp2((s.a - m) * 1.4426950408889634f);
 #pragma unroll
-    for (int e = 0; e < N; ++e) acc += exp2f((x[e] - m) * 1.4426950408889634f);
+    for (int e = 0; e < N; ++e) acc += cs_exp2((x[e] - m) * 1.4426950408889634f);
     s.a = m;
     s.b = acc;
   } else if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_MIN) {
