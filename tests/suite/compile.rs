@@ -534,6 +534,15 @@ fn generated_passes_and_chain_functors_compile() {
                 DType::F32,
                 true,
             ),
+            // A reduction's per-row value and bound (logsumexp, bf16 rows into f32).
+            (
+                Reference::Reduce {
+                    kind: cutesmith::spec::ReduceKind::Logsumexp,
+                },
+                DType::F32,
+                DType::BF16,
+                false,
+            ),
         ];
         for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
             let src = check_source(&CheckSpec {
@@ -549,6 +558,7 @@ fn generated_passes_and_chain_functors_compile() {
                 "cs_dots",
                 "cs_row_stats",
                 "cs_norm_stats",
+                "cs_reduce_stats",
             ] {
                 assert!(src.contains(entry), "{entry} missing");
             }
