@@ -33,6 +33,13 @@
 // column (COL), pointers not element-aligned, chain operands unlike the chain's. m, k or
 // batch 0: CS_OK, nothing done.
 //
+// Validated by the project's fp64 checker on every shape and seed of the reduce workloads
+// and GPU test fixtures. Measured with `cutesmith bench reduce` on an H100 80GB HBM3, as
+// fractions of a device-to-device copy of the same bytes (bench/reduce.md,
+// bench/reduce-h100.md): row-major f32 sum 99%, KernelBench's sum / mean / max / min over dim
+// 1 of [128, 4096, 4095] f32 91-93% (rows side by side, no vectors), an L2 norm over a middle
+// dim in bf16 (vectors) 100%, the logsumexp of 4096 x 32000 bf16 logits 89%.
+//
 // Parameters (-DNAME=VALUE):
 //   CS_THREADS        256   threads a CTA (a multiple of 64, at most 1024)
 //   CS_ROW_VECS       4     row-major: 16-byte vectors a lane loads before it adds them
