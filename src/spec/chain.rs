@@ -339,23 +339,26 @@ impl Chain {
             }
             let binary = BinOp::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
             let act = Activation::ALL.iter().copied().find(|a| a.name() == name);
-            let uses = |field: &'static str, v: bool| -> Result<(), ChainError> {
-                if v {
-                    Err(err(field, format!("not used by op \"{name}\"")))
-                } else {
-                    Ok(())
+            // A field written for an op that does not read it is an error naming it.
+            let given = |f: &str| match f {
+                "value" => s.value.is_some(),
+                "operand" => s.operand.is_some(),
+                "dtype" => s.dtype.is_some(),
+                "alpha" => s.alpha.is_some(),
+                "beta" => s.beta.is_some(),
+                "min" => s.min.is_some(),
+                "max" => s.max.is_some(),
+                _ => s.threshold.is_some(),
+            };
+            let unused = |fields: &[&'static str]| -> Result<(), ChainError> {
+                match fields.iter().find(|f| given(f)) {
+                    Some(f) => Err(err(f, format!("not used by op \"{name}\""))),
+                    None => Ok(()),
                 }
             };
+            const ACT_PARAMS: [&str; 5] = ["alpha", "beta", "min", "max", "threshold"];
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
-                for (f, v) in [
-                    ("alpha", s.alpha.is_some()),
-                    ("beta", s.beta.is_some()),
-                    ("min", s.min.is_some()),
-                    ("max", s.max.is_some()),
-                    ("threshold", s.threshold.is_some()),
-                ] {
-                    uses(f, v)?;
-                }
+                unused(&ACT_PARAMS)?;
                 let operand =
                     match (s.value, s.operand.as_deref()) {
                         (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
@@ -386,17 +389,8 @@ impl Chain {
                 }
                 Op::Binary(b, operand)
             } else if name == "pow" {
-                for (f, v) in [
-                    ("alpha", s.alpha.is_some()),
-                    ("beta", s.beta.is_some()),
-                    ("min", s.min.is_some()),
-                    ("max", s.max.is_some()),
-                    ("threshold", s.threshold.is_some()),
-                    ("operand", s.operand.is_some()),
-                    ("dtype", s.dtype.is_some()),
-                ] {
-                    uses(f, v)?;
-                }
+                unused(&ACT_PARAMS)?;
+                unused(&["operand", "dtype"])?;
                 let Some(p) = s.value else {
                     return Err(err(
                         "value",
@@ -405,18 +399,10 @@ impl Chain {
                 };
                 Op::Pow(finite(p, "value", i)?)
             } else {
-                uses("value", s.value.is_some())?;
-                uses("operand", s.operand.is_some())?;
-                uses("dtype", s.dtype.is_some())?;
+                unused(&["value", "operand", "dtype"])?;
                 match (name.as_str(), act) {
                     ("clamp", _) => {
-                        for (f, v) in [
-                            ("alpha", s.alpha.is_some()),
-                            ("beta", s.beta.is_some()),
-                            ("threshold", s.threshold.is_some()),
-                        ] {
-                            uses(f, v)?;
-                        }
+                        unused(&["alpha", "beta", "threshold"])?;
                         let lo = finite(s.min.unwrap_or(f64::NEG_INFINITY), "min", i)
                             .or_else(|e| s.min.map_or(Ok(f64::NEG_INFINITY), |_| Err(e)))?;
                         let hi = finite(s.max.unwrap_or(f64::INFINITY), "max", i)
@@ -430,15 +416,7 @@ impl Chain {
                         Op::Clamp(lo, hi)
                     }
                     ("neg" | "abs" | "exp" | "log" | "sqrt", _) => {
-                        for (f, v) in [
-                            ("alpha", s.alpha.is_some()),
-                            ("beta", s.beta.is_some()),
-                            ("min", s.min.is_some()),
-                            ("max", s.max.is_some()),
-                            ("threshold", s.threshold.is_some()),
-                        ] {
-                            uses(f, v)?;
-                        }
+                        unused(&ACT_PARAMS)?;
                         match name.as_str() {
                             "neg" => Op::Neg,
                             "abs" => Op::Abs,

@@ -103,15 +103,8 @@ impl Validator<'_> {
         let shapes = self.shapes(family, &spec.shapes)?;
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
-        let norm = (family == Family::Norm).then_some(params.norm);
-        let mut tolerance =
-            self.tolerance(family, norm, out_dtype, spec.allow_tf32, spec.tolerance)?;
-        // A mean of k signed elements shrinks like 1/sqrt(k): so does its atol (unless
-        // the spec sets a scale), else writing zeros would pass.
-        let atol_scale_set = spec.tolerance.is_some_and(|t| t.atol_scale.is_some());
-        if family == Family::Reduce && params.reduce == ReduceKind::Mean && !atol_scale_set {
-            tolerance.atol_scale = AtolScale::InvSqrtK;
-        }
+        let tolerance =
+            self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
             Family::GemmGlu | Family::GemmSoftmax => true,
@@ -641,17 +634,19 @@ impl Validator<'_> {
     fn tolerance(
         &self,
         family: Family,
-        norm: Option<NormKind>,
+        params: &Params,
         out_dtype: DType,
         tf32: bool,
         spec: Option<ToleranceSpec>,
     ) -> Result<Tolerance> {
         let mut t = Tolerance::default_for(family, out_dtype, tf32);
         // A row normalized to unit length (L2) or unit sum (L1) has elements of
-        // 1/sqrt(n) or 1/n: the atol shrinks with them, else zeros would pass.
-        match norm {
-            Some(NormKind::L2) => t.atol_scale = AtolScale::InvSqrtN,
-            Some(NormKind::L1) => t.atol_scale = AtolScale::InvN,
+        // 1/sqrt(n) or 1/n, and the mean of k signed elements shrinks like 1/sqrt(k): the
+        // atol shrinks with them, else zeros would pass.
+        match (family, params.norm, params.reduce) {
+            (Family::Norm, NormKind::L2, _) => t.atol_scale = AtolScale::InvSqrtN,
+            (Family::Norm, NormKind::L1, _) => t.atol_scale = AtolScale::InvN,
+            (Family::Reduce, _, ReduceKind::Mean) => t.atol_scale = AtolScale::InvSqrtK,
             _ => {}
         }
         let Some(spec) = spec else { return Ok(t) };

@@ -226,6 +226,11 @@ fn chain_fp64(chain: &Chain) -> String {
         }
     }
     s.push_str("  return x;\n}\n");
+    // The chain at x0 and how far it moves when x0 is off by up to e (the host's
+    // `chain_with_slack`: the ends and midpoints of the interval).
+    s.push_str(
+        "__device__ double csd_chain_slack(double x0, double e, const double* t, double* dev) {\n  const double w = csd_chain(x0, t);\n  const double ds[4] = {-e, -0.5 * e, 0.5 * e, e};\n  *dev = 0.0;\n  for (int q = 0; q < 4; ++q) *dev = fmax(*dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  return w;\n}\n",
+    );
     s
 }
 
@@ -281,7 +286,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
             }
         ),
         Reference::Gemm => format!(
-            "{}  const double x0 = acc + cc;\n  const double w = csd_chain(x0, t);\n  double dev = 0.0;\n  const double ds[4] = {{-e, -0.5 * e, 0.5 * e, e}};\n  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  *want = w; *slack = dev;\n",
+            "{}  *want = csd_chain_slack(acc + cc, e, t, slack);\n",
             gemm_z(0, 1, true, spec.out)
         ),
         Reference::Glu { gate } => format!(
@@ -295,7 +300,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         Reference::Norm { .. } => format!(
             "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
         ),
-        Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  const double x0 = st[0], e = st[1];\n  const double w = csd_chain(x0, t);\n  double dev = 0.0;\n  const double ds[4] = {-e, -0.5 * e, 0.5 * e, e};\n  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  *want = w; *slack = isnan(dev) ? 0.0 : dev;\n".to_string(),
+        Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
         Reference::GemmSoftmax { log } => format!(
             "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             if *log { "x - st[0] - log(st[1])" } else { "p" },
@@ -311,9 +316,6 @@ pub fn check_source(spec: &CheckSpec) -> String {
         Reference::Reduce { kind } => kind.abi_value(),
         _ => 0,
     };
-    // The fp32 kernel's allowed error per unit of the sum of |terms| (4 u, the worker's
-    // ACC_SAFETY * F32_U), as `ReduceKind::eval` uses it.
-    let reduce_u = lit(4.0 * 2f64.powi(-24));
     // What a GEMM's softmax reads at element i: the chain of the product (+ beta C), and
     // its error bound carried through the chain.
     let _ = write!(
@@ -323,13 +325,7 @@ __device__ double cs_gemm_x(const CheckArgs& a, long long i, long long b, long l
 {{
   (void)b; (void)lr; (void)lc;
   double t[4] = {{0.0, 0.0, 0.0, 0.0}};
-{tload}{gemm}  const double x0 = acc + cc;
-  const double w = csd_chain(x0, t);
-  double dev = 0.0;
-  const double ds[4] = {{-e, -0.5 * e, 0.5 * e, e}};
-  for (int q = 0; q < 4; ++q) dev = fmax(dev, fabs(csd_chain(x0 + ds[q], t) - w));
-  *ex = dev;
-  return w;
+{tload}{gemm}  return csd_chain_slack(acc + cc, e, t, ex);
 }}
 "#,
         gemm = gemm_z(0, 1, true, spec.out)
@@ -577,7 +573,8 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
 
 // Per-row (value, error bound) in fp64 of a reduction (one block a row of A: k elements,
 // element j of row lr of batch b at b * sa + (a_col ? j * lda + lr : lr * lda + j)): the
-// same numbers as the host's `ReduceKind::eval`.
+// same numbers as the host's `ReduceKind::eval`, with a.ebound its allowed error per unit
+// of the sum of |terms|.
 extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long k, long long lda, int a_col, long long sa)
 {{
   const long long row = blockIdx.x, b = row / a.rows, lr = row % a.rows;
@@ -604,7 +601,7 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
     se = csd_block_reduce(se, red, false);
   }}
   if (threadIdx.x == 0) {{
-    const double u = {reduce_u}, kf = (double)(k > 0 ? k : 1), qnan = __longlong_as_double(0x7ff8000000000000ll);
+    const double u = a.ebound, kf = (double)(k > 0 ? k : 1), qnan = __longlong_as_double(0x7ff8000000000000ll);
     double v = 0.0, e = 0.0;
     switch (kind) {{
       case 0: v = nan != 0.0 ? qnan : s1; e = u * sa1; break;

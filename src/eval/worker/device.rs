@@ -146,13 +146,13 @@ impl Ctx<'_> {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;
                 let sh = p.shape;
-                let (lda, _) = super::problem::reduce_geometry(w.layouts().a, &sh);
                 let geometry = (
                     sh.k as i64,
-                    lda as i64,
+                    super::problem::reduce_lda(w.layouts().a, &sh) as i64,
                     w.layouts().a == Layout::Col,
                     (sh.m * sh.k) as i64,
                 );
+                args.ebound = super::validate::REDUCE_U;
                 dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?;
                 stats = Some(st);
             }

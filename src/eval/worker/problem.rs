@@ -104,12 +104,12 @@ fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
     v
 }
 
-/// A reduction's A: its leading dimension and the element index of (row i, element j)
-/// within a batch (ROW: `i * k + j`; COL, rows side by side: `j * m + i`).
-pub(super) fn reduce_geometry(layout_a: Layout, sh: &Shape) -> (u64, fn(u64, u64, u64) -> u64) {
+/// A reduction's A (m rows of k per batch, packed): its leading dimension, k for rows
+/// (element j of row i at `i * k + j`), m for rows side by side (at `j * m + i`).
+pub(super) fn reduce_lda(layout_a: Layout, sh: &Shape) -> u64 {
     match layout_a {
-        Layout::Row => (sh.k, |ld, i, j| i * ld + j),
-        Layout::Col => (sh.m, |ld, i, j| j * ld + i),
+        Layout::Row => sh.k,
+        Layout::Col => sh.m,
     }
 }
 
@@ -338,8 +338,7 @@ impl<'a> super::Ctx<'a> {
         }
         // A reduction's A is m x k per batch in its layout; D is m x 1.
         if w.family() == Family::Reduce {
-            let (lda, _) = reduce_geometry(lay.a, &sh);
-            cp.lda = lda as i64;
+            cp.lda = reduce_lda(lay.a, &sh) as i64;
             cp.batch_stride_a = (sh.m * sh.k) as i64;
             cp.ldd = 1;
             cp.ldc = 1;

@@ -429,15 +429,18 @@ impl Ctx<'_> {
                 Family::Reduce => {
                     // Each row's reduction in fp64 with its error bound, carried through
                     // the chain like a GEMM's dot product.
-                    let (lda, at) = super::problem::reduce_geometry(lay.a, &p.shape);
-                    let (x, tensors, k) = (&p.host_a, &p.tensors, p.shape.k);
-                    let mk = m * k as usize;
+                    let lda = super::problem::reduce_lda(lay.a, &p.shape) as usize;
+                    let (x, tensors, k) = (&p.host_a, &p.tensors, p.shape.k as usize);
+                    let mk = m * k;
+                    let at = |i: usize, j: usize| match lay.a {
+                        Layout::Row => i * lda + j,
+                        Layout::Col => j * lda + i,
+                    };
                     let mut pairs = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut pairs, |o| {
                         let (b, r) = (o / m.max(1), o % m.max(1));
-                        let row =
-                            (0..k).map(|j| x[b * mk + at(lda, r as u64, j) as usize].to_f64());
-                        let (v, e) = params.reduce.eval(row, ACC_SAFETY * F32_U);
+                        let row = (0..k).map(|j| x[b * mk + at(r, j)].to_f64());
+                        let (v, e) = params.reduce.eval(row, REDUCE_U);
                         let mut t = [0f64; MAX_TENSORS];
                         for (slot, tt) in t.iter_mut().zip(tensors) {
                             *slot = tt.at(Layout::Row, b, r, 0);
@@ -955,6 +958,10 @@ pub(super) fn chain_with_slack(chain: &Chain, x: f64, e: f64, t: &[f64]) -> (f64
 /// rest is room for other orders and for the reference's own error. TF32 operands stay
 /// outside the bound up to K of about 7 million.
 const ACC_SAFETY: f64 = 4.0;
+
+/// A reduction's allowed error per unit of the sum of |terms| (fp32 sums, however
+/// ordered): the host reference's and, through `CheckArgs::ebound`, the device's.
+pub(super) const REDUCE_U: f64 = ACC_SAFETY * F32_U;
 
 /// How many times a per-product error of 2^-21 (fp32 operands split into TF32 parts on
 /// tensor cores, the 3xTF32 method), summed as independent errors (sum |a b| / sqrt(k)

@@ -415,6 +415,39 @@ pub(super) struct RowsOver {
     pub len: i64,
 }
 
+impl RowsOver {
+    /// An imported spec's description: `{dtype} {what} over <the rows> of <shape>, then
+    /// N ops; imported from {file}`.
+    pub fn describe(&self, what: &str, ops: usize, file: &str) -> String {
+        let (first, last, batch, m, len) = (self.first, self.last, self.batch, self.m, self.len);
+        let rows = if self.col {
+            format!("dims {first}..={last} ({batch} x {m} rows of {len}, side by side)")
+        } else {
+            format!(
+                "the last dims ({m} row{} of {len})",
+                if m == 1 { "" } else { "s" }
+            )
+        };
+        let then = match ops {
+            0 => String::new(),
+            1 => ", then 1 op".into(),
+            k => format!(", then {k} ops"),
+        };
+        format!(
+            "{} {what} over {rows} of {:?}{then}; imported from {file}",
+            self.dtype, self.shape
+        )
+    }
+
+    /// `[layout]`: A column-major where the rows lie side by side.
+    pub fn layout(&self) -> Option<LayoutSpec> {
+        self.col.then(|| LayoutSpec {
+            a: Some(Layout::Col),
+            ..LayoutSpec::default()
+        })
+    }
+}
+
 /// The rows of `input` over `dims` for family `family` (a norm or a reduction), or a
 /// problem recorded on `head`: the input must be an input of Model, of a float type,
 /// contiguous, and the dims adjacent.
@@ -484,16 +517,8 @@ pub(super) fn map_norm(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
-    let RowsOver {
-        shape,
-        dtype,
-        first,
-        last,
-        col,
-        batch,
-        m,
-        len: n,
-    } = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
+    let rows = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
+    let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     let mut chain = nm.affine.clone();
     chain.extend(super::chain_after(
         mp,
@@ -540,32 +565,13 @@ pub(super) fn map_norm(
     };
     Some(WorkloadSpec {
         name: None,
-        description: format!(
-            "{dtype} {what} over {} of {:?}{}; imported from {file}",
-            if col {
-                format!("dims {first}..={last} ({batch} x {m} rows of {n}, side by side)")
-            } else {
-                format!(
-                    "the last dims ({m} row{} of {n})",
-                    if m == 1 { "" } else { "s" }
-                )
-            },
-            shape,
-            match chain.len() {
-                0 => String::new(),
-                1 => ", then 1 op".into(),
-                k => format!(", then {k} ops"),
-            }
-        ),
+        description: rows.describe(what, chain.len(), file),
         family: Family::Norm,
         dtype,
         out_dtype: None,
         acc_dtype: None,
         allow_tf32: false,
-        layout: col.then(|| LayoutSpec {
-            a: Some(Layout::Col),
-            ..LayoutSpec::default()
-        }),
+        layout: rows.layout(),
         shapes,
         params: ParamsSpec {
             norm: Some(nm.kind),

@@ -8,11 +8,9 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::norm::{dims_arg, rows_over, RowsOver};
+use super::norm::{dims_arg, rows_over};
 use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
-use crate::spec::{
-    DType, Family, Layout, LayoutSpec, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec,
-};
+use crate::spec::{Family, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec};
 
 /// A reduction found in the graph.
 pub(super) struct ReduceMatch {
@@ -112,16 +110,8 @@ pub(super) fn map_reduce(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&rm.head)?;
-    let RowsOver {
-        shape,
-        dtype,
-        first,
-        last,
-        col,
-        batch,
-        m,
-        len: k,
-    } = rows_over(mp, head, &rm.input, &rm.dims, "reduce")?;
+    let rows = rows_over(mp, head, &rm.input, &rm.dims, "reduce")?;
+    let (dtype, batch, m, k) = (rows.dtype, rows.batch, rows.m, rows.len);
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     if chain
         .iter()
@@ -133,7 +123,10 @@ pub(super) fn map_reduce(
         );
         return None;
     }
-    ops.insert(0, format!("{} over dims {first}..={last}", rm.kind));
+    ops.insert(
+        0,
+        format!("{} over dims {}..={}", rm.kind, rows.first, rows.last),
+    );
     let b = |x: i64| (x > 1).then_some(x);
     let mut shapes = vec![
         ShapeSpec {
@@ -158,33 +151,13 @@ pub(super) fn map_reduce(
     super::dedup(&mut shapes);
     Some(WorkloadSpec {
         name: None,
-        description: format!(
-            "{dtype} {} over {} of {:?}{}; imported from {file}",
-            rm.kind,
-            if col {
-                format!("dims {first}..={last} ({batch} x {m} rows of {k}, side by side)")
-            } else {
-                format!(
-                    "the last dims ({m} row{} of {k})",
-                    if m == 1 { "" } else { "s" }
-                )
-            },
-            shape,
-            match chain.len() {
-                0 => String::new(),
-                1 => ", then 1 op".into(),
-                c => format!(", then {c} ops"),
-            }
-        ),
+        description: rows.describe(rm.kind.name(), chain.len(), file),
         family: Family::Reduce,
         dtype,
-        out_dtype: None::<DType>,
+        out_dtype: None,
         acc_dtype: None,
         allow_tf32: false,
-        layout: col.then(|| LayoutSpec {
-            a: Some(Layout::Col),
-            ..LayoutSpec::default()
-        }),
+        layout: rows.layout(),
         shapes,
         params: ParamsSpec {
             reduce: Some(rm.kind),
