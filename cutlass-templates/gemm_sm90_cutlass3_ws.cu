@@ -93,6 +93,7 @@
 #include "cutesmith_abi.h"
 #include "cutesmith_fallback_gemm.cuh"
 #include "cutesmith_sm90_3xtf32.cuh"
+#include "cutesmith_sm90_3xf16.cuh"
 #include "cutesmith_sm90_host.cuh"
 
 using namespace cute;
@@ -124,6 +125,13 @@ using namespace cute;
 #else
 #define CS_F32 0
 #endif
+// fp32: which fp32-accurate mainloop. 0: 3xTF32 (cutesmith_sm90_3xtf32.cuh: the operands
+// split into TF32 parts inside the kernel); 1: 3xF16 (cutesmith_sm90_3xf16.cuh: split
+// into scaled fp16 parts by a pass before the GEMM, three fp16 WGMMAs a k-step).
+#ifndef CS_F32_MODE
+#define CS_F32_MODE 0
+#endif
+#define CS_F16SPLIT (CS_F32 && CS_F32_MODE == 1)
 #ifndef CS_F32_TERMS
 #if defined(CS_WL_ALLOW_TF32) && CS_WL_ALLOW_TF32
 #define CS_F32_TERMS 1     // the workload allows TF32 rounding: one TF32 product
@@ -153,6 +161,8 @@ using namespace cute;
 #ifndef CS_TILE_K
 #if CS_FP8
 #define CS_TILE_K 128      // K per stage: 128 fp8 = 128 bytes = one SW128 row
+#elif CS_F16SPLIT
+#define CS_TILE_K 32       // K per stage: 32 fp16 = 64 bytes = one SW64 row (four tiles a stage)
 #elif CS_F32
 #define CS_TILE_K 16       // K per stage: 16 fp32 = 64 bytes = one SW64 row (stage + lo buffer)
 #else
@@ -297,11 +307,12 @@ static_assert(!CS_FP8 || (kAKMajor && kBKMajor), "fp8: both kernel operands must
 #ifndef CS_F32_COPY_VEC
 #define CS_F32_COPY_VEC 1   // the transposing copy with 16-byte accesses where the source allows
 #endif
-static constexpr bool kCopyA = CS_F32 && CS_F32_KMAJOR_COPY && !kAKMajor;
-static constexpr bool kCopyB = CS_F32 && CS_F32_KMAJOR_COPY && !kBKMajor;
-// The majorness of what the kernel reads (the copy, when there is one).
-static constexpr bool kKernAKMajor = kAKMajor || kCopyA;
-static constexpr bool kKernBKMajor = kBKMajor || kCopyB;
+static constexpr bool kCopyA = CS_F32 && !CS_F16SPLIT && CS_F32_KMAJOR_COPY && !kAKMajor;
+static constexpr bool kCopyB = CS_F32 && !CS_F16SPLIT && CS_F32_KMAJOR_COPY && !kBKMajor;
+// The majorness of what the kernel reads (the copy, when there is one; 3xF16's split
+// parts are always K-major).
+static constexpr bool kKernAKMajor = kAKMajor || kCopyA || CS_F16SPLIT;
+static constexpr bool kKernBKMajor = kBKMajor || kCopyB || CS_F16SPLIT;
 using LayoutA = std::conditional_t<kKernAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 using LayoutB = std::conditional_t<kKernBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 // (M,N): N contiguous (D itself, or D^T), or M contiguous with CS_SWAP_AB.
@@ -639,7 +650,21 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     FusionOp
   >::CollectiveOp;
 
-#if CS_F32
+#if CS_F16SPLIT
+// fp32 as 3xF16 (cutesmith_sm90_3xf16.cuh) under CUTLASS's cooperative kernel: four fp16
+// tiles a stage, as many stages as fit beside the epilogue (at most 8), or CS_STAGES.
+static constexpr int kF32StageBytes = cs_3xf16::stage_bytes<kTileM, kTileN, kTileK>();
+#ifdef CS_STAGES
+static constexpr int kStages = CS_STAGES;
+#else
+static constexpr int kStages =
+    cs_sm90::stages_fit<typename CollectiveEpilogue::SharedStorage>(kF32StageBytes);
+#endif
+static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
+using CollectiveMainloop = cs_3xf16::Mainloop<
+    cs_3xf16::MainloopSm90Tma3xF16<kStages, ClusterShape, MainloopSchedule>, TileShape,
+    CS_F32_PROMOTE, CS_F32_PROMOTE_LARGE_K, CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
+#elif CS_F32
 // fp32: the 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh) under CUTLASS's cooperative
 // kernel. Its shared memory per stage: the TMA stage, plus the split buffers (lo; hi too
 // for an MN-major operand); as many stages as fit beside the epilogue (at most 8), or
@@ -816,7 +841,7 @@ static inline bool cs_rows_unaligned(int64_t ld, int64_t batch_stride, int64_t b
 // not take; with one batch it is only unset, as the PyTorch operator leaves it.)
 template <bool Copy, bool KMajor>
 static inline bool cs_copy_needed(int64_t ld, int64_t batch_stride, int64_t batch) {
-  return Copy || (CS_F32 && CS_F32_KMAJOR_COPY && KMajor && (batch == 1 || batch_stride != 0) &&
+  return Copy || (CS_F32 && !CS_F16SPLIT && CS_F32_KMAJOR_COPY && KMajor && (batch == 1 || batch_stride != 0) &&
                   cs_rows_unaligned(ld, batch_stride, batch));
 }
 static inline bool cs_copy_a(const cs_problem& e) {
@@ -825,20 +850,78 @@ static inline bool cs_copy_a(const cs_problem& e) {
 static inline bool cs_copy_b(const cs_problem& e) {
   return cs_copy_needed<kCopyB, kBKMajor>(e.ldb, e.batch_stride_b, e.batch);
 }
-static inline size_t cs_copy_bytes_a(const cs_problem& e) {
+[[maybe_unused]] static inline size_t cs_copy_bytes_a(const cs_problem& e) {
   return cs_copy_a(e) ? cs_round256(size_t(e.batch) * size_t(e.m) * size_t(cs_kpad(e.k)) * 4) : 0;
 }
-static inline size_t cs_copy_bytes_b(const cs_problem& e) {
+[[maybe_unused]] static inline size_t cs_copy_bytes_b(const cs_problem& e) {
   return cs_copy_b(e) ? cs_round256(size_t(e.batch) * size_t(e.n) * size_t(cs_kpad(e.k)) * 4) : 0;
 }
+
+#if CS_F16SPLIT
+// 3xF16: the workspace holds A's hi and lo parts, B's, then each K-vector's largest |x|
+// (cutesmith_sm90_3xf16.cuh), for the effective problem `e`.
+struct CsSplit {
+  cutlass::half_t *a_hi, *a_lo, *b_hi, *b_lo;
+  float *amax_a, *amax_b;
+  int64_t kp;   // a part's row: K padded to 8 halves
+};
+static inline size_t cs_split_part_bytes(const cs_problem& e, int64_t rows) {
+  return cs_round256(size_t(e.batch) * size_t(rows) * size_t(cs_3xf16::kpad(e.k)) * 2);
+}
+static inline size_t cs_split_amax_bytes(const cs_problem& e, int64_t rows) {
+  return cs_round256(size_t(e.batch) * size_t(rows) * 4);
+}
+static CsSplit cs_split_at(const cs_problem& e, char* base)
+{
+  size_t const ha = cs_split_part_bytes(e, e.m), hb = cs_split_part_bytes(e, e.n);
+  size_t const fa = cs_split_amax_bytes(e, e.m);
+  CsSplit s;
+  s.a_hi = reinterpret_cast<cutlass::half_t*>(base);
+  s.a_lo = reinterpret_cast<cutlass::half_t*>(base + ha);
+  s.b_hi = reinterpret_cast<cutlass::half_t*>(base + 2 * ha);
+  s.b_lo = reinterpret_cast<cutlass::half_t*>(base + 2 * ha + hb);
+  s.amax_a = reinterpret_cast<float*>(base + 2 * ha + 2 * hb);
+  s.amax_b = reinterpret_cast<float*>(base + 2 * ha + 2 * hb + fa);
+  s.kp = cs_3xf16::kpad(e.k);
+  return s;
+}
+static inline size_t cs_copies_bytes(const cs_problem& e) {
+  return 2 * cs_split_part_bytes(e, e.m) + 2 * cs_split_part_bytes(e, e.n) + cs_split_amax_bytes(e, e.m) +
+         cs_split_amax_bytes(e, e.n);
+}
+// The split pass over both operands (as stored: K- or MN-major, any batch strides).
+static cudaError_t cs_split_operands(const cs_problem& e, char* base, cudaStream_t stream)
+{
+  CsSplit const s = cs_split_at(e, base);
+  cudaError_t err = cs_3xf16::split_operand(static_cast<const float*>(e.a), kAKMajor, e.lda, e.batch_stride_a, e.m,
+                                            e.k, e.batch, reinterpret_cast<__half*>(s.a_hi),
+                                            reinterpret_cast<__half*>(s.a_lo), s.amax_a, stream);
+  if (err != cudaSuccess) return err;
+  return cs_3xf16::split_operand(static_cast<const float*>(e.b), kBKMajor, e.ldb, e.batch_stride_b, e.n, e.k,
+                                 e.batch, reinterpret_cast<__half*>(s.b_hi), reinterpret_cast<__half*>(s.b_lo),
+                                 s.amax_b, stream);
+}
+#else
 // Workspace for the copies of the effective problem `e` (0 without copies).
 static inline size_t cs_copies_bytes(const cs_problem& e) { return cs_copy_bytes_a(e) + cs_copy_bytes_b(e); }
+#endif
 
 // The operands as the kernel reads them: `e` itself, with each copied operand replaced by
-// its K-major copy in `copies` (A's, then B's).
+// its K-major copy in `copies` (A's, then B's); for 3xF16, by its hi part (the lo part and
+// the scales are the mainloop's own arguments).
 static cs_problem cs_kernel_view(const cs_problem& e, char* copies)
 {
   cs_problem q = e;
+#if CS_F16SPLIT
+  CsSplit const s = cs_split_at(e, copies);
+  q.a = s.a_hi;
+  q.lda = s.kp;
+  q.batch_stride_a = e.m * s.kp;
+  q.b = s.b_hi;
+  q.ldb = s.kp;
+  q.batch_stride_b = e.n * s.kp;
+  return q;
+#endif
   int64_t const kp = cs_kpad(e.k);
   if (cs_copy_a(e)) {
     q.a = copies;
@@ -956,7 +1039,7 @@ static void cs_copy_operand(const void* x, int64_t ld, int64_t bs, int64_t rows,
   }
 }
 
-static cudaError_t cs_copy_operands(const cs_problem& e, char* copies, cudaStream_t stream)
+[[maybe_unused]] static cudaError_t cs_copy_operands(const cs_problem& e, char* copies, cudaStream_t stream)
 {
   if (cs_copy_a(e))
     cs_copy_operand<kAKMajor>(e.a, e.lda, e.batch_stride_a, e.m, e, reinterpret_cast<float*>(copies), stream);
@@ -978,6 +1061,15 @@ static int32_t cs_gemm_check(const cs_problem& p, bool check_pointers)
   if (p.beta != 0.0f || p.num_operands <= CS_CHAIN_C_OPERAND) return CS_ERR_UNSUPPORTED;
 #endif
   cs_problem const e = cs_effective(p);
+#if CS_F16SPLIT
+  // The split pass: one CTA a K-vector (K-major), or 32 x 32 tiles with K / 32 along y and
+  // the batch along z (MN-major); sources read in place.
+  if (int64_t(e.batch) * std::max(e.m, e.n) > 0x7fffffffLL || (e.k + 31) / 32 > 65535 || e.batch > 65535)
+    return CS_ERR_UNSUPPORTED;
+  if (!cs_copy_source_ok(e.a, e.lda, kAKMajor ? e.k : e.m, check_pointers) ||
+      !cs_copy_source_ok(e.b, e.ldb, kBKMajor ? e.k : e.n, check_pointers))
+    return CS_ERR_UNSUPPORTED;
+#endif
   if (cs_copy_a(e) || cs_copy_b(e)) {
     // The transposes' grids: K / 32 blocks along y, the batch along z.
     if ((e.k + 31) / 32 > 65535 || e.batch > 65535) return CS_ERR_UNSUPPORTED;
@@ -1106,6 +1198,12 @@ static void cs_set_stride(Stride& d, int64_t ld, int64_t batch_stride)
 static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, char* copies)
 {
   cs_problem const p = cs_kernel_view(cs_effective(problem), copies);
+#if CS_F16SPLIT
+  CsSplit const split = cs_split_at(cs_effective(problem), copies);
+  typename CollectiveMainloop::Arguments const mainloop{
+      split.a_hi, split.a_lo, p.lda, p.batch_stride_a, split.b_hi, split.b_lo, p.ldb, p.batch_stride_b,
+      split.amax_a, split.amax_b};
+#endif
   int const M = int(p.m);
   int const N = int(p.n);
   int const K = int(p.k);
@@ -1134,7 +1232,11 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   typename Gemm::Arguments args{
       L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
       {M, N, K, L},
+#if CS_F16SPLIT
+      mainloop,
+#else
       {static_cast<ElementAB const*>(p.a), dA, static_cast<ElementAB const*>(p.b), dB},
+#endif
       {{}, ptr_c, dC, static_cast<ElementCD*>(p.d), dD},
       hw_info};
 
@@ -1285,7 +1387,11 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
     // aligned: TMA reads them).
     if (!cs_aligned16(problem->workspace)) return CS_ERR_WORKSPACE;
     char* const copies = static_cast<char*>(problem->workspace) + cs_round256(cutlass_bytes);
+#if CS_F16SPLIT
+    cudaError_t const e = cs_split_operands(effective, copies, stream);
+#else
     cudaError_t const e = cs_copy_operands(effective, copies, stream);
+#endif
     if (e != cudaSuccess) return int32_t(e);
     args = cs_make_arguments(*problem, copies);
   }
