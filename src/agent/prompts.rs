@@ -275,8 +275,9 @@ pub fn precision_rule(w: &Workload) -> String {
     match (w.family().is_gemm(), w.dtype(), w.allow_tf32()) {
         (true, DType::F32, false) => "this is an fp32 workload: no TF32, fp16 or bf16 arithmetic \
             (an fp64 check catches it, and an RMS error above 4x cuBLAS fp32's is rejected as a \
-            precision downgrade); tensor cores only with 3xTF32-style error compensation (a Hopper \
-            one: include/cutesmith_sm90_3xtf32.cuh)"
+            precision downgrade); tensor cores only with error compensation: operands split into \
+            a high and a low part, three products (Hopper: include/cutesmith_sm90_3xf16.cuh, fp16 \
+            parts scaled per K-vector, the faster; include/cutesmith_sm90_3xtf32.cuh, TF32 parts)"
             .into(),
         (true, DType::F32, true) => "fp32 operands; TF32 tensor-core arithmetic is allowed".into(),
         (true, d, _) => format!(

@@ -116,8 +116,9 @@ pub fn hints(
             if t.hmma == 0 && t.hgmma == 0 {
                 push(
                     Severity::Info,
-                    "fp32 GEMM on CUDA cores (FFMA only): 3xTF32 on tensor cores keeps fp32 \
-                     accuracy at several times the rate"
+                    "fp32 GEMM on CUDA cores (FFMA only): split operands on tensor cores \
+                     (3xF16 or 3xTF32: hi*hi + lo*hi + hi*lo) keep fp32 accuracy at several \
+                     times the rate"
                         .into(),
                 );
             }

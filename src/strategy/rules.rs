@@ -442,6 +442,65 @@ fn raw_cute(s: &Strategy) -> Result<(), String> {
     Ok(())
 }
 
+/// fp32 operands in the CUTLASS 3 template: the 3xTF32 mainloop (`CS_F32_MODE=0`: the
+/// operands split in the kernel, the split buffers doubling each stage) or 3xF16 (`1`:
+/// split into scaled fp16 parts before the GEMM, four fp16 tiles a stage). Both run
+/// under the cooperative kernel and keep two accumulator sets per consumer thread.
+fn f32_mainloop(s: &Strategy, w: &Workload, m: i64, n: i64) -> Result<(), String> {
+    if s.get("CS_SCHEDULE", 0) != 0 {
+        return Err("fp32 operands (3xTF32 / 3xF16): the cooperative schedule only".into());
+    }
+    // The fp32 sum and WGMMA's partial: 96 each (128x192) fit beside the rest without
+    // spilling, 128 each do not.
+    if m * n > 128 * 192 {
+        return Err(format!(
+            "fp32 tile {m}x{n}: at most 128x192 (two accumulator sets per thread)"
+        ));
+    }
+    let mode = s.get("CS_F32_MODE", 0);
+    let stage = match mode {
+        0 => {
+            let terms = s.get("CS_F32_TERMS", if w.allow_tf32() { 1 } else { 3 });
+            if terms == 1 && !w.allow_tf32() {
+                return Err("CS_F32_TERMS=1 rounds fp32 operands to TF32: a precision downgrade for a workload without allow_tf32".into());
+            }
+            let k = s.get("CS_TILE_K", 16);
+            if k % 16 != 0 {
+                return Err(format!(
+                    "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
+                ));
+            }
+            let lay = w.layouts();
+            let extra = i64::from(terms == 3);
+            // An MN-major operand is copied K-major first (CS_F32_KMAJOR_COPY, the
+            // default), else split into K-major hi and lo buffers.
+            let copy = s.get("CS_F32_KMAJOR_COPY", 1) == 1;
+            let hi_a = i64::from(!copy && lay.a == Layout::Col);
+            let hi_b = i64::from(!copy && lay.b == Layout::Row);
+            m * k * 4 * (1 + extra + hi_a) + n * k * 4 * (1 + extra + hi_b)
+        }
+        1 => {
+            let k = s.get("CS_TILE_K", 32);
+            if k % 32 != 0 {
+                return Err(format!(
+                    "3xF16 TILE_K {k}: must span whole 64-byte swizzle rows (32 halves)"
+                ));
+            }
+            // hi and lo of both operands, two bytes an element, and the stage's slot.
+            (m + n) * k * 4 + 16
+        }
+        _ => return Err(format!("CS_F32_MODE {mode}: 0 (3xTF32) or 1 (3xF16)")),
+    };
+    // Beside the epilogue's staging (about 32 KiB of fp32 subtiles).
+    if 2 * stage > SMEM_BUDGET - 32 * 1024 {
+        return Err(format!(
+            "fp32 tile {m}x{n}: two stages need {} B of shared memory",
+            2 * stage
+        ));
+    }
+    Ok(())
+}
+
 fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
     let (m, n) = (s.get("CS_TILE_M", 128), s.get("CS_TILE_N", 256));
     let (dt, out) = (w.dtype(), w.out_dtype());
@@ -471,42 +530,7 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
         }
     }
     if dt == DType::F32 {
-        // The 3xTF32 mainloop: cooperative kernel; the split buffers double each stage.
-        if s.get("CS_SCHEDULE", 0) != 0 {
-            return Err("fp32 operands (3xTF32): the cooperative schedule only".into());
-        }
-        let terms = s.get("CS_F32_TERMS", if w.allow_tf32() { 1 } else { 3 });
-        if terms == 1 && !w.allow_tf32() {
-            return Err("CS_F32_TERMS=1 rounds fp32 operands to TF32: a precision downgrade for a workload without allow_tf32".into());
-        }
-        // Two accumulator sets per consumer thread (the fp32 sum and WGMMA's partial):
-        // 96 each (128x192) fit beside the rest without spilling, 128 each do not.
-        if m * n > 128 * 192 {
-            return Err(format!(
-                "fp32 tile {m}x{n}: at most 128x192 (two accumulator sets per thread)"
-            ));
-        }
-        let k = s.get("CS_TILE_K", 16);
-        if k % 16 != 0 {
-            return Err(format!(
-                "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
-            ));
-        }
-        let lay = w.layouts();
-        let extra = i64::from(terms == 3);
-        // An MN-major operand is copied K-major first (CS_F32_KMAJOR_COPY, the default),
-        // else split into K-major hi and lo buffers.
-        let copy = s.get("CS_F32_KMAJOR_COPY", 1) == 1;
-        let hi_a = i64::from(!copy && lay.a == Layout::Col);
-        let hi_b = i64::from(!copy && lay.b == Layout::Row);
-        let stage = m * k * 4 * (1 + extra + hi_a) + n * k * 4 * (1 + extra + hi_b);
-        // Beside the epilogue's staging (about 32 KiB of fp32 subtiles).
-        if 2 * stage > SMEM_BUDGET - 32 * 1024 {
-            return Err(format!(
-                "fp32 tile {m}x{n}x{k}: two stages with their split buffers need {} B of shared memory",
-                2 * stage
-            ));
-        }
+        f32_mainloop(s, w, m, n)?;
     }
     // 0 cooperative, 1 ping-pong (persistent), 2 basic (one CTA a tile, not persistent).
     let schedule = s.get("CS_SCHEDULE", 0);

@@ -145,16 +145,31 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             };
             // D's lines off 16 bytes (N = 5921, say): the alignment-1 epilogue.
             let align1 = align1_epilogue(w);
-            let hopper: Vec<Strategy> = super::tuner::ranked(h, DType::F32, DType::F32)
-                .into_iter()
-                .map(|(c, _, why)| {
-                    mk(
+            let ranked = super::tuner::ranked(h, DType::F32, DType::F32);
+            let mut hopper: Vec<Strategy> = Vec::new();
+            // 3xF16 first where fp32 accuracy is asked for: the same products from fp16
+            // parts (scaled per K-vector, split before the GEMM) run at twice the TF32
+            // rate and round each product closer (H100, fp32_4096: 766.56 us against
+            // 1229.63 for 3xTF32 in one run; bench/fp32-3xf16-h100.md). A workload that
+            // allows TF32 rounding takes plain TF32 first, which is faster still.
+            if !w.allow_tf32() {
+                for (c, _, why) in &ranked {
+                    let mut extra = align1.clone();
+                    extra.push(("CS_F32_MODE", 1));
+                    hopper.push(mk(
                         "gemm_sm90_cutlass3_ws",
-                        with(&c.params(), &align1),
-                        &format!("{math}, {why}"),
-                    )
-                })
-                .collect();
+                        with(&c.params(), &extra),
+                        &format!("3xF16 WGMMA (fp32-accurate: scaled fp16 hi + lo, hi*hi + lo*hi + hi*lo), {why}"),
+                    ));
+                }
+            }
+            hopper.extend(ranked.into_iter().map(|(c, _, why)| {
+                mk(
+                    "gemm_sm90_cutlass3_ws",
+                    with(&c.params(), &align1),
+                    &format!("{math}, {why}"),
+                )
+            }));
             let mut ampere = Vec::new();
             for (p, why) in [
                 (
@@ -687,6 +702,53 @@ mod tests {
             candidates(&w)[0].label(),
             "gemm_glu CLUSTER_M=1 DUAL=1 TILE_M=128 TILE_N=64"
         );
+    }
+
+    #[test]
+    fn strict_fp32_gemms_take_3xf16_first_and_tf32_workloads_plain_tf32() {
+        let strict = Workload::find(workloads_dir(), "fp32_4096").unwrap();
+        let c = candidates(&strict);
+        assert_eq!(c[0].get("CS_F32_MODE", 0), 1, "{}", c[0].label());
+        assert!(c[0].rationale.starts_with("3xF16"), "{}", c[0].rationale);
+        // The 3xTF32 candidates follow, the same configurations.
+        assert!(c
+            .iter()
+            .any(|s| s.template == "gemm_sm90_cutlass3_ws" && s.get("CS_F32_MODE", 0) == 0));
+        let tf32 = Workload::find(workloads_dir(), "gemm_tf32_4096").unwrap();
+        assert!(candidates(&tf32)
+            .iter()
+            .all(|s| s.get("CS_F32_MODE", 0) == 0));
+    }
+
+    #[test]
+    fn the_3xf16_rules_take_whole_swizzle_rows_and_stages_that_fit() {
+        let f32w = Workload::find(workloads_dir(), "fp32_4096").unwrap();
+        let st = |p: &[(&str, i64)]| Strategy {
+            template: "gemm_sm90_cutlass3_ws".into(),
+            params: p.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            rationale: String::new(),
+        };
+        let f16 = |k: i64, n: i64| {
+            st(&[
+                ("CS_TILE_M", 128),
+                ("CS_TILE_N", n),
+                ("CS_CLUSTER_M", 2),
+                ("CS_F32_MODE", 1),
+                ("CS_TILE_K", k),
+            ])
+        };
+        assert_eq!(check(&f16(32, 192), &f32w), Ok(()));
+        assert_eq!(check(&f16(64, 192), &f32w), Ok(()));
+        let why = check(&f16(16, 192), &f32w).unwrap_err();
+        assert!(why.contains("32 halves"), "{why}");
+        // Four 128x192 tiles of 128 halves a stage: two stages do not fit.
+        let why = check(&f16(128, 192), &f32w).unwrap_err();
+        assert!(why.contains("two stages"), "{why}");
+        let why = check(&f16(32, 256), &f32w).unwrap_err();
+        assert!(why.contains("at most 128x192"), "{why}");
+        let mut bad = f16(32, 192);
+        bad.params.insert("CS_F32_MODE".into(), 2);
+        assert!(check(&bad, &f32w).unwrap_err().contains("CS_F32_MODE 2"));
     }
 
     #[test]

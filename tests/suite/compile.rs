@@ -247,9 +247,13 @@ fn every_template_instance_compiles_in_each_layout() {
         ("gemm_f32_rr", "gemm_f32_3xtf32"),
         ("gemm_f32_cc", "gemm_f32_3xtf32"),
         ("gemm_chain_div_tanh_f32", "gemm_f32_3xtf32"),
-        // The Hopper 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh): TN, B row-major (copied
-        // K-major first), A.T @ B, an epilogue chain, bias + GELU, and TF32 allowed.
+        // The Hopper fp32 mainloops: 3xF16 (cutesmith_sm90_3xf16.cuh, the first candidate
+        // of a strict fp32 workload) on TN, B row-major and A.T @ B (the split pass reads
+        // either order), an epilogue chain and bias + GELU; 3xTF32
+        // (cutesmith_sm90_3xtf32.cuh; "+3xtf32" picks it) with B row-major (copied K-major
+        // first), and TF32 allowed.
         ("gemm_f32_rc", "gemm_sm90_cutlass3_ws"),
+        ("gemm_f32_rr", "gemm_sm90_cutlass3_ws+3xtf32"),
         ("gemm_f32_rr", "gemm_sm90_cutlass3_ws"),
         ("fp32_at_4096", "gemm_sm90_cutlass3_ws"),
         ("gemm_chain_div_tanh_f32", "gemm_sm90_cutlass3_ws"),
@@ -300,20 +304,29 @@ fn every_template_instance_compiles_in_each_layout() {
     ];
     let mut requests = Vec::new();
     let mut not_taken = Vec::new();
-    for (name, template) in cases {
+    for (name, case) in cases {
+        // "template+3xtf32": the fp32 template's 3xTF32 mainloop (CS_F32_MODE 0).
+        let (template, tf32_split) = match case.split_once('+') {
+            Some((t, _)) => (t, true),
+            None => (*case, false),
+        };
         let w = Workload::find(&dir, name)
             .or_else(|_| Workload::find(root().join("tests/fixtures/workloads"), name))
             .unwrap_or_else(|e| panic!("{e}"));
         let space = strategy::space(&w);
         let Some(s) = space
             .iter()
-            .find(|(s, v)| s.template == *template && v.is_ok())
+            .find(|(s, v)| {
+                s.template == template
+                    && v.is_ok()
+                    && (!tf32_split || s.params.get("CS_F32_MODE").copied().unwrap_or(0) == 0)
+            })
             .map(|(s, _)| s.clone())
         else {
             // A case the template's rules do not take yet: the rule must say why.
             let why: Vec<String> = space
                 .iter()
-                .filter(|(s, _)| s.template == *template)
+                .filter(|(s, _)| s.template == template)
                 .filter_map(|(_, v)| v.as_ref().err().cloned())
                 .collect();
             assert!(
@@ -325,7 +338,7 @@ fn every_template_instance_compiles_in_each_layout() {
         };
         let src = s.instantiate(&w).unwrap();
         let mut req = CompileRequest::version(&src, "sm_90a");
-        req.file_name = format!("{name}__{template}.cu");
+        req.file_name = format!("{name}__{}.cu", case.replace('+', "_"));
         requests.push(req);
     }
     // Strategies no workload above takes first, named explicitly (each must pass the

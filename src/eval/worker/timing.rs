@@ -14,8 +14,9 @@ use super::device::DeviceReference;
 use super::Ctx;
 
 /// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
-/// GEMM may legitimately run on tensor cores with 3xTF32 error compensation, so its
-/// ceiling is the larger of the SIMT rate and a third of the TF32 rate.
+/// GEMM may legitimately run on tensor cores with error compensation: three TF32 products
+/// of split operands (3xTF32), or three fp16 products of scaled split operands (3xF16), so
+/// its ceiling is the largest of the SIMT rate and a third of the TF32 and 16-bit rates.
 pub(super) fn peak_flops(
     info: &crate::eval::gpu::DeviceInfo,
     pipe: ComputePipe,
@@ -27,8 +28,15 @@ pub(super) fn peak_flops(
         (8, _) => 512.0,
         _ => 0.0,
     };
+    let tensor16 = match info.compute_capability {
+        (9, _) => 4096.0,
+        (8, 0) => 2048.0,
+        (8, _) => 1024.0,
+        _ => 0.0,
+    };
+    let compensated = f64::max(tf32, tensor16) / 3.0;
     let per_sm_per_clk = match (info.compute_capability, pipe) {
-        (_, ComputePipe::SimtF32) if gemm => f64::max(256.0, tf32 / 3.0),
+        (_, ComputePipe::SimtF32) if gemm => f64::max(256.0, compensated),
         ((9, _), ComputePipe::TensorBf16 | ComputePipe::TensorF16) => 4096.0,
         ((9, _), ComputePipe::TensorTf32) => 2048.0,
         ((9, _), ComputePipe::TensorFp8) => 8192.0,
@@ -41,8 +49,8 @@ pub(super) fn peak_flops(
     };
     let peak = info.sm_count as f64 * info.clock_khz as f64 * 1e3 * per_sm_per_clk;
     let what = match pipe {
-        ComputePipe::SimtF32 if gemm && tf32 / 3.0 > 256.0 => {
-            "fp32-accurate GEMM: the 3xTF32 tensor-core rate, a third of TF32's (fp32 FMA on CUDA cores is 256 FLOP/clk/SM)".to_string()
+        ComputePipe::SimtF32 if gemm && compensated > 256.0 => {
+            "fp32-accurate GEMM: three 16-bit tensor-core products of split operands (3xF16), a third of the 16-bit rate (fp32 FMA on CUDA cores is 256 FLOP/clk/SM)".to_string()
         }
         ComputePipe::SimtF32 => "fp32 FMA on CUDA cores".to_string(),
         other => format!("{other:?}, dense"),
