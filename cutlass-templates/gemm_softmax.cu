@@ -97,13 +97,20 @@
 #include "cutesmith_edges.cuh"
 #include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
 #include "cutesmith_sm90_host.cuh"
-#include "cutesmith_sm90_3xtf32.cuh"   // the f32 GEMM's mainloop
+#include "cutesmith_sm90_3xtf32.cuh"   // the f32 GEMM's mainloops
+#include "cutesmith_sm90_3xf16.cuh"
 
 #if defined(CS_WL_DTYPE_AB) && CS_WL_DTYPE_AB == 0
 #define CS_F32 1           // f32 operands: the 3xTF32 mainloop
 #else
 #define CS_F32 0
 #endif
+// f32: 0 the 3xTF32 mainloop, 1 3xF16 (operands split into scaled fp16 parts by a pass
+// before the GEMM; see gemm_sm90_cutlass3_ws.cu).
+#ifndef CS_F32_MODE
+#define CS_F32_MODE 0
+#endif
+#define CS_F16SPLIT (CS_F32 && CS_F32_MODE == 1)
 
 using namespace cute;
 
@@ -125,7 +132,9 @@ using namespace cute;
 #endif
 #endif
 #ifndef CS_TILE_K
-#if CS_F32
+#if CS_F16SPLIT
+#define CS_TILE_K 32       // 32 halves: one 64-byte swizzle row (four tiles a stage)
+#elif CS_F32
 #define CS_TILE_K 32       // 32 floats: one 128-byte swizzle row
 #else
 #define CS_TILE_K 64
@@ -246,7 +255,16 @@ using CsEpilogueOf = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::fusion::ScaledAcc<ElementOut, float, float>
   >::CollectiveOp;
 
-#if CS_F32
+#if CS_F16SPLIT
+// f32 as 3xF16 (cutesmith_sm90_3xf16.cuh): four fp16 tiles a stage, promoted every k-tile
+// below CS_F32_PROMOTE_MIN_K.
+template <class Epilogue>
+using CsMainloopFor = cs_3xf16::Mainloop<
+    cs_3xf16::MainloopSm90Tma3xF16<
+        cs_sm90::stages_fit<typename Epilogue::SharedStorage>(cs_3xf16::stage_bytes<kTileM, kTileN, kTileK>()),
+        ClusterShape, MainloopSchedule>,
+    TileShape, /*Promote*/ 1, CS_F32_PROMOTE_LARGE_K, CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
+#elif CS_F32
 // f32: the 3xTF32 mainloop (hi and lo TF32 parts of each operand, three WGMMAs a k-step,
 // fp32 promotion), with as many stages as fit beside Epilogue. Its stage: the TMA stage and
 // the lo buffers (and hi ones for an MN-major operand, which the split transposes).
@@ -826,6 +844,7 @@ struct CsGeometry {
   bool exp16;                   // the exponentiated f16 intermediate (CS_EXP16)
   int64_t tiles_n;              // exp16: column tiles per row
   uint64_t stats_at;            // exp16: byte offset of the statistics
+  uint64_t split_at;            // 3xF16: byte offset of the split parts (after the rows)
 };
 
 // The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
@@ -844,6 +863,13 @@ static bool cs_tma_ok(const cs_problem& p)
 {
   bool const a_row = kLayoutA == CS_LAYOUT_ROW, b_row = kLayoutB == CS_LAYOUT_ROW;
   if (CS_F32 && p.k < CS_F32_MIN_K) return false;   // fp32 FMAs: 3xTF32 loses to them here
+#if CS_F16SPLIT
+  // The split pass reads A and B in place, any strides (0: shared by the batch), into
+  // K-major parts the TMA reads; its grids bound K / 32 and the batch.
+  (void)a_row;
+  (void)b_row;
+  return (p.k + 31) / 32 <= 65535 && p.batch <= 65535 && p.batch * std::max(p.m, p.n) <= 0x7fffffffLL;
+#endif
   if ((a_row || !b_row) && p.k % kAlignAB != 0) return false;
   if (!cs_tma_stride_ok(p.lda) || !cs_tma_stride_ok(p.ldb)) return false;
   int64_t const outer_a = a_row ? p.m : p.k, outer_b = b_row ? p.k : p.n;
@@ -858,7 +884,7 @@ static CsGeometry cs_geometry(const cs_problem& p)
 {
   CsGeometry g;
   bool const tma = cs_tma_ok(p);
-  g.m_gemm = !tma ? 0 : kLayoutA == CS_LAYOUT_COL ? p.m / 8 * 8 : p.m;
+  g.m_gemm = !tma ? 0 : (kLayoutA == CS_LAYOUT_COL && !CS_F16SPLIT) ? p.m / 8 * 8 : p.m;
   g.n_gemm = !tma ? 0 : p.n / 8 * 8;
   g.ldw = (p.n + 3) / 4 * 4;
   g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
@@ -868,6 +894,17 @@ static CsGeometry cs_geometry(const cs_problem& p)
             g.m_gemm == p.m && g.n_gemm == p.n;
   g.tiles_n = (p.n + kTileN - 1) / kTileN;
   g.stats_at = 0;
+  g.split_at = g.ws_bytes;
+#if CS_F16SPLIT
+  // A's hi and lo parts (m_gemm K-vectors of K padded to 8 halves), B's (n_gemm), then
+  // each K-vector's largest |x|.
+  if (g.m_gemm > 0 && g.n_gemm > 0) {
+    uint64_t const kp = uint64_t(cs_3xf16::kpad(p.k)), l = uint64_t(p.batch);
+    auto r256 = [](uint64_t x) { return (x + 255) / 256 * 256; };
+    g.ws_bytes += 2 * r256(l * uint64_t(g.m_gemm) * kp * 2) + 2 * r256(l * uint64_t(g.n_gemm) * kp * 2) +
+                  r256(l * uint64_t(g.m_gemm) * 4) + r256(l * uint64_t(g.n_gemm) * 4);
+  }
+#endif
   if (g.exp16) {
     uint64_t const rows = uint64_t(p.batch) * uint64_t(p.m);
     g.stats_at = (rows * uint64_t(p.n) * 2 + 255) / 256 * 256;
@@ -908,7 +945,7 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 
   if (check_pointers) {
     if (p.a == nullptr || p.b == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
-    if (cs_tma_ok(p) && (!cs_aligned16(p.a) || !cs_aligned16(p.b))) return CS_ERR_UNSUPPORTED;
+    if (!CS_F16SPLIT && cs_tma_ok(p) && (!cs_aligned16(p.a) || !cs_aligned16(p.b))) return CS_ERR_UNSUPPORTED;
     if (has_c && p.c == nullptr) return CS_ERR_UNSUPPORTED;
     uintptr_t const esize = sizeof(ElementCD);
     if (reinterpret_cast<uintptr_t>(p.d) % esize != 0) return CS_ERR_UNSUPPORTED;
@@ -922,13 +959,13 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 // ---------------------------------------------------------------------------------------
 
 // The strides of A and B, as both GEMMs (the fp32 and the exponentiated one) take them.
-static StrideA cs_stride_a(const cs_problem& p)
+[[maybe_unused]] static StrideA cs_stride_a(const cs_problem& p)
 {
   bool const a_row = kLayoutA == CS_LAYOUT_ROW;
   return cs_stride<StrideA>(p.lda, cs_batch_stride(p, p.batch_stride_a, p.lda, a_row ? p.m : p.k));
 }
 
-static StrideB cs_stride_b(const cs_problem& p)
+[[maybe_unused]] static StrideB cs_stride_b(const cs_problem& p)
 {
   bool const b_row = kLayoutB == CS_LAYOUT_ROW;
   return cs_stride<StrideB>(p.ldb, cs_batch_stride(p, p.batch_stride_b, p.ldb, b_row ? p.k : p.n));
@@ -936,15 +973,56 @@ static StrideB cs_stride_b(const cs_problem& p)
 
 // CUTLASS's arguments for GEMM G (either of the two) over (m_gemm, n_gemm): what both
 // share, with G's epilogue arguments `epi`.
+#if CS_F16SPLIT
+// 3xF16: where the split parts of A (m_gemm K-vectors) and B (n_gemm) lie in the workspace
+// `ws` (at g.split_at), in the order cs_geometry sized them.
+struct CsSplit {
+  __half *a_hi, *a_lo, *b_hi, *b_lo;
+  float *amax_a, *amax_b;
+  int64_t kp;
+};
+static CsSplit cs_split_at(const cs_problem& p, const CsGeometry& g, void* ws)
+{
+  int64_t const kp = cs_3xf16::kpad(p.k);
+  auto r256 = [](uint64_t x) { return (x + 255) / 256 * 256; };
+  uint64_t const l = uint64_t(p.batch);
+  uint64_t const ha = r256(l * uint64_t(g.m_gemm) * uint64_t(kp) * 2), hb = r256(l * uint64_t(g.n_gemm) * uint64_t(kp) * 2);
+  uint64_t const fa = r256(l * uint64_t(g.m_gemm) * 4);
+  char* base = static_cast<char*>(ws) + g.split_at;
+  CsSplit s;
+  s.a_hi = reinterpret_cast<__half*>(base);
+  s.a_lo = reinterpret_cast<__half*>(base + ha);
+  s.b_hi = reinterpret_cast<__half*>(base + 2 * ha);
+  s.b_lo = reinterpret_cast<__half*>(base + 2 * ha + hb);
+  s.amax_a = reinterpret_cast<float*>(base + 2 * ha + 2 * hb);
+  s.amax_b = reinterpret_cast<float*>(base + 2 * ha + 2 * hb + fa);
+  s.kp = kp;
+  return s;
+}
+static typename CollectiveMainloop::Arguments cs_mainloop_args(const cs_problem& p, const CsGeometry& g, void* ws)
+{
+  CsSplit const s = cs_split_at(p, g, ws);
+  using H = cutlass::half_t;
+  return {reinterpret_cast<H const*>(s.a_hi), reinterpret_cast<H const*>(s.a_lo), s.kp, g.m_gemm * s.kp,
+          reinterpret_cast<H const*>(s.b_hi), reinterpret_cast<H const*>(s.b_lo), s.kp, g.n_gemm * s.kp,
+          s.amax_a, s.amax_b};
+}
+#endif
+
 template <class G>
 static typename G::Arguments cs_arguments(const cs_problem& p, const CsGeometry& g,
-                                          typename G::GemmKernel::EpilogueArguments const& epi)
+                                          typename G::GemmKernel::EpilogueArguments const& epi,
+                                          [[maybe_unused]] void* ws = nullptr)
 {
   int const L = int(p.batch);
   typename G::Arguments args{
       L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
       {int(g.m_gemm), int(g.n_gemm), int(p.k), L},
+#if CS_F16SPLIT
+      cs_mainloop_args(p, g, ws),
+#else
       {static_cast<ElementAB const*>(p.a), cs_stride_a(p), static_cast<ElementAB const*>(p.b), cs_stride_b(p)},
+#endif
       epi,
       cs_sm90::hw_info(p)};
   cs_sm90::scheduler_options(args, CS_SWIZZLE, CS_RASTER);
@@ -954,7 +1032,7 @@ static typename G::Arguments cs_arguments(const cs_problem& p, const CsGeometry&
 static typename Gemm::Arguments cs_make_arguments(const cs_problem& p, const CsGeometry& g, float* ws)
 {
   StrideWs const dW = cs_stride<StrideWs>(g.ldw, p.m * g.ldw);
-  typename Gemm::Arguments args = cs_arguments<Gemm>(p, g, {{}, nullptr, dW, ws, dW});
+  typename Gemm::Arguments args = cs_arguments<Gemm>(p, g, {{}, nullptr, dW, ws, dW}, ws);
   args.epilogue.thread.alpha = p.alpha;
   args.epilogue.thread.beta = 0.0f;   // no source: beta * C is stage 2's
   return args;
@@ -1073,6 +1151,18 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
 
   // Stage 1: the TMA GEMM over (m_gemm, n_gemm), then the edge outputs.
   if (g.m_gemm > 0 && g.n_gemm > 0) {
+#if CS_F16SPLIT
+    // 3xF16: A's first m_gemm and B's first n_gemm K-vectors into scaled fp16 parts.
+    CsSplit const sp = cs_split_at(p, g, p.workspace);
+    cudaError_t err = cs_3xf16::split_operand(static_cast<const float*>(p.a), kLayoutA == CS_LAYOUT_ROW, p.lda,
+                                              p.batch_stride_a, g.m_gemm, p.k, p.batch, sp.a_hi, sp.a_lo,
+                                              sp.amax_a, stream);
+    if (err == cudaSuccess)
+      err = cs_3xf16::split_operand(static_cast<const float*>(p.b), kLayoutB == CS_LAYOUT_COL, p.ldb,
+                                    p.batch_stride_b, g.n_gemm, p.k, p.batch, sp.b_hi, sp.b_lo, sp.amax_b,
+                                    stream);
+    if (err != cudaSuccess) return int32_t(err);
+#endif
     typename Gemm::Arguments args = cs_make_arguments(p, g, ws);
     Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;

@@ -306,7 +306,17 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                         s.get("CS_SCHEDULE", 0)
                     ));
                 }
-                let stage = f32_softmax_stage_bytes(w, tn);
+                let mode = s.get("CS_F32_MODE", 0);
+                if !(0..=1).contains(&mode) {
+                    return Err(format!("CS_F32_MODE {mode}: 0 (3xTF32) or 1 (3xF16)"));
+                }
+                // 3xF16: four fp16 tiles of 32 halves a stage, whatever the layouts (the
+                // split pass makes both operands K-major).
+                let stage = if mode == 1 {
+                    (tm + tn) * 32 * 4 + 16
+                } else {
+                    f32_softmax_stage_bytes(w, tn)
+                };
                 if 2 * stage > F32_SOFTMAX_STAGES_BUDGET {
                     return Err(format!(
                         "f32 with a 128x{tn} tile and layouts a = {}, b = {}: a stage of the 3xTF32 GEMM takes {stage} B of shared memory (the split's buffers; an MN-major operand's hi and lo transposed), and two do not fit beside the epilogue; take a narrower tile",

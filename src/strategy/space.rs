@@ -26,6 +26,33 @@ fn align1_epilogue(w: &Workload) -> Vec<(&'static str, i64)> {
     }
 }
 
+/// The most workspace the 3xF16 candidates' split parts may take (the worker grants at
+/// most 4 GiB; the rest is room for the tile scheduler's and the scale vectors).
+const F32_SPLIT_WORKSPACE_MAX: u64 = 3 << 30;
+
+/// Below this many FLOPs (2 m n k batch of the headline) 3xTF32 leads the fp32 GEMMs and
+/// 3xF16 comes second: 3xF16's split pass (a few launches and a pass over A and B) costs
+/// more than its faster products save. H100 (bench/fp32-3xf16-h100.md run 9): 3xTF32
+/// ahead at 1024^3 (40.74 against 45.54 us) and 256x4096x1024 (41.25 / 51.23), 3xF16 at
+/// 2048^3 (158.27 / 170.98) and beyond.
+const F32_SPLIT_MIN_FLOPS: f64 = 8e9;
+
+/// The fp32-accurate Hopper candidates in order: 3xF16's (`f16`, empty where it does not
+/// apply) then 3xTF32's for a large problem; for a small one 3xTF32's first, 3xF16's
+/// first next, then the rest of each.
+fn f32_order(f16: Vec<Strategy>, tf32: Vec<Strategy>, w: &Workload) -> Vec<Strategy> {
+    let h = w.headline();
+    let flops = 2.0 * h.m as f64 * h.n as f64 * h.k as f64 * h.batch.max(1) as f64;
+    if f16.is_empty() || flops >= F32_SPLIT_MIN_FLOPS {
+        return f16.into_iter().chain(tf32).collect();
+    }
+    let (mut f16, mut tf32) = (f16.into_iter(), tf32.into_iter());
+    let mut out: Vec<Strategy> = tf32.next().into_iter().chain(f16.next()).collect();
+    out.extend(tf32);
+    out.extend(f16);
+    out
+}
+
 /// The candidate space for a workload, most promising first, each with its validity.
 pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     let mut out = Vec::new();
@@ -146,30 +173,42 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             // D's lines off 16 bytes (N = 5921, say): the alignment-1 epilogue.
             let align1 = align1_epilogue(w);
             let ranked = super::tuner::ranked(h, DType::F32, DType::F32);
-            let mut hopper: Vec<Strategy> = Vec::new();
+            let mut f16 = Vec::new();
             // 3xF16 first where fp32 accuracy is asked for: the same products from fp16
             // parts (scaled per K-vector, split before the GEMM) run at twice the TF32
             // rate and round each product closer (H100, fp32_4096: 766.56 us against
             // 1229.63 for 3xTF32 in one run; bench/fp32-3xf16-h100.md). A workload that
-            // allows TF32 rounding takes plain TF32 first, which is faster still.
-            if !w.allow_tf32() {
+            // allows TF32 rounding takes plain TF32 first, which is faster still. The
+            // split parts live in the workspace (4 bytes an element of A and B, the
+            // worker grants at most 4 GiB): a problem whose parts do not fit runs 3xTF32.
+            let split_bytes = w
+                .shapes()
+                .iter()
+                .map(|s| s.batch.max(1) * (s.m + s.n) * s.k.next_multiple_of(8) * 4)
+                .max()
+                .unwrap_or(0);
+            if !w.allow_tf32() && split_bytes <= F32_SPLIT_WORKSPACE_MAX {
                 for (c, _, why) in &ranked {
                     let mut extra = align1.clone();
                     extra.push(("CS_F32_MODE", 1));
-                    hopper.push(mk(
+                    f16.push(mk(
                         "gemm_sm90_cutlass3_ws",
                         with(&c.params(), &extra),
                         &format!("3xF16 WGMMA (fp32-accurate: scaled fp16 hi + lo, hi*hi + lo*hi + hi*lo), {why}"),
                     ));
                 }
             }
-            hopper.extend(ranked.into_iter().map(|(c, _, why)| {
-                mk(
-                    "gemm_sm90_cutlass3_ws",
-                    with(&c.params(), &align1),
-                    &format!("{math}, {why}"),
-                )
-            }));
+            let tf32: Vec<Strategy> = ranked
+                .into_iter()
+                .map(|(c, _, why)| {
+                    mk(
+                        "gemm_sm90_cutlass3_ws",
+                        with(&c.params(), &align1),
+                        &format!("{math}, {why}"),
+                    )
+                })
+                .collect();
+            let hopper = f32_order(f16, tf32, w);
             let mut ampere = Vec::new();
             for (p, why) in [
                 (
@@ -375,13 +414,29 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 })
                 .take(2)
                 .collect();
+            // 3xF16 (the fp32 GEMM family's faster mainloop; its stage is the same for
+            // every layout) and 3xTF32, in f32_order's order.
+            let (mut f16, mut tf32) = (Vec::new(), Vec::new());
+            for tn in [192, 128] {
+                let p = [
+                    ("CS_TILE_M", 128),
+                    ("CS_TILE_N", tn),
+                    ("CS_CLUSTER_M", 2),
+                    ("CS_F32_MODE", 1),
+                ];
+                let why = format!(
+                    "3xF16 GEMM (fp32-accurate: scaled fp16 hi + lo) 128x{tn}, cluster 2x1, then the second stage"
+                );
+                f16.push(mk("gemm_softmax", with(&p, &fp16), &why));
+            }
             for tn in fits {
                 let p = [("CS_TILE_M", 128), ("CS_TILE_N", tn), ("CS_CLUSTER_M", 2)];
                 let why = format!(
                     "3xTF32 GEMM (fp32-accurate) 128x{tn}, cluster 2x1, then the second stage"
                 );
-                out.push(mk("gemm_softmax", with(&p, &fp16), &why));
+                tf32.push(mk("gemm_softmax", with(&p, &fp16), &why));
             }
+            out.extend(f32_order(f16, tf32, w));
         }
         Family::GemmSoftmax => {
             for (p, why) in [
@@ -714,6 +769,29 @@ mod tests {
         assert!(c
             .iter()
             .any(|s| s.template == "gemm_sm90_cutlass3_ws" && s.get("CS_F32_MODE", 0) == 0));
+        // Split parts past the workspace cap: 3xTF32 first (it reads A and B in place).
+        let huge = Workload::parse(
+            "workloads/fp32_huge.toml",
+            "description = \"x\"\nfamily = \"gemm\"\ndtype = \"f32\"\n[[shapes]]\nm = 32768\nn = 32768\nk = 32768\n",
+        )
+        .unwrap();
+        let c = candidates(&huge);
+        assert_eq!(c[0].template, "gemm_sm90_cutlass3_ws");
+        assert!(
+            c.iter().all(|s| s.get("CS_F32_MODE", 0) == 0),
+            "{}",
+            c[0].label()
+        );
+        // A small problem: 3xTF32 first, 3xF16 second (the split pass's launches cost
+        // more than its products save there).
+        let small = Workload::parse(
+            "workloads/fp32_small.toml",
+            "description = \"x\"\nfamily = \"gemm\"\ndtype = \"f32\"\n[[shapes]]\nm = 1024\nn = 1024\nk = 1024\n",
+        )
+        .unwrap();
+        let c = candidates(&small);
+        assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
+        assert_eq!(c[1].get("CS_F32_MODE", 0), 1, "{}", c[1].label());
         let tf32 = Workload::find(workloads_dir(), "gemm_tf32_4096").unwrap();
         assert!(candidates(&tf32)
             .iter()
@@ -882,9 +960,21 @@ mod tests {
             "/tests/fixtures/workloads/gemm_softmax_f32_small.toml"
         );
         let text = std::fs::read_to_string(fixture).unwrap();
+        // The 3xTF32 candidates' tiles (3xF16's are 128x192 and 128x128 in every layout:
+        // the split pass makes both operands K-major). A problem this small leads with
+        // 3xTF32, 3xF16 second.
         let tiles = |w: &Workload| -> Vec<i64> {
-            candidates(w)
+            let c = candidates(w);
+            assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
+            assert_eq!(c[1].get("CS_F32_MODE", 0), 1, "{}", c[1].label());
+            let f16: Vec<i64> = c
                 .iter()
+                .filter(|s| s.get("CS_F32_MODE", 0) == 1)
+                .map(|s| s.get("CS_TILE_N", 0))
+                .collect();
+            assert_eq!(f16, [192, 128], "{}", c[0].label());
+            c.iter()
+                .filter(|s| s.get("CS_F32_MODE", 0) == 0)
                 .map(|s| s.get("CS_TILE_N", 0))
                 .collect()
         };
@@ -900,7 +990,10 @@ mod tests {
         let rr_text = std::fs::read_to_string(rr_fixture).unwrap();
         let rr = Workload::parse(rr_fixture, &rr_text).unwrap();
         assert_eq!(tiles(&rr), [128, 64]);
-        let wide = candidates(&w)[0].clone();
+        let wide = candidates(&w)
+            .into_iter()
+            .find(|s| s.get("CS_F32_MODE", 0) == 0)
+            .unwrap();
         let why = check(&wide, &rr).unwrap_err();
         assert!(why.contains("two do not fit"), "{why}");
         // Both MN-major: 128x64 only.
