@@ -650,10 +650,17 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     FusionOp
   >::CollectiveOp;
 
+#if CS_F32
+// fp32 under CUTLASS's cooperative kernel, on 3xF16 (cutesmith_sm90_3xf16.cuh: four fp16
+// tiles a stage) or 3xTF32 (cutesmith_sm90_3xtf32.cuh: the TMA stage, plus the split
+// buffers, lo, and hi too for an MN-major operand); as many stages as fit beside the
+// epilogue (at most 8), or CS_STAGES.
 #if CS_F16SPLIT
-// fp32 as 3xF16 (cutesmith_sm90_3xf16.cuh) under CUTLASS's cooperative kernel: four fp16
-// tiles a stage, as many stages as fit beside the epilogue (at most 8), or CS_STAGES.
 static constexpr int kF32StageBytes = cs_3xf16::stage_bytes<kTileM, kTileN, kTileK>();
+#else
+static constexpr int kF32StageBytes =
+    cs_3xtf32::stage_bytes<kTileM, kTileN, kTileK, kKernAKMajor, kKernBKMajor, CS_F32_TERMS>();
+#endif
 #ifdef CS_STAGES
 static constexpr int kStages = CS_STAGES;
 #else
@@ -661,28 +668,17 @@ static constexpr int kStages =
     cs_sm90::stages_fit<typename CollectiveEpilogue::SharedStorage>(kF32StageBytes);
 #endif
 static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
+#if CS_F16SPLIT
 using CollectiveMainloop = cs_3xf16::Mainloop<
     cs_3xf16::MainloopSm90Tma3xF16<kStages, ClusterShape, MainloopSchedule>, TileShape,
     CS_F32_PROMOTE, CS_F32_PROMOTE_LARGE_K, CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
-#elif CS_F32
-// fp32: the 3xTF32 mainloop (cutesmith_sm90_3xtf32.cuh) under CUTLASS's cooperative
-// kernel. Its shared memory per stage: the TMA stage, plus the split buffers (lo; hi too
-// for an MN-major operand); as many stages as fit beside the epilogue (at most 8), or
-// CS_STAGES.
-static constexpr int kF32StageBytes =
-    cs_3xtf32::stage_bytes<kTileM, kTileN, kTileK, kKernAKMajor, kKernBKMajor, CS_F32_TERMS>();
-#ifdef CS_STAGES
-static constexpr int kStages = CS_STAGES;
 #else
-static constexpr int kStages =
-    cs_sm90::stages_fit<typename CollectiveEpilogue::SharedStorage>(kF32StageBytes);
-#endif
-static_assert(kStages >= 2, "fp32: fewer than 2 stages fit in shared memory (smaller tiles or TILE_K)");
 using CollectiveMainloop = cs_3xtf32::Mainloop<
     cs_3xtf32::MainloopSm90Tma3xTF32<kStages, ClusterShape, MainloopSchedule>,
     TileShape, cutlass::detail::TagToStrideA_t<LayoutA>, cutlass::detail::TagToStrideB_t<LayoutB>,
     CS_F32_TERMS, CS_F32_PROMOTE, CS_F32_SPLIT, CS_F32_SPLIT_SYNC, CS_F32_PROMOTE_LARGE_K,
     CS_F32_PROMOTE_MIN_K, CS_F32_PROMOTE_MAX>;
+#endif
 #else
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -19,7 +19,7 @@
 // of hi and lo, and what a smaller one loses is below 2^-39 of that largest (fp16's
 // subnormal step), far under fp32's rounding of the dot product unless one vector spans
 // more than 2^16 in magnitude and its small elements dominate the sum. The result is
-// scaled back exactly: D = acc 2^-(sa + sb) (no rounding for normal results).
+// scaled back exactly: D = acc 2^-(sa + sb) (scalbnf, no rounding for normal results).
 //
 // Where the split happens: before the GEMM, one pass over each operand (split_operand
 // below) writes hi and lo K-major into the workspace, fp16, whatever the operand's
@@ -69,18 +69,6 @@ CUTE_HOST_DEVICE int scale_exp(float amax) {
   int e = 0;
   (void)frexpf(amax, &e);   // amax = f 2^e, f in [0.5, 1)
   return 15 - e;
-}
-
-// 2^e as a float, for |e| <= 126 (a normal number, exact).
-CUTE_DEVICE float pow2(int e) { return __int_as_float((127 + e) << 23); }
-
-// x 2^e for |e| up to about 330 (two scale exponents), exact wherever the result is a
-// normal float: three multiplications by powers of two within the normal range, each
-// step between x and the result in magnitude. (scalbnf, the library call, made the
-// 128x192 tile's consumers spill.)
-CUTE_DEVICE float scale_pow2(float x, int e) {
-  int const e1 = e / 3, e2 = (e - e1) / 2, e3 = e - e1 - e2;
-  return x * pow2(e1) * pow2(e2) * pow2(e3);
 }
 
 // x 2^s into hi + lo (fp16 each). Inf and NaN pass through hi (lo 0).
@@ -461,17 +449,9 @@ struct Mainloop {
     Tensor tCrBl = thread_mma.make_fragment_B(thread_mma.partition_B(sBl));
     constexpr int kBlocks = size<2>(decltype(tCrAh){});
 
-    auto wait_full = [&](PipelineState st) {
-      auto token = pipeline.consumer_try_wait(st);
-      pipeline.consumer_wait(st, token);
-    };
 
-    int interval = Promote;
-    if (PromoteMinK > 0 && params.k_extent >= PromoteMinK) {
-      interval = PromoteLargeK;
-      for (int k = params.k_extent / 2; k >= PromoteMinK && interval < PromoteMax; k /= 2) interval *= 2;
-      interval = interval < PromoteMax ? interval : PromoteMax;
-    }
+    int const interval =
+        cs_sm90::promote_interval(params.k_extent, Promote, PromoteLargeK, PromoteMinK, PromoteMax);
     Tensor partial = make_fragment_like(accum);
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
@@ -486,10 +466,8 @@ struct Mainloop {
       bool const promote = phase + 1 == interval || t + 1 == k_tile_count;
       phase = promote ? 0 : phase + 1;
 
-      wait_full(smem_pipe_read);
-      // The tile's coordinate, from its last stage (held until the promotion below
-      // releases it): read late, so that it is not live across the loop.
-      if (t + 1 == k_tile_count) coord = shared_tensors.coord[s];
+      cs_sm90::wait_full(pipeline, smem_pipe_read);
+      if (t == 0) coord = shared_tensors.coord[s];   // the tile's coordinate
       warpgroup_fence_operand(partial);
       warpgroup_arrive();
       tiled_mma.accumulate_ = fresh ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
@@ -533,7 +511,7 @@ struct Mainloop {
       int64_t const m = cute::min(m0 + int64_t(get<0>(c)), int64_t(params.m_extent) - 1);
       int64_t const n = cute::min(n0 + int64_t(get<1>(c)), int64_t(params.n_extent) - 1);
       int const s = scale_exp(__ldg(amax_a + m)) + scale_exp(__ldg(amax_b + n));
-      accum(i) = scale_pow2(accum(i), -s);
+      accum(i) = scalbnf(accum(i), -s);
     }
   }
 

@@ -466,22 +466,14 @@ struct Mainloop {
     auto split_wait = [&](PipelineState st) {
       if constexpr (kSplits && SplitSync == 1) pipeline.split_wait(st);
     };
-    auto wait_full = [&](PipelineState st) {
-      auto token = pipeline.consumer_try_wait(st);
-      pipeline.consumer_wait(st, token);
-    };
 
-    int interval = Promote;
-    if (PromoteMinK > 0 && params.k_extent >= PromoteMinK) {
-      interval = PromoteLargeK;
-      for (int k = params.k_extent / 2; k >= PromoteMinK && interval < PromoteMax; k /= 2) interval *= 2;
-      interval = interval < PromoteMax ? interval : PromoteMax;
-    }
+    int const interval =
+        cs_sm90::promote_interval(params.k_extent, Promote, PromoteLargeK, PromoteMinK, PromoteMax);
     Tensor partial = make_fragment_like(accum);
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
     if (k_tile_count <= 0) return;
-    wait_full(smem_pipe_read);
+    cs_sm90::wait_full(pipeline, smem_pipe_read);
     split(smem_pipe_read.index());
 
     int phase = 0;   // k-tiles summed into the partial so far (t % interval)
@@ -519,7 +511,7 @@ struct Mainloop {
 
       // While those run: the next stage lands and is split.
       if (t + 1 < k_tile_count) {
-        wait_full(smem_pipe_read);
+        cs_sm90::wait_full(pipeline, smem_pipe_read);
         split(smem_pipe_read.index());
       }
 

@@ -75,6 +75,23 @@ CUTE_DEVICE auto stage_load(Tma const& tma, uint16_t mcast, Src const& src, Dst 
   };
 }
 
+// The fp32 mainloops' promotion interval (cutesmith_sm90_3xtf32.cuh, cutesmith_sm90_3xf16.cuh):
+// `promote` k-tiles, or from K = `min_k` on (0: never) `large_k`, twice as many for each
+// further doubling of K, at most `max`.
+CUTE_HOST_DEVICE int promote_interval(int k, int promote, int large_k, int min_k, int max) {
+  if (min_k <= 0 || k < min_k) return promote;
+  int interval = large_k;
+  for (int kk = k / 2; kk >= min_k && interval < max; kk /= 2) interval *= 2;
+  return interval < max ? interval : max;
+}
+
+// A consumer's wait for the stage at `state` to be full.
+template <class Pipeline, class State>
+CUTE_DEVICE void wait_full(Pipeline& pipeline, State const& state) {
+  auto token = pipeline.consumer_try_wait(state);
+  pipeline.consumer_wait(state, token);
+}
+
 // As many stages of `stage_bytes` as fit in an SM's 227 KiB of shared memory beside the
 // epilogue's storage (and 2 KiB for barriers and alignment), at most 8.
 template <class EpilogueStorage>
