@@ -313,7 +313,7 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                 // 3xF16: four fp16 tiles of 32 halves a stage, whatever the layouts (the
                 // split pass makes both operands K-major).
                 let stage = if mode == 1 {
-                    (tm + tn) * 32 * 4 + 16
+                    f16_split_stage_bytes(tm, tn, 32)
                 } else {
                     f32_softmax_stage_bytes(w, tn)
                 };
@@ -452,6 +452,13 @@ fn raw_cute(s: &Strategy) -> Result<(), String> {
     Ok(())
 }
 
+/// One stage of the 3xF16 mainloop (cutesmith_sm90_3xf16.cuh) with an m x n tile and k
+/// of K: hi and lo of both operands, two bytes an element, and the stage's coordinate
+/// slot.
+pub(super) fn f16_split_stage_bytes(m: i64, n: i64, k: i64) -> i64 {
+    (m + n) * k * 4 + 16
+}
+
 /// fp32 operands in the CUTLASS 3 template: the 3xTF32 mainloop (`CS_F32_MODE=0`: the
 /// operands split in the kernel, the split buffers doubling each stage) or 3xF16 (`1`:
 /// split into scaled fp16 parts before the GEMM, four fp16 tiles a stage). Both run
@@ -496,8 +503,7 @@ fn f32_mainloop(s: &Strategy, w: &Workload, m: i64, n: i64) -> Result<(), String
                     "3xF16 TILE_K {k}: must span whole 64-byte swizzle rows (32 halves)"
                 ));
             }
-            // hi and lo of both operands, two bytes an element, and the stage's slot.
-            (m + n) * k * 4 + 16
+            f16_split_stage_bytes(m, n, k)
         }
         _ => return Err(format!("CS_F32_MODE {mode}: 0 (3xTF32) or 1 (3xF16)")),
     };

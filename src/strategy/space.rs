@@ -30,6 +30,18 @@ fn align1_epilogue(w: &Workload) -> Vec<(&'static str, i64)> {
 /// most 4 GiB; the rest is room for the tile scheduler's and the scale vectors).
 const F32_SPLIT_WORKSPACE_MAX: u64 = 3 << 30;
 
+/// Whether 3xF16's split parts (4 bytes an element of A and B, rows padded to 8) fit the
+/// workspace on every shape of `w`; where they do not, its fp32 GEMMs run 3xTF32, which
+/// reads A and B in place.
+fn f16_split_fits(w: &Workload) -> bool {
+    w.shapes()
+        .iter()
+        .map(|s| s.batch.max(1) * (s.m + s.n) * s.k.next_multiple_of(8) * 4)
+        .max()
+        .unwrap_or(0)
+        <= F32_SPLIT_WORKSPACE_MAX
+}
+
 /// Below this many FLOPs (2 m n k batch of the headline) 3xTF32 leads the fp32 GEMMs and
 /// 3xF16 comes second: 3xF16's split pass (a few launches and a pass over A and B) costs
 /// more than its faster products save. H100 (bench/fp32-3xf16-h100.md run 9): 3xTF32
@@ -178,16 +190,9 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             // parts (scaled per K-vector, split before the GEMM) run at twice the TF32
             // rate and round each product closer (H100, fp32_4096: 766.56 us against
             // 1229.63 for 3xTF32 in one run; bench/fp32-3xf16-h100.md). A workload that
-            // allows TF32 rounding takes plain TF32 first, which is faster still. The
-            // split parts live in the workspace (4 bytes an element of A and B, the
-            // worker grants at most 4 GiB): a problem whose parts do not fit runs 3xTF32.
-            let split_bytes = w
-                .shapes()
-                .iter()
-                .map(|s| s.batch.max(1) * (s.m + s.n) * s.k.next_multiple_of(8) * 4)
-                .max()
-                .unwrap_or(0);
-            if !w.allow_tf32() && split_bytes <= F32_SPLIT_WORKSPACE_MAX {
+            // allows TF32 rounding takes plain TF32 first, which is faster still; a
+            // problem whose split parts do not fit the workspace runs 3xTF32.
+            if !w.allow_tf32() && f16_split_fits(w) {
                 for (c, _, why) in &ranked {
                     let mut extra = align1.clone();
                     extra.push(("CS_F32_MODE", 1));
@@ -415,9 +420,10 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 .take(2)
                 .collect();
             // 3xF16 (the fp32 GEMM family's faster mainloop; its stage is the same for
-            // every layout) and 3xTF32, in f32_order's order.
+            // every layout) where its split parts fit, and 3xTF32, in f32_order's order.
             let (mut f16, mut tf32) = (Vec::new(), Vec::new());
-            for tn in [192, 128] {
+            let f16_tiles: &[i64] = if f16_split_fits(w) { &[192, 128] } else { &[] };
+            for &tn in f16_tiles {
                 let p = [
                     ("CS_TILE_M", 128),
                     ("CS_TILE_N", tn),
@@ -792,6 +798,19 @@ mod tests {
         let c = candidates(&small);
         assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
         assert_eq!(c[1].get("CS_F32_MODE", 0), 1, "{}", c[1].label());
+        // The same cap for GEMM + softmax: split parts past it leave 3xTF32 alone.
+        let huge_softmax = Workload::parse(
+            "workloads/fp32_huge_softmax.toml",
+            "description = \"x\"\nfamily = \"gemm_softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 32768\nn = 32768\nk = 32768\n",
+        )
+        .unwrap();
+        let c = candidates(&huge_softmax);
+        assert!(!c.is_empty());
+        assert!(
+            c.iter().all(|s| s.get("CS_F32_MODE", 0) == 0),
+            "{}",
+            c[0].label()
+        );
         let tf32 = Workload::find(workloads_dir(), "gemm_tf32_4096").unwrap();
         assert!(candidates(&tf32)
             .iter()
