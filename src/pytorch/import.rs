@@ -26,6 +26,7 @@ use crate::spec::{
 /// The tracer, shipped inside the binary and written to a temp file for each import.
 pub const TRACER: &str = include_str!("trace.py");
 
+mod contraction;
 mod norm;
 mod reduce;
 
@@ -100,7 +101,8 @@ pub struct Imported {
     pub ops: Vec<String>,
 }
 
-const SUPPORTED: &str = "matmul, mm, bmm, linear, addmm, softmax, log_softmax over the last \
+const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, addmm, einsum of two \
+    operands that is one (batched) matrix product, softmax, log_softmax over the last \
     dimension, the norms (layer_norm, rms_norm, and RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
@@ -282,7 +284,7 @@ fn op_name(target: &str) -> &str {
 
 fn classify(target: &str) -> Class {
     match op_name(target) {
-        "mm" | "matmul" | "bmm" | "linear" | "addmm" => Class::Gemm,
+        "mm" | "matmul" | "bmm" | "linear" | "addmm" | "einsum" => Class::Gemm,
         "softmax" | "_softmax" => Class::Softmax { log: false },
         "log_softmax" | "_log_softmax" => Class::Softmax { log: true },
         "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum" | "clamp" | "clamp_min"
@@ -542,6 +544,9 @@ impl<'g> Mapper<'g> {
 
     fn gemm(&mut self, core: &'g Node) -> Option<GemmDims> {
         let op = op_name(core.target.as_deref().unwrap_or_default()).to_string();
+        if op == "einsum" {
+            return self.einsum(core);
+        }
         let node_arg = |i: usize| match core.args.get(i).map(arg) {
             Some(Arg::Node(n)) => Some(n),
             _ => None,
@@ -625,6 +630,9 @@ impl<'g> Mapper<'g> {
             let (_, b, _) = self.operand(core, "B", bn)?;
             (m, bm.shape[1], bm.shape[0], 1, a, b, false, false)
         } else {
+            if (op == "matmul" || op == "bmm") && am.shape.len().max(bm.shape.len()) > 3 {
+                return self.matmul_nd(core, (an, &am), (bn, &bm), dtype);
+            }
             let (am, a, sa) = self.operand(core, "A", an)?;
             let (bm, b, sb) = self.operand(core, "B", bn)?;
             let (ra, rb) = (am.shape.len(), bm.shape.len());
@@ -2379,6 +2387,142 @@ mod tests {
         ));
         let err = map_graph(&graph(nodes, "after"), "t.py").unwrap_err();
         assert!(err[0].message.contains("after the softmax"), "{}", err[0]);
+    }
+
+    #[test]
+    fn einsum_and_nd_matmul_map_to_one_batched_gemm() {
+        // KernelBench level 1's 4-D tensor-matrix product: b, i, j fold into m.
+        let g = graph(
+            vec![
+                input("a", &[2, 3, 4, 16], &[192, 64, 16, 1]),
+                input("b", &[16, 8], &[8, 1]),
+                node(
+                    "einsum",
+                    "aten.einsum.default",
+                    serde_json::json!(["bijl,lk->bijk", [r("a"), r("b")]]),
+                    &[2, 3, 4, 8],
+                    &[96, 32, 8, 1],
+                ),
+            ],
+            "einsum",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        let s = spec.shapes[0];
+        assert_eq!(
+            (s.m, s.n, s.k, s.batch),
+            (Some(24), Some(8), Some(16), None)
+        );
+        let l = spec.layout.clone().unwrap();
+        assert_eq!((l.a, l.b), (Some(Layout::Row), Some(Layout::Row)));
+        assert_eq!(ops, ["einsum"]);
+        // Attention scores on (b, h, s, d) tensors, as matmul with a transposed view and
+        // as einsum: a batch of b * h products with B column-major.
+        let kt = [2, 3, 16, 5];
+        let kt_stride = [240, 80, 1, 16];
+        for (target, args) in [
+            ("aten.matmul.default", serde_json::json!([r("q"), r("kt")])),
+            (
+                "aten.einsum.default",
+                serde_json::json!(["bhqd,bhkd->bhqk", [r("q"), r("k")]]),
+            ),
+        ] {
+            let g = graph(
+                vec![
+                    input("q", &[2, 3, 4, 16], &[192, 64, 16, 1]),
+                    input("k", &[2, 3, 5, 16], &[240, 80, 16, 1]),
+                    node(
+                        "kt",
+                        "aten.transpose.int",
+                        serde_json::json!([r("k"), -2, -1]),
+                        &kt,
+                        &kt_stride,
+                    ),
+                    node("p", target, args, &[2, 3, 4, 5], &[60, 20, 5, 1]),
+                ],
+                "p",
+            );
+            let (spec, _) = map_graph(&g, "t.py").unwrap();
+            let s = spec.shapes[0];
+            assert_eq!(
+                (s.m, s.n, s.k, s.batch),
+                (Some(4), Some(5), Some(16), Some(6)),
+                "{target}"
+            );
+            let l = spec.layout.clone().unwrap();
+            assert_eq!(
+                (l.a, l.b),
+                (Some(Layout::Row), Some(Layout::Col)),
+                "{target}"
+            );
+        }
+        // The output transposed ("ik,kj->ji"): the product of the transposes, both
+        // operands then column-major.
+        let g = graph(
+            vec![
+                input("a", &[4, 16], &[16, 1]),
+                input("b", &[16, 8], &[8, 1]),
+                node(
+                    "e",
+                    "aten.einsum.default",
+                    serde_json::json!(["ik,kj->ji", [r("a"), r("b")]]),
+                    &[8, 4],
+                    &[4, 1],
+                ),
+            ],
+            "e",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        let s = spec.shapes[0];
+        assert_eq!((s.m, s.n, s.k), (Some(8), Some(4), Some(16)));
+        let l = spec.layout.unwrap();
+        assert_eq!((l.a, l.b), (Some(Layout::Col), Some(Layout::Col)));
+    }
+
+    #[test]
+    fn contractions_that_are_no_single_gemm_say_why() {
+        let case = |eq: &str, a: (&[i64], &[i64]), b: (&[i64], &[i64]), out: &[i64]| {
+            let g = graph(
+                vec![
+                    input("a", a.0, a.1),
+                    input("b", b.0, b.1),
+                    node(
+                        "e",
+                        "aten.einsum.default",
+                        serde_json::json!([eq, [r("a"), r("b")]]),
+                        out,
+                        &[],
+                    ),
+                ],
+                "e",
+            );
+            map_graph(&g, "t.py").unwrap_err()[0].message.clone()
+        };
+        let m3 = (&[2i64, 4, 8][..], &[32i64, 8, 1][..]);
+        let b3 = (&[2i64, 8, 6][..], &[48i64, 6, 1][..]);
+        let e = case("bik,bkj->ibj", m3, b3, &[4, 2, 6]);
+        assert!(e.contains("batch dims first"), "{e}");
+        let e = case("bik,kj->ij", m3, (&[8, 6], &[6, 1]), &[4, 6]);
+        assert!(e.contains("summed over alone"), "{e}");
+        let e = case("bik,bkj->bij", m3, (&[2, 9, 6], &[54, 6, 1]), &[2, 4, 6]);
+        assert!(e.contains("size 8 in one operand and 9"), "{e}");
+        // A broadcast over one batch dim but not the other has no single batch stride.
+        let g = graph(
+            vec![
+                input("a", &[2, 3, 4, 16], &[192, 64, 16, 1]),
+                input("b", &[3, 16, 8], &[128, 8, 1]),
+                node(
+                    "p",
+                    "aten.matmul.default",
+                    serde_json::json!([r("a"), r("b")]),
+                    &[2, 3, 4, 8],
+                    &[96, 32, 8, 1],
+                ),
+            ],
+            "p",
+        );
+        let e = map_graph(&g, "t.py").unwrap_err()[0].message.clone();
+        assert!(e.contains("do not flatten"), "{e}");
     }
 
     #[test]
