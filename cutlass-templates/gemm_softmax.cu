@@ -7,6 +7,9 @@
 //                                              struct cs_chain, see cutesmith_chain.cuh)
 //   D[l][i, :] = softmax(X[l][i, :])          (p.log_softmax == 0)
 //   D[l][i, :] = log_softmax(X[l][i, :])      (p.log_softmax != 0)
+//   D[l][i]    = after(reduce(X[l][i, :]))    (CS_FAMILY_GEMM_REDUCE: sum, mean, max, min,
+//                                              logsumexp or L2 norm by p.reduce, then the
+//                                              `cs_after` ops; D is m x 1, no C)
 //
 // A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
 // f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,
@@ -62,6 +65,10 @@
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
 //   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
 //   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
+//   CS_STREAMK    0    1: the stage-1 GEMM on CUTLASS's stream-K tile scheduler (cooperative
+//                      only), for problems of fewer tiles than a few waves of SMs (M = 128
+//                      rows against long K: 85 tiles of 128 x 192 leave a third of an H100
+//                      idle); its partials use the workspace
 //   CS_EXP16      1    1: the exponentiated f16 intermediate below where it applies; 0: the
 //                      fp32 workspace always
 
@@ -94,6 +101,15 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"       // the ops before the softmax (the identity without them)
+
+// gemm_reduce: the ops on each reduced value (the workload's [[after]] table, written above
+// this include by cutesmith), else none.
+#ifndef CS_AFTER_DEFINED
+struct cs_after {
+  static constexpr bool kIdentity = true;
+  CS_HD static float apply(float z) { return z; }
+};
+#endif
 #include "cutesmith_edges.cuh"
 #include "cutesmith_sm90_epilogue.cuh"   // CsExpEpilogue's base
 #include "cutesmith_sm90_host.cuh"
@@ -151,6 +167,9 @@ using namespace cute;
 #endif
 #ifndef CS_RASTER
 #define CS_RASTER 0
+#endif
+#ifndef CS_STREAMK
+#define CS_STREAMK 0
 #endif
 #ifndef CS_EXP16
 #define CS_EXP16 (CS_F32 ? 0 : 1)
@@ -299,7 +318,12 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>,   // (M,N,K,L)
     CollectiveMainloop,
     CollectiveEpilogue,
+#if CS_STREAMK
+    cutlass::gemm::StreamKScheduler>;
+#else
     cutlass::gemm::PersistentScheduler>;
+#endif
+static_assert(CS_STREAMK == 0 || (CS_STREAMK == 1 && CS_SCHEDULE == 0), "CS_STREAMK: 0, or 1 with the cooperative schedule");
 
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
@@ -771,6 +795,97 @@ static cudaError_t cs_launch_rows(const CsRowArgs& a, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------------------------------
+// gemm_reduce's stage 2: one CTA of 256 threads a row of the fp32 product; each element
+// through the chain, the row reduced (per-thread fp32 runs, then a shuffle and shared-
+// memory tree; logsumexp as softmax's online (max log2e, sum of 2^(x log2e - max))),
+// the `cs_after` ops on the result, one value written at D[b * sd + i * ldd].
+// ---------------------------------------------------------------------------------------
+
+static constexpr int kReduceThreads = 256;
+
+// The reduction's partial state: (a, b) = (sum, -), (sum of squares, -), (extreme, -) or
+// logsumexp's (mL, s); merged with cs_reduce_merge.
+template <int KIND>
+__device__ __forceinline__ void cs_reduce_merge(float& a, float& b, float a2, float b2)
+{
+  if constexpr (KIND == CS_REDUCE_MAX) a = fmaxf(a, a2);
+  else if constexpr (KIND == CS_REDUCE_MIN) a = fminf(a, a2);
+  else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) cs_combine(a, b, a2, b2);
+  else a += a2;
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(kReduceThreads)
+cs_reduce_row_kernel(CsRowArgs a)
+{
+  __shared__ float2 red[kReduceThreads / 32];
+  int64_t const row = int64_t(blockIdx.x);
+  int64_t const bz = row / a.m, r = row - bz * a.m;
+  const float4* z = reinterpret_cast<const float4*>(a.ws + row * a.ldw);
+  int const nv = (a.n + 3) / 4;
+  float s0 = KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_LOGSUMEXP ? cs_neg_inf()
+           : KIND == CS_REDUCE_MIN ? -cs_neg_inf() : 0.0f;
+  float s1 = 0.0f;
+  bool nan = false;
+  for (int j = int(threadIdx.x); j < nv; j += kReduceThreads) {
+    float4 const v = __ldcs(z + j);
+    float const f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const col = 4 * j + e;
+      if (col >= a.n) break;
+      float x = f[e];
+      if constexpr (!cs_chain::kIdentity) x = cs_chain_at<cs_chain>(a.prob, x, bz, r, col);
+      nan |= x != x;
+      if constexpr (KIND == CS_REDUCE_L2) {
+        s0 = fmaf(x, x, s0);
+      } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+        float const xl = x * kLog2e;
+        if (xl > s0) {
+          s1 *= cs_ex2(s0 - xl);
+          s0 = xl;
+        }
+        s1 += cs_ex2(xl - (s0 == cs_neg_inf() ? 0.0f : s0));
+      } else {
+        cs_reduce_merge<KIND>(s0, s1, x, 0.0f);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    cs_reduce_merge<KIND>(s0, s1, __shfl_xor_sync(0xffffffffu, s0, o), __shfl_xor_sync(0xffffffffu, s1, o));
+  int const warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  if (lane == 0) red[warp] = make_float2(s0, s1);
+  nan = __syncthreads_or(nan) != 0;
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kReduceThreads / 32; ++w) cs_reduce_merge<KIND>(s0, s1, red[w].x, red[w].y);
+  float y;
+  if (nan) y = __int_as_float(0x7fc00000);
+  else if constexpr (KIND == CS_REDUCE_MEAN) y = s0 / float(a.n);
+  else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s0);
+  else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) y = s0 == cs_neg_inf() ? s0 : (s0 + log2f(s1)) * kLn2;
+  else y = s0;
+  if constexpr (!cs_after::kIdentity) y = cs_after::apply(y);
+  a.d[bz * a.sd + r * a.ldd] = cs_from_f32<ElementCD>(y);
+}
+
+static cudaError_t cs_launch_reduce(const CsRowArgs& a, int kind, cudaStream_t stream)
+{
+  unsigned const grid = unsigned(a.rows);
+  switch (kind) {
+    case CS_REDUCE_SUM:  cs_reduce_row_kernel<CS_REDUCE_SUM><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case CS_REDUCE_MEAN: cs_reduce_row_kernel<CS_REDUCE_MEAN><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case CS_REDUCE_MAX:  cs_reduce_row_kernel<CS_REDUCE_MAX><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case CS_REDUCE_MIN:  cs_reduce_row_kernel<CS_REDUCE_MIN><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case CS_REDUCE_LOGSUMEXP:
+      cs_reduce_row_kernel<CS_REDUCE_LOGSUMEXP><<<grid, kReduceThreads, 0, stream>>>(a);
+      break;
+    default: cs_reduce_row_kernel<CS_REDUCE_L2><<<grid, kReduceThreads, 0, stream>>>(a); break;
+  }
+  return cudaGetLastError();
+}
+
 #if CS_EXP16
 // Stage 2 after the exponentiated GEMM: one CTA of kExpThreads per row. The row's (mL, s)
 // from its tiles' (mL_t, s_t), then D = e * 2^(mL_t - mL) / s, 8 elements at a time (n is a
@@ -889,7 +1004,7 @@ static CsGeometry cs_geometry(const cs_problem& p)
   g.ldw = (p.n + 3) / 4 * 4;
   g.ws_bytes = (uint64_t(p.batch) * uint64_t(p.m) * uint64_t(g.ldw) * 4 + 255) / 256 * 256;
   // The exponentiated path: softmax into a 16-bit D, no C, the GEMM covering every output.
-  g.exp16 = CS_EXP16 && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 &&
+  g.exp16 = CS_EXP16 && p.family == CS_FAMILY_GEMM_SOFTMAX && kDtypeCD != CS_DTYPE_F32 && p.log_softmax == 0 &&
             p.beta == 0.0f &&
             g.m_gemm == p.m && g.n_gemm == p.n;
   g.tiles_n = (p.n + kTileN - 1) / kTileN;
@@ -918,7 +1033,11 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
 {
   constexpr int64_t kMaxInt = 0x7fffffffLL;
   if (!kTypesOk) return CS_ERR_UNSUPPORTED;
-  if (p.family != CS_FAMILY_GEMM_SOFTMAX) return CS_ERR_UNSUPPORTED;
+  bool const reduce = p.family == CS_FAMILY_GEMM_REDUCE;
+  if (p.family != CS_FAMILY_GEMM_SOFTMAX && !reduce) return CS_ERR_UNSUPPORTED;
+  // gemm_reduce: one of the six reductions, no C.
+  if (reduce && (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_L2 || p.beta != 0.0f))
+    return CS_ERR_UNSUPPORTED;
   if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
   if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD) return CS_ERR_UNSUPPORTED;
   if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != CS_LAYOUT_ROW)
@@ -937,8 +1056,8 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (p.lda > INT64_MAX / outer_a || p.ldb > INT64_MAX / outer_b) return CS_ERR_UNSUPPORTED;
   if (p.batch_stride_a < 0 || p.batch_stride_b < 0) return CS_ERR_UNSUPPORTED;
 
-  // Stage 2: C and D rows (any alignment of the element type).
-  if (p.m > 1 && p.ldd < p.n) return CS_ERR_UNSUPPORTED;
+  // Stage 2: C and D rows (any alignment of the element type); gemm_reduce's D is m x 1.
+  if (p.m > 1 && p.ldd < (reduce ? 1 : p.n)) return CS_ERR_UNSUPPORTED;
   if (p.batch > 1 && p.batch_stride_d == 0) return CS_ERR_UNSUPPORTED;   // D batches would race
   bool const has_c = p.beta != 0.0f;
   if (has_c && p.m > 1 && p.ldc < p.n) return CS_ERR_UNSUPPORTED;
@@ -1205,6 +1324,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   a.d_vec = reinterpret_cast<uintptr_t>(p.d) % vec_bytes == 0 && (p.m == 1 || p.ldd % 4 == 0) &&
             (p.batch == 1 || p.batch_stride_d % 4 == 0);
   a.prob = p;
+  if (p.family == CS_FAMILY_GEMM_REDUCE) return int32_t(cs_launch_reduce(a, int(p.reduce), stream));
   cudaError_t const err = p.log_softmax != 0 ? cs_launch_rows<true>(a, stream)
                                              : cs_launch_rows<false>(a, stream);
   return int32_t(err);

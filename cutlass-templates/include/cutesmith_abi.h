@@ -35,6 +35,10 @@
  *                            elements; layout_a ROW: element j of row i at i * lda + j,
  *                            COL: at j * lda + i) reduced to one value by `reduce`
  *                            (cs_reduce); n == 1, D is m x 1 (ldd 1, batch_stride_d m)
+ *   CS_FAMILY_GEMM_REDUCE:   D[b] = after(reduce(chain(alpha * A[b] * B[b]))): each row
+ *                            of the m x n product (through the chain) reduced to one
+ *                            value by `reduce`, then the kernel's own `cs_after` ops;
+ *                            no C (beta 0), D is m x 1 (ldd 1, batch_stride_d m)
  * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
  * operand to every batch.
  *
@@ -80,7 +84,8 @@ typedef enum cs_family {
   CS_FAMILY_GEMM_SOFTMAX = 5,
   CS_FAMILY_GEMM_GLU = 6,
   CS_FAMILY_NORM = 7,
-  CS_FAMILY_REDUCE = 8
+  CS_FAMILY_REDUCE = 8,
+  CS_FAMILY_GEMM_REDUCE = 9
 } cs_family;
 
 /* Element types of operands and results. */

@@ -24,6 +24,7 @@ pub mod cs_family {
     pub const CS_FAMILY_GEMM_GLU: Type = 6;
     pub const CS_FAMILY_NORM: Type = 7;
     pub const CS_FAMILY_REDUCE: Type = 8;
+    pub const CS_FAMILY_GEMM_REDUCE: Type = 9;
 }
 pub mod cs_dtype {
     #[allow(unused_imports)]

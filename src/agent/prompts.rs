@@ -179,6 +179,24 @@ impl WorkloadFacts {
                     )
                 }
             }
+            Family::GemmReduce => {
+                let after = w.after_chain();
+                let mut s = format!("z = alpha*A*B with alpha {}", pr.alpha);
+                if !chain.is_identity() {
+                    s.push_str(&format!(", x = chain(z): {}", chain.describe()));
+                }
+                s.push_str(&format!(
+                    "; y = {} over each row (n values) of {}; D (m x 1, one value a row) = ",
+                    pr.reduce.formula(),
+                    if chain.is_identity() { "z" } else { "x" }
+                ));
+                if after.is_identity() {
+                    s.push('y');
+                } else {
+                    s.push_str(&format!("after(y): {} (struct cs_after)", after.describe()));
+                }
+                s
+            }
             Family::Softmax => "softmax over each row (length n)".into(),
             Family::LogSoftmax => "log_softmax over each row (length n)".into(),
             Family::Norm => {
@@ -261,10 +279,17 @@ impl WorkloadFacts {
             intensity: format!("{:.1}", w.arithmetic_intensity(h)),
             bound: bound.to_string(),
             floor_us: floor,
-            chain_cpp: if fam.has_chain() && !chain.is_identity() {
-                chain.cpp()
-            } else {
-                String::new()
+            chain_cpp: {
+                let mut c = if fam.has_chain() && !chain.is_identity() {
+                    chain.cpp()
+                } else {
+                    String::new()
+                };
+                // gemm_reduce: the ops after the reduction too (`cs_after::apply(y)`).
+                if fam == Family::GemmReduce && !w.after_chain().is_identity() {
+                    c.push_str(&w.after_chain().cpp_after());
+                }
+                c
             },
         }
     }
@@ -294,7 +319,11 @@ pub fn precision_rule(w: &Workload) -> String {
 /// Advice on what a first kernel should look like, by workload class.
 pub fn class_advice(w: &Workload) -> &'static str {
     match w.family() {
-        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
+        Family::Gemm
+        | Family::GemmBiasAct
+        | Family::GemmSoftmax
+        | Family::GemmGlu
+        | Family::GemmReduce => {
             "Start from a correct Hopper GEMM: TMA loads of A and B tiles into swizzled shared \
              memory, a multi-stage mbarrier pipeline, WGMMA (64xNx16) from shared memory with fp32 \
              accumulators, and a predicated epilogue for ragged M and N. Correctness first: every \

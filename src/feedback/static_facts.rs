@@ -81,7 +81,11 @@ pub fn hints(
         );
     }
     match family {
-        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu
+        Family::Gemm
+        | Family::GemmBiasAct
+        | Family::GemmSoftmax
+        | Family::GemmGlu
+        | Family::GemmReduce
             if dtype != DType::F32 =>
         {
             if t.hgmma == 0 && t.hmma > 0 {
@@ -112,7 +116,11 @@ pub fn hints(
                 );
             }
         }
-        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
+        Family::Gemm
+        | Family::GemmBiasAct
+        | Family::GemmSoftmax
+        | Family::GemmGlu
+        | Family::GemmReduce => {
             if t.hmma == 0 && t.hgmma == 0 {
                 push(
                     Severity::Info,

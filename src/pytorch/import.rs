@@ -322,7 +322,7 @@ fn unknown_message(target: &str) -> String {
 /// The value `name` stands for: through copies and eval-mode dropouts (see
 /// [`passes_values`]) back to the node that computed it.
 fn through_copies<'s, 'g: 's>(nodes: &HashMap<&'g str, &'g Node>, mut name: &'s str) -> &'s str {
-    while let Some(n) = nodes.get(name).copied().filter(|n| passes_values(n)) {
+    while let Some(n) = nodes.get(name).copied().filter(|n| passes_values(nodes, n)) {
         match n.args.first().map(arg) {
             Some(Arg::Node(x)) => name = x,
             _ => break,
@@ -332,13 +332,46 @@ fn through_copies<'s, 'g: 's>(nodes: &HashMap<&'g str, &'g Node>, mut name: &'s 
 }
 
 /// A node that passes its first argument's values on unchanged: a copy (clone, detach,
-/// contiguous, alias) or an eval-mode dropout.
-fn passes_values(n: &Node) -> bool {
+/// contiguous, alias), an eval-mode dropout, a reduction over dimensions of size 1 only
+/// (KernelBench's `torch.max(x, dim=1, keepdim=True)` of an (m, 1) tensor is x), or the
+/// values (getitem 0) of such a max / min.
+fn passes_values(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
     let t = n.target.as_deref().unwrap_or_default();
     match op_name(t) {
         "clone" | "contiguous" | "alias" | "detach" => true,
         "dropout" => !n.args.get(2).and_then(Value::as_bool).unwrap_or(false),
-        _ => false,
+        "<built-in function getitem>" => {
+            n.args.get(1).and_then(Value::as_i64) == Some(0)
+                && matches!(n.args.first().map(arg), Some(Arg::Node(x))
+                    if nodes.get(x).is_some_and(|m| identity_reduction(nodes, m)))
+        }
+        _ => identity_reduction(nodes, n),
+    }
+}
+
+/// Whether `n` reduces only dimensions of size 1 (or a tensor of one element), where
+/// sum, mean, max, min and logsumexp all return their input.
+fn identity_reduction(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
+    let t = n.target.as_deref().unwrap_or_default();
+    if !matches!(
+        op_name(t),
+        "sum" | "mean" | "amax" | "amin" | "max" | "min" | "logsumexp"
+    ) {
+        return false;
+    }
+    let Some(Arg::Node(input)) = n.args.first().map(arg) else {
+        return false;
+    };
+    let Some(shape) = nodes
+        .get(input)
+        .and_then(|m| m.val.as_ref())
+        .map(|m| m.shape.clone())
+    else {
+        return false;
+    };
+    match norm::dims_arg(n, 1, "dim", shape.len()) {
+        Some(dims) => dims.iter().all(|&d| shape[d] == 1),
+        None => shape.iter().product::<i64>() == 1,
     }
 }
 
@@ -355,6 +388,8 @@ fn dtype_of(name: &str) -> Option<DType> {
 
 struct Mapper<'g> {
     nodes: HashMap<&'g str, &'g Node>,
+    /// Every node some other node (or the output) reads.
+    used: HashSet<&'g str>,
     order: HashMap<&'g str, usize>,
     problems: Vec<Unmapped>,
 }
@@ -443,6 +478,13 @@ struct GemmDims {
 }
 
 impl<'g> Mapper<'g> {
+    /// A part of a tuple-returning op that nothing reads (the indices of a max over a dim
+    /// whose values are all that is used).
+    fn unused_part(&self, n: &Node) -> bool {
+        n.target.as_deref() == Some("<built-in function getitem>")
+            && !self.used.contains(n.name.as_str())
+    }
+
     fn problem(&mut self, n: &Node, message: impl Into<String>) {
         self.problems.push(Unmapped {
             node: n.name.clone(),
@@ -727,7 +769,26 @@ pub fn map_graph(
     graph: &Graph,
     file: &str,
 ) -> std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>> {
+    let mut used: HashSet<&str> = HashSet::new();
+    fn note<'v>(v: &'v Value, used: &mut HashSet<&'v str>) {
+        match v {
+            Value::Array(a) => a.iter().for_each(|x| note(x, used)),
+            _ => {
+                if let Arg::Node(x) = arg(v) {
+                    used.insert(x);
+                }
+            }
+        }
+    }
+    for n in &graph.nodes {
+        n.args
+            .iter()
+            .chain(n.kwargs.values())
+            .for_each(|v| note(v, &mut used));
+    }
+    graph.output.iter().for_each(|v| note(v, &mut used));
     let mut mp = Mapper {
+        used,
         nodes: graph.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         order: graph
             .nodes
@@ -758,7 +819,11 @@ pub fn map_graph(
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
-        if classify(t) == Class::Unknown && !absorbed.contains(n.name.as_str()) {
+        if classify(t) == Class::Unknown
+            && !absorbed.contains(n.name.as_str())
+            && !passes_values(&mp.nodes, n)
+            && !mp.unused_part(n)
+        {
             mp.problem(n, unknown_message(t));
         }
     }
@@ -825,9 +890,11 @@ pub fn map_graph(
             mp.problem(n, "a second reduction: a workload has one");
         }
     }
+    // One GEMM and one reduction after it: gemm_reduce (map_gemm_reduce checks the rest).
+    let gemm_reduce = gemms.len() == 1 && softmaxes.is_empty() && norms.is_empty();
     if let (Some(rm), true) = (
         reductions.first(),
-        !gemms.is_empty() || !softmaxes.is_empty() || !norms.is_empty(),
+        !gemm_reduce && (!gemms.is_empty() || !softmaxes.is_empty() || !norms.is_empty()),
     ) {
         if let Some(n) = mp.nodes.get(rm.head.as_str()).copied() {
             mp.problem(
@@ -846,6 +913,9 @@ pub fn map_graph(
         }
         (None, None) if !reductions.is_empty() => {
             reduce::map_reduce(&mut mp, &reductions[0], &out_name, file, &mut ops)
+        }
+        (Some(g), None) if !reductions.is_empty() => {
+            reduce::map_gemm_reduce(&mut mp, g, &reductions[0], &out_name, file, &mut ops)
         }
         (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
         (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),
@@ -957,7 +1027,7 @@ fn chain_after<'g>(
     all.sort_by_key(|n| mp.order.get(n.name.as_str()).copied().unwrap_or(0));
     let end_at = mp.order.get(end.as_str()).copied();
     for n in all {
-        if n.op != "call_function" || n.name == start {
+        if n.op != "call_function" || n.name == start || mp.unused_part(n) {
             continue;
         }
         if let (Some(e), Some(o)) = (end_at, mp.order.get(n.name.as_str())) {
@@ -987,17 +1057,17 @@ fn chain_after<'g>(
         let op = op_name(&t).to_string();
         match classify(&t) {
             Class::Elementwise => {}
-            Class::View if passes_values(n) => {}
+            Class::View | Class::Unknown if passes_values(&mp.nodes, n) => {}
             _ => {
                 mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only (a GEMM's softmax may follow them)");
                 return None;
             }
         }
-        if op == "dropout" && !passes_values(n) {
+        if op == "dropout" && !passes_values(&mp.nodes, n) {
             mp.problem(n, "dropout in training mode is random; call model.eval()");
             return None;
         }
-        if passes_values(n) {
+        if passes_values(&mp.nodes, n) {
             if matches!(n.args.first().map(arg), Some(Arg::Node(_))) {
                 continue;
             }
@@ -1493,16 +1563,7 @@ fn map_gemm<'g>(
             (Family::Gemm, chain)
         }
     };
-    let layout = LayoutSpec {
-        a: Some(g.a),
-        b: Some(g.b),
-        c: None,
-        shared: match (g.shared_a, g.shared_b) {
-            (true, _) => Some(vec![SharedOperand::A]),
-            (_, true) => Some(vec![SharedOperand::B]),
-            _ => None,
-        },
-    };
+    let layout = gemm_layout(&g);
     let what = format!(
         "{} {}{} GEMM{}{}",
         g.dtype,
@@ -1537,7 +1598,22 @@ fn map_gemm<'g>(
         tolerance: None,
         target: None,
         epilogue,
+        after: Vec::new(),
     })
+}
+
+/// The `[layout]` of a GEMM the importer found.
+fn gemm_layout(g: &GemmDims) -> LayoutSpec {
+    LayoutSpec {
+        a: Some(g.a),
+        b: Some(g.b),
+        c: None,
+        shared: match (g.shared_a, g.shared_b) {
+            (true, _) => Some(vec![SharedOperand::A]),
+            (_, true) => Some(vec![SharedOperand::B]),
+            _ => None,
+        },
+    }
 }
 
 fn softmax_dim_ok(mp: &mut Mapper<'_>, s: &Node) -> Option<()> {
@@ -1646,6 +1722,7 @@ fn map_softmax(
         tolerance: None,
         target: None,
         epilogue: Vec::new(),
+        after: Vec::new(),
     })
 }
 
@@ -1723,6 +1800,7 @@ fn map_activation(
         tolerance: None,
         target: None,
         epilogue: chain,
+        after: Vec::new(),
     })
 }
 
@@ -2048,21 +2126,95 @@ mod tests {
         );
         let e = map_graph(&g, "t.py").unwrap_err();
         assert!(e[0].message.contains("not adjacent"), "{}", e[0].message);
-        // A reduction after a GEMM is not one workload.
-        let mut nodes = mm_nodes(&[64, 1], &[1, 64]);
+        // A reduction of a GEMM's rows is gemm_reduce (tested below); over its first dim
+        // it is refused.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.push(node(
             "s",
             "aten.sum.dim_IntList",
-            serde_json::json!([r("mm"), [1]]),
-            &[64],
+            serde_json::json!([r("mm"), [0]]),
+            &[16],
             &[1],
         ));
         let e = map_graph(&graph(nodes, "s"), "t.py").unwrap_err();
         assert!(
-            e.iter()
-                .any(|u| u.message.contains("a reduction beside a GEMM")),
+            e.iter().any(|u| u.message.contains("reduces each row")),
             "{e:?}"
         );
+    }
+
+    /// KernelBench level 2's GEMM, chain, row reduction, ops: gemm_reduce, with the
+    /// reductions over the size-1 dim left after the first (`torch.max(x, 1)[0]`, mean,
+    /// logsumexp of an (m, 1) tensor) passed through as the identities they are.
+    #[test]
+    fn a_gemm_then_a_row_reduction_is_gemm_reduce() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            node(
+                "sg",
+                "aten.sigmoid.default",
+                serde_json::json!([r("mm")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "s",
+                "aten.sum.dim_IntList",
+                serde_json::json!([r("sg"), [1], true]),
+                &[64, 1],
+                &[1, 1],
+            ),
+            json_node(
+                "mx",
+                "call_function",
+                Some("aten.max.dim"),
+                None,
+                serde_json::json!([r("s"), 1, true]),
+                &[],
+                &[],
+            ),
+            node(
+                "v",
+                "<built-in function getitem>",
+                serde_json::json!([r("mx"), 0]),
+                &[64, 1],
+                &[1, 1],
+            ),
+            node(
+                "idx",
+                "<built-in function getitem>",
+                serde_json::json!([r("mx"), 1]),
+                &[64, 1],
+                &[1, 1],
+            ),
+            node(
+                "l",
+                "aten.logsumexp.default",
+                serde_json::json!([r("v"), [1], true]),
+                &[64, 1],
+                &[1, 1],
+            ),
+            node(
+                "g",
+                "aten.gelu.default",
+                serde_json::json!([r("l")]),
+                &[64, 1],
+                &[1, 1],
+            ),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "g"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmReduce);
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Sum));
+        let s = spec.shapes[0];
+        assert_eq!((s.m, s.n, s.k), (Some(64), Some(16), Some(32)));
+        let ops_of = |v: &[OpSpec]| v.iter().map(|o| o.op.clone()).collect::<Vec<_>>();
+        assert_eq!(ops_of(&spec.epilogue), ["sigmoid"]);
+        assert_eq!(ops_of(&spec.after), ["gelu_erf"]);
+        assert_eq!(ops, ["mm", "sigmoid", "sum over the last dim", "gelu_erf"]);
+        // The spec is valid as written.
+        let text = spec.to_toml().unwrap();
+        let w = Workload::parse(std::path::Path::new("t.toml"), &text).unwrap();
+        assert_eq!(w.after_chain().steps.len(), 1);
     }
 
     /// KernelBench's diagonal matmul, `a.unsqueeze(1) * b` (diag(a) @ b): the activation

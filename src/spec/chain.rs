@@ -712,6 +712,33 @@ impl Chain {
         s.push_str("    return x;\n  }\n};\n");
         s
     }
+
+    /// gemm_reduce's `cs_after` functor: the ops on each reduced value (no tensors), as
+    /// the `[[after]]` table gives them; the identity without ops. Placed after the
+    /// `cs_chain` block (which includes `cutesmith_chain.cuh`).
+    pub fn cpp_after(&self) -> String {
+        let mut s = String::from("#define CS_AFTER_DEFINED 1\n");
+        let _ = writeln!(
+            s,
+            "// cutesmith ops after the reduction (generated from [[after]]; do not edit):\n//   {}",
+            self.describe()
+        );
+        s.push_str("struct cs_after {\n");
+        let _ = writeln!(
+            s,
+            "  static constexpr bool kIdentity = {};",
+            self.is_identity()
+        );
+        s.push_str("  CS_HD static float apply(float z) {\n    float x = z;\n");
+        for st in &self.steps {
+            let _ = writeln!(s, "    x = {};", self.step_text(st, true));
+            if let Some(i) = st.save {
+                let _ = writeln!(s, "    const float s{i} = x;");
+            }
+        }
+        s.push_str("    return x;\n  }\n};\n");
+        s
+    }
 }
 
 impl Activation {

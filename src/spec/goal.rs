@@ -32,9 +32,11 @@ impl Workload {
     /// GEMM families, the device copy for the memory-bound ones.
     pub fn goal_baseline(&self) -> &'static str {
         match self.family() {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
-                self.target().speedup_vs.name()
-            }
+            Family::Gemm
+            | Family::GemmBiasAct
+            | Family::GemmSoftmax
+            | Family::GemmGlu
+            | Family::GemmReduce => self.target().speedup_vs.name(),
             Family::Activation
             | Family::Softmax
             | Family::LogSoftmax
@@ -53,7 +55,11 @@ impl Workload {
                 .and_then(|b| b.2)
         };
         match self.family() {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
+            Family::Gemm
+            | Family::GemmBiasAct
+            | Family::GemmSoftmax
+            | Family::GemmGlu
+            | Family::GemmReduce => {
                 let t = self.target();
                 let want = t.min_speedup;
                 let vs = self.goal_baseline();

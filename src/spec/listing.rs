@@ -43,6 +43,16 @@ impl Workload {
                 }
             ),
             Family::GemmGlu => format!("{s} {} {}-glu", self.layouts.blas_name(), self.params.gate),
+            Family::GemmReduce => format!(
+                "{s} {}{chain} {}{}",
+                self.layouts.blas_name(),
+                self.params.reduce,
+                if self.after.steps.is_empty() {
+                    String::new()
+                } else {
+                    format!(" +{} after", self.after.steps.len())
+                }
+            ),
             Family::Activation => {
                 // The chain's first op is the activation (written as `activation =` or as
                 // the first `[[epilogue]]` op).

@@ -77,6 +77,8 @@ pub struct Workload {
     shapes: Vec<Shape>,
     params: Params,
     chain: Chain,
+    /// gemm_reduce: the ops after the reduction (`[[after]]`); empty elsewhere.
+    after: Chain,
     tolerance: Tolerance,
     target: Target,
 }
@@ -238,6 +240,27 @@ impl Workload {
     /// The epilogue chain (empty for the families without one).
     pub fn chain(&self) -> &Chain {
         &self.chain
+    }
+
+    /// gemm_reduce: the ops on each reduced value (`[[after]]`; no tensors); the empty
+    /// chain for every other family.
+    pub fn after_chain(&self) -> &Chain {
+        &self.after
+    }
+
+    /// Columns of D on `shape`: n, except for gemm_reduce, whose GEMM's n columns are
+    /// reduced to one (the reduce family's shapes already say n = 1).
+    pub fn d_cols(&self, shape: &Shape) -> u64 {
+        if self.family == Family::GemmReduce {
+            1
+        } else {
+            shape.n
+        }
+    }
+
+    /// Elements of D on `shape`, across the batch.
+    pub fn d_elements(&self, shape: &Shape) -> u64 {
+        shape.m * self.d_cols(shape) * shape.batch
     }
 
     /// When results are accepted.
@@ -530,6 +553,57 @@ k = 4096
     }
 
     const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";
+
+    /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it
+    /// (row and column operands), `[[after]]` ops (no tensors); no C.
+    #[test]
+    fn gemm_reduce_specs_split_their_chain_at_the_reduction() {
+        const GR: &str = "description = \"g\"\nfamily = \"gemm_reduce\"\ndtype = \"bf16\"\nout_dtype = \"f32\"\n";
+        let shapes = "[[shapes]]\nbatch = 2\nm = 64\nn = 300\nk = 128\n";
+        let ok = format!(
+            "{GR}[params]\nreduce = \"logsumexp\"\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n[[epilogue]]\nop = \"clamp\"\nmin = -10.0\nmax = 10.0\n[[after]]\nop = \"mish\"\n[[after]]\nop = \"mul\"\noperand = \"z\"\n{shapes}"
+        );
+        let w = parse("g", &ok).unwrap();
+        let sh = w.shapes()[0];
+        assert_eq!((sh.m, sh.n, sh.k, sh.batch), (64, 300, 128, 2));
+        assert_eq!(w.d_cols(&sh), 1);
+        assert_eq!(w.d_elements(&sh), 128);
+        assert_eq!(w.chain().steps.len(), 2);
+        assert_eq!(w.after_chain().steps.len(), 2);
+        // The after chain is its own functor; at y = 1: mish(1) * 1.
+        let mish1 = 1.0 * (1.0f64 + 1.0f64.exp()).ln().tanh();
+        assert!((w.after_chain().eval(1.0, &[]) - mish1).abs() < 1e-12);
+        assert!(w.after_chain().cpp_after().contains("struct cs_after"));
+        // Bytes: A and B once, the bias row (in D's type, f32), D one f32 a row.
+        let want = (2.0 * 64.0 * 128.0 + 2.0 * 128.0 * 300.0) * 2.0 + 300.0 * 4.0 + 128.0 * 4.0;
+        assert_eq!(w.min_bytes(&sh), want);
+        // Fused work: measured against the unfused sequence first.
+        assert_eq!(w.target().speedup_vs, Baseline::Unfused);
+        let bad = |extra: &str| {
+            err(
+                "g",
+                &format!("{GR}[params]\nreduce = \"sum\"\n{extra}{shapes}"),
+            )
+        };
+        let e = err("g", &format!("{GR}{shapes}"));
+        assert!(
+            e.contains("params.reduce") && e.contains("gemm_reduce needs one"),
+            "{e}"
+        );
+        let e = bad("beta = 1.0\n");
+        assert!(e.contains("params.beta") && e.contains("no C"), "{e}");
+        let e = bad("[[epilogue]]\nop = \"add\"\noperand = \"matrix\"\n");
+        assert!(e.contains("not a matrix"), "{e}");
+        let e = bad("[[after]]\nop = \"mul\"\noperand = \"col\"\n");
+        assert!(e.contains("[[after]] ops read no tensor"), "{e}");
+        let e = bad("[layout]\nc = \"col\"\n");
+        assert!(e.contains("layout.c") && e.contains("m x 1"), "{e}");
+        let e = err("g", &format!("{GEMM}[[after]]\nop = \"relu\"\n"));
+        assert!(
+            e.contains("after") && e.contains("only for family gemm_reduce"),
+            "{e}"
+        );
+    }
 
     const REDUCE: &str = "description = \"r\"\nfamily = \"reduce\"\ndtype = \"f32\"\n";
 

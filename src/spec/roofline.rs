@@ -31,7 +31,9 @@ impl Workload {
     /// Norm: 3 per element (a square or abs and a sum, the scale), 5 for LayerNorm (the
     /// mean, the centered square and sum, the shift and scale), plus the chain's count.
     /// Softmax: 5 per element (max, subtract, exp, sum, scale by 1/sum); log-softmax 6
-    /// (max, subtract, exp, sum, log, subtract).
+    /// (max, subtract, exp, sum, log, subtract). gemm_reduce: the GEMM, the chain on each
+    /// product, the reduction's count per product (as the reduce family's) and the
+    /// `[[after]]` ops on each of the m results.
     pub fn flops(&self, shape: &Shape) -> f64 {
         let out = shape.output_elements() as f64;
         let gemm = 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64 * shape.batch as f64;
@@ -61,14 +63,25 @@ impl Workload {
             // A compare or add an element (logsumexp: subtract, exp, add, and the max
             // pass; L2: square and add), then the chain on each result.
             Family::Reduce => {
-                let per = match self.params.reduce {
-                    ReduceKind::Logsumexp => 4.0,
-                    ReduceKind::L2 => 2.0,
-                    _ => 1.0,
-                };
-                per * shape.m as f64 * shape.k as f64 * shape.batch as f64
+                self.reduce_flops_per_element()
+                    * shape.m as f64
+                    * shape.k as f64
+                    * shape.batch as f64
                     + out * self.chain.flops_per_element()
             }
+            Family::GemmReduce => {
+                gemm + out * (self.chain.flops_per_element() + self.reduce_flops_per_element())
+                    + self.d_elements(shape) as f64 * self.after.flops_per_element()
+            }
+        }
+    }
+
+    /// A reduction's FLOPs per element reduced.
+    fn reduce_flops_per_element(&self) -> f64 {
+        match self.params.reduce {
+            ReduceKind::Logsumexp => 4.0,
+            ReduceKind::L2 => 2.0,
+            _ => 1.0,
         }
     }
 
@@ -91,7 +104,7 @@ impl Workload {
     pub fn device_bytes(&self, shape: &Shape) -> f64 {
         let t = self.tensor_sizes(shape);
         let reference_planes = match self.family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => 8.0,
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmReduce => 8.0,
             Family::GemmGlu => 16.0,
             Family::Activation
             | Family::Softmax
@@ -127,6 +140,7 @@ impl Workload {
                 self.tensor_bytes(shape),
             ),
             Family::GemmGlu => ((m * k * ba + 2.0 * k * n * bb) * inb, 0.0),
+            Family::GemmReduce => ((m * k * ba + k * n * bb) * inb, self.tensor_bytes(shape)),
             Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
                 (elements * inb, self.tensor_bytes(shape))
             }
@@ -135,7 +149,7 @@ impl Workload {
         };
         TensorSizes {
             inputs,
-            output: elements * outb,
+            output: self.d_elements(shape) as f64 * outb,
             chain,
             elements,
         }

@@ -100,14 +100,21 @@ impl Validator<'_> {
             }
         };
 
+        if family == Family::GemmReduce && (layouts.c == Layout::Col) {
+            return Err(self.err(
+                "layout.c",
+                "family gemm_reduce writes D as m x 1 (one value a row): leave c out or set \"row\"",
+            ));
+        }
         let shapes = self.shapes(family, &spec.shapes)?;
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
+        let after = self.after(family, out_dtype, &spec.after)?;
         let tolerance =
             self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
-            Family::GemmGlu | Family::GemmSoftmax => true,
+            Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
             Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce => false,
@@ -127,6 +134,7 @@ impl Validator<'_> {
             shapes,
             params,
             chain,
+            after,
             tolerance,
             target,
         };
@@ -192,6 +200,20 @@ impl Validator<'_> {
                 Some(i) => self.err(format!("epilogue[{i}].{}", e.field), e.message),
                 None => self.err("epilogue", e.message),
             })?;
+        // gemm_reduce's chain runs on the m x n product before the reduction: a row (a
+        // bias) or a column operand, not a matrix (the workload's tensors are D-shaped).
+        if family == Family::GemmReduce {
+            if let Some(t) = chain.tensors.iter().find(|t| t.kind == TensorKind::Matrix) {
+                return Err(self.err(
+                    "epilogue",
+                    format!(
+                        "family gemm_reduce's [[epilogue]] ops may read a row (n values) or \
+                         a column (m values) operand, not a matrix (`{}`)",
+                        t.name
+                    ),
+                ));
+            }
+        }
         // A reduction's D is one value a row: the only tensor it can be combined with is a
         // column operand (one value a row).
         if family == Family::Reduce {
@@ -206,6 +228,40 @@ impl Validator<'_> {
                     ),
                 ));
             }
+        }
+        Ok(chain)
+    }
+
+    /// gemm_reduce's `[[after]]` ops: on each reduced value, reading no tensor.
+    fn after(&self, family: Family, out_dtype: DType, specs: &[OpSpec]) -> Result<Chain> {
+        let mut chain = Chain::default();
+        if specs.is_empty() {
+            return Ok(chain);
+        }
+        if family != Family::GemmReduce {
+            return Err(self.err(
+                "after",
+                format!(
+                    "only for family gemm_reduce (ops on each reduced value), not {family}; \
+                     use [[epilogue]]"
+                ),
+            ));
+        }
+        chain
+            .extend_from_spec(specs, out_dtype)
+            .map_err(|e| match e.index {
+                Some(i) => self.err(format!("after[{i}].{}", e.field), e.message),
+                None => self.err("after", e.message),
+            })?;
+        if let Some(t) = chain.tensors.first() {
+            return Err(self.err(
+                "after",
+                format!(
+                    "[[after]] ops read no tensor (`{}` is one); constants, `z` (the reduced \
+                     value) and saved names only",
+                    t.name
+                ),
+            ));
         }
         Ok(chain)
     }
@@ -314,7 +370,7 @@ impl Validator<'_> {
                 format!("an fp8 output needs fp8 operands, not {}", spec.dtype),
             ));
         }
-        if matches!(family, Family::Norm | Family::Reduce)
+        if matches!(family, Family::Norm | Family::Reduce | Family::GemmReduce)
             && !(out_dtype == spec.dtype || out_dtype == DType::F32)
         {
             return Err(self.err(
@@ -380,7 +436,11 @@ impl Validator<'_> {
             }
         };
         let shape = match family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => Shape {
+            Family::Gemm
+            | Family::GemmBiasAct
+            | Family::GemmSoftmax
+            | Family::GemmGlu
+            | Family::GemmReduce => Shape {
                 m: dim("m", s.m, None)?,
                 n: dim("n", s.n, None)?,
                 k: dim("k", s.k, None)?,
@@ -485,17 +545,17 @@ impl Validator<'_> {
             (_, k) => k.unwrap_or(NormKind::Rms),
         };
         let reduce = match (family, p.reduce) {
-            (Family::Reduce, None) => {
+            (Family::Reduce | Family::GemmReduce, None) => {
                 return Err(self.err(
                     "params.reduce",
                     format!(
-                        "missing; family reduce needs one; allowed: {}",
+                        "missing; family {family} needs one; allowed: {}",
                         ReduceKind::ALL.map(ReduceKind::name).join(", ")
                     ),
                 ))
             }
-            (Family::Reduce, Some(r)) => r,
-            (_, Some(_)) => return Err(only("reduce", "reduce")),
+            (Family::Reduce | Family::GemmReduce, Some(r)) => r,
+            (_, Some(_)) => return Err(only("reduce", "reduce and gemm_reduce")),
             (_, None) => ReduceKind::Sum,
         };
         if !dtype.is_fp8() {
@@ -529,6 +589,15 @@ impl Validator<'_> {
                 return Err(only("beta", "gemm and gemm_bias_act"));
             }
         }
+        // gemm_reduce reduces alpha * A * B (+ its chain); a C term would be read as an
+        // m x n matrix beside an m x 1 output.
+        if family == Family::GemmReduce && p.beta.is_some_and(|b| b != 0.0) {
+            return Err(self.err(
+                "params.beta",
+                "family gemm_reduce reads no C (beta must be 0); add a matrix before the \
+                 reduction is not supported",
+            ));
+        }
         if p.bias.is_some() && family != Family::GemmBiasAct {
             return Err(only("bias", "gemm_bias_act"));
         }
@@ -540,7 +609,7 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
-            (Family::Norm | Family::Reduce, Some(_)) => {
+            (Family::Norm | Family::Reduce | Family::GemmReduce, Some(_)) => {
                 return Err(self.err(
                     "params.activation",
                     format!(
@@ -560,7 +629,8 @@ impl Validator<'_> {
                 | Family::GemmSoftmax
                 | Family::GemmGlu
                 | Family::Norm
-                | Family::Reduce,
+                | Family::Reduce
+                | Family::GemmReduce,
                 None,
             ) => Activation::Identity,
             (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
@@ -647,6 +717,7 @@ impl Validator<'_> {
             (Family::Norm, NormKind::L2, _) => t.atol_scale = AtolScale::InvSqrtN,
             (Family::Norm, NormKind::L1, _) => t.atol_scale = AtolScale::InvN,
             (Family::Reduce, _, ReduceKind::Mean) => t.atol_scale = AtolScale::InvSqrtK,
+            (Family::GemmReduce, _, ReduceKind::Mean) => t.atol_scale = AtolScale::InvSqrtN,
             _ => {}
         }
         let Some(spec) = spec else { return Ok(t) };
@@ -766,9 +837,11 @@ impl Validator<'_> {
 /// The dimensions a family's shapes take, for error messages.
 fn needs(family: Family) -> &'static str {
     match family {
-        Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu => {
-            "m, n, k (and optional batch)"
-        }
+        Family::Gemm
+        | Family::GemmBiasAct
+        | Family::GemmSoftmax
+        | Family::GemmGlu
+        | Family::GemmReduce => "m, n, k (and optional batch)",
         Family::Activation => "n (and optional m rows)",
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
         Family::Norm => "n (elements per row), optional m rows and batch",

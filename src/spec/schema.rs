@@ -32,11 +32,15 @@ pub enum Family {
     /// Each row of A (k elements) reduced to one value (sum, mean, max, min, logsumexp,
     /// L2 norm: `params.reduce`), then the epilogue chain; D is m x 1.
     Reduce,
+    /// Each row of `chain(alpha * A * B)` (n values) reduced to one value
+    /// (`params.reduce`), then the `[[after]]` ops; D is m x 1 (a KernelBench-style
+    /// `linear -> ops -> sum / logsumexp / max over dim 1 -> ops`).
+    GemmReduce,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
@@ -46,6 +50,7 @@ impl Family {
         Family::GemmGlu,
         Family::Norm,
         Family::Reduce,
+        Family::GemmReduce,
     ];
 
     /// The spelling used in spec files and reports.
@@ -60,6 +65,7 @@ impl Family {
             Family::GemmGlu => "gemm_glu",
             Family::Norm => "norm",
             Family::Reduce => "reduce",
+            Family::GemmReduce => "gemm_reduce",
         }
     }
 
@@ -75,6 +81,7 @@ impl Family {
             Family::GemmGlu => 6,
             Family::Norm => 7,
             Family::Reduce => 8,
+            Family::GemmReduce => 9,
         }
     }
 
@@ -82,7 +89,11 @@ impl Family {
     pub fn is_gemm(self) -> bool {
         matches!(
             self,
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmGlu
+            Family::Gemm
+                | Family::GemmBiasAct
+                | Family::GemmSoftmax
+                | Family::GemmGlu
+                | Family::GemmReduce
         )
     }
 
@@ -99,13 +110,14 @@ impl Family {
                 | Family::Norm
                 | Family::Reduce
                 | Family::GemmSoftmax
+                | Family::GemmReduce
         )
     }
 
     /// Whether the chain runs before the family's row operation (gemm_softmax: the
     /// softmax reads the chain's result) rather than producing the output itself.
     pub fn chain_before_row_op(self) -> bool {
-        self == Family::GemmSoftmax
+        matches!(self, Family::GemmSoftmax | Family::GemmReduce)
     }
 
     /// Whether each output row is normalized (softmax or log-softmax).
@@ -744,6 +756,10 @@ pub struct WorkloadSpec {
     /// the activation family, after the activation). See [`super::chain`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub epilogue: Vec<super::chain::OpSpec>,
+    /// gemm_reduce: the ops applied to each reduced value (`[[after]]`), after the
+    /// reduction; they read no tensor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<super::chain::OpSpec>,
 }
 
 /// `[layout]` as written.

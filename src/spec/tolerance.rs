@@ -80,6 +80,9 @@ impl Tolerance {
             // (from the sum of |a||b|), so their atol does not grow with k.
             Family::Gemm | Family::GemmBiasAct | Family::GemmGlu => AtolScale::None,
             Family::Softmax | Family::LogSoftmax | Family::GemmSoftmax => AtolScale::InvN,
+            // The reduction's error bound (from each product's and the sum's) is carried
+            // per row, like a GEMM's.
+            Family::GemmReduce => AtolScale::None,
             Family::Activation => AtolScale::None,
             // L2 and L1 norms scale by 1/sqrt(n) and 1/n (set by the spec's rules).
             Family::Norm | Family::Reduce => AtolScale::None,

@@ -49,7 +49,10 @@ pub fn workload_block(w: &Workload) -> String {
     if w.allow_tf32() {
         s.push_str("#define CS_WL_ALLOW_TF32 1 // fp32 operands may be rounded to TF32\n");
     }
-    if w.family() == crate::spec::Family::Reduce {
+    if matches!(
+        w.family(),
+        crate::spec::Family::Reduce | crate::spec::Family::GemmReduce
+    ) {
         s.push_str(&format!(
             "#define CS_WL_REDUCE {} // cs_reduce: {}\n",
             w.params().reduce.abi_value(),
@@ -95,6 +98,12 @@ pub fn workload_block(w: &Workload) -> String {
             }
         }
         s.push_str(&w.chain().cpp());
+    }
+    if w.family() == crate::spec::Family::GemmReduce {
+        if w.chain().is_identity() {
+            s.push_str("#include \"cutesmith_chain.cuh\"\n");
+        }
+        s.push_str(&w.after_chain().cpp_after());
     }
     s
 }

@@ -82,7 +82,7 @@ fn takes(template: &str) -> Option<Takes> {
             shared: true,
         },
         "gemm_softmax" => Takes {
-            families: &[Family::GemmSoftmax],
+            families: &[Family::GemmSoftmax, Family::GemmReduce],
             dtypes: &[DType::BF16, DType::F16, DType::F32],
             out: None,
             cd_col: false,
@@ -295,6 +295,14 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             if s.template == "gemm_glu" {
                 tma_rows(s, w)?;
+            }
+            if s.template == "gemm_softmax" {
+                let streamk = s.get("CS_STREAMK", 0);
+                if !(0..=1).contains(&streamk) || (streamk == 1 && s.get("CS_SCHEDULE", 0) != 0) {
+                    return Err(format!(
+                        "CS_STREAMK {streamk}: 0, or 1 with the cooperative schedule (CS_SCHEDULE=0)"
+                    ));
+                }
             }
             if s.template == "gemm_softmax" && w.dtype() == DType::F32 {
                 // The 3xTF32 mainloop: two accumulator sets a thread, two consumer

@@ -49,13 +49,49 @@ fn f16_split_fits(w: &Workload) -> bool {
 /// 2048^3 (158.27 / 170.98) and beyond.
 const F32_SPLIT_MIN_FLOPS: f64 = 8e9;
 
+/// The two fp32-accurate mainloops' rates on an H100 at 4096^3 (3xF16 722.94 us, 190
+/// TFLOP/s; 3xTF32 1351.78 us, 102 TFLOP/s: bench/fp32-3xf16-h100.md run 15), and the
+/// rate a streaming pass moves bytes at (the copy bandwidth, about 3.0 TB/s).
+const F16_SPLIT_FLOPS_PER_S: f64 = 190e12;
+const TF32_SPLIT_FLOPS_PER_S: f64 = 102e12;
+const PASS_BYTES_PER_S: f64 = 3.0e12;
+
+/// K below which 3xTF32 leads however the estimates compare: with one or two k-tiles an
+/// output tile, 3xF16's tiles (four fp16 operand tiles a stage and a tile coordinate
+/// handed over at each) run far below its rate. H100, KernelBench level 1 problem 9
+/// (32768 x 32768 x 32): 3xF16 4586 us, 3xTF32 1739, cuBLAS fp32 2516
+/// (bench/kernelbench-h100.md).
+const F16_MIN_K: u64 = 256;
+
+/// Estimated seconds of the headline on 3xF16 and on 3xTF32: 3xF16 first splits A and B
+/// (each element read in fp32 and written as two fp16 parts: 8 bytes), then each GEMM
+/// takes the longer of its products at its rate and its bytes (A and B once, D, the
+/// chain's tensors) at the pass rate. With few rows against a large weight the split pass
+/// costs more than 3xF16's faster products save (128 x 16384 x 16384 with a chain: 3xF16
+/// 1512 us, 3xTF32 921, cuBLAS fp32 1365; bench/kernelbench-h100.md).
+pub fn f32_estimates(w: &Workload) -> (f64, f64) {
+    let h = w.headline();
+    let (m, n, k, b) = (h.m as f64, h.n as f64, h.k as f64, h.batch.max(1) as f64);
+    let lay = w.layouts();
+    let elements =
+        m * k * if lay.shared_a { 1.0 } else { b } + k * n * if lay.shared_b { 1.0 } else { b };
+    let flops = 2.0 * m * n * k * b;
+    let bytes = w.min_bytes(h) / PASS_BYTES_PER_S;
+    let f16 = 8.0 * elements / PASS_BYTES_PER_S + (flops / F16_SPLIT_FLOPS_PER_S).max(bytes);
+    let tf32 = (flops / TF32_SPLIT_FLOPS_PER_S).max(bytes);
+    (f16, tf32)
+}
+
 /// The fp32-accurate Hopper candidates in order: 3xF16's (`f16`, empty where it does not
-/// apply) then 3xTF32's for a large problem; for a small one 3xTF32's first, 3xF16's
-/// first next, then the rest of each.
+/// apply) then 3xTF32's where 3xF16 is expected ahead (a large problem, K of at least
+/// [`F16_MIN_K`], and [`f32_estimates`] in its favour); otherwise 3xTF32's first,
+/// 3xF16's first next, then the rest of each.
 fn f32_order(f16: Vec<Strategy>, tf32: Vec<Strategy>, w: &Workload) -> Vec<Strategy> {
     let h = w.headline();
     let flops = 2.0 * h.m as f64 * h.n as f64 * h.k as f64 * h.batch.max(1) as f64;
-    if f16.is_empty() || flops >= F32_SPLIT_MIN_FLOPS {
+    let (t16, t32) = f32_estimates(w);
+    let f16_first = flops >= F32_SPLIT_MIN_FLOPS && h.k >= F16_MIN_K && t16 < t32;
+    if f16.is_empty() || f16_first {
         return f16.into_iter().chain(tf32).collect();
     }
     let (mut f16, mut tf32) = (f16.into_iter(), tf32.into_iter());
@@ -408,7 +444,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.swap(first, first + 1);
             }
         }
-        Family::GemmSoftmax if w.dtype() == DType::F32 => {
+        Family::GemmSoftmax | Family::GemmReduce if w.dtype() == DType::F32 => {
             // The two widest tiles whose two stages fit (an MN-major operand's split
             // buffers take more shared memory).
             let fits: Vec<i64> = [192, 128, 64]
@@ -442,9 +478,28 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 );
                 tf32.push(mk("gemm_softmax", with(&p, &fp16), &why));
             }
+            // Fewer 128-row tiles than two waves of SMs (few rows against a long K): each
+            // mainloop's first tile on the stream-K scheduler first, so that every SM works.
+            for list in [&mut f16, &mut tf32] {
+                let Some(first) = list.first().cloned() else {
+                    continue;
+                };
+                let h = w.headline();
+                let tn = first.params.get("CS_TILE_N").copied().unwrap_or(192).max(1) as u64;
+                let tiles = h.m.div_ceil(128) * h.n.div_ceil(tn) * h.batch.max(1);
+                if tiles < 2 * super::tuner::SMS {
+                    let mut sk = first;
+                    sk.params.insert("CS_STREAMK".into(), 1);
+                    sk.rationale = format!(
+                        "{}; stream-K ({tiles} tiles: the K loops split over every SM)",
+                        sk.rationale
+                    );
+                    list.insert(0, sk);
+                }
+            }
             out.extend(f32_order(f16, tf32, w));
         }
-        Family::GemmSoftmax => {
+        Family::GemmSoftmax | Family::GemmReduce => {
             for (p, why) in [
                 (
                     &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],
@@ -817,6 +872,49 @@ mod tests {
             .all(|s| s.get("CS_F32_MODE", 0) == 0));
     }
 
+    /// Which fp32 mainloop leads follows the estimated time, split pass included: 3xF16
+    /// at 4096^3, 3xTF32 where a large weight meets few rows (the split moves more bytes
+    /// than its products save) and where K is a k-tile or two; few tiles of a GEMM +
+    /// softmax or + reduction take the stream-K scheduler first.
+    #[test]
+    fn the_fp32_mainloop_order_follows_the_estimates() {
+        let gemm = |m: u64, n: u64, k: u64, family: &str| {
+            Workload::parse(
+                "workloads/x.toml",
+                &format!(
+                    "description = \"x\"\nfamily = \"{family}\"\ndtype = \"f32\"\n{}[[shapes]]\nm = {m}\nn = {n}\nk = {k}\n",
+                    if family == "gemm_reduce" { "[params]\nreduce = \"sum\"\n" } else { "" }
+                ),
+            )
+            .unwrap()
+        };
+        let square = gemm(4096, 4096, 4096, "gemm");
+        let (t16, t32) = f32_estimates(&square);
+        assert!(t16 < t32 && (t32 / t16) > 1.5, "{t16} {t32}");
+        assert_eq!(candidates(&square)[0].get("CS_F32_MODE", 0), 1);
+        // KernelBench level 2's 128 x 16384 x 16384 and level 1's 256 x 256 x 2^19.
+        for w in [
+            gemm(128, 16384, 16384, "gemm"),
+            gemm(256, 256, 524288, "gemm"),
+        ] {
+            let (t16, t32) = f32_estimates(&w);
+            assert!(t32 < t16, "{t16} {t32}");
+            let c = candidates(&w);
+            assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
+            assert_eq!(c[1].get("CS_F32_MODE", 0), 1, "{}", c[1].label());
+        }
+        // K of 32: 3xTF32 first whatever the estimate.
+        let c = candidates(&gemm(32768, 32768, 32, "gemm"));
+        assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
+        // GEMM + reduction over 85 tiles of 128 x 192: stream-K first; 1024 x 8192 does not
+        // need it.
+        let c = candidates(&gemm(128, 16384, 16384, "gemm_reduce"));
+        assert_eq!(c[0].template, "gemm_softmax");
+        assert_eq!(c[0].get("CS_STREAMK", 0), 1, "{}", c[0].label());
+        let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
+        assert_eq!(c[0].get("CS_STREAMK", 0), 0, "{}", c[0].label());
+    }
+
     #[test]
     fn the_3xf16_rules_take_whole_swizzle_rows_and_stages_that_fit() {
         let f32w = Workload::find(workloads_dir(), "fp32_4096").unwrap();
@@ -986,13 +1084,18 @@ mod tests {
             let c = candidates(w);
             assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
             assert_eq!(c[1].get("CS_F32_MODE", 0), 1, "{}", c[1].label());
+            // (A problem this small has few tiles: each mainloop's first tile comes on the
+            // stream-K scheduler too, ahead of the rest.)
+            let plain = |s: &&Strategy| s.get("CS_STREAMK", 0) == 0;
             let f16: Vec<i64> = c
                 .iter()
+                .filter(plain)
                 .filter(|s| s.get("CS_F32_MODE", 0) == 1)
                 .map(|s| s.get("CS_TILE_N", 0))
                 .collect();
             assert_eq!(f16, [192, 128], "{}", c[0].label());
             c.iter()
+                .filter(plain)
                 .filter(|s| s.get("CS_F32_MODE", 0) == 0)
                 .map(|s| s.get("CS_TILE_N", 0))
                 .collect()

@@ -301,6 +301,13 @@ fn every_template_instance_compiles_in_each_layout() {
         ("reduce_max_col_bf16_small", "reduce_rows"),
         ("reduce_lse_chain_f32_small", "reduce_rows"),
         ("reduce_mean_col_f16_small", "reduce_rows"),
+        // GEMM + row reduction (gemm_softmax's GEMM, a reduction stage): bf16 with B
+        // row-major, a chain and [[after]] ops; f32 on 3xF16 (KernelBench level 2, 22).
+        ("gemm_reduce_lse_bf16_small", "gemm_softmax"),
+        (
+            "kb2_22_matmul_scale_residualadd_clamp_logsumexp_mish_f32",
+            "gemm_softmax",
+        ),
     ];
     let mut requests = Vec::new();
     let mut not_taken = Vec::new();

@@ -270,6 +270,10 @@ fn every_template_validates_on_its_workloads() {
         "reduce_max_col_bf16_small",
         "reduce_lse_chain_f32_small",
         "reduce_mean_col_f16_small",
+        // GEMM + row reduction: bf16 (MN-major B, a bias and clamp before a logsumexp, ops
+        // after it, batched and ragged) and f32 (both fp32 mainloops, a sum).
+        "gemm_reduce_lse_bf16_small",
+        "gemm_reduce_f32_small",
     ];
     let mut cases = Vec::new();
     for name in names {

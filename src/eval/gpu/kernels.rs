@@ -521,6 +521,110 @@ impl RowSoftmax {
     }
 }
 
+/// The row reduction a framework runs after its elementwise passes (`torch.sum(x, 1)`,
+/// `amax`, `logsumexp`, ...): a block per row of `dtype` values, fp32 accumulation, one
+/// value a row written in `dtype`.
+pub struct RowReduce {
+    _module: Arc<CudaModule>,
+    func: CudaFunction,
+}
+
+/// The CUDA C++ of the row reduction pass (`kind` as `cs_reduce`: 0 sum, 1 mean, 2 max,
+/// 3 min, 4 logsumexp, 5 L2): each thread strides the row, then a shuffle and shared-memory
+/// tree; logsumexp takes the row's max first and a second sweep for the sum.
+pub fn row_reduce_source(dtype: DType, kind: i32) -> Result<String, CudaFailure> {
+    let (ty, ld, st) = storage(dtype)?;
+    let mut src = String::from(PRELUDE);
+    let _ = write!(
+        src,
+        r#"
+#define CS_NEG_INF __int_as_float(0xff800000)
+#define CS_POS_INF __int_as_float(0x7f800000)
+__device__ __forceinline__ float cs_comb(float a, float b, int op) {{
+  return op == 0 ? a + b : op == 1 ? fmaxf(a, b) : fminf(a, b);
+}}
+// The op over the block (256 threads), returned to every thread.
+__device__ float cs_block(float v, int op) {{
+  __shared__ float red[8];
+  for (int o = 16; o > 0; o >>= 1) v = cs_comb(v, __shfl_xor_sync(0xffffffffu, v, o), op);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < 8; ++w) r = cs_comb(r, red[w], op);
+  return r;
+}}
+extern "C" __global__ void __launch_bounds__(256) cs_row_reduce(const {ty}* __restrict__ x, {ty}* __restrict__ y, long long cols)
+{{
+  const int kind = {kind};
+  const {ty}* row = x + (long long)blockIdx.x * cols;
+  const int op = kind == 2 ? 1 : kind == 3 ? 2 : kind == 4 ? 1 : 0;
+  float acc = op == 1 ? CS_NEG_INF : op == 2 ? CS_POS_INF : 0.0f;
+  for (long long c = threadIdx.x; c < cols; c += 256) {{
+    const float v = {ld}(row[c]);
+    acc = kind == 5 ? acc + v * v : cs_comb(acc, v, op);
+  }}
+  float r = cs_block(acc, op);
+  if (kind == 4) {{
+    const float mx = r;
+    float s = 0.0f;
+    if (mx != CS_NEG_INF && mx == mx)
+      for (long long c = threadIdx.x; c < cols; c += 256) s += __expf({ld}(row[c]) - mx);
+    s = cs_block(s, 0);
+    r = (mx != CS_NEG_INF && mx == mx) ? mx + __logf(s) : mx;
+  }} else if (kind == 1) {{
+    r = r / (float)cols;
+  }} else if (kind == 5) {{
+    r = sqrtf(r);
+  }}
+  if (threadIdx.x == 0) y[blockIdx.x] = {st}(r);
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl RowReduce {
+    /// Compiles the pass (NVRTC) for a `cs_reduce` kind.
+    pub fn compile(s: &Session, dtype: DType, kind: i32) -> Result<RowReduce, CudaFailure> {
+        let module = nvrtc_module(
+            s,
+            &row_reduce_source(dtype, kind)?,
+            "cutesmith_row_reduce.cu",
+        )?;
+        let func = module
+            .load_function("cs_row_reduce")
+            .map_err(CudaFailure::from)?;
+        Ok(RowReduce {
+            _module: module,
+            func,
+        })
+    }
+
+    /// Enqueues `y[r] = reduce(x[r, :])` over `rows` rows of `cols`.
+    pub fn run(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(), CudaFailure> {
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cols = cols as i64;
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&x).arg(&y).arg(&cols);
+        // SAFETY: x holds rows x cols and y rows elements of the pass's type, both live
+        // device buffers; the parameters match the kernel's.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}
+
 /// Checks a timed launch's output on the device against the validated answer: counts the
 /// elements outside the tolerance (`|got - want| > atol + rtol |want| + slack`) and the
 /// ones still holding the harness's NaN poison, into two counters per launch.

@@ -21,10 +21,13 @@ pub(super) struct DeviceValidation {
     pub checker: Checker,
 }
 
-/// What the comparison kernels compute each element's reference from, for a workload.
-pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
+/// What the comparison kernels compute each element's reference from, for a workload;
+/// None for the families validated on the host only (gemm_reduce: each output reduces a
+/// whole row of products, which the comparison kernels do not compute).
+pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> {
     let params = w.params();
     let reference = match w.family() {
+        Family::GemmReduce => return None,
         Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
         Family::Activation => Reference::Chain,
         Family::Softmax => Reference::Softmax { log: false },
@@ -41,13 +44,13 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> CheckSpec {
             kind: params.reduce,
         },
     };
-    CheckSpec {
+    Some(CheckSpec {
         reference,
         chain: w.chain().clone(),
         out: d,
         input: a,
         col_major: w.d_col_major(),
-    }
+    })
 }
 
 /// Compiles device validation for a workload (NVRTC); `Err` says why the host path is used.
@@ -62,7 +65,13 @@ pub(super) fn compile(
         return Err("the job asks for host validation".into());
     }
     let ops = DeviceOps::compile(s).map_err(|e| e.to_string())?;
-    let checker = Checker::compile(s, &check_spec(w, a, d)).map_err(|e| e.to_string())?;
+    let spec = check_spec(w, a, d).ok_or_else(|| {
+        format!(
+            "family {} is validated on the host (each output reduces a row of products)",
+            w.family()
+        )
+    })?;
+    let checker = Checker::compile(s, &spec).map_err(|e| e.to_string())?;
     Ok(DeviceValidation { ops, checker })
 }
 
@@ -109,7 +118,12 @@ impl Ctx<'_> {
         }
         let mut products = Vec::new();
         let mut stats = None;
-        let spec = check_spec(w, A::DTYPE, D::DTYPE);
+        let Some(spec) = check_spec(w, A::DTYPE, D::DTYPE) else {
+            return Err(CudaFailure {
+                code: -1,
+                message: format!("family {} has no device reference", w.family()),
+            });
+        };
         if let Some(g) = &p.gemm {
             let summation = Summation::of(A::DTYPE, w.allow_tf32());
             args.ebound = reference_bound(1.0, g.k, effective_roundoff(w), summation);

@@ -148,9 +148,11 @@ impl<'a> super::Ctx<'a> {
         );
         let params = w.params();
         let lay = w.layouts();
-        let out_len = batch * m * n;
+        // D: m x n, except gemm_reduce's m x 1 (one value a row of the product).
+        let d_cols = w.d_cols(shape) as usize;
+        let out_len = batch * m * d_cols;
         // D column-major (a GEMM's, or a norm's rows side by side): m between columns.
-        let ldd = if w.d_col_major() { m } else { n };
+        let ldd = if w.d_col_major() { m } else { d_cols };
         let mut tensors = Vec::new();
         for (i, t) in w.chain().tensors.iter().enumerate() {
             let (len, ld, stride) = match t.kind {
@@ -335,6 +337,11 @@ impl<'a> super::Ctx<'a> {
         // A norm's A is batched like D (A and D share their layout and leading dimension).
         if w.family() == Family::Norm {
             cp.batch_stride_a = cp.batch_stride_d;
+        }
+        // gemm_reduce's D is m x 1 per batch.
+        if w.family() == Family::GemmReduce {
+            cp.batch_stride_d = sh.m as i64;
+            cp.batch_stride_c = sh.m as i64;
         }
         // A reduction's A is m x k per batch in its layout; D is m x 1.
         if w.family() == Family::Reduce {

@@ -4,7 +4,7 @@
 
 use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
-use crate::eval::gpu::kernels::{Passes, RowSoftmax, Verifier};
+use crate::eval::gpu::kernels::{Passes, RowReduce, RowSoftmax, Verifier};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
@@ -116,8 +116,15 @@ impl Ctx<'_> {
         let out_bytes = p.out_len * std::mem::size_of::<D>();
         let (m, n) = (shape.m as usize, shape.n as usize);
         let batch = shape.batch.max(1) as usize;
-        let base_out = self.s.zeros::<D>(p.out_len)?;
-        let base_out2 = self.s.zeros::<D>(p.out_len)?;
+        // The library GEMM's output: D's size, or for gemm_reduce the whole m x n product
+        // (its D is one value a row).
+        let lib_len = if fam == Family::GemmReduce {
+            batch * m * n
+        } else {
+            p.out_len
+        };
+        let base_out = self.s.zeros::<D>(lib_len)?;
+        let base_out2 = self.s.zeros::<D>(lib_len)?;
         // The copy baseline moves what a memory-bound op moves, reading and writing half of
         // its input and output bytes each (bf16 in, f32 out: 3 bytes an element), from the
         // larger of the input and a baseline output into its own buffer.
@@ -129,10 +136,21 @@ impl Ctx<'_> {
         } else {
             Some(self.s.zeros::<u8>(copy_bytes)?)
         };
-        let scratch = (self.s.zeros::<D>(p.out_len)?, self.s.zeros::<D>(p.out_len)?);
+        let scratch = (self.s.zeros::<D>(lib_len)?, self.s.zeros::<D>(lib_len)?);
         let saved: Vec<DevBuf<D>> = (0..w.chain().saved.len())
+            .map(|_| self.s.zeros::<D>(lib_len))
+            .collect::<Result<_, _>>()?;
+        // gemm_reduce's unfused tail: the reduction's output and the [[after]] passes'
+        // buffers (one value a row).
+        let red_bufs = (
+            self.s.zeros::<D>(p.out_len)?,
+            self.s.zeros::<D>(p.out_len)?,
+            self.s.zeros::<D>(p.out_len)?,
+        );
+        let after_saved: Vec<DevBuf<D>> = (0..w.after_chain().saved.len())
             .map(|_| self.s.zeros::<D>(p.out_len))
             .collect::<Result<_, _>>()?;
+        let after_saved_ptrs: Vec<u64> = after_saved.iter().map(|b| b.ptr).collect();
         let saved_ptrs: Vec<u64> = saved.iter().map(|b| b.ptr).collect();
         let lt_ws_bytes: usize = 64 << 20;
         let lt_ws = self.s.zeros::<u8>(lt_ws_bytes)?;
@@ -261,6 +279,34 @@ impl Ctx<'_> {
                 }
             }
         }
+        // gemm_reduce: a row reduction after the chain's passes, then one pass per
+        // [[after]] op on its m values.
+        let (reduce_pass, after_passes) = if fam == Family::GemmReduce && wants(Baseline::Unfused) {
+            let r = RowReduce::compile(s_ref, out_dtype, params.reduce.abi_value());
+            let a = if w.after_chain().steps.is_empty() {
+                Ok(None)
+            } else {
+                Passes::compile(
+                    s_ref,
+                    w.after_chain(),
+                    out_dtype,
+                    (m, 1, batch),
+                    Layout::Row,
+                )
+                .map(Some)
+            };
+            match (r, a) {
+                (Ok(r), Ok(a)) => (Some(r), a),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.report
+                        .notes
+                        .push(format!("unfused baseline skipped: {e}"));
+                    (None, None)
+                }
+            }
+        } else {
+            (None, None)
+        };
         let softmax = if fam == Family::GemmSoftmax && wants(Baseline::Unfused) {
             match RowSoftmax::compile(s_ref, out_dtype, params.log_softmax) {
                 Ok(k) => Some(k),
@@ -378,6 +424,9 @@ impl Ctx<'_> {
                         }
                         Family::GemmGlu => Some("the two GEMMs only: no gate, no product".into()),
                         Family::GemmSoftmax => Some("GEMM only: no softmax".into()),
+                        Family::GemmReduce => {
+                            Some("GEMM only (D m x n): no chain, no reduction".into())
+                        }
                         _ => None,
                     });
                     preps.resize_with(launches.len(), || None);
@@ -422,7 +471,9 @@ impl Ctx<'_> {
                 // The unfused library sequence: the faster library GEMM(s) (cuBLAS or the
                 // chosen cuBLAS Lt algorithm, by a median of three each, as a framework's
                 // tuned GEMM would be), then a row softmax or one elementwise pass per op.
-                let tail = passes.as_ref().is_some_and(|p| !p.is_empty()) || softmax.is_some();
+                let tail = passes.as_ref().is_some_and(|p| !p.is_empty())
+                    || softmax.is_some()
+                    || reduce_pass.is_some();
                 let cublas_us = if tail && can_cublas && lt.is_some() && wants(Baseline::Unfused) {
                     let mut probe = rotating_gemm(false);
                     let mut ts: Vec<f64> = (0..3)
@@ -457,6 +508,11 @@ impl Ctx<'_> {
                                 k => format!("{k} elementwise passes, "),
                             }
                         ),
+                        (ps, None) if reduce_pass.is_some() => format!(
+                            "the library GEMM ({lib}), then {} elementwise passes, a row reduction (a block per row) and {} passes on its result",
+                            ps.as_ref().map_or(0, |p| p.len()),
+                            after_passes.as_ref().map_or(0, |p| p.len())
+                        ),
                         (Some(ps), None) => format!(
                             "the library GEMM{} ({lib}), then {} elementwise pass{}",
                             if glu { "s" } else { "" },
@@ -472,6 +528,12 @@ impl Ctx<'_> {
                     let sc = (scratch.0.ptr, scratch.1.ptr);
                     let (ps, sm) = (passes.as_ref(), softmax.as_ref());
                     let (pt, sp) = (&pass_tensors, &saved_ptrs);
+                    let (rp, ap, asp) = (
+                        reduce_pass.as_ref(),
+                        after_passes.as_ref(),
+                        &after_saved_ptrs,
+                    );
+                    let rb = (red_bufs.0.ptr, red_bufs.1.ptr, red_bufs.2.ptr);
                     launches.push(Box::new(move || {
                         first()?;
                         // The chain's passes, then (gemm_softmax) the softmax of their
@@ -483,6 +545,13 @@ impl Ctx<'_> {
                         if let Some(k) = sm {
                             let y = if x == sc.0 { sc.1 } else { sc.0 };
                             k.run(s_ref, x, y, batch * m, n)?;
+                        }
+                        // (gemm_reduce) the row reduction, then the [[after]] passes.
+                        if let Some(r) = rp {
+                            r.run(s_ref, x, rb.0, batch * m, n)?;
+                            if let Some(a) = ap {
+                                a.run(s_ref, rb.0, &[], (rb.1, rb.2), asp)?;
+                            }
                         }
                         Ok(())
                     }));
@@ -983,9 +1052,11 @@ fn rotating_lt<'p>(
 /// chain (activation), the gate and the product (gemm_glu); none otherwise.
 fn unfused_chain(w: &Workload) -> Option<Chain> {
     match w.family() {
-        Family::Gemm | Family::GemmBiasAct | Family::Activation | Family::GemmSoftmax => {
-            Some(w.chain().clone())
-        }
+        Family::Gemm
+        | Family::GemmBiasAct
+        | Family::Activation
+        | Family::GemmSoftmax
+        | Family::GemmReduce => Some(w.chain().clone()),
         Family::GemmGlu => {
             let mut c = Chain::default();
             let (p0, p1) = w.params().gate.default_params();

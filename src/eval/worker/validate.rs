@@ -13,7 +13,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
-use crate::spec::{DType, Family, Layout, RowStats, Shape};
+use crate::spec::{DType, Family, Layout, ReduceKind, RowStats, Shape};
 
 use super::problem::Problem;
 use super::{classify_cuda, fault, Ctx};
@@ -171,7 +171,12 @@ impl Ctx<'_> {
         let picks = p
             .gemm
             .as_ref()
-            .filter(|_| self.workload.family() != Family::GemmSoftmax)
+            .filter(|_| {
+                !matches!(
+                    self.workload.family(),
+                    Family::GemmSoftmax | Family::GemmReduce
+                )
+            })
             .map(|g| self.fp64_picks(g, seed));
         if let Some(dev) = &self.dev {
             let (cmp, r) = self.device_comparison(dev, p, None)?;
@@ -268,17 +273,18 @@ impl Ctx<'_> {
     pub(super) fn dims<A, D>(&self, p: &Problem<A, D>) -> Dims {
         let sh = p.shape;
         // D column-major: the storage rows are the logical columns.
+        let d_cols = self.workload.d_cols(&sh) as usize;
         let (rows, cols) = if self.workload.d_col_major() {
-            (sh.n as usize, sh.m as usize)
+            (d_cols, sh.m as usize)
         } else {
-            (sh.m as usize, sh.n as usize)
+            (sh.m as usize, d_cols)
         };
         Dims {
             batch: sh.batch.max(1) as usize,
             rows,
             cols,
             ld: p.ldd as usize,
-            batch_stride: (sh.m * sh.n) as usize,
+            batch_stride: sh.m as usize * d_cols,
         }
     }
 
@@ -299,7 +305,8 @@ impl Ctx<'_> {
             (&p.host_b, p.b.as_ref())
         };
         let (b_ptr, b_len) = dev_b.map_or((0, 0), |b| (b.ptr, b.len));
-        let prod = self.s.zeros::<f32>(p.out_len)?;
+        // Dense in D's layout over the GEMM's m x n (gemm_reduce's D is smaller).
+        let prod = self.s.zeros::<f32>((g.batch.max(1) * g.m * g.n) as usize)?;
         if let Some(dev) = &self.dev {
             if A::DTYPE.is_fp8() {
                 let wa = self.s.zeros::<f32>(p.a.len)?;
@@ -552,6 +559,34 @@ impl Ctx<'_> {
                         }
                     }
                 }
+            }
+            Family::GemmReduce => {
+                // Each row's chain values (their bounds carried as a GEMM's), reduced in
+                // fp64 with the reduction's own fp32 rounding added (the reduce family's
+                // bound), then the [[after]] ops with the whole bound carried through.
+                let tensors = &p.tensors;
+                let after = w.after_chain();
+                let kind = params.reduce;
+                let mut pairs = vec![(0f64, 0f64); p.out_len];
+                data::parallel_fill(&mut pairs, |o| {
+                    let (b, r) = (o / m.max(1), o % m.max(1));
+                    let (mut xs, mut es) = (Vec::with_capacity(n), Vec::with_capacity(n));
+                    for c in 0..n {
+                        let mut t = [0f64; MAX_TENSORS];
+                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                            *slot = tt.at(Layout::Row, b, r, c);
+                        }
+                        let (v, ev) = z_at(b * plane + r * n + c, &z, &s);
+                        let (x, e) = chain_with_slack(chain, v, ev, &t);
+                        xs.push(x);
+                        es.push(e);
+                    }
+                    let (v, e_red) = kind.eval(xs.iter().copied(), REDUCE_U);
+                    chain_with_slack(after, v, e_red + row_bound(kind, &es), &[])
+                });
+                let (wv, sv): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+                want = wv;
+                slack = sv;
             }
             _ => {
                 let tensors = &p.tensors;
@@ -963,6 +998,20 @@ const ACC_SAFETY: f64 = 4.0;
 /// ordered): the host reference's and, through `CheckArgs::ebound`, the device's.
 pub(super) const REDUCE_U: f64 = ACC_SAFETY * F32_U;
 
+/// How far a reduction of values each off by up to `e[j]` can move: the sum of the bounds
+/// (sum), their mean (mean), their largest (max, min and logsumexp, each 1-Lipschitz in
+/// the largest change), their root-sum-square (the L2 norm, by the triangle inequality).
+pub(super) fn row_bound(kind: ReduceKind, e: &[f64]) -> f64 {
+    match kind {
+        ReduceKind::Sum => e.iter().sum(),
+        ReduceKind::Mean => e.iter().sum::<f64>() / e.len().max(1) as f64,
+        ReduceKind::Max | ReduceKind::Min | ReduceKind::Logsumexp => {
+            e.iter().copied().fold(0.0, f64::max)
+        }
+        ReduceKind::L2 => e.iter().map(|x| x * x).sum::<f64>().sqrt(),
+    }
+}
+
 /// How many times a per-product error of 2^-21 (fp32 operands split into TF32 parts on
 /// tensor cores, the 3xTF32 method), summed as independent errors (sum |a b| / sqrt(k)
 /// stands for the root-sum-square), an fp32-accurate tensor-core GEMM may reach. TF32
@@ -1267,6 +1316,25 @@ mod tests {
         );
         let j = fp64_judge(&w, &[tf32; 8]);
         assert_eq!(j.failed, 8, "{j:?}");
+    }
+
+    /// gemm_reduce's bound on a row: the products' bounds summed for a sum (averaged for
+    /// a mean), the largest for max, min and logsumexp, their root-sum-square for L2.
+    #[test]
+    fn a_reduction_carries_its_inputs_bounds() {
+        let e = [1e-6, 3e-6, 2e-6, 4e-6];
+        assert!((row_bound(ReduceKind::Sum, &e) - 1e-5).abs() < 1e-18);
+        assert!((row_bound(ReduceKind::Mean, &e) - 2.5e-6).abs() < 1e-18);
+        for k in [ReduceKind::Max, ReduceKind::Min, ReduceKind::Logsumexp] {
+            assert_eq!(row_bound(k, &e), 4e-6);
+        }
+        assert!((row_bound(ReduceKind::L2, &e) - 30f64.sqrt() * 1e-6).abs() < 1e-18);
+        assert_eq!(row_bound(ReduceKind::Mean, &[]), 0.0);
+        // logsumexp moves by at most the largest shift of its inputs.
+        let x = [0.3, -1.2, 2.5, 0.7];
+        let (v, _) = ReduceKind::Logsumexp.eval(x.iter().copied(), 0.0);
+        let (w, _) = ReduceKind::Logsumexp.eval(x.iter().zip(e).map(|(a, d)| a + d), 0.0);
+        assert!((w - v).abs() <= row_bound(ReduceKind::Logsumexp, &e));
     }
 
     #[test]

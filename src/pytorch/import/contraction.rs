@@ -52,8 +52,11 @@ pub(super) fn flatten(dims: &[Dim]) -> Option<(i64, i64)> {
     Some((size, live.last().map_or(0, |d| d.stride)))
 }
 
+/// An einsum equation's letters: the first operand's, the second's, the output's.
+pub(super) type Equation = (Vec<char>, Vec<char>, Vec<char>);
+
 /// The parts of an einsum equation: two operands' letters and the output's.
-pub(super) fn parse_equation(eq: &str) -> Result<(Vec<char>, Vec<char>, Vec<char>), String> {
+pub(super) fn parse_equation(eq: &str) -> Result<Equation, String> {
     let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
     if eq.contains("...") {
         return Err("an ellipsis (`...`) in the equation: write every dimension".into());

@@ -581,5 +581,6 @@ pub(super) fn map_norm(
         tolerance: None,
         target: None,
         epilogue: chain,
+        after: Vec::new(),
     })
 }

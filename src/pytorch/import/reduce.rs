@@ -73,6 +73,10 @@ impl<'g> Mapper<'g> {
             Some(Value::Array(a)) if a.is_empty() => (0..rank).collect(),
             Some(_) => dims_arg(n, dims_at, "dim", rank)?,
         };
+        // Over dims of size 1 only: the identity, passed through like a copy.
+        if kind != ReduceKind::L2 && super::identity_reduction(&self.nodes, n) {
+            return None;
+        }
         let mut absorbed = HashSet::from([n.name.clone()]);
         // max / min with a dim return (values, indices): the values are getitem 0.
         let mut head = n.name.clone();
@@ -99,6 +103,103 @@ impl<'g> Mapper<'g> {
             absorbed,
         })
     }
+}
+
+/// A GEMM whose rows (the product's last dim), after an elementwise chain, are reduced,
+/// then ops on each reduced value: family gemm_reduce (KernelBench level 2's
+/// `linear -> ops -> sum / logsumexp / max over dim 1 -> ops`).
+pub(super) fn map_gemm_reduce<'g>(
+    mp: &mut Mapper<'g>,
+    core: &'g Node,
+    rm: &ReduceMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&rm.head)?;
+    let g = mp.gemm(core)?;
+    let out_dtype = super::dtype_of(&mp.meta(&core.name)?.dtype)?;
+    let rank = mp.meta(&rm.input).map_or(0, |m| m.shape.len());
+    if rank < 2 || rm.dims != [rank - 1] {
+        mp.problem(
+            head,
+            format!(
+                "a {} over dims {:?} of a {rank}-D product: gemm_reduce reduces each row (the last dim)",
+                rm.kind, rm.dims
+            ),
+        );
+        return None;
+    }
+    ops.push(op_name(core.target.as_deref().unwrap_or_default()).to_string());
+    let mut chain = super::chain_after(
+        mp,
+        &core.name,
+        &rm.input,
+        (g.batch, g.m, g.n),
+        out_dtype,
+        ops,
+    )?;
+    if let Some(bias) = &g.bias {
+        super::bias_first(mp, bias, &mut chain, out_dtype, ops);
+    }
+    if chain.iter().any(|s| s.operand.as_deref() == Some("matrix")) {
+        mp.problem(
+            head,
+            "a matrix operand before the reduction: gemm_reduce's chain reads row and column vectors only",
+        );
+        return None;
+    }
+    ops.push(format!("{} over the last dim", rm.kind));
+    let after = super::chain_after(mp, &rm.head, out, (g.batch, g.m, 1), out_dtype, ops)?;
+    if after.iter().any(|s| {
+        s.operand
+            .as_deref()
+            .is_some_and(|o| o == "row" || o == "col" || o == "matrix")
+    }) {
+        mp.problem(
+            head,
+            "a tensor operand after the reduction: only constants and activations follow one",
+        );
+        return None;
+    }
+    let mut params = ParamsSpec {
+        reduce: Some(rm.kind),
+        ..ParamsSpec::default()
+    };
+    if let Some(a) = g.alpha {
+        params.alpha = Some(a as f32);
+    }
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{} {}GEMM{}, then {} of each row{}; imported from {file}",
+            g.dtype,
+            if g.batch > 1 { "batched " } else { "" },
+            if chain.is_empty() {
+                ""
+            } else {
+                " and an elementwise chain"
+            },
+            rm.kind,
+            if after.is_empty() {
+                ""
+            } else {
+                " and ops on it"
+            }
+        ),
+        family: Family::GemmReduce,
+        dtype: g.dtype,
+        out_dtype: (out_dtype != g.dtype).then_some(out_dtype),
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: Some(super::gemm_layout(&g)),
+        shapes: super::gemm_shapes(g.m, g.n, g.k, g.batch),
+        params,
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+        after,
+    })
 }
 
 /// The workload of a reduction `rm` whose chain ends at `out`.
@@ -166,5 +267,6 @@ pub(super) fn map_reduce(
         tolerance: None,
         target: None,
         epilogue: chain,
+        after: Vec::new(),
     })
 }
