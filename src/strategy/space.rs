@@ -82,6 +82,19 @@ pub fn f32_estimates(w: &Workload) -> (f64, f64) {
     (f16, tf32)
 }
 
+/// A gemm_softmax / gemm_reduce candidate for a headline with a single row of tiles: no
+/// cluster along M, whose second CTA would have no rows (H100, KernelBench level 2's
+/// 128 x 32768 x 32768 GEMM + row sum on 3xTF32 stream-K 128 x 192: 7164 us with a 2x1
+/// cluster, where the GEMM family's 1x1 ran the same product in 2649;
+/// bench/kernelbench-h100.md).
+fn one_row_of_tiles(w: &Workload, s: &mut Strategy) {
+    let tm = s.params.get("CS_TILE_M").copied().unwrap_or(128).max(1) as u64;
+    if w.headline().m.div_ceil(tm) == 1 && s.params.get("CS_CLUSTER_M").copied().unwrap_or(1) > 1 {
+        s.params.insert("CS_CLUSTER_M".into(), 1);
+        s.rationale = format!("{} (no cluster: one row of tiles)", s.rationale.replace(", cluster 2x1", ""));
+    }
+}
+
 /// The fp32-accurate Hopper candidates in order: 3xF16's (`f16`, empty where it does not
 /// apply) then 3xTF32's where 3xF16 is expected ahead (a large problem, K of at least
 /// [`F16_MIN_K`], and [`f32_estimates`] in its favour); otherwise 3xTF32's first,
@@ -497,7 +510,9 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     list.insert(0, sk);
                 }
             }
-            out.extend(f32_order(f16, tf32, w));
+            let mut ordered = f32_order(f16, tf32, w);
+            ordered.iter_mut().for_each(|s| one_row_of_tiles(w, s));
+            out.extend(ordered);
         }
         Family::GemmSoftmax | Family::GemmReduce => {
             for (p, why) in [
@@ -510,7 +525,9 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     "CUTLASS 3 GEMM 128x128, then the second stage: more tiles for smaller problems",
                 ),
             ] {
-                out.push(mk("gemm_softmax", with(p, &fp16), why));
+                let mut s = mk("gemm_softmax", with(p, &fp16), why);
+                one_row_of_tiles(w, &mut s);
+                out.push(s);
             }
         }
         Family::Norm => {
@@ -911,6 +928,16 @@ mod tests {
         let c = candidates(&gemm(128, 16384, 16384, "gemm_reduce"));
         assert_eq!(c[0].template, "gemm_softmax");
         assert_eq!(c[0].get("CS_STREAMK", 0), 1, "{}", c[0].label());
+        // One row of 128-row tiles: no cluster along M (its second CTA would have no rows).
+        assert!(c.iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1), "{}", c[0].label());
+        let bf16 = Workload::parse(
+            "workloads/x.toml",
+            "description = \"x\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 100\nn = 32000\nk = 4096\n",
+        )
+        .unwrap();
+        assert!(candidates(&bf16).iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1));
+        let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
+        assert_eq!(c[0].get("CS_CLUSTER_M", 1), 2, "{}", c[0].label());
         let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
         assert_eq!(c[0].get("CS_STREAMK", 0), 0, "{}", c[0].label());
     }
