@@ -616,20 +616,7 @@ impl<'g> Mapper<'g> {
         }
         let am = self.meta(an).cloned()?;
         let bm = self.meta(bn).cloned()?;
-        let Some(dtype) = dtype_of(&am.dtype) else {
-            self.problem(
-                core,
-                format!("operands of dtype {}: cutesmith GEMMs take float32, float16, bfloat16, float8_e4m3fn or float8_e5m2", am.dtype),
-            );
-            return None;
-        };
-        if am.dtype != bm.dtype {
-            self.problem(
-                core,
-                format!("operands of two dtypes ({} and {})", am.dtype, bm.dtype),
-            );
-            return None;
-        }
+        let dtype = self.gemm_dtype(core, &am, &bm)?;
         if let Some(b) = &bias {
             match self.meta(b) {
                 Some(v) if v.shape.len() == 1 || v.shape.iter().rev().skip(1).all(|d| *d == 1) => {}

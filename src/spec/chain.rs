@@ -702,6 +702,13 @@ impl Chain {
         if self.tensors.is_empty() {
             s.push_str("    (void)t;\n");
         }
+        self.body_cpp(&mut s);
+        s.push_str("  }\n};\n");
+        s
+    }
+
+    /// The body of a functor's `apply`: `x` from `z` through every step, then returned.
+    fn body_cpp(&self, s: &mut String) {
         s.push_str("    float x = z;\n");
         for st in &self.steps {
             let _ = writeln!(s, "    x = {};", self.step_text(st, true));
@@ -709,8 +716,7 @@ impl Chain {
                 let _ = writeln!(s, "    const float s{i} = x;");
             }
         }
-        s.push_str("    return x;\n  }\n};\n");
-        s
+        s.push_str("    return x;\n");
     }
 
     /// gemm_reduce's `cs_after` functor: the ops on each reduced value (no tensors), as
@@ -729,14 +735,9 @@ impl Chain {
             "  static constexpr bool kIdentity = {};",
             self.is_identity()
         );
-        s.push_str("  CS_HD static float apply(float z) {\n    float x = z;\n");
-        for st in &self.steps {
-            let _ = writeln!(s, "    x = {};", self.step_text(st, true));
-            if let Some(i) = st.save {
-                let _ = writeln!(s, "    const float s{i} = x;");
-            }
-        }
-        s.push_str("    return x;\n  }\n};\n");
+        s.push_str("  CS_HD static float apply(float z) {\n");
+        self.body_cpp(&mut s);
+        s.push_str("  }\n};\n");
         s
     }
 }

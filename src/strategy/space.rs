@@ -91,7 +91,10 @@ fn one_row_of_tiles(w: &Workload, s: &mut Strategy) {
     let tm = s.params.get("CS_TILE_M").copied().unwrap_or(128).max(1) as u64;
     if w.headline().m.div_ceil(tm) == 1 && s.params.get("CS_CLUSTER_M").copied().unwrap_or(1) > 1 {
         s.params.insert("CS_CLUSTER_M".into(), 1);
-        s.rationale = format!("{} (no cluster: one row of tiles)", s.rationale.replace(", cluster 2x1", ""));
+        s.rationale = format!(
+            "{} (no cluster: one row of tiles)",
+            s.rationale.replace(", cluster 2x1", "")
+        );
     }
 }
 
@@ -929,13 +932,19 @@ mod tests {
         assert_eq!(c[0].template, "gemm_softmax");
         assert_eq!(c[0].get("CS_STREAMK", 0), 1, "{}", c[0].label());
         // One row of 128-row tiles: no cluster along M (its second CTA would have no rows).
-        assert!(c.iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1), "{}", c[0].label());
+        assert!(
+            c.iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1),
+            "{}",
+            c[0].label()
+        );
         let bf16 = Workload::parse(
             "workloads/x.toml",
             "description = \"x\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 100\nn = 32000\nk = 4096\n",
         )
         .unwrap();
-        assert!(candidates(&bf16).iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1));
+        assert!(candidates(&bf16)
+            .iter()
+            .all(|s| s.get("CS_CLUSTER_M", 1) == 1));
         let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
         assert_eq!(c[0].get("CS_CLUSTER_M", 1), 2, "{}", c[0].label());
         let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));

@@ -373,12 +373,53 @@ fn step_expr(op: &Op, operand: &str) -> String {
     }
 }
 
-/// A row softmax (or log-softmax) pass as a framework runs it after a library GEMM: one
-/// block per row, an online max and sum over the row, then one write of the row.
-pub struct RowSoftmax {
+/// A pass of one block per row over `rows` rows of `cols` values, `kernel(x, y, cols)`, as
+/// a framework runs one after a library GEMM: [`RowSoftmax`] and [`RowReduce`].
+pub struct RowPass {
     _module: Arc<CudaModule>,
     func: CudaFunction,
+    threads: u32,
 }
+
+impl RowPass {
+    /// Compiles `src` (NVRTC) and takes its kernel `name`, launched with `threads` a block.
+    fn compile(s: &Session, src: &str, name: &str, threads: u32) -> Result<RowPass, CudaFailure> {
+        let module = nvrtc_module(s, src, &format!("cutesmith_{name}.cu"))?;
+        let func = module.load_function(name).map_err(CudaFailure::from)?;
+        Ok(RowPass {
+            _module: module,
+            func,
+            threads,
+        })
+    }
+
+    /// Enqueues the pass from `x` (rows x cols) into `y`.
+    pub fn run(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(), CudaFailure> {
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (self.threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cols = cols as i64;
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&x).arg(&y).arg(&cols);
+        // SAFETY: x holds rows x cols elements and y what the pass writes (rows x cols, or
+        // rows), live device buffers of the pass's type; the parameters match the kernel's.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}
+
+/// A row softmax (or log-softmax) pass: one block per row, an online max and sum over the
+/// row, then one write of the row (`y = softmax(x)`).
+pub struct RowSoftmax;
 
 /// The CUDA C++ of the row softmax pass over `dtype` rows: a block per row; where every
 /// row starts 16-byte aligned (`cols` a multiple of the vector), both sweeps of the row
@@ -482,52 +523,15 @@ extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __r
 
 impl RowSoftmax {
     /// Compiles the pass (NVRTC).
-    pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowSoftmax, CudaFailure> {
-        let module = nvrtc_module(
-            s,
-            &row_softmax_source(dtype, log)?,
-            "cutesmith_row_softmax.cu",
-        )?;
-        let func = module
-            .load_function("cs_row_softmax")
-            .map_err(CudaFailure::from)?;
-        Ok(RowSoftmax {
-            _module: module,
-            func,
-        })
-    }
-
-    /// Enqueues `y = softmax(x)` over `rows` rows of `cols`.
-    pub fn run(
-        &self,
-        s: &Session,
-        x: u64,
-        y: u64,
-        rows: usize,
-        cols: usize,
-    ) -> Result<(), CudaFailure> {
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (512, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let cols = cols as i64;
-        let mut b = s.stream.launch_builder(&self.func);
-        b.arg(&x).arg(&y).arg(&cols);
-        // SAFETY: x and y are live device buffers of rows x cols elements of the pass's
-        // type; the parameters match the kernel's.
-        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
-        Ok(())
+    pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowPass, CudaFailure> {
+        RowPass::compile(s, &row_softmax_source(dtype, log)?, "cs_row_softmax", 512)
     }
 }
 
 /// The row reduction a framework runs after its elementwise passes (`torch.sum(x, 1)`,
 /// `amax`, `logsumexp`, ...): a block per row of `dtype` values, fp32 accumulation, one
 /// value a row written in `dtype`.
-pub struct RowReduce {
-    _module: Arc<CudaModule>,
-    func: CudaFunction,
-}
+pub struct RowReduce;
 
 /// The CUDA C++ of the row reduction pass (`kind` as `cs_reduce`: 0 sum, 1 mean, 2 max,
 /// 3 min, 4 logsumexp, 5 L2): each thread strides the row, then a shuffle and shared-memory
@@ -585,43 +589,9 @@ extern "C" __global__ void __launch_bounds__(256) cs_row_reduce(const {ty}* __re
 }
 
 impl RowReduce {
-    /// Compiles the pass (NVRTC) for a `cs_reduce` kind.
-    pub fn compile(s: &Session, dtype: DType, kind: i32) -> Result<RowReduce, CudaFailure> {
-        let module = nvrtc_module(
-            s,
-            &row_reduce_source(dtype, kind)?,
-            "cutesmith_row_reduce.cu",
-        )?;
-        let func = module
-            .load_function("cs_row_reduce")
-            .map_err(CudaFailure::from)?;
-        Ok(RowReduce {
-            _module: module,
-            func,
-        })
-    }
-
-    /// Enqueues `y[r] = reduce(x[r, :])` over `rows` rows of `cols`.
-    pub fn run(
-        &self,
-        s: &Session,
-        x: u64,
-        y: u64,
-        rows: usize,
-        cols: usize,
-    ) -> Result<(), CudaFailure> {
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let cols = cols as i64;
-        let mut b = s.stream.launch_builder(&self.func);
-        b.arg(&x).arg(&y).arg(&cols);
-        // SAFETY: x holds rows x cols and y rows elements of the pass's type, both live
-        // device buffers; the parameters match the kernel's.
-        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
-        Ok(())
+    /// Compiles the pass (NVRTC) for a `cs_reduce` kind: `y[r] = reduce(x[r, :])`.
+    pub fn compile(s: &Session, dtype: DType, kind: i32) -> Result<RowPass, CudaFailure> {
+        RowPass::compile(s, &row_reduce_source(dtype, kind)?, "cs_row_reduce", 256)
     }
 }
 
