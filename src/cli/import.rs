@@ -69,8 +69,14 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
             out.display()
         );
     }
+    // (export --torch does not take gemm_reduce yet: its kernel and C ABI, then.)
+    let export = if workload.family() == crate::spec::Family::GemmReduce {
+        "cutesmith export runs/<id> --out DIR"
+    } else {
+        "cutesmith export runs/<id> --torch DIR"
+    };
     println!(
-        "next: cutesmith run {} (on a GPU machine), then cutesmith export runs/<id> --torch DIR",
+        "next: cutesmith run {} (on a GPU machine), then {export}",
         out.display()
     );
     Ok(EXIT_OK)

@@ -553,6 +553,39 @@ fn nvcc_object(nvcc: &Path, source: &Path, flags: &[String]) {
     assert!(std::fs::metadata(&obj).unwrap().len() > 1000);
 }
 
+/// A gemm_reduce session is refused by `export --torch` (the operator would return the
+/// product's m x n), with the reason and the other export named, and nothing is written.
+#[test]
+fn export_torch_refuses_a_gemm_reduce_session_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixture("runs/act_silu_bf16-20261122-062719-9469");
+    let session = tmp.path().join("session");
+    std::fs::create_dir_all(session.join("versions/v004")).unwrap();
+    for f in ["session.json", "state.json", "probe.json"] {
+        std::fs::copy(src.join(f), session.join(f)).unwrap();
+    }
+    for e in std::fs::read_dir(src.join("versions/v004")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), session.join("versions/v004").join(e.file_name())).unwrap();
+    }
+    let gr = std::fs::read_to_string(root().join("workloads/gemm_reduce_sigmoid_sum_bf16.toml"))
+        .unwrap();
+    std::fs::write(session.join("act_silu_bf16.toml"), gr).unwrap();
+    let out = tmp.path().join("pkg");
+    let o = Command::new(env!("CARGO_BIN_EXE_cutesmith"))
+        .args(["export", session.to_str().unwrap(), "--torch"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains("does not take family gemm_reduce") && text.contains("without --torch"),
+        "{text}"
+    );
+    assert!(!out.exists(), "nothing may be written");
+}
+
 #[test]
 fn export_torch_writes_a_package_whose_operator_compiles() {
     let Some(py) = python() else {
