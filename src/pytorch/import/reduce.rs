@@ -151,17 +151,7 @@ pub(super) fn map_gemm_reduce<'g>(
     }
     ops.push(format!("{} over the last dim", rm.kind));
     let after = super::chain_after(mp, &rm.head, out, (g.batch, g.m, 1), out_dtype, ops)?;
-    if after.iter().any(|s| {
-        s.operand
-            .as_deref()
-            .is_some_and(|o| o == "row" || o == "col" || o == "matrix")
-    }) {
-        mp.problem(
-            head,
-            "a tensor operand after the reduction: only constants and activations follow one",
-        );
-        return None;
-    }
+    only_constants_after(mp, head, &after, |o| matches!(o, "row" | "col" | "matrix"))?;
     let mut params = ParamsSpec {
         reduce: Some(rm.kind),
         ..ParamsSpec::default()
@@ -202,6 +192,27 @@ pub(super) fn map_gemm_reduce<'g>(
     })
 }
 
+/// None, with the problem recorded at `head`, when an op after a reduction reads an operand
+/// `refused` names: one value a row is followed by constants and activations only.
+fn only_constants_after(
+    mp: &mut Mapper<'_>,
+    head: &Node,
+    after: &[crate::spec::chain::OpSpec],
+    refused: impl Fn(&str) -> bool,
+) -> Option<()> {
+    if after
+        .iter()
+        .any(|s| s.operand.as_deref().is_some_and(&refused))
+    {
+        mp.problem(
+            head,
+            "a tensor operand after a reduction: only constants and activations follow one",
+        );
+        return None;
+    }
+    Some(())
+}
+
 /// The workload of a reduction `rm` whose chain ends at `out`.
 pub(super) fn map_reduce(
     mp: &mut Mapper<'_>,
@@ -214,16 +225,7 @@ pub(super) fn map_reduce(
     let rows = rows_over(mp, head, &rm.input, &rm.dims, "reduce")?;
     let (dtype, batch, m, k) = (rows.dtype, rows.batch, rows.m, rows.len);
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
-    if chain
-        .iter()
-        .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
-    {
-        mp.problem(
-            head,
-            "a tensor operand after a reduction: only constants and activations follow one",
-        );
-        return None;
-    }
+    only_constants_after(mp, head, &chain, |o| o != "z")?;
     ops.insert(
         0,
         format!("{} over dims {}..={}", rm.kind, rows.first, rows.last),
