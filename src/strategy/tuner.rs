@@ -24,8 +24,8 @@
 //! Beside the fixed tiles, [`sized`] adds 64-row ping-pong tiles whose width is chosen for
 //! the shape: the narrowest multiple of 16 that fits all tiles in one wave of one tile
 //! per SM (32 x 11008: 96 columns, 115 tiles); [`sized_wide`] adds 128-row cooperative
-//! tiles 96 or 192 wide where they fill their waves (256 x 6144: 128 x 96, 128 tiles in
-//! one wave).
+//! tiles, for each number of waves up to six the narrowest width (a multiple of 16) that
+//! fits them (256 x 6144: 128 x 96, 128 tiles in one wave; 256 x 4608: 128 x 80).
 //!
 //! The estimate is the larger of the compute and memory times. It ranks; it does not
 //! promise: the tuning database (measured times on the same GPU, `src/tuning/`) reorders
@@ -251,38 +251,65 @@ pub fn sized(h: &Shape, ab: DType) -> Vec<Config> {
         .collect()
 }
 
-/// The widths a 128-row cooperative tile of 16-bit operands is offered beside the fixed
-/// 64, 128 and 256 when they fill the waves better. On the H100 (`bench/llm-tuning-h100.md`)
-/// 96 and 192 ran at the fixed tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us
-/// against 28.2 for the best fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3).
-/// 144 and 224 are not among CuTe's standard WGMMA widths ([`STANDARD_WGMMA_N`]): without
-/// the template's `CS_EXT_MMA=1` a 144-wide tile runs nine 64x16x16 WGMMAs a k-step and ran
-/// 25-30% slower per tile; with it (one 64x144x16), 1024 x 4608 x 3584 took 50.18 us at
-/// 128 x 144 against 59.74 for the best fixed tile, and 1024 x 14336 x 4096 160.29 at
-/// 128 x 224 against 166.8 (cuBLAS 46.08 and 154.88).
-pub const WAVE_WIDTHS: [u64; 4] = [96, 144, 192, 224];
+/// The narrowest and widest widths a wave-sized 128-row cooperative tile may take.
+/// CuTe's WGMMA has every multiple of 8 up to 256; CUTLASS's TMA-store epilogue takes
+/// only multiples of 16 (72 and 88 fail its tile-shape checks under nvcc 13.0), and the
+/// fixed space already has 64, 128 and 256.
+const SIZED_WIDE_MIN: u64 = 80;
+const SIZED_WIDE_MAX: u64 = 240;
 
 /// The WGMMA widths CuTe has without its extended shapes.
 pub const STANDARD_WGMMA_N: [u64; 8] = [8, 16, 32, 64, 96, 128, 192, 256];
 
 /// Below this fraction of busy SM slots a sized width is not offered.
-const SIZED_MIN_EFFICIENCY: f64 = 0.9;
+const SIZED_MIN_EFFICIENCY: f64 = 0.85;
 
-/// 128-row cooperative tiles of [`WAVE_WIDTHS`] for 16-bit operands with more than 64
-/// rows, each where its tiles keep at least 90% of the SM slots of their waves busy, in
-/// a cluster of two along M (B multicast) where the rows of tiles pair up, else alone.
-/// They give the cost model a width between the fixed ones where those leave a last wave
-/// mostly idle (256 x 6144: 96 columns, 128 tiles in one wave, where 128 x 128 runs 96
-/// and 128 x 256 48).
+/// Waves up to which widths are sized: past six, any width's last wave costs under 17%.
+const SIZED_WIDE_MAX_WAVES: u64 = 6;
+
+/// 128-row cooperative tiles of 16-bit operands (more than 64 rows) sized to the shape's
+/// waves: for each number of waves w up to [`SIZED_WIDE_MAX_WAVES`], the narrowest width (a multiple of 16 in
+/// [`SIZED_WIDE_MIN`], [`SIZED_WIDE_MAX`], not one of the fixed widths) whose tiles fit in
+/// w waves of one tile per SM, where they keep at least 85% of the SM slots busy. In a
+/// cluster of two along M (B multicast) where the rows of tiles pair up, else alone.
+///
+/// A tile's time is about (its waves) x (its width), so for a given number of waves the
+/// narrowest width that fits is the one to try; the cost model then weighs the waves
+/// against the wider tile's better operand feed. Examples: 256 x 6144, 96 columns (128
+/// tiles in one wave, where 128 x 128 runs 96); 256 x 4608, 80 (116 tiles, where every
+/// fixed width leaves a wave 55% busy); 1024 x 6144, 192, 96 and 80 (two, four and five
+/// waves). Measured on the H100 (`bench/llm-tuning-h100.md`): 96 and 192 ran at the fixed
+/// tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us against 28.2 for the best
+/// fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3); the widths outside
+/// [`STANDARD_WGMMA_N`] run with the template's `CS_EXT_MMA=1` (one WGMMA a k-step:
+/// 1024 x 4608 x 3584 took 50.18 us at 128 x 144 against 59.74 for the best fixed tile;
+/// without it nine 64x16x16 WGMMAs ran 25-30% slower per tile).
 pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
     if !matches!(ab, DType::BF16 | DType::F16) || h.m <= 64 {
         return Vec::new();
     }
     let cluster_m = if h.m.div_ceil(128) % 2 == 0 { 2 } else { 1 };
-    WAVE_WIDTHS
-        .iter()
-        .filter(|&&tn| wave_efficiency(h, 128, tn, SMS) >= SIZED_MIN_EFFICIENCY)
-        .map(|&tn| Config {
+    let rows = h.m.div_ceil(128) * h.batch.max(1);
+    let mut widths: Vec<u64> = Vec::new();
+    for waves in 1..=SIZED_WIDE_MAX_WAVES {
+        // The fewest columns of tiles the waves take, and the width that gives them.
+        let cols = (waves * SMS / rows).max(1);
+        let tn = h.n.div_ceil(cols).next_multiple_of(16);
+        if tn < SIZED_WIDE_MIN {
+            break;
+        }
+        if tn > SIZED_WIDE_MAX
+            || [64, 128, 256].contains(&tn)
+            || widths.contains(&tn)
+            || wave_efficiency(h, 128, tn, SMS) < SIZED_MIN_EFFICIENCY
+        {
+            continue;
+        }
+        widths.push(tn);
+    }
+    widths
+        .into_iter()
+        .map(|tn| Config {
             tile_m: 128,
             tile_n: tn,
             schedule: Schedule::Cooperative,
@@ -690,25 +717,30 @@ mod tests {
                 .map(|c| (c.tile_n, c.cluster_m))
                 .collect::<Vec<_>>()
         };
-        // 256 x 6144: 128 tiles of 96 columns in one wave (97%); 192 columns: 64 (48%).
+        // 256 x 6144: 128 tiles of 96 columns in one wave (97%); 80 columns would take two.
         assert_eq!(w(256, 6144), vec![(96, 2)]);
-        // 1024 x 6144: 96 and 192 fill their waves (512 and 256 tiles); 1024 x 4608: 96
-        // (384 tiles in three waves) and 144 (256 in two; 192 columns leave the second of
-        // two 45% busy); 1024 x 14336: 224 (512 tiles), 96 and 192, not 144 (87%).
-        assert_eq!(w(1024, 6144), vec![(96, 2), (192, 2)]);
-        assert_eq!(w(1024, 4608), vec![(96, 2), (144, 2)]);
-        assert_eq!(w(1024, 14336), vec![(96, 2), (192, 2), (224, 2)]);
+        // 256 x 4608: 116 tiles of 80 columns (88%), where 64, 128 and 256 leave their last
+        // wave 55% busy or less (144, 72, 36 tiles).
+        assert_eq!(w(256, 4608), vec![(80, 2)]);
+        // 1024 x 6144: 192, (128, fixed), 96 and 80 for two to five waves; 1024 x 4608: 144,
+        // 96 and 80 (two to four); 1024 x 14336: 224 (four waves), 176, 160 (five, six).
+        assert_eq!(w(1024, 6144), vec![(192, 2), (96, 2), (80, 2)]);
+        assert_eq!(w(1024, 4608), vec![(144, 2), (96, 2), (80, 2)]);
+        assert_eq!(w(1024, 14336), vec![(224, 2), (176, 2), (160, 2)]);
         // Only the widths outside CuTe's standard WGMMA shapes ask for the extended ones.
-        let ext: Vec<bool> = sized_wide(&Shape::gemm(1024, 14336, 4096), DType::BF16)
+        let ext: Vec<bool> = sized_wide(&Shape::gemm(1024, 6144, 4096), DType::BF16)
             .iter()
             .map(|c| c.params().contains(&("CS_EXT_MMA", 1)))
             .collect();
         assert_eq!(ext, vec![false, false, true]);
         // An odd number of tile rows: no cluster along M.
         assert_eq!(w(384, 4224), vec![(96, 1)]);
-        // 1024 x 3584: 224 (128 tiles in one wave), not 96 or 192 (304 and 152 tiles);
-        // 64 rows and fp32 are not sized here.
-        assert_eq!(w(1024, 3584), vec![(224, 2)]);
+        // 1024 x 3584: 224 (128 tiles in one wave), 112 and 80.
+        assert_eq!(w(1024, 3584), vec![(224, 2), (112, 2), (80, 2)]);
+        // Many waves: every width's last wave costs little; none is sized.
+        assert!(w(4096, 14336).is_empty());
+        // 64 rows and fp32 are not sized here; no width between 80 and 240 fits 256 x 3584.
+        assert!(w(256, 3584).is_empty());
         assert!(w(64, 6144).is_empty());
         assert!(sized_wide(&Shape::gemm(1024, 6144, 4096), DType::F32).is_empty());
     }
