@@ -630,6 +630,19 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             out.insert(0, s);
         }
     }
+    // With 33-64 rows the split-K template trails the CUTLASS 3 tiles by 2-3x: on the H100
+    // (bench/llm-h100.md, us, its best against the first CUTLASS 3 tile) 64 x 4096 x 4096
+    // 37.3 / 17.6, 64 x 6144 x 4096 51.4 / 23.5, 64 x 14336 x 4096 106.3 / 47.7, 64 x 4096 x
+    // 14336 109.4 / 45.7, 64 x 4608 x 3584 62.8 / 18.9. It stays in the space, behind the
+    // first three CUTLASS 3 candidates, so that a suite's few candidates are tiles.
+    if gemm && regime == 1 {
+        let (split_k, mut rest): (Vec<Strategy>, Vec<Strategy>) = out
+            .drain(..)
+            .partition(|s| s.template == "gemm_skinny_splitk");
+        let at = rest.len().min(3);
+        rest.splice(at..at, split_k);
+        out = rest;
+    }
     // With at most 32 rows against a long N, the other orientation first: the kernel
     // computes D^T = B^T A^T (CS_SWAP_AB), so the weight rows fill WGMMA's 64-row side and
     // the few tokens its narrow N side (16 or 32 columns), as cuBLAS runs these shapes;
