@@ -630,18 +630,41 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             out.insert(0, s);
         }
     }
-    // With 33-64 rows the split-K template trails the CUTLASS 3 tiles by 2-3x: on the H100
-    // (bench/llm-h100.md, us, its best against the first CUTLASS 3 tile) 64 x 4096 x 4096
-    // 37.3 / 17.6, 64 x 6144 x 4096 51.4 / 23.5, 64 x 14336 x 4096 106.3 / 47.7, 64 x 4096 x
-    // 14336 109.4 / 45.7, 64 x 4608 x 3584 62.8 / 18.9. It stays in the space, behind the
-    // first three CUTLASS 3 candidates, so that a suite's few candidates are tiles.
+    // With 33-64 rows, the 64-row ping-pong tiles first, the fixed 64 x 64 one in a cluster
+    // 1 x 2 second, then the rest. On the H100 (bench/llm-h100.md, us):
+    // - the split-K template trails the 64-row tiles by 2-3x (its best against the first
+    //   tile): 64 x 4096 x 4096 37.3 / 17.6, 64 x 6144 x 4096 51.4 / 23.5, 64 x 14336 x 4096
+    //   106.3 / 47.7, 64 x 4096 x 14336 109.4 / 45.7, 64 x 4608 x 3584 62.8 / 18.9; it stays
+    //   in the space, behind the first three CUTLASS 3 candidates;
+    // - 128-row tiles, half of whose rows are padding, lost by 25-60%: stream-K 128 x 128
+    //   59.6 against 45.7 at 64 x 4096 x 14336, 128 x 64 27.6 against 17.6 at 64 x 4096 x
+    //   4096, stream-K 128 x 256 60.6 against 47.7 at 64 x 14336 x 4096;
+    // - the 64 x 64 tile ran within 1.5% of the wave-sized width the cost model ranks
+    //   first, or ahead of it: 64 x 6144 x 4096 23.8 / 23.5, 64 x 4096 x 14336 46.1 / 45.7,
+    //   64 x 4608 x 3584 17.1 / 19.1 (bench/variants-2026-11-27-h100.md).
     if gemm && regime == 1 {
-        let (split_k, mut rest): (Vec<Strategy>, Vec<Strategy>) = out
+        let pp64 = |s: &Strategy| {
+            s.template == "gemm_sm90_cutlass3_ws"
+                && s.get("CS_TILE_M", 128) == 64
+                && s.get("CS_SCHEDULE", 0) == 1
+        };
+        let (split_k, rest): (Vec<Strategy>, Vec<Strategy>) = out
             .drain(..)
             .partition(|s| s.template == "gemm_skinny_splitk");
-        let at = rest.len().min(3);
-        rest.splice(at..at, split_k);
-        out = rest;
+        let (mut tiles, others): (Vec<Strategy>, Vec<Strategy>) = rest.into_iter().partition(pp64);
+        let square = tiles.iter().position(|s| {
+            s.get("CS_TILE_N", 0) == 64
+                && s.get("CS_CLUSTER_M", 0) == 1
+                && s.get("CS_CLUSTER_N", 1) == 2
+        });
+        if let Some(i) = square.filter(|&i| i > 1) {
+            let s = tiles.remove(i);
+            tiles.insert(1, s);
+        }
+        tiles.extend(others);
+        let at = tiles.len().min(3);
+        tiles.splice(at..at, split_k);
+        out = tiles;
     }
     // With at most 32 rows against a long N, the other orientation first: the kernel
     // computes D^T = B^T A^T (CS_SWAP_AB), so the weight rows fill WGMMA's 64-row side and
@@ -1238,5 +1261,38 @@ mod tests {
         assert!(!labels("gemm_bf16_decode_bias_silu")
             .iter()
             .any(|l| l.contains("STREAM=1")));
+    }
+
+    #[test]
+    fn sixty_four_rows_try_the_64_row_tiles_before_split_k_and_128_row_tiles() {
+        let labels = |name: &str| -> Vec<String> {
+            let w = Workload::find(workloads_dir(), name).unwrap();
+            candidates(&w).iter().map(|s| s.label()).collect()
+        };
+        for name in [
+            "llm_qwen2_7b_qkv_m64",
+            "llm_llama3_8b_o_m64",
+            "llm_llama3_8b_down_m64",
+        ] {
+            let l = labels(name);
+            // The cost model's sized tile, then the fixed 64 x 64 one in a cluster 1 x 2.
+            assert!(l[0].contains("SCHEDULE=1 TILE_M=64"), "{name}: {l:?}");
+            assert_eq!(
+                l[1],
+                "gemm_sm90_cutlass3_ws CLUSTER_M=1 CLUSTER_N=2 SCHEDULE=1 TILE_M=64 TILE_N=64",
+                "{name}"
+            );
+            // Split-K, and the 128-row tiles, come after the first three.
+            assert!(
+                l[..3]
+                    .iter()
+                    .all(|s| !s.starts_with("gemm_skinny_splitk") && !s.contains("TILE_M=128")),
+                "{name}: {l:?}"
+            );
+            assert!(
+                l.iter().any(|s| s.starts_with("gemm_skinny_splitk")),
+                "{name}"
+            );
+        }
     }
 }
