@@ -103,7 +103,8 @@ pub struct Imported {
 
 const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, addmm, einsum of two \
     operands that is one (batched) matrix product, softmax, log_softmax over the last \
-    dimension, the norms (layer_norm, rms_norm, and RMS, L2 and L1 normalization written out \
+    dimension, the norms (layer_norm, rms_norm, instance_norm without affine or running stats, and \
+    RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
     norm / linalg.vector_norm of order 2), and after them elementwise add, sub, mul, div (also a constant or an earlier \
@@ -811,7 +812,11 @@ pub fn map_graph(
             && !passes_values(&mp.nodes, n)
             && !mp.unused_part(n)
         {
-            mp.problem(n, unknown_message(t));
+            let why = (op_name(t) == "instance_norm")
+                .then(|| norm::instance_norm_refusal(n))
+                .flatten()
+                .map_or_else(|| unknown_message(t), str::to_string);
+            mp.problem(n, why);
         }
     }
     let out_name = match graph.output.as_slice() {

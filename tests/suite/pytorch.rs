@@ -300,6 +300,42 @@ fn import_a_layernorm_and_the_ops_after_it() {
     assert_eq!(w.layouts().a, cutesmith::spec::Layout::Row);
 }
 
+/// nn.InstanceNorm2d (no affine, the input's statistics): a layer norm over each (n, c)
+/// plane, the rows H x W, its eps kept, the ReLU after it in the chain.
+#[test]
+fn import_an_instance_norm_as_a_layer_norm_of_each_plane() {
+    let Some((spec, w, toml_text)) = import("instance_norm_relu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Norm, "{toml_text}");
+    assert_eq!(w.params().norm, cutesmith::spec::NormKind::Layer);
+    assert!((w.params().eps - 1e-6).abs() < 1e-12, "{toml_text}");
+    assert_eq!(w.layouts().a, Layout::Row);
+    let h = w.headline();
+    assert_eq!((h.batch, h.m, h.n), (1, 4 * 32, 64 * 48), "{toml_text}");
+    assert_eq!(chain_ops(&spec), vec![("relu", None)], "{toml_text}");
+    assert!(toml_text.contains("InstanceNorm"), "{toml_text}");
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
+/// With a per-channel weight and bias (affine=True) the import names the node and why.
+#[test]
+fn an_affine_instance_norm_is_refused_with_its_reason() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("inorm.toml");
+    let o = import_to(&py, "instance_norm_affine_unsupported", &out, &[]);
+    let t = output_text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("aten.instance_norm") && t.contains("per-channel weight or bias"),
+        "{t}"
+    );
+    assert!(!out.exists());
+}
+
 /// A biased linear, GELU and a softmax: gemm_softmax, the bias and GELU its chain before
 /// the softmax, with a built-in candidate.
 #[test]

@@ -41,6 +41,8 @@ pub(super) struct NormMatch {
     pub affine: Vec<OpSpec>,
     /// Every node the match accounts for (the head included).
     pub absorbed: HashSet<String>,
+    /// What the spec's description calls it, where not the kind's title.
+    pub title: Option<&'static str>,
 }
 
 fn target(n: &Node) -> &str {
@@ -328,12 +330,16 @@ impl<'g> Mapper<'g> {
             dims,
             affine,
             absorbed: seen.into_iter().collect(),
+            title: None,
         })
     }
 
     /// `aten.layer_norm(x, shape, weight, bias, eps)` / `aten.rms_norm(x, shape, weight,
     /// eps)`: the last `len(shape)` dimensions, the weight and bias as row operands.
     fn norm_op(&self, n: &'g Node, dtype: Option<DType>) -> Option<NormMatch> {
+        if target(n) == "instance_norm" {
+            return self.instance_norm(n);
+        }
         let layer = match target(n) {
             "layer_norm" => true,
             "rms_norm" => false,
@@ -382,6 +388,34 @@ impl<'g> Mapper<'g> {
             dims: (r - l..r).collect(),
             affine,
             absorbed: HashSet::from([n.name.clone()]),
+            title: None,
+        })
+    }
+
+    /// `aten.instance_norm(x, weight, bias, running_mean, running_var, use_input_stats,
+    /// momentum, eps, cudnn_enabled)` of an (N, C, ...) input, as `nn.InstanceNorm*d` runs
+    /// it by default (no affine weight and bias, the statistics of the input): every
+    /// (n, c) plane normalized over its spatial dims, a layer norm over dims 2.. (rows of
+    /// H x W). With a per-channel weight or bias, or with running statistics in place of
+    /// the input's, it is not a row normalization of this family: `None` (the op is then
+    /// unknown, with [`instance_norm_refusal`]'s reason).
+    fn instance_norm(&self, n: &'g Node) -> Option<NormMatch> {
+        let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        let r = rank(self, x);
+        if r < 3 || instance_norm_refusal(n).is_some() {
+            return None;
+        }
+        Some(NormMatch {
+            head: n.name.clone(),
+            input: x.to_string(),
+            kind: NormKind::Layer,
+            eps: num_param(n, 7, "eps").or(Some(1e-5)),
+            dims: (2..r).collect(),
+            affine: Vec::new(),
+            absorbed: HashSet::from([n.name.clone()]),
+            title: Some("InstanceNorm (a LayerNorm of each (n, c) plane)"),
         })
     }
 
@@ -544,7 +578,7 @@ pub(super) fn map_norm(
     }
     ops.insert(0, format!("{} norm", nm.kind));
     let eps = nm.eps.map(|e| e as f32);
-    let what = nm.kind.title();
+    let what = nm.title.unwrap_or(nm.kind.title());
     let shapes = if col {
         let mut v = vec![ShapeSpec {
             batch: (batch > 1).then_some(batch),
@@ -583,4 +617,18 @@ pub(super) fn map_norm(
         epilogue: chain,
         after: Vec::new(),
     })
+}
+
+/// Why an `aten.instance_norm` node is not a row normalization cutesmith runs, or `None`
+/// when it is one (no weight or bias, the input's own statistics).
+pub(super) fn instance_norm_refusal(n: &Node) -> Option<&'static str> {
+    let given = |i: usize, key: &str| param(n, i, key).is_some_and(|v| !v.is_null());
+    if given(1, "weight") || given(2, "bias") {
+        return Some("instance_norm with a per-channel weight or bias (affine=True): the norm family's weight and bias run along the row (the spatial dims), not per channel");
+    }
+    let use_input_stats = param(n, 5, "use_input_stats").and_then(Value::as_bool);
+    if use_input_stats == Some(false) {
+        return Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows");
+    }
+    None
 }
