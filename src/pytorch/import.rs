@@ -103,7 +103,8 @@ pub struct Imported {
 
 const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, addmm, einsum of two \
     operands that is one (batched) matrix product, softmax, log_softmax over the last \
-    dimension, the norms (layer_norm, rms_norm, instance_norm without affine or running stats, and \
+    dimension, the norms (layer_norm, rms_norm, instance_norm and group_norm without \
+    affine (and running stats), and \
     RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
@@ -812,10 +813,12 @@ pub fn map_graph(
             && !passes_values(&mp.nodes, n)
             && !mp.unused_part(n)
         {
-            let why = (op_name(t) == "instance_norm")
-                .then(|| norm::instance_norm_refusal(n))
-                .flatten()
-                .map_or_else(|| unknown_message(t), str::to_string);
+            let why = match op_name(t) {
+                "instance_norm" => norm::instance_norm_refusal(n),
+                "group_norm" => norm::group_norm_refusal(n),
+                _ => None,
+            }
+            .map_or_else(|| unknown_message(t), str::to_string);
             mp.problem(n, why);
         }
     }

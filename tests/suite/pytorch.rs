@@ -318,22 +318,41 @@ fn import_an_instance_norm_as_a_layer_norm_of_each_plane() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// nn.GroupNorm(8, 32, affine=False): 4 x 8 rows of 4 channels x 64 x 48, SiLU after.
+#[test]
+fn import_a_group_norm_as_a_layer_norm_of_each_group() {
+    let Some((spec, w, toml_text)) = import("group_norm_silu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Norm, "{toml_text}");
+    assert_eq!(w.params().norm, cutesmith::spec::NormKind::Layer);
+    let h = w.headline();
+    assert_eq!((h.batch, h.m, h.n), (1, 4 * 8, 4 * 64 * 48), "{toml_text}");
+    assert_eq!(chain_ops(&spec), vec![("silu", None)], "{toml_text}");
+    assert!(toml_text.contains("GroupNorm"), "{toml_text}");
+}
+
 /// With a per-channel weight and bias (affine=True) the import names the node and why.
 #[test]
-fn an_affine_instance_norm_is_refused_with_its_reason() {
+fn an_affine_instance_or_group_norm_is_refused_with_its_reason() {
     let Some(py) = python() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("inorm.toml");
-    let o = import_to(&py, "instance_norm_affine_unsupported", &out, &[]);
-    let t = output_text(&o);
-    assert_eq!(o.status.code(), Some(2), "{t}");
-    assert!(
-        t.contains("aten.instance_norm") && t.contains("per-channel weight or bias"),
-        "{t}"
-    );
-    assert!(!out.exists());
+    for (file, op) in [
+        ("instance_norm_affine_unsupported", "aten.instance_norm"),
+        ("group_norm_affine_unsupported", "aten.group_norm"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("norm.toml");
+        let o = import_to(&py, file, &out, &[]);
+        let t = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        assert!(
+            t.contains(op) && t.contains("per-channel weight or bias"),
+            "{t}"
+        );
+        assert!(!out.exists());
+    }
 }
 
 /// A biased linear, GELU and a softmax: gemm_softmax, the bias and GELU its chain before

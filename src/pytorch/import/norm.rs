@@ -43,6 +43,8 @@ pub(super) struct NormMatch {
     pub absorbed: HashSet<String>,
     /// What the spec's description calls it, where not the kind's title.
     pub title: Option<&'static str>,
+    /// Rows each of `dims`' runs splits into (GroupNorm's groups of channels; else 1).
+    pub groups: i64,
 }
 
 fn target(n: &Node) -> &str {
@@ -331,14 +333,17 @@ impl<'g> Mapper<'g> {
             affine,
             absorbed: seen.into_iter().collect(),
             title: None,
+            groups: 1,
         })
     }
 
     /// `aten.layer_norm(x, shape, weight, bias, eps)` / `aten.rms_norm(x, shape, weight,
     /// eps)`: the last `len(shape)` dimensions, the weight and bias as row operands.
     fn norm_op(&self, n: &'g Node, dtype: Option<DType>) -> Option<NormMatch> {
-        if target(n) == "instance_norm" {
-            return self.instance_norm(n);
+        match target(n) {
+            "instance_norm" => return self.instance_norm(n),
+            "group_norm" => return self.group_norm(n),
+            _ => {}
         }
         let layer = match target(n) {
             "layer_norm" => true,
@@ -389,6 +394,7 @@ impl<'g> Mapper<'g> {
             affine,
             absorbed: HashSet::from([n.name.clone()]),
             title: None,
+            groups: 1,
         })
     }
 
@@ -416,6 +422,34 @@ impl<'g> Mapper<'g> {
             affine: Vec::new(),
             absorbed: HashSet::from([n.name.clone()]),
             title: Some("InstanceNorm (a LayerNorm of each (n, c) plane)"),
+            groups: 1,
+        })
+    }
+
+    /// `aten.group_norm(x, num_groups, weight, bias, eps, cudnn_enabled)` of an (N, C, ...)
+    /// input without a weight and bias (`nn.GroupNorm(..., affine=False)`): each group of
+    /// C / G channels with its spatial dims is one contiguous row, a layer norm of N x G
+    /// rows. With a per-channel weight or bias `None` ([`group_norm_refusal`] says why).
+    fn group_norm(&self, n: &'g Node) -> Option<NormMatch> {
+        let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        let r = rank(self, x);
+        let channels = *self.meta(x)?.shape.get(1)?;
+        let groups = param(n, 1, "num_groups").and_then(Value::as_i64)?;
+        if r < 2 || groups < 1 || channels % groups != 0 || group_norm_refusal(n).is_some() {
+            return None;
+        }
+        Some(NormMatch {
+            head: n.name.clone(),
+            input: x.to_string(),
+            kind: NormKind::Layer,
+            eps: num_param(n, 4, "eps").or(Some(1e-5)),
+            dims: (1..r).collect(),
+            affine: Vec::new(),
+            absorbed: HashSet::from([n.name.clone()]),
+            title: Some("GroupNorm (a LayerNorm of each group of channels)"),
+            groups,
         })
     }
 
@@ -551,7 +585,12 @@ pub(super) fn map_norm(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
-    let rows = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
+    let mut rows = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
+    // GroupNorm: each row of C x H x W elements is G rows of one group each.
+    if nm.groups > 1 && !rows.col {
+        rows.m *= nm.groups;
+        rows.len /= nm.groups;
+    }
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     let mut chain = nm.affine.clone();
     chain.extend(super::chain_after(
@@ -631,4 +670,12 @@ pub(super) fn instance_norm_refusal(n: &Node) -> Option<&'static str> {
         return Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows");
     }
     None
+}
+
+/// Why an `aten.group_norm` node is not a row normalization cutesmith runs, or `None`.
+pub(super) fn group_norm_refusal(n: &Node) -> Option<&'static str> {
+    let given = |i: usize, key: &str| param(n, i, key).is_some_and(|v| !v.is_null());
+    (given(2, "weight") || given(3, "bias")).then_some(
+        "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default): the norm family's weight and bias run along the row, not per channel",
+    )
 }
