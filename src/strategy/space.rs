@@ -51,10 +51,10 @@ const F32_SPLIT_MIN_FLOPS: f64 = 8e9;
 
 /// The two fp32-accurate mainloops' rates on an H100 at 4096^3 (3xF16 722.94 us, 190
 /// TFLOP/s; 3xTF32 1351.78 us, 102 TFLOP/s: bench/fp32-3xf16-h100.md run 15), and the
-/// rate a streaming pass moves bytes at (the copy bandwidth, about 3.0 TB/s).
+/// rate a streaming pass moves bytes at: the DRAM rate the tile model uses too.
 const F16_SPLIT_FLOPS_PER_S: f64 = 190e12;
 const TF32_SPLIT_FLOPS_PER_S: f64 = 102e12;
-const PASS_BYTES_PER_S: f64 = 3.0e12;
+const PASS_BYTES_PER_S: f64 = super::tuner::DRAM_BYTES_PER_S;
 
 /// K below which 3xTF32 leads however the estimates compare: with one or two k-tiles an
 /// output tile, 3xF16's tiles (four fp16 operand tiles a stage and a tile coordinate

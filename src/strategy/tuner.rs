@@ -40,8 +40,9 @@ use crate::spec::{DType, Shape};
 pub const SMS: u64 = 132;
 /// Dense 16-bit tensor-core FLOP/s of one SM (989 TFLOP/s over 132 SMs; fp8 twice).
 const SM_FLOPS_16BIT: f64 = 989.4e12 / 132.0;
-/// DRAM bandwidth reached by a streaming kernel (bytes/s).
-const DRAM_BYTES_PER_S: f64 = 3.0e12;
+/// DRAM bandwidth reached by a streaming kernel (bytes/s); the whole-problem fp32 estimate
+/// (`space::f32_estimates`) moves its split pass's bytes at this rate too.
+pub(crate) const DRAM_BYTES_PER_S: f64 = 3.0e12;
 /// L2 to SM bandwidth for the operand tiles (bytes/s).
 const L2_BYTES_PER_S: f64 = 12.0e12;
 /// Operand traffic penalty: efficiency = 1 / (1 + C (TM + TN) / (TM TN)).
