@@ -50,6 +50,54 @@ pub struct BenchArgs {
     /// one model) or ordinals like `0,1`; each workload's session runs on one of them.
     #[arg(long, value_name = "all|LIST")]
     pub gpus: Option<String>,
+    /// Measure only the suite's workloads whose names match (`*` any run of characters,
+    /// `?` one; repeatable, e.g. `--only '*_m256'`). The other rows of OUT/<suite>.json,
+    /// measured on the same device, are kept, so the table stays whole.
+    #[arg(long, value_name = "GLOB")]
+    pub only: Vec<String>,
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters
+/// (the empty one too) and `?` for exactly one.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The last `*` seen and the name position it was tried at, for backtracking.
+    let (mut pi, mut ni, mut star): (usize, usize, Option<(usize, usize)>) = (0, 0, None);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// The suite's workloads `--only` selects (all of them without patterns); a pattern that
+/// matches none is an error naming it and the suite's workloads.
+fn select(suite: &str, workloads: &[String], only: &[String]) -> Result<Vec<String>> {
+    if let Some(p) = only
+        .iter()
+        .find(|p| !workloads.iter().any(|w| glob_match(p, w)))
+    {
+        return Err(Error::Usage(format!(
+            "--only '{p}': no workload of suite {suite} matches it (its workloads: {})",
+            workloads.join(", ")
+        )));
+    }
+    Ok(workloads
+        .iter()
+        .filter(|w| only.is_empty() || only.iter().any(|p| glob_match(p, w)))
+        .cloned()
+        .collect())
 }
 
 /// What happened to one candidate (a version of the workload's session).
@@ -160,12 +208,17 @@ pub fn cmd_bench(
         .map(|d| d.arch())
         .unwrap_or_else(|| "sm_90a".into());
     let jobs = args.jobs.unwrap_or_else(compile::default_jobs);
-    // Rows of an earlier, interrupted run of this suite on this device.
-    let kept: Vec<BenchRow> = if args.resume {
+    // Rows of an earlier, interrupted run of this suite on this device; with --only, the
+    // rows of the workloads it leaves out.
+    let selected = select(&name, &spec.workloads, &args.only)?;
+    let mut kept: Vec<BenchRow> = if args.resume || !args.only.is_empty() {
         previous_rows(&args.out, &name, &device, &spec.workloads)?
     } else {
         Vec::new()
     };
+    if !args.only.is_empty() && !args.resume {
+        kept.retain(|r| !selected.contains(&r.workload));
+    }
     if !kept.is_empty() {
         eprintln!(
             "resuming: {} of {} workloads already measured in {}/{name}.json",
@@ -176,7 +229,7 @@ pub fn cmd_bench(
     }
     let order = spec.workloads.clone();
     spec.workloads
-        .retain(|n| !kept.iter().any(|r| &r.workload == n));
+        .retain(|n| selected.contains(n) && !kept.iter().any(|r| &r.workload == n));
     let workloads = spec
         .workloads
         .iter()
@@ -261,8 +314,8 @@ pub fn cmd_bench(
     })
 }
 
-/// The rows of `dir/<suite>.json` for workloads still in the suite, when that report was
-/// measured on `device`; none when there is no report. A report from another device is
+/// The rows of `dir/<suite>.json` (for `--resume` and `--only`) for workloads still in the
+/// suite, when that report was measured on `device`; none when there is no report. A report from another device is
 /// an error (ratios are measured on one kind of GPU), as is one that cannot be read.
 fn previous_rows(dir: &Path, suite: &str, device: &str, names: &[String]) -> Result<Vec<BenchRow>> {
     let path = dir.join(format!("{suite}.json"));
@@ -272,14 +325,14 @@ fn previous_rows(dir: &Path, suite: &str, device: &str, names: &[String]) -> Res
         Err(e) => return Err(e).at(&path),
     };
     let old: BenchReport = serde_json::from_str(&text).map_err(|e| Error::Format {
-        context: format!("{} (--resume)", path.display()),
+        context: format!("{} (--resume, --only)", path.display()),
         message: e.to_string(),
     })?;
     if old.device != device {
         return Err(Error::Format {
-            context: format!("{} (--resume)", path.display()),
+            context: format!("{} (--resume, --only)", path.display()),
             message: format!(
-                "measured on {}, this run is on {device}: run without --resume, or with another --out",
+                "measured on {}, this run is on {device}: run without --resume and --only, or with another --out",
                 old.device
             ),
         });
@@ -791,6 +844,34 @@ pub fn markdown(r: &BenchReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_selects_workloads_by_glob_and_names_a_pattern_that_matches_none() {
+        assert!(glob_match("*_m256", "llm_qwen2_7b_qkv_m256"));
+        assert!(!glob_match("*_m256", "llm_qwen2_7b_qkv_m2560"));
+        assert!(glob_match("llm_*_qkv_m?4", "llm_llama3_8b_qkv_m64"));
+        assert!(!glob_match("llm_*_qkv_m?4", "llm_llama3_8b_qkv_m1024"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "a_x_b_y_c"));
+        assert!(!glob_match("a*b*c", "a_x_b_y_d"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+        let suite: Vec<String> = ["a_m16", "a_m256", "b_m256", "b_m1024"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(select("s", &suite, &[]).unwrap(), suite);
+        assert_eq!(
+            select("s", &suite, &["*_m256".into(), "a_m16".into()]).unwrap(),
+            vec!["a_m16", "a_m256", "b_m256"]
+        );
+        let e = select("s", &suite, &["*_m64".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--only '*_m64'") && e.contains("a_m16, a_m256"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_summary_takes_each_row_against_its_goal_baseline() {
