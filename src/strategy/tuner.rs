@@ -276,10 +276,13 @@ const SIZED_WIDE_MAX_WAVES: u64 = 6;
 ///
 /// A tile's time is about (its waves) x (its width), so for a given number of waves the
 /// narrowest width that fits is the one to try; the cost model then weighs the waves
-/// against the wider tile's better operand feed. Examples: 256 x 6144, 96 columns (128
+/// against the wider tile's better operand feed. Below 128 columns only in one wave: over
+/// several waves the narrow tiles ran 19-29% behind a wider sized one on the H100
+/// (1024 x 6144 x 4096: 128 x 96 90.4 us, 128 x 192 70.3; 1024 x 4608 x 3584: 96 60.6,
+/// 144 50.1; 1024 x 3584 x 3584: 112 45.4, 224 38.3; `bench/variants-2026-11-27-h100.md`,
+/// `bench/llm-run5-partial-h100.md`), where in one wave they lead (256 x 4608: 80). Examples: 256 x 6144, 96 columns (128
 /// tiles in one wave, where 128 x 128 runs 96); 256 x 4608, 80 (116 tiles, where every
-/// fixed width leaves a wave 55% busy); 1024 x 6144, 192, 96 and 80 (two, four and five
-/// waves). Measured on the H100 (`bench/llm-tuning-h100.md`): 96 and 192 ran at the fixed
+/// fixed width leaves a wave 55% busy); 1024 x 6144, 192 (two waves). Measured on the H100 (`bench/llm-tuning-h100.md`): 96 and 192 ran at the fixed
 /// tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us against 28.2 for the best
 /// fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3); the widths outside
 /// [`STANDARD_WGMMA_N`] run with the template's `CS_EXT_MMA=1` (one WGMMA a k-step:
@@ -300,6 +303,7 @@ pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
             break;
         }
         if tn > SIZED_WIDE_MAX
+            || (waves > 1 && tn < 128)
             || [64, 128, 256].contains(&tn)
             || widths.contains(&tn)
             || wave_efficiency(h, 128, tn, SMS) < SIZED_MIN_EFFICIENCY
@@ -723,21 +727,23 @@ mod tests {
         // 256 x 4608: 116 tiles of 80 columns (88%), where 64, 128 and 256 leave their last
         // wave 55% busy or less (144, 72, 36 tiles).
         assert_eq!(w(256, 4608), vec![(80, 2)]);
-        // 1024 x 6144: 192, (128, fixed), 96 and 80 for two to five waves; 1024 x 4608: 144,
-        // 96 and 80 (two to four); 1024 x 14336: 224 (four waves), 176, 160 (five, six).
-        assert_eq!(w(1024, 6144), vec![(192, 2), (96, 2), (80, 2)]);
-        assert_eq!(w(1024, 4608), vec![(144, 2), (96, 2), (80, 2)]);
+        // 1024 x 6144: 192 for two waves (96 and 80 would take four and five: under 128
+        // columns only one wave is sized); 1024 x 4608: 144 (two); 1024 x 14336: 224 (four
+        // waves), 176, 160 (five, six).
+        assert_eq!(w(1024, 6144), vec![(192, 2)]);
+        assert_eq!(w(1024, 4608), vec![(144, 2)]);
         assert_eq!(w(1024, 14336), vec![(224, 2), (176, 2), (160, 2)]);
         // Only the widths outside CuTe's standard WGMMA shapes ask for the extended ones.
-        let ext: Vec<bool> = sized_wide(&Shape::gemm(1024, 6144, 4096), DType::BF16)
+        let ext: Vec<bool> = sized_wide(&Shape::gemm(1024, 14336, 4096), DType::BF16)
             .iter()
+            .chain(&sized_wide(&Shape::gemm(256, 6144, 4096), DType::BF16))
             .map(|c| c.params().contains(&("CS_EXT_MMA", 1)))
             .collect();
-        assert_eq!(ext, vec![false, false, true]);
+        assert_eq!(ext, vec![true, true, true, false]);
         // An odd number of tile rows: no cluster along M.
         assert_eq!(w(384, 4224), vec![(96, 1)]);
-        // 1024 x 3584: 224 (128 tiles in one wave), 112 and 80.
-        assert_eq!(w(1024, 3584), vec![(224, 2), (112, 2), (80, 2)]);
+        // 1024 x 3584: 224 (128 tiles in one wave).
+        assert_eq!(w(1024, 3584), vec![(224, 2)]);
         // Many waves: every width's last wave costs little; none is sized.
         assert!(w(4096, 14336).is_empty());
         // 64 rows and fp32 are not sized here; no width between 80 and 240 fits 256 x 3584.
