@@ -586,8 +586,13 @@ pub(super) fn map_norm(
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
     let mut rows = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
-    // GroupNorm: each row of C x H x W elements is G rows of one group each.
-    if nm.groups > 1 && !rows.col {
+    // GroupNorm (dims 1.., trailing): each row of C x H x W elements is G rows of one
+    // group each.
+    if nm.groups > 1 {
+        if rows.col {
+            mp.problem(head, "group_norm over rows side by side: not expressible");
+            return None;
+        }
         rows.m *= nm.groups;
         rows.len /= nm.groups;
     }
@@ -658,11 +663,15 @@ pub(super) fn map_norm(
     })
 }
 
+/// Whether argument `i` (keyword `key`) of `n` is given and not None.
+fn given(n: &Node, i: usize, key: &str) -> bool {
+    param(n, i, key).is_some_and(|v| !v.is_null())
+}
+
 /// Why an `aten.instance_norm` node is not a row normalization cutesmith runs, or `None`
 /// when it is one (no weight or bias, the input's own statistics).
 pub(super) fn instance_norm_refusal(n: &Node) -> Option<&'static str> {
-    let given = |i: usize, key: &str| param(n, i, key).is_some_and(|v| !v.is_null());
-    if given(1, "weight") || given(2, "bias") {
+    if given(n, 1, "weight") || given(n, 2, "bias") {
         return Some("instance_norm with a per-channel weight or bias (affine=True): the norm family's weight and bias run along the row (the spatial dims), not per channel");
     }
     let use_input_stats = param(n, 5, "use_input_stats").and_then(Value::as_bool);
@@ -674,8 +683,7 @@ pub(super) fn instance_norm_refusal(n: &Node) -> Option<&'static str> {
 
 /// Why an `aten.group_norm` node is not a row normalization cutesmith runs, or `None`.
 pub(super) fn group_norm_refusal(n: &Node) -> Option<&'static str> {
-    let given = |i: usize, key: &str| param(n, i, key).is_some_and(|v| !v.is_null());
-    (given(2, "weight") || given(3, "bias")).then_some(
+    (given(n, 2, "weight") || given(n, 3, "bias")).then_some(
         "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default): the norm family's weight and bias run along the row, not per channel",
     )
 }
