@@ -29,13 +29,15 @@ pub fn days_of(date: &str) -> Option<i64> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
         return None;
     }
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
+    let year = if m <= 2 { y - 1 } else { y };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
     let mp = if m > 2 { m - 3 } else { m + 9 };
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+    let days = era * 146_097 + doe - 719_468;
+    // A day past its month's end (2026-02-31, 2025-02-29) is not a date.
+    (civil(days) == (y, m, d)).then_some(days)
 }
 
 /// `YYYY-MM-DD` of a day number.
@@ -78,5 +80,12 @@ mod tests {
         }
         assert_eq!(days_of("2026-13-01"), None);
         assert_eq!(days_of("yesterday"), None);
+        // Days past the month's end; leap days only in leap years.
+        assert_eq!(days_of("2026-02-31"), None);
+        assert_eq!(days_of("2026-04-31"), None);
+        assert_eq!(days_of("2025-02-29"), None);
+        assert_eq!(days_of("2100-02-29"), None);
+        assert_eq!(days_of("2000-02-29"), Some(11_016));
+        assert_eq!(days_of("2024-02-29"), Some(19_782));
     }
 }

@@ -123,7 +123,14 @@ fn read_rows(file: &Path, workloads_dir: &Path) -> Result<Vec<Record>> {
 /// the workload's class from its spec in `workloads_dir`, the shape it was timed on, the
 /// fastest vendor baseline of the same worker. The report's date stands for the time.
 fn bench_rows(report: &BenchReport, workloads_dir: &Path) -> Result<Vec<Record>> {
-    let at = crate::clock::days_of(&report.date).map_or(0, |d| d * 86_400);
+    let at = crate::clock::days_of(&report.date)
+        .map(|d| d * 86_400)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "its `date` is {:?}, not a YYYY-MM-DD day (the time its rows are recorded at)",
+                report.date
+            ))
+        })?;
     let mut out = Vec::new();
     for row in &report.rows {
         let w = Workload::find(workloads_dir, &row.workload).map_err(|e| {

@@ -231,6 +231,25 @@ fn tuning_database_imports_shows_and_exports() {
     assert!(t.contains("bad.jsonl line 2"), "{t}");
     let o = run(&["tuning", "show"]);
     assert!(text(&o).contains("3 rows"), "{}", text(&o));
+
+    // A bench report whose date is not a day (past February's end) is refused, naming
+    // the file and the field, and nothing is imported.
+    let smoke = root().join("bench/smoke.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(smoke).expect("bench/smoke.json"))
+            .expect("json");
+    report["date"] = serde_json::Value::from("2026-02-31");
+    let dated = dir.path().join("report.json");
+    std::fs::write(&dated, report.to_string()).expect("write");
+    let o = run(&["tuning", "import", dated.to_str().expect("utf-8 path")]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("report.json") && t.contains("`date` is \"2026-02-31\""),
+        "{t}"
+    );
+    let o = run(&["tuning", "show"]);
+    assert!(text(&o).contains("3 rows"), "{}", text(&o));
 }
 
 /// `run SUITE --slurm` against stand-ins for sbatch, squeue and sacct that run the array's
