@@ -261,19 +261,40 @@ impl TuningDb {
             .map_err(|e| db_err(&self.path, e))
     }
 
-    /// Adds rows (an import); returns how many were new (rows equal in every field to
-    /// one already there are skipped, so importing the same file twice adds nothing).
+    /// Adds rows (an import); returns how many were new. A row that repeats an
+    /// evaluation already there is skipped ([`same_evaluation`]), so importing the same
+    /// file twice adds nothing, and a bench report imported on the machine whose sessions
+    /// recorded its evaluations adds none of them again.
     pub fn import(&self, rows: &[Record]) -> Result<usize> {
-        let existing = self.rows(None)?;
+        let mut existing = self.rows(None)?;
         let mut added = 0;
         for r in rows {
-            if !existing.contains(r) {
+            if !existing.iter().any(|e| same_evaluation(e, r)) {
                 self.record(r)?;
+                existing.push(r.clone());
                 added += 1;
             }
         }
         Ok(added)
     }
+}
+
+/// Whether two rows record one evaluation: equal in every field, or a timed one equal in
+/// everything but the time, the toolkit string and the provider's name. A session records
+/// its evaluation when it runs (its provider named as "built-in strategies (N
+/// candidates)"); the bench report of the same run carries it again with the report's
+/// date, no toolkit and the provider "builtin", and the same median to the last bit says
+/// it is the same measurement. A failure has no median to tell two runs apart, so only an
+/// equal row repeats it.
+pub fn same_evaluation(a: &Record, b: &Record) -> bool {
+    a == b
+        || a.median_us.is_some()
+            && Record {
+                at: b.at,
+                toolkit: b.toolkit.clone(),
+                provider: b.provider.clone(),
+                ..a.clone()
+            } == *b
 }
 
 /// How far apart two shapes are for tuning: the sum of |log2| ratios of m, n, k and batch
@@ -1049,5 +1070,32 @@ mod tests {
         let other = TuningDb::open(&dir.path().join("u.sqlite")).expect("open");
         assert_eq!(other.import(&rows[..3]).expect("import"), 3);
         assert_eq!(other.rows(Some("nope")).expect("rows").len(), 0);
+    }
+
+    #[test]
+    fn an_import_skips_evaluations_already_recorded_under_another_date() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = TuningDb::open(&dir.path().join("t.sqlite")).expect("open");
+        let timed = rec("a", 4096, "correct", Some(123.456));
+        let failed = rec("b", 4096, "mismatch", None);
+        db.record(&timed).expect("record");
+        db.record(&failed).expect("record");
+        // The same measurements as a bench report carries them: another time, no toolkit,
+        // the provider as "builtin" where the session named it in full.
+        let later = |r: &Record| Record {
+            at: 86_400,
+            toolkit: String::new(),
+            provider: "built-in strategies (4 candidates)".into(),
+            ..r.clone()
+        };
+        // The timed one is the same measurement; a failure at another time is another run.
+        assert_eq!(
+            db.import(&[later(&timed), later(&failed)]).expect("import"),
+            1
+        );
+        // Another median is another evaluation; a row repeated within one import, once.
+        let other = rec("a", 4096, "correct", Some(124.0));
+        assert_eq!(db.import(&[other.clone(), other]).expect("import"), 1);
+        assert_eq!(db.rows(None).expect("rows").len(), 4);
     }
 }
