@@ -57,36 +57,26 @@ pub struct BenchArgs {
     pub only: Vec<String>,
 }
 
-/// Whether `name` matches `pattern`, where `*` stands for any run of characters
-/// (the empty one too) and `?` for exactly one.
-fn glob_match(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    // The last `*` seen and the name position it was tried at, for backtracking.
-    let (mut pi, mut ni, mut star): (usize, usize, Option<(usize, usize)>) = (0, 0, None);
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+/// `pattern` as a regular expression for a whole name: `*` any run of characters (the
+/// empty one too), `?` exactly one, everything else itself.
+fn glob(pattern: &str) -> Result<regex::Regex> {
+    let re = regex::escape(pattern)
+        .replace(r"\*", ".*")
+        .replace(r"\?", ".");
+    regex::Regex::new(&format!("^(?s:{re})$"))
+        .map_err(|e| Error::Usage(format!("--only '{pattern}': {e}")))
 }
 
 /// The suite's workloads `--only` selects (all of them without patterns); a pattern that
 /// matches none is an error naming it and the suite's workloads.
 fn select(suite: &str, workloads: &[String], only: &[String]) -> Result<Vec<String>> {
-    if let Some(p) = only
+    let patterns = only
         .iter()
-        .find(|p| !workloads.iter().any(|w| glob_match(p, w)))
+        .map(|p| Ok((p, glob(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((p, _)) = patterns
+        .iter()
+        .find(|(_, re)| !workloads.iter().any(|w| re.is_match(w)))
     {
         return Err(Error::Usage(format!(
             "--only '{p}': no workload of suite {suite} matches it (its workloads: {})",
@@ -95,7 +85,7 @@ fn select(suite: &str, workloads: &[String], only: &[String]) -> Result<Vec<Stri
     }
     Ok(workloads
         .iter()
-        .filter(|w| only.is_empty() || only.iter().any(|p| glob_match(p, w)))
+        .filter(|w| patterns.is_empty() || patterns.iter().any(|(_, re)| re.is_match(w)))
         .cloned()
         .collect())
 }
@@ -221,7 +211,7 @@ pub fn cmd_bench(
     }
     if !kept.is_empty() {
         eprintln!(
-            "resuming: {} of {} workloads already measured in {}/{name}.json",
+            "keeping {} of {} workloads' rows from {}/{name}.json (measured there on this GPU model; not measured again)",
             kept.len(),
             spec.workloads.len(),
             args.out.display()
@@ -315,8 +305,9 @@ pub fn cmd_bench(
 }
 
 /// The rows of `dir/<suite>.json` (for `--resume` and `--only`) for workloads still in the
-/// suite, when that report was measured on `device`; none when there is no report. A report from another device is
-/// an error (ratios are measured on one kind of GPU), as is one that cannot be read.
+/// suite, when that report was measured on `device`; none when there is no report. A
+/// report from another device is an error (ratios are measured on one kind of GPU), as is
+/// one that cannot be read.
 fn previous_rows(dir: &Path, suite: &str, device: &str, names: &[String]) -> Result<Vec<BenchRow>> {
     let path = dir.join(format!("{suite}.json"));
     let text = match std::fs::read_to_string(&path) {
@@ -847,6 +838,7 @@ mod tests {
 
     #[test]
     fn only_selects_workloads_by_glob_and_names_a_pattern_that_matches_none() {
+        let glob_match = |p: &str, n: &str| glob(p).unwrap().is_match(n);
         assert!(glob_match("*_m256", "llm_qwen2_7b_qkv_m256"));
         assert!(!glob_match("*_m256", "llm_qwen2_7b_qkv_m2560"));
         assert!(glob_match("llm_*_qkv_m?4", "llm_llama3_8b_qkv_m64"));

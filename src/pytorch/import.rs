@@ -813,12 +813,7 @@ pub fn map_graph(
             && !passes_values(&mp.nodes, n)
             && !mp.unused_part(n)
         {
-            let why = match op_name(t) {
-                "instance_norm" => norm::instance_norm_refusal(n),
-                "group_norm" => norm::group_norm_refusal(n),
-                _ => None,
-            }
-            .map_or_else(|| unknown_message(t), str::to_string);
+            let why = norm::refusal(n).map_or_else(|| unknown_message(t), str::to_string);
             mp.problem(n, why);
         }
     }

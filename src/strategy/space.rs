@@ -88,8 +88,8 @@ pub fn f32_estimates(w: &Workload) -> (f64, f64) {
 /// cluster, where the GEMM family's 1x1 ran the same product in 2649;
 /// bench/kernelbench-h100.md).
 fn one_row_of_tiles(w: &Workload, s: &mut Strategy) {
-    let tm = s.params.get("CS_TILE_M").copied().unwrap_or(128).max(1) as u64;
-    if w.headline().m.div_ceil(tm) == 1 && s.params.get("CS_CLUSTER_M").copied().unwrap_or(1) > 1 {
+    let tm = s.get("CS_TILE_M", 128).max(1) as u64;
+    if w.headline().m.div_ceil(tm) == 1 && s.get("CS_CLUSTER_M", 1) > 1 {
         s.params.insert("CS_CLUSTER_M".into(), 1);
         s.rationale = format!(
             "{} (no cluster: one row of tiles)",
@@ -617,15 +617,16 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         let h = w.headline();
         skinny_first && h.m.max(h.n).div_ceil(64) >= 96 && h.k < 1 << 16
     };
-    if gemm && skinny && (!skinny_first || wide) {
+    // A CUTLASS 3 64-row ping-pong tile.
+    let pp64 = |s: &Strategy| {
+        s.template == "gemm_sm90_cutlass3_ws"
+            && s.get("CS_TILE_M", 128) == 64
+            && s.get("CS_SCHEDULE", 0) == 1
+    };
+    if gemm && skinny_first && wide {
         // The best-ranked 64-row ping-pong tile ahead of the split-K candidates (see
-        // `skinny_first`).
-        let pp64 = out.iter().position(|s| {
-            s.template == "gemm_sm90_cutlass3_ws"
-                && s.get("CS_TILE_M", 128) == 64
-                && s.get("CS_SCHEDULE", 0) == 1
-        });
-        if let Some(i) = pp64 {
+        // `skinny_first`); 33-64 rows take all of them first, below.
+        if let Some(i) = out.iter().position(pp64) {
             let s = out.remove(i);
             out.insert(0, s);
         }
@@ -643,11 +644,6 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
     //   first, or ahead of it: 64 x 6144 x 4096 23.8 / 23.5, 64 x 4096 x 14336 46.1 / 45.7,
     //   64 x 4608 x 3584 17.1 / 19.1 (bench/variants-2026-11-27-h100.md).
     if gemm && regime == 1 {
-        let pp64 = |s: &Strategy| {
-            s.template == "gemm_sm90_cutlass3_ws"
-                && s.get("CS_TILE_M", 128) == 64
-                && s.get("CS_SCHEDULE", 0) == 1
-        };
         let (split_k, rest): (Vec<Strategy>, Vec<Strategy>) = out
             .drain(..)
             .partition(|s| s.template == "gemm_skinny_splitk");
@@ -990,7 +986,6 @@ mod tests {
             .all(|s| s.get("CS_CLUSTER_M", 1) == 1));
         let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
         assert_eq!(c[0].get("CS_CLUSTER_M", 1), 2, "{}", c[0].label());
-        let c = candidates(&gemm(1024, 8192, 8192, "gemm_reduce"));
         assert_eq!(c[0].get("CS_STREAMK", 0), 0, "{}", c[0].label());
     }
 

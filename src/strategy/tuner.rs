@@ -269,25 +269,29 @@ const SIZED_MIN_EFFICIENCY: f64 = 0.85;
 const SIZED_WIDE_MAX_WAVES: u64 = 6;
 
 /// 128-row cooperative tiles of 16-bit operands (more than 64 rows) sized to the shape's
-/// waves: for each number of waves w up to [`SIZED_WIDE_MAX_WAVES`], the narrowest width (a multiple of 16 in
-/// [`SIZED_WIDE_MIN`], [`SIZED_WIDE_MAX`], not one of the fixed widths) whose tiles fit in
-/// w waves of one tile per SM, where they keep at least 85% of the SM slots busy. In a
-/// cluster of two along M (B multicast) where the rows of tiles pair up, else alone.
+/// waves: for each number of waves w up to [`SIZED_WIDE_MAX_WAVES`], the narrowest width
+/// (a multiple of 16 in [`SIZED_WIDE_MIN`]..=[`SIZED_WIDE_MAX`], not one of the fixed
+/// widths) whose tiles fit in w waves of one tile per SM, where they keep at least 85% of
+/// the SM slots busy; under 128 columns only for one wave. In a cluster of two along M (B
+/// multicast) where the rows of tiles pair up, else alone.
 ///
 /// A tile's time is about (its waves) x (its width), so for a given number of waves the
 /// narrowest width that fits is the one to try; the cost model then weighs the waves
-/// against the wider tile's better operand feed. Below 128 columns only in one wave: over
-/// several waves the narrow tiles ran 19-29% behind a wider sized one on the H100
-/// (1024 x 6144 x 4096: 128 x 96 90.4 us, 128 x 192 70.3; 1024 x 4608 x 3584: 96 60.6,
-/// 144 50.1; 1024 x 3584 x 3584: 112 45.4, 224 38.3; `bench/variants-2026-11-27-h100.md`,
-/// `bench/llm-run5-partial-h100.md`), where in one wave they lead (256 x 4608: 80). Examples: 256 x 6144, 96 columns (128
+/// against the wider tile's better operand feed. Examples: 256 x 6144, 96 columns (128
 /// tiles in one wave, where 128 x 128 runs 96); 256 x 4608, 80 (116 tiles, where every
-/// fixed width leaves a wave 55% busy); 1024 x 6144, 192 (two waves). Measured on the H100 (`bench/llm-tuning-h100.md`): 96 and 192 ran at the fixed
-/// tiles' rate per FLOP (256 x 6144 x 4096: 128 x 96 25.7 us against 28.2 for the best
-/// fixed tile; 1024 x 6144 x 4096: 128 x 192 70.2 against 74.3); the widths outside
-/// [`STANDARD_WGMMA_N`] run with the template's `CS_EXT_MMA=1` (one WGMMA a k-step:
-/// 1024 x 4608 x 3584 took 50.18 us at 128 x 144 against 59.74 for the best fixed tile;
-/// without it nine 64x16x16 WGMMAs ran 25-30% slower per tile).
+/// fixed width leaves a wave 55% busy); 1024 x 6144, 192 (two waves).
+///
+/// Measured on the H100:
+/// - 96 and 192 ran at the fixed tiles' rate per FLOP (`bench/llm-tuning-h100.md`; 256 x
+///   6144 x 4096: 128 x 96 25.7 us against 28.2 for the best fixed tile; 1024 x 6144 x
+///   4096: 128 x 192 70.2 against 74.3);
+/// - the widths outside [`STANDARD_WGMMA_N`] run with the template's `CS_EXT_MMA=1`, one
+///   WGMMA a k-step (1024 x 4608 x 3584: 128 x 144 50.18 us against 59.74 for the best
+///   fixed tile; without it nine 64x16x16 WGMMAs ran 25-30% slower per tile);
+/// - under 128 columns over several waves the narrow tiles ran 19-29% behind a wider sized
+///   one (1024 x 6144 x 4096: 96 90.4 us, 192 70.3; 1024 x 4608 x 3584: 96 60.6, 144 50.1;
+///   1024 x 3584 x 3584: 112 45.4, 224 38.3; `bench/variants-2026-11-27-h100.md`,
+///   `bench/llm-run5-partial-h100.md`), where in one wave they lead (256 x 4608: 80).
 pub fn sized_wide(h: &Shape, ab: DType) -> Vec<Config> {
     if !matches!(ab, DType::BF16 | DType::F16) || h.m <= 64 {
         return Vec::new();

@@ -289,12 +289,10 @@ impl TuningDb {
 pub fn same_evaluation(a: &Record, b: &Record) -> bool {
     a == b
         || a.median_us.is_some()
-            && Record {
-                at: b.at,
-                toolkit: b.toolkit.clone(),
-                provider: b.provider.clone(),
-                ..a.clone()
-            } == *b
+            && (a.gpu == b.gpu && a.workload == b.workload && a.class == b.class)
+            && a.shape() == b.shape()
+            && (a.strategy == b.strategy && a.outcome == b.outcome)
+            && (a.median_us == b.median_us && a.vendor == b.vendor && a.vendor_us == b.vendor_us)
 }
 
 /// How far apart two shapes are for tuning: the sum of |log2| ratios of m, n, k and batch

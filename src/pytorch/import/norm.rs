@@ -340,12 +340,8 @@ impl<'g> Mapper<'g> {
     /// `aten.layer_norm(x, shape, weight, bias, eps)` / `aten.rms_norm(x, shape, weight,
     /// eps)`: the last `len(shape)` dimensions, the weight and bias as row operands.
     fn norm_op(&self, n: &'g Node, dtype: Option<DType>) -> Option<NormMatch> {
-        match target(n) {
-            "instance_norm" => return self.instance_norm(n),
-            "group_norm" => return self.group_norm(n),
-            _ => {}
-        }
         let layer = match target(n) {
+            "instance_norm" | "group_norm" => return self.channel_norm(n),
             "layer_norm" => true,
             "rms_norm" => false,
             _ => return None,
@@ -399,56 +395,48 @@ impl<'g> Mapper<'g> {
     }
 
     /// `aten.instance_norm(x, weight, bias, running_mean, running_var, use_input_stats,
-    /// momentum, eps, cudnn_enabled)` of an (N, C, ...) input, as `nn.InstanceNorm*d` runs
-    /// it by default (no affine weight and bias, the statistics of the input): every
-    /// (n, c) plane normalized over its spatial dims, a layer norm over dims 2.. (rows of
-    /// H x W). With a per-channel weight or bias, or with running statistics in place of
-    /// the input's, it is not a row normalization of this family: `None` (the op is then
-    /// unknown, with [`instance_norm_refusal`]'s reason).
-    fn instance_norm(&self, n: &'g Node) -> Option<NormMatch> {
+    /// momentum, eps, cudnn_enabled)` and `aten.group_norm(x, num_groups, weight, bias,
+    /// eps, cudnn_enabled)` of an (N, C, ...) input as layer norms of its rows: without a
+    /// per-channel weight and bias and with the input's own statistics (the default of
+    /// `nn.InstanceNorm*d`, `nn.GroupNorm(..., affine=False)`), every (n, c) plane, or every
+    /// group of C / G channels with its spatial dims, is one contiguous row. Otherwise
+    /// `None`, and the op is unknown with [`refusal`]'s reason.
+    fn channel_norm(&self, n: &'g Node) -> Option<NormMatch> {
+        let instance = target(n) == "instance_norm";
+        if refusal(n).is_some() {
+            return None;
+        }
         let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
             return None;
         };
+        // The first normalized dim, the rows each run of them splits into, eps's place.
+        let (first, groups, eps_at, title) = if instance {
+            (2, 1, 7, "InstanceNorm (a LayerNorm of each (n, c) plane)")
+        } else {
+            let channels = *self.meta(x)?.shape.get(1)?;
+            let groups = param(n, 1, "num_groups")
+                .and_then(Value::as_i64)
+                .filter(|&g| g >= 1 && channels % g == 0)?;
+            (
+                1,
+                groups,
+                4,
+                "GroupNorm (a LayerNorm of each group of channels)",
+            )
+        };
         let r = rank(self, x);
-        if r < 3 || instance_norm_refusal(n).is_some() {
+        if r <= first {
             return None;
         }
         Some(NormMatch {
             head: n.name.clone(),
             input: x.to_string(),
             kind: NormKind::Layer,
-            eps: num_param(n, 7, "eps").or(Some(1e-5)),
-            dims: (2..r).collect(),
+            eps: num_param(n, eps_at, "eps").or(Some(1e-5)),
+            dims: (first..r).collect(),
             affine: Vec::new(),
             absorbed: HashSet::from([n.name.clone()]),
-            title: Some("InstanceNorm (a LayerNorm of each (n, c) plane)"),
-            groups: 1,
-        })
-    }
-
-    /// `aten.group_norm(x, num_groups, weight, bias, eps, cudnn_enabled)` of an (N, C, ...)
-    /// input without a weight and bias (`nn.GroupNorm(..., affine=False)`): each group of
-    /// C / G channels with its spatial dims is one contiguous row, a layer norm of N x G
-    /// rows. With a per-channel weight or bias `None` ([`group_norm_refusal`] says why).
-    fn group_norm(&self, n: &'g Node) -> Option<NormMatch> {
-        let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
-            return None;
-        };
-        let r = rank(self, x);
-        let channels = *self.meta(x)?.shape.get(1)?;
-        let groups = param(n, 1, "num_groups").and_then(Value::as_i64)?;
-        if r < 2 || groups < 1 || channels % groups != 0 || group_norm_refusal(n).is_some() {
-            return None;
-        }
-        Some(NormMatch {
-            head: n.name.clone(),
-            input: x.to_string(),
-            kind: NormKind::Layer,
-            eps: num_param(n, 4, "eps").or(Some(1e-5)),
-            dims: (1..r).collect(),
-            affine: Vec::new(),
-            absorbed: HashSet::from([n.name.clone()]),
-            title: Some("GroupNorm (a LayerNorm of each group of channels)"),
+            title: Some(title),
             groups,
         })
     }
@@ -668,22 +656,21 @@ fn given(n: &Node, i: usize, key: &str) -> bool {
     param(n, i, key).is_some_and(|v| !v.is_null())
 }
 
-/// Why an `aten.instance_norm` node is not a row normalization cutesmith runs, or `None`
-/// when it is one (no weight or bias, the input's own statistics).
-pub(super) fn instance_norm_refusal(n: &Node) -> Option<&'static str> {
-    if given(n, 1, "weight") || given(n, 2, "bias") {
-        return Some("instance_norm with a per-channel weight or bias (affine=True): the norm family's weight and bias run along the row (the spatial dims), not per channel");
+/// Why an `aten.instance_norm` or `aten.group_norm` node is not a row normalization
+/// cutesmith runs; `None` when it is one, and for every other op.
+pub(super) fn refusal(n: &Node) -> Option<&'static str> {
+    match target(n) {
+        "instance_norm" if given(n, 1, "weight") || given(n, 2, "bias") => Some(
+            "instance_norm with a per-channel weight or bias (affine=True): the norm family's weight and bias run along the row (the spatial dims), not per channel",
+        ),
+        "instance_norm"
+            if param(n, 5, "use_input_stats").and_then(Value::as_bool) == Some(false) =>
+        {
+            Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows")
+        }
+        "group_norm" if given(n, 2, "weight") || given(n, 3, "bias") => Some(
+            "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default): the norm family's weight and bias run along the row, not per channel",
+        ),
+        _ => None,
     }
-    let use_input_stats = param(n, 5, "use_input_stats").and_then(Value::as_bool);
-    if use_input_stats == Some(false) {
-        return Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows");
-    }
-    None
-}
-
-/// Why an `aten.group_norm` node is not a row normalization cutesmith runs, or `None`.
-pub(super) fn group_norm_refusal(n: &Node) -> Option<&'static str> {
-    (given(n, 2, "weight") || given(n, 3, "bias")).then_some(
-        "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default): the norm family's weight and bias run along the row, not per channel",
-    )
 }
