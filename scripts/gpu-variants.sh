@@ -2,7 +2,8 @@
 # Validates and times variants of one built-in strategy on a GPU machine without Rust (see
 # scripts/gpu-check.sh for what to carry): the workload's strategy N (default 1, as
 # `cutesmith strategies WORKLOAD` numbers them) as it is, and once per VARIANT with its
-# defines placed right after the source's first line (before the template's defaults).
+# defines placed right after the source's first line (before the template's defaults), the
+# strategy's own #define of each name it sets left out.
 #
 #   scripts/gpu-variants.sh WORKLOAD[:N] NAME=DEF=V[,DEF=V...] ...
 #   e.g. scripts/gpu-variants.sh fp32_4096 trunc=CS_F32_SPLIT=0 k32p2=CS_TILE_K=32,CS_F32_PROMOTE=2
@@ -30,7 +31,11 @@ for v in "$@"; do
   name=${v%%=*}
   defs=${v#*=}
   f="$dir/$name.cu"
-  { head -n 1 "$base"; IFS=',' read -ra kv <<<"$defs"; for d in "${kv[@]}"; do echo "#define ${d%%=*} ${d#*=}"; done; tail -n +2 "$base"; } >"$f"
+  IFS=',' read -ra kv <<<"$defs"
+  # The strategy's own #define of a name the variant sets would come later and win: drop it.
+  names=$(for d in "${kv[@]}"; do printf '%s|' "${d%%=*}"; done)
+  { head -n 1 "$base"; for d in "${kv[@]}"; do echo "#define ${d%%=*} ${d#*=}"; done
+    tail -n +2 "$base" | grep -v -E "^#define (${names%|})( |$)"; } >"$f"
   args+=("$w=$f")
 done
 rm -rf "$dir.emit"
