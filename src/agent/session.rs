@@ -161,6 +161,12 @@ pub struct State {
     pub best: Option<u32>,
     pub best_us: Option<f64>,
     pub best_spread: Option<f64>,
+    /// The pace of the GPU when the best was timed: the geometric mean of the baselines'
+    /// medians in its batch ([`super::engine::pace_us`]); a later candidate is compared with
+    /// the best relative to its own batch's baselines, so a clock that drifted between the
+    /// two batches (power, heat) does not decide which is faster.
+    #[serde(default)]
+    pub best_pace_us: Option<f64>,
     pub best_roofline: Option<f64>,
     pub spent: Spent,
     pub memory: Memory,
@@ -196,6 +202,7 @@ impl State {
             best: None,
             best_us: None,
             best_spread: None,
+            best_pace_us: None,
             best_roofline: None,
             spent: Spent::default(),
             memory: Memory::default(),
