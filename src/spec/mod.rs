@@ -326,36 +326,55 @@ mod tests {
             )
             .unwrap()
         };
-        // Two input sets of A and B (bf16), D (bf16), two fp32 reference planes.
+        // Two problems (A and B, D), the library's D, two fp32 reference planes.
         let (a, b, out) = (
             1000.0 * 3000.0 * 2.0,
             3000.0 * 2000.0 * 2.0,
             1000.0 * 2000.0 * 2.0,
         );
-        assert_eq!(gib(&g("")), 2.0 * 2.0 * (a + b) + out * 2.0 + 8.0 * out);
-        // beta != 0 adds C (two sets); a shared B counts once per set.
+        let two_problems = |inputs: f64| 2.0 * (inputs + out * 2.0);
+        assert_eq!(
+            gib(&g("")),
+            two_problems(2.0 * (a + b)) + out * 2.0 + 8.0 * out
+        );
+        // beta != 0 adds C to each problem; a shared B counts once per problem.
         assert_eq!(
             gib(&g("[params]\nbeta = 1.0\n")),
-            2.0 * (2.0 * (a + b) + out * 2.0) + out * 2.0 + 8.0 * out
+            two_problems(2.0 * (a + b) + out * 2.0) + out * 2.0 + 8.0 * out
         );
         assert_eq!(
             gib(&g("[layout]\nshared = [\"b\"]\n")),
-            2.0 * (2.0 * a + b) + out * 2.0 + 8.0 * out
+            two_problems(2.0 * a + b) + out * 2.0 + 8.0 * out
         );
+        // An epilogue chain: the unfused sequence's two scratch buffers too.
+        assert_eq!(
+            gib(&g("[[epilogue]]\nop = \"relu\"\n")),
+            two_problems(2.0 * (a + b)) + 3.0 * out * 2.0 + 8.0 * out
+        );
+        // One activation (cuDNN's output and the copy's destination; no unfused passes).
         let act = parse(
             "a",
             "description = \"x\"\nfamily = \"activation\"\ndtype = \"f32\"\n\
              [[shapes]]\nm = 10\nn = 100\n[params]\nactivation = \"relu\"\n",
         )
         .unwrap();
-        assert_eq!(gib(&act), 2.0 * 1000.0 * 4.0 + 1000.0 * 4.0);
+        assert_eq!(gib(&act), 2.0 * (4000.0 + 4000.0) + 4000.0 + 4000.0);
         let sm = parse(
             "s",
             "description = \"x\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n\
              [[shapes]]\nm = 10\nn = 100\n",
         )
         .unwrap();
-        assert_eq!(gib(&sm), 2.0 * 1000.0 * 2.0 + 1000.0 * 2.0);
+        assert_eq!(gib(&sm), 2.0 * (2000.0 + 2000.0) + 2000.0 + 2000.0);
+        // A norm: only the copy's destination beside the two problems.
+        let norm = parse(
+            "n",
+            "description = \"x\"\nfamily = \"norm\"\ndtype = \"f32\"\n\
+             [[shapes]]\nm = 10\nn = 100\n[params]\nnorm = \"rms\"\n",
+        )
+        .unwrap();
+        assert_eq!(gib(&norm), 2.0 * (4000.0 + 4000.0) + 4000.0);
+        // gemm_glu: both library GEMMs' outputs and the scratch, 16 reference planes.
         let glu = parse(
             "u",
             "description = \"x\"\nfamily = \"gemm_glu\"\ndtype = \"bf16\"\n\
@@ -364,7 +383,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             gib(&glu),
-            2.0 * (10.0 * 30.0 + 2.0 * 30.0 * 20.0) * 2.0 + 200.0 * 2.0 + 16.0 * 200.0
+            2.0 * ((10.0 * 30.0 + 2.0 * 30.0 * 20.0) * 2.0 + 400.0) + 4.0 * 400.0 + 16.0 * 200.0
         );
     }
 

@@ -97,10 +97,13 @@ impl Workload {
         t.inputs + t.output + t.chain
     }
 
-    /// Device bytes that validating and timing `shape` holds at once: the operands of two
-    /// input sets (timing alternates them), the output, the chain's tensors and, for the
-    /// GEMM families, the fp32 reference products (the value and the sum of |a b| per
-    /// output, twice for gemm_glu). An estimate for admission, not an allocator's count.
+    /// Device bytes that validating and timing `shape` holds at once: two problems (timing
+    /// alternates two input sets, each with its own output), the chain's tensors, the
+    /// baselines' buffers ([`Workload::timing_buffers`]: the library's output, the
+    /// copy's destination, the unfused sequence's scratch, gemm_reduce's tail, one per
+    /// saved value) and, for the GEMM families, the fp32 reference products (the value and
+    /// the sum of |a b| per output, twice for gemm_glu). An estimate for admission, not an
+    /// allocator's count.
     pub fn device_bytes(&self, shape: &Shape) -> f64 {
         let t = self.tensor_sizes(shape);
         let reference_planes = match self.family {
@@ -112,7 +115,60 @@ impl Workload {
             | Family::Norm
             | Family::Reduce => 0.0,
         };
-        2.0 * t.inputs + t.output + t.chain + reference_planes * t.elements
+        let need = self.timing_buffers();
+        let outb = self.out_dtype.bytes() as f64;
+        // The library's output has the whole product's size (gemm_reduce's D is smaller).
+        let lib = if self.family == Family::GemmReduce {
+            t.elements * outb
+        } else {
+            t.output
+        };
+        let copy = (t.inputs + t.output) / 2.0;
+        let count = |b: bool| if b { 1.0 } else { 0.0 };
+        let buffers = lib
+            * (count(need.library_out)
+                + count(need.library_out2 || (need.copy && t.inputs < copy))
+                + 2.0 * count(need.scratch)
+                + self.chain.saved.len() as f64)
+            + count(need.copy) * copy
+            + 3.0 * count(need.reduce_tail) * t.output;
+        2.0 * (t.inputs + t.output) + t.chain + buffers + reference_planes * t.elements
+    }
+
+    /// An activation-family workload whose chain is one activation and nothing else
+    /// (cuDNN's activation is its library baseline, with no elementwise passes).
+    pub fn is_single_activation(&self) -> bool {
+        self.family == Family::Activation
+            && self.chain.steps.len() == 1
+            && matches!(self.chain.steps[0].op, crate::spec::chain::Op::Act(..))
+    }
+
+    /// Which of the timing's output-sized baseline buffers this workload's baselines
+    /// write: the worker allocates those at full size (one element otherwise).
+    pub fn timing_buffers(&self) -> TimingBuffers {
+        let fam = self.family;
+        // The unfused sequence's elementwise passes: the chain after the library op (and
+        // for gemm_glu the gate and the product).
+        let passes = match fam {
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmReduce => {
+                !self.chain.steps.is_empty()
+            }
+            // One activation alone is cuDNN's, not a pass.
+            Family::Activation => !self.chain.steps.is_empty() && !self.is_single_activation(),
+            Family::GemmGlu => true,
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce => false,
+        };
+        TimingBuffers {
+            library_out: fam.is_gemm()
+                || matches!(
+                    fam,
+                    Family::Softmax | Family::LogSoftmax | Family::Activation
+                ),
+            library_out2: fam == Family::GemmGlu,
+            copy: !fam.is_gemm(),
+            scratch: passes || fam == Family::GemmSoftmax,
+            reduce_tail: fam == Family::GemmReduce,
+        }
     }
 
     /// The bytes of `shape`'s tensors, by role (what [`Workload::min_bytes`] and
@@ -215,6 +271,24 @@ impl Workload {
             })
             .map_or(0, |(i, _)| i)
     }
+}
+
+/// Which of the timing's output-sized baseline buffers a workload's baselines write
+/// ([`Workload::timing_buffers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimingBuffers {
+    /// The library op's output: cuBLAS / cuBLASLt for the GEMM families, cuDNN's softmax
+    /// or activation.
+    pub library_out: bool,
+    /// gemm_glu's second library GEMM.
+    pub library_out2: bool,
+    /// The device copy's destination (every family but the GEMMs).
+    pub copy: bool,
+    /// The unfused sequence's two ping-pong buffers (elementwise passes, gemm_softmax's
+    /// row softmax).
+    pub scratch: bool,
+    /// gemm_reduce's reduction output and its [[after]] passes' buffers.
+    pub reduce_tail: bool,
 }
 
 /// One shape's tensors by role, in bytes (elements: of the output).

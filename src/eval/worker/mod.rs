@@ -81,9 +81,16 @@ pub fn classify_cuda(code: i32, message: &str) -> Fault {
     let kind = match code {
         700 => FaultKind::OutOfBounds,
         716 => FaultKind::MisalignedAddress,
+        // The harness's own allocations (a kernel allocates nothing): the GPU is full.
+        2 => FaultKind::Resource,
         _ => FaultKind::KernelError,
     };
     let what = match code {
+        2 => {
+            "out of device memory while the harness allocated this shape's buffers (not the \
+              kernel's doing): the GPU is shared with another process, or the shape needs more \
+              than the admission estimate counted; free the GPU or validate smaller shapes"
+        }
         700 => "illegal memory access: the kernel read or wrote outside memory it owns",
         716 => "misaligned address: a vector or TMA access on an address not aligned to its width",
         719 => "unspecified launch failure: the kernel crashed (trap, bad instruction or access)",
@@ -431,6 +438,13 @@ impl Ctx<'_> {
                 FaultKind::AbiMismatch,
                 "cutesmith_launch: ABI version mismatch",
             ),
+            // The launch's own allocation failed (the harness's are done before it).
+            2 => fault(
+                FaultKind::LaunchError,
+                "cutesmith_launch returned 2 (out of memory): the launch code allocated device \
+                 memory itself; take scratch space from cs_problem.workspace (the harness \
+                 allocates what the kernel's cutesmith_workspace_bytes asks for)",
+            ),
             _ => {
                 let mut f = classify_cuda(rc, &format!("cutesmith_launch returned {rc}"));
                 if f.kind == FaultKind::KernelError {
@@ -479,6 +493,15 @@ mod tests {
         assert_eq!(classify_cuda(700, "x").kind, FaultKind::OutOfBounds);
         assert_eq!(classify_cuda(716, "x").kind, FaultKind::MisalignedAddress);
         assert_eq!(classify_cuda(719, "x").kind, FaultKind::KernelError);
+        // CUDA_ERROR_OUT_OF_MEMORY comes from the harness's allocations: a resource, not
+        // the candidate's error (KernelBench's 15 GB InstanceNorm once read as one).
+        let oom = classify_cuda(2, "DriverError(CUDA_ERROR_OUT_OF_MEMORY)");
+        assert_eq!(oom.kind, FaultKind::Resource);
+        assert!(
+            oom.message.contains("out of device memory"),
+            "{}",
+            oom.message
+        );
         assert!(classify_cuda(700, "x")
             .message
             .contains("illegal memory access"));
