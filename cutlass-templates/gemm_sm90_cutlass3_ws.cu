@@ -402,11 +402,17 @@ using TileSchedulerTag = cutlass::gemm::PersistentScheduler;
 #if CS_FUSED_BIAS_ACT
 // A CUTLASS activation functor from a cutesmith one (cutesmith_chain.cuh), element by
 // element: relu with the NaN-keeping max of the reference (CUTLASS's ReLu drops a NaN),
-// and GELU's erf form in its fast branch-free form for a 16-bit D.
+// GELU's erf form in its fast branch-free form for a 16-bit D, and tanh and GELU's tanh
+// form as the chain evaluates them. CUTLASS's Tanh and GELU_taylor use tanh.approx.f32
+// (absolute error near 2^-11): GELU_taylor's 0.5 (z + z tanh u) then cancels to garbage in
+// the negative tail (an f16 GPT-2 MLP's bias + GELU failed the fp64 check by 0.014 of its
+// dot product's magnitude), and tanh is 2^-11 off where an f32 D needs 2^-24.
 template <class T, int Act> struct CsEltAct {
   static const bool kIsHeavy = Act != CS_ACT_RELU;
   CUTLASS_HOST_DEVICE T operator()(T const& x) const {
     if constexpr (Act == CS_ACT_RELU) return T(cs_relu(float(x)));
+    else if constexpr (Act == CS_ACT_GELU_TANH) return T(cs_gelu_tanh(float(x)));
+    else if constexpr (Act == CS_ACT_TANH) return T(cs_tanh(float(x)));
     else return T(cs_gelu_erf_fast(float(x)));
   }
 };
@@ -430,13 +436,13 @@ template <class T> using ActivationFn = cutlass::epilogue::thread::GELU<T>;     
 #elif CS_ACT == 3
 template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_ERF>;             // erf form, 16-bit D
 #elif CS_ACT == 4
-template <class T> using ActivationFn = cutlass::epilogue::thread::GELU_taylor<T>; // tanh form
+template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_TANH>;             // tanh form
 #elif CS_ACT == 5
 template <class T> using ActivationFn = cutlass::epilogue::thread::SiLu<T>;
 #elif CS_ACT == 6
 template <class T> using ActivationFn = cutlass::epilogue::thread::Sigmoid<T>;
 #elif CS_ACT == 7
-template <class T> using ActivationFn = cutlass::epilogue::thread::Tanh<T>;
+template <class T> using ActivationFn = CsEltAct<T, CS_ACT_TANH>;
 #else
 #error "CS_ACT must be a cs_activation value (0..7)"
 #endif
