@@ -64,6 +64,14 @@ impl Workload {
                 let want = t.min_speedup;
                 let vs = self.goal_baseline();
                 let got = speedup_of(vs);
+                // No library ran beside the candidate (cuBLASLt has no e5m2 x e5m2 GEMM, or
+                // the library refused the problem): the goal cannot be judged, and says so.
+                if got.is_none() && !baselines.iter().any(|b| b.0.starts_with(vs)) {
+                    return (
+                        format!("{want:.2}x {vs}: no {vs} ran beside it, not judged"),
+                        false,
+                    );
+                }
                 (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
             }
             Family::Activation
@@ -110,6 +118,20 @@ mod tests {
         assert_eq!(gemm.goal_baseline(), "cublas");
         let slow = vec![("cublas".to_string(), 100.0, Some(0.98))];
         assert!(!gemm.goal(Some(102.0), &slow, None).1);
+        // No library beside the candidate (e5m2 x e5m2): not met, and the goal says why.
+        let (words, met) = gemm.goal(Some(17.4), &[], None);
+        assert!(!met);
+        assert_eq!(words, "1.00x cublas: no cublas ran beside it, not judged");
+        // fp8's goal is met against cuBLASLt, the library that runs it.
+        let lt = vec![(
+            "cublaslt (best of 8 heuristic algorithms)".to_string(),
+            54.1,
+            Some(1.12),
+        )];
+        assert_eq!(
+            gemm.goal(Some(48.4), &lt, None),
+            ("1.00x cublas".to_string(), true)
+        );
         let sm = Workload::find(&dir, "softmax_bf16_4096x65536").unwrap();
         assert_eq!(sm.goal_baseline(), "copy");
         let copy = vec![("copy".to_string(), 100.0, Some(0.85))];
