@@ -1388,7 +1388,7 @@ mod tests {
 
     #[test]
     fn the_gain_over_the_best_is_taken_against_each_batchs_own_baselines() {
-        // llm_llama3_8b_up_m4096 on the H100 (bench/llm-h100.json): the first candidate
+        // llm_llama3_8b_up_m4096 on the H100 (bench/llm-h100-2026-11-26.json): the first candidate
         // 677.66 us beside cuBLAS 655.23 and cuBLASLt 628.67; the fourth 657.31 beside
         // 639.94 and 615.74. The plain ratio says 3.0% faster; against each batch's own
         // baselines it is 0.8%, which is what the same-batch speedups (0.967x, 0.974x) say.
