@@ -127,7 +127,7 @@ impl Workload {
         let count = |b: bool| if b { 1.0 } else { 0.0 };
         let buffers = lib
             * (count(need.library_out)
-                + count(need.library_out2 || (need.copy && t.inputs < copy))
+                + count(need.second_output(t.inputs, t.output))
                 + 2.0 * count(need.scratch)
                 + self.chain.saved.len() as f64)
             + count(need.copy) * copy
@@ -289,6 +289,15 @@ pub struct TimingBuffers {
     pub scratch: bool,
     /// gemm_reduce's reduction output and its [[after]] passes' buffers.
     pub reduce_tail: bool,
+}
+
+impl TimingBuffers {
+    /// Whether the second library-output buffer is written: gemm_glu's second GEMM, or the
+    /// copy's source where the output is larger than the input (bf16 in, f32 out: the copy
+    /// moves half of each, more than the input holds), given their bytes.
+    pub fn second_output(&self, input_bytes: f64, output_bytes: f64) -> bool {
+        self.library_out2 || (self.copy && input_bytes < output_bytes)
+    }
 }
 
 /// One shape's tensors by role, in bytes (elements: of the output).

@@ -137,7 +137,7 @@ impl Ctx<'_> {
         // (A reduction reads k elements for each one it writes: A's own length.)
         let copy_bytes = (in_bytes + out_bytes) / 2;
         let base_out2 = self.s.zeros::<D>(sized(
-            need.library_out2 || (need.copy && in_bytes < copy_bytes),
+            need.second_output(in_bytes as f64, out_bytes as f64),
             lib_len,
         ))?;
         let copy_dst = if need.copy {
