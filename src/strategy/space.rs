@@ -795,6 +795,12 @@ mod tests {
         PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads"))
     }
 
+    /// The label of the first built-in candidate for the committed workload `name`.
+    fn first(name: &str) -> String {
+        let w = Workload::find(workloads_dir(), name).unwrap();
+        candidates(&w)[0].label()
+    }
+
     #[test]
     fn stream_k_joins_where_large_tiles_leave_sms_idle() {
         use crate::spec::Shape;
@@ -879,10 +885,6 @@ mod tests {
 
     #[test]
     fn the_dual_glu_kernel_takes_narrower_tiles_when_the_wide_ones_leave_sms_idle() {
-        let first = |name: &str| {
-            let w = Workload::find(workloads_dir(), name).unwrap();
-            candidates(&w)[0].label()
-        };
         // 4096 x 14336 x 4096: 3584 output tiles of 128x128.
         assert_eq!(
             first("gemm_glu_swiglu_bf16"),
@@ -1281,10 +1283,6 @@ mod tests {
 
     #[test]
     fn fp8_tiles_come_in_the_cost_models_order() {
-        let first = |name: &str| {
-            let w = Workload::find(workloads_dir(), name).unwrap();
-            candidates(&w)[0].label()
-        };
         // 256 x 4096 x 4096: the large tile would fill 32 of 132 SMs (it ran 26.14 us there
         // on an H100, the 64 x 128 ping-pong tile 17.38).
         assert!(
