@@ -22,7 +22,8 @@
 // holds weight tiles instead of zero-filled token rows. bf16
 // inputs by default (-DCS_GEMM_FP16 for fp16), fp32 accumulation, C, D and bias in the
 // workload's output type (bf16, f16 or f32; without CS_WL_DTYPE_CD the input type); fp8
-// (e4m3 / e5m2, A row and B column only) writes bf16, f16 or f32.
+// (e4m3 / e5m2, A row and B column only) writes bf16, f16, f32, or an fp8 D (scale_d times
+// the result, saturated; the chain epilogue, never the fused bias + activation).
 // Batches: any batch strides; a shared B (stride 0) with A and D row-major, or a shared A
 // with B and D column-major, runs as one GEMM with the batches stacked (TMA has no
 // stride-0 dimension); other shared operands take the fallback.
@@ -250,9 +251,19 @@ static constexpr cs_dtype kDtypeCD = CS_DTYPE_F16;
 using ElementCD = cutlass::bfloat16_t;
 using FallbackCD = __nv_bfloat16;
 static constexpr cs_dtype kDtypeCD = CS_DTYPE_BF16;
+#elif CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 4
+// An fp8 D stores the result times scale_d, rounded to nearest and saturated to the
+// largest finite value (cvt .satfinite), as cuBLASLt's fp8 output does.
+using ElementCD = cutlass::float_e4m3_t;
+using FallbackCD = __nv_fp8_e4m3;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_E4M3;
+#elif CS_FP8 && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD == 5
+using ElementCD = cutlass::float_e5m2_t;
+using FallbackCD = __nv_fp8_e5m2;
+static constexpr cs_dtype kDtypeCD = CS_DTYPE_E5M2;
 #elif CS_FP8
 #if defined(CS_WL_DTYPE_CD)
-#error "fp8 builds write bf16, f16 or f32 D (CS_WL_DTYPE_CD 2, 1 or 0)"
+#error "fp8 builds write bf16, f16, f32, e4m3 or e5m2 D (CS_WL_DTYPE_CD 2, 1, 0, 4 or 5)"
 #endif
 using ElementCD = cutlass::bfloat16_t;
 using FallbackCD = __nv_bfloat16;
@@ -262,6 +273,10 @@ using ElementCD = ElementAB;
 using FallbackCD = FallbackElement;
 static constexpr cs_dtype kDtypeCD = kDtypeAB;
 #endif
+// An fp8 D is scaled by scale_d before its rounding (the chain's result, or alpha and beta).
+static constexpr bool kFp8D = kDtypeCD == CS_DTYPE_E4M3 || kDtypeCD == CS_DTYPE_E5M2;
+static_assert(!kFp8D || !CS_FUSED_BIAS_ACT,
+              "an fp8 D takes the chain epilogue (scale_d after the activation), not the fused bias + activation");
 using ElementBias    = ElementCD;   // bias in D's type
 using ElementAcc     = float;
 using ElementCompute = float;       // epilogue math
@@ -482,6 +497,7 @@ using namespace cutlass::epilogue::fusion;
 struct ChainArguments {
   cs_operand operands[CS_MAX_OPERANDS];   // the chain's tensor operands (cs_problem's)
   int32_t layout_cd;                      // D's storage order, for matrix operands
+  float scale_out;                        // scale_d for an fp8 D, else 1
 };
 
 // Operands loaded from global memory by the node (all but the one in C's place).
@@ -582,7 +598,8 @@ struct Sm90CsChain {
             t[j] = vals[slot][epi_v * FragmentSize + i];
           }
         }
-        out[i] = ElementOutput(cs_chain::apply(z[i], t));
+        float const v = cs_chain::apply(z[i], t);
+        out[i] = ElementOutput(kFp8D ? v * params.scale_out : v);
       }
       return out;
     }
@@ -1245,10 +1262,13 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   // fp8: the math uses scale_a * A and scale_b * B (1 for other types).
   ElementScalar const alpha = ElementScalar(p.alpha * p.scale_a * p.scale_b);
   ElementScalar const beta = ElementScalar(p.beta);
+  // An fp8 D: D = scale_d * chain(z), or without a chain scale_d * alpha and scale_d * beta.
+  [[maybe_unused]] float const scale_out = kFp8D ? p.scale_d : 1.0f;
 #if CS_CHAIN_EPI
   cs_evt::ChainArguments chain{};
   for (int i = 0; i < CS_MAX_OPERANDS; ++i) chain.operands[i] = p.operands[i];
   chain.layout_cd = problem.layout_cd;
+  chain.scale_out = scale_out;
 #if CS_CHAIN_C_OPERAND >= 0
   // The tree's arguments, children first: alpha * acc, C (the matrix operand), the chain.
   args.epilogue.thread = {
@@ -1278,8 +1298,8 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   };
 #endif
 #else
-  args.epilogue.thread.alpha = alpha;
-  args.epilogue.thread.beta  = beta;
+  args.epilogue.thread.alpha = alpha * scale_out;
+  args.epilogue.thread.beta  = beta * scale_out;
 #endif
 #if CS_FUSED_BIAS_ACT
   args.epilogue.thread.bias_ptr = static_cast<ElementBias const*>(p.operands[0].ptr);

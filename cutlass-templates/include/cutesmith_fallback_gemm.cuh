@@ -10,7 +10,8 @@
 //   - A row- or column-major, B row- or column-major, C/D row- or column-major, any
 //     leading dimension >= the minimum, any batch stride (0: one operand shared);
 //   - A/B elements TAB in {float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2},
-//     C/D elements TCD in {float, __half, __nv_bfloat16};
+//     C/D elements TCD in {float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2}
+//     (an fp8 D stores scale_d times the result, saturated to its largest finite value);
 //   - the epilogue chain `Chain` (cutesmith_chain.cuh) at logical coordinates; with the
 //     identity chain and family CS_FAMILY_GEMM_BIAS_ACT, the legacy p.bias + p.activation.
 //
@@ -50,6 +51,13 @@ __device__ __forceinline__ float to_float(__nv_fp8_e5m2 x) { return float(x); }
 __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
+// fp8: round to nearest, saturated to the largest finite value (the constructor's satfinite).
+__device__ __forceinline__ void store(__nv_fp8_e4m3* p, float x) { *p = __nv_fp8_e4m3(x); }
+__device__ __forceinline__ void store(__nv_fp8_e5m2* p, float x) { *p = __nv_fp8_e5m2(x); }
+// What D stores is the result times this: scale_d for an fp8 D, else 1.
+template <class T> __device__ __forceinline__ float out_scale(const cs_problem&) { return 1.0f; }
+template <> __device__ __forceinline__ float out_scale<__nv_fp8_e4m3>(const cs_problem& p) { return p.scale_d; }
+template <> __device__ __forceinline__ float out_scale<__nv_fp8_e5m2>(const cs_problem& p) { return p.scale_d; }
 
 // ---------------------------------------------------------------------------------------
 // The kernel
@@ -165,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(cs_problem p)
         } else {
           v = cs_chain_at<Chain>(p, z, b, gm, gn);
         }
-        store(&D[offset(cd_row, gm, gn, p.ldd)], v);
+        store(&D[offset(cd_row, gm, gn, p.ldd)], v * out_scale<TCD>(p));
       }
     }
   }
@@ -540,7 +548,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_finish_kernel(GemvArgs g)
     } else {
       v = cs_chain_at<Chain>(p, z, b, row, col);
     }
-    store(&static_cast<TCD*>(p.d)[b * p.batch_stride_d + offset(cd_row, row, col, p.ldd)], v);
+    store(&static_cast<TCD*>(p.d)[b * p.batch_stride_d + offset(cd_row, row, col, p.ldd)],
+          v * out_scale<TCD>(p));
   }
 }
 

@@ -569,6 +569,19 @@ k = 4096
             &GEMM.replace("dtype = \"bf16\"", "dtype = \"bf16\"\nout_dtype = \"e4m3\""),
         );
         assert!(e.contains("an fp8 output needs fp8 operands"), "{e}");
+        // An fp8 D: its tensor operands (the bias, a residual) default to bf16, as
+        // cuBLASLt's fp8 epilogue takes them; `dtype` still overrides.
+        let w = parse(
+            "f",
+            &(f8.replace("dtype = \"e4m3\"", "dtype = \"e4m3\"\nout_dtype = \"e4m3\"")
+                .replace("family = \"gemm\"", "family = \"gemm_bias_act\"")
+                + "[params]\nactivation = \"relu\"\nscale_d = 2.0\n[[epilogue]]\nop = \"add\"\noperand = \"matrix\"\n[[epilogue]]\nop = \"mul\"\noperand = \"col\"\ndtype = \"f32\"\n"),
+        )
+        .unwrap();
+        assert_eq!(w.out_dtype(), DType::E4M3);
+        assert_eq!(w.params().scale_d, 2.0);
+        let dtypes: Vec<_> = w.chain().tensors.iter().map(|t| t.dtype).collect();
+        assert_eq!(dtypes, [DType::BF16, DType::BF16, DType::F32]);
     }
 
     const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";

@@ -167,6 +167,13 @@ impl Validator<'_> {
         specs: &[OpSpec],
     ) -> Result<Chain> {
         let mut chain = Chain::default();
+        // Tensor operands (a bias, a residual) are in D's type, bf16 beside an fp8 D (as
+        // cuBLASLt's fp8 epilogue takes its bias); `dtype` on an op overrides it.
+        let out_dtype = if out_dtype.is_fp8() {
+            DType::BF16
+        } else {
+            out_dtype
+        };
         if !specs.is_empty() && !family.has_chain() {
             return Err(self.err(
                 "epilogue",

@@ -71,6 +71,7 @@ pub fn workload_block(w: &Workload) -> String {
                 Some((act, p0, dt))
                     if act.abi_value() <= 7
                         && dt == w.out_dtype()
+                        && !dt.is_fp8()
                         && lay.c == crate::spec::Layout::Row =>
                 {
                     s.push_str(&format!(

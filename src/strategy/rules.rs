@@ -48,7 +48,14 @@ fn takes(template: &str) -> Option<Takes> {
                 DType::E4M3,
                 DType::E5M2,
             ],
-            out: Some(&[DType::BF16, DType::F16, DType::F32]),
+            // fp8 D from fp8 operands only (cutlass3 below).
+            out: Some(&[
+                DType::BF16,
+                DType::F16,
+                DType::F32,
+                DType::E4M3,
+                DType::E5M2,
+            ]),
             cd_col: true,
             any_ab_layout: true,
             chain: ChainTakes::Any,
@@ -533,9 +540,9 @@ fn cutlass3(s: &Strategy, w: &Workload) -> Result<(), String> {
             "out_dtype {out}: with f32 operands the template writes f32"
         ));
     }
-    if out.is_fp8() {
+    if out.is_fp8() && !dt.is_fp8() {
         return Err(format!(
-            "out_dtype {out}: the template writes bf16, f16 or f32"
+            "out_dtype {out}: the template writes an fp8 D from fp8 operands only"
         ));
     }
     if dt.is_fp8() {

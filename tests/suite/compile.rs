@@ -264,6 +264,9 @@ fn every_template_instance_compiles_in_each_layout() {
         ("llm_llama3_8b_o_m16", "gemm_skinny_splitk"),
         ("gemv_f32_n4_k1m", "gemm_skinny_splitk"),
         ("gemm_e4m3_4096", "gemm_sm90_cutlass3_ws"),
+        // fp8 into an fp8 D: alpha / beta scaled by scale_d, and the chain then the scale.
+        ("gemm_e4m3_fp8out_small", "gemm_sm90_cutlass3_ws"),
+        ("gemm_e5m2_fp8out_chain_small", "gemm_sm90_cutlass3_ws"),
         // 16-bit operands, an f32 output (and bias, GELU).
         ("gemm_bf16_f32out_small", "gemm_sm90_cutlass3_ws"),
         ("gemm_bias_gelu_bf16", "gemm_sm90_cutlass3_ws"),

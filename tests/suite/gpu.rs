@@ -238,6 +238,10 @@ fn every_template_validates_on_its_workloads() {
         "gemm_bf16_skinny_small",
         // 16-bit operands into an f32 D (bias and GELU in f32).
         "gemm_bf16_f32out_small",
+        // fp8 operands into an fp8 D (scale_d): alpha and beta with a C term, and a bf16
+        // bias + GELU chain before the scale; ragged and batched.
+        "gemm_e4m3_fp8out_small",
+        "gemm_e5m2_fp8out_chain_small",
         // The skinny template's stream kernel (its first candidate where K >= 2^16), with
         // the small operand K-major and M-major.
         "gemv_bf16_stream_small",
