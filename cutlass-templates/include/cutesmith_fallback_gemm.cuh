@@ -245,8 +245,8 @@ int32_t launch(const cs_problem& p, cudaStream_t stream)
 // accumulates, for its rows of the long operand, the s dot products over its K slice in
 // registers (exact fp32 FMA): a warp per kGemvRowsPerWarp rows when the long operand keeps
 // K contiguous (lanes stride K, with 16-byte loads for fp32 rows on 16-byte boundaries,
-// then a shuffle reduction), a thread per row otherwise
-// (threads stride the rows, which are then contiguous); for one fp32 column with aligned
+// then a shuffle reduction), else 16-byte vectors of adjacent rows a thread (the rows are
+// then contiguous; gemv_mn_kernel, or a thread per row where vectors cannot be read); for one fp32 column with aligned
 // K runs (the matrix-vector product), gemv_vector_kernel reads the vector straight from
 // global memory instead. Each slice's partial sums go to the workspace;
 // a second kernel adds the slices in order (deterministic), applies alpha, beta * C and
@@ -269,6 +269,7 @@ struct GemvArgs {
   int64_t s_col, s_k, s_batch;
   int64_t L, S;             // long and small extents
   bool small_is_n;          // D(r, j) with r long (n small), else D(j, r)
+  int mn_along;             // gemv_mn_kernel: threads along the long side
   int split;                // K slices
   int64_t kslice;           // K per slice (a multiple of 4)
   bool vec4;                // fp32 long rows on 16-byte boundaries: float4 loads
@@ -282,13 +283,32 @@ inline bool gemv_takes(const cs_problem& p)
   return small >= 1 && small <= kGemvMaxSmall && p.k >= 4096 && p.batch <= 65535;
 }
 
+// Elements of A / B in one 16-byte vector.
+inline int gemv_vec_elems(int32_t dtype_ab)
+{
+  return dtype_ab == CS_DTYPE_F32 ? 4 : (dtype_ab == CS_DTYPE_E4M3 || dtype_ab == CS_DTYPE_E5M2) ? 16 : 8;
+}
+
+// The long operand stored with the long side contiguous (A column-major when n is small,
+// B row-major when m is small): gemv_mn_kernel's threads along it, a power of two of
+// 16-byte vectors (at most a CTA's); the rest of the CTA's threads split its K slice.
+inline int gemv_mn_threads_along(int64_t L, int32_t dtype_ab)
+{
+  int64_t const vectors = (L + gemv_vec_elems(dtype_ab) - 1) / gemv_vec_elems(dtype_ab);
+  int t = 1;
+  while (t < kGemvThreads && t < vectors) t *= 2;
+  return t;
+}
+
 // K slices: up to 2048 CTAs over the long side (several per SM: enough loads in flight
 // to stream the long operand at full bandwidth), slices of >= 2048 K.
 inline int gemv_split(const cs_problem& p)
 {
   int64_t const L = p.m < p.n ? p.n : p.m;
   bool const long_k_contig = p.n <= p.m ? p.layout_a == CS_LAYOUT_ROW : p.layout_b == CS_LAYOUT_COL;
-  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
+  int64_t const rows_per_cta = long_k_contig
+                                   ? kGemvThreads / 32 * kGemvRowsPerWarp
+                                   : int64_t(gemv_mn_threads_along(L, p.dtype_ab)) * gemv_vec_elems(p.dtype_ab);
   int64_t const ctas = (L + rows_per_cta - 1) / rows_per_cta * (p.batch > 0 ? p.batch : 1);
   int64_t split = 1;
   while (split < 1024 && ctas * split * 2 <= 2048 && p.k / (split * 2) >= 2048) split *= 2;
@@ -439,6 +459,116 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
   }
 }
 
+// The long operand with the long side contiguous (l_row == 1) and 16-byte aligned K runs:
+// each thread reads 16-byte vectors of V adjacent long rows at one k (not kept in L1),
+// kGemvUnroll k steps in flight; mn_along threads cover the CTA's rows and the other
+// kGemvThreads / mn_along interleave its K slice. The small operand is staged as in
+// gemv_partials_kernel (its values are read as shared-memory broadcasts). The K-lanes' sums
+// of a row are added through shared memory, one small column at a time, before the slice's
+// partials are written (the same partials layout, so the same finish kernel). The scalar
+// form of this case read one element a thread and k step: 0.18x cuBLAS on a 1 x 256 x 2^20
+// f16 GEMV with B row-major (an H100, 2026-11-27).
+constexpr int kGemvUnroll = 4;
+
+template <class TAB>
+__device__ __forceinline__ uint4 gemv_ld_vec(const TAB* p)
+{
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+template <class TAB, int MaxS>
+__global__ void __launch_bounds__(kGemvThreads) gemv_mn_kernel(GemvArgs g)
+{
+  constexpr int V = 16 / int(sizeof(TAB));
+  __shared__ float sS[kGemvChunk][MaxS + 1];
+  __shared__ float red[kGemvThreads * V];
+  int const along = g.mn_along, lanes_k = kGemvThreads / along;
+  int const tx = int(threadIdx.x) % along, ty = int(threadIdx.x) / along;
+  int64_t const b = blockIdx.z;
+  int const slice = blockIdx.y;
+  int64_t const k0 = int64_t(slice) * g.kslice;
+  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
+  const TAB* lng = static_cast<const TAB*>(g.lng) + b * g.l_batch;
+  const TAB* sml = static_cast<const TAB*>(g.sml) + b * g.s_batch;
+  int64_t const r0 = (int64_t(blockIdx.x) * along + tx) * V;
+  bool const full = r0 + V <= g.L;
+  int const S = int(g.S);
+  float acc[V][MaxS];
+#pragma unroll
+  for (int c = 0; c < V; ++c)
+#pragma unroll
+    for (int j = 0; j < MaxS; ++j) acc[c][j] = 0.0f;
+  bool const small_k_contig = g.s_k == 1;
+  // One k step's V values of this thread's rows into acc, the small operand from sS.
+  auto consume = [&](const TAB (&e)[V], int kk) {
+#pragma unroll
+    for (int j = 0; j < MaxS; ++j)
+      if (j < S) {
+        float const sv = sS[kk][j];
+#pragma unroll
+        for (int c = 0; c < V; ++c) acc[c][j] = fmaf(to_float(e[c]), sv, acc[c][j]);
+      }
+  };
+  for (int64_t kc = k0; kc < k1; kc += kGemvChunk) {
+    int const n = int(k1 - kc < kGemvChunk ? k1 - kc : kGemvChunk);
+    __syncthreads();
+    for (int e = threadIdx.x; e < n * S; e += kGemvThreads) {
+      int const kk = small_k_contig ? e % n : e / S;
+      int const j = small_k_contig ? e / n : e % S;
+      sS[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
+    }
+    __syncthreads();
+    if (r0 >= g.L) continue;
+    const TAB* base = lng + r0 + kc * g.l_k;
+    int kk = ty;
+    if (full) {
+      for (; kk + (kGemvUnroll - 1) * lanes_k < n; kk += kGemvUnroll * lanes_k) {
+        alignas(16) TAB e[kGemvUnroll][V];
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u)
+          *reinterpret_cast<uint4*>(e[u]) = gemv_ld_vec(base + int64_t(kk + u * lanes_k) * g.l_k);
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) consume(e[u], kk + u * lanes_k);
+      }
+    }
+    for (; kk < n; kk += lanes_k) {
+      alignas(16) TAB e[V];
+      if (full) {
+        *reinterpret_cast<uint4*>(e) = gemv_ld_vec(base + int64_t(kk) * g.l_k);
+      } else {
+#pragma unroll
+        for (int c = 0; c < V; ++c) e[c] = r0 + c < g.L ? base[int64_t(kk) * g.l_k + c] : base[int64_t(kk) * g.l_k];
+      }
+      consume(e, kk);
+    }
+  }
+  // Rows past L (a ragged last vector) hold sums of a duplicated element: never written.
+#pragma unroll
+  for (int j = 0; j < MaxS; ++j) {
+    if (j >= S) break;
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < V; ++c) red[threadIdx.x * V + c] = acc[c][j];
+    __syncthreads();
+    for (int e = threadIdx.x; e < along * V; e += kGemvThreads) {
+      float sum = 0.0f;
+      for (int t = 0; t < lanes_k; ++t) sum += red[t * along * V + e];
+      int64_t const r = int64_t(blockIdx.x) * along * V + e;
+      if (r < g.L) g.partials[((b * g.split + slice) * g.L + r) * g.S + j] = sum;
+    }
+  }
+}
+
+// At most 128 accumulators a thread (V rows times the small columns): gemv_takes_mn.
+template <class TAB, int MaxS>
+void gemv_mn_launch(const GemvArgs& g, dim3 grid, cudaStream_t stream)
+{
+  if constexpr (MaxS * (16 / int(sizeof(TAB))) <= 128) gemv_mn_kernel<TAB, MaxS><<<grid, kGemvThreads, 0, stream>>>(g);
+}
+
 // The matrix-vector case (one small column, fp32, both operands' K runs on 16-byte
 // boundaries): no shared-memory stage and no barrier. Each lane reads float4s of its
 // warp's R long rows (not kept in L1, 256-byte L2 fetches) and the matching float4 of the
@@ -580,13 +710,25 @@ int32_t launch_gemv(const cs_problem& p, cudaStream_t stream)
   bool const long_k_contig = g.l_k == 1;
   g.vec4 = std::is_same_v<TAB, float> && long_k_contig && g.l_row % 4 == 0 && g.l_batch % 4 == 0 &&
            (reinterpret_cast<uintptr_t>(g.lng) & 15u) == 0;
-  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp : kGemvThreads;
+  // The long side contiguous, in aligned 16-byte vectors at every k: gemv_mn_kernel.
+  constexpr int64_t kVec = 16 / int64_t(sizeof(TAB));
+  bool const mn = !long_k_contig && g.l_row == 1 && g.l_k % kVec == 0 && g.l_batch % kVec == 0 &&
+                  (reinterpret_cast<uintptr_t>(g.lng) & 15u) == 0 && g.S * kVec <= 128;
+  g.mn_along = gemv_mn_threads_along(g.L, p.dtype_ab);
+  int64_t const rows_per_cta = long_k_contig ? kGemvThreads / 32 * kGemvRowsPerWarp
+                               : mn          ? int64_t(g.mn_along) * kVec
+                                             : kGemvThreads;
   dim3 const grid(unsigned((g.L + rows_per_cta - 1) / rows_per_cta), unsigned(g.split), unsigned(p.batch));
   // One fp32 column whose K runs, like the long rows', are 16-byte aligned: the vector kernel.
   bool const vector = CS_GEMV_VECTOR && g.vec4 && g.S == 1 && g.s_k == 1 && g.s_batch % 4 == 0 &&
                       (reinterpret_cast<uintptr_t>(g.sml) & 15u) == 0;
   if (vector) gemv_vector_kernel<<<grid, kGemvThreads, 0, stream>>>(g);
   else if (long_k_contig) gemv_partials_kernel<TAB, true><<<grid, kGemvThreads, 0, stream>>>(g);
+  else if (mn && g.S <= 1) gemv_mn_launch<TAB, 1>(g, grid, stream);
+  else if (mn && g.S <= 2) gemv_mn_launch<TAB, 2>(g, grid, stream);
+  else if (mn && g.S <= 4) gemv_mn_launch<TAB, 4>(g, grid, stream);
+  else if (mn && g.S <= 8) gemv_mn_launch<TAB, 8>(g, grid, stream);
+  else if (mn) gemv_mn_launch<TAB, kGemvMaxSmall>(g, grid, stream);
   else gemv_partials_kernel<TAB, false><<<grid, kGemvThreads, 0, stream>>>(g);
   int64_t const outs = p.batch * g.L * g.S;
   int64_t blocks = (outs + kGemvThreads - 1) / kGemvThreads;

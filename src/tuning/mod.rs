@@ -487,14 +487,18 @@ pub fn plan(
     }
     known.sort_by(|a, b| {
         // Nearer shapes' evidence first when it differs by at least one doubling; within
-        // that, the faster.
+        // that, the faster; between equals (each the best on its own shape), the nearer:
+        // this very shape's best before a neighbour's, so that whether this shape is
+        // still poor against the vendor library is judged on its own measurement.
         let da = a.1.distance.floor();
         let db = b.1.distance.floor();
-        da.total_cmp(&db).then(
-            a.1.relative
-                .unwrap_or(f64::INFINITY)
-                .total_cmp(&b.1.relative.unwrap_or(f64::INFINITY)),
-        )
+        da.total_cmp(&db)
+            .then(
+                a.1.relative
+                    .unwrap_or(f64::INFINITY)
+                    .total_cmp(&b.1.relative.unwrap_or(f64::INFINITY)),
+            )
+            .then(a.1.distance.total_cmp(&b.1.distance))
     });
     let poor = known
         .first()
@@ -754,6 +758,24 @@ mod tests {
         let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
         // Measured at half the rows: b, then a; c failed elsewhere, so it goes last.
         assert_eq!(plan(&labels, &[], &k, 10), vec![1, 0, 2]);
+    }
+
+    /// Each the best on its own shape: this shape's best (0.86x the vendor library) is
+    /// judged before a neighbour's (0.94x, 0.45 doublings away), so the shape counts as
+    /// poor and the untried candidates take turns right after it. (On an H100, Qwen2's QKV
+    /// at 64 rows kept a 0.86x tile while the neighbour's evidence sorted first.)
+    #[test]
+    fn plan_judges_this_shape_on_its_own_best_when_the_bests_tie() {
+        let labels = names(&["a", "b", "c", "d"]);
+        let rows = vec![
+            rec("a", 3000, "correct", Some(106.0)),
+            rec("c", 3000, "correct", Some(120.0)),
+            rec("b", 4096, "correct", Some(116.0)),
+        ];
+        let k = known(&rows, &Shape::gemm(4096, 4096, 4096));
+        // b, then the untried d and the neighbour's a and c by turns (before the tie
+        // break: a first, at 0.94x not poor, and b only third).
+        assert_eq!(plan(&labels, &[], &k, 4), vec![1, 3, 0, 2]);
     }
 
     #[test]

@@ -246,6 +246,8 @@ fn every_template_validates_on_its_workloads() {
         // the small operand K-major and M-major.
         "gemv_bf16_stream_small",
         "gemv_bf16_stream_rr_small",
+        // The fallback's GEMV with the long side contiguous (16-byte vectors of rows).
+        "gemv_f16_mn_small",
         // The GLU template's dual kernel: K-major and MN-major operands, ragged, batched.
         "glu_bf16_small",
         "glu_f16_cr_small",
