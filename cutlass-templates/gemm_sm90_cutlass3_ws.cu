@@ -193,7 +193,7 @@ using namespace cute;
 #endif
 // The workload block (when present) decides the build: f16 operands, and an epilogue
 // chain that is a per-column bias then one activation (CS_WL_BIAS_ACT, with the
-// activation's first parameter in CS_WL_BIAS_ACT_P0).
+// activation's parameters in CS_WL_BIAS_ACT_P0 and CS_WL_BIAS_ACT_P1).
 #if defined(CS_WL_DTYPE_AB) && CS_WL_DTYPE_AB == 1 && !defined(CS_GEMM_FP16)
 #define CS_GEMM_FP16 1
 #endif
@@ -213,7 +213,7 @@ using namespace cute;
 #define CS_CHAIN_EPI 0
 #endif
 #ifndef CS_ACT
-#define CS_ACT 0           // cs_activation of the fused build (0..7)
+#define CS_ACT 0           // cs_activation of the fused build (0..7; 8..15 from a workload block)
 #endif
 
 #if CS_F32
@@ -422,17 +422,27 @@ using TileSchedulerTag = cutlass::gemm::PersistentScheduler;
 // (absolute error near 2^-11): GELU_taylor's 0.5 (z + z tanh u) then cancels to garbage in
 // the negative tail (an f16 GPT-2 MLP's bias + GELU failed the fp64 check by 0.014 of its
 // dot product's magnitude), and tanh is 2^-11 off where an f32 D needs 2^-24.
+// The other activations (SiLU with a beta other than 1, SELU, ELU, the hard ones,
+// softplus, softsign, mish) are the chain's own functions with the workload's parameters
+// as constants (CS_WL_BIAS_ACT_P0 / _P1).
+#ifndef CS_WL_BIAS_ACT_P0
+#define CS_WL_BIAS_ACT_P0 0.0f
+#endif
+#ifndef CS_WL_BIAS_ACT_P1
+#define CS_WL_BIAS_ACT_P1 0.0f
+#endif
 template <class T, int Act> struct CsEltAct {
-  static const bool kIsHeavy = Act != CS_ACT_RELU;
+  static const bool kIsHeavy = Act != CS_ACT_RELU && Act != CS_ACT_HARDTANH;
   CUTLASS_HOST_DEVICE T operator()(T const& x) const {
     if constexpr (Act == CS_ACT_RELU) return T(cs_relu(float(x)));
     else if constexpr (Act == CS_ACT_GELU_TANH) return T(cs_gelu_tanh(float(x)));
     else if constexpr (Act == CS_ACT_TANH) return T(cs_tanh(float(x)));
-    else return T(cs_gelu_erf_fast(float(x)));
+    else if constexpr (Act == CS_ACT_GELU_ERF) return T(cs_gelu_erf_fast(float(x)));
+    else return T(cs_activate(Act, float(x), CS_WL_BIAS_ACT_P0, CS_WL_BIAS_ACT_P1));
   }
 };
 template <class T, int N, int Act> struct CsEltAct<cutlass::Array<T, N>, Act> {
-  static const bool kIsHeavy = Act != CS_ACT_RELU;
+  static const bool kIsHeavy = CsEltAct<T, Act>::kIsHeavy;
   CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
     cutlass::Array<T, N> y;
     CUTLASS_PRAGMA_UNROLL
@@ -453,13 +463,24 @@ template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_ERF>;           
 #elif CS_ACT == 4
 template <class T> using ActivationFn = CsEltAct<T, CS_ACT_GELU_TANH>;             // tanh form
 #elif CS_ACT == 5
-template <class T> using ActivationFn = cutlass::epilogue::thread::SiLu<T>;
+// CUTLASS's SiLu where beta is 1 (or compiled without a workload block), else swish(beta).
+#if defined(CS_WL_BIAS_ACT)
+static constexpr bool kSiluBetaOne = CS_WL_BIAS_ACT_P0 == 1.0f;
+#else
+static constexpr bool kSiluBetaOne = true;
+#endif
+template <class T> using ActivationFn =
+    std::conditional_t<kSiluBetaOne, cutlass::epilogue::thread::SiLu<T>, CsEltAct<T, CS_ACT_SILU>>;
 #elif CS_ACT == 6
 template <class T> using ActivationFn = cutlass::epilogue::thread::Sigmoid<T>;
 #elif CS_ACT == 7
 template <class T> using ActivationFn = CsEltAct<T, CS_ACT_TANH>;
+#elif CS_ACT >= 8 && CS_ACT <= 15 && defined(CS_WL_BIAS_ACT)
+template <class T> using ActivationFn = CsEltAct<T, CS_ACT>;
+#elif CS_ACT >= 8 && CS_ACT <= 15
+#error "CS_ACT 8..15 take their parameters from the workload block (CS_WL_BIAS_ACT_P0 / _P1)"
 #else
-#error "CS_ACT must be a cs_activation value (0..7)"
+#error "CS_ACT must be a cs_activation value (0..15)"
 #endif
 // activation(beta * C + (alpha * acc + bias)), bias: stride (0,1,0) over (M,N,L), or
 // (1,0,0) when the kernel computes D^T (D's columns are then the kernel's rows).
@@ -1307,7 +1328,7 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   // and batch.
   get<2>(args.epilogue.thread.dBias) = 0;
 #if CS_ACT == 2
-#ifdef CS_WL_BIAS_ACT_P0
+#ifdef CS_WL_BIAS_ACT
   args.epilogue.thread.activation.leaky_alpha = ElementCompute(CS_WL_BIAS_ACT_P0);
 #else
   args.epilogue.thread.activation.leaky_alpha = ElementCompute(p.act_alpha);

@@ -275,24 +275,39 @@ impl Chain {
     /// or the bias alone), what a library epilogue with a bias and an activation
     /// computes: the activation (identity for none), its first parameter and the bias's
     /// dtype.
-    pub fn bias_then_activation(&self) -> Option<(Activation, f64, DType)> {
+    pub fn bias_then_activation(&self) -> Option<(Activation, f64, f64, DType)> {
         let bias = |o: &Operand| matches!(o, Operand::Tensor(0));
         let row = match self.tensors.as_slice() {
             [t] if t.kind == TensorKind::Row => t.dtype,
             _ => return None,
         };
-        match self.steps.as_slice() {
+        // An identity step changes nothing (gemm_bias_act's `activation = "identity"`
+        // before an `[[epilogue]]` activation with its parameters).
+        let steps: Vec<&Step> = self
+            .steps
+            .iter()
+            .filter(|s| {
+                !matches!(
+                    s,
+                    Step {
+                        op: Op::Act(Activation::Identity, _, _),
+                        save: None
+                    }
+                )
+            })
+            .collect();
+        match steps.as_slice() {
             [Step {
                 op: Op::Binary(BinOp::Add, o),
                 save: None,
-            }] if bias(o) => Some((Activation::Identity, 0.0, row)),
+            }] if bias(o) => Some((Activation::Identity, 0.0, 0.0, row)),
             [Step {
                 op: Op::Binary(BinOp::Add, o),
                 save: None,
             }, Step {
-                op: Op::Act(a, p0, _),
+                op: Op::Act(a, p0, p1),
                 save: None,
-            }] if bias(o) => Some((*a, *p0, row)),
+            }] if bias(o) => Some((*a, *p0, *p1, row)),
             _ => None,
         }
     }
@@ -1206,6 +1221,42 @@ mod tests {
             c.describe(),
             "z -> x * 0.5 -> x + row0 -> hardtanh(x, -1, 1) -> gelu_erf(x) -> x + z"
         );
+    }
+
+    /// A bias row then one activation, with its parameters, is recognised for the fused
+    /// bias epilogues, identity steps (gemm_bias_act's `activation = "identity"` before an
+    /// `[[epilogue]]` activation) passed over; anything more is not.
+    #[test]
+    fn bias_then_activation_passes_over_identity_steps() {
+        let bias = |c: &mut Chain| {
+            let t = c.add_tensor(TensorKind::Row, DType::F16, "bias");
+            c.push(Op::Binary(BinOp::Add, Operand::Tensor(t)));
+        };
+        let mut c = Chain::default();
+        bias(&mut c);
+        c.push(Op::Act(Activation::Identity, 0.0, 0.0));
+        c.extend_from_spec(
+            &[OpSpec {
+                beta: Some(2.0),
+                threshold: Some(10.0),
+                ..spec("softplus")
+            }],
+            DType::F16,
+        )
+        .unwrap();
+        assert_eq!(
+            c.bias_then_activation(),
+            Some((Activation::Softplus, 2.0, 10.0, DType::F16))
+        );
+        let mut c = Chain::default();
+        bias(&mut c);
+        assert_eq!(
+            c.bias_then_activation(),
+            Some((Activation::Identity, 0.0, 0.0, DType::F16))
+        );
+        c.extend_from_spec(&[spec("relu"), spec("tanh")], DType::F16)
+            .unwrap();
+        assert_eq!(c.bias_then_activation(), None);
     }
 
     #[test]

@@ -270,6 +270,9 @@ fn every_template_instance_compiles_in_each_layout() {
         // 16-bit operands, an f32 output (and bias, GELU).
         ("gemm_bf16_f32out_small", "gemm_sm90_cutlass3_ws"),
         ("gemm_bias_gelu_bf16", "gemm_sm90_cutlass3_ws"),
+        // The fused bias epilogue with softplus (beta, threshold) and swish (beta).
+        ("gemm_bias_softplus_f16_small", "gemm_sm90_cutlass3_ws"),
+        ("gemm_bias_swish_beta_bf16_small", "gemm_sm90_cutlass3_ws"),
         (
             "gemm_chain_bias_relu_residual_bf16",
             "gemm_sm90_cutlass3_ws",

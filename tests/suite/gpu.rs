@@ -233,6 +233,10 @@ fn every_template_validates_on_its_workloads() {
         // tanh.approx-based ones failed the fp64 check in the negative tail).
         "gemm_bias_gelu_tanh_f16_small",
         "gemm_bias_tanh_f32_small",
+        // Activations past the first eight, and swish with a beta, in the fused bias
+        // epilogue (their parameters from the workload block).
+        "gemm_bias_softplus_f16_small",
+        "gemm_bias_swish_beta_bf16_small",
         // A C term (beta != 0) read through a column-major C, ragged and batched.
         "gemm_bf16_beta_small",
         "gemm_bf16_skinny_small",
