@@ -468,7 +468,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
 // partials are written (the same partials layout, so the same finish kernel). The scalar
 // form of this case read one element a thread and k step: 0.18x cuBLAS on a 1 x 256 x 2^20
 // f16 GEMV with B row-major (an H100, 2026-11-27).
-constexpr int kGemvUnroll = 4;
+#ifndef CS_GEMV_UNROLL
+#define CS_GEMV_UNROLL 4   // gemv_mn_kernel: k steps of 16-byte loads in flight a thread
+#endif
+constexpr int kGemvUnroll = CS_GEMV_UNROLL;
 
 template <class TAB>
 __device__ __forceinline__ uint4 gemv_ld_vec(const TAB* p)
