@@ -442,6 +442,20 @@ impl Libraries {
         let la = layout(t, r1, c1, x.ld_first, x.stride_first)?;
         let lb = layout(t, r2, c2, x.ld_second, x.stride_second)?;
         let lc = layout(t_out, x.m, x.n, x.m as i64, x.m as i64 * x.n as i64)?;
+        // An fp8 D takes a 16-bit C in cuBLASLt (C bf16 with D e4m3 or e5m2); beta is 0, so
+        // C is never read, but it then has its own descriptor and must not alias D.
+        let c_apart = out_dtype.is_fp8();
+        let lc_in = if c_apart {
+            layout(
+                ltsys::cudaDataType_t::CUDA_R_16BF,
+                x.m,
+                x.n,
+                x.m as i64,
+                x.m as i64 * x.n as i64,
+            )?
+        } else {
+            lc
+        };
         let pref = cudarc::cublaslt::result::create_matmul_pref().map_err(|e| lt_err("pref", e))?;
         let ws = workspace_bytes as u64;
         // SAFETY: live preference; a u64 attribute value.
@@ -463,7 +477,7 @@ impl Libraries {
                 desc,
                 la,
                 lb,
-                lc,
+                lc_in,
                 lc,
                 pref,
                 8,
@@ -490,6 +504,8 @@ impl Libraries {
             la,
             lb,
             lc,
+            lc_in,
+            c_apart,
             algos,
             workspace,
             workspace_bytes,
@@ -595,6 +611,10 @@ pub struct LtPlan {
     la: ltsys::cublasLtMatrixLayout_t,
     lb: ltsys::cublasLtMatrixLayout_t,
     lc: ltsys::cublasLtMatrixLayout_t,
+    /// C's layout: D's, or a bf16 one beside an fp8 D (`c_apart`).
+    lc_in: ltsys::cublasLtMatrixLayout_t,
+    /// C is given A's buffer (never read, beta 0) instead of aliasing an fp8 D.
+    c_apart: bool,
     pub algos: Vec<ltsys::cublasLtMatmulAlgo_t>,
     workspace: u64,
     workspace_bytes: usize,
@@ -631,8 +651,8 @@ impl LtPlan {
                 self.la,
                 second as _,
                 self.lb,
-                d as _,
-                self.lc,
+                if self.c_apart { first } else { d } as _,
+                self.lc_in,
                 d as _,
                 self.lc,
                 algo as *const _,
