@@ -91,10 +91,6 @@
 #ifndef CS_CLUSTER_MAX
 #define CS_CLUSTER_MAX 2          // largest cluster one long row may be split over (1, 2, 4, 8)
 #endif
-#ifndef CS_FEW_ROWS_CLUSTER_MAX
-#define CS_FEW_ROWS_CLUSTER_MAX 8 // too few rows for two CTAs an SM: clusters up to this size
-                                  // (1: off), so that the row parts give the SMs work
-#endif
 #ifndef CS_STREAMING_HINT
 #define CS_STREAMING_HINT 0       // 1: 16-byte loads ld.global.nc.L1::no_allocate, stores st.global.cs (measured 1-2% slower on the H200)
 #endif
@@ -107,7 +103,6 @@ static constexpr int kWarpRowMax    = CS_WARP_ROW_MAX;
 static constexpr bool kCacheInSmem  = CS_CACHE_ROW_IN_SMEM != 0;
 static constexpr bool kRowInRegs    = CS_ROW_IN_REGS != 0;
 static constexpr int kClusterMax    = CS_CLUSTER_MAX;
-static constexpr int kFewRowsClusterMax = CS_FEW_ROWS_CLUSTER_MAX;
 static constexpr int kL2BudgetPct   = CS_L2_BUDGET_PCT;
 static constexpr int kWarpCtaThreads = 256;   // warp path: 8 rows per CTA
 static constexpr int kStreamUnroll  = 4;      // streaming path: 16-byte vectors in flight per thread
@@ -124,8 +119,6 @@ static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "CS_THRE
 static_assert(kClusterMax == 1 || kClusterMax == 2 || kClusterMax == 4 || kClusterMax == 8,
               "CS_CLUSTER_MAX must be 1, 2, 4 or 8");
 static_assert(kWarpRowMax >= 0, "CS_WARP_ROW_MAX");
-static_assert(kFewRowsClusterMax == 1 || kFewRowsClusterMax == 2 || kFewRowsClusterMax == 4 ||
-              kFewRowsClusterMax == 8, "CS_FEW_ROWS_CLUSTER_MAX must be 1, 2, 4 or 8");
 
 static constexpr float kLog2e = 1.4426950408889634f;
 static constexpr float kLn2   = 0.69314718055994531f;
@@ -876,15 +869,7 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
   cudaError_t err = cs_device_facts(f, p.sm_count);
   if (err != cudaSuccess) return int32_t(err);
 
-  // Few long rows (a decode batch's logits over a vocabulary): each row over a cluster
-  // large enough for two CTAs an SM, so that one CTA's reduction and write overlap another's
-  // loads (64 rows of 128256 bf16 ran at 67% of the copy on an H100 with clusters of two,
-  // one CTA an SM).
-  int first = 1;
-  while (first < kFewRowsClusterMax && p.m * first < 2 * int64_t(f.sms) && nb_max / (2 * first) >= 1024)
-    first *= 2;
-  int const last = first > kClusterMax ? first : kClusterMax;
-  for (int cluster = first; cluster <= last; cluster *= 2) {
+  for (int cluster = 1; cluster <= kClusterMax; cluster *= 2) {
     if (p.m * cluster > 0x7fffffffLL) break;
     int64_t const per_cta = (nb_max + cluster - 1) / cluster;   // body vectors per CTA
     // Path 2: the row part in registers.
