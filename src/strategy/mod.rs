@@ -403,7 +403,7 @@ mod tests {
     }
 
     /// What the coverage sweep found without a kernel now has one: 16-bit operands into
-    /// an f32 D on the CUTLASS 3 template (an fp8 D stays refused, named), gemm_softmax
+    /// an f32 D on the CUTLASS 3 template (and an fp8 D from fp8 operands), gemm_softmax
     /// with a chain before it and a K too short for TMA rows; and the skinny template no
     /// longer claims a batch its grid cannot hold.
     #[test]
@@ -425,8 +425,20 @@ mod tests {
         let fp8_out = spec(
             "description = \"x\"\nfamily = \"gemm\"\ndtype = \"e4m3\"\nout_dtype = \"e4m3\"\n[[shapes]]\nm = 256\nn = 256\nk = 256\n",
         );
-        let e = check(&cutlass, &fp8_out).unwrap_err();
-        assert!(e.contains("out_dtype e4m3"), "{e}");
+        // An fp8 D from fp8 operands (scale_d in the epilogue): a tile the accurate fp8
+        // mainloop holds takes it, and the space has a valid candidate.
+        let fp8_tile = strategy("gemm_sm90_cutlass3_ws", &[("CS_TILE_N", 128)], "");
+        assert!(
+            check(&fp8_tile, &fp8_out).is_ok(),
+            "{:?}",
+            check(&fp8_tile, &fp8_out)
+        );
+        assert!(space(&fp8_out)
+            .iter()
+            .any(|(s, v)| s.template == "gemm_sm90_cutlass3_ws" && v.is_ok()));
+        // The raw CuTe template takes 16-bit operands only, and names why.
+        let e = check(&strategy("gemm_sm90_tma_wgmma", &[], ""), &fp8_out).unwrap_err();
+        assert!(e.contains("dtype e4m3"), "{e}");
 
         let sm = spec(
             "description = \"x\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 128\nn = 5\nk = 10\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n",
