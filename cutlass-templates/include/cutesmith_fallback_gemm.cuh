@@ -321,6 +321,20 @@ inline uint64_t gemv_workspace_bytes(const cs_problem& p)
   return uint64_t(p.batch) * uint64_t(gemv_split(p)) * uint64_t(L) * uint64_t(S) * 4u;
 }
 
+// Stages k values [kc, kc + n) of the small operand's S columns in shared memory as fp32
+// (s[kk][j]), loaded along its contiguous dimension.
+template <class TAB, int Cols>
+__device__ __forceinline__ void gemv_stage_small(float (*s)[Cols], const TAB* sml, const GemvArgs& g,
+                                                 int64_t kc, int n, int S)
+{
+  bool const small_k_contig = g.s_k == 1;
+  for (int e = threadIdx.x; e < n * S; e += kGemvThreads) {
+    int const kk = small_k_contig ? e % n : e / S;
+    int const j = small_k_contig ? e / n : e % S;
+    s[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
+  }
+}
+
 template <class TAB, bool LongKContig>
 __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
 {
@@ -341,16 +355,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
   for (int q = 0; q < R; ++q)
 #pragma unroll
     for (int j = 0; j < kGemvMaxSmall; ++j) acc[q][j] = 0.0f;
-  // The small operand's chunk is loaded along its contiguous dimension.
-  bool const small_k_contig = g.s_k == 1;
   for (int64_t kc = k0; kc < k1; kc += kGemvChunk) {
     int const n = int(k1 - kc < kGemvChunk ? k1 - kc : kGemvChunk);
     __syncthreads();
-    for (int e = threadIdx.x; e < n * S; e += kGemvThreads) {
-      int const kk = small_k_contig ? e % n : e / S;
-      int const j = small_k_contig ? e / n : e % S;
-      sS[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
-    }
+    gemv_stage_small(sS, sml, g, kc, n, S);
     __syncthreads();
     if (r0 < g.L) {
       if constexpr (LongKContig) {
@@ -504,7 +512,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mn_kernel(GemvArgs g)
   for (int c = 0; c < V; ++c)
 #pragma unroll
     for (int j = 0; j < MaxS; ++j) acc[c][j] = 0.0f;
-  bool const small_k_contig = g.s_k == 1;
   // One k step's V values of this thread's rows into acc, the small operand from sS.
   auto consume = [&](const TAB (&e)[V], int kk) {
 #pragma unroll
@@ -518,11 +525,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mn_kernel(GemvArgs g)
   for (int64_t kc = k0; kc < k1; kc += kGemvChunk) {
     int const n = int(k1 - kc < kGemvChunk ? k1 - kc : kGemvChunk);
     __syncthreads();
-    for (int e = threadIdx.x; e < n * S; e += kGemvThreads) {
-      int const kk = small_k_contig ? e % n : e / S;
-      int const j = small_k_contig ? e / n : e % S;
-      sS[kk][j] = to_float(sml[(kc + kk) * g.s_k + j * g.s_col]);
-    }
+    gemv_stage_small(sS, sml, g, kc, n, S);
     __syncthreads();
     if (r0 >= g.L) continue;
     const TAB* base = lng + r0 + kc * g.l_k;
