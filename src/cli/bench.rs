@@ -160,7 +160,16 @@ pub struct BenchRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal_vs: Option<String>,
     pub met: bool,
+    /// False where a correct kernel ran but the goal's library did not run beside it:
+    /// the row is neither met nor missed (`Workload::goal_judged`; rows written before it
+    /// was recorded read true).
+    #[serde(default = "judged_by_default")]
+    pub judged: bool,
     pub search: SearchOutcome,
+}
+
+fn judged_by_default() -> bool {
+    true
 }
 
 /// The whole bench result.
@@ -507,6 +516,9 @@ fn row(r: &SuiteRow) -> BenchRow {
         (None, Err(e)) => (format!("error: {e}"), false),
         (None, Ok(_)) => ("no correct candidate".into(), false),
     };
+    let judged = workload
+        .as_ref()
+        .is_none_or(|w| w.goal_judged(best_us, &baselines));
     BenchRow {
         workload: r.workload.clone(),
         shape: workload
@@ -523,6 +535,7 @@ fn row(r: &SuiteRow) -> BenchRow {
         goal,
         goal_vs: workload.as_ref().map(|w| w.goal_baseline().to_string()),
         met,
+        judged,
         search,
     }
 }
@@ -646,10 +659,19 @@ fn geomean_and_lowest(xs: &[f64]) -> (f64, f64) {
 /// geometric mean and the lowest of the rows' speedups over it.
 fn summary(rows: &[BenchRow]) -> String {
     let met = rows.iter().filter(|r| r.met).count();
+    let unjudged = rows.iter().filter(|r| !r.judged).count();
     let mut s = format!(
         "
-{met} of {} rows meet their goal.",
-        rows.len()
+{met} of {} rows meet their goal{}.",
+        rows.len(),
+        if unjudged > 0 {
+            format!(
+                " ({unjudged} not judged: the goal's library did not run beside {})",
+                if unjudged == 1 { "it" } else { "them" }
+            )
+        } else {
+            String::new()
+        }
     );
     let mut groups: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for (name, x) in rows.iter().filter_map(goal_speedup) {
@@ -759,7 +781,13 @@ pub fn markdown(r: &BenchReport) -> String {
             f(row.tb_per_s, 2),
             f(row.roofline_fraction.map(|x| x * 100.0), 0),
             row.goal,
-            if row.met { "yes" } else { "NO" }
+            if !row.judged {
+                "-"
+            } else if row.met {
+                "yes"
+            } else {
+                "NO"
+            }
         ));
     }
     s.push_str(&summary(&r.rows));
@@ -883,6 +911,7 @@ mod tests {
             goal: goal.into(),
             goal_vs: vs.map(String::from),
             met,
+            judged: true,
             search: SearchOutcome {
                 workload: "w".into(),
                 tried: Vec::new(),
@@ -915,6 +944,24 @@ mod tests {
         let s = summary(&rows);
         // cublas: sqrt(0.98 * 2.0) = 1.40; the fused row counts against unfused only.
         assert!(s.contains("2 of 5 rows meet their goal."), "{s}");
+        // A row whose goal's library did not run is neither met nor missed.
+        let mut unjudged = rows.clone();
+        unjudged.push(BenchRow {
+            judged: false,
+            ..row(
+                "1.00x cublaslt: no cublaslt ran beside it, not judged",
+                Some("cublaslt"),
+                vec![],
+                false,
+            )
+        });
+        let u = summary(&unjudged);
+        assert!(
+            u.contains(
+                "2 of 6 rows meet their goal (1 not judged: the goal's library did not run beside it)."
+            ),
+            "{u}"
+        );
         assert!(s.contains("copy 88% (88%) over 1 rows"), "{s}");
         assert!(s.contains("cublas 1.40x (0.98x) over 2 rows"), "{s}");
         assert!(s.contains("unfused 1.50x (1.50x) over 1 rows"), "{s}");
@@ -962,6 +1009,7 @@ mod tests {
                 goal: "90% of copy".into(),
                 goal_vs: Some("copy".into()),
                 met: false,
+                judged: true,
                 search: SearchOutcome {
                     workload: "act".into(),
                     tried: vec![t],
@@ -1093,6 +1141,7 @@ mod tests {
                 goal: "1.00x cublas".into(),
                 goal_vs: Some("cublas".into()),
                 met: true,
+                judged: true,
                 search: SearchOutcome {
                     workload: "fp32_4096".into(),
                     tried: vec![t],

@@ -45,15 +45,33 @@ impl Workload {
         }
     }
 
+    /// The row of `baselines` the goal is judged against (`goal_baseline`), if it ran.
+    fn goal_row<'a>(
+        &self,
+        baselines: &'a [(String, f64, Option<f64>)],
+    ) -> Option<&'a (String, f64, Option<f64>)> {
+        let name = self.goal_baseline();
+        baselines
+            .iter()
+            // The labelled TF32 reference row beside an fp32 workload also starts with
+            // "cublas"; it is never the goal's baseline.
+            .find(|b| b.0.starts_with(name) && b.0 != super::TF32_REFERENCE)
+    }
+
+    /// Whether a goal can be judged: false where a correct kernel was timed but the
+    /// library its goal is measured against did not run beside it (cuBLASLt has no
+    /// e5m2 x e5m2 GEMM, or refused the problem). `goal` then says so in words and does not
+    /// count the row as met.
+    pub fn goal_judged(
+        &self,
+        best_us: Option<f64>,
+        baselines: &[(String, f64, Option<f64>)],
+    ) -> bool {
+        best_us.is_none() || !self.family().is_gemm() || self.goal_row(baselines).is_some()
+    }
+
     fn speed_goal(&self, baselines: &[(String, f64, Option<f64>)]) -> (String, bool) {
-        let baseline = |name: &str| {
-            baselines
-                .iter()
-                // The labelled TF32 reference row beside an fp32 workload also starts with
-                // "cublas"; it is never the goal's baseline.
-                .find(|b| b.0.starts_with(name) && b.0 != super::TF32_REFERENCE)
-        };
-        let speedup_of = |name: &str| baseline(name).and_then(|b| b.2);
+        let speedup = || self.goal_row(baselines).and_then(|b| b.2);
         match self.family() {
             Family::Gemm
             | Family::GemmBiasAct
@@ -65,14 +83,16 @@ impl Workload {
                 let vs = self.goal_baseline();
                 // No library ran beside the candidate (cuBLASLt has no e5m2 x e5m2 GEMM, or
                 // the library refused the problem): the goal cannot be judged, and says so.
-                if baseline(vs).is_none() {
+                if self.goal_row(baselines).is_none() {
                     return (
                         format!("{want:.2}x {vs}: no {vs} ran beside it, not judged"),
                         false,
                     );
                 }
-                let got = speedup_of(vs);
-                (format!("{want:.2}x {vs}"), got.is_some_and(|g| g >= want))
+                (
+                    format!("{want:.2}x {vs}"),
+                    speedup().is_some_and(|g| g >= want),
+                )
             }
             Family::Activation
             | Family::Softmax
@@ -86,10 +106,9 @@ impl Workload {
                 } else {
                     0.8
                 };
-                let got = speedup_of(self.goal_baseline());
                 (
                     format!("{:.0}% of copy", want * 100.0),
-                    got.is_some_and(|g| g >= want),
+                    speedup().is_some_and(|g| g >= want),
                 )
             }
         }
@@ -122,6 +141,11 @@ mod tests {
         let (words, met) = gemm.goal(Some(17.4), &[], None);
         assert!(!met);
         assert_eq!(words, "1.00x cublas: no cublas ran beside it, not judged");
+        // ... and the row is not judged (neither met nor missed); with the library beside
+        // it, or without a correct kernel at all, it is.
+        assert!(!gemm.goal_judged(Some(17.4), &[]));
+        assert!(gemm.goal_judged(Some(102.0), &slow));
+        assert!(gemm.goal_judged(None, &[]));
         // fp8's goal is met against cuBLASLt, the library that runs it.
         let lt = vec![(
             "cublaslt (best of 8 heuristic algorithms)".to_string(),
