@@ -321,6 +321,22 @@ inline uint64_t gemv_workspace_bytes(const cs_problem& p)
   return uint64_t(p.batch) * uint64_t(gemv_split(p)) * uint64_t(L) * uint64_t(S) * 4u;
 }
 
+// A GEMV CTA's batch (grid z), K slice [k0, k1) (grid y) and its batch's long and small
+// operands.
+template <class TAB>
+struct GemvSlice {
+  int64_t b;
+  int slice;
+  int64_t k0, k1;
+  const TAB* lng;
+  const TAB* sml;
+  __device__ explicit GemvSlice(const GemvArgs& g)
+      : b(blockIdx.z), slice(int(blockIdx.y)), k0(int64_t(blockIdx.y) * g.kslice),
+        k1(k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k),
+        lng(static_cast<const TAB*>(g.lng) + b * g.l_batch),
+        sml(static_cast<const TAB*>(g.sml) + b * g.s_batch) {}
+};
+
 // Stages k values [kc, kc + n) of the small operand's S columns in shared memory as fp32
 // (s[kk][j]), loaded along its contiguous dimension.
 template <class TAB, int Cols>
@@ -340,12 +356,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_partials_kernel(GemvArgs g)
 {
   __shared__ float sS[kGemvChunk][kGemvMaxSmall + 1];   // +1: lanes' rows in distinct banks
   constexpr int R = LongKContig ? kGemvRowsPerWarp : 1;   // long rows per warp / thread
-  int64_t const b = blockIdx.z;
-  int const slice = blockIdx.y;
-  int64_t const k0 = int64_t(slice) * g.kslice;
-  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
-  const TAB* lng = static_cast<const TAB*>(g.lng) + b * g.l_batch;
-  const TAB* sml = static_cast<const TAB*>(g.sml) + b * g.s_batch;
+  GemvSlice<TAB> const cta(g);
+  int64_t const b = cta.b, k0 = cta.k0, k1 = cta.k1;
+  int const slice = cta.slice;
+  const TAB *lng = cta.lng, *sml = cta.sml;
   int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t const r0 = LongKContig ? (int64_t(blockIdx.x) * (kGemvThreads / 32) + warp) * R
                                  : int64_t(blockIdx.x) * kGemvThreads + threadIdx.x;
@@ -498,12 +512,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mn_kernel(GemvArgs g)
   __shared__ float red[kGemvThreads * V];
   int const along = g.mn_along, lanes_k = kGemvThreads / along;
   int const tx = int(threadIdx.x) % along, ty = int(threadIdx.x) / along;
-  int64_t const b = blockIdx.z;
-  int const slice = blockIdx.y;
-  int64_t const k0 = int64_t(slice) * g.kslice;
-  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
-  const TAB* lng = static_cast<const TAB*>(g.lng) + b * g.l_batch;
-  const TAB* sml = static_cast<const TAB*>(g.sml) + b * g.s_batch;
+  GemvSlice<TAB> const cta(g);
+  int64_t const b = cta.b, k0 = cta.k0, k1 = cta.k1;
+  int const slice = cta.slice;
+  const TAB *lng = cta.lng, *sml = cta.sml;
   int64_t const r0 = (int64_t(blockIdx.x) * along + tx) * V;
   bool const full = r0 + V <= g.L;
   int const S = int(g.S);
@@ -568,7 +580,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mn_kernel(GemvArgs g)
   }
 }
 
-// At most 128 accumulators a thread (V rows times the small columns): gemv_takes_mn.
+// At most 128 accumulators a thread (V rows times the small columns; launch_gemv takes
+// this kernel only then): the larger instances are never built.
 template <class TAB, int MaxS>
 void gemv_mn_launch(const GemvArgs& g, dim3 grid, cudaStream_t stream)
 {
@@ -591,12 +604,10 @@ __device__ __forceinline__ float4 gemv_ld_stream(const float* p)
 __global__ void __launch_bounds__(kGemvThreads) gemv_vector_kernel(GemvArgs g)
 {
   constexpr int R = kGemvRowsPerWarp;
-  int64_t const b = blockIdx.z;
-  int const slice = blockIdx.y;
-  int64_t const k0 = int64_t(slice) * g.kslice;
-  int64_t const k1 = k0 + g.kslice < g.p.k ? k0 + g.kslice : g.p.k;
-  const float* lng = static_cast<const float*>(g.lng) + b * g.l_batch;
-  const float* x = static_cast<const float*>(g.sml) + b * g.s_batch;
+  GemvSlice<float> const cta(g);
+  int64_t const b = cta.b, k0 = cta.k0, k1 = cta.k1;
+  int const slice = cta.slice;
+  const float *lng = cta.lng, *x = cta.sml;
   int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t const r0 = (int64_t(blockIdx.x) * (kGemvThreads / 32) + warp) * R;
   if (r0 >= g.L) return;

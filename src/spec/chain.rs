@@ -273,8 +273,8 @@ impl Chain {
 
     /// The chain as a per-column bias then one activation (`x + row0`, then `act(x)`,
     /// or the bias alone), what a library epilogue with a bias and an activation
-    /// computes: the activation (identity for none), its first parameter and the bias's
-    /// dtype.
+    /// computes: the activation (identity for none), its two parameters and the bias's
+    /// dtype. Identity steps are passed over.
     pub fn bias_then_activation(&self) -> Option<(Activation, f64, f64, DType)> {
         let bias = |o: &Operand| matches!(o, Operand::Tensor(0));
         let row = match self.tensors.as_slice() {

@@ -69,7 +69,7 @@ pub fn workload_block(w: &Workload) -> String {
         if w.family().is_gemm() {
             match w.chain().bias_then_activation() {
                 Some((act, p0, p1, dt))
-                    if dt == w.out_dtype() && !dt.is_fp8() && lay.c == crate::spec::Layout::Row =>
+                    if dt == w.out_dtype() && lay.c == crate::spec::Layout::Row =>
                 {
                     s.push_str(&format!(
                         "#define CS_WL_BIAS_ACT {} // the chain is x + bias[col], then this cs_activation\n#define CS_WL_BIAS_ACT_P0 {p0:?}f // its first parameter\n#define CS_WL_BIAS_ACT_P1 {p1:?}f // its second\n",

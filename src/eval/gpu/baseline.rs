@@ -441,18 +441,13 @@ impl Libraries {
         };
         let la = layout(t, r1, c1, x.ld_first, x.stride_first)?;
         let lb = layout(t, r2, c2, x.ld_second, x.stride_second)?;
-        let lc = layout(t_out, x.m, x.n, x.m as i64, x.m as i64 * x.n as i64)?;
+        let cd_layout = |t| layout(t, x.m, x.n, x.m as i64, x.m as i64 * x.n as i64);
+        let lc = cd_layout(t_out)?;
         // An fp8 D takes a 16-bit C in cuBLASLt (C bf16 with D e4m3 or e5m2); beta is 0, so
         // C is never read, but it then has its own descriptor and must not alias D.
         let c_apart = out_dtype.is_fp8();
         let lc_in = if c_apart {
-            layout(
-                ltsys::cudaDataType_t::CUDA_R_16BF,
-                x.m,
-                x.n,
-                x.m as i64,
-                x.m as i64 * x.n as i64,
-            )?
+            cd_layout(ltsys::cudaDataType_t::CUDA_R_16BF)?
         } else {
             lc
         };
