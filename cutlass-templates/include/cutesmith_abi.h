@@ -39,6 +39,10 @@
  *                            of the m x n product (through the chain) reduced to one
  *                            value by `reduce`, then the kernel's own `cs_after` ops;
  *                            no C (beta 0), D is m x 1 (ldd 1, batch_stride_d m)
+ *   CS_FAMILY_SCAN:          D[b] = chain(scan(A[b])): each of the m rows of A (n
+ *                            elements; layout_a ROW: element j of row i at i * lda + j,
+ *                            COL: at j * lda + i) scanned by `scan` (cs_scan) with
+ *                            `scan_flags` (cs_scan_flag); D has A's layout and shape
  * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
  * operand to every batch.
  *
@@ -85,7 +89,8 @@ typedef enum cs_family {
   CS_FAMILY_GEMM_GLU = 6,
   CS_FAMILY_NORM = 7,
   CS_FAMILY_REDUCE = 8,
-  CS_FAMILY_GEMM_REDUCE = 9
+  CS_FAMILY_GEMM_REDUCE = 9,
+  CS_FAMILY_SCAN = 10
 } cs_family;
 
 /* Element types of operands and results. */
@@ -148,6 +153,20 @@ typedef enum cs_reduce {
   CS_REDUCE_LOGSUMEXP = 4,
   CS_REDUCE_L2 = 5
 } cs_reduce;
+
+/* The scan of CS_FAMILY_SCAN along a row x_0 .. x_{n-1}:
+ *   SUM: y_j = x_0 + ... + x_j (torch.cumsum)   PROD: y_j = x_0 * ... * x_j (torch.cumprod)
+ * scan_flags, a bitwise or of cs_scan_flag: REVERSE scans from the row's end (y_j over
+ * x_j .. x_{n-1}); EXCLUSIVE leaves x_j out of y_j (the first y is 0, or 1 for PROD). */
+typedef enum cs_scan {
+  CS_SCAN_SUM = 0,
+  CS_SCAN_PROD = 1
+} cs_scan;
+
+typedef enum cs_scan_flag {
+  CS_SCAN_REVERSE = 1,
+  CS_SCAN_EXCLUSIVE = 2
+} cs_scan_flag;
 
 /* Where an epilogue-chain tensor operand is indexed from. */
 typedef enum cs_operand_kind {
@@ -271,6 +290,11 @@ typedef struct cs_problem {
   /* CS_FAMILY_REDUCE: the reduction (cs_reduce). Appended to version 2 likewise. */
   int32_t reduce;
   int32_t reserved2;
+
+  /* CS_FAMILY_SCAN: the scan (cs_scan) and its flags (cs_scan_flag bits). Appended to
+   * version 2 likewise. */
+  int32_t scan;
+  int32_t scan_flags;
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

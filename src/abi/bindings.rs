@@ -25,6 +25,7 @@ pub mod cs_family {
     pub const CS_FAMILY_NORM: Type = 7;
     pub const CS_FAMILY_REDUCE: Type = 8;
     pub const CS_FAMILY_GEMM_REDUCE: Type = 9;
+    pub const CS_FAMILY_SCAN: Type = 10;
 }
 pub mod cs_dtype {
     #[allow(unused_imports)]
@@ -84,6 +85,20 @@ pub mod cs_reduce {
     pub const CS_REDUCE_MIN: Type = 3;
     pub const CS_REDUCE_LOGSUMEXP: Type = 4;
     pub const CS_REDUCE_L2: Type = 5;
+}
+pub mod cs_scan {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const CS_SCAN_SUM: Type = 0;
+    pub const CS_SCAN_PROD: Type = 1;
+}
+pub mod cs_scan_flag {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const CS_SCAN_REVERSE: Type = 1;
+    pub const CS_SCAN_EXCLUSIVE: Type = 2;
 }
 pub mod cs_operand_kind {
     #[allow(unused_imports)]
@@ -184,10 +199,12 @@ pub struct cs_problem {
     pub norm_eps: f32,
     pub reduce: i32,
     pub reserved2: i32,
+    pub scan: i32,
+    pub scan_flags: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 408usize];
+    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 416usize];
     ["Alignment of cs_problem"][::std::mem::align_of::<cs_problem>() - 8usize];
     ["Offset of field: cs_problem::abi_version"]
         [::std::mem::offset_of!(cs_problem, abi_version) - 0usize];
@@ -266,6 +283,9 @@ const _: () = {
     ["Offset of field: cs_problem::reduce"][::std::mem::offset_of!(cs_problem, reduce) - 400usize];
     ["Offset of field: cs_problem::reserved2"]
         [::std::mem::offset_of!(cs_problem, reserved2) - 404usize];
+    ["Offset of field: cs_problem::scan"][::std::mem::offset_of!(cs_problem, scan) - 408usize];
+    ["Offset of field: cs_problem::scan_flags"]
+        [::std::mem::offset_of!(cs_problem, scan_flags) - 412usize];
 };
 impl Default for cs_problem {
     fn default() -> Self {

@@ -216,6 +216,36 @@ impl WorkloadFacts {
                 }
                 s
             }
+            Family::Scan => {
+                let mut s = format!(
+                    "y_j = {} over each row (n elements x_0 .. x_(n-1); A {}: {}){}{}; D has A's \
+                     layout and shape",
+                    match pr.scan {
+                        crate::spec::ScanKind::Sum => "x_0 + ... + x_j (cumulative sum)",
+                        crate::spec::ScanKind::Prod => "x_0 * ... * x_j (cumulative product)",
+                    },
+                    w.layouts().a.name(),
+                    if w.layouts().a == crate::spec::Layout::Col {
+                        "element j of row i at j*lda + i, rows side by side"
+                    } else {
+                        "element j of row i at i*lda + j"
+                    },
+                    if pr.reverse {
+                        ", reversed: scanned from the row's end (y_j over x_j .. x_(n-1))"
+                    } else {
+                        ""
+                    },
+                    if pr.exclusive {
+                        ", exclusive: x_j left out of y_j (the first output is the identity)"
+                    } else {
+                        ""
+                    },
+                );
+                if !chain.is_identity() {
+                    s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
+                }
+                s
+            }
             Family::Reduce => {
                 let mut s = format!(
                     "y = {} over each row (k elements; A {}: {}); D is m x 1 (one value a row, \
@@ -350,6 +380,16 @@ pub fn class_advice(w: &Workload) -> &'static str {
              rows side by side (column-major A): each thread owns adjacent rows and walks k, \
              coalesced across the warp. Too few rows for the SMs: split k over CTAs through the \
              workspace and combine. fp32 accumulation; max/min keep NaN."
+        }
+        Family::Scan => {
+            "This is memory bound: read and write each element once. Row-major rows: a CTA walks \
+             its row in tiles (16-byte vectors, each thread a few adjacent elements scanned in \
+             registers, then a warp scan by shuffles and the warps through shared memory), the \
+             tile's total carried to the next tile (compensated for sums). Rows side by side: a \
+             thread a row, coalesced across the warp. Too few rows for the SMs: split rows into \
+             parts, first each part's total, then each part scanned from the totals before it. \
+             fp32 accumulation; keep the adds behind any output a shallow tree, not one long \
+             serial chain."
         }
     }
 }

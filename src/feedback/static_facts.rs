@@ -136,7 +136,8 @@ pub fn hints(
         | Family::Softmax
         | Family::LogSoftmax
         | Family::Norm
-        | Family::Reduce => {
+        | Family::Reduce
+        | Family::Scan => {
             if t.ldg_128 == 0 && t.ldg > 0 {
                 push(
                     Severity::High,

@@ -41,7 +41,8 @@ impl Workload {
             | Family::Softmax
             | Family::LogSoftmax
             | Family::Norm
-            | Family::Reduce => "copy",
+            | Family::Reduce
+            | Family::Scan => "copy",
         }
     }
 
@@ -98,10 +99,16 @@ impl Workload {
             | Family::Softmax
             | Family::LogSoftmax
             | Family::Norm
-            | Family::Reduce => {
+            | Family::Reduce
+            | Family::Scan => {
                 // A row op (softmax, a norm) reduces each row before it writes: 80%. A
-                // reduction streams its input once and writes almost nothing: 90%.
-                let want = if matches!(self.family(), Family::Activation | Family::Reduce) {
+                // reduction streams its input once and writes almost nothing, and a scan
+                // reads and writes each element once in a single pass (its carry moves along
+                // the row): 90%.
+                let want = if matches!(
+                    self.family(),
+                    Family::Activation | Family::Reduce | Family::Scan
+                ) {
                     0.9
                 } else {
                     0.8

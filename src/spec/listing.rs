@@ -73,6 +73,21 @@ impl Workload {
                     ""
                 }
             ),
+            Family::Scan => format!(
+                "{s} cum{}{}{}{}{chain}",
+                self.params.scan,
+                if self.params.reverse { " reverse" } else { "" },
+                if self.params.exclusive {
+                    " exclusive"
+                } else {
+                    ""
+                },
+                if self.layouts.a == super::schema::Layout::Col {
+                    " col"
+                } else {
+                    ""
+                }
+            ),
             Family::Reduce => format!(
                 "{s} {}{}{chain}",
                 self.params.reduce,

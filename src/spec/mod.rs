@@ -703,6 +703,111 @@ k = 4096
         assert!(e.contains("must be operand = \"col\""), "{e}");
     }
 
+    const SCAN: &str = "description = \"s\"\nfamily = \"scan\"\ndtype = \"bf16\"\n";
+
+    #[test]
+    fn scan_specs_take_a_kind_flags_a_layout_and_a_chain() {
+        let shapes = "[[shapes]]\nbatch = 2\nm = 5\nn = 600\n";
+        let e = err("s", &format!("{SCAN}{shapes}"));
+        assert!(e.contains("params.scan") && e.contains("sum, prod"), "{e}");
+        let w = parse(
+            "s",
+            &format!(
+                "{SCAN}out_dtype = \"f32\"\n[layout]\na = \"col\"\n[params]\nscan = \"prod\"\nreverse = true\nexclusive = true\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n{shapes}"
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            w.shapes()[0],
+            Shape {
+                m: 5,
+                n: 600,
+                k: 0,
+                batch: 2
+            }
+        );
+        let p = w.params();
+        assert_eq!(
+            (p.scan, p.reverse, p.exclusive),
+            (ScanKind::Prod, true, true)
+        );
+        assert_eq!(ScanKind::flags(p.reverse, p.exclusive), 3);
+        // D has A's layout; the bytes are A once (bf16) and D once (f32), plus the row operand.
+        assert_eq!((w.layouts().a, w.layouts().c), (Layout::Col, Layout::Col));
+        assert_eq!(
+            w.min_bytes(&w.shapes()[0]),
+            2.0 * 5.0 * 600.0 * (2.0 + 4.0) + 600.0 * 4.0
+        );
+        assert_eq!(w.goal_baseline(), "copy");
+        // Defaults: forward, inclusive.
+        let w = parse("s", &format!("{SCAN}[params]\nscan = \"sum\"\n{shapes}")).unwrap();
+        assert_eq!((w.params().reverse, w.params().exclusive), (false, false));
+        // k is not a scan's; the flags are not another family's; D keeps A's layout; the
+        // output is the input's type or f32.
+        let e = err(
+            "s",
+            &format!("{SCAN}[params]\nscan = \"sum\"\n[[shapes]]\nm = 5\nn = 3\nk = 7\n"),
+        );
+        assert!(
+            e.contains("shapes[0].k") && e.contains("not used by scan"),
+            "{e}"
+        );
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"rms\"\nreverse = true\n{shapes}"),
+        );
+        assert!(
+            e.contains("params.reverse") && e.contains("only for scan"),
+            "{e}"
+        );
+        let e = err(
+            "s",
+            &format!(
+                "{SCAN}[layout]\na = \"col\"\nc = \"row\"\n[params]\nscan = \"sum\"\n{shapes}"
+            ),
+        );
+        assert!(e.contains("a scan writes D in A's layout"), "{e}");
+        let e = err(
+            "s",
+            &format!("{SCAN}out_dtype = \"f16\"\n[params]\nscan = \"sum\"\n{shapes}"),
+        );
+        assert!(e.contains("a scan writes bf16 or f32"), "{e}");
+    }
+
+    #[test]
+    fn scan_references_and_their_bounds() {
+        let u = 1e-6;
+        let row = [1.0, -2.0, 3.5, 0.5];
+        // Inclusive: each prefix, bounded by u times the sum of |x| it adds.
+        assert_eq!(
+            ScanKind::Sum.eval(&row, false, u),
+            vec![(1.0, u), (-1.0, 3.0 * u), (2.5, 6.5 * u), (3.0, 7.0 * u)]
+        );
+        // Exclusive: the identity first, each element left out of its own output.
+        assert_eq!(
+            ScanKind::Sum.eval(&row, true, u),
+            vec![(0.0, 0.0), (1.0, u), (-1.0, 3.0 * u), (2.5, 6.5 * u)]
+        );
+        // The product: (terms + 1) u / 2 relative to each output.
+        let p = ScanKind::Prod.eval(&row, false, u);
+        assert_eq!(
+            p.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![1.0, -2.0, -7.0, -3.5]
+        );
+        assert!((p[2].1 - 4.0 * u / 2.0 * 7.0).abs() < 1e-18, "{p:?}");
+        assert_eq!(ScanKind::Prod.eval(&row, true, u)[0], (1.0, u / 2.0));
+        // A NaN spreads to every later output (with no bound, which NaN would not hold);
+        // inf - inf is NaN; a zero stops a product.
+        let nan = ScanKind::Sum.eval(&[1.0, f64::NAN, 2.0], false, u);
+        assert!(!nan[0].0.is_nan() && nan[1].0.is_nan() && nan[2].0.is_nan());
+        assert!(nan.iter().all(|x| !x.1.is_nan()));
+        let inf = ScanKind::Sum.eval(&[f64::INFINITY, 1.0, f64::NEG_INFINITY], false, u);
+        assert_eq!(inf[1].0, f64::INFINITY);
+        assert!(inf[2].0.is_nan());
+        let zero = ScanKind::Prod.eval(&[3.0, 0.0, 5.0], false, u);
+        assert_eq!((zero[1].0, zero[2].0), (0.0, 0.0));
+    }
+
     #[test]
     fn reduce_references_and_their_bounds() {
         let u = 1e-6;

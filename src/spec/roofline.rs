@@ -51,6 +51,8 @@ impl Workload {
             Family::GemmSoftmax => gemm + c_term + (softmax + self.chain.flops_per_element()) * out,
             Family::Activation => out * self.chain.flops_per_element(),
             Family::Softmax => 5.0 * out,
+            // One add or multiply an element, then the chain on each result.
+            Family::Scan => (1.0 + self.chain.flops_per_element()) * out,
             Family::LogSoftmax => 6.0 * out,
             Family::Norm => {
                 (if self.params.norm == NormKind::Layer {
@@ -113,7 +115,8 @@ impl Workload {
             | Family::Softmax
             | Family::LogSoftmax
             | Family::Norm
-            | Family::Reduce => 0.0,
+            | Family::Reduce
+            | Family::Scan => 0.0,
         };
         let need = self.timing_buffers();
         let outb = self.out_dtype.bytes() as f64;
@@ -156,7 +159,9 @@ impl Workload {
             // One activation alone is cuDNN's, not a pass.
             Family::Activation => !self.chain.steps.is_empty() && !self.is_single_activation(),
             Family::GemmGlu => true,
-            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce => false,
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {
+                false
+            }
         };
         TimingBuffers {
             library_out: fam.is_gemm()
@@ -197,9 +202,11 @@ impl Workload {
             ),
             Family::GemmGlu => ((m * k * ba + 2.0 * k * n * bb) * inb, 0.0),
             Family::GemmReduce => ((m * k * ba + k * n * bb) * inb, self.tensor_bytes(shape)),
-            Family::Activation | Family::Softmax | Family::LogSoftmax | Family::Norm => {
-                (elements * inb, self.tensor_bytes(shape))
-            }
+            Family::Activation
+            | Family::Softmax
+            | Family::LogSoftmax
+            | Family::Norm
+            | Family::Scan => (elements * inb, self.tensor_bytes(shape)),
             // m rows of k elements in, one value a row out.
             Family::Reduce => (m * k * b * inb, self.tensor_bytes(shape)),
         };

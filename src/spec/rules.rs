@@ -68,7 +68,9 @@ impl Validator<'_> {
         let (out_dtype, acc_dtype) = self.dtypes(&spec)?;
 
         let layouts = match (family.is_gemm(), spec.layout) {
-            (false, Some(l)) if family == Family::Norm => self.norm_layouts(&l)?,
+            (false, Some(l)) if matches!(family, Family::Norm | Family::Scan) => {
+                self.norm_layouts(family, &l)?
+            }
             (false, Some(l)) if family == Family::Reduce => self.reduce_layouts(&l)?,
             (true, l) => {
                 let l = l.unwrap_or_default();
@@ -94,7 +96,7 @@ impl Validator<'_> {
                     "layout",
                     format!(
                         "only for the GEMM families (gemm, gemm_bias_act, gemm_softmax, \
-                         gemm_glu), norm and reduce, not {family}; remove [layout]"
+                         gemm_glu), norm, reduce and scan, not {family}; remove [layout]"
                     ),
                 ))
             }
@@ -117,7 +119,9 @@ impl Validator<'_> {
             Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
-            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce => false,
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {
+                false
+            }
         };
         let target = self.target(family, fused, spec.target)?;
 
@@ -179,7 +183,7 @@ impl Validator<'_> {
                 "epilogue",
                 format!(
                     "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), \
-                     activation, norm and reduce, not {family}"
+                     activation, norm, reduce and scan, not {family}"
                 ),
             ));
         }
@@ -275,11 +279,13 @@ impl Validator<'_> {
 
     /// `[layout]` of a norm: A row or column (a column-major A holds the rows side by side,
     /// as a reduction over a middle dimension does), D the same.
-    fn norm_layouts(&self, l: &LayoutSpec) -> Result<Layouts> {
+    fn norm_layouts(&self, family: Family, l: &LayoutSpec) -> Result<Layouts> {
         if l.b.is_some() || l.shared.is_some() {
             return Err(self.err(
                 "layout",
-                "family norm has one operand: only `a` (and `c`, equal to it) may be set",
+                format!(
+                    "family {family} has one operand: only `a` (and `c`, equal to it) may be set"
+                ),
             ));
         }
         let a = l.a.unwrap_or(Layout::Row);
@@ -287,7 +293,9 @@ impl Validator<'_> {
         if c != a {
             return Err(self.err(
                 "layout.c",
-                format!("a norm writes D in A's layout (\"{a}\"); set c = \"{a}\" or leave it out"),
+                format!(
+                    "a {family} writes D in A's layout (\"{a}\"); set c = \"{a}\" or leave it out"
+                ),
             ));
         }
         Ok(Layouts {
@@ -377,8 +385,10 @@ impl Validator<'_> {
                 format!("an fp8 output needs fp8 operands, not {}", spec.dtype),
             ));
         }
-        if matches!(family, Family::Norm | Family::Reduce | Family::GemmReduce)
-            && !(out_dtype == spec.dtype || out_dtype == DType::F32)
+        if matches!(
+            family,
+            Family::Norm | Family::Reduce | Family::GemmReduce | Family::Scan
+        ) && !(out_dtype == spec.dtype || out_dtype == DType::F32)
         {
             return Err(self.err(
                 "out_dtype",
@@ -463,7 +473,7 @@ impl Validator<'_> {
                 forbid("batch", s.batch)?;
                 Shape::rows(dim("m", s.m, None)?, dim("n", s.n, None)?)
             }
-            Family::Norm => {
+            Family::Norm | Family::Scan => {
                 forbid("k", s.k)?;
                 Shape {
                     m: dim("m", s.m, Some(1))?,
@@ -565,6 +575,28 @@ impl Validator<'_> {
             (_, Some(_)) => return Err(only("reduce", "reduce and gemm_reduce")),
             (_, None) => ReduceKind::Sum,
         };
+        let scan = match (family, p.scan) {
+            (Family::Scan, None) => {
+                return Err(self.err(
+                    "params.scan",
+                    format!(
+                        "missing; family scan needs one; allowed: {}",
+                        ScanKind::ALL.map(ScanKind::name).join(", ")
+                    ),
+                ))
+            }
+            (Family::Scan, Some(k)) => k,
+            (_, Some(_)) => return Err(only("scan", "scan")),
+            (_, None) => ScanKind::Sum,
+        };
+        if family != Family::Scan {
+            if p.reverse.is_some() {
+                return Err(only("reverse", "scan"));
+            }
+            if p.exclusive.is_some() {
+                return Err(only("exclusive", "scan"));
+            }
+        }
         if !dtype.is_fp8() {
             for (f, v) in [("scale_a", p.scale_a), ("scale_b", p.scale_b)] {
                 if v.is_some() {
@@ -616,7 +648,7 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
-            (Family::Norm | Family::Reduce | Family::GemmReduce, Some(_)) => {
+            (Family::Norm | Family::Reduce | Family::GemmReduce | Family::Scan, Some(_)) => {
                 return Err(self.err(
                     "params.activation",
                     format!(
@@ -637,7 +669,8 @@ impl Validator<'_> {
                 | Family::GemmGlu
                 | Family::Norm
                 | Family::Reduce
-                | Family::GemmReduce,
+                | Family::GemmReduce
+                | Family::Scan,
                 None,
             ) => Activation::Identity,
             (Family::GemmBiasAct | Family::Activation, Some(a)) => a,
@@ -705,6 +738,9 @@ impl Validator<'_> {
                 0.0
             },
             reduce,
+            scan,
+            reverse: p.reverse.unwrap_or(false),
+            exclusive: p.exclusive.unwrap_or(false),
         })
     }
 
@@ -853,6 +889,7 @@ fn needs(family: Family) -> &'static str {
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
         Family::Norm => "n (elements per row), optional m rows and batch",
         Family::Reduce => "k (elements reduced per row), optional m rows and batch",
+        Family::Scan => "n (elements scanned per row), optional m rows and batch",
     }
 }
 

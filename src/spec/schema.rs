@@ -36,11 +36,15 @@ pub enum Family {
     /// (`params.reduce`), then the `[[after]]` ops; D is m x 1 (a KernelBench-style
     /// `linear -> ops -> sum / logsumexp / max over dim 1 -> ops`).
     GemmReduce,
+    /// Each row of A (n elements) scanned: a cumulative sum or product (`params.scan`),
+    /// forward or from the row's end (`params.reverse`), inclusive or exclusive
+    /// (`params.exclusive`), then the epilogue chain; D has A's shape and layout.
+    Scan,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
@@ -51,6 +55,7 @@ impl Family {
         Family::Norm,
         Family::Reduce,
         Family::GemmReduce,
+        Family::Scan,
     ];
 
     /// The spelling used in spec files and reports.
@@ -66,6 +71,7 @@ impl Family {
             Family::Norm => "norm",
             Family::Reduce => "reduce",
             Family::GemmReduce => "gemm_reduce",
+            Family::Scan => "scan",
         }
     }
 
@@ -82,6 +88,7 @@ impl Family {
             Family::Norm => 7,
             Family::Reduce => 8,
             Family::GemmReduce => 9,
+            Family::Scan => 10,
         }
     }
 
@@ -109,6 +116,7 @@ impl Family {
                 | Family::Activation
                 | Family::Norm
                 | Family::Reduce
+                | Family::Scan
                 | Family::GemmSoftmax
                 | Family::GemmReduce
         )
@@ -134,7 +142,7 @@ impl Family {
     pub fn default_baselines(self) -> Vec<Baseline> {
         if self.is_gemm() {
             vec![Baseline::Cublas, Baseline::Cublaslt]
-        } else if matches!(self, Family::Norm | Family::Reduce) {
+        } else if matches!(self, Family::Norm | Family::Reduce | Family::Scan) {
             vec![Baseline::Copy]
         } else {
             vec![Baseline::Cudnn, Baseline::Copy]
@@ -578,6 +586,95 @@ impl ReduceKind {
     }
 }
 
+/// The operation of the scan family (`cs_scan`) along one row x_0 .. x_{n-1}.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScanKind {
+    /// `y_j = x_0 + ... + x_j` (`torch.cumsum`).
+    Sum,
+    /// `y_j = x_0 * ... * x_j` (`torch.cumprod`).
+    Prod,
+}
+
+impl ScanKind {
+    /// Every kind, in ABI order.
+    pub const ALL: [ScanKind; 2] = [ScanKind::Sum, ScanKind::Prod];
+
+    /// The `cs_scan` value the harness puts in `cs_problem.scan`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            ScanKind::Sum => 0,
+            ScanKind::Prod => 1,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanKind::Sum => "sum",
+            ScanKind::Prod => "prod",
+        }
+    }
+
+    /// The value an empty scan holds (an exclusive scan's first output).
+    pub fn identity(self) -> f64 {
+        match self {
+            ScanKind::Sum => 0.0,
+            ScanKind::Prod => 1.0,
+        }
+    }
+
+    /// The `cs_scan_flag` bits of a direction and inclusion.
+    pub fn flags(reverse: bool, exclusive: bool) -> i32 {
+        i32::from(reverse) | (i32::from(exclusive) << 1)
+    }
+
+    /// The scan of one row in fp64, in scan order (the caller reverses a reverse scan's
+    /// row), each output with the bound on an fp32 kernel's honest error there: for the
+    /// sum `u_acc * sum |x_i|` over the terms it adds (a kernel whose adds behind any output
+    /// form a shallow tree plus a compensated carry stays well inside it); for the product
+    /// `(terms + 1) * u_acc / 2 * |y|` (each multiply rounds once, in any order).
+    pub fn eval(self, row: &[f64], exclusive: bool, u_acc: f64) -> Vec<(f64, f64)> {
+        let mut out = Vec::with_capacity(row.len());
+        let (mut acc, mut abs) = (self.identity(), 0.0f64);
+        for (j, &x) in row.iter().enumerate() {
+            if exclusive {
+                out.push((acc, self.bound(acc, abs, j, u_acc)));
+            }
+            match self {
+                ScanKind::Sum => {
+                    acc += x;
+                    abs += x.abs();
+                }
+                ScanKind::Prod => acc *= x,
+            }
+            if !exclusive {
+                out.push((acc, self.bound(acc, abs, j + 1, u_acc)));
+            }
+        }
+        out
+    }
+
+    /// The error bound of an output over `terms` inputs whose |x| sum to `abs`.
+    fn bound(self, y: f64, abs: f64, terms: usize, u_acc: f64) -> f64 {
+        let e = match self {
+            ScanKind::Sum => u_acc * abs,
+            ScanKind::Prod => (terms as f64 + 1.0) * u_acc / 2.0 * y.abs(),
+        };
+        if e.is_nan() {
+            0.0
+        } else {
+            e
+        }
+    }
+}
+
+impl fmt::Display for ScanKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 impl fmt::Display for ReduceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.name())
@@ -849,6 +946,16 @@ pub struct ParamsSpec {
     /// reduce: the reduction (sum | mean | max | min | logsumexp | l2); required there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce: Option<ReduceKind>,
+    /// scan: the scan (sum | prod); required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<ScanKind>,
+    /// scan: run from the row's end (`torch.cumsum(x.flip(d), d).flip(d)`); default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse: Option<bool>,
+    /// scan: leave each element out of its own output (the first output is the
+    /// identity); default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
 }
 
 impl ParamsSpec {
@@ -1028,6 +1135,12 @@ pub struct Params {
     pub eps: f32,
     /// reduce: the reduction (Sum for other families, where it is not read).
     pub reduce: ReduceKind,
+    /// scan: the scan (Sum for other families, where it is not read).
+    pub scan: ScanKind,
+    /// scan: from the row's end.
+    pub reverse: bool,
+    /// scan: each element left out of its own output.
+    pub exclusive: bool,
 }
 
 /// Baselines and goals with defaults filled.

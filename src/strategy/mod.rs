@@ -59,6 +59,17 @@ pub fn workload_block(w: &Workload) -> String {
             w.params().reduce
         ));
     }
+    if w.family() == crate::spec::Family::Scan {
+        let p = w.params();
+        s.push_str(&format!(
+            "#define CS_WL_SCAN {} // cs_scan: {}\n#define CS_WL_SCAN_FLAGS {} // reverse {}, exclusive {}\n",
+            p.scan.abi_value(),
+            p.scan,
+            crate::spec::ScanKind::flags(p.reverse, p.exclusive),
+            p.reverse,
+            p.exclusive
+        ));
+    }
     // An activation workload that is one activation runs it from `cs_problem` (the
     // templates' tuned forms); anything longer is the chain functor.
     let plain_activation =

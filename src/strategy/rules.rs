@@ -143,6 +143,15 @@ fn takes(template: &str) -> Option<Takes> {
             chain: ChainTakes::Any,
             shared: false,
         },
+        "scan_rows" => Takes {
+            families: &[Family::Scan],
+            dtypes: &[DType::BF16, DType::F16, DType::F32],
+            out: None,
+            cd_col: true,
+            any_ab_layout: true,
+            chain: ChainTakes::Any,
+            shared: false,
+        },
         _ => return None,
     })
 }
@@ -361,7 +370,9 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
             }
             Ok(())
         }
-        "elementwise_activation" | "softmax_rows" | "norm_rows" | "reduce_rows" => Ok(()),
+        "elementwise_activation" | "softmax_rows" | "norm_rows" | "reduce_rows" | "scan_rows" => {
+            Ok(())
+        }
         other => Err(format!("unknown template {other}")),
     }
 }

@@ -581,6 +581,20 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.push(mk("reduce_rows", with(p, &[]), why));
             }
         }
+        Family::Scan => {
+            for (p, why) in [
+                (
+                    &[("CS_THREADS", 256), ("CS_VECS", 2)][..],
+                    "row-major rows: a CTA a row in tiles of 256 threads x 2 16-byte vectors (a thread scans its elements, a warp by shuffles, the warps in shared memory; the tile's total carried, compensated); rows side by side: a thread a row; rows split into parts (totals first) when too few to fill the GPU",
+                ),
+                (
+                    &[("CS_THREADS", 512), ("CS_VECS", 1), ("CS_COL_UNROLL", 16)][..],
+                    "CTAs of 512 threads with one vector each a tile (shorter tiles: less padding on short rows), 16 steps in flight a thread for rows side by side",
+                ),
+            ] {
+                out.push(mk("scan_rows", with(p, &[]), why));
+            }
+        }
         Family::Softmax | Family::LogSoftmax => {
             for (t, c, why) in [
                 (

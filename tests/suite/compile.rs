@@ -307,6 +307,11 @@ fn every_template_instance_compiles_in_each_layout() {
         ("reduce_max_col_bf16_small", "reduce_rows"),
         ("reduce_lse_chain_f32_small", "reduce_rows"),
         ("reduce_mean_col_f16_small", "reduce_rows"),
+        // The scans: an f32 cumsum, a bf16 reverse cumprod into f32 with a scale after, an
+        // f16 exclusive cumsum over rows side by side with a column operand.
+        ("scan_sum_f32_small", "scan_rows"),
+        ("scan_prod_rev_bf16_small", "scan_rows"),
+        ("scan_sum_excl_col_f16_small", "scan_rows"),
         // GEMM + row reduction (gemm_softmax's GEMM, a reduction stage): bf16 with B
         // row-major, a chain and [[after]] ops; f32 on 3xF16 (KernelBench level 2, 22).
         ("gemm_reduce_lse_bf16_small", "gemm_softmax"),
@@ -408,6 +413,7 @@ fn every_template_instance_compiles_in_each_layout() {
         "gemm_glu",
         "norm_rows",
         "reduce_rows",
+        "scan_rows",
     ] {
         assert!(
             requests

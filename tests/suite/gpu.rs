@@ -287,6 +287,12 @@ fn every_template_validates_on_its_workloads() {
         "reduce_max_col_bf16_small",
         "reduce_lse_chain_f32_small",
         "reduce_mean_col_f16_small",
+        // The scans: row-major rows (many, ragged, split over CTAs), forward and reverse,
+        // inclusive and exclusive, sum and product, rows side by side, chains after.
+        "scan_sum_f32_small",
+        "scan_prod_rev_bf16_small",
+        "scan_sum_excl_col_f16_small",
+        "scan_sum_rev_excl_bf16_small",
         // GEMM + row reduction: bf16 (MN-major B, a bias and clamp before a logsumexp, ops
         // after it, batched and ragged) and f32 (both fp32 mainloops, a sum).
         "gemm_reduce_lse_bf16_small",

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKer
 use super::session::{CudaFailure, Session};
 use crate::eval::compare::{BinCounts, Binning, Dims, Mismatch, Summary};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
-use crate::spec::{Activation, DType, NormKind, ReduceKind};
+use crate::spec::{Activation, DType, NormKind, ReduceKind, ScanKind};
 
 fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     CudaFailure {
@@ -43,6 +43,14 @@ pub enum Reference {
     /// `chain(reduce(row))`, each row's reduction and its error bound from
     /// `cs_reduce_stats`, the bound carried through the chain.
     Reduce { kind: ReduceKind },
+    /// `chain(scan(row))` at each element: the fp64 scan before the element's chunk of 32
+    /// positions (and the sum of |x| before it) from `cs_scan_stats`, then the chunk's own
+    /// elements up to it; the bound carried through the chain.
+    Scan {
+        kind: ScanKind,
+        reverse: bool,
+        exclusive: bool,
+    },
 }
 
 /// Everything fixed for one workload's comparison kernels.
@@ -301,6 +309,12 @@ pub fn check_source(spec: &CheckSpec) -> String {
             "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
         ),
         Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
+        Reference::Scan { kind, reverse, exclusive } => format!(
+            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 2 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    const long long jc = {rev} ? C - 1 - qq : qq;\n    const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? jc * a.cols + lr : lr * a.cols + jc));\n    if ({prod}) v *= x; else v += x;\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? (terms + 1.0) * a.ebound / 2.0 * fabs(v) : a.ebound * ab;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack);\n  if (isnan(*slack)) *slack = 0.0;\n",
+            rev = if *reverse { "true" } else { "false" },
+            incl = if *exclusive { 0 } else { 1 },
+            prod = if *kind == ScanKind::Prod { "true" } else { "false" },
+        ),
         Reference::GemmSoftmax { log } => format!(
             "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             if *log { "x - st[0] - log(st[1])" } else { "p" },
@@ -315,6 +329,15 @@ pub fn check_source(spec: &CheckSpec) -> String {
     let reduce_kind = match &spec.reference {
         Reference::Reduce { kind } => kind.abi_value(),
         _ => 0,
+    };
+    let (scan_prod, scan_rev) = match &spec.reference {
+        Reference::Scan { kind, reverse, .. } => (*kind == ScanKind::Prod, *reverse),
+        _ => (false, false),
+    };
+    let scan_rev_word = if scan_rev {
+        "from the row's end"
+    } else {
+        "from its start"
     };
     // What a GEMM's softmax reads at element i: the chain of the product (+ beta C), and
     // its error bound carried through the chain.
@@ -616,6 +639,38 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
       default: v = nan != 0.0 ? qnan : sqrt(s2); e = u * sqrt(s2); break;
     }}
     stats[2 * row] = v; stats[2 * row + 1] = e;
+  }}
+}}
+
+// Per logical row and chunk of 32 positions in scan order ({scan_rev_word}): the fp64 scan of
+// the row before the chunk (the identity for the first) and the sum of |x| before it, into
+// stats[2 * (row * chunks + c)] (one block a row; A dense, shaped like D).
+extern "C" __global__ void cs_scan_stats(CheckArgs a, double* stats)
+{{
+  const bool col_major = {col_major}, rev = {scan_rev}, prod = {scan_prod};
+  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
+  const long long row = blockIdx.x, b = row / R, lr = row % R, chunks = (C + 31) / 32;
+  double* st = stats + 2 * row * chunks;
+  for (long long c = threadIdx.x; c < chunks; c += blockDim.x) {{
+    double v = prod ? 1.0 : 0.0, ab = 0.0;
+    const long long end = c * 32 + 32 < C ? c * 32 + 32 : C;
+    for (long long q = c * 32; q < end; ++q) {{
+      const long long lc = rev ? C - 1 - q : q;
+      const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc));
+      if (prod) v *= x; else v += x;
+      ab += fabs(x);
+    }}
+    st[2 * c] = v; st[2 * c + 1] = ab;
+  }}
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    double v = prod ? 1.0 : 0.0, ab = 0.0;
+    for (long long c = 0; c < chunks; ++c) {{
+      const double tv = st[2 * c], ta = st[2 * c + 1];
+      st[2 * c] = v; st[2 * c + 1] = ab;
+      if (prod) v *= tv; else v += tv;
+      ab += ta;
+    }}
   }}
 }}
 
@@ -1004,6 +1059,7 @@ pub struct Checker {
     dots: CudaFunction,
     norm_stats: CudaFunction,
     reduce_stats: CudaFunction,
+    scan_stats: CudaFunction,
     spec: CheckSpec,
 }
 
@@ -1022,8 +1078,10 @@ impl Checker {
                 "cs_dots",
                 "cs_norm_stats",
                 "cs_reduce_stats",
+                "cs_scan_stats",
             ],
         )?;
+        let scan_stats = f.remove(8);
         let reduce_stats = f.remove(7);
         let norm_stats = f.remove(6);
         let dots = f.remove(5);
@@ -1042,6 +1100,7 @@ impl Checker {
             dots,
             norm_stats,
             reduce_stats,
+            scan_stats,
             spec: spec.clone(),
         })
     }
@@ -1059,6 +1118,18 @@ impl Checker {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         }
+    }
+
+    /// Per logical row and chunk of 32 positions, the scan before the chunk and the sum of
+    /// |x| before it, into `stats` (2 doubles per chunk, ceil(n / 32) chunks a row).
+    pub fn scan_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
+        let cfg = self.per_row(args, 256);
+        let mut b = s.stream.launch_builder(&self.scan_stats);
+        b.arg(args).arg(&stats);
+        // SAFETY: the arguments describe live buffers; stats holds two entries per chunk of
+        // every logical row.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
     }
 
     /// Per-row (shift, scale) of the norm reference, into `stats` (2 doubles per row).

@@ -43,6 +43,11 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> 
         Family::Reduce => Reference::Reduce {
             kind: params.reduce,
         },
+        Family::Scan => Reference::Scan {
+            kind: params.scan,
+            reverse: params.reverse,
+            exclusive: params.exclusive,
+        },
     };
     Some(CheckSpec {
         reference,
@@ -168,6 +173,15 @@ impl Ctx<'_> {
                 );
                 args.ebound = super::validate::REDUCE_U;
                 dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?;
+                stats = Some(st);
+            }
+            Reference::Scan { .. } => {
+                // A logical row is n long: a storage column when D is column-major.
+                let n = if spec.col_major { dims.rows } else { dims.cols };
+                let st = self.s.zeros::<f64>(2 * rows * n.div_ceil(32))?;
+                args.r[1] = st.ptr;
+                args.ebound = super::validate::REDUCE_U;
+                dev.checker.scan_stats(self.s, &args, st.ptr)?;
                 stats = Some(st);
             }
             Reference::GemmSoftmax { .. } => {

@@ -333,9 +333,12 @@ impl<'a> super::Ctx<'a> {
             norm_eps: params.eps,
             reduce: params.reduce.abi_value(),
             reserved2: 0,
+            scan: params.scan.abi_value(),
+            scan_flags: crate::spec::ScanKind::flags(params.reverse, params.exclusive),
         };
-        // A norm's A is batched like D (A and D share their layout and leading dimension).
-        if w.family() == Family::Norm {
+        // A norm's or a scan's A is batched like D (A and D share their layout and leading
+        // dimension).
+        if matches!(w.family(), Family::Norm | Family::Scan) {
             cp.batch_stride_a = cp.batch_stride_d;
         }
         // gemm_reduce's D is m x 1 per batch.

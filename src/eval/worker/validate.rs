@@ -433,6 +433,39 @@ impl Ctx<'_> {
                         chain.eval((x[i].to_f64() - shift) * scale, &t)
                     });
                 }
+                Family::Scan => {
+                    // Each logical row's scan in fp64 (in scan order) with each output's
+                    // error bound, carried through the chain. A and D share their layout.
+                    let col = w.d_col_major();
+                    let x = &p.host_a;
+                    let at = |b: usize, r: usize, c: usize| {
+                        b * plane + if col { c * m + r } else { r * n + c }
+                    };
+                    let batches = p.out_len / plane.max(1);
+                    let mut pairs = vec![(0f64, 0f64); p.out_len];
+                    for b in 0..batches {
+                        for r in 0..m {
+                            let order: Vec<usize> = if params.reverse {
+                                (0..n).rev().collect()
+                            } else {
+                                (0..n).collect()
+                            };
+                            let row: Vec<f64> =
+                                order.iter().map(|&c| x[at(b, r, c)].to_f64()).collect();
+                            let scanned = params.scan.eval(&row, params.exclusive, REDUCE_U);
+                            for (&c, &(v, e)) in order.iter().zip(&scanned) {
+                                let mut t = [0f64; MAX_TENSORS];
+                                for (slot, tt) in t.iter_mut().zip(&p.tensors) {
+                                    *slot = tt.at(lay.c, b, r, c);
+                                }
+                                pairs[at(b, r, c)] = chain_with_slack(chain, v, e, &t);
+                            }
+                        }
+                    }
+                    let (w, e): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+                    want = w;
+                    slack = e;
+                }
                 Family::Reduce => {
                     // Each row's reduction in fp64 with its error bound, carried through
                     // the chain like a GEMM's dot product.

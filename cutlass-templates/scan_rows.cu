@@ -1,0 +1,607 @@
+// cutesmith template: row scans (cumulative sum, cumulative product), forward or reverse,
+// inclusive or exclusive, f32 / f16 / bf16 in, the same type or f32 out, row-major rows or
+// rows side by side, any batch.
+//
+//   D[b] = chain(scan(A[b]))   (CS_FAMILY_SCAN): along each of the m rows of A[b] (n
+//   elements x_0 .. x_{n-1}), y_j = x_0 + ... + x_j (SUM, torch.cumsum) or x_0 * ... * x_j
+//   (PROD, torch.cumprod). Flags (`scan_flags`): CS_SCAN_REVERSE runs the scan from the
+//   row's end (y_j over x_j .. x_{n-1}: torch.cumsum(x.flip(d), d).flip(d)); CS_SCAN_EXCLUSIVE
+//   leaves x_j out of y_j (y of the first element is 0, or 1 for PROD).
+//
+// layout_a ROW: element j of row i of batch b at b * batch_stride_a + i * lda + j (a scan over
+// the last dim); COL: at b * batch_stride_a + j * lda + i (a scan over a middle dim of a
+// (B, N, M) tensor: m = M rows side by side). D has A's layout (layout_cd == layout_a), with
+// ldd and batch_stride_d. Each scanned y (fp32) goes through cs_chain::apply(y, t), t[] the
+// chain's operands at (b, i, j), and is rounded once to D's type.
+//
+// Math in fp32. The sum's carry from one part of a row to the next is compensated (Kahan),
+// so that the adds behind any y stay a shallow tree (a thread's few elements, a warp's
+// shuffles, a CTA's warps) plus a compensated running total, whatever the row's length.
+//   Row-major: a CTA scans a (row, part) in tiles of CS_THREADS x E elements (E: two 16-byte
+//   vectors a thread), each thread E adjacent elements (vectors where the row allows; a
+//   reverse scan reads the mirrored run and reverses it in registers), then a warp scan by
+//   shuffles and the CTA's warps through shared memory; the tile's total joins the carry.
+//   Rows side by side: a thread a row (adjacent rows across the warp, so every load is
+//   coalesced), CS_COL_UNROLL steps in flight, a compensated running sum.
+//   Few rows for the GPU: each row is cut into P parts; a first kernel writes each part's
+//   total to the workspace, the scan kernel starts each part from the combined totals of the
+//   parts before it (A is read twice, D written once).
+//
+// Workspace: split rows only, batch * m * P * 4 bytes; a smaller one than asked for makes P
+// shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other families, an unknown
+// cs_scan or flags (or ones unlike CS_WL_SCAN / CS_WL_SCAN_FLAGS), layout_cd unlike layout_a,
+// dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda / ldd below a row (ROW) or
+// a column (COL), pointers not element-aligned, chain operands unlike the chain's. m, n or
+// batch 0: CS_OK, nothing done.
+//
+// Parameters (-DNAME=VALUE):
+//   CS_THREADS      256   threads a CTA (a multiple of 64, at most 1024)
+//   CS_VECS         2     row-major: 16-byte vectors a thread a tile (1, 2 or 4)
+//   CS_COL_UNROLL   8     rows side by side: steps a thread loads before it scans them
+//   CS_WAVES        2     split rows while fewer than this many waves of threads would run
+//   CS_MAX_PARTS    256   most parts a row is split into
+//
+// Never allocates or synchronizes.
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
+
+#ifndef CS_THREADS
+#define CS_THREADS 256
+#endif
+#ifndef CS_VECS
+#define CS_VECS 2
+#endif
+#ifndef CS_COL_UNROLL
+#define CS_COL_UNROLL 8
+#endif
+#ifndef CS_WAVES
+#define CS_WAVES 2
+#endif
+#ifndef CS_MAX_PARTS
+#define CS_MAX_PARTS 256
+#endif
+
+static constexpr int kThreads = CS_THREADS;
+static constexpr int kWarps = kThreads / 32;
+static constexpr int kVecs = CS_VECS;
+static constexpr int kColUnroll = CS_COL_UNROLL;
+static constexpr int kWaves = CS_WAVES;
+static constexpr int64_t kMaxParts = CS_MAX_PARTS;
+
+static_assert(kThreads % 64 == 0 && kThreads >= 64 && kThreads <= 1024, "CS_THREADS: a multiple of 64, 64-1024");
+static_assert(kVecs == 1 || kVecs == 2 || kVecs == 4, "CS_VECS: 1, 2 or 4");
+static_assert(kColUnroll >= 1 && kColUnroll <= 16, "CS_COL_UNROLL: 1-16");
+static_assert(kWaves >= 1 && kMaxParts >= 1, "CS_WAVES, CS_MAX_PARTS");
+
+// What this build compiles: a workload instance its types, scan and flags (the rest is
+// rejected at run time); the template compiled alone, everything.
+#if defined(CS_WL_FAMILY)
+static constexpr bool kBuildScan = CS_WL_FAMILY == CS_FAMILY_SCAN;
+#else
+static constexpr bool kBuildScan = true;
+#endif
+#if defined(CS_WL_DTYPE_AB) && defined(CS_WL_DTYPE_CD)
+static constexpr int kWlIn = CS_WL_DTYPE_AB, kWlOut = CS_WL_DTYPE_CD;
+#else
+static constexpr int kWlIn = -1, kWlOut = -1;
+#endif
+#if defined(CS_WL_SCAN)
+static constexpr int kWlScan = CS_WL_SCAN;
+#else
+static constexpr int kWlScan = -1;
+#endif
+#if defined(CS_WL_SCAN_FLAGS)
+static constexpr int kWlFlags = CS_WL_SCAN_FLAGS;
+#else
+static constexpr int kWlFlags = -1;
+#endif
+#if defined(CS_WL_LAYOUT_A)
+static constexpr bool kBuildRow = CS_WL_LAYOUT_A == CS_LAYOUT_ROW;
+static constexpr bool kBuildCol = CS_WL_LAYOUT_A == CS_LAYOUT_COL;
+#else
+static constexpr bool kBuildRow = true, kBuildCol = true;
+#endif
+
+// ---------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------
+
+template <class T> struct CsDtype;
+template <> struct CsDtype<float> { static constexpr int value = CS_DTYPE_F32; };
+template <> struct CsDtype<__half> { static constexpr int value = CS_DTYPE_F16; };
+template <> struct CsDtype<__nv_bfloat16> { static constexpr int value = CS_DTYPE_BF16; };
+
+__device__ __forceinline__ float cs_f32(float x) { return x; }
+__device__ __forceinline__ float cs_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float cs_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T cs_from_f32(float y);
+template <> __device__ __forceinline__ float cs_from_f32<float>(float y) { return y; }
+template <> __device__ __forceinline__ __half cs_from_f32<__half>(float y) { return __float2half_rn(y); }
+template <> __device__ __forceinline__ __nv_bfloat16 cs_from_f32<__nv_bfloat16>(float y) { return __float2bfloat16_rn(y); }
+
+// ---------------------------------------------------------------------------------------
+// The scan's operation
+// ---------------------------------------------------------------------------------------
+
+template <int KIND>
+__device__ __forceinline__ float cs_identity() { return KIND == CS_SCAN_PROD ? 1.0f : 0.0f; }
+
+template <int KIND>
+__device__ __forceinline__ float cs_op(float a, float b) { return KIND == CS_SCAN_PROD ? a * b : a + b; }
+
+// A running total: for SUM the compensated sum hi - lo (Kahan), for PROD the product in hi.
+struct CsCarry {
+  float hi, lo;
+};
+
+template <int KIND>
+__device__ __forceinline__ CsCarry cs_carry0() { return {cs_identity<KIND>(), 0.0f}; }
+
+template <int KIND>
+__device__ __forceinline__ void cs_carry_add(CsCarry& c, float x)
+{
+  if constexpr (KIND == CS_SCAN_PROD) {
+    c.hi *= x;
+  } else {
+    float const v = x - c.lo;
+    float const t = c.hi + v;
+    c.lo = (t - c.hi) - v;
+    c.hi = t;
+  }
+}
+
+// The carry combined with a value of this part (y = carry (+|*) x).
+template <int KIND>
+__device__ __forceinline__ float cs_carry_apply(CsCarry c, float x)
+{
+  if constexpr (KIND == CS_SCAN_PROD) return c.hi * x;
+  else return c.hi + (x - c.lo);
+}
+
+// ---------------------------------------------------------------------------------------
+// Row-major rows: a CTA a (row, part), tiles of kThreads x E elements
+// ---------------------------------------------------------------------------------------
+
+// E adjacent elements of a row from physical index j0 (out of [0, n): the identity), as a
+// run of 16-byte vectors where `vec` allows.
+template <class TA, int KIND, int E>
+__device__ __forceinline__ void cs_load_run(TA const* row, int64_t j0, int64_t n, bool vec, float (&x)[E])
+{
+  constexpr int V = 16 / sizeof(TA);
+  if (vec && j0 >= 0 && j0 + E <= n && (j0 % V) == 0) {
+#pragma unroll
+    for (int u = 0; u < E / V; ++u) {
+      uint4 const r = __ldg(reinterpret_cast<uint4 const*>(row + j0) + u);
+      TA const* e = reinterpret_cast<TA const*>(&r);
+#pragma unroll
+      for (int q = 0; q < V; ++q) x[u * V + q] = cs_f32(e[q]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      int64_t const j = j0 + e;
+      x[e] = (j >= 0 && j < n) ? cs_f32(__ldg(row + j)) : cs_identity<KIND>();
+    }
+  }
+}
+
+// E adjacent results of a row from physical index j0 (only those inside [0, n)), through the
+// chain at (b, i, j), as vectors where `vec` allows.
+template <class TD, int E>
+__device__ __forceinline__ void cs_store_run(const cs_problem& p, TD* row, int64_t b, int64_t i, int64_t j0, int64_t n,
+                                             bool vec, float (&y)[E])
+{
+  if constexpr (!cs_chain::kIdentity) {
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      if (j0 + e >= 0 && j0 + e < n) y[e] = cs_chain_at<cs_chain>(p, y[e], b, i, j0 + e);
+  }
+  constexpr int V = 16 / sizeof(TD);
+  if (vec && j0 >= 0 && j0 + E <= n && (j0 % V) == 0 && E % V == 0) {
+#pragma unroll
+    for (int u = 0; u < E / V; ++u) {
+      uint4 r;
+      TD* e = reinterpret_cast<TD*>(&r);
+#pragma unroll
+      for (int q = 0; q < V; ++q) e[q] = cs_from_f32<TD>(y[u * V + q]);
+      reinterpret_cast<uint4*>(row + j0)[u] = r;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      if (j0 + e >= 0 && j0 + e < n) row[j0 + e] = cs_from_f32<TD>(y[e]);
+  }
+}
+
+// The inclusive scan of v over the warp.
+template <int KIND>
+__device__ __forceinline__ float cs_warp_scan(float v)
+{
+  int const lane = int(threadIdx.x) & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    float const u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v = cs_op<KIND>(u, v);
+  }
+  return v;
+}
+
+// Positions q (in scan order) of a tile: thread t owns q0 + t*E .. q0 + t*E + E - 1. In a
+// reverse scan position q is the row's element n - 1 - q, so the thread's run is the physical
+// run [n - q0 - t*E - E, n - q0 - t*E), reversed.
+template <class TA, class TD, int KIND, bool REV, bool EXCL>
+__global__ void __launch_bounds__(kThreads)
+cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const float* totals)
+{
+  constexpr int E = kVecs * int(16 / sizeof(TA));
+  constexpr int64_t kTile = int64_t(kThreads) * E;
+  __shared__ float warp_total[kWarps];
+  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int64_t const n = p.n;
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    int64_t const row = task / parts, part = task % parts;
+    int64_t const b = row / p.m, i = row % p.m;
+    TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i * p.lda;
+    TD* d = static_cast<TD*>(p.d) + b * p.batch_stride_d + i * p.ldd;
+    bool const vec_a = (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
+    bool const vec_d = (reinterpret_cast<uintptr_t>(d) & 15u) == 0;
+    CsCarry carry = cs_carry0<KIND>();
+    for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(carry, totals[row * parts + q]);
+    int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
+      int64_t const mine = q0 + int64_t(threadIdx.x) * E;
+      int64_t const lim = q_end;   // positions at or past it belong to the next part
+      float x[E];
+      if constexpr (REV) {
+        float r[E];
+        cs_load_run<TA, KIND, E>(a, n - mine - E, n, vec_a, r);
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[e] = r[E - 1 - e];
+      } else {
+        cs_load_run<TA, KIND, E>(a, mine, n, vec_a, x);
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        if (mine + e >= lim) x[e] = cs_identity<KIND>();
+      // The thread's inclusive scan, then the warp's, then the CTA's.
+      float s[E];
+      s[0] = x[0];
+#pragma unroll
+      for (int e = 1; e < E; ++e) s[e] = cs_op<KIND>(s[e - 1], x[e]);
+      float const inc = cs_warp_scan<KIND>(s[E - 1]);
+      float before = __shfl_up_sync(0xffffffffu, inc, 1);
+      if (lane == 0) before = cs_identity<KIND>();
+      if (lane == 31) warp_total[warp] = inc;
+      __syncthreads();
+      float tile = cs_identity<KIND>(), earlier = cs_identity<KIND>();
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        float const t = warp_total[w];
+        if (w < warp) earlier = cs_op<KIND>(earlier, t);
+        tile = cs_op<KIND>(tile, t);
+      }
+      __syncthreads();
+      float const pre = cs_op<KIND>(earlier, before);   // everything in the tile before my run
+      float y[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float const local = EXCL ? (e == 0 ? pre : cs_op<KIND>(pre, s[e - 1])) : cs_op<KIND>(pre, s[e]);
+        y[e] = cs_carry_apply<KIND>(carry, local);
+      }
+      cs_carry_add<KIND>(carry, tile);
+      // Past the part's end nothing is stored (the positions are the next part's).
+      if (mine < lim) {
+        int64_t const keep = lim - mine;   // positions of mine inside the part
+        if (keep >= E) {
+          if constexpr (REV) {
+            float r[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) r[e] = y[E - 1 - e];
+            cs_store_run<TD, E>(p, d, b, i, n - mine - E, n, vec_d, r);
+          } else {
+            cs_store_run<TD, E>(p, d, b, i, mine, n, vec_d, y);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            if (e >= keep) break;
+            int64_t const j = REV ? n - 1 - (mine + e) : mine + e;
+            float v = y[e];
+            if constexpr (!cs_chain::kIdentity) v = cs_chain_at<cs_chain>(p, v, b, i, j);
+            d[j] = cs_from_f32<TD>(v);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The total of each (row, part) of row-major rows, into totals[row * parts + part].
+template <class TA, int KIND, bool REV>
+__global__ void __launch_bounds__(kThreads)
+cs_scan_row_totals(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, float* totals)
+{
+  constexpr int E = kVecs * int(16 / sizeof(TA));
+  __shared__ float warp_total[kWarps];
+  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int64_t const n = p.n;
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    int64_t const row = task / parts, part = task % parts;
+    int64_t const b = row / p.m, i = row % p.m;
+    TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i * p.lda;
+    bool const vec_a = (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
+    int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
+    CsCarry acc = cs_carry0<KIND>();
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += int64_t(kThreads) * E) {
+      int64_t const mine = q0 + int64_t(threadIdx.x) * E;
+      float x[E];
+      cs_load_run<TA, KIND, E>(a, REV ? n - mine - E : mine, n, vec_a, x);
+      float t = cs_identity<KIND>();
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        int64_t const pos = REV ? mine + (E - 1 - e) : mine + e;   // x[e]'s scan position
+        if (pos < q_end) t = cs_op<KIND>(t, x[e]);
+      }
+      cs_carry_add<KIND>(acc, t);
+    }
+    // The CTA's threads' totals: warp shuffles, then the warps in shared memory.
+    float v = cs_carry_apply<KIND>(acc, cs_identity<KIND>());
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = cs_op<KIND>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) warp_total[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      CsCarry t = cs_carry0<KIND>();
+      for (int w = 0; w < kWarps; ++w) cs_carry_add<KIND>(t, warp_total[w]);
+      totals[task] = cs_carry_apply<KIND>(t, cs_identity<KIND>());
+    }
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows side by side: a thread a row, kThreads adjacent rows a CTA, a part of the positions
+// ---------------------------------------------------------------------------------------
+
+template <class TA, class TD, int KIND, bool REV, bool EXCL, bool TOTALS>
+__global__ void __launch_bounds__(kThreads)
+cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float* totals)
+{
+  int64_t const rows = p.batch * p.m, n = p.n;
+  int64_t const tasks = p.batch * igroups * parts;
+  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
+    int64_t const ig = t % igroups, pb = t / igroups, part = pb % parts, b = pb / parts;
+    int64_t const i = ig * kThreads + threadIdx.x;
+    if (i >= p.m) continue;
+    int64_t const row = b * p.m + i;
+    TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i;
+    TD* d = static_cast<TD*>(p.d) + b * p.batch_stride_d + i;
+    CsCarry run = cs_carry0<KIND>();
+    if constexpr (!TOTALS)
+      for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(run, totals[q * rows + row]);
+    int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
+    int64_t q = q_begin;
+    for (; q < q_end; q += kColUnroll) {
+      float x[kColUnroll];
+#pragma unroll
+      for (int u = 0; u < kColUnroll; ++u) {
+        int64_t const pos = q + u;
+        int64_t const j = REV ? n - 1 - pos : pos;
+        x[u] = pos < q_end ? cs_f32(__ldg(a + j * p.lda)) : cs_identity<KIND>();
+      }
+#pragma unroll
+      for (int u = 0; u < kColUnroll; ++u) {
+        int64_t const pos = q + u;
+        if (pos >= q_end) break;
+        float y = 0.0f;
+        if constexpr (!TOTALS) {
+          if constexpr (EXCL) y = cs_carry_apply<KIND>(run, cs_identity<KIND>());
+        }
+        cs_carry_add<KIND>(run, x[u]);
+        if constexpr (!TOTALS) {
+          if constexpr (!EXCL) y = cs_carry_apply<KIND>(run, cs_identity<KIND>());
+          int64_t const j = REV ? n - 1 - pos : pos;
+          if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, j);
+          d[j * p.ldd] = cs_from_f32<TD>(y);
+        }
+      }
+    }
+    if constexpr (TOTALS) totals[part * rows + row] = cs_carry_apply<KIND>(run, cs_identity<KIND>());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host: checks, the plan (shared by cutesmith_workspace_bytes and cutesmith_launch), launch
+// ---------------------------------------------------------------------------------------
+
+static int64_t cs_dtype_bytes(int32_t dt)
+{
+  return dt == CS_DTYPE_F32 ? 4 : (dt == CS_DTYPE_F16 || dt == CS_DTYPE_BF16) ? 2 : 0;
+}
+static int64_t cs_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t cs_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t cs_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static constexpr int32_t kFlagsAll = CS_SCAN_REVERSE | CS_SCAN_EXCLUSIVE;
+
+static int32_t cs_scan_check(const cs_problem& p, bool check_pointers)
+{
+  if (!kBuildScan || p.family != CS_FAMILY_SCAN) return CS_ERR_UNSUPPORTED;
+  if (p.scan != CS_SCAN_SUM && p.scan != CS_SCAN_PROD) return CS_ERR_UNSUPPORTED;
+  if ((p.scan_flags & ~kFlagsAll) != 0) return CS_ERR_UNSUPPORTED;
+  if (kWlScan >= 0 && p.scan != kWlScan) return CS_ERR_UNSUPPORTED;
+  if (kWlFlags >= 0 && p.scan_flags != kWlFlags) return CS_ERR_UNSUPPORTED;
+  if (cs_dtype_bytes(p.dtype_ab) == 0 || !(p.dtype_cd == p.dtype_ab || p.dtype_cd == CS_DTYPE_F32))
+    return CS_ERR_UNSUPPORTED;
+  if (kWlIn >= 0 && (p.dtype_ab != kWlIn || p.dtype_cd != kWlOut)) return CS_ERR_UNSUPPORTED;
+  if (p.layout_a == CS_LAYOUT_ROW ? !kBuildRow : p.layout_a == CS_LAYOUT_COL ? !kBuildCol : true)
+    return CS_ERR_UNSUPPORTED;
+  if (p.layout_cd != p.layout_a) return CS_ERR_UNSUPPORTED;
+  if (p.m < 0 || p.n < 0 || p.batch < 0) return CS_ERR_UNSUPPORTED;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CS_OK;   // nothing to compute
+  if (p.m > INT64_MAX / p.batch || p.m * p.batch > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
+  bool const row = p.layout_a == CS_LAYOUT_ROW;
+  int64_t const inner = row ? p.n : p.m, outer = row ? p.m : p.n;
+  if (outer > 1 && (p.lda < inner || p.ldd < inner)) return CS_ERR_UNSUPPORTED;
+  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (check_pointers) {
+    if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||
+        reinterpret_cast<uintptr_t>(p.d) % uintptr_t(cs_dtype_bytes(p.dtype_cd)) != 0)
+      return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
+static int cs_sm_count(const cs_problem& p)
+{
+  if (p.sm_count > 0) return p.sm_count;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+    return sms;
+  (void)cudaGetLastError();
+  return 132;   // an H100 SXM
+}
+
+struct CsPlan {
+  bool row = true;
+  int64_t rows = 0, parts = 1, chunk = 0, igroups = 1, tasks = 0, grid = 1;
+  uint64_t ws_bytes = 0;
+};
+
+// The plan of a launch, at most `most_parts` parts a row: enough (row, part) tasks for
+// kWaves waves of CTAs, each part at least `least` positions (a row-major tile, or a few
+// unrolled steps of a thread).
+static int32_t cs_scan_plan(const cs_problem& p, CsPlan& pl, int64_t most_parts)
+{
+  pl.rows = p.batch * p.m;
+  pl.row = p.layout_a == CS_LAYOUT_ROW;
+  int64_t const ctas_wanted = int64_t(kWaves) * cs_sm_count(p) * (2048 / kThreads);
+  int64_t const e = int64_t(kVecs) * (16 / cs_dtype_bytes(p.dtype_ab));
+  int64_t const least = pl.row ? int64_t(kThreads) * e : int64_t(kColUnroll) * 64;
+  pl.igroups = pl.row ? 1 : cs_ceil_div(p.m, kThreads);
+  int64_t const units = pl.row ? pl.rows : p.batch * pl.igroups;
+  int64_t parts = 1;
+  if (units < ctas_wanted) parts = cs_ceil_div(ctas_wanted, units);
+  parts = cs_max64(1, cs_min64(cs_min64(parts, most_parts), p.n / least));
+  pl.chunk = cs_ceil_div(p.n, parts);
+  if (pl.row) pl.chunk = cs_ceil_div(pl.chunk, least) * least;   // whole tiles a part
+  pl.parts = cs_ceil_div(p.n, pl.chunk);
+  pl.tasks = units * pl.parts;
+  pl.ws_bytes = pl.parts > 1 ? uint64_t(pl.rows) * uint64_t(pl.parts) * sizeof(float) : 0;
+  pl.grid = cs_min64(pl.tasks, int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
+  return CS_OK;
+}
+
+template <class TA, class TD, int KIND, bool REV, bool EXCL>
+static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
+{
+  float* const ws = static_cast<float*>(p.workspace);
+  unsigned const grid = unsigned(cs_max64(1, cs_min64(pl.grid, 0x7fffffffLL)));
+  if (pl.row) {
+    if constexpr (kBuildRow) {
+      if (pl.parts > 1) cs_scan_row_totals<TA, KIND, REV><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws);
+      cs_scan_rows<TA, TD, KIND, REV, EXCL><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws);
+    }
+  } else if constexpr (kBuildCol) {
+    if (pl.parts > 1)
+      cs_scan_cols<TA, TD, KIND, REV, EXCL, true><<<grid, kThreads, 0, st>>>(p, pl.igroups, pl.parts, pl.chunk, ws);
+    cs_scan_cols<TA, TD, KIND, REV, EXCL, false><<<grid, kThreads, 0, st>>>(p, pl.igroups, pl.parts, pl.chunk, ws);
+  }
+}
+
+template <int KIND, int FLAGS>
+static constexpr bool cs_build_kind()
+{
+  return (kWlScan < 0 || kWlScan == KIND) && (kWlFlags < 0 || kWlFlags == FLAGS);
+}
+
+template <class TA, class TD, int KIND>
+static void cs_run_flags(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
+{
+  switch (p.scan_flags) {
+    case 0: if constexpr (cs_build_kind<KIND, 0>()) cs_run_kind<TA, TD, KIND, false, false>(p, pl, st); break;
+    case CS_SCAN_REVERSE:
+      if constexpr (cs_build_kind<KIND, CS_SCAN_REVERSE>()) cs_run_kind<TA, TD, KIND, true, false>(p, pl, st);
+      break;
+    case CS_SCAN_EXCLUSIVE:
+      if constexpr (cs_build_kind<KIND, CS_SCAN_EXCLUSIVE>()) cs_run_kind<TA, TD, KIND, false, true>(p, pl, st);
+      break;
+    default:
+      if constexpr (cs_build_kind<KIND, kFlagsAll>()) cs_run_kind<TA, TD, KIND, true, true>(p, pl, st);
+      break;
+  }
+}
+
+template <class TA, class TD>
+static int32_t cs_run(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
+{
+  constexpr bool types = kWlIn < 0 || (kWlIn == CsDtype<TA>::value && kWlOut == CsDtype<TD>::value);
+  if constexpr (!types) {
+    return CS_ERR_UNSUPPORTED;
+  } else {
+    if (p.scan == CS_SCAN_PROD) cs_run_flags<TA, TD, CS_SCAN_PROD>(p, pl, st);
+    else cs_run_flags<TA, TD, CS_SCAN_SUM>(p, pl, st);
+    return int32_t(cudaGetLastError());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ABI entry points
+// ---------------------------------------------------------------------------------------
+
+CS_EXPORT uint32_t cutesmith_abi_version(void)
+{
+  return CS_ABI_VERSION;
+}
+
+CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t* bytes)
+{
+  if (bytes != nullptr) *bytes = 0;
+  if (problem == nullptr || bytes == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_UNSUPPORTED;
+  int32_t const status = cs_scan_check(*problem, /*check_pointers=*/false);
+  if (status != CS_OK || problem->m == 0 || problem->n == 0 || problem->batch == 0) return status;
+  CsPlan pl;
+  int32_t const rc = cs_scan_plan(*problem, pl, kMaxParts);
+  if (rc == CS_OK) *bytes = pl.ws_bytes;
+  return rc;
+}
+
+CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream)
+{
+  if (problem == nullptr) return CS_ERR_UNSUPPORTED;
+  if (problem->abi_version != CS_ABI_VERSION) return CS_ERR_ABI_VERSION;
+  cs_problem const& p = *problem;
+  int32_t rc = cs_scan_check(p, /*check_pointers=*/true);
+  if (rc != CS_OK || p.m == 0 || p.n == 0 || p.batch == 0) return rc;
+  CsPlan pl;
+  rc = cs_scan_plan(p, pl, kMaxParts);
+  if (rc != CS_OK) return rc;
+  if (pl.ws_bytes > p.workspace_bytes) {   // a smaller workspace than planned: fewer parts
+    int64_t const fit = int64_t(p.workspace_bytes / (uint64_t(pl.rows) * sizeof(float)));
+    rc = cs_scan_plan(p, pl, cs_max64(fit, 1));
+    if (rc != CS_OK) return rc;
+    if (pl.ws_bytes > p.workspace_bytes) return CS_ERR_WORKSPACE;
+  }
+  if (pl.parts > 1 && (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % alignof(float) != 0))
+    return CS_ERR_WORKSPACE;
+  bool const f32_out = p.dtype_cd == CS_DTYPE_F32;
+  switch (p.dtype_ab) {
+    case CS_DTYPE_F32: return cs_run<float, float>(p, pl, stream);
+    case CS_DTYPE_F16: return f32_out ? cs_run<__half, float>(p, pl, stream) : cs_run<__half, __half>(p, pl, stream);
+    case CS_DTYPE_BF16:
+      return f32_out ? cs_run<__nv_bfloat16, float>(p, pl, stream) : cs_run<__nv_bfloat16, __nv_bfloat16>(p, pl, stream);
+    default: return CS_ERR_UNSUPPORTED;
+  }
+}
