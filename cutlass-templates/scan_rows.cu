@@ -21,8 +21,11 @@
 //   vectors a thread), each thread E adjacent elements (vectors where the row allows; a
 //   reverse scan reads the mirrored run and reverses it in registers), then a warp scan by
 //   shuffles and the CTA's warps through shared memory; the tile's total joins the carry.
-//   Rows side by side: a thread a row (adjacent rows across the warp, so every load is
-//   coalesced), CS_COL_UNROLL steps in flight, a compensated running sum.
+//   Rows side by side: a CTA takes 32 adjacent rows (a lane each, so every load is coalesced)
+//   and walks them in tiles of kWarps x CS_COL_UNROLL positions: each warp scans its
+//   CS_COL_UNROLL consecutive positions in registers, the warps' totals meet in shared memory,
+//   the tile's total joins the carry.
+//   Both paths load the next tile before scanning this one.
 //   Few rows for the GPU: each row is cut into P parts; a first kernel writes each part's
 //   total to the workspace, the scan kernel starts each part from the combined totals of the
 //   parts before it (A is read twice, D written once).
@@ -37,7 +40,7 @@
 // Parameters (-DNAME=VALUE):
 //   CS_THREADS      256   threads a CTA (a multiple of 64, at most 1024)
 //   CS_VECS         2     row-major: 16-byte vectors a thread a tile (1, 2 or 4)
-//   CS_COL_UNROLL   8     rows side by side: steps a thread loads before it scans them
+//   CS_COL_UNROLL   8     rows side by side: consecutive positions a warp takes of a tile
 //   CS_WAVES        2     split rows while fewer than this many waves of threads would run
 //   CS_MAX_PARTS    256   most parts a row is split into
 //
@@ -235,9 +238,40 @@ __device__ __forceinline__ float cs_warp_scan(float v)
   return v;
 }
 
+// A thread's E elements of a tile as raw 16-byte vectors, loaded ahead of their use.
+template <class TA, int E>
+struct CsRun {
+  uint4 v[E * int(sizeof(TA)) / 16];
+};
+
+// Issues the loads of E adjacent elements from physical index j0 when they can be read as
+// whole vectors (false: nothing issued, the caller reads them element by element).
+template <class TA, int E>
+__device__ __forceinline__ bool cs_prefetch(TA const* row, int64_t j0, int64_t n, bool vec, CsRun<TA, E>& r)
+{
+  constexpr int V = 16 / sizeof(TA);
+  if (!(vec && j0 >= 0 && j0 + E <= n && (j0 % V) == 0)) return false;
+#pragma unroll
+  for (int u = 0; u < E / V; ++u) r.v[u] = __ldg(reinterpret_cast<uint4 const*>(row + j0) + u);
+  return true;
+}
+
+template <class TA, int E>
+__device__ __forceinline__ void cs_unpack_run(const CsRun<TA, E>& r, float (&x)[E])
+{
+  constexpr int V = 16 / sizeof(TA);
+#pragma unroll
+  for (int u = 0; u < E / V; ++u) {
+    TA const* e = reinterpret_cast<TA const*>(&r.v[u]);
+#pragma unroll
+    for (int q = 0; q < V; ++q) x[u * V + q] = cs_f32(e[q]);
+  }
+}
+
 // Positions q (in scan order) of a tile: thread t owns q0 + t*E .. q0 + t*E + E - 1. In a
 // reverse scan position q is the row's element n - 1 - q, so the thread's run is the physical
-// run [n - q0 - t*E - E, n - q0 - t*E), reversed.
+// run [n - q0 - t*E - E, n - q0 - t*E), reversed. The next tile's vectors are loaded before
+// this tile is scanned, so that a CTA keeps two tiles of loads in flight.
 template <class TA, class TD, int KIND, bool REV, bool EXCL>
 __global__ void __launch_bounds__(kThreads)
 cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const float* totals)
@@ -247,6 +281,7 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
   __shared__ float warp_total[kWarps];
   int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   int64_t const n = p.n;
+  auto const first_of = [n](int64_t mine) { return REV ? n - mine - E : mine; };
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
     int64_t const row = task / parts, part = task % parts;
     int64_t const b = row / p.m, i = row % p.m;
@@ -257,17 +292,19 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
     CsCarry carry = cs_carry0<KIND>();
     for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(carry, totals[row * parts + q]);
     int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
+    int64_t const lim = q_end;   // positions at or past it belong to the next part
+    CsRun<TA, E> cur, nxt;
+    bool cur_vec = q_begin < q_end && cs_prefetch<TA, E>(a, first_of(q_begin + int64_t(threadIdx.x) * E), n, vec_a, cur);
     for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
       int64_t const mine = q0 + int64_t(threadIdx.x) * E;
-      int64_t const lim = q_end;   // positions at or past it belong to the next part
+      bool const nxt_vec = q0 + kTile < q_end && cs_prefetch<TA, E>(a, first_of(mine + kTile), n, vec_a, nxt);
       float x[E];
-      if constexpr (REV) {
+      {
         float r[E];
-        cs_load_run<TA, KIND, E>(a, n - mine - E, n, vec_a, r);
+        if (cur_vec) cs_unpack_run<TA, E>(cur, r);
+        else cs_load_run<TA, KIND, E>(a, first_of(mine), n, vec_a, r);
 #pragma unroll
-        for (int e = 0; e < E; ++e) x[e] = r[E - 1 - e];
-      } else {
-        cs_load_run<TA, KIND, E>(a, mine, n, vec_a, x);
+        for (int e = 0; e < E; ++e) x[e] = REV ? r[E - 1 - e] : r[e];
       }
 #pragma unroll
       for (int e = 0; e < E; ++e)
@@ -321,6 +358,8 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
           }
         }
       }
+      cur = nxt;
+      cur_vec = nxt_vec;
     }
   }
 }
@@ -369,53 +408,83 @@ cs_scan_row_totals(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, fl
 }
 
 // ---------------------------------------------------------------------------------------
-// Rows side by side: a thread a row, kThreads adjacent rows a CTA, a part of the positions
+// Rows side by side: a CTA covers 32 adjacent rows (a lane each) and walks a part of the
+// positions in tiles of kWarps x U, warp w taking U consecutive positions of each tile
 // ---------------------------------------------------------------------------------------
 
+// Each lane scans its U elements, the warps' totals meet in shared memory (the warps before
+// this one, and the tile's), the tile's total joins the carry. With TOTALS the part's total
+// of each row goes to the workspace instead of D. The next tile's elements are loaded before
+// this one is scanned.
 template <class TA, class TD, int KIND, bool REV, bool EXCL, bool TOTALS>
 __global__ void __launch_bounds__(kThreads)
 cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float* totals)
 {
+  constexpr int U = kColUnroll;
+  constexpr int64_t kTile = int64_t(kWarps) * U;
+  __shared__ float warp_total[kWarps][32];
+  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   int64_t const rows = p.batch * p.m, n = p.n;
   int64_t const tasks = p.batch * igroups * parts;
   for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
     int64_t const ig = t % igroups, pb = t / igroups, part = pb % parts, b = pb / parts;
-    int64_t const i = ig * kThreads + threadIdx.x;
-    if (i >= p.m) continue;
+    int64_t const i = ig * 32 + lane;
+    bool const live = i < p.m;
     int64_t const row = b * p.m + i;
-    TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i;
-    TD* d = static_cast<TD*>(p.d) + b * p.batch_stride_d + i;
-    CsCarry run = cs_carry0<KIND>();
+    TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + (live ? i : 0);
+    TD* d = static_cast<TD*>(p.d) + b * p.batch_stride_d + (live ? i : 0);
+    CsCarry carry = cs_carry0<KIND>();
     if constexpr (!TOTALS)
-      for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(run, totals[q * rows + row]);
+      if (live)
+        for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(carry, totals[q * rows + row]);
     int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
-    int64_t q = q_begin;
-    for (; q < q_end; q += kColUnroll) {
-      float x[kColUnroll];
+    TA cur[U], nxt[U];
+    auto const load = [&](int64_t q0, TA (&v)[U]) {
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u) {
-        int64_t const pos = q + u;
+      for (int u = 0; u < U; ++u) {
+        int64_t const pos = q0 + warp * U + u;
         int64_t const j = REV ? n - 1 - pos : pos;
-        x[u] = pos < q_end ? cs_f32(__ldg(a + j * p.lda)) : cs_identity<KIND>();
+        if (live && pos < q_end) v[u] = __ldg(a + j * p.lda);
       }
+    };
+    load(q_begin, cur);
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
+      if (q0 + kTile < q_end) load(q0 + kTile, nxt);
+      float s[U];
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u) {
-        int64_t const pos = q + u;
-        if (pos >= q_end) break;
-        float y = 0.0f;
-        if constexpr (!TOTALS) {
-          if constexpr (EXCL) y = cs_carry_apply<KIND>(run, cs_identity<KIND>());
-        }
-        cs_carry_add<KIND>(run, x[u]);
-        if constexpr (!TOTALS) {
-          if constexpr (!EXCL) y = cs_carry_apply<KIND>(run, cs_identity<KIND>());
+      for (int u = 0; u < U; ++u) {
+        bool const in = live && q0 + warp * U + u < q_end;
+        float const x = in ? cs_f32(cur[u]) : cs_identity<KIND>();
+        s[u] = u == 0 ? x : cs_op<KIND>(s[u - 1], x);
+      }
+      warp_total[warp][lane] = s[U - 1];
+      __syncthreads();
+      float tile = cs_identity<KIND>(), earlier = cs_identity<KIND>();
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        float const v = warp_total[w][lane];
+        if (w < warp) earlier = cs_op<KIND>(earlier, v);
+        tile = cs_op<KIND>(tile, v);
+      }
+      __syncthreads();
+      if constexpr (!TOTALS) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          int64_t const pos = q0 + warp * U + u;
+          if (!live || pos >= q_end) break;
+          float const local = EXCL ? (u == 0 ? earlier : cs_op<KIND>(earlier, s[u - 1])) : cs_op<KIND>(earlier, s[u]);
+          float y = cs_carry_apply<KIND>(carry, local);
           int64_t const j = REV ? n - 1 - pos : pos;
           if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, j);
           d[j * p.ldd] = cs_from_f32<TD>(y);
         }
       }
+      cs_carry_add<KIND>(carry, tile);
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
     }
-    if constexpr (TOTALS) totals[part * rows + row] = cs_carry_apply<KIND>(run, cs_identity<KIND>());
+    if constexpr (TOTALS)
+      if (live && warp == 0) totals[part * rows + row] = cs_carry_apply<KIND>(carry, cs_identity<KIND>());
   }
 }
 
@@ -488,14 +557,15 @@ static int32_t cs_scan_plan(const cs_problem& p, CsPlan& pl, int64_t most_parts)
   pl.row = p.layout_a == CS_LAYOUT_ROW;
   int64_t const ctas_wanted = int64_t(kWaves) * cs_sm_count(p) * (2048 / kThreads);
   int64_t const e = int64_t(kVecs) * (16 / cs_dtype_bytes(p.dtype_ab));
-  int64_t const least = pl.row ? int64_t(kThreads) * e : int64_t(kColUnroll) * 64;
-  pl.igroups = pl.row ? 1 : cs_ceil_div(p.m, kThreads);
+  // A part is at least one tile: a row-major CTA's, or kWarps x kColUnroll positions.
+  int64_t const least = pl.row ? int64_t(kThreads) * e : int64_t(kWarps) * kColUnroll;
+  pl.igroups = pl.row ? 1 : cs_ceil_div(p.m, 32);
   int64_t const units = pl.row ? pl.rows : p.batch * pl.igroups;
   int64_t parts = 1;
   if (units < ctas_wanted) parts = cs_ceil_div(ctas_wanted, units);
   parts = cs_max64(1, cs_min64(cs_min64(parts, most_parts), p.n / least));
   pl.chunk = cs_ceil_div(p.n, parts);
-  if (pl.row) pl.chunk = cs_ceil_div(pl.chunk, least) * least;   // whole tiles a part
+  pl.chunk = cs_ceil_div(pl.chunk, least) * least;   // whole tiles a part
   pl.parts = cs_ceil_div(p.n, pl.chunk);
   pl.tasks = units * pl.parts;
   pl.ws_bytes = pl.parts > 1 ? uint64_t(pl.rows) * uint64_t(pl.parts) * sizeof(float) : 0;

@@ -585,11 +585,11 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             for (p, why) in [
                 (
                     &[("CS_THREADS", 256), ("CS_VECS", 2)][..],
-                    "row-major rows: a CTA a row in tiles of 256 threads x 2 16-byte vectors (a thread scans its elements, a warp by shuffles, the warps in shared memory; the tile's total carried, compensated); rows side by side: a thread a row; rows split into parts (totals first) when too few to fill the GPU",
+                    "row-major rows: a CTA a row in tiles of 256 threads x 2 16-byte vectors (a thread scans its elements, a warp by shuffles, the warps in shared memory; the tile's total carried, compensated); rows side by side: 32 adjacent rows a CTA, its warps 8 consecutive positions each a tile; rows split into parts (totals first) when too few to fill the GPU",
                 ),
                 (
                     &[("CS_THREADS", 512), ("CS_VECS", 1), ("CS_COL_UNROLL", 16)][..],
-                    "CTAs of 512 threads with one vector each a tile (shorter tiles: less padding on short rows), 16 steps in flight a thread for rows side by side",
+                    "CTAs of 512 threads with one vector each a tile (shorter tiles: less padding on short rows); rows side by side: 16 positions a warp a tile",
                 ),
             ] {
                 out.push(mk("scan_rows", with(p, &[]), why));

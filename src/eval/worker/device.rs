@@ -180,7 +180,7 @@ impl Ctx<'_> {
                 let n = if spec.col_major { dims.rows } else { dims.cols };
                 let st = self.s.zeros::<f64>(2 * rows * n.div_ceil(32))?;
                 args.r[1] = st.ptr;
-                args.ebound = super::validate::REDUCE_U;
+                args.ebound = super::validate::SCAN_U;
                 dev.checker.scan_stats(self.s, &args, st.ptr)?;
                 stats = Some(st);
             }

@@ -452,7 +452,7 @@ impl Ctx<'_> {
                             };
                             let row: Vec<f64> =
                                 order.iter().map(|&c| x[at(b, r, c)].to_f64()).collect();
-                            let scanned = params.scan.eval(&row, params.exclusive, REDUCE_U);
+                            let scanned = params.scan.eval(&row, params.exclusive, SCAN_U);
                             for (&c, &(v, e)) in order.iter().zip(&scanned) {
                                 let mut t = [0f64; MAX_TENSORS];
                                 for (slot, tt) in t.iter_mut().zip(&p.tensors) {
@@ -1030,6 +1030,14 @@ const ACC_SAFETY: f64 = 4.0;
 /// A reduction's allowed error per unit of the sum of |terms| (fp32 sums, however
 /// ordered): the host reference's and, through `CheckArgs::ebound`, the device's.
 pub(super) const REDUCE_U: f64 = ACC_SAFETY * F32_U;
+
+/// A scan's allowed error per unit of the sum of |terms| before each output (and, for a
+/// product, half of it per term relative to the output): twice a reduction's, since every
+/// output of a row is its own sum (a blocked fp32 scan adds a thread's few elements, a
+/// warp's shuffles and a CTA's warps before its carry: about 16 roundings deep, where a
+/// reduction's single value can be a balanced tree), and one row holds up to millions of
+/// outputs. A kernel accumulating in bf16 or f16 is still caught by a factor of 2^10 or more.
+pub(super) const SCAN_U: f64 = 2.0 * REDUCE_U;
 
 /// How far a reduction of values each off by up to `e[j]` can move: the sum of the bounds
 /// (sum), their mean (mean), their largest (max, min and logsumexp, each 1-Lipschitz in
