@@ -17,15 +17,17 @@
 // Math in fp32. The sum's carry from one part of a row to the next is compensated (Kahan),
 // so that the adds behind any y stay a shallow tree (a thread's few elements, a warp's
 // shuffles, a CTA's warps) plus a compensated running total, whatever the row's length.
-//   Row-major: a CTA scans a (row, part) in tiles of CS_THREADS x E elements (E: two 16-byte
-//   vectors a thread), each thread E adjacent elements (vectors where the row allows; a
-//   reverse scan reads the mirrored run and reverses it in registers), then a warp scan by
-//   shuffles and the CTA's warps through shared memory; the tile's total joins the carry.
+//   Row-major: a warp scans a (row, part) in steps of 32 16-byte vectors, each lane one
+//   vector of adjacent elements (where the row allows; a reverse scan reads the mirrored run
+//   and reverses it in registers), scanned in registers, then across the warp by shuffles;
+//   the step's total joins the carry. No barrier: a CTA's warps stream their rows
+//   independently.
 //   Rows side by side: a CTA takes 32 adjacent rows (a lane each, so every load is coalesced)
 //   and walks them in tiles of kWarps x CS_COL_UNROLL positions: each warp scans its
 //   CS_COL_UNROLL consecutive positions in registers, the warps' totals meet in shared memory,
 //   the tile's total joins the carry.
-//   Both paths load the next tile before scanning this one.
+//   Both paths load ahead of the scan (row-major: CS_AHEAD steps of vectors in flight; side
+//   by side: the next tile).
 //   Few rows for the GPU: each row is cut into P parts; a first kernel writes each part's
 //   total to the workspace, the scan kernel starts each part from the combined totals of the
 //   parts before it (A is read twice, D written once).
@@ -39,7 +41,10 @@
 //
 // Parameters (-DNAME=VALUE):
 //   CS_THREADS      256   threads a CTA (a multiple of 64, at most 1024)
-//   CS_VECS         2     row-major: 16-byte vectors a thread a tile (1, 2 or 4)
+//   CS_AHEAD        4     row-major: steps whose vector a lane has loaded (this one and the
+//                         next CS_AHEAD - 1) while it scans (1-8)
+//   CS_MIN_BLOCKS   1     row-major: CTAs an SM holds that the registers are budgeted for
+//                         (launch bounds; more CTAs, fewer registers a thread)
 //   CS_COL_UNROLL   8     rows side by side: consecutive positions a warp takes of a tile
 //   CS_WAVES        2     split rows while fewer than this many waves of threads would run
 //   CS_MAX_PARTS    256   most parts a row is split into
@@ -59,14 +64,17 @@
 #ifndef CS_THREADS
 #define CS_THREADS 256
 #endif
-#ifndef CS_VECS
-#define CS_VECS 2
-#endif
 #ifndef CS_COL_UNROLL
 #define CS_COL_UNROLL 8
 #endif
 #ifndef CS_WAVES
 #define CS_WAVES 2
+#endif
+#ifndef CS_AHEAD
+#define CS_AHEAD 4
+#endif
+#ifndef CS_MIN_BLOCKS
+#define CS_MIN_BLOCKS 1
 #endif
 #ifndef CS_MAX_PARTS
 #define CS_MAX_PARTS 256
@@ -74,15 +82,16 @@
 
 static constexpr int kThreads = CS_THREADS;
 static constexpr int kWarps = kThreads / 32;
-static constexpr int kVecs = CS_VECS;
 static constexpr int kColUnroll = CS_COL_UNROLL;
 static constexpr int kWaves = CS_WAVES;
+static constexpr int kAhead = CS_AHEAD;
 static constexpr int64_t kMaxParts = CS_MAX_PARTS;
 
 static_assert(kThreads % 64 == 0 && kThreads >= 64 && kThreads <= 1024, "CS_THREADS: a multiple of 64, 64-1024");
-static_assert(kVecs == 1 || kVecs == 2 || kVecs == 4, "CS_VECS: 1, 2 or 4");
 static_assert(kColUnroll >= 1 && kColUnroll <= 16, "CS_COL_UNROLL: 1-16");
 static_assert(kWaves >= 1 && kMaxParts >= 1, "CS_WAVES, CS_MAX_PARTS");
+static_assert(kAhead >= 1 && kAhead <= 8, "CS_AHEAD: 1-8");
+static_assert(CS_MIN_BLOCKS >= 1 && CS_MIN_BLOCKS * kThreads <= 2048, "CS_MIN_BLOCKS: 1 to 2048 / CS_THREADS");
 
 // What this build compiles: a workload instance its types, scan and flags (the rest is
 // rejected at run time); the template compiled alone, everything.
@@ -238,51 +247,48 @@ __device__ __forceinline__ float cs_warp_scan(float v)
   return v;
 }
 
-// A thread's E elements of a tile as raw 16-byte vectors, loaded ahead of their use.
-template <class TA, int E>
-struct CsRun {
-  uint4 v[E * int(sizeof(TA)) / 16];
+// A lane's V elements of a step as one raw 16-byte vector, loaded ahead of its use.
+template <class TA>
+struct CsVec {
+  uint4 v;
 };
 
-// Issues the loads of E adjacent elements from physical index j0 when they can be read as
-// whole vectors (false: nothing issued, the caller reads them element by element).
-template <class TA, int E>
-__device__ __forceinline__ bool cs_prefetch(TA const* row, int64_t j0, int64_t n, bool vec, CsRun<TA, E>& r)
+// Issues the load of V = 16 / sizeof(TA) adjacent elements from physical index j0 when they
+// can be read as one vector (false: nothing issued, the caller reads them one by one).
+template <class TA>
+__device__ __forceinline__ bool cs_prefetch(TA const* row, int64_t j0, int64_t n, bool vec, CsVec<TA>& r)
 {
   constexpr int V = 16 / sizeof(TA);
-  if (!(vec && j0 >= 0 && j0 + E <= n && (j0 % V) == 0)) return false;
-#pragma unroll
-  for (int u = 0; u < E / V; ++u) r.v[u] = __ldg(reinterpret_cast<uint4 const*>(row + j0) + u);
+  if (!(vec && j0 >= 0 && j0 + V <= n && (j0 % V) == 0)) return false;
+  r.v = __ldg(reinterpret_cast<uint4 const*>(row + j0));
   return true;
 }
 
-template <class TA, int E>
-__device__ __forceinline__ void cs_unpack_run(const CsRun<TA, E>& r, float (&x)[E])
+template <class TA>
+__device__ __forceinline__ void cs_unpack_vec(const CsVec<TA>& r, float (&x)[16 / sizeof(TA)])
 {
-  constexpr int V = 16 / sizeof(TA);
+  TA const* e = reinterpret_cast<TA const*>(&r.v);
 #pragma unroll
-  for (int u = 0; u < E / V; ++u) {
-    TA const* e = reinterpret_cast<TA const*>(&r.v[u]);
-#pragma unroll
-    for (int q = 0; q < V; ++q) x[u * V + q] = cs_f32(e[q]);
-  }
+  for (int q = 0; q < int(16 / sizeof(TA)); ++q) x[q] = cs_f32(e[q]);
 }
 
-// Positions q (in scan order) of a tile: thread t owns q0 + t*E .. q0 + t*E + E - 1. In a
-// reverse scan position q is the row's element n - 1 - q, so the thread's run is the physical
-// run [n - q0 - t*E - E, n - q0 - t*E), reversed. The next tile's vectors are loaded before
-// this tile is scanned, so that a CTA keeps two tiles of loads in flight.
+// A warp a (row, part): steps of 32 x V positions (q, in scan order), lane l owning
+// q0 + l*V .. q0 + l*V + V - 1, one 16-byte vector (in a reverse scan position q is the
+// row's element n - 1 - q, so the lane's run is the physical run [n - q0 - l*V - V,
+// n - q0 - l*V), reversed). Each step: the lane's scan in registers, the warp's by shuffles,
+// the carry; no barrier, so the warps of a CTA stream their rows independently. kAhead
+// steps' vectors are in flight while a step is scanned.
 template <class TA, class TD, int KIND, bool REV, bool EXCL>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, CS_MIN_BLOCKS)
 cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const float* totals)
 {
-  constexpr int E = kVecs * int(16 / sizeof(TA));
-  constexpr int64_t kTile = int64_t(kThreads) * E;
-  __shared__ float warp_total[kWarps];
-  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  constexpr int V = 16 / sizeof(TA);
+  constexpr int64_t kStep = 32 * V;
+  int const lane = int(threadIdx.x) % 32;
   int64_t const n = p.n;
-  auto const first_of = [n](int64_t mine) { return REV ? n - mine - E : mine; };
-  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+  auto const first_of = [n](int64_t mine) { return REV ? n - mine - V : mine; };
+  int64_t const warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t task = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; task < tasks; task += warps) {
     int64_t const row = task / parts, part = task % parts;
     int64_t const b = row / p.m, i = row % p.m;
     TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i * p.lda;
@@ -293,63 +299,66 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
     for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(carry, totals[row * parts + q]);
     int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
     int64_t const lim = q_end;   // positions at or past it belong to the next part
-    CsRun<TA, E> cur, nxt;
-    bool cur_vec = q_begin < q_end && cs_prefetch<TA, E>(a, first_of(q_begin + int64_t(threadIdx.x) * E), n, vec_a, cur);
-    for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
-      int64_t const mine = q0 + int64_t(threadIdx.x) * E;
-      bool const nxt_vec = q0 + kTile < q_end && cs_prefetch<TA, E>(a, first_of(mine + kTile), n, vec_a, nxt);
-      float x[E];
+    // A ring of kAhead steps' vectors, slot r holding step r of each group of kAhead steps:
+    // a slot is read, then loaded again for the step kAhead later (the loop is unrolled over
+    // the slots, so no register is moved while its load is in flight, which would wait on it).
+    CsVec<TA> ring[kAhead];
+    bool ring_vec[kAhead];
+#pragma unroll
+    for (int r = 0; r < kAhead; ++r) {
+      int64_t const q = q_begin + r * kStep;
+      ring_vec[r] = q < q_end && cs_prefetch<TA>(a, first_of(q + lane * V), n, vec_a, ring[r]);
+    }
+    for (int64_t q00 = q_begin; q00 < q_end; q00 += kAhead * kStep)
+#pragma unroll
+    for (int slot = 0; slot < kAhead; ++slot) {
+      int64_t const q0 = q00 + slot * kStep;
+      if (q0 >= q_end) break;
+      int64_t const mine = q0 + lane * V;
+      float x[V];
       {
-        float r[E];
-        if (cur_vec) cs_unpack_run<TA, E>(cur, r);
-        else cs_load_run<TA, KIND, E>(a, first_of(mine), n, vec_a, r);
+        float r[V];
+        if (ring_vec[slot]) cs_unpack_vec<TA>(ring[slot], r);
+        else cs_load_run<TA, KIND, V>(a, first_of(mine), n, vec_a, r);
 #pragma unroll
-        for (int e = 0; e < E; ++e) x[e] = REV ? r[E - 1 - e] : r[e];
+        for (int e = 0; e < V; ++e) x[e] = REV ? r[V - 1 - e] : r[e];
       }
+      ring_vec[slot] = q0 + kAhead * kStep < q_end &&
+                       cs_prefetch<TA>(a, first_of(mine + kAhead * kStep), n, vec_a, ring[slot]);
 #pragma unroll
-      for (int e = 0; e < E; ++e)
+      for (int e = 0; e < V; ++e)
         if (mine + e >= lim) x[e] = cs_identity<KIND>();
-      // The thread's inclusive scan, then the warp's, then the CTA's.
-      float s[E];
+      // The lane's inclusive scan, then the warp's.
+      float s[V];
       s[0] = x[0];
 #pragma unroll
-      for (int e = 1; e < E; ++e) s[e] = cs_op<KIND>(s[e - 1], x[e]);
-      float const inc = cs_warp_scan<KIND>(s[E - 1]);
+      for (int e = 1; e < V; ++e) s[e] = cs_op<KIND>(s[e - 1], x[e]);
+      float const inc = cs_warp_scan<KIND>(s[V - 1]);
       float before = __shfl_up_sync(0xffffffffu, inc, 1);
       if (lane == 0) before = cs_identity<KIND>();
-      if (lane == 31) warp_total[warp] = inc;
-      __syncthreads();
-      float tile = cs_identity<KIND>(), earlier = cs_identity<KIND>();
+      float const step_total = __shfl_sync(0xffffffffu, inc, 31);
+      float y[V];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        float const t = warp_total[w];
-        if (w < warp) earlier = cs_op<KIND>(earlier, t);
-        tile = cs_op<KIND>(tile, t);
-      }
-      __syncthreads();
-      float const pre = cs_op<KIND>(earlier, before);   // everything in the tile before my run
-      float y[E];
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        float const local = EXCL ? (e == 0 ? pre : cs_op<KIND>(pre, s[e - 1])) : cs_op<KIND>(pre, s[e]);
+      for (int e = 0; e < V; ++e) {
+        float const local = EXCL ? (e == 0 ? before : cs_op<KIND>(before, s[e - 1])) : cs_op<KIND>(before, s[e]);
         y[e] = cs_carry_apply<KIND>(carry, local);
       }
-      cs_carry_add<KIND>(carry, tile);
+      cs_carry_add<KIND>(carry, step_total);
       // Past the part's end nothing is stored (the positions are the next part's).
       if (mine < lim) {
         int64_t const keep = lim - mine;   // positions of mine inside the part
-        if (keep >= E) {
+        if (keep >= V) {
           if constexpr (REV) {
-            float r[E];
+            float r[V];
 #pragma unroll
-            for (int e = 0; e < E; ++e) r[e] = y[E - 1 - e];
-            cs_store_run<TD, E>(p, d, b, i, n - mine - E, n, vec_d, r);
+            for (int e = 0; e < V; ++e) r[e] = y[V - 1 - e];
+            cs_store_run<TD, V>(p, d, b, i, n - mine - V, n, vec_d, r);
           } else {
-            cs_store_run<TD, E>(p, d, b, i, mine, n, vec_d, y);
+            cs_store_run<TD, V>(p, d, b, i, mine, n, vec_d, y);
           }
         } else {
 #pragma unroll
-          for (int e = 0; e < E; ++e) {
+          for (int e = 0; e < V; ++e) {
             if (e >= keep) break;
             int64_t const j = REV ? n - 1 - (mine + e) : mine + e;
             float v = y[e];
@@ -358,52 +367,52 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
           }
         }
       }
-      cur = nxt;
-      cur_vec = nxt_vec;
     }
   }
 }
 
-// The total of each (row, part) of row-major rows, into totals[row * parts + part].
+// The total of each (row, part) of row-major rows, into totals[row * parts + part]: a warp
+// a task, kAhead vectors a lane in flight.
 template <class TA, int KIND, bool REV>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, CS_MIN_BLOCKS)
 cs_scan_row_totals(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, float* totals)
 {
-  constexpr int E = kVecs * int(16 / sizeof(TA));
-  __shared__ float warp_total[kWarps];
-  int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  constexpr int V = 16 / sizeof(TA);
+  constexpr int64_t kStep = 32 * V;
+  int const lane = int(threadIdx.x) % 32;
   int64_t const n = p.n;
-  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+  int64_t const warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t task = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; task < tasks; task += warps) {
     int64_t const row = task / parts, part = task % parts;
     int64_t const b = row / p.m, i = row % p.m;
     TA const* a = static_cast<TA const*>(p.a) + b * p.batch_stride_a + i * p.lda;
     bool const vec_a = (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
     int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
     CsCarry acc = cs_carry0<KIND>();
-    for (int64_t q0 = q_begin; q0 < q_end; q0 += int64_t(kThreads) * E) {
-      int64_t const mine = q0 + int64_t(threadIdx.x) * E;
-      float x[E];
-      cs_load_run<TA, KIND, E>(a, REV ? n - mine - E : mine, n, vec_a, x);
-      float t = cs_identity<KIND>();
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kAhead * kStep) {
+      float x[kAhead][V];
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        int64_t const pos = REV ? mine + (E - 1 - e) : mine + e;   // x[e]'s scan position
-        if (pos < q_end) t = cs_op<KIND>(t, x[e]);
+      for (int r = 0; r < kAhead; ++r) {
+        int64_t const mine = q0 + r * kStep + lane * V;
+        cs_load_run<TA, KIND, V>(a, REV ? n - mine - V : mine, n, vec_a, x[r]);
       }
-      cs_carry_add<KIND>(acc, t);
+#pragma unroll
+      for (int r = 0; r < kAhead; ++r) {
+        int64_t const mine = q0 + r * kStep + lane * V;
+        float t = cs_identity<KIND>();
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          int64_t const pos = REV ? mine + (V - 1 - e) : mine + e;   // x[r][e]'s scan position
+          if (pos < q_end) t = cs_op<KIND>(t, x[r][e]);
+        }
+        cs_carry_add<KIND>(acc, t);
+      }
     }
-    // The CTA's threads' totals: warp shuffles, then the warps in shared memory.
+    // The lanes' totals by shuffles.
     float v = cs_carry_apply<KIND>(acc, cs_identity<KIND>());
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = cs_op<KIND>(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) warp_total[warp] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      CsCarry t = cs_carry0<KIND>();
-      for (int w = 0; w < kWarps; ++w) cs_carry_add<KIND>(t, warp_total[w]);
-      totals[task] = cs_carry_apply<KIND>(t, cs_identity<KIND>());
-    }
-    __syncthreads();
+    if (lane == 0) totals[task] = v;
   }
 }
 
@@ -439,24 +448,36 @@ cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float*
         for (int64_t q = 0; q < part; ++q) cs_carry_add<KIND>(carry, totals[q * rows + row]);
     int64_t const q_begin = part * chunk, q_end = q_begin + chunk < n ? q_begin + chunk : n;
     TA cur[U], nxt[U];
+    int64_t const step = REV ? -p.lda : p.lda;
+    // The warp's U positions of the tile at q0, through one pointer stepped by lda (U
+    // addresses held at once would cost registers the loads need).
     auto const load = [&](int64_t q0, TA (&v)[U]) {
+      int64_t const pos0 = q0 + warp * U;
+      TA const* at = a + (REV ? n - 1 - pos0 : pos0) * p.lda;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        int64_t const pos = q0 + warp * U + u;
-        int64_t const j = REV ? n - 1 - pos : pos;
-        if (live && pos < q_end) v[u] = __ldg(a + j * p.lda);
+        if (live && pos0 + u < q_end) v[u] = __ldg(at);
+        at += step;
       }
     };
+    // Two buffers used in turn (the loop unrolled over them): a tile's buffer is read, then
+    // loaded with the tile two ahead, so no register is moved while its load is in flight.
     load(q_begin, cur);
-    for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
-      if (q0 + kTile < q_end) load(q0 + kTile, nxt);
+    if (q_begin + kTile < q_end) load(q_begin + kTile, nxt);
+    for (int64_t q00 = q_begin; q00 < q_end; q00 += 2 * kTile)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int64_t const q0 = q00 + half * kTile;
+      if (q0 >= q_end) break;
+      TA (&buf)[U] = half == 0 ? cur : nxt;
       float s[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         bool const in = live && q0 + warp * U + u < q_end;
-        float const x = in ? cs_f32(cur[u]) : cs_identity<KIND>();
+        float const x = in ? cs_f32(buf[u]) : cs_identity<KIND>();
         s[u] = u == 0 ? x : cs_op<KIND>(s[u - 1], x);
       }
+      if (q0 + 2 * kTile < q_end) load(q0 + 2 * kTile, buf);
       warp_total[warp][lane] = s[U - 1];
       __syncthreads();
       float tile = cs_identity<KIND>(), earlier = cs_identity<KIND>();
@@ -480,8 +501,6 @@ cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float*
         }
       }
       cs_carry_add<KIND>(carry, tile);
-#pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
     }
     if constexpr (TOTALS)
       if (live && warp == 0) totals[part * rows + row] = cs_carry_apply<KIND>(carry, cs_identity<KIND>());
@@ -549,27 +568,29 @@ struct CsPlan {
 };
 
 // The plan of a launch, at most `most_parts` parts a row: enough (row, part) tasks for
-// kWaves waves of CTAs, each part at least `least` positions (a row-major tile, or a few
-// unrolled steps of a thread).
+// kWaves waves of CTAs (row-major: of warps), each part at least `least` positions (a
+// warp's kAhead steps, or one tile of rows side by side).
 static int32_t cs_scan_plan(const cs_problem& p, CsPlan& pl, int64_t most_parts)
 {
   pl.rows = p.batch * p.m;
   pl.row = p.layout_a == CS_LAYOUT_ROW;
+  // Row-major: a warp a task, at least kAhead steps of 32 vectors a part; side by side: a
+  // CTA a task, at least one tile (kWarps x kColUnroll positions) a part.
   int64_t const ctas_wanted = int64_t(kWaves) * cs_sm_count(p) * (2048 / kThreads);
-  int64_t const e = int64_t(kVecs) * (16 / cs_dtype_bytes(p.dtype_ab));
-  // A part is at least one tile: a row-major CTA's, or kWarps x kColUnroll positions.
-  int64_t const least = pl.row ? int64_t(kThreads) * e : int64_t(kWarps) * kColUnroll;
+  int64_t const wanted = pl.row ? ctas_wanted * kWarps : ctas_wanted;
+  int64_t const least = pl.row ? int64_t(kAhead) * 32 * (16 / cs_dtype_bytes(p.dtype_ab))
+                               : int64_t(kWarps) * kColUnroll;
   pl.igroups = pl.row ? 1 : cs_ceil_div(p.m, 32);
   int64_t const units = pl.row ? pl.rows : p.batch * pl.igroups;
   int64_t parts = 1;
-  if (units < ctas_wanted) parts = cs_ceil_div(ctas_wanted, units);
+  if (units < wanted) parts = cs_ceil_div(wanted, units);
   parts = cs_max64(1, cs_min64(cs_min64(parts, most_parts), p.n / least));
   pl.chunk = cs_ceil_div(p.n, parts);
   pl.chunk = cs_ceil_div(pl.chunk, least) * least;   // whole tiles a part
   pl.parts = cs_ceil_div(p.n, pl.chunk);
   pl.tasks = units * pl.parts;
   pl.ws_bytes = pl.parts > 1 ? uint64_t(pl.rows) * uint64_t(pl.parts) * sizeof(float) : 0;
-  pl.grid = cs_min64(pl.tasks, int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
+  pl.grid = cs_min64(pl.row ? cs_ceil_div(pl.tasks, kWarps) : pl.tasks, int64_t(cs_sm_count(p)) * (2048 / kThreads) * 8);
   return CS_OK;
 }
 
