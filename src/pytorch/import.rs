@@ -29,6 +29,7 @@ pub const TRACER: &str = include_str!("trace.py");
 mod contraction;
 mod norm;
 mod reduce;
+mod scan;
 
 /// The graph `trace.py` prints.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,7 +109,9 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
-    norm / linalg.vector_norm of order 2), and after them elementwise add, sub, mul, div (also a constant or an earlier \
+    norm / linalg.vector_norm of order 2), the scans of an input along a dim (cumsum, cumprod; \
+    reversed by a flip of the dim before and after; exclusive as a slice of zeros concatenated \
+    before the scan of all but the last slice), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
     tensors too), clamp, neg, abs, exp, log, sqrt, rsqrt, x ** c (pow) and the activations relu, relu6, leaky_relu, gelu, \
     silu, sigmoid, tanh, selu, elu, hardsigmoid, hardswish, hardtanh, softplus, mish; copies \
@@ -313,9 +316,8 @@ fn unknown_message(target: &str) -> String {
         o if o.contains("pool") => " (pooling)".to_string(),
         o if o.contains("norm") => " (a normalization)".to_string(),
         "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" | "logsumexp"
-        | "argmax" | "argmin" | "cumsum" | "cumprod" | "any" | "all" => {
-            " (a reduction)".to_string()
-        }
+        | "argmax" | "argmin" | "any" | "all" => " (a reduction)".to_string(),
+        "cumsum" | "cumprod" => " (a scan)".to_string(),
         _ => String::new(),
     };
     format!("no cutesmith workload family computes aten.{op}{what}")
@@ -805,6 +807,13 @@ pub fn map_graph(
             .iter()
             .flat_map(|m| m.absorbed.iter().map(String::as_str)),
     );
+    // Scans (cumsum / cumprod, with the flips of a reverse one or the cat of an exclusive one).
+    let scans = mp.scans(&calls, &absorbed);
+    absorbed.extend(
+        scans
+            .iter()
+            .flat_map(|m| m.absorbed.iter().map(String::as_str)),
+    );
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
@@ -893,6 +902,22 @@ pub fn map_graph(
             );
         }
     }
+    for extra in scans.iter().skip(1) {
+        if let Some(n) = mp.nodes.get(extra.head.as_str()).copied() {
+            mp.problem(n, "a second scan: a workload has one");
+        }
+    }
+    if let (Some(sm), true) = (
+        scans.first(),
+        !gemms.is_empty() || !softmaxes.is_empty() || !norms.is_empty() || !reductions.is_empty(),
+    ) {
+        if let Some(n) = mp.nodes.get(sm.head.as_str()).copied() {
+            mp.problem(
+                n,
+                "a scan beside a GEMM, a softmax, a norm or a reduction: family scan fuses nothing before it, and elementwise ops only after it",
+            );
+        }
+    }
     if !mp.problems.is_empty() {
         return Err(mp.problems);
     }
@@ -903,6 +928,9 @@ pub fn map_graph(
         }
         (None, None) if !reductions.is_empty() => {
             reduce::map_reduce(&mut mp, &reductions[0], &out_name, file, &mut ops)
+        }
+        (None, None) if !scans.is_empty() => {
+            scan::map_scan(&mut mp, &scans[0], &out_name, file, &mut ops)
         }
         (Some(g), None) if !reductions.is_empty() => {
             reduce::map_gemm_reduce(&mut mp, g, &reductions[0], &out_name, file, &mut ops)
@@ -1797,7 +1825,7 @@ fn map_activation(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{NormKind, ReduceKind};
+    use crate::spec::{NormKind, ReduceKind, ScanKind};
 
     fn node(name: &str, target: &str, args: Value, shape: &[i64], stride: &[i64]) -> Value {
         json_node(
@@ -2685,10 +2713,10 @@ mod tests {
                 input("x", &[8, 8], &[8, 1]),
                 node(
                     "s",
-                    "aten.cumsum.default",
+                    "aten.argmax.default",
                     serde_json::json!([r("x"), 1]),
-                    &[8, 8],
-                    &[8, 1],
+                    &[8],
+                    &[1],
                 ),
                 node(
                     "n",
@@ -2704,6 +2732,206 @@ mod tests {
         let names: Vec<&str> = err.iter().map(|u| u.node.as_str()).collect();
         assert_eq!(names, ["s", "n"]);
         assert!(err[0].message.contains("reduction") && err[1].message.contains("pooling"));
+    }
+
+    /// Scans along a dim: cumsum over the last dim (rows) with an op after it; cumprod over
+    /// a middle dim (rows side by side); the reverse form (flip, scan, flip back); the
+    /// exclusive form (zeros of one slice, then the scan of all but the last slice);
+    /// refused: a scan of a computed tensor (KernelBench's masked cumsum, `x * mask`).
+    #[test]
+    fn scans_along_a_dim_map_to_the_scan_family() {
+        let (sh, st) = (&[8, 64][..], &[64, 1][..]);
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("x"), -1]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "t",
+                    "aten.tanh.default",
+                    serde_json::json!([r("s")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "t",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Scan);
+        assert_eq!(
+            (spec.params.scan, spec.params.reverse, spec.params.exclusive),
+            (Some(ScanKind::Sum), None, None)
+        );
+        assert_eq!(spec.epilogue.len(), 1);
+        assert_eq!(ops, vec!["cumsum".to_string(), "tanh".into()]);
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(8), Some(64)));
+        // cumprod over dim 1 of (4, 16, 8): 4 batches of 8 rows of 16, side by side.
+        let (sh3, st3) = (&[4, 16, 8][..], &[128, 8, 1][..]);
+        let g = graph(
+            vec![
+                input("x", sh3, st3),
+                node(
+                    "p",
+                    "aten.cumprod.default",
+                    serde_json::json!([r("x"), 1]),
+                    sh3,
+                    st3,
+                ),
+            ],
+            "p",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.scan, Some(ScanKind::Prod));
+        assert_eq!(spec.layout.as_ref().and_then(|l| l.a), Some(Layout::Col));
+        assert_eq!(
+            (spec.shapes[0].batch, spec.shapes[0].m, spec.shapes[0].n),
+            (Some(4), Some(8), Some(16))
+        );
+        // Reverse: torch.cumsum(x.flip(1), 1).flip(1).
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "f",
+                    "aten.flip.default",
+                    serde_json::json!([r("x"), [1]]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("f"), 1]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "b",
+                    "aten.flip.default",
+                    serde_json::json!([r("s"), [1]]),
+                    sh,
+                    st,
+                ),
+            ],
+            "b",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(
+            (spec.params.reverse, spec.params.exclusive),
+            (Some(true), None)
+        );
+        assert_eq!(ops, vec!["cumsum from the end".to_string()]);
+        // A flip along another dim is no reverse scan (and flip is no op of any family).
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "f",
+                    "aten.flip.default",
+                    serde_json::json!([r("x"), [0]]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("f"), 1]),
+                    sh,
+                    st,
+                ),
+            ],
+            "s",
+        );
+        assert!(map_graph(&g, "t.py").is_err());
+        // Exclusive: cat([zeros_like(x.select(1, 0).unsqueeze(1)), cumsum(x.narrow(1, 0, 63), 1)], 1).
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "sel",
+                    "aten.select.int",
+                    serde_json::json!([r("x"), 1, 0]),
+                    &[8],
+                    &[64],
+                ),
+                node(
+                    "u",
+                    "aten.unsqueeze.default",
+                    serde_json::json!([r("sel"), 1]),
+                    &[8, 1],
+                    &[64, 1],
+                ),
+                node(
+                    "z",
+                    "aten.zeros_like.default",
+                    serde_json::json!([r("u")]),
+                    &[8, 1],
+                    &[1, 1],
+                ),
+                node(
+                    "sl",
+                    "aten.slice.Tensor",
+                    serde_json::json!([r("x"), 1, 0, 63]),
+                    &[8, 63],
+                    &[64, 1],
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("sl"), 1]),
+                    &[8, 63],
+                    &[63, 1],
+                ),
+                node(
+                    "c",
+                    "aten.cat.default",
+                    serde_json::json!([[r("z"), r("s")], 1]),
+                    sh,
+                    st,
+                ),
+            ],
+            "c",
+        );
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(
+            (spec.params.reverse, spec.params.exclusive),
+            (None, Some(true))
+        );
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(8), Some(64)));
+        assert_eq!(ops, vec!["exclusive cumsum".to_string()]);
+        // The scan of a computed tensor (a mask applied first) is refused, saying why.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                input("mask", sh, st),
+                node(
+                    "xm",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("x"), r("mask")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("xm"), 1]),
+                    sh,
+                    st,
+                ),
+            ],
+            "s",
+        );
+        let err = map_graph(&g, "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.message.contains("fuses nothing before it")),
+            "{err:?}"
+        );
     }
 
     #[test]
