@@ -484,7 +484,7 @@ k = 4096
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
             e.contains(
-                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation, norm and reduce"
+                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation, norm, reduce and scan"
             ),
             "{e}"
         );
