@@ -998,6 +998,28 @@ fn gemm_shapes(m: i64, n: i64, k: i64, batch: i64) -> Vec<ShapeSpec> {
     v
 }
 
+/// Shapes of rows side by side (a norm or a scan over a middle dimension): the headline
+/// `batch` x (`m` rows of `n`) and a ragged one, without repeats.
+fn side_by_side_shapes(batch: i64, m: i64, n: i64) -> Vec<ShapeSpec> {
+    let b = |x: i64| (x > 1).then_some(x);
+    let mut v = vec![
+        ShapeSpec {
+            batch: b(batch),
+            m: Some(m),
+            n: Some(n),
+            k: None,
+        },
+        ShapeSpec {
+            batch: b(batch.min(3)),
+            m: Some(ragged(m)),
+            n: Some(ragged(n)),
+            k: None,
+        },
+    ];
+    dedup(&mut v);
+    v
+}
+
 fn row_shapes(m: i64, n: i64) -> Vec<ShapeSpec> {
     let mut v = vec![
         ShapeSpec {

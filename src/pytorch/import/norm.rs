@@ -11,9 +11,7 @@ use serde_json::Value;
 
 use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
 use crate::spec::chain::OpSpec;
-use crate::spec::{
-    DType, Family, Layout, LayoutSpec, NormKind, ParamsSpec, ShapeSpec, WorkloadSpec,
-};
+use crate::spec::{DType, Family, Layout, LayoutSpec, NormKind, ParamsSpec, WorkloadSpec};
 
 /// The divisor of a written-out norm: the kind, its input, the dims, the eps a clamp_min
 /// or an add puts in, and the count the divisor is divided by (n for `mean(|x|)`, an L1
@@ -612,20 +610,7 @@ pub(super) fn map_norm(
     let eps = nm.eps.map(|e| e as f32);
     let what = nm.title.unwrap_or(nm.kind.title());
     let shapes = if col {
-        let mut v = vec![ShapeSpec {
-            batch: (batch > 1).then_some(batch),
-            m: Some(m),
-            n: Some(n),
-            k: None,
-        }];
-        v.push(ShapeSpec {
-            batch: (batch > 1).then_some(batch.min(3)),
-            m: Some(super::ragged(m)),
-            n: Some(super::ragged(n)),
-            k: None,
-        });
-        super::dedup(&mut v);
-        v
+        super::side_by_side_shapes(batch, m, n)
     } else {
         super::row_shapes(m, n)
     };

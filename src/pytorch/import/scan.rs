@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::norm::{dims_arg, rows_over};
 use super::{arg, op_name, param, Arg, Mapper, Node};
-use crate::spec::{Family, ParamsSpec, ScanKind, ShapeSpec, WorkloadSpec};
+use crate::spec::{Family, ParamsSpec, ScanKind, WorkloadSpec};
 
 /// A scan found in the graph.
 pub(super) struct ScanMatch {
@@ -254,23 +254,7 @@ pub(super) fn map_scan(
     );
     ops.insert(0, what.clone());
     let shapes = if col {
-        let b = |x: i64| (x > 1).then_some(x);
-        let mut v = vec![
-            ShapeSpec {
-                batch: b(batch),
-                m: Some(m),
-                n: Some(n),
-                k: None,
-            },
-            ShapeSpec {
-                batch: b(batch.min(3)),
-                m: Some(super::ragged(m)),
-                n: Some(super::ragged(n)),
-                k: None,
-            },
-        ];
-        super::dedup(&mut v);
-        v
+        super::side_by_side_shapes(batch, m, n)
     } else {
         super::row_shapes(m, n)
     };
