@@ -145,21 +145,13 @@ pub fn export_torch(
     out: &Path,
 ) -> Result<Vec<PathBuf>> {
     // The package's operator returns D shaped as the GEMM's m x n; a gemm_reduce D (one
-    // value a row) would come back the wrong shape. The package's reference and operator do
-    // not know the scan family yet. Refused before anything is written.
+    // value a row) would come back the wrong shape. Refused before anything is written.
     let family = dir.workload(&dir.load_spec()?)?.family();
     if family == crate::spec::Family::GemmReduce {
         return Err(Error::Usage(format!(
             "export --torch does not take family {family} yet (its operator would return the \
              product's m x n, not one value a row); `cutesmith export` without --torch writes \
              the kernel and its C ABI"
-        )));
-    }
-    if family == crate::spec::Family::Scan {
-        return Err(Error::Usage(format!(
-            "export --torch does not take family {family} yet (the package's operator and \
-             reference have no scan); `cutesmith export` without --torch writes the kernel and \
-             its C ABI"
         )));
     }
     let (b, mut written) = write_best(dir, abi_include, |w| package::csrc_dir(out, w), "")?;

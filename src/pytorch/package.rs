@@ -163,6 +163,7 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
             "scale_a": p.scale_a, "scale_b": p.scale_b, "scale_d": p.scale_d,
             "gate": p.gate.name(), "log_softmax": p.log_softmax,
             "norm": p.norm.name(), "eps": p.eps, "reduce": p.reduce.name(),
+            "scan": p.scan.name(), "reverse": p.reverse, "exclusive": p.exclusive,
         },
         "gate_params": [g0, g1],
         "chain": {"steps": steps, "tensors": tensors, "describe": chain.describe()},
@@ -236,6 +237,10 @@ pub fn workload_header(w: &Workload) -> String {
         "CSW_IS_REDUCE",
         u8::from(w.family() == Family::Reduce).to_string(),
     );
+    def(
+        "CSW_IS_SCAN",
+        u8::from(w.family() == Family::Scan).to_string(),
+    );
     def("CSW_A_COL", u8::from(lay.a == Layout::Col).to_string());
     def("CSW_DTYPE_AB", w.dtype().abi_value().to_string());
     def("CSW_DTYPE_CD", w.out_dtype().abi_value().to_string());
@@ -260,6 +265,11 @@ pub fn workload_header(w: &Workload) -> String {
     def("CSW_NORM", p.norm.abi_value().to_string());
     def("CSW_NORM_EPS", c_float(p.eps));
     def("CSW_REDUCE", p.reduce.abi_value().to_string());
+    def("CSW_SCAN", p.scan.abi_value().to_string());
+    def(
+        "CSW_SCAN_FLAGS",
+        crate::spec::ScanKind::flags(p.reverse, p.exclusive).to_string(),
+    );
     def("CSW_NUM_INPUTS", inputs.len().to_string());
     def("CSW_INPUTS", format!("{:?}", inputs.join(", ")));
     def("CSW_SHAPES", format!("{shapes:?}"));

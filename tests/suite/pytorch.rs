@@ -737,10 +737,19 @@ fn torch_operator_compiles_for_gemm_workloads() {
         // over the last dim of bf16 rows into f32.
         "reduce_max_f32_kernelbench",
         "reduce_logsumexp_bf16_vocab",
+        // Scans: over a middle dim in bf16 (x is (batch, n, m)), a reverse exclusive f32 one
+        // over the last dim, a cumprod from the row's end into f32 with a scale after.
+        "scan_cumsum_bf16_middle",
+        "scan_cumsum_exclusive_f32_kernelbench",
+        "fixtures:scan_prod_rev_bf16_small",
     ];
     let mut dirs = Vec::new();
     for name in names {
-        let w = Workload::load(root().join(format!("workloads/{name}.toml"))).unwrap();
+        let path = match name.strip_prefix("fixtures:") {
+            Some(f) => root().join(format!("tests/fixtures/workloads/{f}.toml")),
+            None => root().join(format!("workloads/{name}.toml")),
+        };
+        let w = Workload::load(path).unwrap();
         let dir = out.path().join(name);
         let csrc = cutesmith::pytorch::package::csrc_dir(&dir, &w);
         std::fs::create_dir_all(&csrc).unwrap();
@@ -787,6 +796,23 @@ fn torch_operator_compiles_for_gemm_workloads() {
     ] {
         assert!(h.contains(line), "{line} not in\n{h}");
     }
+    let h = std::fs::read_to_string(dirs[10].join("cutesmith_workload.h")).unwrap();
+    for line in [
+        "#define CSW_FAMILY 10",
+        "#define CSW_IS_SCAN 1",
+        "#define CSW_A_COL 1",
+        "#define CSW_SCAN 0",
+        "#define CSW_SCAN_FLAGS 0",
+    ] {
+        assert!(h.contains(line), "{line} not in\n{h}");
+    }
+    let h = std::fs::read_to_string(dirs[11].join("cutesmith_workload.h")).unwrap();
+    assert!(h.contains("#define CSW_SCAN_FLAGS 2"), "{h}");
+    let h = std::fs::read_to_string(dirs[12].join("cutesmith_workload.h")).unwrap();
+    assert!(
+        h.contains("#define CSW_SCAN 1") && h.contains("#define CSW_SCAN_FLAGS 1"),
+        "{h}"
+    );
     let h = std::fs::read_to_string(dirs[8].join("cutesmith_workload.h")).unwrap();
     for line in [
         "#define CSW_FAMILY 8",

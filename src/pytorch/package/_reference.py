@@ -58,12 +58,12 @@ def make_inputs(w, shape, device="cuda", seed=0):
             shape_x = (*lead, m, k) if (m > 1 or batched) else (k,)
         out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
     elif _norm_cols(w):
-        # A norm over dimension -2: batches of m rows of n side by side, (batch, n, m).
+        # A norm or a scan over dimension -2: batches of m rows of n side by side, (batch, n, m).
         shape_x = (batch, n, m) if batched else (n, m)
         out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
     else:
         shape_x = (m, n) if m > 1 else (n,)
-        if w["family"] == "norm" and batched:
+        if w["family"] in ("norm", "scan") and batched:
             shape_x = (batch, m, n)
         out.append((torch.rand(*shape_x, generator=gen, device=device) * 2 - 1).to(ab))
     cols = _norm_cols(w)
@@ -85,7 +85,7 @@ def make_inputs(w, shape, device="cuda", seed=0):
 
 
 def _norm_cols(w):
-    return w["family"] == "norm" and w["layout"]["a"] == "col"
+    return w["family"] in ("norm", "scan") and w["layout"]["a"] == "col"
 
 
 def normalize(w, x):
@@ -103,6 +103,43 @@ def normalize(w, x):
     if kind == "l2":
         return x / torch.clamp_min(torch.sqrt((x * x).sum(dim, keepdim=True)), eps)
     return x / torch.clamp_min(x.abs().sum(dim, keepdim=True), eps)
+
+
+def scan_rows(w, x, with_bound):
+    """Each row of x scanned (dimension -1, or -2 for rows side by side; from the row's end
+    with reverse, each element left out of its own output with exclusive), and with
+    with_bound the bound on an fp32 kernel's honest error there (the harness's
+    `ScanKind::eval`: 8 u times the sum of |x| before each output for a sum, (terms + 1)
+    times 4 u of the output for a product)."""
+    p = w["params"]
+    dim = -2 if _norm_cols(w) else -1
+    u = 8.0 * 2.0 ** -24
+    if p["reverse"]:
+        x = x.flip(dim)
+    prod = p["scan"] == "prod"
+    y = torch.cumprod(x, dim) if prod else torch.cumsum(x, dim)
+    n = x.shape[dim]
+    terms = torch.arange(1, n + 1, dtype=torch.float64, device=x.device)
+    a = x.abs().cumsum(dim) if with_bound and not prod else None
+    if p["exclusive"]:
+        first = torch.ones_like(y.narrow(dim, 0, 1)) if prod else torch.zeros_like(y.narrow(dim, 0, 1))
+        y = torch.cat((first, y.narrow(dim, 0, n - 1)), dim)
+        terms = terms - 1
+        if a is not None:
+            a = torch.cat((torch.zeros_like(first), a.narrow(dim, 0, n - 1)), dim)
+    e = None
+    if with_bound:
+        if prod:
+            shape = [1] * y.dim()
+            shape[dim] = n
+            e = (terms.view(shape) + 1) * u / 2 * y.abs()
+        else:
+            e = u * a
+        e = e.nan_to_num(0.0, posinf=0.0)
+    if p["reverse"]:
+        y = y.flip(dim)
+        e = e.flip(dim) if e is not None else None
+    return y, e
 
 
 def _reduce_dim(w):
@@ -291,6 +328,20 @@ def reference(w, inputs, exact=False, with_slack=False):
         if fam == "norm":
             y = normalize(w, x.to(torch.float64 if exact else torch.float32)).to(dt)
             return _ret(chain(w, y, tensors), None, with_slack)
+        if fam == "scan":
+            # In the inputs' dtype, as PyTorch runs it; exact: in float64 with the kernel's
+            # error bound, carried through the chain.
+            bound = exact and with_slack
+            y, e = scan_rows(w, x.to(torch.float64) if exact else x, bound)
+            y = y.to(dt)
+            want = chain(w, y, tensors)
+            if e is None:
+                return _ret(want, None, with_slack)
+            e = e.to(dt)
+            dev = torch.zeros_like(want)
+            for d in (-1.0, -0.5, 0.5, 1.0):
+                dev = torch.maximum(dev, (chain(w, y + d * e, tensors) - want).abs())
+            return _ret(want, dev.nan_to_num(0.0), with_slack)
         if fam == "reduce":
             # In the inputs' dtype, as PyTorch runs it (a 16-bit sum accumulates in fp32
             # inside the op); exact: in float64 with the kernel's error bound.

@@ -217,11 +217,11 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   check_tensor(a, "x", CSW_DTYPE_AB, device);
   d = at::empty(a.sizes(), out_opts);
   p.a = a.data_ptr();
-#if CSW_IS_NORM && CSW_A_COL
-  // A norm over the second-last dimension: x (..., n, m) holds batches of m rows of n
-  // elements side by side (element j of row i at j * m + i).
+#if (CSW_IS_NORM || CSW_IS_SCAN) && CSW_A_COL
+  // A norm or a scan over the second-last dimension: x (..., n, m) holds batches of m rows
+  // of n elements side by side (element j of row i at j * m + i).
   TORCH_CHECK(a.dim() >= 2 && a.is_contiguous(), CSW_NAME ": x must be contiguous with at least two "
-              "dimensions (..., n, m), normalized over dimension -2; got ", a.sizes(), " with strides ",
+              "dimensions (..., n, m), normalized or scanned over dimension -2; got ", a.sizes(), " with strides ",
               a.strides(), ": pass .contiguous()");
   n = a.size(-2);
   m = a.size(-1);
@@ -230,7 +230,7 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
   p.lda = std::max<int64_t>(m, 1);
   p.batch_stride_a = m * n;
 #else
-  // Activation, row softmax and a norm over the last dimension: m rows of its n elements.
+  // Activation, row softmax, and a norm or a scan over the last dimension: m rows of its n elements.
   TORCH_CHECK(a.dim() >= 1 && a.is_contiguous(), CSW_NAME ": x must be contiguous (rows of its last "
               "dimension), got strides ", a.strides(), ": pass .contiguous()");
   n = a.size(-1);
@@ -242,6 +242,8 @@ at::Tensor run(std::vector<at::Tensor> inputs) {
 #endif
   p.norm = CSW_NORM;
   p.norm_eps = CSW_NORM_EPS;
+  p.scan = CSW_SCAN;
+  p.scan_flags = CSW_SCAN_FLAGS;
   p.m = m;
   p.n = n;
   p.k = k;
