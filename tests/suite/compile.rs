@@ -575,6 +575,18 @@ fn generated_passes_and_chain_functors_compile() {
                 DType::BF16,
                 false,
             ),
+            // A scan's per-chunk prefixes, then the chunk's own elements: a reverse
+            // exclusive cumprod of bf16 rows side by side into f32.
+            (
+                Reference::Scan {
+                    kind: cutesmith::spec::ScanKind::Prod,
+                    reverse: true,
+                    exclusive: true,
+                },
+                DType::F32,
+                DType::BF16,
+                true,
+            ),
         ];
         for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
             let src = check_source(&CheckSpec {
@@ -591,6 +603,7 @@ fn generated_passes_and_chain_functors_compile() {
                 "cs_row_stats",
                 "cs_norm_stats",
                 "cs_reduce_stats",
+                "cs_scan_stats",
             ] {
                 assert!(src.contains(entry), "{entry} missing");
             }
