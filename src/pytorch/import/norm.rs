@@ -562,6 +562,32 @@ pub(super) fn rows_over(
     })
 }
 
+/// None, with the problem recorded at `head`, when a `family` op over a middle dimension
+/// (`col`: its rows side by side) is followed by an op reading a tensor: only constants and
+/// activations follow one.
+pub(super) fn constants_after_side_by_side(
+    mp: &mut Mapper<'_>,
+    head: &Node,
+    chain: &[OpSpec],
+    col: bool,
+    family: &str,
+) -> Option<()> {
+    if col
+        && chain
+            .iter()
+            .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
+    {
+        mp.problem(
+            head,
+            format!(
+                "a tensor operand after a {family} over a middle dimension: only constants and activations follow such a {family}"
+            ),
+        );
+        return None;
+    }
+    Some(())
+}
+
 /// The workload of a normalization `nm` whose chain ends at `out`.
 pub(super) fn map_norm(
     mp: &mut Mapper<'_>,
@@ -592,17 +618,7 @@ pub(super) fn map_norm(
         dtype,
         ops,
     )?);
-    if col
-        && chain
-            .iter()
-            .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
-    {
-        mp.problem(
-            head,
-            "a tensor operand after a norm over a middle dimension: only constants and activations follow such a norm",
-        );
-        return None;
-    }
+    constants_after_side_by_side(mp, head, &chain, col, "norm")?;
     for (i, a) in nm.affine.iter().enumerate() {
         ops.insert(i, super::describe(a));
     }

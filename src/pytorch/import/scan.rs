@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::norm::{dims_arg, rows_over};
+use super::norm::{constants_after_side_by_side, dims_arg, rows_over};
 use super::{arg, op_name, param, Arg, Mapper, Node};
 use crate::spec::{Family, ParamsSpec, ScanKind, WorkloadSpec};
 
@@ -235,17 +235,7 @@ pub(super) fn map_scan(
     let rows = rows_over(mp, head, &sm.input, &[sm.dim], "scan")?;
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     let chain = super::chain_after(mp, &sm.head, out, (batch, m, n), dtype, ops)?;
-    if col
-        && chain
-            .iter()
-            .any(|s| s.operand.as_deref().is_some_and(|o| o != "z"))
-    {
-        mp.problem(
-            head,
-            "a tensor operand after a scan over a middle dimension: only constants and activations follow such a scan",
-        );
-        return None;
-    }
+    constants_after_side_by_side(mp, head, &chain, col, "scan")?;
     let what = format!(
         "{}cum{}{}",
         if sm.exclusive { "exclusive " } else { "" },

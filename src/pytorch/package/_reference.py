@@ -328,25 +328,12 @@ def reference(w, inputs, exact=False, with_slack=False):
         if fam == "norm":
             y = normalize(w, x.to(torch.float64 if exact else torch.float32)).to(dt)
             return _ret(chain(w, y, tensors), None, with_slack)
-        if fam == "scan":
-            # In the inputs' dtype, as PyTorch runs it; exact: in float64 with the kernel's
-            # error bound, carried through the chain.
-            bound = exact and with_slack
-            y, e = scan_rows(w, x.to(torch.float64) if exact else x, bound)
-            y = y.to(dt)
-            want = chain(w, y, tensors)
-            if e is None:
-                return _ret(want, None, with_slack)
-            e = e.to(dt)
-            dev = torch.zeros_like(want)
-            for d in (-1.0, -0.5, 0.5, 1.0):
-                dev = torch.maximum(dev, (chain(w, y + d * e, tensors) - want).abs())
-            return _ret(want, dev.nan_to_num(0.0), with_slack)
-        if fam == "reduce":
+        if fam in ("scan", "reduce"):
             # In the inputs' dtype, as PyTorch runs it (a 16-bit sum accumulates in fp32
-            # inside the op); exact: in float64 with the kernel's error bound.
-            bound = exact and with_slack
-            y, e = reduce_rows(w, x.to(torch.float64) if exact else x, bound)
+            # inside the op); exact: in float64 with the kernel's error bound, carried
+            # through the chain.
+            rows = scan_rows if fam == "scan" else reduce_rows
+            y, e = rows(w, x.to(torch.float64) if exact else x, exact and with_slack)
             y = y.to(dt)
             want = chain(w, y, tensors)
             if e is None:
