@@ -14,9 +14,10 @@
 // ldd and batch_stride_d. Each scanned y (fp32) goes through cs_chain::apply(y, t), t[] the
 // chain's operands at (b, i, j), and is rounded once to D's type.
 //
-// Math in fp32. The sum's carry from one part of a row to the next is compensated (Kahan),
-// so that the adds behind any y stay a shallow tree (a thread's few elements, a warp's
-// shuffles, a CTA's warps) plus a compensated running total, whatever the row's length.
+// Math in fp32. The sum's carry along a row (step to step, tile to tile, part to part) is
+// compensated (Kahan), so that the adds behind any y stay a shallow tree (a lane's vector
+// and the warp's shuffles; or a warp's positions and the CTA's warps) plus a compensated
+// running total, whatever the row's length.
 //   Row-major: a warp scans a (row, part) in steps of 32 16-byte vectors, each lane one
 //   vector of adjacent elements (where the row allows; a reverse scan reads the mirrored run
 //   and reverses it in registers), scanned in registers, then across the warp by shuffles;
@@ -32,6 +33,13 @@
 //   total to the workspace, the scan kernel starts each part from the combined totals of the
 //   parts before it (A is read twice, D written once).
 //
+// Validated by the project's fp64 checker (each output against the fp64 scan, within 8 u of
+// the sum of |x| before it, or (terms + 1) 4 u of a product) on every shape and seed of the
+// scan workloads and GPU test fixtures. Measured with `cutesmith bench scan` on an H100 80GB
+// HBM3 (bench/scan-h100.md, bench/scan-variants.md): KernelBench's cumsum, cumprod, reverse
+// and exclusive cumsum of 32768 x 32768 f32 at 88-89% of a device copy of the same bytes
+// (eager PyTorch: 22-60%), a bf16 cumsum over a middle dim at 77% (PyTorch: 18%).
+//
 // Workspace: split rows only, batch * m * P * 4 bytes; a smaller one than asked for makes P
 // shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other families, an unknown
 // cs_scan or flags (or ones unlike CS_WL_SCAN / CS_WL_SCAN_FLAGS), layout_cd unlike layout_a,
@@ -41,7 +49,7 @@
 //
 // Parameters (-DNAME=VALUE):
 //   CS_THREADS      256   threads a CTA (a multiple of 64, at most 1024)
-//   CS_AHEAD        4     row-major: steps whose vector a lane has loaded (this one and the
+//   CS_AHEAD        2     row-major: steps whose vector a lane has loaded (this one and the
 //                         next CS_AHEAD - 1) while it scans (1-8)
 //   CS_MIN_BLOCKS   1     row-major: CTAs an SM holds that the registers are budgeted for
 //                         (launch bounds; more CTAs, fewer registers a thread)
@@ -71,7 +79,7 @@
 #define CS_WAVES 2
 #endif
 #ifndef CS_AHEAD
-#define CS_AHEAD 4
+#define CS_AHEAD 2
 #endif
 #ifndef CS_MIN_BLOCKS
 #define CS_MIN_BLOCKS 1
