@@ -1238,6 +1238,125 @@ mod tests {
         }
     }
 
+    /// A row scanned in fp32 with the adds `scan_rows.cu` makes for row-major rows: a lane's
+    /// 4 elements (f32 vectors), the warp's shuffle tree over 32 lanes, then the step's
+    /// total into a running carry (compensated for a sum).
+    fn blocked_scan(x: &[f32], prod: bool) -> Vec<f32> {
+        let op = |a: f32, b: f32| if prod { a * b } else { a + b };
+        let id = if prod { 1.0f32 } else { 0.0 };
+        let mut out = Vec::with_capacity(x.len());
+        let (mut hi, mut lo) = (id, 0f32);
+        for step in x.chunks(128) {
+            // Positions past the row's end hold the identity, as in the kernel.
+            let at = |i: usize| step.get(i).copied().unwrap_or(id);
+            let mut s = [[id; 4]; 32];
+            for (l, lane) in s.iter_mut().enumerate() {
+                lane[0] = at(4 * l);
+                for e in 1..4 {
+                    lane[e] = op(lane[e - 1], at(4 * l + e));
+                }
+            }
+            let mut inc: [f32; 32] = std::array::from_fn(|l| s[l][3]);
+            let mut o = 1;
+            while o < 32 {
+                let prev = inc;
+                for l in o..32 {
+                    inc[l] = op(prev[l - o], prev[l]);
+                }
+                o *= 2;
+            }
+            for i in 0..step.len() {
+                let (l, e) = (i / 4, i % 4);
+                let before = if l == 0 { id } else { inc[l - 1] };
+                let local = op(before, s[l][e]);
+                out.push(if prod { hi * local } else { hi + (local - lo) });
+            }
+            if prod {
+                hi *= inc[31];
+            } else {
+                let v = inc[31] - lo;
+                let t = hi + v;
+                lo = (t - hi) - v;
+                hi = t;
+            }
+        }
+        out
+    }
+
+    fn bf16(x: f32) -> f32 {
+        let b = x.to_bits();
+        f32::from_bits((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000)
+    }
+
+    /// The scan's bound (SCAN_U per unit of the sum of |x| before an output; (terms + 1)
+    /// SCAN_U / 2 of a product) holds for the kernel's fp32 order on rows of up to 2^20
+    /// elements, and catches a scan that accumulates in bf16, or that is off by one element.
+    #[test]
+    fn the_scan_bound_holds_for_the_kernels_order_and_still_catches() {
+        use crate::spec::ScanKind;
+        for (n, seed) in [(1000usize, 1u64), (32768, 2), (1 << 20, 3)] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| input_value(seed, 0, i as u64) as f32)
+                .collect();
+            let x64: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
+            let want = ScanKind::Sum.eval(&x64, false, SCAN_U);
+            let got = blocked_scan(&x, false);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, (w, e))| (f64::from(*g) - w).abs() / e.max(f64::MIN_POSITIVE))
+                .fold(0f64, f64::max);
+            assert!(
+                worst <= 1.0,
+                "n {n}: the fp32 scan used {worst:.3} of its bound"
+            );
+            // bf16 accumulation (each running sum rounded to bf16) is far outside it.
+            let mut acc = 0f32;
+            let lossy: Vec<f32> = x
+                .iter()
+                .map(|v| {
+                    acc = bf16(acc + v);
+                    acc
+                })
+                .collect();
+            let caught = lossy
+                .iter()
+                .zip(&want)
+                .filter(|(g, (w, e))| (f64::from(**g) - w).abs() > 2.0 * e)
+                .count();
+            assert!(
+                caught > n / 2,
+                "n {n}: bf16 accumulation caught at {caught} of {n}"
+            );
+            // An exclusive result where an inclusive one is wanted: each output off by its
+            // x_j, which the bound catches wherever |x_j| is above the prefix's rounding
+            // room (most of them at 2^20 elements; one such element fails a kernel).
+            let excl = ScanKind::Sum.eval(&x64, true, SCAN_U);
+            let off = excl
+                .iter()
+                .zip(&want)
+                .filter(|((g, _), (w, e))| (g - w).abs() > *e)
+                .count();
+            assert!(
+                off > n / 2,
+                "n {n}: off by one element caught at {off} of {n}"
+            );
+        }
+        // Products of values near 1 (so the product stays away from 0 and infinity).
+        let x: Vec<f32> = (0..4096)
+            .map(|i| (1.0 + 0.01 * input_value(4, 0, i)) as f32)
+            .collect();
+        let x64: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
+        let want = ScanKind::Prod.eval(&x64, false, SCAN_U);
+        let got = blocked_scan(&x, true);
+        for (j, (g, (w, e))) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(*g) - w).abs() <= *e,
+                "product {j}: {g} against {w} (bound {e})"
+            );
+        }
+    }
+
     #[test]
     fn the_dot_product_bound_holds_at_any_k_and_still_catches() {
         for k in [64usize, 513, 4096, 1 << 20] {
