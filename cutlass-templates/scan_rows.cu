@@ -174,7 +174,9 @@ __device__ __forceinline__ void cs_carry_add(CsCarry& c, float x)
   } else {
     float const v = x - c.lo;
     float const t = c.hi + v;
-    c.lo = (t - c.hi) - v;
+    // Once the total is infinite (or NaN) there is nothing to compensate: inf - inf in the
+    // correction would turn every later output into NaN where the sum is +-inf.
+    c.lo = isfinite(t) ? (t - c.hi) - v : 0.0f;
     c.hi = t;
   }
 }
@@ -188,7 +190,7 @@ __device__ __forceinline__ float cs_carry_apply(CsCarry c, float x)
 }
 
 // ---------------------------------------------------------------------------------------
-// Row-major rows: a CTA a (row, part), tiles of kThreads x E elements
+// Row-major rows: loads, stores and the warp's scan
 // ---------------------------------------------------------------------------------------
 
 // E adjacent elements of a row from physical index j0 (out of [0, n): the identity), as a

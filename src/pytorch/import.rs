@@ -2926,6 +2926,95 @@ mod tests {
         );
         assert_eq!((spec.shapes[0].m, spec.shapes[0].n), (Some(8), Some(64)));
         assert_eq!(ops, vec!["exclusive cumsum".to_string()]);
+        // The identity in front must be the scan's: ones before a cumprod (an exclusive
+        // product), not zeros (a different function, refused: its scan reads a slice).
+        let excl_prod = |fill: &str| {
+            graph(
+                vec![
+                    input("x", sh, st),
+                    node("z", fill, serde_json::json!([r("x")]), &[8, 1], &[1, 1]),
+                    node(
+                        "sl",
+                        "aten.slice.Tensor",
+                        serde_json::json!([r("x"), 1, 0, -1]),
+                        &[8, 63],
+                        &[64, 1],
+                    ),
+                    node(
+                        "s",
+                        "aten.cumprod.default",
+                        serde_json::json!([r("sl"), 1]),
+                        &[8, 63],
+                        &[63, 1],
+                    ),
+                    node(
+                        "c",
+                        "aten.cat.default",
+                        serde_json::json!([[r("z"), r("s")], 1]),
+                        sh,
+                        st,
+                    ),
+                ],
+                "c",
+            )
+        };
+        let (spec, _) = map_graph(&excl_prod("aten.ones_like.default"), "t.py").unwrap();
+        assert_eq!(
+            (spec.params.scan, spec.params.exclusive),
+            (Some(ScanKind::Prod), Some(true))
+        );
+        assert!(map_graph(&excl_prod("aten.zeros_like.default"), "t.py").is_err());
+        // A strided slice (every other element) is no exclusive scan.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "z",
+                    "aten.zeros_like.default",
+                    serde_json::json!([r("x")]),
+                    &[8, 1],
+                    &[1, 1],
+                ),
+                node(
+                    "sl",
+                    "aten.slice.Tensor",
+                    serde_json::json!([r("x"), 1, 0, 63, 2]),
+                    &[8, 32],
+                    &[64, 2],
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("sl"), 1]),
+                    &[8, 32],
+                    &[32, 1],
+                ),
+                node(
+                    "c",
+                    "aten.cat.default",
+                    serde_json::json!([[r("z"), r("s")], 1]),
+                    &[8, 33],
+                    &[33, 1],
+                ),
+            ],
+            "c",
+        );
+        assert!(map_graph(&g, "t.py").is_err());
+        // cumsum(x, dtype=torch.float32) of bf16 rows writes f32.
+        let mut s32 = node(
+            "s",
+            "aten.cumsum.default",
+            serde_json::json!([r("x"), 1]),
+            sh,
+            st,
+        );
+        s32["kwargs"] = serde_json::json!({"dtype": "torch.float32"});
+        s32["val"]["dtype"] = serde_json::json!("float32");
+        let (spec, _) = map_graph(&graph(vec![input("x", sh, st), s32], "s"), "t.py").unwrap();
+        assert_eq!(
+            (spec.dtype, spec.out_dtype),
+            (DType::BF16, Some(DType::F32))
+        );
         // The scan of a computed tensor (a mask applied first) is refused, saying why.
         let g = graph(
             vec![

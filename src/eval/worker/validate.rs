@@ -1276,7 +1276,7 @@ mod tests {
             } else {
                 let v = inc[31] - lo;
                 let t = hi + v;
-                lo = (t - hi) - v;
+                lo = if t.is_finite() { (t - hi) - v } else { 0.0 };
                 hi = t;
             }
         }
@@ -1342,6 +1342,23 @@ mod tests {
                 "n {n}: off by one element caught at {off} of {n}"
             );
         }
+        // An infinity stays one through the compensated carry (inf - inf would be NaN),
+        // and a later opposite infinity makes NaN, as in fp64.
+        let mut x: Vec<f32> = (0..1000).map(|i| input_value(5, 0, i) as f32).collect();
+        x[3] = f32::NEG_INFINITY;
+        let x64: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
+        let want = ScanKind::Sum.eval(&x64, false, SCAN_U);
+        let got = blocked_scan(&x, false);
+        assert!(got[..3].iter().all(|g| g.is_finite()));
+        assert!(
+            got[3..].iter().all(|g| *g == f32::NEG_INFINITY),
+            "{:?}",
+            &got[120..140]
+        );
+        assert!(want[3..].iter().all(|(w, _)| *w == f64::NEG_INFINITY));
+        x[700] = f32::INFINITY;
+        let got = blocked_scan(&x, false);
+        assert!(got[700..].iter().all(|g| g.is_nan()) && got[699] == f32::NEG_INFINITY);
         // Products of values near 1 (so the product stays away from 0 and infinity).
         let x: Vec<f32> = (0..4096)
             .map(|i| (1.0 + 0.01 * input_value(4, 0, i)) as f32)

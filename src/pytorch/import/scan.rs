@@ -1,9 +1,10 @@
 //! Scans along a dimension in a traced graph (`torch.cumsum`, `torch.cumprod`) of a Model
 //! input, with elementwise ops after them: the scan family. Two written-out forms map too:
 //! the reverse scan `cumsum(x.flip(d), d).flip(d)` and the exclusive one
-//! `cat([zeros of one slice, cumsum(x.narrow(d, 0, n - 1), d)], d)` (KernelBench level 1,
-//! 91 and 92). A match names the node whose value is the scanned tensor (the head the chain
-//! continues from) and the nodes it absorbs.
+//! `cat([zeros of one slice, cumsum(x.narrow(d, 0, n - 1), d)], d)` (ones before a cumprod)
+//! (KernelBench level 1, 91 and 92). A match names the node whose value is the scanned tensor
+//! (the head the chain continues from) and the nodes it absorbs. A scan into another type
+//! (`cumsum(x, d, dtype=torch.float32)`) writes that type where the family can (f32).
 
 use std::collections::HashSet;
 
@@ -11,7 +12,7 @@ use serde_json::Value;
 
 use super::norm::{constants_after_side_by_side, dims_arg, rows_over};
 use super::{arg, op_name, param, Arg, Mapper, Node};
-use crate::spec::{Family, ParamsSpec, ScanKind, WorkloadSpec};
+use crate::spec::{DType, Family, ParamsSpec, ScanKind, WorkloadSpec};
 
 /// A scan found in the graph.
 pub(super) struct ScanMatch {
@@ -124,9 +125,10 @@ impl<'g> Mapper<'g> {
             }
         }
         // Exclusive: the scan reads the input without its last slice along the dim, and its
-        // one reader puts a slice of zeros in front: cat([zeros, scan], dim).
+        // one reader puts a slice of the identity in front: cat([zeros, scan], dim) (ones
+        // for a product).
         if !m.reverse {
-            if let Some(ex) = self.exclusive_form(n, dim, rank, calls) {
+            if let Some(ex) = self.exclusive_form(n, kind, dim, rank, calls) {
                 absorbed.extend(ex.1);
                 m.input = ex.0;
                 m.head = ex.2;
@@ -137,11 +139,13 @@ impl<'g> Mapper<'g> {
         Some(m)
     }
 
-    /// `cat([zeros, cumsum(slice(x, dim, 0, n - 1), dim)], dim)`: x, the nodes of the form
-    /// (the zeros' own chain back to x included) and the cat.
+    /// `cat([identity, scan(slice(x, dim, 0, n - 1), dim)], dim)` shaped like x (zeros before
+    /// a cumsum, ones before a cumprod): x, the nodes of the form (the identity's own chain
+    /// back to x included) and the cat.
     fn exclusive_form(
         &self,
         scan: &'g Node,
+        kind: ScanKind,
         dim: usize,
         rank: usize,
         calls: &[&'g Node],
@@ -158,16 +162,34 @@ impl<'g> Mapper<'g> {
         };
         let xm = self.meta(x)?;
         let len = *xm.shape.get(dim)?;
-        // slice(x, dim, 0, len - 1) (narrow(x, dim, 0, len - 1) takes a length).
-        let int = |i: usize| param(slice, i, "").and_then(Value::as_i64);
-        let d = int(1)?;
+        // slice(x, dim, 0, len - 1) with step 1, or narrow(x, dim, 0, len - 1) (a length);
+        // a start or an end that is not a number (a symbolic size) is no match.
+        let int = |i: usize, key: &str| -> Option<Option<i64>> {
+            match param(slice, i, key) {
+                None => Some(None),
+                Some(v) => v.as_i64().map(Some),
+            }
+        };
+        let d = int(1, "dim")?.unwrap_or(0);
         let d = if d < 0 { d + rank as i64 } else { d };
-        let (start, end) = (int(2).unwrap_or(0), int(3)?);
+        let start = int(2, "start")?.unwrap_or(0);
+        let end = if target(slice) == "narrow" {
+            start + int(3, "length")??
+        } else {
+            if int(4, "step")?.unwrap_or(1) != 1 {
+                return None;
+            }
+            match int(3, "end")? {
+                Some(e) if e < 0 => e + len,
+                Some(e) => e.min(len),
+                None => len,
+            }
+        };
         if d != dim as i64 || start != 0 || end != len - 1 {
             return None;
         }
         let cat = self.only_reader(&scan.name, calls)?;
-        if target(cat) != "cat" {
+        if target(cat) != "cat" || self.meta(&cat.name)?.shape != xm.shape {
             return None;
         }
         let parts = cat.args.first()?.as_array()?;
@@ -186,20 +208,18 @@ impl<'g> Mapper<'g> {
         let Arg::Node(z) = arg(zeros) else {
             return None;
         };
-        // The zeros: zeros_like / new_zeros / zeros / full of 0, possibly of a select and
-        // unsqueeze of x; one slice along the dim.
+        // The scan's identity (zeros for a sum, ones for a product: zeros_like / new_zeros /
+        // zeros / ones_like / ... / full of it), possibly of a select and unsqueeze of x;
+        // one slice along the dim.
         let mut names = vec![slice.name.clone(), cat.name.clone()];
         let zn = self.node(z)?;
-        if !matches!(
-            target(zn),
-            "zeros_like" | "zeros" | "new_zeros" | "full" | "full_like"
-        ) || self.meta(z)?.shape.get(dim) != Some(&1)
-        {
-            return None;
-        }
-        if matches!(target(zn), "full" | "full_like")
-            && super::num_param(zn, 1, "fill_value").unwrap_or(1.0) != 0.0
-        {
+        let fill = match target(zn) {
+            "zeros_like" | "zeros" | "new_zeros" => 0.0,
+            "ones_like" | "ones" | "new_ones" => 1.0,
+            "full" | "full_like" | "new_full" => super::num_param(zn, 1, "fill_value")?,
+            _ => return None,
+        };
+        if fill != kind.identity() || self.meta(z)?.shape.get(dim) != Some(&1) {
             return None;
         }
         names.push(zn.name.clone());
@@ -234,7 +254,21 @@ pub(super) fn map_scan(
     let head = mp.node(&sm.head)?;
     let rows = rows_over(mp, head, &sm.input, &[sm.dim], "scan")?;
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
-    let chain = super::chain_after(mp, &sm.head, out, (batch, m, n), dtype, ops)?;
+    // `dtype=` on the scan: the result's type, which the family writes when it is f32.
+    let out_dtype = mp
+        .meta(&sm.head)
+        .and_then(|meta| super::dtype_of(&meta.dtype))
+        .unwrap_or(dtype);
+    if out_dtype != dtype && out_dtype != DType::F32 {
+        mp.problem(
+            head,
+            format!(
+                "a scan of {dtype} into {out_dtype}: family scan writes its input's type or f32"
+            ),
+        );
+        return None;
+    }
+    let chain = super::chain_after(mp, &sm.head, out, (batch, m, n), out_dtype, ops)?;
     constants_after_side_by_side(mp, head, &chain, col, "scan")?;
     let what = format!(
         "{}cum{}{}",
@@ -253,7 +287,7 @@ pub(super) fn map_scan(
         description: rows.describe(&what, chain.len(), file),
         family: Family::Scan,
         dtype,
-        out_dtype: None,
+        out_dtype: (out_dtype != dtype).then_some(out_dtype),
         acc_dtype: None,
         allow_tf32: false,
         layout: rows.layout(),
