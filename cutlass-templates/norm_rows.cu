@@ -107,6 +107,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
+#include "cutesmith_rows.cuh"    // element types and conversions, launch-planning helpers
 
 // ---------------------------------------------------------------------------------------
 // Strategy parameters
@@ -1004,11 +1005,6 @@ cs_norm_col_kernel(const __grid_constant__ cs_problem p, int64_t tiles_per_batch
 // Host: checks, the plan (shared by cutesmith_workspace_bytes and cutesmith_launch), launch
 // ---------------------------------------------------------------------------------------
 
-static int64_t cs_dtype_bytes(int32_t dt)
-{
-  return dt == CS_DTYPE_F32 ? 4 : (dt == CS_DTYPE_F16 || dt == CS_DTYPE_BF16) ? 2 : 0;
-}
-
 static int32_t cs_norm_check(const cs_problem& p, bool check_pointers)
 {
   if (!kBuildNorm || p.family != CS_FAMILY_NORM) return CS_ERR_UNSUPPORTED;
@@ -1058,20 +1054,6 @@ static int64_t cs_pow2_at_least(int64_t x)
   int64_t q = 1;
   while (q < x) q <<= 1;
   return q;
-}
-static int64_t cs_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t cs_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t cs_max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-static int cs_sm_count(const cs_problem& p)
-{
-  if (p.sm_count > 0) return p.sm_count;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-    return sms;
-  (void)cudaGetLastError();
-  return 132;   // an H100 SXM
 }
 
 // Path 3's chunking into (at most) `parts` chunks of a row of nb_max vectors.

@@ -68,6 +68,7 @@
 
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
+#include "cutesmith_rows.cuh"    // element types and conversions, launch-planning helpers
 
 #ifndef CS_THREADS
 #define CS_THREADS 256
@@ -129,24 +130,6 @@ static constexpr bool kBuildCol = CS_WL_LAYOUT_A == CS_LAYOUT_COL;
 #else
 static constexpr bool kBuildRow = true, kBuildCol = true;
 #endif
-
-// ---------------------------------------------------------------------------------------
-// Element types
-// ---------------------------------------------------------------------------------------
-
-template <class T> struct CsDtype;
-template <> struct CsDtype<float> { static constexpr int value = CS_DTYPE_F32; };
-template <> struct CsDtype<__half> { static constexpr int value = CS_DTYPE_F16; };
-template <> struct CsDtype<__nv_bfloat16> { static constexpr int value = CS_DTYPE_BF16; };
-
-__device__ __forceinline__ float cs_f32(float x) { return x; }
-__device__ __forceinline__ float cs_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float cs_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T> __device__ __forceinline__ T cs_from_f32(float y);
-template <> __device__ __forceinline__ float cs_from_f32<float>(float y) { return y; }
-template <> __device__ __forceinline__ __half cs_from_f32<__half>(float y) { return __float2half_rn(y); }
-template <> __device__ __forceinline__ __nv_bfloat16 cs_from_f32<__nv_bfloat16>(float y) { return __float2bfloat16_rn(y); }
 
 // ---------------------------------------------------------------------------------------
 // The scan's operation
@@ -521,14 +504,6 @@ cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float*
 // Host: checks, the plan (shared by cutesmith_workspace_bytes and cutesmith_launch), launch
 // ---------------------------------------------------------------------------------------
 
-static int64_t cs_dtype_bytes(int32_t dt)
-{
-  return dt == CS_DTYPE_F32 ? 4 : (dt == CS_DTYPE_F16 || dt == CS_DTYPE_BF16) ? 2 : 0;
-}
-static int64_t cs_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t cs_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t cs_max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
 static constexpr int32_t kFlagsAll = CS_SCAN_REVERSE | CS_SCAN_EXCLUSIVE;
 
 static int32_t cs_scan_check(const cs_problem& p, bool check_pointers)
@@ -558,17 +533,6 @@ static int32_t cs_scan_check(const cs_problem& p, bool check_pointers)
       return CS_ERR_UNSUPPORTED;
   }
   return CS_OK;
-}
-
-static int cs_sm_count(const cs_problem& p)
-{
-  if (p.sm_count > 0) return p.sm_count;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-    return sms;
-  (void)cudaGetLastError();
-  return 132;   // an H100 SXM
 }
 
 struct CsPlan {
