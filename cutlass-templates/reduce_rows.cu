@@ -9,7 +9,10 @@
 // over the last dim); COL: at b * batch_stride_a + j * lda + i (a reduction over dim 1 of a
 // (B, K, M) tensor: batch B, m = M rows side by side, lda = M). D is m x 1: element i of
 // batch b at b * batch_stride_d + i * ldd. Each reduced y (fp32) goes through
-// cs_chain::apply(y, t), t[] the chain's operands at (b, i, 0).
+// cs_chain::apply(y, t), t[] the chain's operands at (b, i, 0). With [[before]] ops
+// (cs_before), each element x of A at (b, i, j) is first cs_before::apply(x, t), t[] their
+// operands there (a loss's target, a mask: MATRIX operands shaped and laid out like A),
+// loaded element by element beside A's vectors.
 //
 // Math in fp32, one rounding on store. Each thread keeps a running state per row it reads
 // (a sum, an extreme, or logsumexp's (max, sum of exp(x - max)), updated once a vector), the
@@ -63,6 +66,33 @@
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
 #include "cutesmith_rows.cuh"    // element types and conversions, launch-planning helpers
+
+// The ops on each element before the reduction ([[before]]: cs_before, generated after the
+// chain when the workload has them), or the identity. Their operands take the first slots,
+// indexed like A (see cs_before_at).
+#ifndef CS_BEFORE_DEFINED
+#define CS_BEFORE_DEFINED 1
+struct cs_before {
+  static constexpr int kOperands = 0;
+  static constexpr int kKind0 = CS_OPERAND_NONE;
+  static constexpr int kKind1 = CS_OPERAND_NONE;
+  static constexpr int kKind2 = CS_OPERAND_NONE;
+  static constexpr int kKind3 = CS_OPERAND_NONE;
+  static constexpr int kDtype0 = -1;
+  static constexpr int kDtype1 = -1;
+  static constexpr int kDtype2 = -1;
+  static constexpr int kDtype3 = -1;
+  static constexpr bool kIdentity = true;
+  CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
+};
+#endif
+
+// Element (i, j) of batch b's A, x, after the [[before]] ops.
+__device__ __forceinline__ float cs_pre(const cs_problem& p, float x, int64_t b, int64_t i, int64_t j)
+{
+  if constexpr (cs_before::kIdentity) return x;
+  else return cs_before_at<cs_before>(p, x, b, i, j);
+}
 
 #ifndef CS_THREADS
 #define CS_THREADS 256
@@ -318,9 +348,9 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
     int64_t const nv = (p.k - head) / V;
     CsAcc s = cs_init<KIND>();
     if (part == 0)
-      for (int64_t j = lane; j < head; j += G) cs_add1<KIND>(s, cs_f32(x[j]));
+      for (int64_t j = lane; j < head; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j));
     if (part == parts - 1)
-      for (int64_t j = head + nv * V + lane; j < p.k; j += G) cs_add1<KIND>(s, cs_f32(x[j]));
+      for (int64_t j = head + nv * V + lane; j < p.k; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j));
     uint4 const* xv = reinterpret_cast<uint4 const*>(x + head);
     int64_t const v1 = part * chunk + chunk < nv ? part * chunk + chunk : nv;
     int64_t v = part * chunk + lane;
@@ -332,12 +362,20 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
       for (int u = 0; u < kRowVecs; ++u) {
         float e[V];
         cs_unpack<TA>(r[u], e);
+        if constexpr (!cs_before::kIdentity) {
+#pragma unroll
+          for (int q = 0; q < V; ++q) e[q] = cs_pre(p, e[q], b, i, head + (v + u * G) * V + q);
+        }
         cs_add<KIND, V>(s, e);
       }
     }
     for (; v < v1; v += G) {
       float e[V];
       cs_unpack<TA>(__ldg(xv + v), e);
+      if constexpr (!cs_before::kIdentity) {
+#pragma unroll
+        for (int q = 0; q < V; ++q) e[q] = cs_pre(p, e[q], b, i, head + v * V + q);
+      }
       cs_add<KIND, V>(s, e);
     }
     s = cs_group_merge<KIND, G>(s);
@@ -388,6 +426,10 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
 #pragma unroll
               for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + row_of(r)));
             }
+            if constexpr (!cs_before::kIdentity) {
+#pragma unroll
+              for (int r = 0; r < R; ++r) e[u][r] = cs_pre(p, e[u][r], b, row_of(r), j + u * wj);
+            }
           }
           // Each row's kColUnroll values at once: one compensated add (a tree before it),
           // one rescale for logsumexp.
@@ -403,7 +445,7 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
       for (; j < j1; j += wj)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (row_of(r) < p.m) cs_add1<KIND>(s[r], cs_f32(x[j * p.lda + row_of(r)]));
+          if (row_of(r) < p.m) cs_add1<KIND>(s[r], cs_pre(p, cs_f32(x[j * p.lda + row_of(r)]), b, row_of(r), j));
     }
     // The warps along k merge in shared memory; the first of them finishes.
     if (wj > 1) {
@@ -478,7 +520,13 @@ static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
   int64_t const inner = row ? p.k : p.m, outer = row ? p.m : p.k;
   if (outer > 1 && p.lda < inner) return CS_ERR_UNSUPPORTED;
   if (p.m > 1 && p.ldd < 1) return CS_ERR_UNSUPPORTED;
-  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  // Operand slots: the [[before]] ops' first (indexed like A), then the chain's (like D).
+  constexpr int nb = cs_before::kOperands;
+  if (p.num_operands != nb + cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+  if (cs_chain::kOperands > 0 && cs_chain_first<cs_chain>() != nb) return CS_ERR_UNSUPPORTED;
+  if (cs_before_operands_check<cs_before>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (cs_operand_slots_check<cs_chain>(p, nb, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)
+    return CS_ERR_UNSUPPORTED;
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
     if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||

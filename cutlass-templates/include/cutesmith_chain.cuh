@@ -44,8 +44,11 @@
 /* ---- the elementwise functions (fp32; the reference evaluates the same in fp64) ---- */
 
 /* For a 16-bit (or narrower) output the fast hardware forms are accurate far beyond its
- * rounding (2 ulps of bf16/f16); an f32 output gets the accurate libm forms. */
-#if defined(__CUDA_ARCH__) && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD != CS_DTYPE_F32
+ * rounding (2 ulps of bf16/f16); an f32 output gets the accurate libm forms, and so do
+ * values that are summed before they are rounded (CS_WL_CHAIN_ACCURATE: a reduction's
+ * [[before]] ops, whose errors add up over a row). */
+#if defined(__CUDA_ARCH__) && defined(CS_WL_DTYPE_CD) && CS_WL_DTYPE_CD != CS_DTYPE_F32 && \
+    !defined(CS_WL_CHAIN_ACCURATE)
 #define CS_FAST_CHAIN_MATH 1
 #endif
 
@@ -346,11 +349,25 @@ CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int
   }
 }
 
+/* The first operand slot a chain reads (Chain::kFirst; 0 for a chain without one): a
+ * reduction's [[before]] ops (cs_before) take the first slots, its epilogue chain the next. */
+template <class Chain, class = void>
+struct cs_chain_has_first : std::false_type {};
+template <class Chain>
+struct cs_chain_has_first<Chain, std::void_t<decltype(Chain::kFirst)>> : std::true_type {};
+template <class Chain>
+CS_HD constexpr int cs_chain_first()
+{
+  if constexpr (cs_chain_has_first<Chain>::value) return Chain::kFirst;
+  else return 0;
+}
+
 /* Operand I of Chain at element (row, col) of batch b. */
 template <class Chain, int I>
 CS_HD float cs_chain_operand(const cs_problem &p, int64_t b, int64_t row, int64_t col)
 {
-  return cs_operand_at<cs_chain_kind<Chain>(I), cs_chain_dtype<Chain>(I)>(p.operands[I], p.layout_cd, b, row, col);
+  return cs_operand_at<cs_chain_kind<Chain>(I), cs_chain_dtype<Chain>(I)>(p.operands[cs_chain_first<Chain>() + I],
+                                                                          p.layout_cd, b, row, col);
 }
 
 /* The chain at element (row, col) of batch b: loads the operands it reads, applies it. */
@@ -366,26 +383,65 @@ CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, in
   return Chain::apply(z, t);
 }
 
+/* A reduction's [[before]] ops (cs_before) at element j of row i of batch b of A (m x k,
+ * layout_a): its operands are indexed like A (MATRIX: m x k with the operand's ld, ROW: k
+ * values, COL: m values). */
+template <class Before>
+CS_HD float cs_before_at(const cs_problem &p, float x, int64_t b, int64_t i, int64_t j)
+{
+  static_assert(Before::kOperands <= CS_MAX_OPERANDS, "four operand slots");
+  float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
+#define CS_BEFORE_LOAD(I)                                                                                     \
+  if constexpr (Before::kOperands > I)                                                                        \
+    t[I] = cs_operand_at<cs_chain_kind<Before>(I), cs_chain_dtype<Before>(I)>(p.operands[I], p.layout_a, b, i, j);
+  CS_BEFORE_LOAD(0)
+  CS_BEFORE_LOAD(1)
+  CS_BEFORE_LOAD(2)
+  CS_BEFORE_LOAD(3)
+#undef CS_BEFORE_LOAD
+  return Before::apply(x, t);
+}
+
+/* CS_OK when slots first.. of p's operands are the ones `Chain` reads: their kinds and
+ * dtypes, leading dimensions that hold a row (or column) of the rows x cols matrix they are
+ * indexed over (stored in `layout`), and with `check_pointers` their addresses. */
+template <class Chain>
+inline int32_t cs_operand_slots_check(const cs_problem& p, int first, int32_t layout, int64_t rows, int64_t cols,
+                                      bool check_pointers)
+{
+  for (int i = 0; i < Chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[first + i];
+    if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
+    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (o.kind == CS_OPERAND_MATRIX) {
+      int64_t const inner = layout == CS_LAYOUT_ROW ? cols : rows;
+      int64_t const outer = layout == CS_LAYOUT_ROW ? rows : cols;
+      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+    }
+    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
+  }
+  return CS_OK;
+}
+
 /* CS_OK when p's tensor operands are the ones `Chain` reads (none for the identity): their
  * number, kinds and dtypes, leading dimensions that hold a row (or column) of D, and with
  * `check_pointers` their addresses. Host side, before a launch. */
 template <class Chain>
 inline int32_t cs_chain_operands_check(const cs_problem& p, bool check_pointers)
 {
-  if (p.num_operands != Chain::kOperands) return CS_ERR_UNSUPPORTED;
-  for (int i = 0; i < Chain::kOperands; ++i) {
-    cs_operand const& o = p.operands[i];
-    if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
-    if (o.kind == CS_OPERAND_MATRIX) {
-      int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
-      int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
-      if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
-    }
-    if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
-  }
-  return CS_OK;
+  int const first = cs_chain_first<Chain>();
+  if (p.num_operands != first + Chain::kOperands || first + Chain::kOperands > CS_MAX_OPERANDS) return CS_ERR_UNSUPPORTED;
+  return cs_operand_slots_check<Chain>(p, first, p.layout_cd, p.m, p.n, check_pointers);
+}
+
+/* CS_OK when p's first operand slots are the ones a reduction's [[before]] ops (Before, any
+ * epilogue chain's slots after them) read, indexed like A (m x k, layout_a). */
+template <class Before>
+inline int32_t cs_before_operands_check(const cs_problem& p, bool check_pointers)
+{
+  if (p.num_operands < Before::kOperands) return CS_ERR_UNSUPPORTED;
+  return cs_operand_slots_check<Before>(p, 0, p.layout_a, p.m, p.k, check_pointers);
 }
 
 /* ---- the identity chain, when the source defines none ---- */

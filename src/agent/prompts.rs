@@ -311,10 +311,14 @@ impl WorkloadFacts {
             floor_us: floor,
             chain_cpp: {
                 let mut c = if fam.has_chain() && !chain.is_identity() {
-                    chain.cpp()
+                    chain.cpp_from(w.before_chain().tensors.len())
                 } else {
                     String::new()
                 };
+                // reduce: the ops before the reduction (`cs_before::apply(x, t)`).
+                if !w.before_chain().is_identity() {
+                    c.push_str(&w.before_chain().cpp_before());
+                }
                 // gemm_reduce: the ops after the reduction too (`cs_after::apply(y)`).
                 if fam == Family::GemmReduce && !w.after_chain().is_identity() {
                     c.push_str(&w.after_chain().cpp_after());

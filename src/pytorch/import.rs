@@ -1639,6 +1639,7 @@ fn map_gemm<'g>(
         target: None,
         epilogue,
         after: Vec::new(),
+        before: Vec::new(),
     })
 }
 
@@ -1763,6 +1764,7 @@ fn map_softmax(
         target: None,
         epilogue: Vec::new(),
         after: Vec::new(),
+        before: Vec::new(),
     })
 }
 
@@ -1841,6 +1843,7 @@ fn map_activation(
         target: None,
         epilogue: chain,
         after: Vec::new(),
+        before: Vec::new(),
     })
 }
 

@@ -13,6 +13,7 @@
 //! [[epilogue]]
 //! op = "add"
 //! operand = "row"       # row (n values) | col (m values) | matrix (m x n) | z | a saved name
+//!                       # | an earlier tensor by its name (`matrix0`: the first, a matrix)
 //! [[epilogue]]
 //! op = "hardtanh"       # any activation, with alpha / beta / min / max / threshold
 //! min = -1.0
@@ -28,6 +29,44 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::schema::{Activation, DType};
+
+/// The value of a binary op's operand: a scalar, a tensor's element, the chain's input or
+/// a saved value.
+fn operand_value(o: Operand, z: f64, t: &[f64], saved: &[f64; MAX_OPS]) -> f64 {
+    match o {
+        Operand::Scalar(v) => v,
+        Operand::Tensor(i) => t.get(i).copied().unwrap_or(f64::NAN),
+        Operand::Z => z,
+        Operand::Saved(i) => saved[i],
+    }
+}
+
+/// One op in fp64 at x (y: a binary op's operand value; ignored otherwise).
+fn step_value(op: Op, x: f64, y: f64) -> f64 {
+    match op {
+        Op::Act(a, p0, p1) => a.eval(x, p0, p1),
+        Op::Binary(b, _) => b.apply(x, y),
+        Op::Clamp(lo, hi) => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(lo).min(hi)
+            }
+        }
+        Op::Neg => -x,
+        Op::Abs => x.abs(),
+        Op::Exp => x.exp(),
+        Op::Log => x.ln(),
+        Op::Sqrt => x.sqrt(),
+        Op::Pow(p) => x.powf(p),
+    }
+}
+
+/// A reduction's `[[before]]` ops: the rounding each op of their fp32 evaluation may add,
+/// relative to its result (8 u: four ulps, as CUDA's powf may be off; its other libm
+/// functions are within two, and + - * / sqrt within a half). The host and device
+/// references both bound the ops' error with it ([`Chain::eval_with_error`]).
+pub const BEFORE_OP_U: f64 = 8.0 * 5.960_464_477_539_063e-8;
 
 /// Most tensor operands one chain may read (`CS_MAX_OPERANDS`).
 pub const MAX_TENSORS: usize = 4;
@@ -494,6 +533,11 @@ impl Chain {
             "row" => TensorKind::Row,
             "col" => TensorKind::Col,
             "matrix" => TensorKind::Matrix,
+            name if self.tensors.iter().any(|t| t.name == name) => {
+                // An earlier tensor again, by the name it was given (`matrix0`), in its type.
+                let i = self.tensors.iter().position(|t| t.name == name);
+                return Ok(Operand::Tensor(i.unwrap_or_default()));
+            }
             name => {
                 return self
                     .saved
@@ -502,8 +546,8 @@ impl Chain {
                     .map(Operand::Saved)
                     .ok_or_else(|| {
                         format!(
-                            "\"{name}\" is neither row, col, matrix, z nor a name saved by an \
-                             earlier op{}",
+                            "\"{name}\" is neither row, col, matrix, z, an earlier tensor's name \
+                             (matrix0, ...) nor a name saved by an earlier op{}",
                             if self.saved.is_empty() {
                                 String::new()
                             } else {
@@ -531,36 +575,59 @@ impl Chain {
         let mut saved = [0.0f64; MAX_OPS];
         let mut x = z;
         for s in &self.steps {
-            x = match s.op {
-                Op::Act(a, p0, p1) => a.eval(x, p0, p1),
-                Op::Binary(b, o) => {
-                    let y = match o {
-                        Operand::Scalar(v) => v,
-                        Operand::Tensor(i) => t.get(i).copied().unwrap_or(f64::NAN),
-                        Operand::Z => z,
-                        Operand::Saved(i) => saved[i],
-                    };
-                    b.apply(x, y)
-                }
-                Op::Clamp(lo, hi) => {
-                    if x.is_nan() {
-                        x
-                    } else {
-                        x.max(lo).min(hi)
-                    }
-                }
-                Op::Neg => -x,
-                Op::Abs => x.abs(),
-                Op::Exp => x.exp(),
-                Op::Log => x.ln(),
-                Op::Sqrt => x.sqrt(),
-                Op::Pow(p) => x.powf(p),
+            let y = match s.op {
+                Op::Binary(_, o) => operand_value(o, z, t, &saved),
+                _ => 0.0,
             };
+            x = step_value(s.op, x, y);
             if let Some(i) = s.save {
                 saved[i] = x;
             }
         }
         x
+    }
+
+    /// The chain in fp64 at input `z` (exact, as are the operands `t`), and a bound on how
+    /// far an fp32 evaluation of it can be off: each op rounds its result by up to `unit`
+    /// relative, and moves the errors of its inputs as the fp64 function does at the ends
+    /// and midpoints of their intervals (a saved value keeps its bound). The bound is 0
+    /// where it is not finite (an infinite or NaN value is compared exactly).
+    pub fn eval_with_error(&self, z: f64, t: &[f64], unit: f64) -> (f64, f64) {
+        let mut saved = [(0.0f64, 0.0f64); MAX_OPS];
+        let values = |sv: &[(f64, f64); MAX_OPS]| {
+            let mut v = [0.0f64; MAX_OPS];
+            for (o, (x, _)) in v.iter_mut().zip(sv) {
+                *o = *x;
+            }
+            v
+        };
+        let (mut x, mut e) = (z, 0.0f64);
+        for s in &self.steps {
+            let (y, ey) = match s.op {
+                Op::Binary(_, Operand::Saved(i)) => saved[i],
+                Op::Binary(_, o) => (operand_value(o, z, t, &values(&saved)), 0.0),
+                _ => (0.0, 0.0),
+            };
+            let v = step_value(s.op, x, y);
+            let mut dev = 0.0f64;
+            for dx in [-e, -0.5 * e, 0.0, 0.5 * e, e] {
+                for dy in [-ey, 0.0, ey] {
+                    let d = (step_value(s.op, x + dx, y + dy) - v).abs();
+                    if d.is_finite() {
+                        dev = dev.max(d);
+                    }
+                }
+            }
+            e = dev + unit * v.abs();
+            if !e.is_finite() {
+                e = 0.0;
+            }
+            x = v;
+            if let Some(i) = s.save {
+                saved[i] = (x, e);
+            }
+        }
+        (x, e)
     }
 
     /// Arithmetic per element (see [`Activation::flops_per_element`]; binary ops 1,
@@ -674,26 +741,55 @@ impl Chain {
     /// The `cs_chain` functor for a kernel source, preceded by the lines that include
     /// `cutesmith_chain.cuh` (see its header comment for the contract).
     pub fn cpp(&self) -> String {
+        self.cpp_from(0)
+    }
+
+    /// [`Chain::cpp`] with the chain's operands from slot `first` of `cs_problem`'s
+    /// (`kFirst`: a reduction's `[[before]]` ops hold the slots before it).
+    pub fn cpp_from(&self, first: usize) -> String {
         let mut s = String::from("#define CS_CHAIN_DEFINED 1\n#include \"cutesmith_chain.cuh\"\n");
         s.push_str(
             "// cutesmith epilogue chain (generated from the workload spec; do not edit):\n",
         );
+        self.functor(&mut s, "cs_chain", first);
+        s
+    }
+
+    /// A reduction's `cs_before` functor: the ops on each element of A before the
+    /// reduction (`[[before]]`), its operands indexed like A from slot 0. Placed after the
+    /// `cs_chain` block (which includes `cutesmith_chain.cuh`).
+    pub fn cpp_before(&self) -> String {
+        let mut s = String::from("#define CS_BEFORE_DEFINED 1\n");
+        s.push_str(
+            "// cutesmith ops before the reduction (generated from [[before]]; do not edit;\n\
+             // operands indexed like A: matrix m x k, row k values, col m values):\n",
+        );
+        self.functor(&mut s, "cs_before", 0);
+        s
+    }
+
+    /// The described functor `name`, its operands from slot `first`.
+    fn functor(&self, s: &mut String, name: &str, first: usize) {
         let _ = writeln!(s, "//   {}", self.describe());
         for (i, t) in self.tensors.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "//   t[{i}] = {} ({} operand, {})",
+                "//   t[{i}] = {} ({} operand, {}; slot {})",
                 t.name,
                 t.kind.name(),
-                t.dtype.name()
+                t.dtype.name(),
+                first + i
             );
         }
-        s.push_str("struct cs_chain {\n");
+        let _ = writeln!(s, "struct {name} {{");
         let _ = writeln!(
             s,
             "  static constexpr int kOperands = {};",
             self.tensors.len()
         );
+        if first > 0 {
+            let _ = writeln!(s, "  static constexpr int kFirst = {first};");
+        }
         for i in 0..MAX_TENSORS {
             let k = self
                 .tensors
@@ -717,9 +813,8 @@ impl Chain {
         if self.tensors.is_empty() {
             s.push_str("    (void)t;\n");
         }
-        self.body_cpp(&mut s);
+        self.body_cpp(s);
         s.push_str("  }\n};\n");
-        s
     }
 
     /// The body of a functor's `apply`: `x` from `z` through every step, then returned.

@@ -79,6 +79,9 @@ pub struct Workload {
     chain: Chain,
     /// gemm_reduce: the ops after the reduction (`[[after]]`); empty elsewhere.
     after: Chain,
+    /// reduce: the ops on each element of A before the reduction (`[[before]]`); empty
+    /// elsewhere. Its tensors are shaped like A and come first in the operand slots.
+    before: Chain,
     tolerance: Tolerance,
     target: Target,
 }
@@ -246,6 +249,14 @@ impl Workload {
     /// chain for every other family.
     pub fn after_chain(&self) -> &Chain {
         &self.after
+    }
+
+    /// reduce: the ops on each element of A before the reduction (`[[before]]`); the empty
+    /// chain for every other family. Its tensors are indexed like A (`matrix`: m x k in A's
+    /// layout, `row`: k values, `col`: m values) and take the first operand slots, before
+    /// the epilogue chain's.
+    pub fn before_chain(&self) -> &Chain {
+        &self.before
     }
 
     /// Columns of D on `shape`: n, except for gemm_reduce, whose GEMM's n columns are

@@ -65,7 +65,7 @@ impl Workload {
             // A compare or add an element (logsumexp: subtract, exp, add, and the max
             // pass; L2: square and add), then the chain on each result.
             Family::Reduce => {
-                self.reduce_flops_per_element()
+                (self.reduce_flops_per_element() + self.before.flops_per_element())
                     * shape.m as f64
                     * shape.k as f64
                     * shape.batch as f64
@@ -222,7 +222,8 @@ impl Workload {
     /// shared by the batch), a matrix `m n` per batch, each in its own type.
     fn tensor_bytes(&self, shape: &Shape) -> f64 {
         let (m, n, b) = (shape.m as f64, shape.n as f64, shape.batch as f64);
-        self.chain
+        let chain: f64 = self
+            .chain
             .tensors
             .iter()
             .map(|t| {
@@ -233,7 +234,23 @@ impl Workload {
                 };
                 per * t.dtype.bytes() as f64
             })
-            .sum()
+            .sum();
+        // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k.
+        let k = shape.k as f64;
+        let before: f64 = self
+            .before
+            .tensors
+            .iter()
+            .map(|t| {
+                let per = match t.kind {
+                    TensorKind::Row => k,
+                    TensorKind::Col => m,
+                    TensorKind::Matrix => m * k * b,
+                };
+                per * t.dtype.bytes() as f64
+            })
+            .sum();
+        chain + before
     }
 
     /// FLOPs per byte on `shape`.

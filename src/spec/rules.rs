@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::chain::{BinOp, Chain, Op, OpSpec, Operand, TensorKind};
+use super::chain::{BinOp, Chain, Op, OpSpec, Operand, TensorKind, MAX_TENSORS};
 use super::error::{Result, WorkloadError};
 use super::location::line_of;
 use super::schema::*;
@@ -112,6 +112,7 @@ impl Validator<'_> {
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let after = self.after(family, out_dtype, &spec.after)?;
+        let before = self.before(family, spec.dtype, &spec.before, &chain)?;
         let tolerance =
             self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
@@ -139,6 +140,7 @@ impl Validator<'_> {
             params,
             chain,
             after,
+            before,
             tolerance,
             target,
         };
@@ -275,6 +277,48 @@ impl Validator<'_> {
             ));
         }
         Ok(chain)
+    }
+
+    /// reduce's `[[before]]` ops: on each element of A before the reduction. Their tensors
+    /// are indexed like A (`matrix`: m x k, `row`: k values, `col`: m values), in A's type
+    /// unless an op says otherwise, and share the four operand slots with the epilogue's.
+    fn before(
+        &self,
+        family: Family,
+        dtype: DType,
+        specs: &[OpSpec],
+        chain: &Chain,
+    ) -> Result<Chain> {
+        let mut before = Chain::default();
+        if specs.is_empty() {
+            return Ok(before);
+        }
+        if family != Family::Reduce {
+            return Err(self.err(
+                "before",
+                format!(
+                    "only for family reduce (ops on each element before the reduction), not \
+                     {family}"
+                ),
+            ));
+        }
+        before
+            .extend_from_spec(specs, dtype)
+            .map_err(|e| match e.index {
+                Some(i) => self.err(format!("before[{i}].{}", e.field), e.message),
+                None => self.err("before", e.message),
+            })?;
+        let total = before.tensors.len() + chain.tensors.len();
+        if total > MAX_TENSORS {
+            return Err(self.err(
+                "before",
+                format!(
+                    "[[before]] and [[epilogue]] read {total} tensors together; at most \
+                     {MAX_TENSORS} (the operand slots of cs_problem)"
+                ),
+            ));
+        }
+        Ok(before)
     }
 
     /// `[layout]` of a norm: A row or column (a column-major A holds the rows side by side,

@@ -857,6 +857,10 @@ pub struct WorkloadSpec {
     /// reduction; they read no tensor.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<super::chain::OpSpec>,
+    /// reduce: elementwise ops applied to each element of A before the reduction
+    /// (`[[before]]`: a loss's `(x - target)^2`); their tensors are shaped like A.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<super::chain::OpSpec>,
 }
 
 /// `[layout]` as written.

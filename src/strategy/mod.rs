@@ -106,7 +106,16 @@ pub fn workload_block(w: &Workload) -> String {
                 }
             }
         }
-        s.push_str(&w.chain().cpp());
+        if !w.before_chain().is_identity() {
+            s.push_str("#define CS_WL_CHAIN_ACCURATE 1 // [[before]] values are summed: fp32-accurate math\n");
+        }
+        s.push_str(&w.chain().cpp_from(w.before_chain().tensors.len()));
+    }
+    if !w.before_chain().is_identity() {
+        if w.chain().is_identity() {
+            s.push_str("#define CS_WL_CHAIN_ACCURATE 1 // [[before]] values are summed: fp32-accurate math\n#include \"cutesmith_chain.cuh\"\n");
+        }
+        s.push_str(&w.before_chain().cpp_before());
     }
     if w.family() == crate::spec::Family::GemmReduce {
         if w.chain().is_identity() {

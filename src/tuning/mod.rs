@@ -34,10 +34,14 @@ pub fn default_path() -> Option<PathBuf> {
 /// between shapes of one class, not between classes.
 pub fn class_of(w: &Workload) -> String {
     let l = w.layouts();
-    let chain = if w.chain().is_identity() {
+    let chain = if w.chain().is_identity() && w.before_chain().is_identity() {
         "none".to_string()
     } else {
-        let h = blake3::hash(w.chain().cpp().as_bytes()).to_hex();
+        let mut text = w.chain().cpp();
+        if !w.before_chain().is_identity() {
+            text.push_str(&w.before_chain().cpp_before());
+        }
+        let h = blake3::hash(text.as_bytes()).to_hex();
         h.as_str()[..12].to_string()
     };
     format!(

@@ -307,6 +307,10 @@ fn every_template_instance_compiles_in_each_layout() {
         ("reduce_max_col_bf16_small", "reduce_rows"),
         ("reduce_lse_chain_f32_small", "reduce_rows"),
         ("reduce_mean_col_f16_small", "reduce_rows"),
+        // Ops before the reduction ([[before]]): an f32 mean squared error (a matrix
+        // target), a bf16 Huber loss over rows side by side (an f32 target, a row weight).
+        ("reduce_mse_f32_small", "reduce_rows"),
+        ("reduce_huber_col_bf16_small", "reduce_rows"),
         // The scans: an f32 cumsum, a bf16 reverse cumprod into f32 with a scale after, an
         // f16 exclusive cumsum over rows side by side with a column operand.
         ("scan_sum_f32_small", "scan_rows"),
@@ -588,14 +592,36 @@ fn generated_passes_and_chain_functors_compile() {
                 true,
             ),
         ];
+        // A reduction whose [[before]] ops are the whole chain (with their error bounds),
+        // the epilogue chain the identity.
+        let before_case = specs.len();
+        let mut specs = specs.to_vec();
+        specs.push((
+            Reference::Reduce {
+                kind: cutesmith::spec::ReduceKind::Sum,
+            },
+            DType::F32,
+            DType::BF16,
+            false,
+        ));
         for (i, (reference, out, input, col_major)) in specs.into_iter().enumerate() {
+            let (before, after) = if i == before_case {
+                (chain.clone(), Chain::default())
+            } else {
+                (Chain::default(), chain.clone())
+            };
             let src = check_source(&CheckSpec {
                 reference,
-                chain: chain.clone(),
+                chain: after,
+                before,
                 out,
                 input,
                 col_major,
             });
+            if i == before_case {
+                assert!(src.contains("csd_before(double z, const double* t, double* err)"));
+                assert!(src.contains(&format!("csd_bs{}", chain.steps.len() - 1)));
+            }
             for entry in [
                 "cs_check_main",
                 "cs_check_count",

@@ -287,6 +287,10 @@ fn every_template_validates_on_its_workloads() {
         "reduce_max_col_bf16_small",
         "reduce_lse_chain_f32_small",
         "reduce_mean_col_f16_small",
+        // Ops before the reduction: a squared error against an f32 matrix (row-major, split
+        // rows), a Huber loss against an f32 target with a bf16 row weight (rows side by side).
+        "reduce_mse_f32_small",
+        "reduce_huber_col_bf16_small",
         // The scans: row-major rows (many, ragged, split over CTAs), forward and reverse,
         // inclusive and exclusive, sum and product, rows side by side, chains after.
         "scan_sum_f32_small",

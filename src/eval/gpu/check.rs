@@ -58,6 +58,9 @@ pub enum Reference {
 pub struct CheckSpec {
     pub reference: Reference,
     pub chain: Chain,
+    /// A reduction's `[[before]]` ops (the identity elsewhere); their tensors take the
+    /// first slots of `CheckArgs::t`, the chain's the next.
+    pub before: Chain,
     /// The output's type, and the input's (A for the chain and softmax references).
     pub out: DType,
     pub input: DType,
@@ -193,6 +196,63 @@ fn lit(v: f64) -> String {
     }
 }
 
+/// One op in fp64 C++ at `x` (`y`: a binary op's operand).
+fn op_fp64(op: &Op, y: &str) -> String {
+    match op {
+        Op::Act(a, p0, p1) => format!("csd_act({}, x, {}, {})", a.abi_value(), lit(*p0), lit(*p1)),
+        // The fp64 forms of the NaN-keeping min and max.
+        Op::Binary(BinOp::Min, _) => format!("csd_min(x, {y})"),
+        Op::Binary(BinOp::Max, _) => format!("csd_max(x, {y})"),
+        Op::Binary(b, _) => b.cpp("x", y),
+        Op::Clamp(lo, hi) => format!("csd_clamp(x, {}, {})", lit(*lo), lit(*hi)),
+        Op::Neg => "-x".into(),
+        Op::Abs => "fabs(x)".into(),
+        Op::Exp => "exp(x)".into(),
+        Op::Log => "log(x)".into(),
+        Op::Sqrt => "sqrt(x)".into(),
+        Op::Pow(p) => format!("pow(x, {})", lit(*p)),
+    }
+}
+
+/// A reduction's `[[before]]` ops in fp64 C++: `csd_before(z, t, &err)`, the value and the
+/// bound on an fp32 evaluation's error (the host's `Chain::eval_with_error`).
+fn before_fp64(chain: &Chain) -> String {
+    let mut s = String::new();
+    for (n, st) in chain.steps.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "__device__ double csd_bs{n}(double x, double y) {{ (void)y; return {}; }}",
+            op_fp64(&st.op, "y")
+        );
+    }
+    let saved = chain.saved.len().max(1);
+    let _ = writeln!(
+        s,
+        "__device__ double csd_before(double z, const double* t, double* err) {{\n  (void)t;\n  double x = z, e = 0.0;\n  double sv[{saved}], se[{saved}]; (void)sv; (void)se;\n  const double dx[5] = {{-1.0, -0.5, 0.0, 0.5, 1.0}}, dy[3] = {{-1.0, 0.0, 1.0}};"
+    );
+    for (n, st) in chain.steps.iter().enumerate() {
+        let (y, ey) = match &st.op {
+            Op::Binary(_, o) => match o {
+                Operand::Scalar(v) => (lit(*v), "0.0".to_string()),
+                Operand::Tensor(i) => (format!("t[{i}]"), "0.0".into()),
+                Operand::Z => ("z".into(), "0.0".into()),
+                Operand::Saved(i) => (format!("sv[{i}]"), format!("se[{i}]")),
+            },
+            _ => ("0.0".into(), "0.0".into()),
+        };
+        let _ = writeln!(
+            s,
+            "  {{\n    const double y = {y}, ey = {ey};\n    const double v = csd_bs{n}(x, y);\n    double dev = 0.0;\n    for (int p = 0; p < 5; ++p)\n      for (int q = 0; q < 3; ++q) {{\n        const double d = fabs(csd_bs{n}(x + dx[p] * e, y + dy[q] * ey) - v);\n        if (isfinite(d)) dev = fmax(dev, d);\n      }}\n    e = dev + {u} * fabs(v);\n    if (!isfinite(e)) e = 0.0;\n    x = v;\n  }}",
+            u = lit(crate::spec::chain::BEFORE_OP_U)
+        );
+        if let Some(i) = st.save {
+            let _ = writeln!(s, "  sv[{i}] = x; se[{i}] = e;");
+        }
+    }
+    s.push_str("  *err = e;\n  return x;\n}\n");
+    s
+}
+
 /// The chain in fp64 C++: `csd_chain(z, t)`.
 fn chain_fp64(chain: &Chain) -> String {
     let mut s = String::from(
@@ -208,25 +268,8 @@ fn chain_fp64(chain: &Chain) -> String {
             Operand::Saved(i) => format!("sv[{i}]"),
         };
         let e = match &st.op {
-            Op::Act(a, p0, p1) => {
-                format!("csd_act({}, x, {}, {})", a.abi_value(), lit(*p0), lit(*p1))
-            }
-            Op::Binary(b, o) => {
-                let v = y(o);
-                match b {
-                    // The fp64 forms of the NaN-keeping min and max.
-                    BinOp::Min => format!("csd_min(x, {v})"),
-                    BinOp::Max => format!("csd_max(x, {v})"),
-                    _ => b.cpp("x", &v),
-                }
-            }
-            Op::Clamp(lo, hi) => format!("csd_clamp(x, {}, {})", lit(*lo), lit(*hi)),
-            Op::Neg => "-x".into(),
-            Op::Abs => "fabs(x)".into(),
-            Op::Exp => "exp(x)".into(),
-            Op::Log => "log(x)".into(),
-            Op::Sqrt => "sqrt(x)".into(),
-            Op::Pow(p) => format!("pow(x, {})", lit(*p)),
+            Op::Binary(_, o) => op_fp64(&st.op, &y(o)),
+            op => op_fp64(op, "0.0"),
         };
         let _ = writeln!(s, "  x = {e};");
         if let Some(i) = st.save {
@@ -246,19 +289,42 @@ fn chain_fp64(chain: &Chain) -> String {
 /// dense index i, into `t[]`.
 fn tensor_loads(spec: &CheckSpec) -> String {
     let mut tload = String::new();
+    let nb = spec.before.tensors.len();
     for (i, t) in spec.chain.tensors.iter().enumerate() {
+        let slot = nb + i;
         let idx = match t.kind {
-            TensorKind::Row => format!("b * a.tb[{i}] + lc"),
-            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            TensorKind::Row => format!("b * a.tb[{slot}] + lc"),
+            TensorKind::Col => format!("b * a.tb[{slot}] + lr"),
             TensorKind::Matrix => "i".into(),
         };
         let _ = writeln!(
             tload,
-            "  t[{i}] = {}((const void*)a.t[{i}], {idx});",
+            "  t[{i}] = {}((const void*)a.t[{slot}], {idx});",
             loader(t.dtype)
         );
     }
     tload
+}
+
+/// Loads of a reduction's `[[before]]` tensors at element j of row lr of batch b of A
+/// (`lda`, `a_col` as `cs_reduce_stats` has them), into `tb4[]`.
+fn before_loads(spec: &CheckSpec) -> String {
+    let mut s = String::new();
+    for (i, t) in spec.before.tensors.iter().enumerate() {
+        let idx = match t.kind {
+            TensorKind::Row => format!("b * a.tb[{i}] + j"),
+            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            TensorKind::Matrix => {
+                format!("b * a.tb[{i}] + (a_col ? j * lda + lr : lr * lda + j)")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "    tb4[{i}] = {}((const void*)a.t[{i}], {idx});",
+            loader(t.dtype)
+        );
+    }
+    s
 }
 
 /// The CUDA C++ of a workload's comparison kernels.
@@ -268,6 +334,12 @@ pub fn check_source(spec: &CheckSpec) -> String {
     s.push_str(LOADS);
     s.push_str(FP64_FUNCTIONS);
     s.push_str(&chain_fp64(&spec.chain));
+    if spec.before.is_identity() {
+        s.push_str("__device__ double csd_before(double z, const double* t, double* err) { (void)t; *err = 0.0; return z; }\n");
+    } else {
+        s.push_str(&before_fp64(&spec.before));
+    }
+    let before_load = before_loads(spec);
     let out_ld = loader(spec.out);
     let in_ld = loader(spec.input);
     let (poison_ty, poison) = match spec.out {
@@ -605,10 +677,15 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
   __shared__ double red[1024];
   const double inf = __longlong_as_double(0x7ff0000000000000ll);
   double s1 = 0.0, sa1 = 0.0, s2 = 0.0, mx = -inf, mn = inf, nan = 0.0;
+  // The [[before]] ops' error bounds: summed, largest, summed squares.
+  double be = 0.0, bm = 0.0, b2 = 0.0;
+  double tb4[4] = {{0.0, 0.0, 0.0, 0.0}}; (void)tb4;
   for (long long j = threadIdx.x; j < k; j += blockDim.x) {{
-    const double x = {in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j));
+{before_load}    double ej;
+    const double x = csd_before({in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j)), tb4, &ej);
     if (isnan(x)) {{ nan = 1.0; continue; }}
     s1 += x; sa1 += fabs(x); s2 += x * x; mx = fmax(mx, x); mn = fmin(mn, x);
+    be += ej; bm = fmax(bm, ej); b2 += ej * ej;
   }}
   s1 = csd_block_reduce(s1, red, false);
   sa1 = csd_block_reduce(sa1, red, false);
@@ -616,27 +693,34 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
   nan = csd_block_reduce(nan, red, true);
   mx = csd_block_reduce(mx, red, true);
   mn = -csd_block_reduce(-mn, red, true);
+  be = csd_block_reduce(be, red, false);
+  bm = csd_block_reduce(bm, red, true);
+  b2 = csd_block_reduce(b2, red, false);
   const int kind = {reduce_kind};
   double se = 0.0;
   if (kind == 4 && nan == 0.0 && isfinite(mx)) {{
-    for (long long j = threadIdx.x; j < k; j += blockDim.x)
-      se += exp({in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j)) - mx);
+    for (long long j = threadIdx.x; j < k; j += blockDim.x) {{
+{before_load}      double ej;
+      se += exp(csd_before({in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j)), tb4, &ej) - mx);
+    }}
     se = csd_block_reduce(se, red, false);
   }}
   if (threadIdx.x == 0) {{
     const double u = a.ebound, kf = (double)(k > 0 ? k : 1), qnan = __longlong_as_double(0x7ff8000000000000ll);
     double v = 0.0, e = 0.0;
+    // As the host's row_bound: the before ops' bounds summed (sum), averaged (mean), the
+    // largest (max, min, logsumexp), root-sum-square (L2).
     switch (kind) {{
-      case 0: v = nan != 0.0 ? qnan : s1; e = u * sa1; break;
-      case 1: v = nan != 0.0 ? qnan : s1 / kf; e = u * sa1 / kf; break;
-      case 2: v = nan != 0.0 ? qnan : mx; break;
-      case 3: v = nan != 0.0 ? qnan : mn; break;
+      case 0: v = nan != 0.0 ? qnan : s1; e = u * sa1 + be; break;
+      case 1: v = nan != 0.0 ? qnan : s1 / kf; e = (u * sa1 + be) / kf; break;
+      case 2: v = nan != 0.0 ? qnan : mx; e = bm; break;
+      case 3: v = nan != 0.0 ? qnan : mn; e = bm; break;
       case 4:
         if (nan != 0.0) v = qnan;
         else if (!isfinite(mx)) v = mx;
-        else {{ v = mx + log(se); e = u * (2.0 + fabs(v)); }}
+        else {{ v = mx + log(se); e = u * (2.0 + fabs(v)) + bm; }}
         break;
-      default: v = nan != 0.0 ? qnan : sqrt(s2); e = u * sqrt(s2); break;
+      default: v = nan != 0.0 ? qnan : sqrt(s2); e = u * sqrt(s2) + sqrt(b2); break;
     }}
     stats[2 * row] = v; stats[2 * row + 1] = e;
   }}

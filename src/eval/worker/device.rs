@@ -52,6 +52,7 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> 
     Some(CheckSpec {
         reference,
         chain: w.chain().clone(),
+        before: w.before_chain().clone(),
         out: d,
         input: a,
         col_major: w.d_col_major(),

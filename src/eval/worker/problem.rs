@@ -154,11 +154,19 @@ impl<'a> super::Ctx<'a> {
         // D column-major (a GEMM's, or a norm's rows side by side): m between columns.
         let ldd = if w.d_col_major() { m } else { d_cols };
         let mut tensors = Vec::new();
-        for (i, t) in w.chain().tensors.iter().enumerate() {
-            let (len, ld, stride) = match t.kind {
-                TensorKind::Row => (n, 1, 0),
-                TensorKind::Col => (m, 1, 0),
-                TensorKind::Matrix => (out_len, ldd, m * n),
+        // A reduction's [[before]] tensors first, indexed like A (m x k); then the epilogue
+        // chain's, indexed like D.
+        let before = w.before_chain().tensors.iter().map(|t| (t, true));
+        let slots = before.chain(w.chain().tensors.iter().map(|t| (t, false)));
+        for (i, (t, like_a)) in slots.enumerate() {
+            let (len, ld, stride) = match (t.kind, like_a) {
+                (TensorKind::Row, true) => (k, 1, 0),
+                (TensorKind::Matrix, true) => {
+                    (batch * m * k, reduce_lda(lay.a, shape) as usize, m * k)
+                }
+                (TensorKind::Row, false) => (n, 1, 0),
+                (TensorKind::Col, _) => (m, 1, 0),
+                (TensorKind::Matrix, false) => (out_len, ldd, m * n),
             };
             let stream = STREAM_TENSOR0 + i as u64;
             let (buf, host) = if let Some(dev) = &self.dev {

@@ -476,13 +476,36 @@ impl Ctx<'_> {
                         Layout::Row => i * lda + j,
                         Layout::Col => j * lda + i,
                     };
+                    // [[before]] ops: each element's value and the bound of its fp32
+                    // evaluation, reduced with the bounds combined as gemm_reduce's are.
+                    let before = w.before_chain();
+                    let nb = before.tensors.len();
                     let mut pairs = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut pairs, |o| {
                         let (b, r) = (o / m.max(1), o % m.max(1));
-                        let row = (0..k).map(|j| x[b * mk + at(r, j)].to_f64());
-                        let (v, e) = params.reduce.eval(row, REDUCE_U);
+                        let (v, e) = if before.is_identity() {
+                            let row = (0..k).map(|j| x[b * mk + at(r, j)].to_f64());
+                            params.reduce.eval(row, REDUCE_U)
+                        } else {
+                            let (mut xs, mut es) = (Vec::with_capacity(k), Vec::with_capacity(k));
+                            for j in 0..k {
+                                let mut t = [0f64; MAX_TENSORS];
+                                for (slot, tt) in t.iter_mut().zip(&tensors[..nb]) {
+                                    *slot = tt.at(lay.a, b, r, j);
+                                }
+                                let (v, e) = before.eval_with_error(
+                                    x[b * mk + at(r, j)].to_f64(),
+                                    &t,
+                                    crate::spec::chain::BEFORE_OP_U,
+                                );
+                                xs.push(v);
+                                es.push(e);
+                            }
+                            let (v, e) = params.reduce.eval(xs.iter().copied(), REDUCE_U);
+                            (v, e + row_bound(params.reduce, &es))
+                        };
                         let mut t = [0f64; MAX_TENSORS];
-                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                        for (slot, tt) in t.iter_mut().zip(&tensors[nb..]) {
                             *slot = tt.at(Layout::Row, b, r, 0);
                         }
                         chain_with_slack(chain, v, e, &t)

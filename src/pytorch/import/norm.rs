@@ -649,6 +649,7 @@ pub(super) fn map_norm(
         target: None,
         epilogue: chain,
         after: Vec::new(),
+        before: Vec::new(),
     })
 }
 

@@ -189,6 +189,7 @@ pub(super) fn map_gemm_reduce<'g>(
         target: None,
         epilogue: chain,
         after,
+        before: Vec::new(),
     })
 }
 
@@ -270,5 +271,6 @@ pub(super) fn map_reduce(
         target: None,
         epilogue: chain,
         after: Vec::new(),
+        before: Vec::new(),
     })
 }

@@ -302,5 +302,6 @@ pub(super) fn map_scan(
         target: None,
         epilogue: chain,
         after: Vec::new(),
+        before: Vec::new(),
     })
 }
