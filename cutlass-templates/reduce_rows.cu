@@ -52,7 +52,8 @@
 //   CS_COL_SCALAR_ROWS 1    rows side by side that vectors cannot read (lda off 16 bytes):
 //                           rows a thread, 32 apart, element by element (1, 2, 4)
 //   CS_WAVES          2     split rows while fewer than this many waves of threads would run
-//   CS_MAX_PARTS      1024  most parts a row is split into
+//   CS_MAX_PARTS      16384 most parts a row is split into (one row of a whole tensor's
+//                           elements, a loss, needs about 2 waves' warps of them)
 //
 // Never allocates or synchronizes.
 
@@ -113,7 +114,7 @@ __device__ __forceinline__ float cs_pre(const cs_problem& p, float x, int64_t b,
 #define CS_COL_PART_STEPS 768
 #endif
 #ifndef CS_MAX_PARTS
-#define CS_MAX_PARTS 1024
+#define CS_MAX_PARTS 16384
 #endif
 
 static constexpr int kThreads = CS_THREADS;
@@ -358,24 +359,24 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
       uint4 r[kRowVecs];
 #pragma unroll
       for (int u = 0; u < kRowVecs; ++u) r[u] = __ldg(xv + v + u * G);
+      // The [[before]] ops' operands for the same vectors, in flight beside them.
+      float t[cs_before::kIdentity ? 1 : kRowVecs][V][CS_MAX_OPERANDS];
+      if constexpr (!cs_before::kIdentity) {
+#pragma unroll
+        for (int u = 0; u < kRowVecs; ++u) cs_before_operands<cs_before, V, true>(p, b, i, head + (v + u * G) * V, t[u]);
+      }
 #pragma unroll
       for (int u = 0; u < kRowVecs; ++u) {
         float e[V];
         cs_unpack<TA>(r[u], e);
-        if constexpr (!cs_before::kIdentity) {
-#pragma unroll
-          for (int q = 0; q < V; ++q) e[q] = cs_pre(p, e[q], b, i, head + (v + u * G) * V + q);
-        }
+        if constexpr (!cs_before::kIdentity) cs_before_apply<cs_before, V>(e, t[u]);
         cs_add<KIND, V>(s, e);
       }
     }
     for (; v < v1; v += G) {
       float e[V];
       cs_unpack<TA>(__ldg(xv + v), e);
-      if constexpr (!cs_before::kIdentity) {
-#pragma unroll
-        for (int q = 0; q < V; ++q) e[q] = cs_pre(p, e[q], b, i, head + v * V + q);
-      }
+      if constexpr (!cs_before::kIdentity) cs_before_run<cs_before, V, true>(p, e, b, i, head + v * V);
       cs_add<KIND, V>(s, e);
     }
     s = cs_group_merge<KIND, G>(s);
@@ -427,8 +428,12 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
               for (int r = 0; r < R; ++r) e[u][r] = cs_f32(__ldg(at + row_of(r)));
             }
             if constexpr (!cs_before::kIdentity) {
+              if constexpr (VEC) {
+                cs_before_run<cs_before, R, false>(p, e[u], b, row_of(0), j + u * wj);
+              } else {
 #pragma unroll
-              for (int r = 0; r < R; ++r) e[u][r] = cs_pre(p, e[u][r], b, row_of(r), j + u * wj);
+                for (int r = 0; r < R; ++r) e[u][r] = cs_pre(p, e[u][r], b, row_of(r), j + u * wj);
+              }
             }
           }
           // Each row's kColUnroll values at once: one compensated add (a tree before it),
@@ -484,17 +489,26 @@ __global__ void __launch_bounds__(256) cs_reduce_finish_cols(cs_problem p, int64
   }
 }
 
-// A warp a row: merges the row's `parts` states from the workspace (row-major rows'
-// partials, a row's parts adjacent) and writes D.
+// A CTA a row: merges the row's `parts` states from the workspace (row-major rows'
+// partials, a row's parts adjacent) and writes D. A whole reduction into one value (a
+// loss: one row of 2^30 elements) has thousands of parts; 256 threads read them in a few
+// steps where one warp took hundreds of dependent ones.
 template <class TD, int KIND>
 __global__ void __launch_bounds__(256) cs_reduce_finish(cs_problem p, int64_t rows, int64_t parts, const CsAcc* ws)
 {
-  int const lane = int(threadIdx.x) % 32;
-  for (int64_t row = (int64_t(blockIdx.x) * 256 + threadIdx.x) / 32; row < rows; row += int64_t(gridDim.x) * 8) {
+  __shared__ CsAcc warp_state[8];
+  int const lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     CsAcc s = cs_init<KIND>();
-    for (int64_t q = lane; q < parts; q += 32) cs_merge<KIND>(s, ws[row * parts + q]);
+    for (int64_t q = threadIdx.x; q < parts; q += 256) cs_merge<KIND>(s, ws[row * parts + q]);
     s = cs_group_merge<KIND, 32>(s);
-    if (lane == 0) cs_store<KIND, TD>(p, row / p.m, row % p.m, s);
+    if (lane == 0) warp_state[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < 8; ++w) cs_merge<KIND>(s, warp_state[w]);
+      cs_store<KIND, TD>(p, row / p.m, row % p.m, s);
+    }
+    __syncthreads();
   }
 }
 
@@ -632,7 +646,7 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
     else cs_reduce_cols<TA, TD, KIND, 1, false><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
   }
   if (pl.parts > 1 && pl.row) {
-    unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 8), int64_t(cs_sm_count(p)) * 64));
+    unsigned const fgrid = unsigned(cs_min64(pl.rows, int64_t(cs_sm_count(p)) * 8));
     cs_reduce_finish<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
   } else if (pl.parts > 1) {
     unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 256), int64_t(cs_sm_count(p)) * 8));

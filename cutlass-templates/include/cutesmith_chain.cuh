@@ -383,6 +383,101 @@ CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, in
   return Chain::apply(z, t);
 }
 
+/* V consecutive elements of type DT (cs_dtype known at compile time) from base[idx], as
+ * fp32: 16-byte loads where the address allows (f32, f16, bf16), else element by element.
+ * Device code only. */
+template <int DT, int V>
+__device__ __forceinline__ void cs_load_run(const void *base, int64_t idx, float (&out)[V])
+{
+  constexpr int es = DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : 0;
+  constexpr int per16 = es > 0 ? 16 / es : 1;
+  if constexpr (es > 0 && V % per16 == 0) {
+    const char *p = static_cast<const char *>(base) + idx * es;
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+#pragma unroll
+      for (int w = 0; w < V / per16; ++w) {
+        uint4 const r = __ldg(reinterpret_cast<const uint4 *>(p) + w);
+        unsigned const q[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (DT == CS_DTYPE_F32) {
+            out[w * per16 + e] = __uint_as_float(q[e]);
+          } else {
+            __half2 h;
+            __nv_bfloat162 bh;
+            float2 f;
+            if constexpr (DT == CS_DTYPE_F16) { h = *reinterpret_cast<const __half2 *>(&q[e]); f = __half22float2(h); }
+            else { bh = *reinterpret_cast<const __nv_bfloat162 *>(&q[e]); f = __bfloat1622float2(bh); }
+            out[w * per16 + 2 * e] = f.x;
+            out[w * per16 + 2 * e + 1] = f.y;
+          }
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) out[e] = cs_load_typed<DT>(base, idx + e);
+}
+
+/* Operand slot I of a reduction's [[before]] ops (Before) for a run of V elements of A
+ * starting at (i0, j0) of batch b: along k (ALONG_K: (i0, j0 + q), row-major A) or along the
+ * rows ((i0 + q, j0), rows side by side), each contiguous in A's layout, so a MATRIX
+ * operand (laid out like A) is one run of loads; ROW (k values) and COL (m values) are a
+ * run or one value. */
+template <class Before, int I, int V, bool ALONG_K>
+__device__ __forceinline__ void cs_before_operand_run(const cs_problem &p, int64_t b, int64_t i0, int64_t j0,
+                                                      float (&t)[V][CS_MAX_OPERANDS])
+{
+  if constexpr (Before::kOperands > I) {
+    constexpr int kind = cs_chain_kind<Before>(I), dt = cs_chain_dtype<Before>(I);
+    cs_operand const &o = p.operands[I];
+    float v[V];
+    if constexpr (dt < 0) {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = cs_operand_load(o, p.layout_a, b, ALONG_K ? i0 : i0 + q, ALONG_K ? j0 + q : j0);
+    } else if constexpr (kind == CS_OPERAND_MATRIX || (kind == CS_OPERAND_ROW) == ALONG_K) {
+      cs_load_run<dt, V>(o.ptr, cs_operand_index<kind>(o, p.layout_a, b, i0, j0), v);
+    } else {
+      float const one = cs_load_typed<dt>(o.ptr, cs_operand_index<kind>(o, p.layout_a, b, i0, j0));
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] = one;
+    }
+#pragma unroll
+    for (int q = 0; q < V; ++q) t[q][I] = v[q];
+  }
+}
+
+/* The [[before]] ops' operands for a run of V elements of A (see cs_before_operand_run):
+ * loaded apart from the ops, so that a kernel can issue them beside A's loads. */
+template <class Before, int V, bool ALONG_K>
+__device__ __forceinline__ void cs_before_operands(const cs_problem &p, int64_t b, int64_t i0, int64_t j0,
+                                                   float (&t)[V][CS_MAX_OPERANDS])
+{
+  cs_before_operand_run<Before, 0, V, ALONG_K>(p, b, i0, j0, t);
+  cs_before_operand_run<Before, 1, V, ALONG_K>(p, b, i0, j0, t);
+  cs_before_operand_run<Before, 2, V, ALONG_K>(p, b, i0, j0, t);
+  cs_before_operand_run<Before, 3, V, ALONG_K>(p, b, i0, j0, t);
+}
+
+/* The [[before]] ops on a run of V elements x of A, their operands t loaded. */
+template <class Before, int V>
+__device__ __forceinline__ void cs_before_apply(float (&x)[V], const float (&t)[V][CS_MAX_OPERANDS])
+{
+#pragma unroll
+  for (int q = 0; q < V; ++q) x[q] = Before::apply(x[q], t[q]);
+}
+
+/* Both: the operands of a run of V elements x of A, then the ops. */
+template <class Before, int V, bool ALONG_K>
+__device__ __forceinline__ void cs_before_run(const cs_problem &p, float (&x)[V], int64_t b, int64_t i0, int64_t j0)
+{
+  float t[V][CS_MAX_OPERANDS];
+  cs_before_operands<Before, V, ALONG_K>(p, b, i0, j0, t);
+  cs_before_apply<Before, V>(x, t);
+}
+
 /* A reduction's [[before]] ops (cs_before) at element j of row i of batch b of A (m x k,
  * layout_a): its operands are indexed like A (MATRIX: m x k with the operand's ld, ROW: k
  * values, COL: m values). */

@@ -126,7 +126,8 @@ impl Workload {
         } else {
             t.output
         };
-        let copy = (t.inputs + t.output) / 2.0;
+        // The copy's destination: half of what the op moves, its tensors' bytes included.
+        let copy = (t.inputs + t.chain + t.output) / 2.0;
         let count = |b: bool| if b { 1.0 } else { 0.0 };
         let buffers = lib
             * (count(need.library_out)

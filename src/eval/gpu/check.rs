@@ -210,7 +210,10 @@ fn op_fp64(op: &Op, y: &str) -> String {
         Op::Exp => "exp(x)".into(),
         Op::Log => "log(x)".into(),
         Op::Sqrt => "sqrt(x)".into(),
-        Op::Pow(p) => format!("pow(x, {})", lit(*p)),
+        // Small integer and half powers as products, a reciprocal or a root, as the
+        // kernel's functor writes them: pow's general path is ~100 instructions, and the
+        // device references evaluate it billions of times.
+        Op::Pow(p) => crate::spec::chain::pow_cpp("x", *p, ""),
     }
 }
 
@@ -242,7 +245,7 @@ fn before_fp64(chain: &Chain) -> String {
         };
         let _ = writeln!(
             s,
-            "  {{\n    const double y = {y}, ey = {ey};\n    const double v = csd_bs{n}(x, y);\n    double dev = 0.0;\n    for (int p = 0; p < 5; ++p)\n      for (int q = 0; q < 3; ++q) {{\n        const double d = fabs(csd_bs{n}(x + dx[p] * e, y + dy[q] * ey) - v);\n        if (isfinite(d)) dev = fmax(dev, d);\n      }}\n    e = dev + {u} * fabs(v);\n    if (!isfinite(e)) e = 0.0;\n    x = v;\n  }}",
+            "  {{\n    const double y = {y}, ey = {ey};\n    const double v = csd_bs{n}(x, y);\n    double dev = 0.0;\n    for (int p = 0; p < 5; ++p)\n      for (int q = 0; q < 3; ++q) {{\n        if (q != 1 && ey == 0.0) continue;\n        const double d = fabs(csd_bs{n}(x + dx[p] * e, y + dy[q] * ey) - v);\n        if (isfinite(d)) dev = fmax(dev, d);\n      }}\n    e = dev + {u} * fabs(v);\n    if (!isfinite(e)) e = 0.0;\n    x = v;\n  }}",
             u = lit(crate::spec::chain::BEFORE_OP_U)
         );
         if let Some(i) = st.save {

@@ -134,12 +134,36 @@ impl Ctx<'_> {
         // The copy baseline moves what a memory-bound op moves, reading and writing half of
         // its input and output bytes each (bf16 in, f32 out: 3 bytes an element), from the
         // larger of the input and a baseline output into its own buffer.
-        // (A reduction reads k elements for each one it writes: A's own length.)
-        let copy_bytes = (in_bytes + out_bytes) / 2;
+        // (A reduction reads k elements for each one it writes: A's own length.) The chain's
+        // tensors are read too (a loss's target as large as A): their bytes count, and the
+        // copy reads the largest tensor where that holds the bytes and A does not.
+        let tensor_bytes: usize = p.tensors.iter().map(|t| t.buf.len).sum();
+        let largest_tensor = p
+            .tensors
+            .iter()
+            .max_by_key(|t| t.buf.len)
+            .map(|t| (t.buf.ptr, t.buf.len));
+        let mut copy_bytes = (in_bytes + tensor_bytes + out_bytes) / 2;
         let base_out2 = self.s.zeros::<D>(sized(
             need.second_output(in_bytes as f64, out_bytes as f64),
             lib_len,
         ))?;
+        // Where the copy reads from when A is smaller than the copy: a tensor that holds it,
+        // else a baseline output (allocated at D's size when D is larger than A), else A
+        // with the copy shortened to A (a faster copy: a lower fraction, never a higher one).
+        let copy_from_tensor = match largest_tensor {
+            Some((ptr, len)) if in_bytes < copy_bytes && len >= copy_bytes => Some(ptr),
+            _ => None,
+        };
+        if in_bytes < copy_bytes
+            && copy_from_tensor.is_none()
+            && !need.second_output(in_bytes as f64, out_bytes as f64)
+        {
+            copy_bytes = in_bytes;
+        }
+        if copy_from_tensor.is_none() && in_bytes < copy_bytes {
+            copy_bytes = copy_bytes.min(out_bytes.max(in_bytes));
+        }
         let copy_dst = if need.copy {
             Some(self.s.zeros::<u8>(copy_bytes)?)
         } else {
@@ -623,7 +647,9 @@ impl Ctx<'_> {
                 let mut k = 0usize;
                 launches.push(Box::new(move || {
                     k += 1;
-                    let src = if in_bytes < copy_bytes {
+                    let src = if let Some(t) = copy_from_tensor {
+                        t
+                    } else if in_bytes < copy_bytes {
                         from_out
                     } else if k % 2 == 1 {
                         a
