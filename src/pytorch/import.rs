@@ -1058,6 +1058,34 @@ fn chain_after<'g>(
     out_dtype: DType,
     ops: &mut Vec<String>,
 ) -> Option<Vec<OpSpec>> {
+    chain_between(
+        mp,
+        start,
+        out,
+        &|mp: &mut Mapper<'_>, n: &Node, o: &str| tensor_operand(mp, n, o, out_dims),
+        false,
+        out_dtype,
+        ops,
+    )
+}
+
+/// How a chain's tensor operand is classified (`row`, `col`, `matrix`), a problem recorded
+/// at the node reading it where it fits none.
+type Classify<'c> = dyn Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> + 'c;
+
+/// [`chain_after`] with the tensor operands classified by `classify`; with `reuse`, a
+/// tensor read a second time is named again (`matrix0`) instead of becoming a new operand
+/// (a reduction's `[[before]]` ops: a loss's target read twice).
+fn chain_between<'g>(
+    mp: &mut Mapper<'g>,
+    start: &str,
+    out: &str,
+    classify_operand: &Classify<'_>,
+    reuse: bool,
+    out_dtype: DType,
+    ops: &mut Vec<String>,
+) -> Option<Vec<OpSpec>> {
+    let mut tensor_names: HashMap<String, String> = HashMap::new();
     // The nodes that depend on `start`, in graph order, up to `out` (a chain that ends
     // before the graph does: gemm_softmax's, at the softmax's input).
     let end = through_copies(&mp.nodes, out).to_string();
@@ -1240,13 +1268,19 @@ fn chain_after<'g>(
                         return None;
                     }
                 }
+                Some(Arg::Node(o)) if reuse && tensor_names.contains_key(o) => {
+                    spec.operand = tensor_names.get(o).cloned();
+                }
                 Some(Arg::Node(o)) => {
-                    let kind = tensor_operand(mp, n, o, out_dims)?;
+                    let kind = classify_operand(mp, n, o)?;
                     let dt = mp.meta(o).and_then(|m| dtype_of(&m.dtype));
                     spec.operand = Some(kind.into());
                     if let Some(d) = dt.filter(|d| *d != out_dtype) {
                         spec.dtype = Some(d);
                     }
+                    // The chain names its tensors by kind and order (`Chain::operand`).
+                    let name = format!("{kind}{}", tensor_names.len());
+                    tensor_names.insert(o.to_string(), name);
                 }
                 _ => {
                     mp.problem(n, "its second operand is neither a number nor a tensor");
@@ -2078,6 +2112,105 @@ mod tests {
     /// Reductions over dims: `torch.max(x, dim)[0]` (values through getitem 0) with a chain
     /// after it; logsumexp over the last dim (rows); refused: the indices (argmax's
     /// getitem 1), dims that are not adjacent, a tensor operand after it, one after a GEMM.
+    /// A reduction of a computed tensor takes the elementwise chain from an input of Model
+    /// as its [[before]] ops (`((p - t) ** 2).mean()`, a per-row weight), the loss ops map
+    /// to their elementwise parts (through `broadcast_tensors`), and an operand that fits no
+    /// index of A is refused.
+    #[test]
+    fn losses_map_to_a_reduction_with_ops_before_it() {
+        let (sh, st) = (&[8, 64][..], &[64, 1][..]);
+        let mse = |w_shape: &[i64], w_stride: &[i64]| {
+            graph(
+                vec![
+                    input("p", sh, st),
+                    input("t", sh, st),
+                    input("w", w_shape, w_stride),
+                    node("d", "aten.sub.Tensor", serde_json::json!([r("p"), r("t")]), sh, st),
+                    node("q", "aten.pow.Tensor_Scalar", serde_json::json!([r("d"), 2]), sh, st),
+                    node("qw", "aten.mul.Tensor", serde_json::json!([r("q"), r("w")]), sh, st),
+                    node("m", "aten.mean.dim", serde_json::json!([r("qw"), [1]]), &[8], &[1]),
+                ],
+                "m",
+            )
+        };
+        // A weight per position of the reduced dim: a row operand (k values).
+        let (spec, ops) = map_graph(&mse(&[64], &[1]), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Reduce);
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Mean));
+        let before: Vec<(&str, Option<&str>)> = spec
+            .before
+            .iter()
+            .map(|s| (s.op.as_str(), s.operand.as_deref()))
+            .collect();
+        assert_eq!(
+            before,
+            vec![("sub", Some("matrix")), ("pow", None), ("mul", Some("row"))]
+        );
+        assert!(spec.epilogue.is_empty());
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(8), Some(64)));
+        assert!(ops.iter().any(|o| o == "sub matrix"), "{ops:?}");
+        // The spec it writes validates, with the before chain's three ops and two tensors.
+        let text = toml::to_string(&spec).unwrap();
+        let w = crate::spec::Workload::parse("losses_test.toml", &text).unwrap();
+        assert_eq!(w.before_chain().steps.len(), 3);
+        assert_eq!(w.before_chain().tensors.len(), 2);
+        // A weight per row of the kept dim (8 x 1): a column operand.
+        let (spec, _) = map_graph(&mse(&[8, 1], &[1, 1]), "t.py").unwrap();
+        assert_eq!(spec.before[2].operand.as_deref(), Some("col"));
+        // A weight of another shape fits no index of A.
+        let e = map_graph(&mse(&[4, 1], &[1, 1]), "t.py").unwrap_err();
+        assert!(e.iter().any(|u| u.message.contains("not by one chain of elementwise ops")), "{e:?}");
+
+        // F.smooth_l1_loss(p, t, beta=0.5) (mean), its operands through broadcast_tensors.
+        let g = graph(
+            vec![
+                input("p", sh, st),
+                input("t", sh, st),
+                node("bt", "aten.broadcast_tensors.default", serde_json::json!([[r("p"), r("t")]]), sh, st),
+                node("g0", "<built-in function getitem>", serde_json::json!([r("bt"), 0]), sh, st),
+                node("g1", "<built-in function getitem>", serde_json::json!([r("bt"), 1]), sh, st),
+                node("l", "aten.smooth_l1_loss.default", serde_json::json!([r("g0"), r("g1"), 1, 0.5]), &[], &[]),
+            ],
+            "l",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Mean));
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(1), Some(512)));
+        let w = crate::spec::Workload::parse("huber_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        // 0.5 d^2 / beta below beta, |d| - beta / 2 above: the chain at (x, t).
+        let huber = |x: f64, t: f64| w.before_chain().eval(x, &[t]);
+        assert!((huber(1.2, 1.0) - 0.5 * 0.04 / 0.5).abs() < 1e-12);
+        assert!((huber(-2.0, 1.0) - (3.0 - 0.25)).abs() < 1e-12);
+        // kl_div(log(p), t, reduction=sum) / 8 (batchmean): A is t, the operand p.
+        let g = graph(
+            vec![
+                input("p", sh, st),
+                input("t", sh, st),
+                node("lp", "aten.log.default", serde_json::json!([r("p")]), sh, st),
+                node("k", "aten.kl_div.default", serde_json::json!([r("lp"), r("t"), 2]), &[], &[]),
+                node("b", "aten.div.Tensor", serde_json::json!([r("k"), 8]), &[], &[]),
+            ],
+            "b",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Sum));
+        assert_eq!(spec.epilogue.len(), 1);
+        let w = crate::spec::Workload::parse("kl_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        // t log(t / p) at t = 0.2, p = 0.5.
+        let want = 0.2 * (0.2f64 / 0.5).ln();
+        assert!((w.before_chain().eval(0.2, &[0.5]) - want).abs() < 1e-12);
+        // reduction="none" is no reduction: the loss op is named as unknown.
+        let g = graph(
+            vec![
+                input("p", sh, st),
+                input("t", sh, st),
+                node("l", "aten.mse_loss.default", serde_json::json!([r("p"), r("t"), 0]), sh, st),
+            ],
+            "l",
+        );
+        assert!(map_graph(&g, "t.py").is_err());
+    }
+
     #[test]
     fn reductions_over_dims_map_to_the_reduce_family() {
         let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);

@@ -1181,6 +1181,105 @@ pub fn pow_cpp(x: &str, p: f64, suffix: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The bound of `eval_with_error` holds for an fp32 evaluation of the chain (a Huber term
+    /// and a KL term, op by op in f32) on signed inputs of every magnitude, stays within a
+    /// few units of f32 rounding of the result's scale, and catches a 16-bit intermediate.
+    #[test]
+    fn the_fp32_error_bound_of_a_chain_holds_and_still_catches() {
+        let huber = {
+            let mut c = Chain::default();
+            let ops = vec![
+                OpSpec {
+                    operand: Some("matrix".into()),
+                    ..spec("sub")
+                },
+                OpSpec {
+                    save: Some("a".into()),
+                    ..spec("abs")
+                },
+                OpSpec {
+                    value: Some(0.5),
+                    save: Some("q".into()),
+                    ..spec("min")
+                },
+                OpSpec {
+                    value: Some(-0.5),
+                    ..spec("mul")
+                },
+                OpSpec {
+                    operand: Some("a".into()),
+                    ..spec("add")
+                },
+                OpSpec {
+                    operand: Some("q".into()),
+                    ..spec("mul")
+                },
+            ];
+            c.extend_from_spec(&ops, DType::F32).unwrap();
+            c
+        };
+        let f32_huber = |x: f32, t: f32, round16: bool| {
+            let mut d = x - t;
+            if round16 {
+                d = f32::from_bits(d.to_bits() & 0xFFFF_0000);
+            }
+            let a = d.abs();
+            let q = a.min(0.5);
+            (q * -0.5f32 + a) * q
+        };
+        let mut r = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+            let e = ((r >> 3) % 9) as i32 - 4;
+            ((2.0 * u - 1.0) * 2f64.powi(e)) as f32
+        };
+        let mut caught = 0;
+        let mut worst: f64 = 0.0;
+        for _ in 0..20000 {
+            let (x, t) = (next(), next());
+            let (want, bound) = huber.eval_with_error(f64::from(x), &[f64::from(t)], BEFORE_OP_U);
+            let got = f64::from(f32_huber(x, t, false));
+            assert!((got - want).abs() <= bound, "x {x} t {t}: {got} vs {want}, bound {bound}");
+            assert!(bound <= 64.0 * 6e-8 * (want.abs() + f64::from(x - t).abs()) + 1e-30);
+            if bound > 0.0 {
+                worst = worst.max((got - want).abs() / bound);
+            }
+            let off = (f64::from(f32_huber(x, t, true)) - want).abs();
+            if off > bound {
+                caught += 1;
+            }
+        }
+        assert!(worst < 0.5, "the fp32 evaluation used {worst} of the bound");
+        assert!(caught > 10000, "a 16-bit intermediate caught {caught} times of 20000");
+        // t log(t / p): a transcendental and a saved value.
+        let mut kl = Chain::default();
+        kl.extend_from_spec(
+            &[
+                OpSpec {
+                    operand: Some("matrix".into()),
+                    ..spec("div")
+                },
+                spec("log"),
+                OpSpec {
+                    operand: Some("z".into()),
+                    ..spec("mul")
+                },
+            ],
+            DType::F32,
+        )
+        .unwrap();
+        for _ in 0..20000 {
+            let (t, p) = (next().abs() + 1e-3, next().abs() + 1e-3);
+            let (want, bound) = kl.eval_with_error(f64::from(t), &[f64::from(p)], BEFORE_OP_U);
+            let got = f64::from((t / p).ln() * t);
+            assert!((got - want).abs() <= bound, "t {t} p {p}: {got} vs {want}, bound {bound}");
+        }
+        // Non-finite values carry no bound (they are compared exactly).
+        let (v, e) = kl.eval_with_error(1.0, &[0.0], BEFORE_OP_U);
+        assert!(v.is_infinite() && e == 0.0);
+    }
+
     fn spec(op: &str) -> OpSpec {
         OpSpec {
             op: op.into(),

@@ -597,6 +597,49 @@ k = 4096
 
     const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";
 
+    /// reduce's [[before]] ops: on each element of A, their tensors indexed like A in the
+    /// first slots (the epilogue chain's after them), only for reduce, at most four
+    /// tensors in all; an earlier tensor may be read again by its name.
+    #[test]
+    fn reduce_specs_take_ops_before_the_reduction() {
+        const R: &str = "description = \"r\"\nfamily = \"reduce\"\ndtype = \"bf16\"\nout_dtype = \"f32\"\n[params]\nreduce = \"sum\"\n";
+        let shapes = "[[shapes]]\nm = 4\nk = 100\n";
+        let w = parse(
+            "loss",
+            &format!("{R}[[before]]\nop = \"div\"\noperand = \"matrix\"\ndtype = \"f32\"\n[[before]]\nop = \"log\"\n[[before]]\nop = \"mul\"\noperand = \"matrix0\"\n[[before]]\nop = \"mul\"\noperand = \"row\"\n[[epilogue]]\nop = \"mul\"\noperand = \"col\"\n{shapes}"),
+        )
+        .unwrap();
+        let b = w.before_chain();
+        assert_eq!(b.steps.len(), 4);
+        // matrix0 read twice is one tensor; the row is the second.
+        assert_eq!(b.tensors.len(), 2);
+        assert_eq!((b.tensors[0].kind, b.tensors[0].dtype), (chain::TensorKind::Matrix, DType::F32));
+        assert_eq!((b.tensors[1].kind, b.tensors[1].dtype), (chain::TensorKind::Row, DType::BF16));
+        assert!((b.eval(2.0, &[0.5, 3.0]) - 0.5 * 4f64.ln() * 3.0).abs() < 1e-12);
+        // The epilogue chain's operands follow the before ops' in the slots.
+        assert!(w.chain().cpp_from(2).contains("static constexpr int kFirst = 2;"));
+        assert!(b.cpp_before().contains("struct cs_before"));
+        // The before tensors count in the bytes moved: A, an f32 matrix, a bf16 row, D.
+        let h = w.headline();
+        assert_eq!(w.min_bytes(h), (4.0 * 100.0 * 2.0) + (4.0 * 100.0 * 4.0) + 100.0 * 2.0 + 4.0 * 4.0 + 4.0 * 4.0);
+        // Only for reduce.
+        let e = err(
+            "x",
+            "description = \"a\"\nfamily = \"activation\"\ndtype = \"f32\"\n[params]\nactivation = \"relu\"\n[[before]]\nop = \"abs\"\n[[shapes]]\nm = 4\nn = 4\n",
+        );
+        assert!(e.contains("before") && e.contains("only for family reduce"), "{e}");
+        // Four tensor slots in all.
+        let many = "[[before]]\nop = \"add\"\noperand = \"matrix\"\n".repeat(3);
+        let e = err(
+            "x",
+            &format!("{R}{many}[[epilogue]]\nop = \"mul\"\noperand = \"col\"\n[[epilogue]]\nop = \"add\"\noperand = \"col\"\n{shapes}"),
+        );
+        assert!(e.contains("5 tensors together"), "{e}");
+        // A name that is neither a tensor nor saved.
+        let e = err("x", &format!("{R}[[before]]\nop = \"mul\"\noperand = \"matrix3\"\n{shapes}"));
+        assert!(e.contains("before[0].operand") && e.contains("matrix0"), "{e}");
+    }
+
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it
     /// (row and column operands), `[[after]]` ops (no tensors); no C.
     #[test]

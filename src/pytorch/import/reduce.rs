@@ -8,8 +8,9 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::norm::{dims_arg, rows_over};
-use super::{arg, num_param, op_name, param, Arg, Mapper, Node};
+use super::norm::{dims_arg, rows_over, RowsOver};
+use super::{arg, num_param, op_name, param, through_copies, Arg, Mapper, Node};
+use crate::spec::chain::OpSpec;
 use crate::spec::{Family, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec};
 
 /// A reduction found in the graph.
@@ -23,6 +24,70 @@ pub(super) struct ReduceMatch {
     pub dims: Vec<usize>,
     /// Every node the match accounts for (the head included).
     pub absorbed: HashSet<String>,
+    /// A loss op (`mse_loss`, `smooth_l1_loss`, `kl_div`, ...): its elementwise part as
+    /// `[[before]]` ops on `input`, and the other input they read as their matrix operand.
+    pub loss: Option<(Vec<OpSpec>, String)>,
+}
+
+/// An op of the `[[before]]` table.
+fn op(name: &str) -> OpSpec {
+    OpSpec {
+        op: name.into(),
+        ..OpSpec::default()
+    }
+}
+
+/// The elementwise part of a loss op `name` over (input, target) with parameter `p` (beta,
+/// delta), as `[[before]]` ops on the input with the target as the matrix operand; whether
+/// the input and target swap (kl_div: A is the target). None: not a loss op.
+fn loss_ops(name: &str, p: Option<f64>) -> Option<(Vec<OpSpec>, bool)> {
+    let matrix = |o: &str| OpSpec {
+        operand: Some("matrix".into()),
+        ..op(o)
+    };
+    let with = |o: &str, v: f64| OpSpec {
+        value: Some(v),
+        ..op(o)
+    };
+    let saved = |mut s: OpSpec, n: &str| {
+        s.save = Some(n.into());
+        s
+    };
+    let named = |o: &str, n: &str| OpSpec {
+        operand: Some(n.into()),
+        ..op(o)
+    };
+    // d = x - t, a = |d|, q = min(a, b): q (a - q / 2) is b times smooth_l1 with beta b, and
+    // huber with delta b (0.5 d^2 below b, b (a - b / 2) above).
+    let huber = |b: f64| {
+        vec![
+            matrix("sub"),
+            saved(op("abs"), "a"),
+            saved(with("min", b), "q"),
+            with("mul", -0.5),
+            named("add", "a"),
+            named("mul", "q"),
+        ]
+    };
+    Some(match name {
+        "mse_loss" => (vec![matrix("sub"), with("pow", 2.0)], false),
+        "l1_loss" => (vec![matrix("sub"), op("abs")], false),
+        "smooth_l1_loss" => match p.unwrap_or(1.0) {
+            b if b == 0.0 => (vec![matrix("sub"), op("abs")], false),
+            b => {
+                let mut v = huber(b);
+                if b != 1.0 {
+                    v.push(with("div", b));
+                }
+                (v, false)
+            }
+        },
+        "huber_loss" => (huber(p.unwrap_or(1.0)), false),
+        // target * (log target - input): A is the target, the matrix operand the input
+        // (log-probabilities): log, minus the input, times the target (z).
+        "kl_div" => (vec![op("log"), matrix("sub"), named("mul", "z")], true),
+        _ => return None,
+    })
 }
 
 /// Whether `op` (an ATen op's short name) is a reduction this module maps, and which.
@@ -50,6 +115,9 @@ impl<'g> Mapper<'g> {
 
     fn reduction(&self, n: &'g Node, calls: &[&'g Node]) -> Option<ReduceMatch> {
         let target = n.target.as_deref().unwrap_or_default();
+        if let Some(m) = self.loss(n, calls) {
+            return Some(m);
+        }
         let kind = kind_of(op_name(target))?;
         let Some(Arg::Node(input)) = self.resolve(n.args.first().map(arg)) else {
             return None;
@@ -101,6 +169,112 @@ impl<'g> Mapper<'g> {
             kind,
             dims,
             absorbed,
+            loss: None,
+        })
+    }
+
+    /// A loss op (`F.mse_loss`, `l1_loss`, `smooth_l1_loss`, `huber_loss`, `kl_div`) with
+    /// reduction mean or sum over every element: its elementwise part as `[[before]]` ops.
+    /// Its operands may come through `broadcast_tensors` (the functional losses call it) when
+    /// both have one shape. `reduction="none"` and `kl_div(log_target=True)` are left
+    /// unmatched (and so named as unknown ops).
+    fn loss(&self, n: &'g Node, calls: &[&'g Node]) -> Option<ReduceMatch> {
+        let name = op_name(n.target.as_deref().unwrap_or_default());
+        let p = match name {
+            "smooth_l1_loss" => num_param(n, 3, "beta"),
+            "huber_loss" => num_param(n, 3, "delta"),
+            _ => None,
+        };
+        let (ops, swap) = loss_ops(name, p)?;
+        if name == "kl_div" && num_param(n, 3, "log_target").unwrap_or(0.0) != 0.0 {
+            return None;
+        }
+        // at::Reduction: 0 none, 1 mean, 2 sum.
+        let kind = match num_param(n, 2, "reduction").unwrap_or(1.0) as i64 {
+            1 => ReduceKind::Mean,
+            2 => ReduceKind::Sum,
+            _ => return None,
+        };
+        let mut absorbed = HashSet::from([n.name.clone()]);
+        let mut operand = |i: usize, key: &str| -> Option<String> {
+            let Some(Arg::Node(x)) = self.resolve(param(n, i, key).map(arg)) else {
+                return None;
+            };
+            // getitem(broadcast_tensors([x, t]), i) of tensors of one shape is that tensor.
+            let g = self.nodes.get(x).copied()?;
+            if g.target.as_deref() != Some("<built-in function getitem>") {
+                return Some(x.to_string());
+            }
+            let Some(Arg::Node(bt)) = self.resolve(g.args.first().map(arg)) else {
+                return None;
+            };
+            let b = self.nodes.get(bt).copied()?;
+            if op_name(b.target.as_deref().unwrap_or_default()) != "broadcast_tensors" {
+                return None;
+            }
+            let list = b.args.first().and_then(Value::as_array)?;
+            let names: Vec<&str> = list
+                .iter()
+                .map(|v| match arg(v) {
+                    Arg::Node(t) => Some(t),
+                    _ => None,
+                })
+                .collect::<Option<_>>()?;
+            let shapes: Vec<&Vec<i64>> =
+                names.iter().map(|t| self.meta(t).map(|m| &m.shape)).collect::<Option<_>>()?;
+            if shapes.windows(2).any(|w| w[0] != w[1]) {
+                return None;
+            }
+            let k = g.args.get(1).and_then(Value::as_i64)? as usize;
+            absorbed.insert(g.name.clone());
+            absorbed.insert(b.name.clone());
+            // The other getitem of the same broadcast is absorbed with it.
+            for c in calls.iter().filter(|c| {
+                c.target.as_deref() == Some("<built-in function getitem>")
+                    && matches!(self.resolve(c.args.first().map(arg)), Some(Arg::Node(y)) if y == bt)
+            }) {
+                absorbed.insert(c.name.clone());
+            }
+            names.get(k).map(|t| through_copies(&self.nodes, t).to_string())
+        };
+        let (mut x, t) = (operand(0, "self")?, operand(1, "target")?);
+        let mut ops = ops;
+        // kl_div(log(p), t): A is t, the operand p itself: t / p, its log, times t.
+        if name == "kl_div" {
+            let log_of = self
+                .nodes
+                .get(x.as_str())
+                .copied()
+                .filter(|l| op_name(l.target.as_deref().unwrap_or_default()) == "log");
+            if let Some(l) = log_of {
+                if let Some(Arg::Node(q)) = self.resolve(l.args.first().map(arg)) {
+                    if self.source(q).is_some() {
+                        absorbed.insert(l.name.clone());
+                        ops = vec![
+                            OpSpec {
+                                operand: Some("matrix".into()),
+                                ..op("div")
+                            },
+                            op("log"),
+                            OpSpec {
+                                operand: Some("z".into()),
+                                ..op("mul")
+                            },
+                        ];
+                        x = q.to_string();
+                    }
+                }
+            }
+        }
+        let (input, other) = if swap { (t, x) } else { (x, t) };
+        let rank = self.meta(&input).map_or(0, |m| m.shape.len());
+        Some(ReduceMatch {
+            head: n.name.clone(),
+            input,
+            kind,
+            dims: (0..rank).collect(),
+            absorbed,
+            loss: Some((ops, other)),
         })
     }
 }
@@ -214,7 +388,9 @@ fn only_constants_after(
     Some(())
 }
 
-/// The workload of a reduction `rm` whose chain ends at `out`.
+/// The workload of a reduction `rm` whose chain ends at `out`. A reduction of a computed
+/// tensor takes the elementwise chain that computes it from an input of Model as its
+/// `[[before]]` ops (a loss: `((p - t) ** 2).mean()`); a loss op brings its own.
 pub(super) fn map_reduce(
     mp: &mut Mapper<'_>,
     rm: &ReduceMatch,
@@ -223,8 +399,37 @@ pub(super) fn map_reduce(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&rm.head)?;
-    let rows = rows_over(mp, head, &rm.input, &rm.dims, "reduce")?;
+    // The tensor reduced (A) and the ops before the reduction with the operand a loss op
+    // reads.
+    let (a, before, other) = match &rm.loss {
+        Some((b, other)) => (rm.input.clone(), b.clone(), Some(other.clone())),
+        None if mp.source(&rm.input).is_none() => {
+            let start = before_start(mp, head, &rm.input, &rm.dims)?;
+            (start, Vec::new(), None)
+        }
+        None => (rm.input.clone(), Vec::new(), None),
+    };
+    let rows = rows_over(mp, head, &a, &rm.dims, "reduce")?;
     let (dtype, batch, m, k) = (rows.dtype, rows.batch, rows.m, rows.len);
+    let classify = like_a(&rows);
+    let before = match other {
+        Some(t) => {
+            // A loss op's target: shaped like A (broadcasting was resolved or refused).
+            let kind = classify(mp, head, &t)?;
+            let dt = mp.meta(&t).and_then(|mt| super::dtype_of(&mt.dtype));
+            let mut b = before;
+            for s in b.iter_mut().filter(|s| s.operand.as_deref() == Some("matrix")) {
+                s.operand = Some(kind.into());
+                s.dtype = dt.filter(|d| *d != dtype);
+            }
+            ops.extend(b.iter().map(super::describe));
+            b
+        }
+        None if a != rm.input => {
+            super::chain_between(mp, &a, &rm.input, &classify, true, dtype, ops)?
+        }
+        None => before,
+    };
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     only_constants_after(mp, head, &chain, |o| o != "z")?;
     ops.insert(
@@ -255,7 +460,20 @@ pub(super) fn map_reduce(
     super::dedup(&mut shapes);
     Some(WorkloadSpec {
         name: None,
-        description: rows.describe(rm.kind.name(), chain.len(), file),
+        description: rows.describe(
+            &if before.is_empty() {
+                rm.kind.name().to_string()
+            } else {
+                format!(
+                    "{} of {} elementwise op{} on each element",
+                    rm.kind.name(),
+                    before.len(),
+                    if before.len() == 1 { "" } else { "s" }
+                )
+            },
+            chain.len(),
+            file,
+        ),
         family: Family::Reduce,
         dtype,
         out_dtype: None,
@@ -271,6 +489,99 @@ pub(super) fn map_reduce(
         target: None,
         epilogue: chain,
         after: Vec::new(),
-        before: Vec::new(),
+        before,
     })
+}
+
+/// The input of Model from which one elementwise chain computes `reduced` (shaped like it),
+/// or None with the problem recorded at `head`.
+fn before_start(
+    mp: &mut Mapper<'_>,
+    head: &Node,
+    reduced: &str,
+    dims: &[usize],
+) -> Option<String> {
+    let shape = mp.meta(reduced).map(|m| m.shape.clone());
+    let mut inputs: Vec<(usize, String)> = mp
+        .nodes
+        .values()
+        .filter(|n| n.op == "placeholder" && n.kind.as_deref() == Some("user_input"))
+        .map(|n| (mp.order.get(n.name.as_str()).copied().unwrap_or(0), n.name.clone()))
+        .collect();
+    inputs.sort();
+    for (_, x) in inputs {
+        if mp.meta(&x).map(|m| m.shape.clone()) != shape {
+            continue;
+        }
+        // A trial: its problems are dropped unless nothing fits.
+        let kept = mp.problems.len();
+        let rows = rows_over(mp, head, &x, dims, "reduce");
+        let fits = rows.is_some_and(|r| {
+            let classify = like_a(&r);
+            super::chain_between(mp, &x, reduced, &classify, true, r.dtype, &mut Vec::new()).is_some()
+        });
+        mp.problems.truncate(kept);
+        if fits {
+            return Some(x);
+        }
+    }
+    mp.problem(
+        head,
+        format!(
+            "its input `{reduced}` is computed, and not by one chain of elementwise ops from an input of Model shaped like it (the ops family reduce runs before a reduction, [[before]])"
+        ),
+    );
+    None
+}
+
+/// Classifies a `[[before]]` operand against the reduced tensor A of `rows`: `matrix` (A's
+/// shape, contiguous), for row-major rows `row` (the reduced dims' shape: k values) or `col`
+/// (the kept dims, the reduced ones 1: m values); a problem recorded otherwise.
+fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> {
+    let (a_shape, first, col, batch) = (rows.shape.clone(), rows.first, rows.col, rows.batch);
+    move |mp: &mut Mapper<'_>, n: &Node, o: &str| {
+        let Some(meta) = mp.meta(o).cloned() else {
+            mp.problem(n, format!("operand `{o}` has no tensor metadata"));
+            return None;
+        };
+        if mp.source(o).is_none() {
+            mp.problem(n, format!("operand `{o}` is computed, not an input, parameter or buffer"));
+            return None;
+        }
+        if super::dtype_of(&meta.dtype).is_none_or(crate::spec::DType::is_fp8) {
+            mp.problem(
+                n,
+                format!("operand `{o}` is {}; tensor operands are float32, float16 or bfloat16", meta.dtype),
+            );
+            return None;
+        }
+        let trim = |s: &[i64]| s.iter().copied().skip_while(|d| *d == 1).collect::<Vec<i64>>();
+        let mine = trim(&meta.shape);
+        if mine == trim(&a_shape) {
+            if !super::contiguous(&meta) {
+                mp.problem(n, format!("operand `{o}` is not contiguous (strides {:?})", meta.stride));
+                return None;
+            }
+            return Some("matrix");
+        }
+        if !col && batch == 1 && first > 0 {
+            if mine == trim(&a_shape[first..]) {
+                return Some("row");
+            }
+            let kept_then_ones = meta.shape.len() == a_shape.len()
+                && meta.shape[..first] == a_shape[..first]
+                && meta.shape[first..].iter().all(|d| *d == 1);
+            if kept_then_ones {
+                return Some("col");
+            }
+        }
+        mp.problem(
+            n,
+            format!(
+                "operand `{o}` of shape {:?} is neither shaped like the reduced tensor {a_shape:?}, nor (row-major rows) a vector over the reduced dims or one over the kept ones",
+                meta.shape
+            ),
+        );
+        None
+    }
 }
