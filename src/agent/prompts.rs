@@ -258,6 +258,14 @@ impl WorkloadFacts {
                         "element j of row i at i*lda + j"
                     },
                 );
+                let before = w.before_chain();
+                if !before.is_identity() {
+                    s.push_str(&format!(
+                        "; each element x of A at (b, i, j) is first before(x) = {} (struct                          cs_before; cs_before_at<cs_before>(p, x, b, i, j) loads its operands                          from slots 0..{}, indexed like A: matrix m x k in A's layout, row k                          values, col m values), and y reduces those",
+                        before.describe(),
+                        before.tensors.len()
+                    ));
+                }
                 if !chain.is_identity() {
                     s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
                 }

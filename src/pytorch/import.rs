@@ -109,7 +109,9 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
-    norm / linalg.vector_norm of order 2), the scans of an input along a dim (cumsum, cumprod; \
+    norm / linalg.vector_norm of order 2), also of an elementwise chain over inputs shaped \
+    like it (a loss: ((p - t) ** 2).mean()) and the losses mse_loss, l1_loss, smooth_l1_loss, \
+    huber_loss and kl_div (of a log; mean or sum), the scans of an input along a dim (cumsum, cumprod; \
     reversed by a flip of the dim before and after; exclusive as a slice of zeros concatenated \
     before the scan of all but the last slice), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
