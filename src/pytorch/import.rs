@@ -2127,10 +2127,34 @@ mod tests {
                     input("p", sh, st),
                     input("t", sh, st),
                     input("w", w_shape, w_stride),
-                    node("d", "aten.sub.Tensor", serde_json::json!([r("p"), r("t")]), sh, st),
-                    node("q", "aten.pow.Tensor_Scalar", serde_json::json!([r("d"), 2]), sh, st),
-                    node("qw", "aten.mul.Tensor", serde_json::json!([r("q"), r("w")]), sh, st),
-                    node("m", "aten.mean.dim", serde_json::json!([r("qw"), [1]]), &[8], &[1]),
+                    node(
+                        "d",
+                        "aten.sub.Tensor",
+                        serde_json::json!([r("p"), r("t")]),
+                        sh,
+                        st,
+                    ),
+                    node(
+                        "q",
+                        "aten.pow.Tensor_Scalar",
+                        serde_json::json!([r("d"), 2]),
+                        sh,
+                        st,
+                    ),
+                    node(
+                        "qw",
+                        "aten.mul.Tensor",
+                        serde_json::json!([r("q"), r("w")]),
+                        sh,
+                        st,
+                    ),
+                    node(
+                        "m",
+                        "aten.mean.dim",
+                        serde_json::json!([r("qw"), [1]]),
+                        &[8],
+                        &[1],
+                    ),
                 ],
                 "m",
             )
@@ -2161,24 +2185,53 @@ mod tests {
         assert_eq!(spec.before[2].operand.as_deref(), Some("col"));
         // A weight of another shape fits no index of A.
         let e = map_graph(&mse(&[4, 1], &[1, 1]), "t.py").unwrap_err();
-        assert!(e.iter().any(|u| u.message.contains("not by one chain of elementwise ops")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|u| u.message.contains("not by one chain of elementwise ops")),
+            "{e:?}"
+        );
 
         // F.smooth_l1_loss(p, t, beta=0.5) (mean), its operands through broadcast_tensors.
         let g = graph(
             vec![
                 input("p", sh, st),
                 input("t", sh, st),
-                node("bt", "aten.broadcast_tensors.default", serde_json::json!([[r("p"), r("t")]]), sh, st),
-                node("g0", "<built-in function getitem>", serde_json::json!([r("bt"), 0]), sh, st),
-                node("g1", "<built-in function getitem>", serde_json::json!([r("bt"), 1]), sh, st),
-                node("l", "aten.smooth_l1_loss.default", serde_json::json!([r("g0"), r("g1"), 1, 0.5]), &[], &[]),
+                node(
+                    "bt",
+                    "aten.broadcast_tensors.default",
+                    serde_json::json!([[r("p"), r("t")]]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "g0",
+                    "<built-in function getitem>",
+                    serde_json::json!([r("bt"), 0]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "g1",
+                    "<built-in function getitem>",
+                    serde_json::json!([r("bt"), 1]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "l",
+                    "aten.smooth_l1_loss.default",
+                    serde_json::json!([r("g0"), r("g1"), 1, 0.5]),
+                    &[],
+                    &[],
+                ),
             ],
             "l",
         );
         let (spec, _) = map_graph(&g, "t.py").unwrap();
         assert_eq!(spec.params.reduce, Some(ReduceKind::Mean));
         assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(1), Some(512)));
-        let w = crate::spec::Workload::parse("huber_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        let w = crate::spec::Workload::parse("huber_test.toml", &toml::to_string(&spec).unwrap())
+            .unwrap();
         // 0.5 d^2 / beta below beta, |d| - beta / 2 above: the chain at (x, t).
         let huber = |x: f64, t: f64| w.before_chain().eval(x, &[t]);
         assert!((huber(1.2, 1.0) - 0.5 * 0.04 / 0.5).abs() < 1e-12);
@@ -2188,16 +2241,35 @@ mod tests {
             vec![
                 input("p", sh, st),
                 input("t", sh, st),
-                node("lp", "aten.log.default", serde_json::json!([r("p")]), sh, st),
-                node("k", "aten.kl_div.default", serde_json::json!([r("lp"), r("t"), 2]), &[], &[]),
-                node("b", "aten.div.Tensor", serde_json::json!([r("k"), 8]), &[], &[]),
+                node(
+                    "lp",
+                    "aten.log.default",
+                    serde_json::json!([r("p")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "k",
+                    "aten.kl_div.default",
+                    serde_json::json!([r("lp"), r("t"), 2]),
+                    &[],
+                    &[],
+                ),
+                node(
+                    "b",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("k"), 8]),
+                    &[],
+                    &[],
+                ),
             ],
             "b",
         );
         let (spec, _) = map_graph(&g, "t.py").unwrap();
         assert_eq!(spec.params.reduce, Some(ReduceKind::Sum));
         assert_eq!(spec.epilogue.len(), 1);
-        let w = crate::spec::Workload::parse("kl_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        let w =
+            crate::spec::Workload::parse("kl_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
         // t log(t / p) at t = 0.2, p = 0.5.
         let want = 0.2 * (0.2f64 / 0.5).ln();
         assert!((w.before_chain().eval(0.2, &[0.5]) - want).abs() < 1e-12);
@@ -2206,7 +2278,13 @@ mod tests {
             vec![
                 input("p", sh, st),
                 input("t", sh, st),
-                node("l", "aten.mse_loss.default", serde_json::json!([r("p"), r("t"), 0]), sh, st),
+                node(
+                    "l",
+                    "aten.mse_loss.default",
+                    serde_json::json!([r("p"), r("t"), 0]),
+                    sh,
+                    st,
+                ),
             ],
             "l",
         );

@@ -1229,7 +1229,9 @@ mod tests {
         };
         let mut r = 0x1234_5678_9abc_def0u64;
         let mut next = || {
-            r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            r = r
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let u = (r >> 11) as f64 / (1u64 << 53) as f64;
             let e = ((r >> 3) % 9) as i32 - 4;
             ((2.0 * u - 1.0) * 2f64.powi(e)) as f32
@@ -1240,7 +1242,10 @@ mod tests {
             let (x, t) = (next(), next());
             let (want, bound) = huber.eval_with_error(f64::from(x), &[f64::from(t)], BEFORE_OP_U);
             let got = f64::from(f32_huber(x, t, false));
-            assert!((got - want).abs() <= bound, "x {x} t {t}: {got} vs {want}, bound {bound}");
+            assert!(
+                (got - want).abs() <= bound,
+                "x {x} t {t}: {got} vs {want}, bound {bound}"
+            );
             assert!(bound <= 64.0 * 6e-8 * (want.abs() + f64::from(x - t).abs()) + 1e-30);
             if bound > 0.0 {
                 worst = worst.max((got - want).abs() / bound);
@@ -1251,7 +1256,10 @@ mod tests {
             }
         }
         assert!(worst < 0.5, "the fp32 evaluation used {worst} of the bound");
-        assert!(caught > 10000, "a 16-bit intermediate caught {caught} times of 20000");
+        assert!(
+            caught > 10000,
+            "a 16-bit intermediate caught {caught} times of 20000"
+        );
         // t log(t / p): a transcendental and a saved value.
         let mut kl = Chain::default();
         kl.extend_from_spec(
@@ -1273,7 +1281,10 @@ mod tests {
             let (t, p) = (next().abs() + 1e-3, next().abs() + 1e-3);
             let (want, bound) = kl.eval_with_error(f64::from(t), &[f64::from(p)], BEFORE_OP_U);
             let got = f64::from((t / p).ln() * t);
-            assert!((got - want).abs() <= bound, "t {t} p {p}: {got} vs {want}, bound {bound}");
+            assert!(
+                (got - want).abs() <= bound,
+                "t {t} p {p}: {got} vs {want}, bound {bound}"
+            );
         }
         // Non-finite values carry no bound (they are compared exactly).
         let (v, e) = kl.eval_with_error(1.0, &[0.0], BEFORE_OP_U);

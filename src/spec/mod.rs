@@ -613,21 +613,36 @@ k = 4096
         assert_eq!(b.steps.len(), 4);
         // matrix0 read twice is one tensor; the row is the second.
         assert_eq!(b.tensors.len(), 2);
-        assert_eq!((b.tensors[0].kind, b.tensors[0].dtype), (chain::TensorKind::Matrix, DType::F32));
-        assert_eq!((b.tensors[1].kind, b.tensors[1].dtype), (chain::TensorKind::Row, DType::BF16));
+        assert_eq!(
+            (b.tensors[0].kind, b.tensors[0].dtype),
+            (chain::TensorKind::Matrix, DType::F32)
+        );
+        assert_eq!(
+            (b.tensors[1].kind, b.tensors[1].dtype),
+            (chain::TensorKind::Row, DType::BF16)
+        );
         assert!((b.eval(2.0, &[0.5, 3.0]) - 0.5 * 4f64.ln() * 3.0).abs() < 1e-12);
         // The epilogue chain's operands follow the before ops' in the slots.
-        assert!(w.chain().cpp_from(2).contains("static constexpr int kFirst = 2;"));
+        assert!(w
+            .chain()
+            .cpp_from(2)
+            .contains("static constexpr int kFirst = 2;"));
         assert!(b.cpp_before().contains("struct cs_before"));
         // The before tensors count in the bytes moved: A, an f32 matrix, a bf16 row, D.
         let h = w.headline();
-        assert_eq!(w.min_bytes(h), (4.0 * 100.0 * 2.0) + (4.0 * 100.0 * 4.0) + 100.0 * 2.0 + 4.0 * 4.0 + 4.0 * 4.0);
+        assert_eq!(
+            w.min_bytes(h),
+            (4.0 * 100.0 * 2.0) + (4.0 * 100.0 * 4.0) + 100.0 * 2.0 + 4.0 * 4.0 + 4.0 * 4.0
+        );
         // Only for reduce.
         let e = err(
             "x",
             "description = \"a\"\nfamily = \"activation\"\ndtype = \"f32\"\n[params]\nactivation = \"relu\"\n[[before]]\nop = \"abs\"\n[[shapes]]\nm = 4\nn = 4\n",
         );
-        assert!(e.contains("before") && e.contains("only for family reduce"), "{e}");
+        assert!(
+            e.contains("before") && e.contains("only for family reduce"),
+            "{e}"
+        );
         // Four tensor slots in all.
         let many = "[[before]]\nop = \"add\"\noperand = \"matrix\"\n".repeat(3);
         let e = err(
@@ -636,8 +651,14 @@ k = 4096
         );
         assert!(e.contains("5 tensors together"), "{e}");
         // A name that is neither a tensor nor saved.
-        let e = err("x", &format!("{R}[[before]]\nop = \"mul\"\noperand = \"matrix3\"\n{shapes}"));
-        assert!(e.contains("before[0].operand") && e.contains("matrix0"), "{e}");
+        let e = err(
+            "x",
+            &format!("{R}[[before]]\nop = \"mul\"\noperand = \"matrix3\"\n{shapes}"),
+        );
+        assert!(
+            e.contains("before[0].operand") && e.contains("matrix0"),
+            "{e}"
+        );
     }
 
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it

@@ -220,8 +220,10 @@ impl<'g> Mapper<'g> {
                     _ => None,
                 })
                 .collect::<Option<_>>()?;
-            let shapes: Vec<&Vec<i64>> =
-                names.iter().map(|t| self.meta(t).map(|m| &m.shape)).collect::<Option<_>>()?;
+            let shapes: Vec<&Vec<i64>> = names
+                .iter()
+                .map(|t| self.meta(t).map(|m| &m.shape))
+                .collect::<Option<_>>()?;
             if shapes.windows(2).any(|w| w[0] != w[1]) {
                 return None;
             }
@@ -235,7 +237,9 @@ impl<'g> Mapper<'g> {
             }) {
                 absorbed.insert(c.name.clone());
             }
-            names.get(k).map(|t| through_copies(&self.nodes, t).to_string())
+            names
+                .get(k)
+                .map(|t| through_copies(&self.nodes, t).to_string())
         };
         let (mut x, t) = (operand(0, "self")?, operand(1, "target")?);
         let mut ops = ops;
@@ -418,7 +422,10 @@ pub(super) fn map_reduce(
             let kind = classify(mp, head, &t)?;
             let dt = mp.meta(&t).and_then(|mt| super::dtype_of(&mt.dtype));
             let mut b = before;
-            for s in b.iter_mut().filter(|s| s.operand.as_deref() == Some("matrix")) {
+            for s in b
+                .iter_mut()
+                .filter(|s| s.operand.as_deref() == Some("matrix"))
+            {
                 s.operand = Some(kind.into());
                 s.dtype = dt.filter(|d| *d != dtype);
             }
@@ -495,18 +502,18 @@ pub(super) fn map_reduce(
 
 /// The input of Model from which one elementwise chain computes `reduced` (shaped like it),
 /// or None with the problem recorded at `head`.
-fn before_start(
-    mp: &mut Mapper<'_>,
-    head: &Node,
-    reduced: &str,
-    dims: &[usize],
-) -> Option<String> {
+fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize]) -> Option<String> {
     let shape = mp.meta(reduced).map(|m| m.shape.clone());
     let mut inputs: Vec<(usize, String)> = mp
         .nodes
         .values()
         .filter(|n| n.op == "placeholder" && n.kind.as_deref() == Some("user_input"))
-        .map(|n| (mp.order.get(n.name.as_str()).copied().unwrap_or(0), n.name.clone()))
+        .map(|n| {
+            (
+                mp.order.get(n.name.as_str()).copied().unwrap_or(0),
+                n.name.clone(),
+            )
+        })
         .collect();
     inputs.sort();
     for (_, x) in inputs {
@@ -518,7 +525,8 @@ fn before_start(
         let rows = rows_over(mp, head, &x, dims, "reduce");
         let fits = rows.is_some_and(|r| {
             let classify = like_a(&r);
-            super::chain_between(mp, &x, reduced, &classify, true, r.dtype, &mut Vec::new()).is_some()
+            super::chain_between(mp, &x, reduced, &classify, true, r.dtype, &mut Vec::new())
+                .is_some()
         });
         mp.problems.truncate(kept);
         if fits {
@@ -545,21 +553,38 @@ fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'
             return None;
         };
         if mp.source(o).is_none() {
-            mp.problem(n, format!("operand `{o}` is computed, not an input, parameter or buffer"));
+            mp.problem(
+                n,
+                format!("operand `{o}` is computed, not an input, parameter or buffer"),
+            );
             return None;
         }
         if super::dtype_of(&meta.dtype).is_none_or(crate::spec::DType::is_fp8) {
             mp.problem(
                 n,
-                format!("operand `{o}` is {}; tensor operands are float32, float16 or bfloat16", meta.dtype),
+                format!(
+                    "operand `{o}` is {}; tensor operands are float32, float16 or bfloat16",
+                    meta.dtype
+                ),
             );
             return None;
         }
-        let trim = |s: &[i64]| s.iter().copied().skip_while(|d| *d == 1).collect::<Vec<i64>>();
+        let trim = |s: &[i64]| {
+            s.iter()
+                .copied()
+                .skip_while(|d| *d == 1)
+                .collect::<Vec<i64>>()
+        };
         let mine = trim(&meta.shape);
         if mine == trim(&a_shape) {
             if !super::contiguous(&meta) {
-                mp.problem(n, format!("operand `{o}` is not contiguous (strides {:?})", meta.stride));
+                mp.problem(
+                    n,
+                    format!(
+                        "operand `{o}` is not contiguous (strides {:?})",
+                        meta.stride
+                    ),
+                );
                 return None;
             }
             return Some("matrix");
