@@ -2270,9 +2270,10 @@ mod tests {
         assert_eq!(spec.epilogue.len(), 1);
         let w =
             crate::spec::Workload::parse("kl_test.toml", &toml::to_string(&spec).unwrap()).unwrap();
-        // t log(t / p) at t = 0.2, p = 0.5.
+        // t log|t / p| at t = 0.2, p = 0.5 (the abs keeps signed validation inputs defined).
         let want = 0.2 * (0.2f64 / 0.5).ln();
         assert!((w.before_chain().eval(0.2, &[0.5]) - want).abs() < 1e-12);
+        assert!(w.before_chain().eval(-0.2, &[0.5]).is_finite());
         // reduction="none" is no reduction: the loss op is named as unknown.
         let g = graph(
             vec![

@@ -94,6 +94,9 @@ pub struct Mismatch {
 pub enum Verdict {
     /// Every element written and within tolerance.
     Pass,
+    /// Every reference value is NaN on these inputs (a log or a square root of signed
+    /// values): the check cannot tell a right kernel from a wrong one.
+    UndefinedReference,
     /// Some elements still hold the poison: the kernel never stored them.
     PartialWrite,
     /// The kernel produced NaN/Inf where the reference is finite.
@@ -106,6 +109,7 @@ impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Verdict::Pass => "PASS",
+            Verdict::UndefinedReference => "UNDEFINED REFERENCE",
             Verdict::PartialWrite => "PARTIAL WRITE",
             Verdict::NanInf => "NAN/INF",
             Verdict::Mismatch => "MISMATCH",
@@ -133,6 +137,10 @@ pub struct Comparison {
     pub unwritten: u64,
     /// Elements that are NaN/Inf where the reference is finite (a subset of `wrong`).
     pub nan_or_inf: u64,
+    /// Elements whose reference is NaN on these inputs (a kernel's NaN matches them): when
+    /// that is every element, the comparison proves nothing and does not pass.
+    #[serde(default)]
+    pub reference_nan: u64,
     /// Elements whose storage index lay outside `got` (counted unwritten) or whose
     /// reference index lay outside `want` (counted wrong): a harness or stride error.
     #[serde(default)]
@@ -156,12 +164,20 @@ pub struct Comparison {
 impl Comparison {
     /// True when every element was written and is within tolerance.
     pub fn passed(&self) -> bool {
-        self.wrong == 0 && self.unwritten == 0
+        self.wrong == 0 && self.unwritten == 0 && !self.reference_undefined()
     }
 
-    /// The one-word outcome, with precedence PartialWrite > NanInf > Mismatch.
+    /// Every reference value is NaN: nothing was really checked.
+    pub fn reference_undefined(&self) -> bool {
+        self.checked > 0 && self.reference_nan == self.checked
+    }
+
+    /// The one-word outcome, with precedence UndefinedReference > PartialWrite > NanInf >
+    /// Mismatch.
     pub fn verdict(&self) -> Verdict {
-        if self.unwritten > 0 {
+        if self.reference_undefined() {
+            Verdict::UndefinedReference
+        } else if self.unwritten > 0 {
             Verdict::PartialWrite
         } else if self.nan_or_inf > 0 {
             Verdict::NanInf
@@ -200,6 +216,19 @@ impl Comparison {
             self.nan_or_inf,
             pct(self.nan_or_inf, n)
         );
+        if self.reference_nan > 0 {
+            let _ = writeln!(
+                s,
+                "the reference is NaN at {} ({}) of them, where a NaN output matches it{}",
+                self.reference_nan,
+                pct(self.reference_nan, n),
+                if self.reference_undefined() {
+                    ": every one, so nothing was checked"
+                } else {
+                    ""
+                }
+            );
+        }
         if self.out_of_bounds > 0 {
             let _ = writeln!(
                 s,
@@ -276,6 +305,7 @@ fn compare_with_threads<G: Element, W: Element>(
         wrong: 0,
         unwritten: 0,
         nan_or_inf: 0,
+        reference_nan: 0,
         out_of_bounds: 0,
         max_abs_err: 0.0,
         max_rel_err: 0.0,
@@ -334,6 +364,7 @@ fn compare_with_threads<G: Element, W: Element>(
     out.wrong = total.wrong;
     out.unwritten = total.unwritten;
     out.nan_or_inf = total.nan_or_inf;
+    out.reference_nan = total.reference_nan;
     out.out_of_bounds = total.oob;
     out.max_abs_err = total.max_abs;
     out.max_rel_err = total.max_rel;
@@ -397,6 +428,9 @@ pub struct Summary {
     pub wrong: u64,
     pub unwritten: u64,
     pub nan_or_inf: u64,
+    /// References that are NaN (see [`Comparison::reference_nan`]).
+    #[serde(default)]
+    pub reference_nan: u64,
     #[serde(with = "float_serde")]
     pub max_abs_err: f64,
     #[serde(with = "float_serde")]
@@ -433,6 +467,7 @@ impl Comparison {
             wrong: s.wrong,
             unwritten: s.unwritten,
             nan_or_inf: s.nan_or_inf,
+            reference_nan: s.reference_nan,
             oob: 0,
             max_abs: s.max_abs_err,
             max_rel: s.max_rel_err,
@@ -450,6 +485,7 @@ impl Comparison {
             wrong: acc.wrong,
             unwritten: acc.unwritten,
             nan_or_inf: acc.nan_or_inf,
+            reference_nan: s.reference_nan,
             out_of_bounds: 0,
             max_abs_err: acc.max_abs,
             max_rel_err: acc.max_rel,
@@ -591,6 +627,7 @@ struct Acc {
     wrong: u64,
     unwritten: u64,
     nan_or_inf: u64,
+    reference_nan: u64,
     oob: u64,
     max_abs: f64,
     max_rel: f64,
@@ -755,6 +792,7 @@ impl Acc {
         self.wrong += o.wrong;
         self.unwritten += o.unwritten;
         self.nan_or_inf += o.nan_or_inf;
+        self.reference_nan += o.reference_nan;
         self.oob += o.oob;
         self.max_abs = self.max_abs.max(o.max_abs);
         self.max_rel = self.max_rel.max(o.max_rel);
@@ -812,6 +850,9 @@ fn run_chunk<G: Element, W: Element>(
         let gs = slice_of(gbase).and_then(|rg| got.get(rg));
         let ws = slice_of(wbase).and_then(|rg| want.get(rg));
         let ss = slack.and_then(|s| slice_of(wbase).and_then(|rg| s.get(rg)));
+        if let Some(ws) = ws {
+            acc.reference_nan += ws.iter().filter(|w| w.to_f64().is_nan()).count() as u64;
+        }
         match (gs, ws) {
             (Some(gs), Some(ws)) => acc.segment(g, tol, b, r, c0, gs, ws, ss),
             _ => acc.segment_checked(g, tol, (b, r), c0..c1, gbase, wbase, got, want, slack),
@@ -960,6 +1001,45 @@ mod tests {
         assert_eq!(c.max_abs_err, 0.0);
         assert_eq!(c.pattern, "no wrong elements");
         assert!(c.report().starts_with("verdict: PASS"));
+    }
+
+    /// A reference that is NaN everywhere proves nothing: a NaN output "matches" it, so
+    /// the comparison does not pass (host and device summaries alike); NaN at some elements
+    /// is counted and reported, and the rest still decide.
+    #[test]
+    fn a_reference_nan_everywhere_checks_nothing_and_does_not_pass() {
+        let d = Dims::dense(1, 4, 8);
+        let want = vec![f32::NAN; 32];
+        let got = vec![f32::NAN; 32];
+        let c = compare(&got, &want, &d, &tol());
+        assert_eq!((c.wrong, c.unwritten, c.reference_nan), (0, 0, 32));
+        assert!(!c.passed());
+        assert_eq!(c.verdict(), Verdict::UndefinedReference);
+        assert!(
+            c.report().contains("every one, so nothing was checked"),
+            "{}",
+            c.report()
+        );
+        // Half NaN: counted, and the finite half decides.
+        let want: Vec<f32> = (0..32)
+            .map(|i| if i % 2 == 0 { f32::NAN } else { i as f32 })
+            .collect();
+        let mut got = want.clone();
+        let c = compare(&got, &want, &d, &tol());
+        assert!(c.passed() && c.reference_nan == 16);
+        got[1] += 1.0;
+        assert_eq!(
+            compare(&got, &want, &d, &tol()).verdict(),
+            Verdict::Mismatch
+        );
+        // The device's summary carries the count through.
+        let s = Summary {
+            checked: 32,
+            reference_nan: 32,
+            ..Summary::default()
+        };
+        let c = Comparison::from_summary(&s, &d, &tol(), "f32", "f64");
+        assert_eq!(c.verdict(), Verdict::UndefinedReference);
     }
 
     #[test]

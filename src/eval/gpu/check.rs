@@ -469,7 +469,7 @@ extern "C" __global__ void cs_check_main(CheckArgs a)
   unsigned long long* ext = (unsigned long long*)a.extremes;
   unsigned long long* bins = (unsigned long long*)a.bins;
   const long long plane = a.rows * a.cols, total = a.batch * plane;
-  unsigned long long wrong = 0, unwritten = 0, naninf = 0;
+  unsigned long long wrong = 0, unwritten = 0, naninf = 0, refnan = 0;
   double max_abs = 0.0, max_rel = 0.0, max_err = 0.0;
   long long first = 0x7fffffffffffffffll;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -477,6 +477,7 @@ extern "C" __global__ void cs_check_main(CheckArgs a)
     const long long b = i / plane, w = i % plane, r = w / a.cols, c = w % a.cols;
     double x, y, e;
     const int v = cs_judge(a, i, b, r, c, &x, &y, &e);
+    if (isnan(y)) ++refnan;
     if (isfinite(x) && isfinite(y)) {{
       const double d = fabs(x - y);
       max_abs = fmax(max_abs, d);
@@ -498,6 +499,7 @@ extern "C" __global__ void cs_check_main(CheckArgs a)
     wrong += __shfl_xor_sync(0xffffffffu, wrong, o);
     unwritten += __shfl_xor_sync(0xffffffffu, unwritten, o);
     naninf += __shfl_xor_sync(0xffffffffu, naninf, o);
+    refnan += __shfl_xor_sync(0xffffffffu, refnan, o);
     max_abs = fmax(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, o));
     max_rel = fmax(max_rel, __shfl_xor_sync(0xffffffffu, max_rel, o));
     max_err = fmax(max_err, __shfl_xor_sync(0xffffffffu, max_err, o));
@@ -507,6 +509,7 @@ extern "C" __global__ void cs_check_main(CheckArgs a)
     if (wrong) atomicAdd(&counters[1], wrong);
     if (unwritten) atomicAdd(&counters[2], unwritten);
     if (naninf) atomicAdd(&counters[3], naninf);
+    if (refnan) atomicAdd(&counters[0], refnan);
     atomicMax(&ext[0], (unsigned long long)__double_as_longlong(max_abs));
     atomicMax(&ext[1], (unsigned long long)__double_as_longlong(max_rel));
     atomicMax(&ext[2], (unsigned long long)__double_as_longlong(max_err));
@@ -1384,6 +1387,7 @@ impl Checker {
             wrong: c[1],
             unwritten: c[2],
             nan_or_inf: c[3],
+            reference_nan: c[0],
             max_abs_err: f64::from_bits(ext[0]),
             max_rel_err: f64::from_bits(ext[1]),
             ..Summary::default()

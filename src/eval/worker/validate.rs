@@ -106,6 +106,18 @@ impl Ctx<'_> {
                     Some(f) if downgraded(f) => Some(precision_fault(f)),
                     _ => None,
                 },
+                // The workload's ops are undefined on these inputs (as the reference
+                // failing is): no kernel can be judged on them.
+                Verdict::UndefinedReference => Some(fault(
+                    FaultKind::KernelError,
+                    format!(
+                        "the reference is NaN at every element on these inputs (signed, of \
+                         every magnitude): a log, a square root or a division of them? No \
+                         output can be told right or wrong; write the workload so its ops are \
+                         defined on signed inputs (an abs before a log)\n{}",
+                        cmp.report()
+                    ),
+                )),
                 Verdict::PartialWrite => Some(fault(FaultKind::PartialWrite, cmp.report())),
                 Verdict::NanInf => Some(fault(FaultKind::NanInf, cmp.report())),
                 Verdict::Mismatch => {

@@ -84,8 +84,13 @@ fn loss_ops(name: &str, p: Option<f64>) -> Option<(Vec<OpSpec>, bool)> {
         },
         "huber_loss" => (huber(p.unwrap_or(1.0)), false),
         // target * (log target - input): A is the target, the matrix operand the input
-        // (log-probabilities): log, minus the input, times the target (z).
-        "kl_div" => (vec![op("log"), matrix("sub"), named("mul", "z")], true),
+        // (log-probabilities): log, minus the input, times the target (z). The log is of
+        // |target|: the same on a distribution, and defined on the signed inputs validation
+        // draws (a log of a negative value would make the one sum NaN, which checks nothing).
+        "kl_div" => (
+            vec![op("abs"), op("log"), matrix("sub"), named("mul", "z")],
+            true,
+        ),
         _ => return None,
     })
 }
@@ -259,6 +264,8 @@ impl<'g> Mapper<'g> {
                                 operand: Some("matrix".into()),
                                 ..op("div")
                             },
+                            // log |t / p|: see loss_ops.
+                            op("abs"),
                             op("log"),
                             OpSpec {
                                 operand: Some("z".into()),
