@@ -146,7 +146,16 @@ pub fn export_torch(
 ) -> Result<Vec<PathBuf>> {
     // The package's operator returns D shaped as the GEMM's m x n; a gemm_reduce D (one
     // value a row) would come back the wrong shape. Refused before anything is written.
-    let family = dir.workload(&dir.load_spec()?)?.family();
+    let w = dir.workload(&dir.load_spec()?)?;
+    let family = w.family();
+    if !w.before_chain().is_identity() {
+        return Err(Error::Usage(
+            "export --torch does not take a reduction with [[before]] ops yet (its operator \
+             passes the epilogue chain's operands only); `cutesmith export` without --torch \
+             writes the kernel and its C ABI"
+                .into(),
+        ));
+    }
     if family == crate::spec::Family::GemmReduce {
         return Err(Error::Usage(format!(
             "export --torch does not take family {family} yet (its operator would return the \

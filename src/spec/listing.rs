@@ -89,7 +89,11 @@ impl Workload {
                 }
             ),
             Family::Reduce => format!(
-                "{s} {}{}{chain}",
+                "{s} {}{}{}{chain}",
+                match self.before.steps.len() {
+                    0 => String::new(),
+                    b => format!("{b} ops then "),
+                },
                 self.params.reduce,
                 if self.layouts.a == super::schema::Layout::Col {
                     " col"
