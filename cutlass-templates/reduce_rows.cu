@@ -628,7 +628,8 @@ static int32_t cs_reduce_plan(const cs_problem& p, CsPlan& pl, int64_t most_part
     // a batch: 88% of copy; in 5: 92%); more where the GPU needs more CTAs.
     int64_t parts = cs_ceil_div(p.k, kColPartSteps);
     if (ctas * parts < ctas_wanted) parts = cs_ceil_div(ctas_wanted, ctas);
-    parts = cs_min64(parts, most_parts);
+    // At most 1024 parts: cs_reduce_finish_cols merges a row's parts in one thread.
+    parts = cs_min64(parts, cs_min64(most_parts, 1024));
     // At least one unrolled step of the CTA's warps along k a part.
     cs_split(pl, p.k, parts, int64_t(kWarps / wi) * kColUnroll);
     pl.tasks = ctas * pl.parts;

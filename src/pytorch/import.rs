@@ -2274,6 +2274,8 @@ mod tests {
         let want = 0.2 * (0.2f64 / 0.5).ln();
         assert!((w.before_chain().eval(0.2, &[0.5]) - want).abs() < 1e-12);
         assert!(w.before_chain().eval(-0.2, &[0.5]).is_finite());
+        // A zero target adds 0 (ATen's xlogy(0, 0) = 0), not NaN.
+        assert_eq!(w.before_chain().eval(0.0, &[0.5]), 0.0);
         // reduction="none" is no reduction: the loss op is named as unknown.
         let g = graph(
             vec![

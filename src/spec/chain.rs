@@ -420,7 +420,7 @@ impl Chain {
                             if name == "scale" {
                                 return Err(err("operand", "scale takes a value only".into()));
                             }
-                            self.operand(o, s.dtype.unwrap_or(out_dtype))
+                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some())
                                 .map_err(|m| err("operand", m))?
                         }
                         (Some(_), Some(_)) => return Err(err(
@@ -526,17 +526,30 @@ impl Chain {
         Ok(())
     }
 
-    fn operand(&mut self, o: &str, dtype: DType) -> Result<Operand, String> {
+    fn operand(&mut self, o: &str, dtype: DType, given_dtype: bool) -> Result<Operand, String> {
         let o = o.trim();
         let kind = match o {
             "z" => return Ok(Operand::Z),
             "row" => TensorKind::Row,
             "col" => TensorKind::Col,
             "matrix" => TensorKind::Matrix,
-            name if self.tensors.iter().any(|t| t.name == name) => {
-                // An earlier tensor again, by the name it was given (`matrix0`), in its type.
-                let i = self.tensors.iter().position(|t| t.name == name);
-                return Ok(Operand::Tensor(i.unwrap_or_default()));
+            name if !self.saved.iter().any(|s| s == name)
+                && self.tensors.iter().any(|t| t.name == name) =>
+            {
+                // An earlier tensor again, by the name it was given (`matrix0`), in its type
+                // (a saved value of the same name comes first).
+                let i = self
+                    .tensors
+                    .iter()
+                    .position(|t| t.name == name)
+                    .unwrap_or_default();
+                if self.tensors[i].dtype != dtype && given_dtype {
+                    return Err(format!(
+                        "\"{name}\" is {}; a tensor read again keeps its type (leave dtype out)",
+                        self.tensors[i].dtype.name()
+                    ));
+                }
+                return Ok(Operand::Tensor(i));
             }
             name => {
                 return self
@@ -618,7 +631,13 @@ impl Chain {
                     }
                 }
             }
-            e = dev + unit * v.abs();
+            // An activation's fp32 form may cancel (0.5 x (1 + tanh(...)) at x = -5 keeps
+            // few of its bits): its rounding is bounded on the input's scale as well.
+            let scale = match s.op {
+                Op::Act(..) => v.abs() + x.abs(),
+                _ => v.abs(),
+            };
+            e = dev + unit * scale;
             if !e.is_finite() {
                 e = 0.0;
             }
@@ -1284,6 +1303,18 @@ mod tests {
             assert!(
                 (got - want).abs() <= bound,
                 "t {t} p {p}: {got} vs {want}, bound {bound}"
+            );
+        }
+        // An activation whose fp32 form cancels: gelu_tanh at x = -3 .. -5 keeps few bits
+        // of 0.5 x (1 + tanh(...)); the bound is on the input's scale too.
+        let gelu = chain(vec![spec("gelu_tanh")]);
+        for x in [-5.0f32, -4.0, -3.0, -1.0, 0.5, 3.0] {
+            let inner = 0.797_884_6f32 * (x + 0.044715f32 * x * x * x);
+            let got = f64::from(0.5f32 * x * (1.0f32 + inner.tanh()));
+            let (want, bound) = gelu.eval_with_error(f64::from(x), &[], BEFORE_OP_U);
+            assert!(
+                (got - want).abs() <= bound,
+                "gelu_tanh({x}): {got} vs {want}, bound {bound}"
             );
         }
         // Non-finite values carry no bound (they are compared exactly).

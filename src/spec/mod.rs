@@ -650,6 +650,12 @@ k = 4096
             &format!("{R}{many}[[epilogue]]\nop = \"mul\"\noperand = \"col\"\n[[epilogue]]\nop = \"add\"\noperand = \"col\"\n{shapes}"),
         );
         assert!(e.contains("5 tensors together"), "{e}");
+        // A tensor read again keeps its type.
+        let e = err(
+            "x",
+            &format!("{R}[[before]]\nop = \"sub\"\noperand = \"matrix\"\n[[before]]\nop = \"mul\"\noperand = \"matrix0\"\ndtype = \"f16\"\n{shapes}"),
+        );
+        assert!(e.contains("keeps its type"), "{e}");
         // A name that is neither a tensor nor saved.
         let e = err(
             "x",

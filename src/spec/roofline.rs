@@ -136,7 +136,9 @@ impl Workload {
                 + self.chain.saved.len() as f64)
             + count(need.copy) * copy
             + 3.0 * count(need.reduce_tail) * t.output;
-        2.0 * (t.inputs + t.output) + t.chain + buffers + reference_planes * t.elements
+        // Two problem sets, each with its own chain tensors (a loss's target is as large
+        // as A).
+        2.0 * (t.inputs + t.output + t.chain) + buffers + reference_planes * t.elements
     }
 
     /// An activation-family workload whose chain is one activation and nothing else

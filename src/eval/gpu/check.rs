@@ -234,6 +234,12 @@ fn before_fp64(chain: &Chain) -> String {
         "__device__ double csd_before(double z, const double* t, double* err) {{\n  (void)t;\n  double x = z, e = 0.0;\n  double sv[{saved}], se[{saved}]; (void)sv; (void)se;\n  const double dx[5] = {{-1.0, -0.5, 0.0, 0.5, 1.0}}, dy[3] = {{-1.0, 0.0, 1.0}};"
     );
     for (n, st) in chain.steps.iter().enumerate() {
+        // An activation's rounding on its input's scale too (`Chain::eval_with_error`).
+        let scale = if matches!(st.op, Op::Act(..)) {
+            "fabs(v) + fabs(x)"
+        } else {
+            "fabs(v)"
+        };
         let (y, ey) = match &st.op {
             Op::Binary(_, o) => match o {
                 Operand::Scalar(v) => (lit(*v), "0.0".to_string()),
@@ -245,7 +251,7 @@ fn before_fp64(chain: &Chain) -> String {
         };
         let _ = writeln!(
             s,
-            "  {{\n    const double y = {y}, ey = {ey};\n    const double v = csd_bs{n}(x, y);\n    double dev = 0.0;\n    for (int p = 0; p < 5; ++p)\n      for (int q = 0; q < 3; ++q) {{\n        if (q != 1 && ey == 0.0) continue;\n        const double d = fabs(csd_bs{n}(x + dx[p] * e, y + dy[q] * ey) - v);\n        if (isfinite(d)) dev = fmax(dev, d);\n      }}\n    e = dev + {u} * fabs(v);\n    if (!isfinite(e)) e = 0.0;\n    x = v;\n  }}",
+            "  {{\n    const double y = {y}, ey = {ey};\n    const double v = csd_bs{n}(x, y);\n    double dev = 0.0;\n    for (int p = 0; p < 5; ++p)\n      for (int q = 0; q < 3; ++q) {{\n        if (q != 1 && ey == 0.0) continue;\n        const double d = fabs(csd_bs{n}(x + dx[p] * e, y + dy[q] * ey) - v);\n        if (isfinite(d)) dev = fmax(dev, d);\n      }}\n    e = dev + {u} * ({scale});\n    if (!isfinite(e)) e = 0.0;\n    x = v;\n  }}",
             u = lit(crate::spec::chain::BEFORE_OP_U)
         );
         if let Some(i) = st.save {

@@ -266,7 +266,27 @@ fn device_admission(s: &Session, w: &Workload, job: &Job) -> Option<Fault> {
 /// and the fp64 reference with its per-element bound.
 fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
     let out = sh.m as f64 * sh.n as f64 * sh.batch as f64;
-    2.0 * w.min_bytes(sh) + 16.0 * out
+    // A reduction's [[before]] tensors are held as f64 (both input sets), and each row the
+    // reference reduces holds its k values and bounds (16 bytes an element, a row a thread).
+    let (m, k, b) = (sh.m as f64, sh.k as f64, sh.batch as f64);
+    let before: f64 = w
+        .before_chain()
+        .tensors
+        .iter()
+        .map(|t| match t.kind {
+            crate::spec::chain::TensorKind::Matrix => m * k * b,
+            crate::spec::chain::TensorKind::Row => k,
+            crate::spec::chain::TensorKind::Col => m,
+        })
+        .sum::<f64>()
+        * 8.0
+        * 2.0;
+    let rows_at_once = if w.before_chain().is_identity() {
+        0.0
+    } else {
+        16.0 * k * (m * b).min(64.0)
+    };
+    2.0 * w.min_bytes(sh) + 16.0 * out + before + rows_at_once
 }
 
 fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {

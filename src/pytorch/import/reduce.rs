@@ -29,6 +29,9 @@ pub(super) struct ReduceMatch {
     pub loss: Option<(Vec<OpSpec>, String)>,
 }
 
+/// The smallest normal f32: where a loss's log is held from 0.
+const TINY: f64 = 1.175_494_350_822_287_5e-38;
+
 /// An op of the `[[before]]` table.
 fn op(name: &str) -> OpSpec {
     OpSpec {
@@ -87,8 +90,16 @@ fn loss_ops(name: &str, p: Option<f64>) -> Option<(Vec<OpSpec>, bool)> {
         // (log-probabilities): log, minus the input, times the target (z). The log is of
         // |target|: the same on a distribution, and defined on the signed inputs validation
         // draws (a log of a negative value would make the one sum NaN, which checks nothing).
+        // A zero target contributes 0 (ATen's xlogy(t, t)): the log's argument is held at
+        // least the smallest normal f32, so 0 * log stays 0 instead of 0 * -inf.
         "kl_div" => (
-            vec![op("abs"), op("log"), matrix("sub"), named("mul", "z")],
+            vec![
+                op("abs"),
+                with("max", TINY),
+                op("log"),
+                matrix("sub"),
+                named("mul", "z"),
+            ],
             true,
         ),
         _ => return None,
@@ -264,8 +275,12 @@ impl<'g> Mapper<'g> {
                                 operand: Some("matrix".into()),
                                 ..op("div")
                             },
-                            // log |t / p|: see loss_ops.
+                            // log max(|t / p|, TINY): see loss_ops.
                             op("abs"),
+                            OpSpec {
+                                value: Some(TINY),
+                                ..op("max")
+                            },
                             op("log"),
                             OpSpec {
                                 operand: Some("z".into()),
@@ -279,6 +294,9 @@ impl<'g> Mapper<'g> {
         }
         let (input, other) = if swap { (t, x) } else { (x, t) };
         let rank = self.meta(&input).map_or(0, |m| m.shape.len());
+        if rank == 0 {
+            return None; // a loss of two numbers: no dimension to reduce
+        }
         Some(ReduceMatch {
             head: n.name.clone(),
             input,
@@ -523,11 +541,13 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
         })
         .collect();
     inputs.sort();
+    // Why the first input shaped like it did not fit, reported when none does.
+    let mut first_reasons = None;
     for (_, x) in inputs {
         if mp.meta(&x).map(|m| m.shape.clone()) != shape {
             continue;
         }
-        // A trial: its problems are dropped unless nothing fits.
+        // A trial: its problems are kept aside, and the first input's reported if none fits.
         let kept = mp.problems.len();
         let rows = rows_over(mp, head, &x, dims, "reduce");
         let fits = rows.is_some_and(|r| {
@@ -535,11 +555,13 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
             super::chain_between(mp, &x, reduced, &classify, true, r.dtype, &mut Vec::new())
                 .is_some()
         });
-        mp.problems.truncate(kept);
+        let reasons = mp.problems.split_off(kept);
         if fits {
             return Some(x);
         }
+        first_reasons.get_or_insert(reasons);
     }
+    mp.problems.extend(first_reasons.unwrap_or_default());
     mp.problem(
         head,
         format!(
@@ -576,6 +598,17 @@ fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'
             );
             return None;
         }
+        // Every kind is read as a packed array.
+        if !super::contiguous(&meta) {
+            mp.problem(
+                n,
+                format!(
+                    "operand `{o}` is not contiguous (strides {:?})",
+                    meta.stride
+                ),
+            );
+            return None;
+        }
         let trim = |s: &[i64]| {
             s.iter()
                 .copied()
@@ -584,16 +617,6 @@ fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'
         };
         let mine = trim(&meta.shape);
         if mine == trim(&a_shape) {
-            if !super::contiguous(&meta) {
-                mp.problem(
-                    n,
-                    format!(
-                        "operand `{o}` is not contiguous (strides {:?})",
-                        meta.stride
-                    ),
-                );
-                return None;
-            }
             return Some("matrix");
         }
         if !col && batch == 1 && first > 0 {
