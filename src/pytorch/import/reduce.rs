@@ -76,7 +76,7 @@ fn loss_ops(name: &str, p: Option<f64>) -> Option<(Vec<OpSpec>, bool)> {
         "mse_loss" => (vec![matrix("sub"), with("pow", 2.0)], false),
         "l1_loss" => (vec![matrix("sub"), op("abs")], false),
         "smooth_l1_loss" => match p.unwrap_or(1.0) {
-            b if b == 0.0 => (vec![matrix("sub"), op("abs")], false),
+            0.0 => (vec![matrix("sub"), op("abs")], false),
             b => {
                 let mut v = huber(b);
                 if b != 1.0 {
