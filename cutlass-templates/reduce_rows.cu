@@ -73,19 +73,7 @@
 // indexed like A (see cs_before_at).
 #ifndef CS_BEFORE_DEFINED
 #define CS_BEFORE_DEFINED 1
-struct cs_before {
-  static constexpr int kOperands = 0;
-  static constexpr int kKind0 = CS_OPERAND_NONE;
-  static constexpr int kKind1 = CS_OPERAND_NONE;
-  static constexpr int kKind2 = CS_OPERAND_NONE;
-  static constexpr int kKind3 = CS_OPERAND_NONE;
-  static constexpr int kDtype0 = -1;
-  static constexpr int kDtype1 = -1;
-  static constexpr int kDtype2 = -1;
-  static constexpr int kDtype3 = -1;
-  static constexpr bool kIdentity = true;
-  CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
-};
+struct cs_before : cs_identity_chain {};
 #endif
 
 // Element (i, j) of batch b's A, x, after the [[before]] ops.

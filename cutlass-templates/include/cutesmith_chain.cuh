@@ -541,9 +541,9 @@ inline int32_t cs_before_operands_check(const cs_problem& p, bool check_pointers
 
 /* ---- the identity chain, when the source defines none ---- */
 
-#ifndef CS_CHAIN_DEFINED
-#define CS_CHAIN_DEFINED 1
-struct cs_chain {
+/* The identity chain: no operands, z unchanged. The default cs_chain, and a reduction's
+ * cs_before when its workload has no [[before]] ops. */
+struct cs_identity_chain {
   static constexpr int kOperands = 0;
   static constexpr int kKind0 = CS_OPERAND_NONE;
   static constexpr int kKind1 = CS_OPERAND_NONE;
@@ -556,6 +556,10 @@ struct cs_chain {
   static constexpr bool kIdentity = true;
   CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
 };
+
+#ifndef CS_CHAIN_DEFINED
+#define CS_CHAIN_DEFINED 1
+struct cs_chain : cs_identity_chain {};
 #endif
 
 #endif /* CUTESMITH_CHAIN_CUH */

@@ -1446,13 +1446,9 @@ fn unary(mp: &mut Mapper<'_>, n: &Node, op: &str, spec: &mut OpSpec) -> bool {
 }
 
 /// How a tensor operand of an elementwise op is indexed against the (batch, m, n) output.
-fn tensor_operand(
-    mp: &mut Mapper<'_>,
-    n: &Node,
-    o: &str,
-    out: (i64, i64, i64),
-) -> Option<&'static str> {
-    let (batch, m, nn) = out;
+/// A tensor operand's metadata, where it is an input, parameter or buffer of a float type
+/// (16 or 32 bits); else None with the problem recorded at `n`.
+fn operand_meta(mp: &mut Mapper<'_>, n: &Node, o: &str) -> Option<Meta> {
     let Some(meta) = mp.meta(o).cloned() else {
         mp.problem(n, format!("operand `{o}` has no tensor metadata"));
         return None;
@@ -1474,6 +1470,17 @@ fn tensor_operand(
         );
         return None;
     }
+    Some(meta)
+}
+
+fn tensor_operand(
+    mp: &mut Mapper<'_>,
+    n: &Node,
+    o: &str,
+    out: (i64, i64, i64),
+) -> Option<&'static str> {
+    let (batch, m, nn) = out;
+    let meta = operand_meta(mp, n, o)?;
     // Drop leading 1s; what is left says how it broadcasts.
     let dims: Vec<i64> = meta.shape.iter().copied().skip_while(|d| *d == 1).collect();
     let kind = match dims.as_slice() {

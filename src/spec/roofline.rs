@@ -224,36 +224,15 @@ impl Workload {
     /// Bytes of the chain's tensors on `shape`: a row vector `n`, a column vector `m` (both
     /// shared by the batch), a matrix `m n` per batch, each in its own type.
     fn tensor_bytes(&self, shape: &Shape) -> f64 {
-        let (m, n, b) = (shape.m as f64, shape.n as f64, shape.batch as f64);
-        let chain: f64 = self
-            .chain
-            .tensors
-            .iter()
-            .map(|t| {
-                let per = match t.kind {
-                    TensorKind::Row => n,
-                    TensorKind::Col => m,
-                    TensorKind::Matrix => m * n * b,
-                };
-                per * t.dtype.bytes() as f64
-            })
-            .sum();
+        let (m, n, k, b) = (
+            shape.m as f64,
+            shape.n as f64,
+            shape.k as f64,
+            shape.batch as f64,
+        );
         // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k.
-        let k = shape.k as f64;
-        let before: f64 = self
-            .before
-            .tensors
-            .iter()
-            .map(|t| {
-                let per = match t.kind {
-                    TensorKind::Row => k,
-                    TensorKind::Col => m,
-                    TensorKind::Matrix => m * k * b,
-                };
-                per * t.dtype.bytes() as f64
-            })
-            .sum();
-        chain + before
+        chain_tensor_bytes(&self.chain, n, m, m * n * b)
+            + chain_tensor_bytes(&self.before, k, m, m * k * b)
     }
 
     /// FLOPs per byte on `shape`.
@@ -325,6 +304,23 @@ impl TimingBuffers {
     pub fn second_output(&self, input_bytes: f64, output_bytes: f64) -> bool {
         self.library_out2 || (self.copy && input_bytes < output_bytes)
     }
+}
+
+/// Bytes of a chain's tensors: `row` values a row vector, `col` a column vector, `matrix`
+/// a matrix (every batch), each in its own type.
+fn chain_tensor_bytes(chain: &crate::spec::Chain, row: f64, col: f64, matrix: f64) -> f64 {
+    chain
+        .tensors
+        .iter()
+        .map(|t| {
+            let per = match t.kind {
+                TensorKind::Row => row,
+                TensorKind::Col => col,
+                TensorKind::Matrix => matrix,
+            };
+            per * t.dtype.bytes() as f64
+        })
+        .sum()
 }
 
 /// One shape's tensors by role, in bytes (elements: of the output).

@@ -577,27 +577,7 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
 fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> {
     let (a_shape, first, col, batch) = (rows.shape.clone(), rows.first, rows.col, rows.batch);
     move |mp: &mut Mapper<'_>, n: &Node, o: &str| {
-        let Some(meta) = mp.meta(o).cloned() else {
-            mp.problem(n, format!("operand `{o}` has no tensor metadata"));
-            return None;
-        };
-        if mp.source(o).is_none() {
-            mp.problem(
-                n,
-                format!("operand `{o}` is computed, not an input, parameter or buffer"),
-            );
-            return None;
-        }
-        if super::dtype_of(&meta.dtype).is_none_or(crate::spec::DType::is_fp8) {
-            mp.problem(
-                n,
-                format!(
-                    "operand `{o}` is {}; tensor operands are float32, float16 or bfloat16",
-                    meta.dtype
-                ),
-            );
-            return None;
-        }
+        let meta = super::operand_meta(mp, n, o)?;
         // Every kind is read as a packed array.
         if !super::contiguous(&meta) {
             mp.problem(
