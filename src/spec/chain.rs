@@ -606,19 +606,13 @@ impl Chain {
     /// and midpoints of their intervals (a saved value keeps its bound). The bound is 0
     /// where it is not finite (an infinite or NaN value is compared exactly).
     pub fn eval_with_error(&self, z: f64, t: &[f64], unit: f64) -> (f64, f64) {
-        let mut saved = [(0.0f64, 0.0f64); MAX_OPS];
-        let values = |sv: &[(f64, f64); MAX_OPS]| {
-            let mut v = [0.0f64; MAX_OPS];
-            for (o, (x, _)) in v.iter_mut().zip(sv) {
-                *o = *x;
-            }
-            v
-        };
+        // Saved values and their bounds.
+        let (mut saved, mut saved_e) = ([0.0f64; MAX_OPS], [0.0f64; MAX_OPS]);
         let (mut x, mut e) = (z, 0.0f64);
         for s in &self.steps {
             let (y, ey) = match s.op {
-                Op::Binary(_, Operand::Saved(i)) => saved[i],
-                Op::Binary(_, o) => (operand_value(o, z, t, &values(&saved)), 0.0),
+                Op::Binary(_, Operand::Saved(i)) => (saved[i], saved_e[i]),
+                Op::Binary(_, o) => (operand_value(o, z, t, &saved), 0.0),
                 _ => (0.0, 0.0),
             };
             let v = step_value(s.op, x, y);
@@ -643,7 +637,7 @@ impl Chain {
             }
             x = v;
             if let Some(i) = s.save {
-                saved[i] = (x, e);
+                (saved[i], saved_e[i]) = (x, e);
             }
         }
         (x, e)

@@ -235,6 +235,17 @@ impl Workload {
             + chain_tensor_bytes(&self.before, k, m, m * k * b)
     }
 
+    /// Elements of a reduction's `[[before]]` tensors on `shape` (indexed like A: k values,
+    /// m values, m x k a batch).
+    pub fn before_elements(&self, shape: &Shape) -> f64 {
+        let (m, k, b) = (shape.m as f64, shape.k as f64, shape.batch as f64);
+        self.before
+            .tensors
+            .iter()
+            .map(|t| tensor_len(t.kind, k, m, m * k * b))
+            .sum()
+    }
+
     /// FLOPs per byte on `shape`.
     pub fn arithmetic_intensity(&self, shape: &Shape) -> f64 {
         let bytes = self.min_bytes(shape);
@@ -312,15 +323,17 @@ fn chain_tensor_bytes(chain: &crate::spec::Chain, row: f64, col: f64, matrix: f6
     chain
         .tensors
         .iter()
-        .map(|t| {
-            let per = match t.kind {
-                TensorKind::Row => row,
-                TensorKind::Col => col,
-                TensorKind::Matrix => matrix,
-            };
-            per * t.dtype.bytes() as f64
-        })
+        .map(|t| tensor_len(t.kind, row, col, matrix) * t.dtype.bytes() as f64)
         .sum()
+}
+
+/// Elements of a tensor of `kind`: `row`, `col` or `matrix`.
+fn tensor_len(kind: TensorKind, row: f64, col: f64, matrix: f64) -> f64 {
+    match kind {
+        TensorKind::Row => row,
+        TensorKind::Col => col,
+        TensorKind::Matrix => matrix,
+    }
 }
 
 /// One shape's tensors by role, in bytes (elements: of the output).

@@ -207,12 +207,7 @@ impl Validator<'_> {
             }
             _ => {}
         }
-        chain
-            .extend_from_spec(specs, out_dtype)
-            .map_err(|e| match e.index {
-                Some(i) => self.err(format!("epilogue[{i}].{}", e.field), e.message),
-                None => self.err("epilogue", e.message),
-            })?;
+        self.extend_chain(&mut chain, "epilogue", specs, out_dtype)?;
         // gemm_reduce's chain runs on the m x n product before the reduction: a row (a
         // bias) or a column operand, not a matrix (the workload's tensors are D-shaped).
         if family == Family::GemmReduce {
@@ -245,6 +240,23 @@ impl Validator<'_> {
         Ok(chain)
     }
 
+    /// Appends the ops of table `table` (`epilogue`, `after`, `before`) to `chain`, an error
+    /// naming the entry and field (`before[2].operand`).
+    fn extend_chain(
+        &self,
+        chain: &mut Chain,
+        table: &str,
+        specs: &[OpSpec],
+        dtype: DType,
+    ) -> Result<()> {
+        chain
+            .extend_from_spec(specs, dtype)
+            .map_err(|e| match e.index {
+                Some(i) => self.err(format!("{table}[{i}].{}", e.field), e.message),
+                None => self.err(table, e.message),
+            })
+    }
+
     /// gemm_reduce's `[[after]]` ops: on each reduced value, reading no tensor.
     fn after(&self, family: Family, out_dtype: DType, specs: &[OpSpec]) -> Result<Chain> {
         let mut chain = Chain::default();
@@ -260,12 +272,7 @@ impl Validator<'_> {
                 ),
             ));
         }
-        chain
-            .extend_from_spec(specs, out_dtype)
-            .map_err(|e| match e.index {
-                Some(i) => self.err(format!("after[{i}].{}", e.field), e.message),
-                None => self.err("after", e.message),
-            })?;
+        self.extend_chain(&mut chain, "after", specs, out_dtype)?;
         if let Some(t) = chain.tensors.first() {
             return Err(self.err(
                 "after",
@@ -302,12 +309,7 @@ impl Validator<'_> {
                 ),
             ));
         }
-        before
-            .extend_from_spec(specs, dtype)
-            .map_err(|e| match e.index {
-                Some(i) => self.err(format!("before[{i}].{}", e.field), e.message),
-                None => self.err("before", e.message),
-            })?;
+        self.extend_chain(&mut before, "before", specs, dtype)?;
         let total = before.tensors.len() + chain.tensors.len();
         if total > MAX_TENSORS {
             return Err(self.err(

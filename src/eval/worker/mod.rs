@@ -269,18 +269,7 @@ fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
     // A reduction's [[before]] tensors are held as f64 (both input sets), and each row the
     // reference reduces holds its k values and bounds (16 bytes an element, a row a thread).
     let (m, k, b) = (sh.m as f64, sh.k as f64, sh.batch as f64);
-    let before: f64 = w
-        .before_chain()
-        .tensors
-        .iter()
-        .map(|t| match t.kind {
-            crate::spec::chain::TensorKind::Matrix => m * k * b,
-            crate::spec::chain::TensorKind::Row => k,
-            crate::spec::chain::TensorKind::Col => m,
-        })
-        .sum::<f64>()
-        * 8.0
-        * 2.0;
+    let before = w.before_elements(sh) * 8.0 * 2.0;
     let rows_at_once = if w.before_chain().is_identity() {
         0.0
     } else {
