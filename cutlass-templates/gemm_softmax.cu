@@ -886,6 +886,215 @@ static cudaError_t cs_launch_reduce(const CsRowArgs& a, int kind, cudaStream_t s
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------------------------------
+// gemm_norm's stage 2: each row of the fp32 product (+ beta * C) through the `cs_before`
+// ops, split into p.norm_groups groups of L = n / groups adjacent values; each group's
+// statistic (cs_norm: RMS, LAYER about the mean, two passes over the values in registers,
+// with the first pass's rounding e = sum(x - mean) corrected as in norm_rows.cu; L2, L1),
+// y = (x - shift) * scale, then cs_chain (the per-channel weight and bias: its ROW
+// operands at the row's column), stored in D. A group is held by a team of threads:
+//   L <= 8 x 32: T = 1..32 lanes of a warp (a power of two, 8 values each), teams side by
+//                side in a warp, shuffles within the team;
+//   L <= 16 x 1024: a CTA of T threads (16 values each), shuffles and shared memory;
+//   longer: a CTA of 1024 threads, three sweeps of the group (its mean, the centered sum,
+//           the write) re-reading the product (L2).
+// Element j of a group is read by lane j % T at step j / T (coalesced across the team).
+// ---------------------------------------------------------------------------------------
+
+#ifndef CS_BEFORE_DEFINED
+#define CS_BEFORE_DEFINED 1
+struct cs_before : cs_identity_chain {};
+#endif
+
+static constexpr int kNormWarpVals = 8;      // values a lane, warp teams
+static constexpr int kNormCtaVals  = 16;     // values a thread, CTA teams
+static constexpr int kNormStreamThreads = 1024;
+
+struct CsNormArgs {
+  CsRowArgs r;              // the product rows, C, D, the chain's operands
+  int64_t segments;         // batch * m * groups
+  int groups;
+  int len;                  // L = n / groups
+  int kind;                 // cs_norm
+  float eps;
+};
+
+// x at column col of row `row` (batch bz, row r): the product, beta * C, the [[before]] ops.
+__device__ __forceinline__ float cs_norm_x(const CsNormArgs& a, int64_t row, int64_t bz, int64_t r, int col)
+{
+  float x = a.r.ws[row * a.r.ldw + col];
+  if (a.r.beta != 0.0f) x = fmaf(a.r.beta, cs_to_f32(a.r.c[bz * a.r.sc + r * a.r.ldc + col]), x);
+  if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.r.prob, x, bz, r, col, CS_LAYOUT_ROW);
+  return x;
+}
+
+// The sum over a team of T threads: lanes of one warp (T <= 32, teams aligned in the
+// warp), or the whole CTA (T = blockDim.x > 32) through `red` (32 floats).
+__device__ __forceinline__ float cs_team_sum(float v, int T, float* red)
+{
+  int const width = T < 32 ? T : 32;
+  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (T > 32) {
+    int const warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+    __syncthreads();                       // red's previous use is read
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (int w = 0; w < T / 32; ++w) v += red[w];
+  }
+  return v;
+}
+
+// The group's (shift, scale) from its values (x, valid where j < len), summed over the team.
+template <int V>
+__device__ __forceinline__ float2 cs_norm_stats(const CsNormArgs& a, const float (&x)[V], const bool (&in)[V], int T,
+                                                float* red)
+{
+  float const L = float(a.len);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (in[i]) s += a.kind == CS_NORM_RMS || a.kind == CS_NORM_L2 ? x[i] * x[i] : a.kind == CS_NORM_L1 ? fabsf(x[i]) : x[i];
+  s = cs_team_sum(s, T, red);
+  if (a.kind == CS_NORM_LAYER) {
+    float const mean = s / L;
+    float q = 0.0f, e = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (in[i]) {
+        float const d = x[i] - mean;
+        q = fmaf(d, d, q);
+        e += d;
+      }
+    q = cs_team_sum(q, T, red);
+    e = cs_team_sum(e, T, red);
+    // The mean's rounding: the centered values sum to e, not 0.
+    float const m2 = fmaxf(q - e * e / L, 0.0f);
+    return make_float2(mean + e / L, 1.0f / sqrtf(m2 / L + a.eps));
+  }
+  if (a.kind == CS_NORM_RMS) return make_float2(0.0f, 1.0f / sqrtf(s / L + a.eps));
+  if (a.kind == CS_NORM_L2) return make_float2(0.0f, 1.0f / fmaxf(sqrtf(s), a.eps));
+  return make_float2(0.0f, 1.0f / fmaxf(s, a.eps));
+}
+
+// Group `seg` held by a team of T threads (t = 0..T-1), V values each.
+template <int V>
+__device__ __forceinline__ void cs_norm_group(const CsNormArgs& a, int64_t seg, bool live, int t, int T, float* red)
+{
+  int64_t const row = live ? seg / a.groups : 0;
+  int const g = live ? int(seg - row * a.groups) : 0;
+  int64_t const bz = row / a.r.m, r = row - bz * a.r.m;
+  int const col0 = g * a.len;
+  float x[V];
+  bool in[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    int const j = t + i * T;
+    in[i] = live && j < a.len;
+    x[i] = in[i] ? cs_norm_x(a, row, bz, r, col0 + j) : 0.0f;
+  }
+  float2 const ss = cs_norm_stats<V>(a, x, in, T, red);
+  ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + col0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if (!in[i]) continue;
+    int const j = t + i * T;
+    float y = (x[i] - ss.x) * ss.y;
+    if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, col0 + j);
+    d[j] = cs_from_f32<ElementCD>(y);
+  }
+}
+
+// Teams of T <= 32 lanes, 256 threads a CTA, groups grid-strided.
+__global__ void __launch_bounds__(256)
+cs_norm_warp_kernel(CsNormArgs a, int T)
+{
+  int const per_cta = 256 / T;
+  int const t = int(threadIdx.x) % T;
+  for (int64_t base = int64_t(blockIdx.x) * per_cta; base < a.segments; base += int64_t(gridDim.x) * per_cta) {
+    int64_t const seg = base + int(threadIdx.x) / T;
+    cs_norm_group<kNormWarpVals>(a, seg, seg < a.segments, t, T, nullptr);   // warp-uniform loop
+  }
+}
+
+// A CTA of T threads a group.
+__global__ void __launch_bounds__(1024, 1)
+cs_norm_cta_kernel(CsNormArgs a)
+{
+  __shared__ float red[32];
+  cs_norm_group<kNormCtaVals>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
+}
+
+// Longer groups: a CTA a group, three sweeps over it.
+__global__ void __launch_bounds__(kNormStreamThreads)
+cs_norm_stream_kernel(CsNormArgs a)
+{
+  __shared__ float red[32];
+  int64_t const seg = int64_t(blockIdx.x);
+  int64_t const row = seg / a.groups;
+  int const g = int(seg - row * a.groups);
+  int64_t const bz = row / a.r.m, r = row - bz * a.r.m;
+  int const col0 = g * a.len, T = kNormStreamThreads;
+  float const L = float(a.len);
+  float s = 0.0f;
+  for (int j = int(threadIdx.x); j < a.len; j += T) {
+    float const x = cs_norm_x(a, row, bz, r, col0 + j);
+    s += a.kind == CS_NORM_RMS || a.kind == CS_NORM_L2 ? x * x : a.kind == CS_NORM_L1 ? fabsf(x) : x;
+  }
+  s = cs_team_sum(s, T, red);
+  float shift = 0.0f, scale;
+  if (a.kind == CS_NORM_LAYER) {
+    float const mean = s / L;
+    float q = 0.0f, e = 0.0f;
+    for (int j = int(threadIdx.x); j < a.len; j += T) {
+      float const d = cs_norm_x(a, row, bz, r, col0 + j) - mean;
+      q = fmaf(d, d, q);
+      e += d;
+    }
+    q = cs_team_sum(q, T, red);
+    e = cs_team_sum(e, T, red);
+    shift = mean + e / L;
+    scale = 1.0f / sqrtf(fmaxf(q - e * e / L, 0.0f) / L + a.eps);
+  } else if (a.kind == CS_NORM_RMS) {
+    scale = 1.0f / sqrtf(s / L + a.eps);
+  } else if (a.kind == CS_NORM_L2) {
+    scale = 1.0f / fmaxf(sqrtf(s), a.eps);
+  } else {
+    scale = 1.0f / fmaxf(s, a.eps);
+  }
+  ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + col0;
+  for (int j = int(threadIdx.x); j < a.len; j += T) {
+    float y = (cs_norm_x(a, row, bz, r, col0 + j) - shift) * scale;
+    if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, col0 + j);
+    d[j] = cs_from_f32<ElementCD>(y);
+  }
+}
+
+static cudaError_t cs_launch_norm(const CsRowArgs& r, const cs_problem& p, cudaStream_t stream)
+{
+  CsNormArgs a;
+  a.r = r;
+  a.groups = p.norm_groups > 1 ? int(p.norm_groups) : 1;
+  a.len = int(p.n / a.groups);
+  a.segments = r.rows * a.groups;
+  a.kind = int(p.norm);
+  a.eps = p.norm_eps;
+  if (a.len <= kNormWarpVals * 32) {
+    int T = 1;
+    while (T * kNormWarpVals < a.len) T *= 2;
+    int64_t const per_cta = 256 / T;
+    int64_t grid = (a.segments + per_cta - 1) / per_cta;
+    if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
+    cs_norm_warp_kernel<<<unsigned(grid), 256, 0, stream>>>(a, T);
+  } else if (a.len <= kNormCtaVals * 1024) {
+    int const threads = ((a.len + kNormCtaVals - 1) / kNormCtaVals + 31) / 32 * 32;
+    cs_norm_cta_kernel<<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+  } else {
+    cs_norm_stream_kernel<<<unsigned(a.segments), kNormStreamThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
 #if CS_EXP16
 // Stage 2 after the exponentiated GEMM: one CTA of kExpThreads per row. The row's (mL, s)
 // from its tiles' (mL_t, s_t), then D = e * 2^(mL_t - mL) / s, 8 elements at a time (n is a
@@ -1034,11 +1243,27 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   constexpr int64_t kMaxInt = 0x7fffffffLL;
   if (!kTypesOk) return CS_ERR_UNSUPPORTED;
   bool const reduce = p.family == CS_FAMILY_GEMM_REDUCE;
-  if (p.family != CS_FAMILY_GEMM_SOFTMAX && !reduce) return CS_ERR_UNSUPPORTED;
+  bool const norm = p.family == CS_FAMILY_GEMM_NORM;
+  if (p.family != CS_FAMILY_GEMM_SOFTMAX && !reduce && !norm) return CS_ERR_UNSUPPORTED;
   // gemm_reduce: one of the six reductions, no C.
   if (reduce && (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_L2 || p.beta != 0.0f))
     return CS_ERR_UNSUPPORTED;
-  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  if (norm) {
+    // gemm_norm: one of the four norms, groups dividing n; the [[before]] ops' operands in
+    // slots 0.. and the chain's after them, both indexed like D.
+    if (p.norm < CS_NORM_RMS || p.norm > CS_NORM_L1 || p.norm_groups < 0 || !(p.norm_eps >= 0.0f))
+      return CS_ERR_UNSUPPORTED;
+    int64_t const groups = p.norm_groups > 1 ? p.norm_groups : 1;
+    if (p.n % groups != 0) return CS_ERR_UNSUPPORTED;
+    if (p.num_operands != cs_before::kOperands + cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+    if (cs_chain::kOperands > 0 && cs_chain_first<cs_chain>() != cs_before::kOperands) return CS_ERR_UNSUPPORTED;
+    if (cs_operand_slots_check<cs_before>(p, 0, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)
+      return CS_ERR_UNSUPPORTED;
+    if (cs_operand_slots_check<cs_chain>(p, cs_before::kOperands, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)
+      return CS_ERR_UNSUPPORTED;
+  } else if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) {
+    return CS_ERR_UNSUPPORTED;
+  }
   if (p.dtype_ab != kDtypeAB || p.dtype_cd != kDtypeCD) return CS_ERR_UNSUPPORTED;
   if (p.layout_a != kLayoutA || p.layout_b != kLayoutB || p.layout_cd != CS_LAYOUT_ROW)
     return CS_ERR_UNSUPPORTED;
@@ -1325,6 +1550,7 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
             (p.batch == 1 || p.batch_stride_d % 4 == 0);
   a.prob = p;
   if (p.family == CS_FAMILY_GEMM_REDUCE) return int32_t(cs_launch_reduce(a, int(p.reduce), stream));
+  if (p.family == CS_FAMILY_GEMM_NORM) return int32_t(cs_launch_norm(a, p, stream));
   cudaError_t const err = p.log_softmax != 0 ? cs_launch_rows<true>(a, stream)
                                              : cs_launch_rows<false>(a, stream);
   return int32_t(err);

@@ -43,6 +43,13 @@
  *                            elements; layout_a ROW: element j of row i at i * lda + j,
  *                            COL: at j * lda + i) scanned by `scan` (cs_scan) with
  *                            `scan_flags` (cs_scan_flag); D has A's layout and shape
+ *   CS_FAMILY_GEMM_NORM:     D[b] = chain(normalize_g(before(alpha * A[b] * B[b] + beta *
+ *                            C[b]))): each row of the m x n product, through the
+ *                            kernel's own `cs_before` ops, split into `norm_groups`
+ *                            groups of n / norm_groups adjacent elements (0 or 1: the
+ *                            whole row), each group normalized by `norm` (cs_norm) with
+ *                            `norm_eps`, then the chain (a GroupNorm's per-channel weight
+ *                            and bias: `mul` / `add` a ROW operand); C and D row-major
  * C may be NULL when beta == 0. Batch strides are in elements; 0 broadcasts one
  * operand to every batch.
  *
@@ -90,7 +97,8 @@ typedef enum cs_family {
   CS_FAMILY_NORM = 7,
   CS_FAMILY_REDUCE = 8,
   CS_FAMILY_GEMM_REDUCE = 9,
-  CS_FAMILY_SCAN = 10
+  CS_FAMILY_SCAN = 10,
+  CS_FAMILY_GEMM_NORM = 11
 } cs_family;
 
 /* Element types of operands and results. */
@@ -289,7 +297,9 @@ typedef struct cs_problem {
 
   /* CS_FAMILY_REDUCE: the reduction (cs_reduce). Appended to version 2 likewise. */
   int32_t reduce;
-  int32_t reserved2;
+  /* CS_FAMILY_GEMM_NORM: the groups each row is normalized in (0 or 1: the whole row);
+   * it divides n. A reserved field of version 2 before, always written 0. */
+  int32_t norm_groups;
 
   /* CS_FAMILY_SCAN: the scan (cs_scan) and its flags (cs_scan_flag bits). Appended to
    * version 2 likewise. */

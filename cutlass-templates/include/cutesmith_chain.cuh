@@ -478,23 +478,33 @@ __device__ __forceinline__ void cs_before_run(const cs_problem &p, float (&x)[V]
   cs_before_apply<Before, V>(x, t);
 }
 
-/* A reduction's [[before]] ops (cs_before) at element j of row i of batch b of A (m x k,
- * layout_a): its operands are indexed like A (MATRIX: m x k with the operand's ld, ROW: k
- * values, COL: m values). */
+/* [[before]] ops (cs_before) at element (i, j) of batch b of an m x k (or m x n) matrix
+ * stored in `layout`, their operands from slot 0 indexed over it (MATRIX with the operand's
+ * ld, ROW: a value a column, COL: a value a row). A reduction's are indexed like A
+ * (cs_before_at); gemm_norm's like D (layout_cd, m x n). */
 template <class Before>
-CS_HD float cs_before_at(const cs_problem &p, float x, int64_t b, int64_t i, int64_t j)
+CS_HD float cs_before_in(const cs_problem &p, float x, int64_t b, int64_t i, int64_t j, int32_t layout)
 {
   static_assert(Before::kOperands <= CS_MAX_OPERANDS, "four operand slots");
   float t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
 #define CS_BEFORE_LOAD(I)                                                                                     \
   if constexpr (Before::kOperands > I)                                                                        \
-    t[I] = cs_operand_at<cs_chain_kind<Before>(I), cs_chain_dtype<Before>(I)>(p.operands[I], p.layout_a, b, i, j);
+    t[I] = cs_operand_at<cs_chain_kind<Before>(I), cs_chain_dtype<Before>(I)>(p.operands[I], layout, b, i, j);
   CS_BEFORE_LOAD(0)
   CS_BEFORE_LOAD(1)
   CS_BEFORE_LOAD(2)
   CS_BEFORE_LOAD(3)
 #undef CS_BEFORE_LOAD
   return Before::apply(x, t);
+}
+
+/* A reduction's [[before]] ops (cs_before) at element j of row i of batch b of A (m x k,
+ * layout_a): its operands are indexed like A (MATRIX: m x k with the operand's ld, ROW: k
+ * values, COL: m values). */
+template <class Before>
+CS_HD float cs_before_at(const cs_problem &p, float x, int64_t b, int64_t i, int64_t j)
+{
+  return cs_before_in<Before>(p, x, b, i, j, p.layout_a);
 }
 
 /* CS_OK when slots first.. of p's operands are the ones `Chain` reads: their kinds and

@@ -26,6 +26,7 @@ pub mod cs_family {
     pub const CS_FAMILY_REDUCE: Type = 8;
     pub const CS_FAMILY_GEMM_REDUCE: Type = 9;
     pub const CS_FAMILY_SCAN: Type = 10;
+    pub const CS_FAMILY_GEMM_NORM: Type = 11;
 }
 pub mod cs_dtype {
     #[allow(unused_imports)]
@@ -198,7 +199,7 @@ pub struct cs_problem {
     pub norm: i32,
     pub norm_eps: f32,
     pub reduce: i32,
-    pub reserved2: i32,
+    pub norm_groups: i32,
     pub scan: i32,
     pub scan_flags: i32,
 }
@@ -281,8 +282,8 @@ const _: () = {
     ["Offset of field: cs_problem::norm_eps"]
         [::std::mem::offset_of!(cs_problem, norm_eps) - 396usize];
     ["Offset of field: cs_problem::reduce"][::std::mem::offset_of!(cs_problem, reduce) - 400usize];
-    ["Offset of field: cs_problem::reserved2"]
-        [::std::mem::offset_of!(cs_problem, reserved2) - 404usize];
+    ["Offset of field: cs_problem::norm_groups"]
+        [::std::mem::offset_of!(cs_problem, norm_groups) - 404usize];
     ["Offset of field: cs_problem::scan"][::std::mem::offset_of!(cs_problem, scan) - 408usize];
     ["Offset of field: cs_problem::scan_flags"]
         [::std::mem::offset_of!(cs_problem, scan_flags) - 412usize];

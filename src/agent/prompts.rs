@@ -197,6 +197,39 @@ impl WorkloadFacts {
                 }
                 s
             }
+            Family::GemmNorm => {
+                let before = w.before_chain();
+                let mut s = format!(
+                    "z = alpha*A*B + beta*C with alpha {}, beta {}",
+                    pr.alpha, pr.beta
+                );
+                if !before.is_identity() {
+                    s.push_str(&format!(
+                        ", x = before(z): {} (struct cs_before, its operands indexed like D from \
+                         slot 0)",
+                        before.describe()
+                    ));
+                }
+                s.push_str(&format!(
+                    "; each row of {} (n values, D row-major) split into {} group(s) of n/{} \
+                     adjacent values, y = {} over each group, eps {:e}",
+                    if before.is_identity() { "z" } else { "x" },
+                    pr.groups,
+                    pr.groups,
+                    pr.norm.formula(),
+                    pr.eps
+                ));
+                if chain.is_identity() {
+                    s.push_str("; D = y");
+                } else {
+                    s.push_str(&format!(
+                        "; D = chain(y): {} (struct cs_chain, its operands from slot kFirst; a \
+                         GroupNorm's per-channel weight and bias are its `mul row` / `add row`)",
+                        chain.describe()
+                    ));
+                }
+                s
+            }
             Family::Softmax => "softmax over each row (length n)".into(),
             Family::LogSoftmax => "log_softmax over each row (length n)".into(),
             Family::Norm => {
@@ -323,7 +356,7 @@ impl WorkloadFacts {
                 } else {
                     String::new()
                 };
-                // reduce: the ops before the reduction (`cs_before::apply(x, t)`).
+                // reduce and gemm_norm: the ops before the row op (`cs_before::apply(x, t)`).
                 if !w.before_chain().is_identity() {
                     c.push_str(&w.before_chain().cpp_before());
                 }
@@ -365,7 +398,8 @@ pub fn class_advice(w: &Workload) -> &'static str {
         | Family::GemmBiasAct
         | Family::GemmSoftmax
         | Family::GemmGlu
-        | Family::GemmReduce => {
+        | Family::GemmReduce
+        | Family::GemmNorm => {
             "Start from a correct Hopper GEMM: TMA loads of A and B tiles into swizzled shared \
              memory, a multi-stage mbarrier pipeline, WGMMA (64xNx16) from shared memory with fp32 \
              accumulators, and a predicated epilogue for ragged M and N. Correctness first: every \

@@ -86,6 +86,7 @@ pub fn hints(
         | Family::GemmSoftmax
         | Family::GemmGlu
         | Family::GemmReduce
+        | Family::GemmNorm
             if dtype != DType::F32 =>
         {
             if t.hgmma == 0 && t.hmma > 0 {
@@ -120,7 +121,8 @@ pub fn hints(
         | Family::GemmBiasAct
         | Family::GemmSoftmax
         | Family::GemmGlu
-        | Family::GemmReduce => {
+        | Family::GemmReduce
+        | Family::GemmNorm => {
             if t.hmma == 0 && t.hgmma == 0 {
                 push(
                     Severity::Info,

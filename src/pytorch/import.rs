@@ -878,11 +878,16 @@ pub fn map_graph(
             mp.problem(n, "a second normalization: a workload has one");
         }
     }
-    if let (Some(nm), true) = (norms.first(), !gemms.is_empty() || !softmaxes.is_empty()) {
+    // One GEMM and one norm after it: gemm_norm (map_gemm_norm checks the rest).
+    let gemm_norm = gemms.len() == 1 && softmaxes.is_empty() && reductions.is_empty();
+    if let (Some(nm), true) = (
+        norms.first(),
+        !gemm_norm && (!gemms.is_empty() || !softmaxes.is_empty()),
+    ) {
         if let Some(n) = mp.nodes.get(nm.head.as_str()).copied() {
             mp.problem(
                 n,
-                "a normalization beside a GEMM or a softmax: family norm fuses nothing before or after it but elementwise ops",
+                "a normalization beside a softmax, a reduction or a second GEMM: family norm fuses nothing before or after it but elementwise ops, family gemm_norm one GEMM before it",
             );
         }
     }
@@ -936,6 +941,9 @@ pub fn map_graph(
         }
         (Some(g), None) if !reductions.is_empty() => {
             reduce::map_gemm_reduce(&mut mp, g, &reductions[0], &out_name, file, &mut ops)
+        }
+        (Some(g), None) if !norms.is_empty() => {
+            norm::map_gemm_norm(&mut mp, g, &norms[0], &out_name, file, &mut ops)
         }
         (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
         (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),

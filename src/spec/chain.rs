@@ -768,14 +768,15 @@ impl Chain {
         s
     }
 
-    /// A reduction's `cs_before` functor: the ops on each element of A before the
-    /// reduction (`[[before]]`), its operands indexed like A from slot 0. Placed after the
+    /// The `cs_before` functor: the ops on each element before the row op (`[[before]]`),
+    /// its operands from slot 0 (a reduction's indexed like A, gemm_norm's like D). Placed after the
     /// `cs_chain` block (which includes `cutesmith_chain.cuh`).
     pub fn cpp_before(&self) -> String {
         let mut s = String::from("#define CS_BEFORE_DEFINED 1\n");
         s.push_str(
-            "// cutesmith ops before the reduction (generated from [[before]]; do not edit;\n\
-             // operands indexed like A: matrix m x k, row k values, col m values):\n",
+            "// cutesmith ops before the row op (generated from [[before]]; do not edit;\n\
+             // operands indexed like its input: a reduction's like A (matrix m x k, row k\n\
+             // values, col m values), gemm_norm's like D (matrix m x n, row n, col m)):\n",
         );
         self.functor(&mut s, "cs_before", 0);
         s

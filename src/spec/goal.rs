@@ -36,7 +36,8 @@ impl Workload {
             | Family::GemmBiasAct
             | Family::GemmSoftmax
             | Family::GemmGlu
-            | Family::GemmReduce => self.target().speedup_vs.name(),
+            | Family::GemmReduce
+            | Family::GemmNorm => self.target().speedup_vs.name(),
             Family::Activation
             | Family::Softmax
             | Family::LogSoftmax
@@ -78,7 +79,8 @@ impl Workload {
             | Family::GemmBiasAct
             | Family::GemmSoftmax
             | Family::GemmGlu
-            | Family::GemmReduce => {
+            | Family::GemmReduce
+            | Family::GemmNorm => {
                 let t = self.target();
                 let want = t.min_speedup;
                 let vs = self.goal_baseline();

@@ -53,6 +53,21 @@ impl Workload {
                     format!(" +{} after", self.after.steps.len())
                 }
             ),
+            Family::GemmNorm => format!(
+                "{s} {}{} {}{}{chain}",
+                self.layouts.blas_name(),
+                if self.before.steps.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {} ops then", self.before.steps.len())
+                },
+                self.params.norm,
+                if self.params.groups > 1 {
+                    format!(" in {} groups", self.params.groups)
+                } else {
+                    String::new()
+                }
+            ),
             Family::Activation => {
                 // The chain's first op is the activation (written as `activation =` or as
                 // the first `[[epilogue]]` op).

@@ -75,6 +75,18 @@ impl Workload {
                 gemm + out * (self.chain.flops_per_element() + self.reduce_flops_per_element())
                     + self.d_elements(shape) as f64 * self.after.flops_per_element()
             }
+            // The ops before the norm, its statistics and scale, and the chain after it.
+            Family::GemmNorm => {
+                gemm + c_term
+                    + (self.before.flops_per_element()
+                        + if self.params.norm == NormKind::Layer {
+                            5.0
+                        } else {
+                            3.0
+                        }
+                        + self.chain.flops_per_element())
+                        * out
+            }
         }
     }
 
@@ -109,7 +121,11 @@ impl Workload {
     pub fn device_bytes(&self, shape: &Shape) -> f64 {
         let t = self.tensor_sizes(shape);
         let reference_planes = match self.family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmReduce => 8.0,
+            Family::Gemm
+            | Family::GemmBiasAct
+            | Family::GemmSoftmax
+            | Family::GemmReduce
+            | Family::GemmNorm => 8.0,
             Family::GemmGlu => 16.0,
             Family::Activation
             | Family::Softmax
@@ -133,7 +149,12 @@ impl Workload {
             * (count(need.library_out)
                 + count(need.second_output(t.inputs, t.output))
                 + 2.0 * count(need.scratch)
-                + self.chain.saved.len() as f64)
+                + self.chain.saved.len() as f64
+                + if self.family == Family::GemmNorm {
+                    self.before.saved.len() as f64
+                } else {
+                    0.0
+                })
             + count(need.copy) * copy
             + 3.0 * count(need.reduce_tail) * t.output;
         // Two problem sets, each with its own chain tensors (a loss's target is as large
@@ -159,6 +180,7 @@ impl Workload {
             Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmReduce => {
                 !self.chain.steps.is_empty()
             }
+            Family::GemmNorm => true,
             // One activation alone is cuDNN's, not a pass.
             Family::Activation => !self.chain.steps.is_empty() && !self.is_single_activation(),
             Family::GemmGlu => true,
@@ -174,8 +196,8 @@ impl Workload {
                 ),
             library_out2: fam == Family::GemmGlu,
             copy: !fam.is_gemm(),
-            scratch: passes || fam == Family::GemmSoftmax,
-            reduce_tail: fam == Family::GemmReduce,
+            scratch: passes || matches!(fam, Family::GemmSoftmax | Family::GemmNorm),
+            reduce_tail: matches!(fam, Family::GemmReduce | Family::GemmNorm),
         }
     }
 
@@ -199,7 +221,7 @@ impl Workload {
             0.0
         };
         let (inputs, chain) = match self.family {
-            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax => (
+            Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::GemmNorm => (
                 (m * k * ba + k * n * bb) * inb + c,
                 self.tensor_bytes(shape),
             ),
@@ -230,15 +252,26 @@ impl Workload {
             shape.k as f64,
             shape.batch as f64,
         );
-        // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k.
-        chain_tensor_bytes(&self.chain, n, m, m * n * b)
-            + chain_tensor_bytes(&self.before, k, m, m * k * b)
+        // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k;
+        // gemm_norm's like D.
+        let before = if self.family == Family::GemmNorm {
+            chain_tensor_bytes(&self.before, n, m, m * n * b)
+        } else {
+            chain_tensor_bytes(&self.before, k, m, m * k * b)
+        };
+        chain_tensor_bytes(&self.chain, n, m, m * n * b) + before
     }
 
-    /// Elements of a reduction's `[[before]]` tensors on `shape` (indexed like A: k values,
+    /// Elements of the `[[before]]` tensors on `shape` (a reduction's indexed like A: k values,
     /// m values, m x k a batch).
     pub fn before_elements(&self, shape: &Shape) -> f64 {
-        let (m, k, b) = (shape.m as f64, shape.k as f64, shape.batch as f64);
+        let (m, b) = (shape.m as f64, shape.batch as f64);
+        // gemm_norm's are indexed like D (n values a row).
+        let k = if self.family == Family::GemmNorm {
+            shape.n as f64
+        } else {
+            shape.k as f64
+        };
         self.before
             .tensors
             .iter()
@@ -304,7 +337,8 @@ pub struct TimingBuffers {
     /// The unfused sequence's two ping-pong buffers (elementwise passes, gemm_softmax's
     /// row softmax).
     pub scratch: bool,
-    /// gemm_reduce's reduction output and its [[after]] passes' buffers.
+    /// gemm_reduce's reduction output and its [[after]] passes' buffers; gemm_norm's norm
+    /// output and the buffers of the passes after it.
     pub reduce_tail: bool,
 }
 

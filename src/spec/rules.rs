@@ -23,6 +23,16 @@ pub(super) struct Validator<'a> {
     pub(super) text: Option<&'a str>,
 }
 
+/// The type of a chain's tensor operands (a bias, a residual) unless an op names one: D's,
+/// bf16 beside an fp8 D (as cuBLASLt's fp8 epilogue takes its bias).
+fn chain_dtype(out_dtype: DType) -> DType {
+    if out_dtype.is_fp8() {
+        DType::BF16
+    } else {
+        out_dtype
+    }
+}
+
 /// The most device memory any workload shape may need (1 TiB: beyond every GPU).
 pub const MAX_DEVICE_BYTES: f64 = 1_099_511_627_776.0;
 
@@ -108,16 +118,43 @@ impl Validator<'_> {
                 "family gemm_reduce writes D as m x 1 (one value a row): leave c out or set \"row\"",
             ));
         }
+        if family == Family::GemmNorm && (layouts.c == Layout::Col) {
+            return Err(self.err(
+                "layout.c",
+                "family gemm_norm normalizes the rows of a row-major D: leave c out or set \"row\"",
+            ));
+        }
         let shapes = self.shapes(family, &spec.shapes)?;
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
+        if family == Family::GemmNorm {
+            let g = u64::from(params.groups);
+            if let Some((i, sh)) = shapes.iter().enumerate().find(|(_, sh)| sh.n % g != 0) {
+                return Err(self.err(
+                    format!("shapes[{i}].n"),
+                    format!(
+                        "{} does not split into params.groups = {g} groups of equal length",
+                        sh.n
+                    ),
+                ));
+            }
+        }
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let after = self.after(family, out_dtype, &spec.after)?;
-        let before = self.before(family, spec.dtype, &spec.before, &chain)?;
+        // A reduction's [[before]] tensors are indexed like A (its input, in A's type);
+        // gemm_norm's like D (the product, in D's type).
+        let before_dtype = if family == Family::GemmNorm {
+            chain_dtype(out_dtype)
+        } else {
+            spec.dtype
+        };
+        let before = self.before(family, before_dtype, &spec.before, &chain)?;
         let tolerance =
             self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
-            Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce => true,
+            Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm => {
+                true
+            }
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
             Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {
@@ -173,19 +210,13 @@ impl Validator<'_> {
         specs: &[OpSpec],
     ) -> Result<Chain> {
         let mut chain = Chain::default();
-        // Tensor operands (a bias, a residual) are in D's type, bf16 beside an fp8 D (as
-        // cuBLASLt's fp8 epilogue takes its bias); `dtype` on an op overrides it.
-        let out_dtype = if out_dtype.is_fp8() {
-            DType::BF16
-        } else {
-            out_dtype
-        };
+        let out_dtype = chain_dtype(out_dtype);
         if !specs.is_empty() && !family.has_chain() {
             return Err(self.err(
                 "epilogue",
                 format!(
                     "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), \
-                     activation, norm, reduce and scan, not {family}"
+                     gemm_norm (after the norm), activation, norm, reduce and scan, not {family}"
                 ),
             ));
         }
@@ -300,12 +331,12 @@ impl Validator<'_> {
         if specs.is_empty() {
             return Ok(before);
         }
-        if family != Family::Reduce {
+        if !matches!(family, Family::Reduce | Family::GemmNorm) {
             return Err(self.err(
                 "before",
                 format!(
-                    "only for family reduce (ops on each element before the reduction), not \
-                     {family}"
+                    "only for families reduce (ops on each element before the reduction) and \
+                     gemm_norm (ops on the product before the norm), not {family}"
                 ),
             ));
         }
@@ -503,7 +534,8 @@ impl Validator<'_> {
             | Family::GemmBiasAct
             | Family::GemmSoftmax
             | Family::GemmGlu
-            | Family::GemmReduce => Shape {
+            | Family::GemmReduce
+            | Family::GemmNorm => Shape {
                 m: dim("m", s.m, None)?,
                 n: dim("n", s.n, None)?,
                 k: dim("k", s.k, None)?,
@@ -587,25 +619,45 @@ impl Validator<'_> {
         if let Some(e) = p.eps.filter(|e| *e < 0.0) {
             return Err(self.err("params.eps", format!("must be >= 0, got {e}")));
         }
-        if family != Family::Norm {
+        let normalizes = matches!(family, Family::Norm | Family::GemmNorm);
+        if !normalizes {
             if p.norm.is_some() {
-                return Err(only("norm", "norm"));
+                return Err(only("norm", "norm and gemm_norm"));
             }
             if p.eps.is_some() {
-                return Err(only("eps", "norm"));
+                return Err(only("eps", "norm and gemm_norm"));
             }
         }
-        let norm = match (family, p.norm) {
-            (Family::Norm, None) => {
+        let norm = match (normalizes, p.norm) {
+            (true, None) => {
                 return Err(self.err(
                     "params.norm",
                     format!(
-                        "missing; family norm needs one; allowed: {}",
+                        "missing; family {family} needs one; allowed: {}",
                         NormKind::ALL.map(NormKind::name).join(", ")
                     ),
                 ))
             }
             (_, k) => k.unwrap_or(NormKind::Rms),
+        };
+        let groups = match (family, p.groups) {
+            (Family::GemmNorm, Some(0)) => {
+                return Err(self.err("params.groups", "must be at least 1"))
+            }
+            // L2 and L1 scale their tolerance with the row's length; a group's would differ.
+            (Family::GemmNorm, Some(g)) if g > 1 && matches!(norm, NormKind::L2 | NormKind::L1) => {
+                return Err(self.err(
+                    "params.groups",
+                    format!(
+                        "groups of a row are normalized by layer or rms, not {}; leave \
+                         groups out (the whole row)",
+                        norm.name()
+                    ),
+                ))
+            }
+            (Family::GemmNorm, g) => g.unwrap_or(1),
+            (_, Some(_)) => return Err(only("groups", "gemm_norm")),
+            (_, None) => 1,
         };
         let reduce = match (family, p.reduce) {
             (Family::Reduce | Family::GemmReduce, None) => {
@@ -694,7 +746,14 @@ impl Validator<'_> {
                      fused epilogue",
                 ))
             }
-            (Family::Norm | Family::Reduce | Family::GemmReduce | Family::Scan, Some(_)) => {
+            (
+                Family::Norm
+                | Family::Reduce
+                | Family::GemmReduce
+                | Family::GemmNorm
+                | Family::Scan,
+                Some(_),
+            ) => {
                 return Err(self.err(
                     "params.activation",
                     format!(
@@ -716,6 +775,7 @@ impl Validator<'_> {
                 | Family::Norm
                 | Family::Reduce
                 | Family::GemmReduce
+                | Family::GemmNorm
                 | Family::Scan,
                 None,
             ) => Activation::Identity,
@@ -778,11 +838,12 @@ impl Validator<'_> {
             },
             log_softmax: p.log_softmax.unwrap_or(false),
             norm,
-            eps: if family == Family::Norm {
+            eps: if normalizes {
                 p.eps.unwrap_or(norm.default_eps())
             } else {
                 0.0
             },
+            groups,
             reduce,
             scan,
             reverse: p.reverse.unwrap_or(false),
@@ -803,8 +864,10 @@ impl Validator<'_> {
         // 1/sqrt(n) or 1/n, and the mean of k signed elements shrinks like 1/sqrt(k): the
         // atol shrinks with them, else zeros would pass.
         match (family, params.norm, params.reduce) {
-            (Family::Norm, NormKind::L2, _) => t.atol_scale = AtolScale::InvSqrtN,
-            (Family::Norm, NormKind::L1, _) => t.atol_scale = AtolScale::InvN,
+            (Family::Norm | Family::GemmNorm, NormKind::L2, _) => {
+                t.atol_scale = AtolScale::InvSqrtN
+            }
+            (Family::Norm | Family::GemmNorm, NormKind::L1, _) => t.atol_scale = AtolScale::InvN,
             (Family::Reduce, _, ReduceKind::Mean) => t.atol_scale = AtolScale::InvSqrtK,
             (Family::GemmReduce, _, ReduceKind::Mean) => t.atol_scale = AtolScale::InvSqrtN,
             _ => {}
@@ -930,7 +993,8 @@ fn needs(family: Family) -> &'static str {
         | Family::GemmBiasAct
         | Family::GemmSoftmax
         | Family::GemmGlu
-        | Family::GemmReduce => "m, n, k (and optional batch)",
+        | Family::GemmReduce
+        | Family::GemmNorm => "m, n, k (and optional batch)",
         Family::Activation => "n (and optional m rows)",
         Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
         Family::Norm => "n (elements per row), optional m rows and batch",

@@ -40,11 +40,17 @@ pub enum Family {
     /// forward or from the row's end (`params.reverse`), inclusive or exclusive
     /// (`params.exclusive`), then the epilogue chain; D has A's shape and layout.
     Scan,
+    /// Each row of `before(alpha * A * B + beta * C)` (n values) split into
+    /// `params.groups` groups of adjacent values, each normalized (`params.norm`), then
+    /// the epilogue chain (a GroupNorm's per-channel weight and bias are its `mul row` /
+    /// `add row`): a KernelBench-style `linear -> ops -> GroupNorm / InstanceNorm /
+    /// LayerNorm -> ops`.
+    GemmNorm,
 }
 
 impl Family {
     /// Every family, in ABI order; used to list what is allowed.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Gemm,
         Family::GemmBiasAct,
         Family::Activation,
@@ -56,6 +62,7 @@ impl Family {
         Family::Reduce,
         Family::GemmReduce,
         Family::Scan,
+        Family::GemmNorm,
     ];
 
     /// The spelling used in spec files and reports.
@@ -72,6 +79,7 @@ impl Family {
             Family::Reduce => "reduce",
             Family::GemmReduce => "gemm_reduce",
             Family::Scan => "scan",
+            Family::GemmNorm => "gemm_norm",
         }
     }
 
@@ -89,6 +97,7 @@ impl Family {
             Family::Reduce => 8,
             Family::GemmReduce => 9,
             Family::Scan => 10,
+            Family::GemmNorm => 11,
         }
     }
 
@@ -101,6 +110,7 @@ impl Family {
                 | Family::GemmSoftmax
                 | Family::GemmGlu
                 | Family::GemmReduce
+                | Family::GemmNorm
         )
     }
 
@@ -119,6 +129,7 @@ impl Family {
                 | Family::Scan
                 | Family::GemmSoftmax
                 | Family::GemmReduce
+                | Family::GemmNorm
         )
     }
 
@@ -947,6 +958,10 @@ pub struct ParamsSpec {
     /// norm: the epsilon (default per kind: 1e-5 for rms and layer, 1e-12 for l2 and l1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eps: Option<f32>,
+    /// gemm_norm: the groups each row is normalized in, n / groups adjacent values each
+    /// (GroupNorm's num_groups; default 1, the whole row: InstanceNorm, LayerNorm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<u32>,
     /// reduce: the reduction (sum | mean | max | min | logsumexp | l2); required there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce: Option<ReduceKind>,
@@ -1137,6 +1152,8 @@ pub struct Params {
     pub norm: NormKind,
     /// norm: its epsilon (0 for other families).
     pub eps: f32,
+    /// gemm_norm: the groups of a row (1 for other families).
+    pub groups: u32,
     /// reduce: the reduction (Sum for other families, where it is not read).
     pub reduce: ReduceKind,
     /// scan: the scan (Sum for other families, where it is not read).

@@ -85,7 +85,8 @@ impl Tolerance {
             Family::GemmReduce => AtolScale::None,
             Family::Activation => AtolScale::None,
             // L2 and L1 norms scale by 1/sqrt(n) and 1/n (set by the spec's rules).
-            Family::Norm | Family::Reduce => AtolScale::None,
+            // gemm_norm's product carries its bound through the norm per element.
+            Family::Norm | Family::Reduce | Family::GemmNorm => AtolScale::None,
             // A scan's outputs carry their own bound (from the sum of |x| before them).
             Family::Scan => AtolScale::None,
         }

@@ -89,7 +89,7 @@ fn takes(template: &str) -> Option<Takes> {
             shared: true,
         },
         "gemm_softmax" => Takes {
-            families: &[Family::GemmSoftmax, Family::GemmReduce],
+            families: &[Family::GemmSoftmax, Family::GemmReduce, Family::GemmNorm],
             dtypes: &[DType::BF16, DType::F16, DType::F32],
             out: None,
             cd_col: false,

@@ -470,7 +470,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.swap(first, first + 1);
             }
         }
-        Family::GemmSoftmax | Family::GemmReduce if w.dtype() == DType::F32 => {
+        Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm if w.dtype() == DType::F32 => {
             // The two widest tiles whose two stages fit (an MN-major operand's split
             // buffers take more shared memory).
             let fits: Vec<i64> = [192, 128, 64]
@@ -527,7 +527,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             ordered.iter_mut().for_each(|s| one_row_of_tiles(w, s));
             out.extend(ordered);
         }
-        Family::GemmSoftmax | Family::GemmReduce => {
+        Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm => {
             for (p, why) in [
                 (
                     &[("CS_TILE_M", 128), ("CS_TILE_N", 256), ("CS_CLUSTER_M", 2)][..],

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 
 use super::session::{CudaFailure, Session};
-use crate::spec::chain::{Chain, Op, Operand, TensorKind};
+use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
 use crate::spec::{DType, Layout};
 
 /// Threads per block of a pass.
@@ -592,6 +592,181 @@ impl RowReduce {
     /// Compiles the pass (NVRTC) for a `cs_reduce` kind: `y[r] = reduce(x[r, :])`.
     pub fn compile(s: &Session, dtype: DType, kind: i32) -> Result<RowPass, CudaFailure> {
         RowPass::compile(s, &row_reduce_source(dtype, kind)?, "cs_row_reduce", 256)
+    }
+}
+
+/// The group normalization a framework runs after its elementwise passes
+/// (`nn.GroupNorm`, `InstanceNorm`, `F.layer_norm` without its weight): a block per group
+/// of `len` adjacent values (a row of D is `groups` of them), fp32 statistics, the
+/// variance about the mean (a second sweep), then one write, with the per-channel weight
+/// and bias (a row operand of n = groups x len values) applied in the same sweep, as
+/// PyTorch's group norm applies its affine.
+pub struct RowNorm {
+    _module: Arc<CudaModule>,
+    func: CudaFunction,
+}
+
+/// The per-channel affine the norm pass applies itself: the types of its weight and bias
+/// (a `mul` and an `add` of a row operand), where the chain after the norm starts with
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NormAffine {
+    pub weight: Option<DType>,
+    pub bias: Option<DType>,
+}
+
+impl NormAffine {
+    /// The leading `mul row` and `add row` steps of `after` (neither saved): their types,
+    /// their tensors' indices in `after` (weight, bias) and the number of steps they take;
+    /// the pass applies them and the passes after it skip them.
+    pub fn of(after: &Chain) -> (NormAffine, [Option<usize>; 2], usize) {
+        let mut affine = NormAffine::default();
+        let mut tensors = [None; 2];
+        let mut taken = 0;
+        for want in [BinOp::Mul, BinOp::Add] {
+            let Some(st) = after.steps.get(taken) else {
+                break;
+            };
+            let Op::Binary(b, Operand::Tensor(t)) = &st.op else {
+                break;
+            };
+            let Some(tensor) = after.tensors.get(*t) else {
+                break;
+            };
+            if *b != want || tensor.kind != TensorKind::Row || st.save.is_some() {
+                continue;
+            }
+            if want == BinOp::Mul {
+                affine.weight = Some(tensor.dtype);
+                tensors[0] = Some(*t);
+            } else {
+                affine.bias = Some(tensor.dtype);
+                tensors[1] = Some(*t);
+            }
+            taken += 1;
+        }
+        (affine, tensors, taken)
+    }
+}
+
+/// The CUDA C++ of the group norm pass over `dtype` values (`kind` as `cs_norm`: 0 rms,
+/// 1 layer, 2 L2, 3 L1).
+pub fn row_norm_source(
+    dtype: DType,
+    kind: i32,
+    eps: f32,
+    affine: NormAffine,
+) -> Result<String, CudaFailure> {
+    let (ty, ld, st) = storage(dtype)?;
+    let (wty, wld, _) = storage(affine.weight.unwrap_or(dtype))?;
+    let (bty, bld, _) = storage(affine.bias.unwrap_or(dtype))?;
+    let has_w = i32::from(affine.weight.is_some());
+    let has_b = i32::from(affine.bias.is_some());
+    let mut src = String::from(PRELUDE);
+    let _ = write!(
+        src,
+        r#"
+// The sum over the block (256 threads), returned to every thread.
+__device__ float cs_block_sum(float v) {{
+  __shared__ float red[8];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < 8; ++w) r += red[w];
+  return r;
+}}
+extern "C" __global__ void __launch_bounds__(256) cs_row_norm(const {ty}* __restrict__ x, {ty}* __restrict__ y,
+    long long len, int groups, const {wty}* __restrict__ weight, const {bty}* __restrict__ bias)
+{{
+  const int kind = {kind};
+  const float eps = {eps:?}f;
+  const long long seg = blockIdx.x;
+  const {ty}* in = x + seg * len;
+  {ty}* out = y + seg * len;
+  const long long ch0 = (seg % groups) * len;
+  float a = 0.0f;
+  for (long long c = threadIdx.x; c < len; c += 256) {{
+    const float v = {ld}(in[c]);
+    a += kind == 0 || kind == 2 ? v * v : kind == 3 ? fabsf(v) : v;
+  }}
+  a = cs_block_sum(a);
+  float shift = 0.0f, scale;
+  if (kind == 1) {{
+    shift = a / (float)len;
+    float d = 0.0f;
+    for (long long c = threadIdx.x; c < len; c += 256) {{
+      const float v = {ld}(in[c]) - shift;
+      d += v * v;
+    }}
+    d = cs_block_sum(d);
+    scale = rsqrtf(d / (float)len + eps);
+  }} else if (kind == 0) {{
+    scale = rsqrtf(a / (float)len + eps);
+  }} else if (kind == 2) {{
+    scale = 1.0f / fmaxf(sqrtf(a), eps);
+  }} else {{
+    scale = 1.0f / fmaxf(a, eps);
+  }}
+  for (long long c = threadIdx.x; c < len; c += 256) {{
+    float v = ({ld}(in[c]) - shift) * scale;
+    if ({has_w}) v *= {wld}(weight[ch0 + c]);
+    if ({has_b}) v += {bld}(bias[ch0 + c]);
+    out[c] = {st}(v);
+  }}
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl RowNorm {
+    /// Compiles the pass (NVRTC) for a `cs_norm` kind and epsilon, with `affine`.
+    pub fn compile(
+        s: &Session,
+        dtype: DType,
+        kind: i32,
+        eps: f32,
+        affine: NormAffine,
+    ) -> Result<RowNorm, CudaFailure> {
+        let src = row_norm_source(dtype, kind, eps, affine)?;
+        let module = nvrtc_module(s, &src, "cutesmith_cs_row_norm.cu")?;
+        let func = module
+            .load_function("cs_row_norm")
+            .map_err(CudaFailure::from)?;
+        Ok(RowNorm {
+            _module: module,
+            func,
+        })
+    }
+
+    /// Enqueues the pass from `x` (`segments` groups of `len` values) into `y`; `weight`
+    /// and `bias` (0 where the pass has none) hold `groups x len` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        segments: usize,
+        len: usize,
+        groups: usize,
+        (weight, bias): (u64, u64),
+    ) -> Result<(), CudaFailure> {
+        let cfg = LaunchConfig {
+            grid_dim: (segments as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (len, groups) = (len as i64, groups as i32);
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&x).arg(&y).arg(&len).arg(&groups).arg(&weight).arg(&bias);
+        // SAFETY: x and y hold segments x len values of the pass's type, weight and bias
+        // groups x len values of theirs (or are 0 and not read); the parameters match the
+        // kernel's, in order.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
     }
 }
 

@@ -22,12 +22,13 @@ pub(super) struct DeviceValidation {
 }
 
 /// What the comparison kernels compute each element's reference from, for a workload;
-/// None for the families validated on the host only (gemm_reduce: each output reduces a
-/// whole row of products, which the comparison kernels do not compute).
+/// None for the families validated on the host only (gemm_reduce and gemm_norm: each
+/// output depends on a whole row (or group) of products, which the comparison kernels do
+/// not compute).
 pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> {
     let params = w.params();
     let reference = match w.family() {
-        Family::GemmReduce => return None,
+        Family::GemmReduce | Family::GemmNorm => return None,
         Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
         Family::Activation => Reference::Chain,
         Family::Softmax => Reference::Softmax { log: false },

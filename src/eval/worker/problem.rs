@@ -155,8 +155,9 @@ impl<'a> super::Ctx<'a> {
         let ldd = if w.d_col_major() { m } else { d_cols };
         let mut tensors = Vec::new();
         // A reduction's [[before]] tensors first, indexed like A (m x k); then the epilogue
-        // chain's, indexed like D.
-        let before = w.before_chain().tensors.iter().map(|t| (t, true));
+        // chain's, indexed like D. gemm_norm's [[before]] tensors are indexed like D too.
+        let before_like_a = w.family() == Family::Reduce;
+        let before = w.before_chain().tensors.iter().map(|t| (t, before_like_a));
         let slots = before.chain(w.chain().tensors.iter().map(|t| (t, false)));
         for (i, (t, like_a)) in slots.enumerate() {
             let (len, ld, stride) = match (t.kind, like_a) {
@@ -340,7 +341,11 @@ impl<'a> super::Ctx<'a> {
             norm: params.norm.abi_value(),
             norm_eps: params.eps,
             reduce: params.reduce.abi_value(),
-            reserved2: 0,
+            norm_groups: if w.family() == Family::GemmNorm {
+                params.groups as i32
+            } else {
+                0
+            },
             scan: params.scan.abi_value(),
             scan_flags: crate::spec::ScanKind::flags(params.reverse, params.exclusive),
         };

@@ -4,7 +4,7 @@
 
 use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
-use crate::eval::gpu::kernels::{Passes, RowReduce, RowSoftmax, Verifier};
+use crate::eval::gpu::kernels::{NormAffine, Passes, RowNorm, RowReduce, RowSoftmax, Verifier};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
@@ -173,7 +173,7 @@ impl Ctx<'_> {
             self.s.zeros::<D>(sized(need.scratch, lib_len))?,
             self.s.zeros::<D>(sized(need.scratch, lib_len))?,
         );
-        let saved: Vec<DevBuf<D>> = (0..w.chain().saved.len())
+        let saved: Vec<DevBuf<D>> = (0..unfused_chain(w).map_or(0, |c| c.saved.len()))
             .map(|_| self.s.zeros::<D>(lib_len))
             .collect::<Result<_, _>>()?;
         // gemm_reduce's unfused tail: the reduction's output and the [[after]] passes'
@@ -183,7 +183,13 @@ impl Ctx<'_> {
             self.s.zeros::<D>(sized(need.reduce_tail, p.out_len))?,
             self.s.zeros::<D>(sized(need.reduce_tail, p.out_len))?,
         );
-        let after_saved: Vec<DevBuf<D>> = (0..w.after_chain().saved.len())
+        // gemm_norm: the norm's output and the passes after it, at D's size.
+        let after_saved_len = if fam == Family::GemmNorm {
+            w.chain().saved.len()
+        } else {
+            w.after_chain().saved.len()
+        };
+        let after_saved: Vec<DevBuf<D>> = (0..after_saved_len)
             .map(|_| self.s.zeros::<D>(p.out_len))
             .collect::<Result<_, _>>()?;
         let after_saved_ptrs: Vec<u64> = after_saved.iter().map(|b| b.ptr).collect();
@@ -343,6 +349,39 @@ impl Ctx<'_> {
         } else {
             (None, None)
         };
+        // gemm_norm: the group norm (with the per-channel weight and bias the chain after
+        // it starts with, as PyTorch's GroupNorm applies them), then one pass per op left.
+        let nb = w.before_chain().tensors.len();
+        let norm_tail = if fam == Family::GemmNorm && wants(Baseline::Unfused) {
+            let (affine, affine_tensors, taken) = NormAffine::of(w.chain());
+            let mut rest = w.chain().clone();
+            rest.steps.drain(..taken);
+            let norm = RowNorm::compile(
+                s_ref,
+                out_dtype,
+                params.norm.abi_value(),
+                params.eps,
+                affine,
+            );
+            let after = if rest.steps.is_empty() {
+                Ok(None)
+            } else {
+                Passes::compile(s_ref, &rest, out_dtype, (m, n, batch), Layout::Row).map(Some)
+            };
+            let ptr = |i: Option<usize>| i.and_then(|i| p.tensors.get(nb + i)).map_or(0, |t| t.buf.ptr);
+            match (norm, after) {
+                (Ok(k), Ok(a)) => Some((k, a, (ptr(affine_tensors[0]), ptr(affine_tensors[1])))),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.report
+                        .notes
+                        .push(format!("unfused baseline skipped: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let after_tensors: Vec<u64> = p.tensors.iter().skip(nb).map(|t| t.buf.ptr).collect();
         let softmax = if fam == Family::GemmSoftmax && wants(Baseline::Unfused) {
             match RowSoftmax::compile(s_ref, out_dtype, params.log_softmax) {
                 Ok(k) => Some(k),
@@ -509,7 +548,8 @@ impl Ctx<'_> {
                 // tuned GEMM would be), then a row softmax or one elementwise pass per op.
                 let tail = passes.as_ref().is_some_and(|p| !p.is_empty())
                     || softmax.is_some()
-                    || reduce_pass.is_some();
+                    || reduce_pass.is_some()
+                    || norm_tail.is_some();
                 let cublas_us = if tail && can_cublas && lt.is_some() && wants(Baseline::Unfused) {
                     let mut probe = rotating_gemm(false);
                     let mut ts: Vec<f64> = (0..3)
@@ -544,6 +584,11 @@ impl Ctx<'_> {
                                 k => format!("{k} elementwise passes, "),
                             }
                         ),
+                        (ps, None) if norm_tail.is_some() => format!(
+                            "the library GEMM ({lib}), then {} elementwise passes, a group norm (a block per group, the weight and bias in its write) and {} passes after it",
+                            ps.as_ref().map_or(0, |p| p.len()),
+                            norm_tail.as_ref().and_then(|t| t.1.as_ref()).map_or(0, |p| p.len())
+                        ),
                         (ps, None) if reduce_pass.is_some() => format!(
                             "the library GEMM ({lib}), then {} elementwise passes, a row reduction (a block per row) and {} passes on its result",
                             ps.as_ref().map_or(0, |p| p.len()),
@@ -570,6 +615,8 @@ impl Ctx<'_> {
                         &after_saved_ptrs,
                     );
                     let rb = (red_bufs.0.ptr, red_bufs.1.ptr, red_bufs.2.ptr);
+                    let (nt, at) = (norm_tail.as_ref(), &after_tensors);
+                    let groups = params.groups.max(1) as usize;
                     launches.push(Box::new(move || {
                         first()?;
                         // The chain's passes, then (gemm_softmax) the softmax of their
@@ -587,6 +634,13 @@ impl Ctx<'_> {
                             r.run(s_ref, x, rb.0, batch * m, n)?;
                             if let Some(a) = ap {
                                 a.run(s_ref, rb.0, &[], (rb.1, rb.2), asp)?;
+                            }
+                        }
+                        // (gemm_norm) the group norm, then the passes after it.
+                        if let Some((k, a, affine)) = nt {
+                            k.run(s_ref, x, rb.0, batch * m * groups, n / groups, groups, *affine)?;
+                            if let Some(a) = a {
+                                a.run(s_ref, rb.0, at, (rb.1, rb.2), asp)?;
                             }
                         }
                         Ok(())
@@ -1093,6 +1147,8 @@ fn unfused_chain(w: &Workload) -> Option<Chain> {
         | Family::Activation
         | Family::GemmSoftmax
         | Family::GemmReduce => Some(w.chain().clone()),
+        // gemm_norm: the ops before the norm (the norm and the ops after it are its tail).
+        Family::GemmNorm => Some(w.before_chain().clone()),
         Family::GemmGlu => {
             let mut c = Chain::default();
             let (p0, p1) = w.params().gate.default_params();

@@ -13,7 +13,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
-use crate::spec::{DType, Family, Layout, ReduceKind, RowStats, Shape};
+use crate::spec::{DType, Family, Layout, NormKind, ReduceKind, RowStats, Shape};
 
 use super::problem::Problem;
 use super::{classify_cuda, fault, Ctx};
@@ -186,7 +186,7 @@ impl Ctx<'_> {
             .filter(|_| {
                 !matches!(
                     self.workload.family(),
-                    Family::GemmSoftmax | Family::GemmReduce
+                    Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm
                 )
             })
             .map(|g| self.fp64_picks(g, seed));
@@ -651,6 +651,59 @@ impl Ctx<'_> {
                     }
                     let (v, e_red) = kind.eval(xs.iter().copied(), REDUCE_U);
                     chain_with_slack(after, v, e_red + row_bound(kind, &es), &[])
+                });
+                let (wv, sv): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+                want = wv;
+                slack = sv;
+            }
+            Family::GemmNorm => {
+                // The [[before]] ops on each product (its bound carried through them as a
+                // GEMM chain's), each group's fp64 statistics, y = (x - shift) * scale, then
+                // the chain after the norm. A group's inputs off by at most e each move y by
+                // at most (a + b |y|) e scale to first order: layer (2, 1) (the mean moves by
+                // e, the deviation by 2e, the standard deviation by at most e), rms (1, 1),
+                // L2 (1, sqrt(L)), L1 (1, L), L the group's length.
+                let tensors = &p.tensors;
+                let before = w.before_chain();
+                let nb = before.tensors.len();
+                let mut xe = vec![(0f64, 0f64); p.out_len];
+                data::parallel_fill(&mut xe, |i| {
+                    let (b, r, c) = coords(i, false);
+                    let mut t = [0f64; MAX_TENSORS];
+                    for (slot, tt) in t.iter_mut().zip(&tensors[..nb]) {
+                        *slot = tt.at(Layout::Row, b, r, c);
+                    }
+                    let (v, ev) = z_at(i, &z, &s);
+                    chain_with_slack(before, v, ev, &t)
+                });
+                // D is row-major and dense: group g of row r of batch b is the run of `len`
+                // outputs from ((b m + r) groups + g) len.
+                let len = (n / params.groups.max(1) as usize).max(1);
+                let eps = f64::from(params.eps);
+                let mut group = vec![(0f64, 1f64, 0f64); p.out_len / len];
+                data::parallel_fill(&mut group, |gi| {
+                    let run = &xe[gi * len..(gi + 1) * len];
+                    let stats = RowStats::of(run.iter().map(|v| v.0));
+                    let (shift, scale) = params.norm.shift_scale(len as f64, stats, eps);
+                    (shift, scale, run.iter().map(|v| v.1).fold(0.0, f64::max))
+                });
+                let (sa, sb) = match params.norm {
+                    NormKind::Layer => (2.0, 1.0),
+                    NormKind::Rms => (1.0, 1.0),
+                    NormKind::L2 => (1.0, (len as f64).sqrt()),
+                    NormKind::L1 => (1.0, len as f64),
+                };
+                let mut pairs = vec![(0f64, 0f64); p.out_len];
+                data::parallel_fill(&mut pairs, |i| {
+                    let (b, r, c) = coords(i, false);
+                    let (shift, scale, emax) = group[i / len];
+                    let y = (xe[i].0 - shift) * scale;
+                    let ey = (sa + sb * y.abs()) * emax * scale;
+                    let mut t = [0f64; MAX_TENSORS];
+                    for (slot, tt) in t.iter_mut().zip(&tensors[nb..]) {
+                        *slot = tt.at(Layout::Row, b, r, c);
+                    }
+                    chain_with_slack(chain, y, ey, &t)
                 });
                 let (wv, sv): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
                 want = wv;

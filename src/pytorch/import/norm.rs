@@ -401,12 +401,26 @@ impl<'g> Mapper<'g> {
     /// `None`, and the op is unknown with [`refusal`]'s reason.
     fn channel_norm(&self, n: &'g Node) -> Option<NormMatch> {
         let instance = target(n) == "instance_norm";
-        if refusal(n).is_some() {
-            return None;
-        }
         let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
             return None;
         };
+        // A GroupNorm of an (N, C) input (a GEMM's output): its per-channel weight and
+        // bias run along the row (C values), a row operand each.
+        let channels_are_the_row = !instance && rank(self, x) == 2;
+        let mut affine = Vec::new();
+        if channels_are_the_row {
+            for (i, key, op) in [(2, "weight", "mul"), (3, "bias", "add")] {
+                if given(n, i, key) {
+                    affine.push(OpSpec {
+                        op: op.into(),
+                        operand: Some("row".into()),
+                        ..OpSpec::default()
+                    });
+                }
+            }
+        } else if refusal(n).is_some() {
+            return None;
+        }
         // The first normalized dim, the rows each run of them splits into, eps's place.
         let (first, groups, eps_at, title) = if instance {
             (2, 1, 7, "InstanceNorm (a LayerNorm of each (n, c) plane)")
@@ -432,7 +446,7 @@ impl<'g> Mapper<'g> {
             kind: NormKind::Layer,
             eps: num_param(n, eps_at, "eps").or(Some(1e-5)),
             dims: (first..r).collect(),
-            affine: Vec::new(),
+            affine,
             absorbed: HashSet::from([n.name.clone()]),
             title: Some(title),
             groups,
@@ -605,19 +619,21 @@ pub(super) fn map_norm(
             mp.problem(head, "group_norm over rows side by side: not expressible");
             return None;
         }
+        if !nm.affine.is_empty() {
+            mp.problem(
+                head,
+                "group_norm with a per-channel weight or bias over groups of an input that no GEMM \
+                 computes: the norm family's weight and bias run along its rows (one group); \
+                 after a GEMM (family gemm_norm) they run along the product's row",
+            );
+            return None;
+        }
         rows.m *= nm.groups;
         rows.len /= nm.groups;
     }
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
-    let mut chain = nm.affine.clone();
-    chain.extend(super::chain_after(
-        mp,
-        &nm.head,
-        out,
-        (batch, m, n),
-        dtype,
-        ops,
-    )?);
+    let after = super::chain_after(mp, &nm.head, out, (batch, m, n), dtype, ops)?;
+    let chain = after_affine(&nm.affine, after);
     constants_after_side_by_side(mp, head, &chain, col, "norm")?;
     for (i, a) in nm.affine.iter().enumerate() {
         ops.insert(i, super::describe(a));
@@ -651,6 +667,176 @@ pub(super) fn map_norm(
         after: Vec::new(),
         before: Vec::new(),
     })
+}
+
+/// A GEMM whose product's rows (after an elementwise chain) are normalized, whole or in
+/// groups of adjacent values, then ops on each value: family gemm_norm (KernelBench level
+/// 2's `linear -> ops -> GroupNorm / InstanceNorm / LayerNorm -> ops`). The norm must run
+/// over the product's last dim (through views that add unit dims: an InstanceNorm2d of
+/// `x.unsqueeze(1).unsqueeze(1)`), every dim before it being rows.
+pub(super) fn map_gemm_norm<'g>(
+    mp: &mut Mapper<'g>,
+    core: &'g Node,
+    nm: &NormMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&nm.head)?;
+    let g = mp.gemm(core)?;
+    let out_dtype = super::dtype_of(&mp.meta(&core.name)?.dtype)?;
+    let shape = mp.meta(&nm.input)?.shape.clone();
+    // The product's rows through views that add or drop unit dims (InstanceNorm2d of
+    // `x.unsqueeze(1).unsqueeze(1)`, squeezed after): the chains end and start beyond them.
+    let input = unit_views_back(mp, &nm.input);
+    let after_head = unit_views_forward(mp, &nm.head);
+    let trailing = nm.dims.first().is_some_and(|&f| {
+        nm.dims.iter().copied().eq(f..shape.len())
+    });
+    let over: i64 = nm.dims.iter().filter_map(|&d| shape.get(d)).product();
+    let rows: i64 = shape.iter().take(nm.dims.first().copied().unwrap_or(0)).product();
+    if !trailing || over != g.n || rows != g.batch * g.m {
+        mp.problem(
+            head,
+            format!(
+                "a {} norm over dims {:?} of {shape:?}: after a GEMM a norm runs over each row \
+                 of the product (its last dim, {} values)",
+                nm.kind, nm.dims, g.n
+            ),
+        );
+        return None;
+    }
+    ops.push(op_name(core.target.as_deref().unwrap_or_default()).to_string());
+    let dims = (g.batch, g.m, g.n);
+    let mut before = super::chain_after(mp, &core.name, &input, dims, out_dtype, ops)?;
+    if let Some(bias) = &g.bias {
+        super::bias_first(mp, bias, &mut before, out_dtype, ops);
+    }
+    ops.push(match nm.groups {
+        1 => format!("{} norm", nm.kind),
+        k => format!("{} norm in {k} groups", nm.kind),
+    });
+    for a in &nm.affine {
+        ops.push(super::describe(a));
+    }
+    let after = super::chain_after(mp, &after_head, out, dims, out_dtype, ops)?;
+    let chain = after_affine(&nm.affine, after);
+    let mut params = ParamsSpec {
+        norm: Some(nm.kind),
+        eps: nm.eps.map(|e| e as f32),
+        groups: (nm.groups > 1).then_some(nm.groups as u32),
+        ..ParamsSpec::default()
+    };
+    if let Some(a) = g.alpha {
+        params.alpha = Some(a as f32);
+    }
+    let what = nm.title.unwrap_or(nm.kind.title());
+    // Every shape's row splits into the groups: the ragged and small shapes keep the
+    // group count and take ragged (odd) group lengths.
+    let mut shapes = super::gemm_shapes(g.m, g.n / nm.groups.max(1), g.k, g.batch);
+    for sh in &mut shapes {
+        sh.n = sh.n.map(|n| n * nm.groups.max(1));
+    }
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{} {}GEMM{}, then {what}{}; imported from {file}",
+            g.dtype,
+            if g.batch > 1 { "batched " } else { "" },
+            if before.is_empty() {
+                ""
+            } else {
+                " and an elementwise chain"
+            },
+            if chain.is_empty() {
+                ""
+            } else {
+                " and ops after it"
+            }
+        ),
+        family: Family::GemmNorm,
+        dtype: g.dtype,
+        out_dtype: (out_dtype != g.dtype).then_some(out_dtype),
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: Some(super::gemm_layout(&g)),
+        shapes,
+        params,
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+        after: Vec::new(),
+        before,
+    })
+}
+
+/// The norm's own affine ops (its weight and bias), then the ops `after` it. In `after`, `z`
+/// is the norm op's value, the affine's result: where an op reads it, the affine's last op
+/// saves its value and the op reads that (the chain's own `z` is the value before the
+/// affine).
+fn after_affine(affine: &[OpSpec], mut after: Vec<OpSpec>) -> Vec<OpSpec> {
+    let reads_z = after.iter().any(|s| s.operand.as_deref() == Some("z"));
+    let mut chain = affine.to_vec();
+    if let (true, Some(last)) = (reads_z, chain.last_mut()) {
+        let name = "normed".to_string();
+        last.save = Some(name.clone());
+        for s in &mut after {
+            if s.operand.as_deref() == Some("z") {
+                s.operand = Some(name.clone());
+            }
+        }
+    }
+    chain.extend(after);
+    chain
+}
+
+/// Whether `n` is a view that only adds or drops dims of size 1 (unsqueeze, squeeze, a
+/// view or reshape to such a shape), keeping every value in place.
+fn unit_view(mp: &Mapper<'_>, n: &Node) -> Option<String> {
+    if !matches!(
+        target(n),
+        "unsqueeze" | "squeeze" | "view" | "reshape" | "_unsafe_view"
+    ) {
+        return None;
+    }
+    let Some(Arg::Node(x)) = mp.resolve(n.args.first().map(arg)) else {
+        return None;
+    };
+    let big = |m: &super::Meta| -> Vec<i64> { m.shape.iter().copied().filter(|&d| d != 1).collect() };
+    let (a, b) = (mp.meta(x)?, n.val.as_ref()?);
+    (big(a) == big(b)).then(|| x.to_string())
+}
+
+/// `name`'s value before any unit-dim views.
+fn unit_views_back(mp: &Mapper<'_>, name: &str) -> String {
+    let mut cur = name.to_string();
+    while let Some(prev) = mp.node(&cur).and_then(|n| unit_view(mp, n)) {
+        cur = prev;
+    }
+    cur
+}
+
+/// The last of the unit-dim views that are `name`'s only reader, one after another (or
+/// `name`).
+fn unit_views_forward(mp: &Mapper<'_>, name: &str) -> String {
+    let mut cur = name.to_string();
+    loop {
+        let readers: Vec<&Node> = mp
+            .nodes
+            .values()
+            .copied()
+            .filter(|n| {
+                n.args
+                    .iter()
+                    .chain(n.kwargs.values())
+                    .any(|a| matches!(arg(a), Arg::Node(x) if x == cur))
+            })
+            .collect();
+        match readers.as_slice() {
+            [n] if unit_view(mp, n).is_some() => cur = n.name.clone(),
+            _ => return cur,
+        }
+    }
 }
 
 /// Whether argument `i` (keyword `key`) of `n` is given and not None.
