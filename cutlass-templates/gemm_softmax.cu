@@ -898,7 +898,9 @@ static cudaError_t cs_launch_reduce(const CsRowArgs& a, int kind, cudaStream_t s
 //   L <= 16 x 1024: a CTA of T threads (16 values each), shuffles and shared memory;
 //   longer: a CTA of 1024 threads, three sweeps of the group (its mean, the centered sum,
 //           the write) re-reading the product (L2).
-// Element j of a group is read by lane j % T at step j / T (coalesced across the team).
+// A group's length a multiple of 4: each thread reads float4 vectors of the workspace and
+// writes 4 elements of D at a time (where D's rows allow it); else element j of a group is
+// read by thread j % T at step j / T (coalesced across the team, element by element).
 // ---------------------------------------------------------------------------------------
 
 #ifndef CS_BEFORE_DEFINED
@@ -977,35 +979,83 @@ __device__ __forceinline__ float2 cs_norm_stats(const CsNormArgs& a, const float
   return make_float2(0.0f, 1.0f / fmaxf(s, a.eps));
 }
 
-// Group `seg` held by a team of T threads (t = 0..T-1), V values each.
-template <int V>
+// Group `seg` held by a team of T threads (t = 0..T-1), V values each. VEC (a group's
+// length a multiple of 4, so that every group starts on a 16-byte boundary of the
+// workspace): thread t holds float4 vectors t, t + T, ... (16-byte loads, evict-first: the
+// product is read once), and D takes 4-element stores where its rows allow them (d_vec);
+// else element j of the group is read by thread j % T at step j / T.
+template <int V, bool VEC>
 __device__ __forceinline__ void cs_norm_group(const CsNormArgs& a, int64_t seg, bool live, int t, int T, float* red)
 {
+  static_assert(V % 4 == 0, "V: whole vectors");
   int64_t const row = live ? seg / a.groups : 0;
   int const g = live ? int(seg - row * a.groups) : 0;
   int64_t const bz = row / a.r.m, r = row - bz * a.r.m;
   int const col0 = g * a.len;
   float x[V];
   bool in[V];
+  if constexpr (VEC) {
+    const float4* z = reinterpret_cast<const float4*>(a.r.ws + row * a.r.ldw + col0);
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    int const j = t + i * T;
-    in[i] = live && j < a.len;
-    x[i] = in[i] ? cs_norm_x(a, row, bz, r, col0 + j) : 0.0f;
+    for (int q = 0; q < V / 4; ++q) {
+      int const jv = t + q * T;
+      bool const ok = live && 4 * jv < a.len;
+      float4 const v = ok ? __ldcs(z + jv) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float const f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const col = col0 + 4 * jv + e;
+        float xv = f[e];
+        if (ok && a.r.beta != 0.0f) xv = fmaf(a.r.beta, cs_to_f32(a.r.c[bz * a.r.sc + r * a.r.ldc + col]), xv);
+        if constexpr (!cs_before::kIdentity)
+          if (ok) xv = cs_before_in<cs_before>(a.r.prob, xv, bz, r, col, CS_LAYOUT_ROW);
+        x[4 * q + e] = ok ? xv : 0.0f;
+        in[4 * q + e] = ok;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      int const j = t + i * T;
+      in[i] = live && j < a.len;
+      x[i] = in[i] ? cs_norm_x(a, row, bz, r, col0 + j) : 0.0f;
+    }
   }
   float2 const ss = cs_norm_stats<V>(a, x, in, T, red);
   ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + col0;
+  if constexpr (VEC) {
+    bool const vec_store = a.r.d_vec;   // col0 is a multiple of 4 here
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if (!in[i]) continue;
-    int const j = t + i * T;
-    float y = (x[i] - ss.x) * ss.y;
-    if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, col0 + j);
-    d[j] = cs_from_f32<ElementCD>(y);
+    for (int q = 0; q < V / 4; ++q) {
+      if (!in[4 * q]) continue;
+      int const j = 4 * (t + q * T);
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        y[e] = (x[4 * q + e] - ss.x) * ss.y;
+        if constexpr (!cs_chain::kIdentity) y[e] = cs_chain_at<cs_chain>(a.r.prob, y[e], bz, r, col0 + j + e);
+      }
+      if (vec_store) {
+        cs_store4(d + j, y);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[j + e] = cs_from_f32<ElementCD>(y[e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (!in[i]) continue;
+      int const j = t + i * T;
+      float y = (x[i] - ss.x) * ss.y;
+      if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, col0 + j);
+      d[j] = cs_from_f32<ElementCD>(y);
+    }
   }
 }
 
 // Teams of T <= 32 lanes, 256 threads a CTA, groups grid-strided.
+template <bool VEC>
 __global__ void __launch_bounds__(256)
 cs_norm_warp_kernel(CsNormArgs a, int T)
 {
@@ -1013,16 +1063,17 @@ cs_norm_warp_kernel(CsNormArgs a, int T)
   int const t = int(threadIdx.x) % T;
   for (int64_t base = int64_t(blockIdx.x) * per_cta; base < a.segments; base += int64_t(gridDim.x) * per_cta) {
     int64_t const seg = base + int(threadIdx.x) / T;
-    cs_norm_group<kNormWarpVals>(a, seg, seg < a.segments, t, T, nullptr);   // warp-uniform loop
+    cs_norm_group<kNormWarpVals, VEC>(a, seg, seg < a.segments, t, T, nullptr);   // warp-uniform loop
   }
 }
 
 // A CTA of T threads a group.
+template <bool VEC>
 __global__ void __launch_bounds__(1024, 1)
 cs_norm_cta_kernel(CsNormArgs a)
 {
   __shared__ float red[32];
-  cs_norm_group<kNormCtaVals>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
+  cs_norm_group<kNormCtaVals, VEC>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
 }
 
 // Longer groups: a CTA a group, three sweeps over it.
@@ -1079,16 +1130,20 @@ static cudaError_t cs_launch_norm(const CsRowArgs& r, const cs_problem& p, cudaS
   a.segments = r.rows * a.groups;
   a.kind = int(p.norm);
   a.eps = p.norm_eps;
+  // Groups on 16-byte boundaries of the workspace (its rows are): 16-byte loads.
+  bool const vec = a.len % 4 == 0;
   if (a.len <= kNormWarpVals * 32) {
     int T = 1;
     while (T * kNormWarpVals < a.len) T *= 2;
     int64_t const per_cta = 256 / T;
     int64_t grid = (a.segments + per_cta - 1) / per_cta;
     if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
-    cs_norm_warp_kernel<<<unsigned(grid), 256, 0, stream>>>(a, T);
+    if (vec) cs_norm_warp_kernel<true><<<unsigned(grid), 256, 0, stream>>>(a, T);
+    else     cs_norm_warp_kernel<false><<<unsigned(grid), 256, 0, stream>>>(a, T);
   } else if (a.len <= kNormCtaVals * 1024) {
     int const threads = ((a.len + kNormCtaVals - 1) / kNormCtaVals + 31) / 32 * 32;
-    cs_norm_cta_kernel<<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    if (vec) cs_norm_cta_kernel<true><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    else     cs_norm_cta_kernel<false><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
   } else {
     cs_norm_stream_kernel<<<unsigned(a.segments), kNormStreamThreads, 0, stream>>>(a);
   }

@@ -2491,6 +2491,144 @@ mod tests {
         assert_eq!(w.after_chain().steps.len(), 1);
     }
 
+    /// KernelBench level 2's GEMM then GroupNorm with its per-channel weight and bias, then
+    /// `x * sigmoid(x)` (88): family gemm_norm, the affine as row operands after the norm,
+    /// and the swish's `x` the affine's result (saved), not the chain's z.
+    #[test]
+    fn a_gemm_then_a_group_norm_is_gemm_norm() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("w", &[16], &[1]),
+            input("bias", &[16], &[1]),
+            node(
+                "gn",
+                "aten.group_norm.default",
+                serde_json::json!([r("mm"), 4, r("w"), r("bias"), 1e-5, true]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sg",
+                "aten.sigmoid.default",
+                serde_json::json!([r("gn")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "sw",
+                "aten.mul.Tensor",
+                serde_json::json!([r("gn"), r("sg")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "sw"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmNorm);
+        assert_eq!(spec.params.norm, Some(NormKind::Layer));
+        assert_eq!(spec.params.groups, Some(4));
+        let ops_of = |v: &[OpSpec]| v.iter().map(|o| o.op.clone()).collect::<Vec<_>>();
+        assert!(spec.before.is_empty());
+        assert_eq!(ops_of(&spec.epilogue), ["mul", "add", "sigmoid", "mul"]);
+        assert_eq!(spec.epilogue[1].save.as_deref(), Some("normed"));
+        assert_eq!(spec.epilogue[3].operand.as_deref(), Some("normed"));
+        assert_eq!(ops[..2], ["mm".to_string(), "layer norm in 4 groups".to_string()]);
+        // Every shape's row splits into the 4 groups, and the spec is valid as written.
+        assert!(spec.shapes.iter().all(|s| s.n.unwrap() % 4 == 0));
+        let text = spec.to_toml().unwrap();
+        let w = Workload::parse(std::path::Path::new("t.toml"), &text).unwrap();
+        assert_eq!(w.params().groups, 4);
+        assert_eq!(w.chain().tensors.len(), 2);
+        // Without a GEMM before it, a per-channel weight over groups is refused with why.
+        let plain = graph(
+            vec![
+                input("x", &[64, 16], &[16, 1]),
+                input("w", &[16], &[1]),
+                node(
+                    "gn",
+                    "aten.group_norm.default",
+                    serde_json::json!([r("x"), 4, r("w"), null, 1e-5, true]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ],
+            "gn",
+        );
+        let err = map_graph(&plain, "t.py").unwrap_err();
+        assert!(err[0].message.contains("gemm_norm"), "{:?}", err);
+    }
+
+    /// KernelBench level 2's 28: a linear layer, InstanceNorm2d of
+    /// `x.unsqueeze(1).unsqueeze(1)` squeezed back (each row of the product), then
+    /// `(x + y) * y`: the unit-dim views are passed through.
+    #[test]
+    fn an_instance_norm_of_a_product_through_unit_views_is_gemm_norm() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("y", &[64, 16], &[16, 1]),
+            node(
+                "u1",
+                "aten.unsqueeze.default",
+                serde_json::json!([r("mm"), 1]),
+                &[64, 1, 16],
+                &[16, 16, 1],
+            ),
+            node(
+                "u2",
+                "aten.unsqueeze.default",
+                serde_json::json!([r("u1"), 1]),
+                &[64, 1, 1, 16],
+                &[16, 16, 16, 1],
+            ),
+            node(
+                "inorm",
+                "aten.instance_norm.default",
+                serde_json::json!([r("u2"), null, null, null, null, true, 0.1, 1e-5, true]),
+                &[64, 1, 1, 16],
+                &[16, 16, 16, 1],
+            ),
+            node(
+                "s1",
+                "aten.squeeze.dim",
+                serde_json::json!([r("inorm"), 1]),
+                &[64, 1, 16],
+                &[16, 16, 1],
+            ),
+            node(
+                "s2",
+                "aten.squeeze.dim",
+                serde_json::json!([r("s1"), 1]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "ad",
+                "aten.add.Tensor",
+                serde_json::json!([r("s2"), r("y")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "mu",
+                "aten.mul.Tensor",
+                serde_json::json!([r("ad"), r("y")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, _) = map_graph(&graph(nodes, "mu"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmNorm);
+        assert_eq!(spec.params.groups, None);
+        let ops_of = |v: &[OpSpec]| v.iter().map(|o| o.op.clone()).collect::<Vec<_>>();
+        assert!(spec.before.is_empty());
+        assert_eq!(ops_of(&spec.epilogue), ["add", "mul"]);
+        assert!(spec
+            .epilogue
+            .iter()
+            .all(|o| o.operand.as_deref() == Some("matrix")));
+        let s = spec.shapes[0];
+        assert_eq!((s.m, s.n, s.k), (Some(64), Some(16), Some(32)));
+    }
+
     /// KernelBench's diagonal matmul, `a.unsqueeze(1) * b` (diag(a) @ b): the activation
     /// family runs over b, the input of the output's shape, and a is a column operand.
     #[test]

@@ -495,7 +495,7 @@ k = 4096
         let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
             e.contains(
-                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), activation, norm, reduce and scan"
+                "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), gemm_norm (after the norm), activation, norm, reduce and scan"
             ),
             "{e}"
         );
@@ -640,7 +640,7 @@ k = 4096
             "description = \"a\"\nfamily = \"activation\"\ndtype = \"f32\"\n[params]\nactivation = \"relu\"\n[[before]]\nop = \"abs\"\n[[shapes]]\nm = 4\nn = 4\n",
         );
         assert!(
-            e.contains("before") && e.contains("only for family reduce"),
+            e.contains("before") && e.contains("only for families reduce"),
             "{e}"
         );
         // Four tensor slots in all.
@@ -665,6 +665,58 @@ k = 4096
             e.contains("before[0].operand") && e.contains("matrix0"),
             "{e}"
         );
+    }
+
+    /// gemm_norm: a GEMM's shape; a norm (required) of each row or of `groups` groups of
+    /// adjacent values (dividing every shape's n); [[before]] ops on the product, their
+    /// tensors indexed like D in D's type in the first slots; the epilogue after the norm.
+    #[test]
+    fn gemm_norm_specs_take_groups_and_ops_on_both_sides() {
+        const GN: &str = "description = \"g\"\nfamily = \"gemm_norm\"\ndtype = \"bf16\"\n";
+        let shapes = "[[shapes]]\nm = 64\nn = 512\nk = 128\n[[shapes]]\nbatch = 2\nm = 7\nn = 48\nk = 40\n";
+        let ok = format!(
+            "{GN}[params]\nnorm = \"layer\"\ngroups = 16\n[[before]]\nop = \"add\"\noperand = \"row\"\n[[before]]\nop = \"mish\"\n[[epilogue]]\nop = \"mul\"\noperand = \"row\"\n[[epilogue]]\nop = \"add\"\noperand = \"matrix\"\ndtype = \"f32\"\n{shapes}"
+        );
+        let w = parse("g", &ok).unwrap();
+        assert_eq!(w.family(), Family::GemmNorm);
+        assert_eq!(w.params().groups, 16);
+        assert_eq!(w.params().norm, NormKind::Layer);
+        assert_eq!(w.params().eps, 1e-5, "the kind's default eps");
+        let b = w.before_chain();
+        assert_eq!((b.steps.len(), b.tensors.len()), (2, 1));
+        assert_eq!(
+            (b.tensors[0].kind, b.tensors[0].dtype),
+            (chain::TensorKind::Row, DType::BF16)
+        );
+        // The epilogue's operands follow the before ops' in the slots.
+        assert_eq!(w.chain().tensors.len(), 2);
+        // Bytes: A, B, D, the before row (n), the weight row and the f32 residual (m x n).
+        let h = w.headline();
+        let (m, n, k) = (64.0, 512.0, 128.0);
+        assert_eq!(
+            w.min_bytes(h),
+            (m * k + k * n) * 2.0 + m * n * 2.0 + n * 2.0 + n * 2.0 + m * n * 4.0
+        );
+        assert_eq!(w.before_elements(h), n);
+        // The unfused sequence is its goal's baseline, at 1.2x.
+        assert_eq!(w.target().speedup_vs, Baseline::Unfused);
+        // Groups that do not divide a shape's n, zero groups, groups of an l2 norm, groups
+        // elsewhere, no norm, a column-major D.
+        let e = err("g", &ok.replace("n = 48", "n = 50"));
+        assert!(e.contains("shapes[1].n") && e.contains("16 groups"), "{e}");
+        let e = err("g", &ok.replace("groups = 16", "groups = 0"));
+        assert!(e.contains("params.groups"), "{e}");
+        let e = err(
+            "g",
+            &ok.replace("norm = \"layer\"", "norm = \"l2\""),
+        );
+        assert!(e.contains("params.groups") && e.contains("l2"), "{e}");
+        let e = err("g", &format!("{NORM}[params]\nnorm = \"rms\"\ngroups = 2\n[[shapes]]\nn = 8\n"));
+        assert!(e.contains("params.groups") && e.contains("gemm_norm"), "{e}");
+        let e = err("g", &ok.replace("norm = \"layer\"\n", ""));
+        assert!(e.contains("params.norm") && e.contains("gemm_norm"), "{e}");
+        let e = err("g", &ok.replace("[params]", "[layout]\nc = \"col\"\n[params]"));
+        assert!(e.contains("layout.c"), "{e}");
     }
 
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it

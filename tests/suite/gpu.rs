@@ -301,6 +301,13 @@ fn every_template_validates_on_its_workloads() {
         // after it, batched and ragged) and f32 (both fp32 mainloops, a sum).
         "gemm_reduce_lse_bf16_small",
         "gemm_reduce_f32_small",
+        // GEMM + norm: GroupNorm in 16 groups with a bias before and a per-channel weight,
+        // bias and hardtanh after (bf16, MN-major B, batched, ragged); whole rows up to
+        // 20000 values with a C term, swish before and a residual after (f32, both fp32
+        // mainloops); RMS in 4 groups of an A column-major product (f16).
+        "gemm_groupnorm_bf16_small",
+        "gemm_instnorm_f32_small",
+        "gemm_rmsnorm_f16_small",
     ];
     let mut cases = Vec::new();
     for name in names {

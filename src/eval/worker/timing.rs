@@ -1138,8 +1138,9 @@ fn rotating_lt<'p>(
 }
 
 /// The ops a framework runs as separate elementwise passes after its library op: the
-/// chain after the GEMM (gemm, gemm_bias_act; gemm_softmax, before its softmax), the whole
-/// chain (activation), the gate and the product (gemm_glu); none otherwise.
+/// chain after the GEMM (gemm, gemm_bias_act; gemm_softmax, before its softmax), the ops
+/// before the norm (gemm_norm), the whole chain (activation), the gate and the product
+/// (gemm_glu); none otherwise.
 fn unfused_chain(w: &Workload) -> Option<Chain> {
     match w.family() {
         Family::Gemm
@@ -1176,7 +1177,7 @@ mod tests {
                 unfused_chain(w).is_some_and(|c| !c.steps.is_empty()) && !w.is_single_activation();
             assert_eq!(
                 w.timing_buffers().scratch,
-                passes || w.family() == Family::GemmSoftmax,
+                passes || matches!(w.family(), Family::GemmSoftmax | Family::GemmNorm),
                 "{}",
                 w.name()
             );

@@ -632,8 +632,9 @@ pub(super) fn map_norm(
         rows.len /= nm.groups;
     }
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
+    let first = ops.len();
     let after = super::chain_after(mp, &nm.head, out, (batch, m, n), dtype, ops)?;
-    let chain = after_affine(&nm.affine, after);
+    let chain = after_affine(&nm.affine, after, &mut ops[first..]);
     constants_after_side_by_side(mp, head, &chain, col, "norm")?;
     for (i, a) in nm.affine.iter().enumerate() {
         ops.insert(i, super::describe(a));
@@ -719,8 +720,9 @@ pub(super) fn map_gemm_norm<'g>(
     for a in &nm.affine {
         ops.push(super::describe(a));
     }
+    let first = ops.len();
     let after = super::chain_after(mp, &after_head, out, dims, out_dtype, ops)?;
-    let chain = after_affine(&nm.affine, after);
+    let chain = after_affine(&nm.affine, after, &mut ops[first..]);
     let mut params = ParamsSpec {
         norm: Some(nm.kind),
         eps: nm.eps.map(|e| e as f32),
@@ -773,8 +775,8 @@ pub(super) fn map_gemm_norm<'g>(
 /// The norm's own affine ops (its weight and bias), then the ops `after` it. In `after`, `z`
 /// is the norm op's value, the affine's result: where an op reads it, the affine's last op
 /// saves its value and the op reads that (the chain's own `z` is the value before the
-/// affine).
-fn after_affine(affine: &[OpSpec], mut after: Vec<OpSpec>) -> Vec<OpSpec> {
+/// affine; `ops`, the descriptions of `after`'s ops, say so too).
+fn after_affine(affine: &[OpSpec], mut after: Vec<OpSpec>, ops: &mut [String]) -> Vec<OpSpec> {
     let reads_z = after.iter().any(|s| s.operand.as_deref() == Some("z"));
     let mut chain = affine.to_vec();
     if let (true, Some(last)) = (reads_z, chain.last_mut()) {
@@ -783,6 +785,11 @@ fn after_affine(affine: &[OpSpec], mut after: Vec<OpSpec>) -> Vec<OpSpec> {
         for s in &mut after {
             if s.operand.as_deref() == Some("z") {
                 s.operand = Some(name.clone());
+            }
+        }
+        for o in ops.iter_mut() {
+            if let Some(op) = o.strip_suffix(" z") {
+                *o = format!("{op} {name}");
             }
         }
     }
