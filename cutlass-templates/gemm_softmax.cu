@@ -10,6 +10,13 @@
 //   D[l][i]    = after(reduce(X[l][i, :]))    (CS_FAMILY_GEMM_REDUCE: sum, mean, max, min,
 //                                              logsumexp or L2 norm by p.reduce, then the
 //                                              `cs_after` ops; D is m x 1, no C)
+//   D[l][i, g] = chain(norm(before(Z[l][i, g])))  (CS_FAMILY_GEMM_NORM: each row of Z split
+//                                              into p.norm_groups groups g of adjacent
+//                                              values, each through the `cs_before` ops,
+//                                              then normalized by p.norm (p.norm_eps); here
+//                                              the cs_chain runs after the norm, its
+//                                              operands from slot kFirst, the [[before]]
+//                                              ops' from 0, all indexed like D)
 //
 // A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
 // f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,

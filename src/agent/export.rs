@@ -150,7 +150,7 @@ pub fn export_torch(
     let family = w.family();
     if !w.before_chain().is_identity() {
         return Err(Error::Usage(
-            "export --torch does not take a reduction with [[before]] ops yet (its operator \
+            "export --torch does not take [[before]] ops yet (its operator \
              passes the epilogue chain's operands only); `cutesmith export` without --torch \
              writes the kernel and its C ABI"
                 .into(),
@@ -160,6 +160,13 @@ pub fn export_torch(
         return Err(Error::Usage(format!(
             "export --torch does not take family {family} yet (its operator would return the \
              product's m x n, not one value a row); `cutesmith export` without --torch writes \
+             the kernel and its C ABI"
+        )));
+    }
+    if family == crate::spec::Family::GemmNorm {
+        return Err(Error::Usage(format!(
+            "export --torch does not take family {family} yet (its operator passes neither the \
+             norm, its groups nor the ops before it); `cutesmith export` without --torch writes \
              the kernel and its C ABI"
         )));
     }

@@ -69,8 +69,13 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
             out.display()
         );
     }
-    // (export --torch does not take gemm_reduce yet: its kernel and C ABI, then.)
-    let export = if workload.family() == crate::spec::Family::GemmReduce {
+    // (export --torch does not take gemm_reduce, gemm_norm or [[before]] ops yet: their
+    // kernel and C ABI, then.)
+    let export = if matches!(
+        workload.family(),
+        crate::spec::Family::GemmReduce | crate::spec::Family::GemmNorm
+    ) || !workload.before_chain().is_identity()
+    {
         "cutesmith export runs/<id> --out DIR"
     } else {
         "cutesmith export runs/<id> --torch DIR"

@@ -2531,7 +2531,10 @@ mod tests {
         assert_eq!(ops_of(&spec.epilogue), ["mul", "add", "sigmoid", "mul"]);
         assert_eq!(spec.epilogue[1].save.as_deref(), Some("normed"));
         assert_eq!(spec.epilogue[3].operand.as_deref(), Some("normed"));
-        assert_eq!(ops[..2], ["mm".to_string(), "layer norm in 4 groups".to_string()]);
+        assert_eq!(
+            ops[..2],
+            ["mm".to_string(), "layer norm in 4 groups".to_string()]
+        );
         // Every shape's row splits into the 4 groups, and the spec is valid as written.
         assert!(spec.shapes.iter().all(|s| s.n.unwrap() % 4 == 0));
         let text = spec.to_toml().unwrap();

@@ -673,7 +673,8 @@ k = 4096
     #[test]
     fn gemm_norm_specs_take_groups_and_ops_on_both_sides() {
         const GN: &str = "description = \"g\"\nfamily = \"gemm_norm\"\ndtype = \"bf16\"\n";
-        let shapes = "[[shapes]]\nm = 64\nn = 512\nk = 128\n[[shapes]]\nbatch = 2\nm = 7\nn = 48\nk = 40\n";
+        let shapes =
+            "[[shapes]]\nm = 64\nn = 512\nk = 128\n[[shapes]]\nbatch = 2\nm = 7\nn = 48\nk = 40\n";
         let ok = format!(
             "{GN}[params]\nnorm = \"layer\"\ngroups = 16\n[[before]]\nop = \"add\"\noperand = \"row\"\n[[before]]\nop = \"mish\"\n[[epilogue]]\nop = \"mul\"\noperand = \"row\"\n[[epilogue]]\nop = \"add\"\noperand = \"matrix\"\ndtype = \"f32\"\n{shapes}"
         );
@@ -706,16 +707,22 @@ k = 4096
         assert!(e.contains("shapes[1].n") && e.contains("16 groups"), "{e}");
         let e = err("g", &ok.replace("groups = 16", "groups = 0"));
         assert!(e.contains("params.groups"), "{e}");
+        let e = err("g", &ok.replace("norm = \"layer\"", "norm = \"l2\""));
+        assert!(e.contains("params.groups") && e.contains("l2"), "{e}");
         let e = err(
             "g",
-            &ok.replace("norm = \"layer\"", "norm = \"l2\""),
+            &format!("{NORM}[params]\nnorm = \"rms\"\ngroups = 2\n[[shapes]]\nn = 8\n"),
         );
-        assert!(e.contains("params.groups") && e.contains("l2"), "{e}");
-        let e = err("g", &format!("{NORM}[params]\nnorm = \"rms\"\ngroups = 2\n[[shapes]]\nn = 8\n"));
-        assert!(e.contains("params.groups") && e.contains("gemm_norm"), "{e}");
+        assert!(
+            e.contains("params.groups") && e.contains("gemm_norm"),
+            "{e}"
+        );
         let e = err("g", &ok.replace("norm = \"layer\"\n", ""));
         assert!(e.contains("params.norm") && e.contains("gemm_norm"), "{e}");
-        let e = err("g", &ok.replace("[params]", "[layout]\nc = \"col\"\n[params]"));
+        let e = err(
+            "g",
+            &ok.replace("[params]", "[layout]\nc = \"col\"\n[params]"),
+        );
         assert!(e.contains("layout.c"), "{e}");
     }
 

@@ -152,9 +152,7 @@ impl Validator<'_> {
             self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
         let fused = match family {
-            Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm => {
-                true
-            }
+            Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
             Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {

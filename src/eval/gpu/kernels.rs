@@ -761,7 +761,12 @@ impl RowNorm {
         };
         let (len, groups) = (len as i64, groups as i32);
         let mut b = s.stream.launch_builder(&self.func);
-        b.arg(&x).arg(&y).arg(&len).arg(&groups).arg(&weight).arg(&bias);
+        b.arg(&x)
+            .arg(&y)
+            .arg(&len)
+            .arg(&groups)
+            .arg(&weight)
+            .arg(&bias);
         // SAFETY: x and y hold segments x len values of the pass's type, weight and bias
         // groups x len values of theirs (or are 0 and not read); the parameters match the
         // kernel's, in order.

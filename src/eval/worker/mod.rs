@@ -270,11 +270,12 @@ fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
     // reference reduces holds its k values and bounds (16 bytes an element, a row a thread).
     let (m, k, b) = (sh.m as f64, sh.k as f64, sh.batch as f64);
     let before = w.before_elements(sh) * 8.0 * 2.0;
-    let rows_at_once = if w.before_chain().is_identity() || w.family() != crate::spec::Family::Reduce {
-        0.0
-    } else {
-        16.0 * k * (m * b).min(64.0)
-    };
+    let rows_at_once =
+        if w.before_chain().is_identity() || w.family() != crate::spec::Family::Reduce {
+            0.0
+        } else {
+            16.0 * k * (m * b).min(64.0)
+        };
     // gemm_norm's reference holds the fp32 product and its |a||b| sums, then each
     // product's value and bound after the [[before]] ops and the output's pairs.
     let gemm_norm = if w.family() == crate::spec::Family::GemmNorm {

@@ -368,7 +368,10 @@ impl Ctx<'_> {
             } else {
                 Passes::compile(s_ref, &rest, out_dtype, (m, n, batch), Layout::Row).map(Some)
             };
-            let ptr = |i: Option<usize>| i.and_then(|i| p.tensors.get(nb + i)).map_or(0, |t| t.buf.ptr);
+            let ptr = |i: Option<usize>| {
+                i.and_then(|i| p.tensors.get(nb + i))
+                    .map_or(0, |t| t.buf.ptr)
+            };
             match (norm, after) {
                 (Ok(k), Ok(a)) => Some((k, a, (ptr(affine_tensors[0]), ptr(affine_tensors[1])))),
                 (Err(e), _) | (_, Err(e)) => {
@@ -638,7 +641,15 @@ impl Ctx<'_> {
                         }
                         // (gemm_norm) the group norm, then the passes after it.
                         if let Some((k, a, affine)) = nt {
-                            k.run(s_ref, x, rb.0, batch * m * groups, n / groups, groups, *affine)?;
+                            k.run(
+                                s_ref,
+                                x,
+                                rb.0,
+                                batch * m * groups,
+                                n / groups,
+                                groups,
+                                *affine,
+                            )?;
                             if let Some(a) = a {
                                 a.run(s_ref, rb.0, at, (rb.1, rb.2), asp)?;
                             }

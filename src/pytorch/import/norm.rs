@@ -691,11 +691,15 @@ pub(super) fn map_gemm_norm<'g>(
     // `x.unsqueeze(1).unsqueeze(1)`, squeezed after): the chains end and start beyond them.
     let input = unit_views_back(mp, &nm.input);
     let after_head = unit_views_forward(mp, &nm.head);
-    let trailing = nm.dims.first().is_some_and(|&f| {
-        nm.dims.iter().copied().eq(f..shape.len())
-    });
+    let trailing = nm
+        .dims
+        .first()
+        .is_some_and(|&f| nm.dims.iter().copied().eq(f..shape.len()));
     let over: i64 = nm.dims.iter().filter_map(|&d| shape.get(d)).product();
-    let rows: i64 = shape.iter().take(nm.dims.first().copied().unwrap_or(0)).product();
+    let rows: i64 = shape
+        .iter()
+        .take(nm.dims.first().copied().unwrap_or(0))
+        .product();
     if !trailing || over != g.n || rows != g.batch * g.m {
         mp.problem(
             head,
@@ -809,7 +813,8 @@ fn unit_view(mp: &Mapper<'_>, n: &Node) -> Option<String> {
     let Some(Arg::Node(x)) = mp.resolve(n.args.first().map(arg)) else {
         return None;
     };
-    let big = |m: &super::Meta| -> Vec<i64> { m.shape.iter().copied().filter(|&d| d != 1).collect() };
+    let big =
+        |m: &super::Meta| -> Vec<i64> { m.shape.iter().copied().filter(|&d| d != 1).collect() };
     let (a, b) = (mp.meta(x)?, n.val.as_ref()?);
     (big(a) == big(b)).then(|| x.to_string())
 }
