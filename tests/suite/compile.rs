@@ -521,6 +521,29 @@ fn generated_passes_and_chain_functors_compile() {
             options: CompileOptions::default(),
         });
     }
+    // gemm_norm's unfused group norm pass: layer with a bf16 weight and an f32 bias, rms
+    // with neither.
+    {
+        use cutesmith::eval::gpu::kernels::{row_norm_source, NormAffine};
+        for (d, kind, affine) in [
+            (
+                DType::BF16,
+                1,
+                NormAffine {
+                    weight: Some(DType::BF16),
+                    bias: Some(DType::F32),
+                },
+            ),
+            (DType::F32, 0, NormAffine::default()),
+        ] {
+            let src = row_norm_source(d, kind, 1e-5, affine).unwrap();
+            requests.push(CompileRequest {
+                source: format!("{src}\n{}", TINY.replace("scale", "scale_tiny")),
+                file_name: format!("row_norm_{}.cu", d.name()),
+                options: CompileOptions::default(),
+            });
+        }
+    }
     // The L2 flush's read kernel.
     requests.push(CompileRequest {
         source: format!(

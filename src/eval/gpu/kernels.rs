@@ -46,6 +46,17 @@ fn nvrtc_module(s: &Session, src: &str, name: &str) -> Result<Arc<CudaModule>, C
     s.ctx.load_module(ptx).map_err(CudaFailure::from)
 }
 
+/// [`nvrtc_module`] of `src` (file `cutesmith_{name}.cu`) and its kernel `name`.
+fn nvrtc_function(
+    s: &Session,
+    src: &str,
+    name: &str,
+) -> Result<(Arc<CudaModule>, CudaFunction), CudaFailure> {
+    let module = nvrtc_module(s, src, &format!("cutesmith_{name}.cu"))?;
+    let func = module.load_function(name).map_err(CudaFailure::from)?;
+    Ok((module, func))
+}
+
 /// Element storage and conversions for one dtype, in C++ without CUDA headers (NVRTC
 /// has none by default): bf16 and f16 are 16-bit patterns converted by bit arithmetic and
 /// PTX `cvt`.
@@ -384,8 +395,7 @@ pub struct RowPass {
 impl RowPass {
     /// Compiles `src` (NVRTC) and takes its kernel `name`, launched with `threads` a block.
     fn compile(s: &Session, src: &str, name: &str, threads: u32) -> Result<RowPass, CudaFailure> {
-        let module = nvrtc_module(s, src, &format!("cutesmith_{name}.cu"))?;
-        let func = module.load_function(name).map_err(CudaFailure::from)?;
+        let (module, func) = nvrtc_function(s, src, name)?;
         Ok(RowPass {
             _module: module,
             func,
@@ -731,10 +741,7 @@ impl RowNorm {
         affine: NormAffine,
     ) -> Result<RowNorm, CudaFailure> {
         let src = row_norm_source(dtype, kind, eps, affine)?;
-        let module = nvrtc_module(s, &src, "cutesmith_cs_row_norm.cu")?;
-        let func = module
-            .load_function("cs_row_norm")
-            .map_err(CudaFailure::from)?;
+        let (module, func) = nvrtc_function(s, &src, "cs_row_norm")?;
         Ok(RowNorm {
             _module: module,
             func,
@@ -847,10 +854,7 @@ extern "C" __global__ void cs_verify(const {ty}* __restrict__ got, const float* 
 impl Verifier {
     /// Compiles the verifier for `dtype` outputs (NVRTC).
     pub fn compile(s: &Session, dtype: DType) -> Result<Verifier, CudaFailure> {
-        let module = nvrtc_module(s, &verify_source(dtype)?, "cutesmith_verify.cu")?;
-        let func = module
-            .load_function("cs_verify")
-            .map_err(CudaFailure::from)?;
+        let (module, func) = nvrtc_function(s, &verify_source(dtype)?, "cs_verify")?;
         Ok(Verifier {
             _module: module,
             func,

@@ -856,8 +856,8 @@ fn given(n: &Node, i: usize, key: &str) -> bool {
     param(n, i, key).is_some_and(|v| !v.is_null())
 }
 
-/// Why an `aten.instance_norm` or `aten.group_norm` node is not a row normalization
-/// cutesmith runs; `None` when it is one, and for every other op.
+/// Why an `aten.instance_norm`, `aten.group_norm` or `aten.batch_norm` node is not a row
+/// normalization cutesmith runs; `None` when it is one, and for every other op.
 pub(super) fn refusal(n: &Node) -> Option<&'static str> {
     match target(n) {
         "instance_norm" if given(n, 1, "weight") || given(n, 2, "bias") => Some(
@@ -869,7 +869,13 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows")
         }
         "group_norm" if given(n, 2, "weight") || given(n, 3, "bias") => Some(
-            "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default): the norm family's weight and bias run along the row, not per channel",
+            "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default) of an input no GEMM computes: the norm family's weight and bias run along the row, not per channel (after a GEMM, gemm_norm takes it)",
+        ),
+        "batch_norm" if param(n, 5, "training").and_then(Value::as_bool) == Some(true) => Some(
+            "batch_norm in training mode (nn.BatchNorm*'s until model.eval()): each channel normalized over the batch (a column of the rows), which no family computes yet (norm and gemm_norm normalize rows)",
+        ),
+        "batch_norm" => Some(
+            "batch_norm in eval mode: a per-channel affine map of the running statistics, which no family computes yet",
         ),
         _ => None,
     }
