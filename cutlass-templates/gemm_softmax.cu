@@ -1334,6 +1334,8 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (p.k == 0) return CS_ERR_UNSUPPORTED;
   if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt || p.batch > kMaxInt) return CS_ERR_UNSUPPORTED;
   if (p.batch * p.m > kMaxInt) return CS_ERR_UNSUPPORTED;    // one CTA per row at most
+  // gemm_norm: one CTA a group at most (groups longer than a warp team holds).
+  if (norm && p.norm_groups > 1 && p.batch * p.m > kMaxInt / p.norm_groups) return CS_ERR_UNSUPPORTED;
 
   // A and B: rows that hold the matrix (the TMA GEMM's own conditions are cs_tma_ok's;
   // without them the edge kernel computes stage 1).

@@ -639,8 +639,11 @@ impl Validator<'_> {
             (_, k) => k.unwrap_or(NormKind::Rms),
         };
         let groups = match (family, p.groups) {
-            (Family::GemmNorm, Some(0)) => {
-                return Err(self.err("params.groups", "must be at least 1"))
+            (Family::GemmNorm, Some(g)) if g == 0 || g > i32::MAX as u32 => {
+                return Err(self.err(
+                    "params.groups",
+                    format!("must be in 1..={}, got {g}", i32::MAX),
+                ))
             }
             // L2 and L1 scale their tolerance with the row's length; a group's would differ.
             (Family::GemmNorm, Some(g)) if g > 1 && matches!(norm, NormKind::L2 | NormKind::L1) => {

@@ -341,8 +341,9 @@ impl<'a> super::Ctx<'a> {
             norm: params.norm.abi_value(),
             norm_eps: params.eps,
             reduce: params.reduce.abi_value(),
+            // The spec's rules keep groups within i32.
             norm_groups: if w.family() == Family::GemmNorm {
-                params.groups as i32
+                i32::try_from(params.groups).unwrap_or(i32::MAX)
             } else {
                 0
             },
