@@ -1095,7 +1095,8 @@ cs_norm_stream_kernel(CsNormArgs a)
   int const col0 = g * a.len, T = kNormStreamThreads;
   float const L = float(a.len);
   float s = 0.0f;
-  for (int j = int(threadIdx.x); j < a.len; j += T) {
+  for (int64_t jj = threadIdx.x; jj < a.len; jj += T) {
+    int const j = int(jj);   // < len: the 64-bit step cannot wrap past len
     float const x = cs_norm_x(a, row, bz, r, col0 + j);
     s += a.kind == CS_NORM_RMS || a.kind == CS_NORM_L2 ? x * x : a.kind == CS_NORM_L1 ? fabsf(x) : x;
   }
@@ -1104,7 +1105,8 @@ cs_norm_stream_kernel(CsNormArgs a)
   if (a.kind == CS_NORM_LAYER) {
     float const mean = s / L;
     float q = 0.0f, e = 0.0f;
-    for (int j = int(threadIdx.x); j < a.len; j += T) {
+    for (int64_t jj = threadIdx.x; jj < a.len; jj += T) {
+      int const j = int(jj);
       float const d = cs_norm_x(a, row, bz, r, col0 + j) - mean;
       q = fmaf(d, d, q);
       e += d;
@@ -1121,7 +1123,8 @@ cs_norm_stream_kernel(CsNormArgs a)
     scale = 1.0f / fmaxf(s, a.eps);
   }
   ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + col0;
-  for (int j = int(threadIdx.x); j < a.len; j += T) {
+  for (int64_t jj = threadIdx.x; jj < a.len; jj += T) {
+    int const j = int(jj);
     float y = (cs_norm_x(a, row, bz, r, col0 + j) - shift) * scale;
     if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, col0 + j);
     d[j] = cs_from_f32<ElementCD>(y);

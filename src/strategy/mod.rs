@@ -77,7 +77,8 @@ pub fn workload_block(w: &Workload) -> String {
     if w.family().has_chain() && !w.chain().is_identity() && !plain_activation {
         // A GEMM chain that is a per-column bias then one activation, stated plainly too,
         // for templates whose library epilogue does exactly that.
-        if w.family().is_gemm() {
+        // (gemm_norm's chain runs after its norm: neither shorthand applies.)
+        if w.family().is_gemm() && w.family() != crate::spec::Family::GemmNorm {
             match w.chain().bias_then_activation() {
                 Some((act, p0, p1, dt))
                     if dt == w.out_dtype() && lay.c == crate::spec::Layout::Row =>

@@ -626,13 +626,23 @@ pub struct NormAffine {
 }
 
 impl NormAffine {
-    /// The leading `mul row` and `add row` steps of `after` (neither saved): their types,
+    /// The leading `mul row` and `add row` steps of `after` (neither saved, and no op
+    /// reading z after them): their types,
     /// their tensors' indices in `after` (weight, bias) and the number of steps they take;
     /// the pass applies them and the passes after it skip them.
     pub fn of(after: &Chain) -> (NormAffine, [Option<usize>; 2], usize) {
         let mut affine = NormAffine::default();
         let mut tensors = [None; 2];
         let mut taken = 0;
+        // A later op reading z (the normalized value before the affine) needs it as a
+        // tensor of its own: the passes then run the affine too.
+        if after
+            .steps
+            .iter()
+            .any(|s| matches!(s.op, Op::Binary(_, Operand::Z)))
+        {
+            return (affine, tensors, taken);
+        }
         for want in [BinOp::Mul, BinOp::Add] {
             let Some(st) = after.steps.get(taken) else {
                 break;

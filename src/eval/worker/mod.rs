@@ -196,6 +196,27 @@ fn run(job: &Job) -> WorkerReport {
             None
         }
     };
+    // A family validated on the host only (gemm_reduce, gemm_norm): a shape whose host
+    // copies would not fit the worker's budget is refused before anything is allocated.
+    if let (None, Some(limit)) = (&dev, job.host_memory_limit) {
+        if let Some(sh) = workload
+            .shapes()
+            .iter()
+            .find(|sh| host_validation_bytes(&workload, sh) > 0.8 * limit as f64)
+        {
+            report.fault = Some(fault(
+                FaultKind::Resource,
+                format!(
+                    "shape {sh} is validated on the host and would hold about {} of host \
+                     memory, over 80% of the worker's budget of {}: raise --host-memory, or \
+                     validate smaller shapes",
+                    crate::spec::human_bytes(host_validation_bytes(&workload, sh)),
+                    crate::spec::human_bytes(limit as f64)
+                ),
+            ));
+            return report;
+        }
+    }
     let mut ctx = Ctx {
         dev,
         s: &mut s,
@@ -276,10 +297,11 @@ fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
         } else {
             16.0 * k * (m * b).min(64.0)
         };
-    // gemm_norm's reference holds the fp32 product and its |a||b| sums, then each
-    // product's value and bound after the [[before]] ops and the output's pairs.
+    // gemm_norm's reference holds the fp32 product and its |a||b| sums, each product's
+    // value and bound after the [[before]] ops, the output's pairs and, while they are
+    // split, the want and slack vectors again.
     let gemm_norm = if w.family() == crate::spec::Family::GemmNorm {
-        40.0 * out
+        56.0 * out
     } else {
         0.0
     };

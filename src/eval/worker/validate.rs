@@ -674,7 +674,15 @@ impl Ctx<'_> {
                         *slot = tt.at(Layout::Row, b, r, c);
                     }
                     let (v, ev) = z_at(i, &z, &s);
-                    chain_with_slack(before, v, ev, &t)
+                    // The product's bound carried through the ops, and the ops' own fp32
+                    // rounding (8 u of each op's result, as a reduction's [[before]] ops).
+                    let (x, ex) = chain_with_slack(before, v, ev, &t);
+                    let (_, eop) = if before.is_identity() {
+                        (x, 0.0)
+                    } else {
+                        before.eval_with_error(v, &t, crate::spec::chain::BEFORE_OP_U)
+                    };
+                    (x, ex + eop)
                 });
                 // D is row-major and dense: group g of row r of batch b is the run of `len`
                 // outputs from ((b m + r) groups + g) len.
@@ -685,7 +693,17 @@ impl Ctx<'_> {
                     let run = &xe[gi * len..(gi + 1) * len];
                     let stats = RowStats::of(run.iter().map(|v| v.0));
                     let (shift, scale) = params.norm.shift_scale(len as f64, stats, eps);
-                    (shift, scale, run.iter().map(|v| v.1).fold(0.0, f64::max))
+                    // The kernel's fp32 statistic: a thread's run of up to 16 values, then
+                    // a tree over the team, each sum rounded (its mean as if every input
+                    // were off by that much).
+                    let xmax = run.iter().map(|v| v.0.abs()).fold(0.0, f64::max);
+                    let depth = 16.0 + (len as f64).log2().ceil();
+                    let stat = depth * F32_U * xmax;
+                    (
+                        shift,
+                        scale,
+                        run.iter().map(|v| v.1).fold(0.0, f64::max) + stat,
+                    )
                 });
                 let (sa, sb) = match params.norm {
                     NormKind::Layer => (2.0, 1.0),
