@@ -2560,6 +2560,42 @@ mod tests {
         assert!(err[0].message.contains("gemm_norm"), "{:?}", err);
     }
 
+    /// A BatchNorm after a GEMM (KernelBench level 2's 33 and four more) is refused with
+    /// the reason for the mode it was traced in.
+    #[test]
+    fn a_batch_norm_is_refused_with_its_mode() {
+        for (training, why) in [(false, "eval mode"), (true, "training mode")] {
+            let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+            nodes.extend([
+                input("w", &[16], &[1]),
+                input("rm", &[16], &[1]),
+                node(
+                    "bn",
+                    "aten.batch_norm.default",
+                    serde_json::json!([
+                        r("mm"),
+                        r("w"),
+                        null,
+                        r("rm"),
+                        r("rm"),
+                        training,
+                        0.1,
+                        1e-5,
+                        false
+                    ]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+            ]);
+            let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
+            assert!(
+                err.iter()
+                    .any(|u| u.node == "bn" && u.message.contains(why)),
+                "{err:?}"
+            );
+        }
+    }
+
     /// KernelBench level 2's 28: a linear layer, InstanceNorm2d of
     /// `x.unsqueeze(1).unsqueeze(1)` squeezed back (each row of the product), then
     /// `(x + y) * y`: the unit-dim views are passed through.

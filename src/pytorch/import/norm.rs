@@ -875,7 +875,7 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             "batch_norm in training mode (nn.BatchNorm*'s until model.eval()): each channel normalized over the batch (a column of the rows), which no family computes yet (norm and gemm_norm normalize rows)",
         ),
         "batch_norm" => Some(
-            "batch_norm in eval mode: a per-channel affine map of the running statistics, which no family computes yet",
+            "batch_norm in eval mode (import traces model.eval()): a per-channel affine map of the running statistics, which no family computes yet (in training mode, each channel normalized over the batch, a column of the rows: none either)",
         ),
         _ => None,
     }
