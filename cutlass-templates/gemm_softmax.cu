@@ -16,7 +16,10 @@
 //                                              then normalized by p.norm (p.norm_eps); here
 //                                              the cs_chain runs after the norm, its
 //                                              operands from slot kFirst, the [[before]]
-//                                              ops' from 0, all indexed like D)
+//                                              ops' from 0, all indexed like D; with
+//                                              p.norm == CS_NORM_BATCH each column of a
+//                                              batch item's m rows is normalized instead:
+//                                              BatchNorm's training-mode statistics)
 //
 // A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
 // f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,
@@ -929,12 +932,17 @@ struct CsNormArgs {
 };
 
 // x at column col of row `row` (batch bz, row r): the product, beta * C, the [[before]] ops.
+__device__ __forceinline__ float cs_prod_x(const CsRowArgs& a, int64_t row, int64_t bz, int64_t r, int col)
+{
+  float x = a.ws[row * a.ldw + col];
+  if (a.beta != 0.0f) x = fmaf(a.beta, cs_to_f32(a.c[bz * a.sc + r * a.ldc + col]), x);
+  if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.prob, x, bz, r, col, CS_LAYOUT_ROW);
+  return x;
+}
+
 __device__ __forceinline__ float cs_norm_x(const CsNormArgs& a, int64_t row, int64_t bz, int64_t r, int col)
 {
-  float x = a.r.ws[row * a.r.ldw + col];
-  if (a.r.beta != 0.0f) x = fmaf(a.r.beta, cs_to_f32(a.r.c[bz * a.r.sc + r * a.r.ldc + col]), x);
-  if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.r.prob, x, bz, r, col, CS_LAYOUT_ROW);
-  return x;
+  return cs_prod_x(a.r, row, bz, r, col);
 }
 
 // The sum over a team of T threads: lanes of one warp (T <= 32, teams aligned in the
@@ -1131,6 +1139,184 @@ cs_norm_stream_kernel(CsNormArgs a)
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// gemm_norm with p.norm == CS_NORM_BATCH: each column of a batch item's m rows normalized
+// (BatchNorm's training-mode statistics), then cs_chain (the per-feature weight and bias are
+// its ROW operands, feature j being column j). Three launches:
+//   1. cs_colnorm_part_kernel: a CTA of 32 columns x 8 row lanes over one slice of at most
+//      128 rows (16 values a thread, as the row path's CTA teams hold): the slice's mean and
+//      its centered sum of squares M2 (the second sweep from L1/L2, with the first sweep's
+//      rounding e = sum(x - mean) corrected as the row path does);
+//   2. cs_colnorm_stat_kernel: a warp a column merges its slices' (mean, M2) by Chan et
+//      al.'s pairwise update, each lane a strided share, then a tree over the lanes, into
+//      (mean, 1 / sqrt(M2 / m + eps));
+//   3. cs_colnorm_apply_kernel: every element (float4 vectors of the workspace where n % 4
+//      == 0), y = (x - mean) * rstd of its column, the chain, the store.
+// ---------------------------------------------------------------------------------------
+
+static constexpr int kColW = 32;          // columns a CTA (a warp's lanes)
+static constexpr int kColR = 8;           // row lanes a CTA
+static constexpr int kColSliceRows = 128; // rows a slice: 16 a thread
+static constexpr int64_t kColMaxSlices = 65535;
+
+struct CsColNormArgs {
+  CsRowArgs r;
+  float2* part;      // [batch][slices][n]: each slice's (mean, centered sum of squares)
+  float2* stat;      // [batch][n]: (mean, rstd)
+  int slices;        // ceil(m / kColSliceRows)
+  float eps;
+};
+
+__device__ __forceinline__ float cs_col_sum(float v, float (*red)[kColW + 1], int tx, int ty)
+{
+  __syncthreads();                         // red's previous use is read
+  red[ty][tx] = v;
+  __syncthreads();
+  float t = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kColR; ++i) t += red[i][tx];
+  return t;
+}
+
+__global__ void __launch_bounds__(kColW * kColR)
+cs_colnorm_part_kernel(CsColNormArgs a)
+{
+  __shared__ float red[kColR][kColW + 1];
+  int const tx = int(threadIdx.x) % kColW, ty = int(threadIdx.x) / kColW;
+  int const col = int(blockIdx.x) * kColW + tx;
+  int const s = int(blockIdx.y);
+  int64_t const bz = int64_t(blockIdx.z);
+  int const r0 = s * kColSliceRows;
+  int const r1 = min(a.r.m, r0 + kColSliceRows);
+  bool const live = col < a.r.n;
+  int64_t const row0 = bz * a.r.m;
+  float x[kColSliceRows / kColR];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kColSliceRows / kColR; ++i) {
+    int const r = r0 + ty + i * kColR;
+    x[i] = live && r < r1 ? cs_prod_x(a.r, row0 + r, bz, r, col) : 0.0f;
+    sum += x[i];
+  }
+  float const cnt = float(r1 - r0);
+  float const mean = cs_col_sum(sum, red, tx, ty) / cnt;
+  float q = 0.0f, e = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kColSliceRows / kColR; ++i) {
+    if (r0 + ty + i * kColR >= r1) continue;
+    float const d = x[i] - mean;
+    q = fmaf(d, d, q);
+    e += d;
+  }
+  q = cs_col_sum(q, red, tx, ty);
+  e = cs_col_sum(e, red, tx, ty);
+  if (live && ty == 0)
+    a.part[(bz * a.slices + s) * a.r.n + col] = make_float2(mean + e / cnt, fmaxf(q - e * e / cnt, 0.0f));
+}
+
+// (count, mean, M2) of a set merged with another's (Chan, Golub and LeVeque).
+__device__ __forceinline__ void cs_chan_merge(float& cnt, float& mean, float& m2, float nb, float mb, float qb)
+{
+  float const tot = cnt + nb;
+  if (nb == 0.0f) return;
+  float const d = mb - mean;
+  mean = fmaf(d, nb / tot, mean);
+  m2 += qb + d * d * (cnt * (nb / tot));
+  cnt = tot;
+}
+
+__global__ void __launch_bounds__(256)
+cs_colnorm_stat_kernel(CsColNormArgs a, int64_t columns)
+{
+  int64_t const i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  int const lane = int(threadIdx.x & 31);
+  if (i >= columns) return;                // whole warps leave together
+  int64_t const bz = i / a.r.n, col = i - bz * a.r.n;
+  float cnt = 0.0f, mean = 0.0f, m2 = 0.0f;
+  for (int s = lane; s < a.slices; s += 32) {
+    float2 const pm = a.part[(bz * a.slices + s) * a.r.n + col];
+    int const rows = min(a.r.m - s * kColSliceRows, kColSliceRows);
+    cs_chan_merge(cnt, mean, m2, float(rows), pm.x, pm.y);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float const nb = __shfl_down_sync(0xffffffffu, cnt, o);
+    float const mb = __shfl_down_sync(0xffffffffu, mean, o);
+    float const qb = __shfl_down_sync(0xffffffffu, m2, o);
+    cs_chan_merge(cnt, mean, m2, nb, mb, qb);
+  }
+  if (lane == 0) a.stat[i] = make_float2(mean, 1.0f / sqrtf(m2 / float(a.r.m) + a.eps));
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(256)
+cs_colnorm_apply_kernel(CsColNormArgs a)
+{
+  int64_t const per_row = VEC ? a.r.n / 4 : a.r.n;
+  int64_t const total = a.r.rows * per_row;
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {
+    int64_t const row = v / per_row;
+    int const j = int(v - row * per_row) * (VEC ? 4 : 1);
+    int64_t const bz = row / a.r.m, r = row - bz * a.r.m;
+    const float2* st = a.stat + bz * a.r.n + j;
+    ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + j;
+    if constexpr (VEC) {
+      float4 const z = __ldcs(reinterpret_cast<const float4*>(a.r.ws + row * a.r.ldw + j));
+      float y[4] = {z.x, z.y, z.z, z.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = y[e];
+        if (a.r.beta != 0.0f) x = fmaf(a.r.beta, cs_to_f32(a.r.c[bz * a.r.sc + r * a.r.ldc + j + e]), x);
+        if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.r.prob, x, bz, r, j + e, CS_LAYOUT_ROW);
+        float2 const ms = st[e];
+        y[e] = (x - ms.x) * ms.y;
+        if constexpr (!cs_chain::kIdentity) y[e] = cs_chain_at<cs_chain>(a.r.prob, y[e], bz, r, j + e);
+      }
+      if (a.r.d_vec) {
+        cs_store4(d, y);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[e] = cs_from_f32<ElementCD>(y[e]);
+      }
+    } else {
+      float2 const ms = st[0];
+      float y = (cs_prod_x(a.r, row, bz, r, j) - ms.x) * ms.y;
+      if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, j);
+      d[0] = cs_from_f32<ElementCD>(y);
+    }
+  }
+}
+
+// The slices of 128 rows each column's statistics are split into (grid.y of the partial
+// kernel).
+static int64_t cs_colnorm_slices(const cs_problem& p)
+{
+  return (p.m + kColSliceRows - 1) / kColSliceRows;
+}
+
+static cudaError_t cs_launch_colnorm(const CsRowArgs& r, const cs_problem& p, uint64_t colnorm_at,
+                                     cudaStream_t stream)
+{
+  CsColNormArgs a;
+  a.r = r;
+  a.slices = int(cs_colnorm_slices(p));
+  a.eps = p.norm_eps;
+  char* base = static_cast<char*>(p.workspace);
+  a.part = reinterpret_cast<float2*>(base + colnorm_at);
+  a.stat = a.part + p.batch * int64_t(a.slices) * p.n;
+  dim3 const grid(unsigned((p.n + kColW - 1) / kColW), unsigned(a.slices), unsigned(p.batch));
+  cs_colnorm_part_kernel<<<grid, kColW * kColR, 0, stream>>>(a);
+  int64_t const columns = p.batch * p.n;
+  cs_colnorm_stat_kernel<<<unsigned((columns + 7) / 8), 256, 0, stream>>>(a, columns);
+  bool const vec = p.n % 4 == 0;
+  int64_t const work = r.rows * (vec ? p.n / 4 : p.n);
+  int64_t blocks = (work + 255) / 256;
+  int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;
+  if (blocks > cap) blocks = cap;
+  if (vec) cs_colnorm_apply_kernel<true><<<unsigned(blocks), 256, 0, stream>>>(a);
+  else     cs_colnorm_apply_kernel<false><<<unsigned(blocks), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 static cudaError_t cs_launch_norm(const CsRowArgs& r, const cs_problem& p, cudaStream_t stream)
 {
   CsNormArgs a;
@@ -1234,6 +1420,7 @@ struct CsGeometry {
   int64_t tiles_n;              // exp16: column tiles per row
   uint64_t stats_at;            // exp16: byte offset of the statistics
   uint64_t split_at;            // 3xF16: byte offset of the split parts (after the rows)
+  uint64_t colnorm_at;          // gemm_norm BATCH: byte offset of the column statistics
 };
 
 // The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
@@ -1294,6 +1481,13 @@ static CsGeometry cs_geometry(const cs_problem& p)
                   r256(l * uint64_t(g.m_gemm) * 4) + r256(l * uint64_t(g.n_gemm) * 4);
   }
 #endif
+  // gemm_norm BATCH: each slice's (mean, M2) and each column's (mean, rstd), float2 each.
+  g.colnorm_at = 0;
+  if (p.family == CS_FAMILY_GEMM_NORM && p.norm == CS_NORM_BATCH) {
+    g.colnorm_at = g.ws_bytes;
+    uint64_t const slices = uint64_t(cs_colnorm_slices(p));
+    g.ws_bytes += (uint64_t(p.batch) * (slices + 1) * uint64_t(p.n) * 8 + 255) / 256 * 256;
+  }
   if (g.exp16) {
     uint64_t const rows = uint64_t(p.batch) * uint64_t(p.m);
     g.stats_at = (rows * uint64_t(p.n) * 2 + 255) / 256 * 256;
@@ -1314,9 +1508,10 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (reduce && (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_L2 || p.beta != 0.0f))
     return CS_ERR_UNSUPPORTED;
   if (norm) {
-    // gemm_norm: one of the four norms, groups dividing n; the [[before]] ops' operands in
-    // slots 0.. and the chain's after them, both indexed like D.
-    if (p.norm < CS_NORM_RMS || p.norm > CS_NORM_L1 || p.norm_groups < 0 || !(p.norm_eps >= 0.0f))
+    // gemm_norm: one of the five norms, groups dividing n (BATCH: whole columns, batches
+    // within a grid's z); the [[before]] ops' operands in slots 0.. and the chain's after
+    // them, both indexed like D.
+    if (p.norm < CS_NORM_RMS || p.norm > CS_NORM_BATCH || p.norm_groups < 0 || !(p.norm_eps >= 0.0f))
       return CS_ERR_UNSUPPORTED;
     int64_t const groups = p.norm_groups > 1 ? p.norm_groups : 1;
     if (p.n % groups != 0) return CS_ERR_UNSUPPORTED;
@@ -1339,6 +1534,11 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   if (p.batch * p.m > kMaxInt) return CS_ERR_UNSUPPORTED;    // one CTA per row at most
   // gemm_norm: one CTA a group at most (groups longer than a warp team holds).
   if (norm && p.norm_groups > 1 && p.batch * p.m > kMaxInt / p.norm_groups) return CS_ERR_UNSUPPORTED;
+  // gemm_norm BATCH: whole columns (no groups); the partial kernel's grid takes the slices
+  // in y and the batch in z, the statistics kernel a warp a column.
+  if (norm && p.norm == CS_NORM_BATCH &&
+      (p.norm_groups > 1 || p.batch > 65535 || cs_colnorm_slices(p) > kColMaxSlices || p.batch * p.n > kMaxInt * 8))
+    return CS_ERR_UNSUPPORTED;
 
   // A and B: rows that hold the matrix (the TMA GEMM's own conditions are cs_tma_ok's;
   // without them the edge kernel computes stage 1).
@@ -1617,7 +1817,9 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
             (p.batch == 1 || p.batch_stride_d % 4 == 0);
   a.prob = p;
   if (p.family == CS_FAMILY_GEMM_REDUCE) return int32_t(cs_launch_reduce(a, int(p.reduce), stream));
-  if (p.family == CS_FAMILY_GEMM_NORM) return int32_t(cs_launch_norm(a, p, stream));
+  if (p.family == CS_FAMILY_GEMM_NORM)
+    return int32_t(p.norm == CS_NORM_BATCH ? cs_launch_colnorm(a, p, g.colnorm_at, stream)
+                                           : cs_launch_norm(a, p, stream));
   cudaError_t const err = p.log_softmax != 0 ? cs_launch_rows<true>(a, stream)
                                              : cs_launch_rows<false>(a, stream);
   return int32_t(err);

@@ -142,12 +142,15 @@ typedef enum cs_activation {
  *   LAYER: (x - mean(x)) * rsqrt(var(x) + eps), var the biased (population) variance
  *   L2:    x / max(sqrt(sum(x^2)), eps)                   (F.normalize, p = 2)
  *   L1:    x / max(sum(|x|), eps)                         (F.normalize, p = 1)
+ *   BATCH: LAYER's formula over each column of a batch item's m rows instead of each row
+ *          (BatchNorm's training-mode statistics; CS_FAMILY_GEMM_NORM only)
  * An affine weight and bias (LayerNorm, RMSNorm) are the chain's `mul row` / `add row`. */
 typedef enum cs_norm {
   CS_NORM_RMS = 0,
   CS_NORM_LAYER = 1,
   CS_NORM_L2 = 2,
-  CS_NORM_L1 = 3
+  CS_NORM_L1 = 3,
+  CS_NORM_BATCH = 4
 } cs_norm;
 
 /* The reduction of CS_FAMILY_REDUCE (x is one row of k elements):

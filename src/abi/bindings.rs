@@ -75,6 +75,7 @@ pub mod cs_norm {
     pub const CS_NORM_LAYER: Type = 1;
     pub const CS_NORM_L2: Type = 2;
     pub const CS_NORM_L1: Type = 3;
+    pub const CS_NORM_BATCH: Type = 4;
 }
 pub mod cs_reduce {
     #[allow(unused_imports)]

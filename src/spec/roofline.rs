@@ -55,7 +55,7 @@ impl Workload {
             Family::Scan => (1.0 + self.chain.flops_per_element()) * out,
             Family::LogSoftmax => 6.0 * out,
             Family::Norm => {
-                (if self.params.norm == NormKind::Layer {
+                (if matches!(self.params.norm, NormKind::Layer | NormKind::Batch) {
                     5.0
                 } else {
                     3.0
@@ -79,7 +79,7 @@ impl Workload {
             Family::GemmNorm => {
                 gemm + c_term
                     + (self.before.flops_per_element()
-                        + if self.params.norm == NormKind::Layer {
+                        + if matches!(self.params.norm, NormKind::Layer | NormKind::Batch) {
                             5.0
                         } else {
                             3.0

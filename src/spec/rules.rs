@@ -638,7 +638,19 @@ impl Validator<'_> {
             }
             (_, k) => k.unwrap_or(NormKind::Rms),
         };
+        if family == Family::Norm && norm == NormKind::Batch {
+            return Err(self.err(
+                "params.norm",
+                "batch normalizes each column of a GEMM's product over its rows (family                  gemm_norm); family norm normalizes rows: rms, layer, l2 or l1",
+            ));
+        }
         let groups = match (family, p.groups) {
+            (Family::GemmNorm, Some(g)) if g > 1 && norm == NormKind::Batch => {
+                return Err(self.err(
+                    "params.groups",
+                    "a batch norm normalizes whole columns; leave groups out",
+                ))
+            }
             (Family::GemmNorm, Some(g)) if g == 0 || g > i32::MAX as u32 => {
                 return Err(self.err(
                     "params.groups",

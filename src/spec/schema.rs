@@ -429,11 +429,20 @@ pub enum NormKind {
     L2,
     /// `x / max(sum |x|, eps)` (`F.normalize`, p = 1).
     L1,
+    /// Layer's formula over each column of D's m rows (gemm_norm only): BatchNorm's
+    /// training-mode statistics, feature j being column j.
+    Batch,
 }
 
 impl NormKind {
     /// Every kind, in ABI order.
-    pub const ALL: [NormKind; 4] = [NormKind::Rms, NormKind::Layer, NormKind::L2, NormKind::L1];
+    pub const ALL: [NormKind; 5] = [
+        NormKind::Rms,
+        NormKind::Layer,
+        NormKind::L2,
+        NormKind::L1,
+        NormKind::Batch,
+    ];
 
     /// The `cs_norm` value the harness puts in `cs_problem.norm`.
     pub fn abi_value(self) -> i32 {
@@ -442,6 +451,7 @@ impl NormKind {
             NormKind::Layer => 1,
             NormKind::L2 => 2,
             NormKind::L1 => 3,
+            NormKind::Batch => 4,
         }
     }
 
@@ -452,6 +462,7 @@ impl NormKind {
             NormKind::Layer => "layer",
             NormKind::L2 => "l2",
             NormKind::L1 => "l1",
+            NormKind::Batch => "batch",
         }
     }
 
@@ -462,6 +473,7 @@ impl NormKind {
             NormKind::Layer => "LayerNorm",
             NormKind::L2 => "L2 normalize",
             NormKind::L1 => "L1 normalize",
+            NormKind::Batch => "BatchNorm (batch statistics)",
         }
     }
 
@@ -472,6 +484,9 @@ impl NormKind {
             NormKind::Layer => "(x - mean) / sqrt(var + eps), biased var",
             NormKind::L2 => "x / max(sqrt(sum x^2), eps)",
             NormKind::L1 => "x / max(sum |x|, eps)",
+            NormKind::Batch => {
+                "(x - mean) / sqrt(var + eps) over each column's m rows, biased var"
+            }
         };
         format!("{} {f}", self.title())
     }
@@ -480,7 +495,7 @@ impl NormKind {
     /// RMSNorm, as KernelBench writes it), `F.normalize`'s 1e-12.
     pub fn default_eps(self) -> f32 {
         match self {
-            NormKind::Rms | NormKind::Layer => 1e-5,
+            NormKind::Rms | NormKind::Layer | NormKind::Batch => 1e-5,
             NormKind::L2 | NormKind::L1 => 1e-12,
         }
     }
@@ -490,7 +505,9 @@ impl NormKind {
     pub fn shift_scale(self, n: f64, stats: RowStats, eps: f64) -> (f64, f64) {
         match self {
             NormKind::Rms => (0.0, 1.0 / (stats.sumsq / n + eps).sqrt()),
-            NormKind::Layer => (stats.sum / n, 1.0 / (stats.centered / n + eps).sqrt()),
+            NormKind::Layer | NormKind::Batch => {
+                (stats.sum / n, 1.0 / (stats.centered / n + eps).sqrt())
+            }
             NormKind::L2 => (0.0, 1.0 / stats.sumsq.sqrt().max(eps)),
             NormKind::L1 => (0.0, 1.0 / stats.abs_sum.max(eps)),
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 
-use super::session::{CudaFailure, Session};
+use super::session::{CudaFailure, DevBuf, Session};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
 use crate::spec::{DType, Layout};
 
@@ -787,6 +787,184 @@ impl RowNorm {
         // SAFETY: x and y hold segments x len values of the pass's type, weight and bias
         // groups x len values of theirs (or are 0 and not read); the parameters match the
         // kernel's, in order.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}
+
+/// The batch norm a framework runs after its elementwise passes (`nn.BatchNorm1d` in
+/// training mode on the (rows, features) output of a linear layer): each column's
+/// statistics over its batch item's m rows, as PyTorch's channels-last batch norm
+/// collects them (partial statistics of 32 columns over slices of rows, then a merge per
+/// column), then one write with the per-feature weight and bias. Three kernels; their
+/// scratch (the slices' and the columns' statistics) is allocated once here.
+pub struct ColNorm {
+    _module: Arc<CudaModule>,
+    part: CudaFunction,
+    stat: CudaFunction,
+    apply: CudaFunction,
+    scratch: DevBuf<u8>,
+    slices: usize,
+}
+
+/// Rows a slice of [`ColNorm`]'s partial statistics.
+const COL_SLICE_ROWS: usize = 128;
+
+/// The CUDA C++ of the column norm passes over `dtype` values (eps, and the affine its
+/// write applies).
+pub fn col_norm_source(dtype: DType, eps: f32, affine: NormAffine) -> Result<String, CudaFailure> {
+    let (ty, ld, st) = storage(dtype)?;
+    let (wty, wld, _) = storage(affine.weight.unwrap_or(dtype))?;
+    let (bty, bld, _) = storage(affine.bias.unwrap_or(dtype))?;
+    let has_w = i32::from(affine.weight.is_some());
+    let has_b = i32::from(affine.bias.is_some());
+    let mut src = String::from(PRELUDE);
+    let _ = write!(
+        src,
+        r#"
+// Slice blockIdx.y of {COL_SLICE_ROWS} rows of batch blockIdx.z, 32 columns: (mean, M2).
+extern "C" __global__ void __launch_bounds__(256) cs_col_part(const {ty}* __restrict__ x, float2* part,
+    int m, int n, int slices)
+{{
+  __shared__ float red[8][33];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int col = blockIdx.x * 32 + tx;
+  const int r0 = blockIdx.y * {COL_SLICE_ROWS}, r1 = min(m, r0 + {COL_SLICE_ROWS});
+  const {ty}* in = x + (long long)blockIdx.z * m * n;
+  float s = 0.0f;
+  if (col < n) for (int r = r0 + ty; r < r1; r += 8) s += {ld}(in[(long long)r * n + col]);
+  red[ty][tx] = s;
+  __syncthreads();
+  float t = 0.0f;
+  for (int i = 0; i < 8; ++i) t += red[i][tx];
+  const float cnt = (float)(r1 - r0), mean = t / cnt;
+  __syncthreads();
+  float q = 0.0f;
+  if (col < n) for (int r = r0 + ty; r < r1; r += 8) {{
+    const float d = {ld}(in[(long long)r * n + col]) - mean;
+    q += d * d;
+  }}
+  red[ty][tx] = q;
+  __syncthreads();
+  if (ty == 0 && col < n) {{
+    float u = 0.0f;
+    for (int i = 0; i < 8; ++i) u += red[i][tx];
+    part[((long long)blockIdx.z * slices + blockIdx.y) * n + col] = make_float2(mean, u);
+  }}
+}}
+// A thread a column (of batch * n): its slices merged, (mean, rstd).
+extern "C" __global__ void __launch_bounds__(256) cs_col_stat(const float2* part, float2* stat,
+    int m, int n, int slices, long long columns)
+{{
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= columns) return;
+  const long long b = i / n, col = i % n;
+  float cnt = 0.0f, mean = 0.0f, m2 = 0.0f;
+  for (int s = 0; s < slices; ++s) {{
+    const float2 pm = part[(b * slices + s) * n + col];
+    const float nb = (float)min(m - s * {COL_SLICE_ROWS}, {COL_SLICE_ROWS}), tot = cnt + nb;
+    const float d = pm.x - mean;
+    mean += d * nb / tot;
+    m2 += pm.y + d * d * cnt * nb / tot;
+    cnt = tot;
+  }}
+  stat[i] = make_float2(mean, rsqrtf(m2 / (float)m + {eps:?}f));
+}}
+// Every element: (x - mean) * rstd, the weight and bias, one write.
+extern "C" __global__ void __launch_bounds__(256) cs_col_apply(const {ty}* __restrict__ x, {ty}* __restrict__ y,
+    const float2* stat, int m, int n, long long total, const {wty}* __restrict__ weight, const {bty}* __restrict__ bias)
+{{
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < total; i += (long long)gridDim.x * 256) {{
+    const long long col = i % n, b = i / ((long long)m * n);
+    const float2 ms = stat[b * n + col];
+    float v = ({ld}(x[i]) - ms.x) * ms.y;
+    if ({has_w}) v *= {wld}(weight[col]);
+    if ({has_b}) v += {bld}(bias[col]);
+    y[i] = {st}(v);
+  }}
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl ColNorm {
+    /// Compiles the passes (NVRTC) for `batch` items of m x n values, and allocates their
+    /// statistics.
+    pub fn compile(
+        s: &Session,
+        dtype: DType,
+        eps: f32,
+        affine: NormAffine,
+        (batch, m, n): (usize, usize, usize),
+    ) -> Result<ColNorm, CudaFailure> {
+        let src = col_norm_source(dtype, eps, affine)?;
+        let module = nvrtc_module(s, &src, "cutesmith_col_norm.cu")?;
+        let load = |name: &str| module.load_function(name).map_err(CudaFailure::from);
+        let (part, stat, apply) = (load("cs_col_part")?, load("cs_col_stat")?, load("cs_col_apply")?);
+        let slices = m.div_ceil(COL_SLICE_ROWS).max(1);
+        let bytes = batch * (slices + 1) * n * 8;
+        let scratch = s.zeros::<u8>(bytes.max(8))?;
+        Ok(ColNorm {
+            _module: module,
+            part,
+            stat,
+            apply,
+            scratch,
+            slices,
+        })
+    }
+
+    /// Enqueues the passes from `x` (batch x m x n values) into `y`; `weight` and `bias`
+    /// (0 where the pass has none) hold n values.
+    pub fn run(
+        &self,
+        s: &Session,
+        x: u64,
+        y: u64,
+        (batch, m, n): (usize, usize, usize),
+        (weight, bias): (u64, u64),
+    ) -> Result<(), CudaFailure> {
+        let part = self.scratch.ptr;
+        let stat = part + (batch * self.slices * n * 8) as u64;
+        let (mi, ni, si) = (m as i32, n as i32, self.slices as i32);
+        let columns = (batch * n) as i64;
+        let total = (batch * m * n) as i64;
+        let mut b = s.stream.launch_builder(&self.part);
+        b.arg(&x).arg(&part).arg(&mi).arg(&ni).arg(&si);
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(32) as u32, self.slices as u32, batch as u32),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x holds batch x m x n values of the pass's type; part has room for
+        // batch x slices x n float2 (allocated for these dims); the parameters match.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        let mut b = s.stream.launch_builder(&self.stat);
+        b.arg(&part).arg(&stat).arg(&mi).arg(&ni).arg(&si).arg(&columns);
+        let cfg = LaunchConfig {
+            grid_dim: ((batch * n).div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: part as above, stat has room for batch x n float2 after it.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        let mut b = s.stream.launch_builder(&self.apply);
+        b.arg(&x)
+            .arg(&y)
+            .arg(&stat)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&total)
+            .arg(&weight)
+            .arg(&bias);
+        let cfg = LaunchConfig {
+            grid_dim: ((batch * m * n).div_ceil(256).min(132 * 32) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and y hold batch x m x n values, stat batch x n float2, weight and bias
+        // n values of theirs (or are 0 and not read); the parameters match, in order.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         Ok(())
     }

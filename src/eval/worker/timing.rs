@@ -4,14 +4,22 @@
 
 use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
-use crate::eval::gpu::kernels::{NormAffine, Passes, RowNorm, RowReduce, RowSoftmax, Verifier};
+use crate::eval::gpu::kernels::{
+    ColNorm, NormAffine, Passes, RowNorm, RowReduce, RowSoftmax, Verifier,
+};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
 use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
-use crate::spec::{Baseline, ComputePipe, Family, Layout, Shape, Workload};
+use crate::spec::{Baseline, ComputePipe, Family, Layout, NormKind, Shape, Workload};
 
 use super::device::DeviceReference;
 use super::Ctx;
+
+/// gemm_norm's unfused norm pass: the group norm of rows, or the batch norm of columns.
+enum NormPass {
+    Rows(RowNorm),
+    Columns(ColNorm),
+}
 
 /// Upper bound on FLOP/s for the roofline floor: SMs x boost clock x per-SM rate. An fp32
 /// GEMM may legitimately run on tensor cores with error compensation: three TF32 products
@@ -356,13 +364,19 @@ impl Ctx<'_> {
             let (affine, affine_tensors, taken) = NormAffine::of(w.chain());
             let mut rest = w.chain().clone();
             rest.steps.drain(..taken);
-            let norm = RowNorm::compile(
-                s_ref,
-                out_dtype,
-                params.norm.abi_value(),
-                params.eps,
-                affine,
-            );
+            let norm = if params.norm == NormKind::Batch {
+                ColNorm::compile(s_ref, out_dtype, params.eps, affine, (batch, m, n))
+                    .map(NormPass::Columns)
+            } else {
+                RowNorm::compile(
+                    s_ref,
+                    out_dtype,
+                    params.norm.abi_value(),
+                    params.eps,
+                    affine,
+                )
+                .map(NormPass::Rows)
+            };
             let after = if rest.steps.is_empty() {
                 Ok(None)
             } else {
@@ -588,8 +602,13 @@ impl Ctx<'_> {
                             }
                         ),
                         (ps, None) if norm_tail.is_some() => format!(
-                            "the library GEMM ({lib}), then {} elementwise passes, a group norm (a block per group, the weight and bias in its write) and {} passes after it",
+                            "the library GEMM ({lib}), then {} elementwise passes, {} and {} passes after it",
                             ps.as_ref().map_or(0, |p| p.len()),
+                            if params.norm == NormKind::Batch {
+                                "a batch norm (each column's statistics over slices of 128 rows, merged, then one write with the weight and bias)"
+                            } else {
+                                "a group norm (a block per group, the weight and bias in its write)"
+                            },
                             norm_tail.as_ref().and_then(|t| t.1.as_ref()).map_or(0, |p| p.len())
                         ),
                         (ps, None) if reduce_pass.is_some() => format!(
@@ -641,15 +660,20 @@ impl Ctx<'_> {
                         }
                         // (gemm_norm) the group norm, then the passes after it.
                         if let Some((k, a, affine)) = nt {
-                            k.run(
-                                s_ref,
-                                x,
-                                rb.0,
-                                batch * m * groups,
-                                n / groups,
-                                groups,
-                                *affine,
-                            )?;
+                            match k {
+                                NormPass::Rows(k) => k.run(
+                                    s_ref,
+                                    x,
+                                    rb.0,
+                                    batch * m * groups,
+                                    n / groups,
+                                    groups,
+                                    *affine,
+                                )?,
+                                NormPass::Columns(k) => {
+                                    k.run(s_ref, x, rb.0, (batch, m, n), *affine)?
+                                }
+                            }
                             if let Some(a) = a {
                                 a.run(s_ref, rb.0, at, (rb.1, rb.2), asp)?;
                             }

@@ -685,28 +685,54 @@ impl Ctx<'_> {
                     (x, ex + eop)
                 });
                 // D is row-major and dense: group g of row r of batch b is the run of `len`
-                // outputs from ((b m + r) groups + g) len.
-                let len = (n / params.groups.max(1) as usize).max(1);
+                // outputs from ((b m + r) groups + g) len; a batch norm's group b n + c is
+                // column c of batch b, its m outputs n apart.
+                let columns = params.norm == NormKind::Batch;
+                let len = if columns {
+                    m.max(1)
+                } else {
+                    (n / params.groups.max(1) as usize).max(1)
+                };
+                let member = move |gi: usize, k: usize| {
+                    if columns {
+                        (gi / n) * plane + k * n + gi % n
+                    } else {
+                        gi * len + k
+                    }
+                };
+                let group_of = move |i: usize| {
+                    if columns {
+                        (i / plane) * n + i % n
+                    } else {
+                        i / len
+                    }
+                };
                 let eps = f64::from(params.eps);
                 let mut group = vec![(0f64, 1f64, 0f64); p.out_len / len];
                 data::parallel_fill(&mut group, |gi| {
-                    let run = &xe[gi * len..(gi + 1) * len];
-                    let stats = RowStats::of(run.iter().map(|v| v.0));
+                    let run = (0..len).map(|k| xe[member(gi, k)]);
+                    let stats = RowStats::of(run.clone().map(|v| v.0));
                     let (shift, scale) = params.norm.shift_scale(len as f64, stats, eps);
                     // The kernel's fp32 statistic: a thread's run of up to 16 values, then
                     // a tree over the team, each sum rounded (its mean as if every input
-                    // were off by that much).
-                    let xmax = run.iter().map(|v| v.0.abs()).fold(0.0, f64::max);
-                    let depth = 16.0 + (len as f64).log2().ceil();
+                    // were off by that much). A batch norm's: 16 values a thread, 8 row
+                    // lanes in turn, then its slices of 128 rows merged 32 lanes apart,
+                    // each lane's share in turn, then 5 levels.
+                    let xmax = run.clone().map(|v| v.0.abs()).fold(0.0, f64::max);
+                    let depth = if columns {
+                        29.0 + (len as f64 / 4096.0).ceil()
+                    } else {
+                        16.0 + (len as f64).log2().ceil()
+                    };
                     let stat = depth * F32_U * xmax;
                     (
                         shift,
                         scale,
-                        run.iter().map(|v| v.1).fold(0.0, f64::max) + stat,
+                        run.map(|v| v.1).fold(0.0, f64::max) + stat,
                     )
                 });
                 let (sa, sb) = match params.norm {
-                    NormKind::Layer => (2.0, 1.0),
+                    NormKind::Layer | NormKind::Batch => (2.0, 1.0),
                     NormKind::Rms => (1.0, 1.0),
                     NormKind::L2 => (1.0, (len as f64).sqrt()),
                     NormKind::L1 => (1.0, len as f64),
@@ -714,7 +740,7 @@ impl Ctx<'_> {
                 let mut pairs = vec![(0f64, 0f64); p.out_len];
                 data::parallel_fill(&mut pairs, |i| {
                     let (b, r, c) = coords(i, false);
-                    let (shift, scale, emax) = group[i / len];
+                    let (shift, scale, emax) = group[group_of(i)];
                     let y = (xe[i].0 - shift) * scale;
                     let ey = (sa + sb * y.abs()) * emax * scale;
                     let mut t = [0f64; MAX_TENSORS];
