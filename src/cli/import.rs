@@ -1,5 +1,6 @@
-//! `cutesmith import PROBLEM.py [--out workloads/NAME.toml] [--force]`: a PyTorch problem
-//! file (KernelBench convention) becomes a workload spec ([`crate::pytorch::import`]).
+//! `cutesmith import PROBLEM.py [--out workloads/NAME.toml] [--force] [--train]`: a PyTorch
+//! problem file (KernelBench convention) becomes a workload spec ([`crate::pytorch::import`]),
+//! its Model traced in eval mode, or in training mode with `--train`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,7 @@ use super::EXIT_OK;
 use crate::error::{Error, Result};
 use crate::pytorch::{import, python};
 
-pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i32> {
+pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool) -> Result<i32> {
     let out = out.unwrap_or_else(|| {
         PathBuf::from("workloads").join(format!("{}.toml", import::workload_name(problem)))
     });
@@ -35,7 +36,7 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool) -> Result<i
         )));
     }
     let py = python::python();
-    let imported = import::import(problem, &py)?;
+    let imported = import::import(problem, &py, train)?;
     let (text, workload) = import::render(&imported, problem, &out)?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

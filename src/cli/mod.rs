@@ -189,6 +189,10 @@ pub enum Command {
         /// Replace the spec if it exists.
         #[arg(long)]
         force: bool,
+        /// Trace the Model in training mode (nn.Module's default, as KernelBench runs it):
+        /// a BatchNorm normalizes with the batch's statistics. Default: eval mode.
+        #[arg(long)]
+        train: bool,
     },
     /// Continue a session after a crash, a kill or Ctrl-C, losing at most the step in flight.
     Resume(run::ResumeArgs),
@@ -356,7 +360,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
             problem,
             out,
             force,
-        } => import::cmd_import(&problem, out, force),
+            train,
+        } => import::cmd_import(&problem, out, force, train),
         Command::Resume(args) => run::cmd_resume(&opts, no_install, args),
         Command::Worker { job } => Ok(crate::eval::worker::main(&job)),
         Command::Cache { clear } => cache::cmd_cache(clear),

@@ -120,9 +120,9 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     (clone, detach) and eval-mode dropout pass their input on; an op may restart from the \
     input or an earlier value (`0.5 * x * (1 + tanh(...x...))`)";
 
-/// Runs the tracer on `problem` with `python` and maps the graph; `name` is the
-/// workload's name (for the description only).
-pub fn import(problem: &Path, python: &Path) -> Result<Imported> {
+/// Runs the tracer on `problem` with `python` and maps the graph: the Model in eval mode,
+/// or with `train` in training mode (a BatchNorm's batch statistics).
+pub fn import(problem: &Path, python: &Path, train: bool) -> Result<Imported> {
     if !problem.is_file() {
         return Err(Error::Usage(format!(
             "{}: no such problem file (a .py with class Model, get_inputs() and \
@@ -134,9 +134,11 @@ pub fn import(problem: &Path, python: &Path) -> Result<Imported> {
     let script = dir.path().join("cutesmith_trace.py");
     std::fs::write(&script, TRACER).map_err(|e| Error::io(&script, e))?;
     let mut cmd = Command::new(python);
-    cmd.arg(&script)
-        .arg(problem)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
+    cmd.arg(&script).arg(problem);
+    if train {
+        cmd.arg("--train");
+    }
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1")
         // Tracing is on the meta device: no GPU is touched even where there is one.
         .env("CUDA_VISIBLE_DEVICES", "");
     let out =
@@ -487,8 +489,17 @@ impl<'g> Mapper<'g> {
     /// A part of a tuple-returning op that nothing reads (the indices of a max over a dim
     /// whose values are all that is used).
     fn unused_part(&self, n: &Node) -> bool {
-        n.target.as_deref() == Some("<built-in function getitem>")
-            && !self.used.contains(n.name.as_str())
+        let unused = !self.used.contains(n.name.as_str());
+        // A training-mode module's bookkeeping: an in-place op on one of its buffers that
+        // nothing reads (BatchNorm's `num_batches_tracked += 1`).
+        let bookkeeping = || {
+            op_name(n.target.as_deref().unwrap_or_default()).ends_with('_')
+                && matches!(n.args.first().map(arg), Some(Arg::Node(x))
+                    if self.nodes.get(x).is_some_and(|p| {
+                        p.op == "placeholder" && p.kind.as_deref() == Some("buffer")
+                    }))
+        };
+        unused && (n.target.as_deref() == Some("<built-in function getitem>") || bookkeeping())
     }
 
     fn problem(&mut self, n: &Node, message: impl Into<String>) {
@@ -1142,7 +1153,11 @@ fn chain_between<'g>(
             }
         }
         if op == "dropout" && !passes_values(&mp.nodes, n) {
-            mp.problem(n, "dropout in training mode is random; call model.eval()");
+            mp.problem(
+                n,
+                "dropout in training mode is random; import without --train (eval mode), or \
+                 give the dropout p = 0",
+            );
             return None;
         }
         if passes_values(&mp.nodes, n) {

@@ -1,7 +1,7 @@
 # cutesmith's PyTorch tracer (shipped inside the cutesmith binary; `cutesmith import` runs
 # it with the Python of CUTESMITH_PYTHON or python3 on PATH).
 #
-# usage: python3 trace.py PROBLEM.py
+# usage: python3 trace.py PROBLEM.py [--train]
 #
 # Loads a problem file in the KernelBench convention (class Model(nn.Module),
 # get_inputs(), get_init_inputs()), builds the model and its inputs on the `meta` device
@@ -134,9 +134,10 @@ def encode(a):
 
 
 def main():
-    if len(sys.argv) != 2:
-        fail("usage", "usage: trace.py PROBLEM.py")
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--train"):
+        fail("usage", "usage: trace.py PROBLEM.py [--train]")
     path = sys.argv[1]
+    train = len(sys.argv) == 3
     mod = load_problem(path)
     with torch.device("meta"), ToMeta():
         try:
@@ -150,7 +151,10 @@ def main():
         except Exception as e:  # noqa: BLE001
             fail("inputs", f"get_inputs() failed: {type(e).__name__}: {e}",
                  traceback.format_exc(limit=4))
-        model = model.eval()
+        # Eval mode unless asked: dropout is then the identity and a BatchNorm uses its
+        # running statistics. Training mode (nn.Module's default, as KernelBench runs
+        # its problems): a BatchNorm normalizes with the batch's own statistics.
+        model = model.train(train)
     inputs = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs)
     try:
         ep = torch.export.export(model, inputs)

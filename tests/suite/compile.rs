@@ -326,6 +326,8 @@ fn every_template_instance_compiles_in_each_layout() {
         // GEMM + norm (gemm_softmax's GEMM, a norm stage): bf16 GroupNorm with ops before
         // and after it, and f32 InstanceNorm rows (KernelBench level 2, 28) on 3xF16.
         ("gemm_groupnorm_bf16_small", "gemm_softmax"),
+        // and the column path of a batch norm.
+        ("gemm_batchnorm_bf16_small", "gemm_softmax"),
         (
             "kb2_28_bmm_instancenorm_sum_residualadd_multiply_f32",
             "gemm_softmax",

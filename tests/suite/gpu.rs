@@ -308,6 +308,11 @@ fn every_template_validates_on_its_workloads() {
         "gemm_groupnorm_bf16_small",
         "gemm_instnorm_f32_small",
         "gemm_rmsnorm_f16_small",
+        // GEMM + batch norm (each column over its rows): bf16 with ops before and a
+        // per-feature weight, bias and swish after (MN-major B, batched, ragged, one
+        // slice); f32 with a C term over 33 slices of rows and a ragged last one.
+        "gemm_batchnorm_bf16_small",
+        "gemm_batchnorm_f32_small",
     ];
     let mut cases = Vec::new();
     for name in names {

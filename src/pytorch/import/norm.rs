@@ -340,6 +340,7 @@ impl<'g> Mapper<'g> {
     fn norm_op(&self, n: &'g Node, dtype: Option<DType>) -> Option<NormMatch> {
         let layer = match target(n) {
             "instance_norm" | "group_norm" => return self.channel_norm(n),
+            "batch_norm" => return self.batch_norm(n),
             "layer_norm" => true,
             "rms_norm" => false,
             _ => return None,
@@ -450,6 +451,43 @@ impl<'g> Mapper<'g> {
             absorbed: HashSet::from([n.name.clone()]),
             title: Some(title),
             groups,
+        })
+    }
+
+    /// `aten.batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
+    /// eps, cudnn_enabled)` in training mode of an (N, C) input (`nn.BatchNorm1d` after a
+    /// linear layer): each feature (a column) normalized over the N rows, the weight and
+    /// bias row operands. The running statistics' update, a side effect, is not computed.
+    fn batch_norm(&self, n: &'g Node) -> Option<NormMatch> {
+        if param(n, 5, "training").and_then(Value::as_bool) != Some(true) {
+            return None;
+        }
+        let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        if rank(self, x) != 2 {
+            return None;
+        }
+        let mut affine = Vec::new();
+        for (i, key, op) in [(1, "weight", "mul"), (2, "bias", "add")] {
+            if given(n, i, key) {
+                affine.push(OpSpec {
+                    op: op.into(),
+                    operand: Some("row".into()),
+                    ..OpSpec::default()
+                });
+            }
+        }
+        Some(NormMatch {
+            head: n.name.clone(),
+            input: x.to_string(),
+            kind: NormKind::Batch,
+            eps: num_param(n, 7, "eps").or(Some(1e-5)),
+            dims: vec![0],
+            affine,
+            absorbed: HashSet::from([n.name.clone()]),
+            title: Some("BatchNorm in training mode (each feature over the batch's rows)"),
+            groups: 1,
         })
     }
 
@@ -611,6 +649,15 @@ pub(super) fn map_norm(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
+    if nm.kind == NormKind::Batch {
+        mp.problem(
+            head,
+            "batch_norm of an input no GEMM computes: each feature is normalized over the \
+             batch (a column of the rows), which family norm (rows) does not compute; after \
+             a GEMM, family gemm_norm takes it (norm = \"batch\")",
+        );
+        return None;
+    }
     let mut rows = rows_over(mp, head, &nm.input, &nm.dims, "norm")?;
     // GroupNorm (dims 1.., trailing): each row of C x H x W elements is G rows of one
     // group each.
@@ -700,7 +747,19 @@ pub(super) fn map_gemm_norm<'g>(
         .iter()
         .take(nm.dims.first().copied().unwrap_or(0))
         .product();
-    if !trailing || over != g.n || rows != g.batch * g.m {
+    if nm.kind == NormKind::Batch {
+        if g.batch != 1 || shape.as_slice() != [g.m, g.n] {
+            mp.problem(
+                head,
+                format!(
+                    "a batch norm of {shape:?}: after a GEMM it normalizes each column of one \
+                     {} x {} product over its rows",
+                    g.m, g.n
+                ),
+            );
+            return None;
+        }
+    } else if !trailing || over != g.n || rows != g.batch * g.m {
         mp.problem(
             head,
             format!(
@@ -872,10 +931,10 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default) of an input no GEMM computes: the norm family's weight and bias run along the row, not per channel (after a GEMM, gemm_norm takes it)",
         ),
         "batch_norm" if param(n, 5, "training").and_then(Value::as_bool) == Some(true) => Some(
-            "batch_norm in training mode (nn.BatchNorm*'s until model.eval()): each channel normalized over the batch (a column of the rows), which no family computes yet (norm and gemm_norm normalize rows)",
+            "batch_norm in training mode of an input other than (N, C) (BatchNorm2d / 3d, or BatchNorm1d of (N, C, L)): each channel is normalized over several dims, which no family computes yet (family gemm_norm normalizes the columns of an (N, C) product: norm = \"batch\")",
         ),
         "batch_norm" => Some(
-            "batch_norm in eval mode (import traces model.eval()): a per-channel affine map of the running statistics, which no family computes yet (in training mode, each channel normalized over the batch, a column of the rows: none either)",
+            "batch_norm in eval mode (import traces model.eval() unless --train): a per-channel affine map of the running statistics, which import does not map yet; `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems), where a BatchNorm1d after a linear layer normalizes each feature over the batch (family gemm_norm, norm = \"batch\")",
         ),
         _ => None,
     }
