@@ -1142,21 +1142,24 @@ cs_norm_stream_kernel(CsNormArgs a)
 // ---------------------------------------------------------------------------------------
 // gemm_norm with p.norm == CS_NORM_BATCH: each column of a batch item's m rows normalized
 // (BatchNorm's training-mode statistics), then cs_chain (the per-feature weight and bias are
-// its ROW operands, feature j being column j). Three launches:
-//   1. cs_colnorm_part_kernel: a CTA of 32 columns x 8 row lanes over one slice of at most
-//      128 rows (16 values a thread, as the row path's CTA teams hold): the slice's mean and
-//      its centered sum of squares M2 (the second sweep from L1/L2, with the first sweep's
-//      rounding e = sum(x - mean) corrected as the row path does);
+// its ROW operands, feature j being column j). Three launches, CTAs of 32 column lanes x 8
+// row lanes, each lane VW = 4 adjacent columns (float4 loads of the workspace) where n % 4
+// == 0, else 1:
+//   1. cs_colnorm_part_kernel: a slice of at most 128 rows (16 values a thread, as the row
+//      path's CTA teams hold): the slice's mean and its centered sum of squares M2 (the
+//      second sweep over the registers, with the first sweep's rounding e = sum(x - mean)
+//      corrected as the row path does);
 //   2. cs_colnorm_stat_kernel: a warp a column merges its slices' (mean, M2) by Chan et
 //      al.'s pairwise update, each lane a strided share, then a tree over the lanes, into
 //      (mean, 1 / sqrt(M2 / m + eps));
-//   3. cs_colnorm_apply_kernel: every element (float4 vectors of the workspace where n % 4
-//      == 0), y = (x - mean) * rstd of its column, the chain, the store.
+//   3. cs_colnorm_apply_kernel: 32 rows a CTA, each lane's (mean, rstd) read once, then
+//      y = (x - mean) * rstd, the chain, the store.
 // ---------------------------------------------------------------------------------------
 
-static constexpr int kColW = 32;          // columns a CTA (a warp's lanes)
+static constexpr int kColLanes = 32;      // column lanes a CTA (a warp)
 static constexpr int kColR = 8;           // row lanes a CTA
 static constexpr int kColSliceRows = 128; // rows a slice: 16 a thread
+static constexpr int kColApplyRows = 32;  // rows an apply CTA covers in one step
 static constexpr int64_t kColMaxSlices = 65535;
 
 struct CsColNormArgs {
@@ -1167,51 +1170,95 @@ struct CsColNormArgs {
   float eps;
 };
 
-__device__ __forceinline__ float cs_col_sum(float v, float (*red)[kColW + 1], int tx, int ty)
+// The VW values of row `row` (batch bz, row r) from column col: the product, beta * C, the
+// [[before]] ops; 0 where !live. VW == 4: one float4 of the workspace (col % 4 == 0).
+template <int VW>
+__device__ __forceinline__ void cs_col_load(const CsRowArgs& a, int64_t row, int64_t bz, int64_t r, int col,
+                                            bool live, float (&x)[VW])
 {
-  __syncthreads();                         // red's previous use is read
-  red[ty][tx] = v;
-  __syncthreads();
-  float t = 0.0f;
+  if constexpr (VW == 4) {
+    float4 const v = live ? *reinterpret_cast<const float4*>(a.ws + row * a.ldw + col)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    if (!live) return;
 #pragma unroll
-  for (int i = 0; i < kColR; ++i) t += red[i][tx];
-  return t;
+    for (int e = 0; e < 4; ++e) {
+      if (a.beta != 0.0f) x[e] = fmaf(a.beta, cs_to_f32(a.c[bz * a.sc + r * a.ldc + col + e]), x[e]);
+      if constexpr (!cs_before::kIdentity) x[e] = cs_before_in<cs_before>(a.prob, x[e], bz, r, col + e, CS_LAYOUT_ROW);
+    }
+  } else {
+    x[0] = live ? cs_prod_x(a, row, bz, r, col) : 0.0f;
+  }
 }
 
-__global__ void __launch_bounds__(kColW * kColR)
+// Each lane's VW sums over the CTA's 8 row lanes.
+template <int VW>
+__device__ __forceinline__ void cs_col_sum(float (&v)[VW], float (*red)[kColLanes * 4 + 1], int tx, int ty)
+{
+  __syncthreads();                         // red's previous use is read
+#pragma unroll
+  for (int e = 0; e < VW; ++e) red[ty][tx * VW + e] = v[e];
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < VW; ++e) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kColR; ++i) t += red[i][tx * VW + e];
+    v[e] = t;
+  }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kColLanes * kColR)
 cs_colnorm_part_kernel(CsColNormArgs a)
 {
-  __shared__ float red[kColR][kColW + 1];
-  int const tx = int(threadIdx.x) % kColW, ty = int(threadIdx.x) / kColW;
-  int const col = int(blockIdx.x) * kColW + tx;
+  __shared__ float red[kColR][kColLanes * 4 + 1];
+  constexpr int kPer = kColSliceRows / kColR;
+  int const tx = int(threadIdx.x) % kColLanes, ty = int(threadIdx.x) / kColLanes;
+  int const col = (int(blockIdx.x) * kColLanes + tx) * VW;
   int const s = int(blockIdx.y);
   int64_t const bz = int64_t(blockIdx.z);
   int const r0 = s * kColSliceRows;
   int const r1 = min(a.r.m, r0 + kColSliceRows);
   bool const live = col < a.r.n;
   int64_t const row0 = bz * a.r.m;
-  float x[kColSliceRows / kColR];
-  float sum = 0.0f;
+  float x[kPer][VW];
+  float sum[VW];
 #pragma unroll
-  for (int i = 0; i < kColSliceRows / kColR; ++i) {
+  for (int e = 0; e < VW; ++e) sum[e] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
     int const r = r0 + ty + i * kColR;
-    x[i] = live && r < r1 ? cs_prod_x(a.r, row0 + r, bz, r, col) : 0.0f;
-    sum += x[i];
+    cs_col_load<VW>(a.r, row0 + r, bz, r, col, live && r < r1, x[i]);
+#pragma unroll
+    for (int e = 0; e < VW; ++e) sum[e] += x[i][e];
   }
   float const cnt = float(r1 - r0);
-  float const mean = cs_col_sum(sum, red, tx, ty) / cnt;
-  float q = 0.0f, e = 0.0f;
+  cs_col_sum<VW>(sum, red, tx, ty);
+  float q[VW], c[VW];
 #pragma unroll
-  for (int i = 0; i < kColSliceRows / kColR; ++i) {
-    if (r0 + ty + i * kColR >= r1) continue;
-    float const d = x[i] - mean;
-    q = fmaf(d, d, q);
-    e += d;
+  for (int e = 0; e < VW; ++e) {
+    sum[e] /= cnt;                         // the mean
+    q[e] = 0.0f;
+    c[e] = 0.0f;
   }
-  q = cs_col_sum(q, red, tx, ty);
-  e = cs_col_sum(e, red, tx, ty);
-  if (live && ty == 0)
-    a.part[(bz * a.slices + s) * a.r.n + col] = make_float2(mean + e / cnt, fmaxf(q - e * e / cnt, 0.0f));
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (r0 + ty + i * kColR >= r1) continue;
+#pragma unroll
+    for (int e = 0; e < VW; ++e) {
+      float const d = x[i][e] - sum[e];
+      q[e] = fmaf(d, d, q[e]);
+      c[e] += d;
+    }
+  }
+  cs_col_sum<VW>(q, red, tx, ty);
+  cs_col_sum<VW>(c, red, tx, ty);
+  if (live && ty == 0) {
+    float2* out = a.part + (bz * a.slices + s) * a.r.n + col;
+#pragma unroll
+    for (int e = 0; e < VW; ++e) out[e] = make_float2(sum[e] + c[e] / cnt, fmaxf(q[e] - c[e] * c[e] / cnt, 0.0f));
+  }
 }
 
 // (count, mean, M2) of a set merged with another's (Chan, Golub and LeVeque).
@@ -1247,41 +1294,46 @@ cs_colnorm_stat_kernel(CsColNormArgs a, int64_t columns)
   if (lane == 0) a.stat[i] = make_float2(mean, 1.0f / sqrtf(m2 / float(a.r.m) + a.eps));
 }
 
-template <bool VEC>
-__global__ void __launch_bounds__(256)
+// Rows blockIdx.y * 32 + ty + 8 i (i < 4), then every gridDim.y * 32 rows after, of batch
+// blockIdx.z; lane tx's VW columns.
+template <int VW>
+__global__ void __launch_bounds__(kColLanes * kColR)
 cs_colnorm_apply_kernel(CsColNormArgs a)
 {
-  int64_t const per_row = VEC ? a.r.n / 4 : a.r.n;
-  int64_t const total = a.r.rows * per_row;
-  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {
-    int64_t const row = v / per_row;
-    int const j = int(v - row * per_row) * (VEC ? 4 : 1);
-    int64_t const bz = row / a.r.m, r = row - bz * a.r.m;
-    const float2* st = a.stat + bz * a.r.n + j;
-    ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + j;
-    if constexpr (VEC) {
-      float4 const z = __ldcs(reinterpret_cast<const float4*>(a.r.ws + row * a.r.ldw + j));
-      float y[4] = {z.x, z.y, z.z, z.w};
+  constexpr int kPer = kColApplyRows / kColR;
+  int const tx = int(threadIdx.x) % kColLanes, ty = int(threadIdx.x) / kColLanes;
+  int const col = (int(blockIdx.x) * kColLanes + tx) * VW;
+  if (col >= a.r.n) return;                // no barrier below
+  int64_t const bz = int64_t(blockIdx.z);
+  float2 ms[VW];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = y[e];
-        if (a.r.beta != 0.0f) x = fmaf(a.r.beta, cs_to_f32(a.r.c[bz * a.r.sc + r * a.r.ldc + j + e]), x);
-        if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.r.prob, x, bz, r, j + e, CS_LAYOUT_ROW);
-        float2 const ms = st[e];
-        y[e] = (x - ms.x) * ms.y;
-        if constexpr (!cs_chain::kIdentity) y[e] = cs_chain_at<cs_chain>(a.r.prob, y[e], bz, r, j + e);
-      }
-      if (a.r.d_vec) {
-        cs_store4(d, y);
-      } else {
+  for (int e = 0; e < VW; ++e) ms[e] = a.stat[bz * a.r.n + col + e];
+  for (int64_t base = int64_t(blockIdx.y) * kColApplyRows; base < a.r.m; base += int64_t(gridDim.y) * kColApplyRows) {
+    float x[kPer][VW];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) d[e] = cs_from_f32<ElementCD>(y[e]);
+    for (int i = 0; i < kPer; ++i) {
+      int64_t const r = base + ty + i * kColR;
+      cs_col_load<VW>(a.r, bz * a.r.m + r, bz, r, col, r < a.r.m, x[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      int64_t const r = base + ty + i * kColR;
+      if (r >= a.r.m) continue;
+      float y[VW];
+#pragma unroll
+      for (int e = 0; e < VW; ++e) {
+        y[e] = (x[i][e] - ms[e].x) * ms[e].y;
+        if constexpr (!cs_chain::kIdentity) y[e] = cs_chain_at<cs_chain>(a.r.prob, y[e], bz, r, col + e);
       }
-    } else {
-      float2 const ms = st[0];
-      float y = (cs_prod_x(a.r, row, bz, r, j) - ms.x) * ms.y;
-      if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(a.r.prob, y, bz, r, j);
-      d[0] = cs_from_f32<ElementCD>(y);
+      ElementCD* d = a.r.d + bz * a.r.sd + r * a.r.ldd + col;
+      if constexpr (VW == 4) {
+        if (a.r.d_vec) {
+          cs_store4(d, y);
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < VW; ++e) d[e] = cs_from_f32<ElementCD>(y[e]);
     }
   }
 }
@@ -1303,17 +1355,18 @@ static cudaError_t cs_launch_colnorm(const CsRowArgs& r, const cs_problem& p, ui
   char* base = static_cast<char*>(p.workspace);
   a.part = reinterpret_cast<float2*>(base + colnorm_at);
   a.stat = a.part + p.batch * int64_t(a.slices) * p.n;
-  dim3 const grid(unsigned((p.n + kColW - 1) / kColW), unsigned(a.slices), unsigned(p.batch));
-  cs_colnorm_part_kernel<<<grid, kColW * kColR, 0, stream>>>(a);
+  bool const vec = p.n % 4 == 0;
+  int const vw = vec ? 4 : 1;
+  unsigned const col_ctas = unsigned((p.n + kColLanes * vw - 1) / (kColLanes * vw));
+  dim3 const part_grid(col_ctas, unsigned(a.slices), unsigned(p.batch));
+  if (vec) cs_colnorm_part_kernel<4><<<part_grid, kColLanes * kColR, 0, stream>>>(a);
+  else     cs_colnorm_part_kernel<1><<<part_grid, kColLanes * kColR, 0, stream>>>(a);
   int64_t const columns = p.batch * p.n;
   cs_colnorm_stat_kernel<<<unsigned((columns + 7) / 8), 256, 0, stream>>>(a, columns);
-  bool const vec = p.n % 4 == 0;
-  int64_t const work = r.rows * (vec ? p.n / 4 : p.n);
-  int64_t blocks = (work + 255) / 256;
-  int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 16;
-  if (blocks > cap) blocks = cap;
-  if (vec) cs_colnorm_apply_kernel<true><<<unsigned(blocks), 256, 0, stream>>>(a);
-  else     cs_colnorm_apply_kernel<false><<<unsigned(blocks), 256, 0, stream>>>(a);
+  int64_t const row_ctas = std::min<int64_t>((p.m + kColApplyRows - 1) / kColApplyRows, 65535);
+  dim3 const apply_grid(col_ctas, unsigned(row_ctas), unsigned(p.batch));
+  if (vec) cs_colnorm_apply_kernel<4><<<apply_grid, kColLanes * kColR, 0, stream>>>(a);
+  else     cs_colnorm_apply_kernel<1><<<apply_grid, kColLanes * kColR, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
