@@ -905,7 +905,8 @@ static cudaError_t cs_launch_reduce(const CsRowArgs& a, int kind, cudaStream_t s
 // operands at the row's column), stored in D. A group is held by a team of threads:
 //   L <= 8 x 32: T = 1..32 lanes of a warp (a power of two, 8 values each), teams side by
 //                side in a warp, shuffles within the team;
-//   L <= 16 x 1024: a CTA of T threads (16 values each), shuffles and shared memory;
+//   L <= 16 x 1024: a CTA of T threads (8 values each up to 8 x 1024, else 16), shuffles
+//                   and shared memory;
 //   longer: a CTA of 1024 threads, three sweeps of the group (its mean, the centered sum,
 //           the write) re-reading the product (L2).
 // A group's length a multiple of 4: each thread reads float4 vectors of the workspace and
@@ -1082,13 +1083,14 @@ cs_norm_warp_kernel(CsNormArgs a, int T)
   }
 }
 
-// A CTA of T threads a group.
-template <bool VEC>
+// A CTA of T threads a group, V values each (8 up to 8192 values, so that more threads of
+// fewer registers keep more loads in flight; else 16).
+template <bool VEC, int V>
 __global__ void __launch_bounds__(1024, 1)
 cs_norm_cta_kernel(CsNormArgs a)
 {
   __shared__ float red[32];
-  cs_norm_group<kNormCtaVals, VEC>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
+  cs_norm_group<V, VEC>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
 }
 
 // Longer groups: a CTA a group, three sweeps over it.
@@ -1145,8 +1147,8 @@ cs_norm_stream_kernel(CsNormArgs a)
 // its ROW operands, feature j being column j). Three launches, CTAs of 32 column lanes x 8
 // row lanes, each lane VW = 4 adjacent columns (float4 loads of the workspace) where n % 4
 // == 0, else 1:
-//   1. cs_colnorm_part_kernel: a slice of at most 128 rows (16 values a thread, as the row
-//      path's CTA teams hold): the slice's mean and its centered sum of squares M2 (the
+//   1. cs_colnorm_part_kernel: a slice of at most 64 rows (8 values a thread, so that 4 CTAs
+//      fit an SM): the slice's mean and its centered sum of squares M2 (the
 //      second sweep over the registers, with the first sweep's rounding e = sum(x - mean)
 //      corrected as the row path does);
 //   2. cs_colnorm_stat_kernel: a warp a column merges its slices' (mean, M2) by Chan et
@@ -1158,7 +1160,7 @@ cs_norm_stream_kernel(CsNormArgs a)
 
 static constexpr int kColLanes = 32;      // column lanes a CTA (a warp)
 static constexpr int kColR = 8;           // row lanes a CTA
-static constexpr int kColSliceRows = 128; // rows a slice: 16 a thread
+static constexpr int kColSliceRows = 64;  // rows a slice: 8 a thread (4 CTAs an SM)
 static constexpr int kColApplyRows = 32;  // rows an apply CTA covers in one step
 static constexpr int64_t kColMaxSlices = 65535;
 
@@ -1338,7 +1340,7 @@ cs_colnorm_apply_kernel(CsColNormArgs a)
   }
 }
 
-// The slices of 128 rows each column's statistics are split into (grid.y of the partial
+// The slices of 64 rows each column's statistics are split into (grid.y of the partial
 // kernel).
 static int64_t cs_colnorm_slices(const cs_problem& p)
 {
@@ -1389,10 +1391,15 @@ static cudaError_t cs_launch_norm(const CsRowArgs& r, const cs_problem& p, cudaS
     if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
     if (vec) cs_norm_warp_kernel<true><<<unsigned(grid), 256, 0, stream>>>(a, T);
     else     cs_norm_warp_kernel<false><<<unsigned(grid), 256, 0, stream>>>(a, T);
+  } else if (a.len <= kNormCtaVals / 2 * 1024) {
+    constexpr int V = kNormCtaVals / 2;
+    int const threads = ((a.len + V - 1) / V + 31) / 32 * 32;
+    if (vec) cs_norm_cta_kernel<true, V><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    else     cs_norm_cta_kernel<false, V><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
   } else if (a.len <= kNormCtaVals * 1024) {
     int const threads = ((a.len + kNormCtaVals - 1) / kNormCtaVals + 31) / 32 * 32;
-    if (vec) cs_norm_cta_kernel<true><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
-    else     cs_norm_cta_kernel<false><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    if (vec) cs_norm_cta_kernel<true, kNormCtaVals><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    else     cs_norm_cta_kernel<false, kNormCtaVals><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
   } else {
     cs_norm_stream_kernel<<<unsigned(a.segments), kNormStreamThreads, 0, stream>>>(a);
   }

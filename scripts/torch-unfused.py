@@ -4,8 +4,10 @@
 # `unfused` baseline can be compared with it in the same machine session.
 # Timing as the harness does it: the L2 flushed by reading a buffer of 4x its size before
 # each timed launch, CUDA events, median of 30, inputs rotated between two sets.
-# Run on a GPU machine with PyTorch: python3 scripts/torch-unfused.py
+# Run on a GPU machine with PyTorch: python3 scripts/torch-unfused.py [WORD] (WORD: only the
+# reports whose name holds it, e.g. batchnorm)
 import statistics
+import sys
 import torch
 import torch.nn.functional as F
 
@@ -30,7 +32,12 @@ def timed(fn, reps=30):
     return statistics.median(ts)
 
 
+ONLY = sys.argv[1] if len(sys.argv) > 1 else None
+
+
 def report(name, parts, nbytes):
+    if ONLY and ONLY not in name:
+        return
     total = 0.0
     for label, fn, b in parts:
         fn(0)
@@ -128,6 +135,23 @@ for (rows, cols, dt) in [(1024, 32000, torch.bfloat16), (4096, 32000, torch.bflo
         [
             ("torch.softmax(z, -1)", lambda k: torch.softmax(zz[k], -1), 2 * e),
             ("torch.log_softmax(z, -1)", lambda k: torch.log_softmax(zz[k], -1), 2 * e),
+        ],
+        0,
+    )
+
+# Linear + BatchNorm1d in training mode (+ ReLU): the gemm_norm batch workloads' tails.
+for (rows, feats, dt) in [(8192, 4096, torch.bfloat16), (16384, 4096, torch.float32), (1024, 8192, torch.float32)]:
+    zz = [torch.randn(rows, feats, device=dev, dtype=dt) for _ in range(2)]
+    w = torch.randn(feats, device=dev, dtype=dt)
+    bb = torch.randn(feats, device=dev, dtype=dt)
+    rm = torch.zeros(feats, device=dev, dtype=dt)
+    rv = torch.ones(feats, device=dev, dtype=dt)
+    e = zz[0].numel() * zz[0].element_size()
+    report(
+        f"batchnorm {rows}x{feats} {str(dt)[6:]}",
+        [
+            ("F.batch_norm(z, training=True)", lambda k: F.batch_norm(zz[k], rm, rv, w, bb, training=True), 2 * e),
+            ("F.relu(.)", lambda k: F.relu(zz[k]), 2 * e),
         ],
         0,
     )

@@ -715,12 +715,13 @@ impl Ctx<'_> {
                     let (shift, scale) = params.norm.shift_scale(len as f64, stats, eps);
                     // The kernel's fp32 statistic: a thread's run of up to 16 values, then
                     // a tree over the team, each sum rounded (its mean as if every input
-                    // were off by that much). A batch norm's: 16 values a thread, 8 row
-                    // lanes in turn, then its slices of 128 rows merged 32 lanes apart,
-                    // each lane's share in turn, then 5 levels.
+                    // were off by that much). A batch norm's: 8 values a thread, 8 row
+                    // lanes in turn, then its slices of 64 rows merged 32 lanes apart,
+                    // each lane's share in turn, then 5 levels (counted as 8 + 16: the
+                    // row path's 16 values a thread).
                     let xmax = run.clone().map(|v| v.0.abs()).fold(0.0, f64::max);
                     let depth = if columns {
-                        29.0 + (len as f64 / 4096.0).ceil()
+                        29.0 + (len as f64 / 2048.0).ceil()
                     } else {
                         16.0 + (len as f64).log2().ceil()
                     };
