@@ -905,8 +905,7 @@ static cudaError_t cs_launch_reduce(const CsRowArgs& a, int kind, cudaStream_t s
 // operands at the row's column), stored in D. A group is held by a team of threads:
 //   L <= 8 x 32: T = 1..32 lanes of a warp (a power of two, 8 values each), teams side by
 //                side in a warp, shuffles within the team;
-//   L <= 16 x 1024: a CTA of T threads (8 values each up to 8 x 1024, else 16), shuffles
-//                   and shared memory;
+//   L <= 16 x 1024: a CTA of T threads (16 values each), shuffles and shared memory;
 //   longer: a CTA of 1024 threads, three sweeps of the group (its mean, the centered sum,
 //           the write) re-reading the product (L2).
 // A group's length a multiple of 4: each thread reads float4 vectors of the workspace and
@@ -1083,14 +1082,13 @@ cs_norm_warp_kernel(CsNormArgs a, int T)
   }
 }
 
-// A CTA of T threads a group, V values each (8 up to 8192 values, so that more threads of
-// fewer registers keep more loads in flight; else 16).
-template <bool VEC, int V>
+// A CTA of T threads a group.
+template <bool VEC>
 __global__ void __launch_bounds__(1024, 1)
 cs_norm_cta_kernel(CsNormArgs a)
 {
   __shared__ float red[32];
-  cs_norm_group<V, VEC>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
+  cs_norm_group<kNormCtaVals, VEC>(a, int64_t(blockIdx.x), true, int(threadIdx.x), int(blockDim.x), red);
 }
 
 // Longer groups: a CTA a group, three sweeps over it.
@@ -1391,15 +1389,10 @@ static cudaError_t cs_launch_norm(const CsRowArgs& r, const cs_problem& p, cudaS
     if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;   // grid-stride covers the rest
     if (vec) cs_norm_warp_kernel<true><<<unsigned(grid), 256, 0, stream>>>(a, T);
     else     cs_norm_warp_kernel<false><<<unsigned(grid), 256, 0, stream>>>(a, T);
-  } else if (a.len <= kNormCtaVals / 2 * 1024) {
-    constexpr int V = kNormCtaVals / 2;
-    int const threads = ((a.len + V - 1) / V + 31) / 32 * 32;
-    if (vec) cs_norm_cta_kernel<true, V><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
-    else     cs_norm_cta_kernel<false, V><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
   } else if (a.len <= kNormCtaVals * 1024) {
     int const threads = ((a.len + kNormCtaVals - 1) / kNormCtaVals + 31) / 32 * 32;
-    if (vec) cs_norm_cta_kernel<true, kNormCtaVals><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
-    else     cs_norm_cta_kernel<false, kNormCtaVals><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    if (vec) cs_norm_cta_kernel<true><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
+    else     cs_norm_cta_kernel<false><<<unsigned(a.segments), unsigned(threads), 0, stream>>>(a);
   } else {
     cs_norm_stream_kernel<<<unsigned(a.segments), kNormStreamThreads, 0, stream>>>(a);
   }
