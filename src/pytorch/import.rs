@@ -495,9 +495,9 @@ impl<'g> Mapper<'g> {
         let bookkeeping = || {
             op_name(n.target.as_deref().unwrap_or_default()).ends_with('_')
                 && matches!(n.args.first().map(arg), Some(Arg::Node(x))
-                    if self.nodes.get(x).is_some_and(|p| {
-                        p.op == "placeholder" && p.kind.as_deref() == Some("buffer")
-                    }))
+                if self.nodes.get(x).is_some_and(|p| {
+                    p.op == "placeholder" && p.kind.as_deref() == Some("buffer")
+                }))
         };
         unused && (n.target.as_deref() == Some("<built-in function getitem>") || bookkeeping())
     }
@@ -2575,40 +2575,152 @@ mod tests {
         assert!(err[0].message.contains("gemm_norm"), "{:?}", err);
     }
 
-    /// A BatchNorm after a GEMM (KernelBench level 2's 33 and four more) is refused with
-    /// the reason for the mode it was traced in.
+    /// A BatchNorm1d after a GEMM (KernelBench level 2's 33, 39, 41 and 97, traced with
+    /// --train): gemm_norm with norm = "batch" in training mode; refused with its reason in
+    /// eval mode, without a GEMM, and over more than one dim.
     #[test]
-    fn a_batch_norm_is_refused_with_its_mode() {
-        for (training, why) in [(false, "eval mode"), (true, "training mode")] {
-            let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-            nodes.extend([
-                input("w", &[16], &[1]),
-                input("rm", &[16], &[1]),
-                node(
-                    "bn",
-                    "aten.batch_norm.default",
-                    serde_json::json!([
-                        r("mm"),
-                        r("w"),
-                        null,
-                        r("rm"),
-                        r("rm"),
-                        training,
-                        0.1,
-                        1e-5,
-                        false
-                    ]),
-                    &[64, 16],
-                    &[16, 1],
-                ),
-            ]);
-            let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
-            assert!(
-                err.iter()
-                    .any(|u| u.node == "bn" && u.message.contains(why)),
-                "{err:?}"
-            );
-        }
+    fn a_batch_norm_after_a_gemm_is_gemm_norm_in_training_mode_only() {
+        let bn = |training: bool, x: &str, shape: &[i64], stride: &[i64]| {
+            node(
+                "bn",
+                "aten.batch_norm.default",
+                serde_json::json!([
+                    r(x),
+                    r("w"),
+                    null,
+                    r("rm"),
+                    r("rm"),
+                    training,
+                    0.1,
+                    1e-3,
+                    false
+                ]),
+                shape,
+                stride,
+            )
+        };
+        // Training mode (import --train) after a GEMM: each feature (column) over the
+        // batch's rows, its weight a row operand (no bias given); num_batches_tracked's
+        // in-place update, which nothing reads, is bookkeeping; a ReLU after it.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            json_node(
+                "b_bn_num_batches_tracked",
+                "placeholder",
+                None,
+                Some("buffer"),
+                serde_json::json!([]),
+                &[],
+                &[],
+            ),
+            node(
+                "add_",
+                "aten.add_.Tensor",
+                serde_json::json!([r("b_bn_num_batches_tracked"), 1]),
+                &[],
+                &[],
+            ),
+            bn(true, "mm", &[64, 16], &[16, 1]),
+            node(
+                "relu",
+                "aten.relu.default",
+                serde_json::json!([r("bn")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "relu"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmNorm);
+        assert_eq!(spec.params.norm, Some(NormKind::Batch));
+        assert_eq!(spec.params.eps, Some(1e-3));
+        assert_eq!(spec.params.groups, None);
+        let steps: Vec<(&str, Option<&str>)> = spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.as_str(), o.operand.as_deref()))
+            .collect();
+        assert_eq!(steps, [("mul", Some("row")), ("relu", None)]);
+        assert!(spec.before.is_empty());
+        assert!(ops.iter().any(|o| o == "batch norm"), "{ops:?}");
+        assert!(
+            spec.description.contains("training mode"),
+            "{}",
+            spec.description
+        );
+        // An in-place op on a buffer that something reads is not bookkeeping.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            json_node(
+                "buf",
+                "placeholder",
+                None,
+                Some("buffer"),
+                serde_json::json!([]),
+                &[16],
+                &[1],
+            ),
+            node(
+                "add_",
+                "aten.add_.Tensor",
+                serde_json::json!([r("buf"), 1]),
+                &[16],
+                &[1],
+            ),
+            bn(true, "mm", &[64, 16], &[16, 1]),
+            node(
+                "out",
+                "aten.add.Tensor",
+                serde_json::json!([r("bn"), r("add_")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(err.iter().any(|u| u.node == "add_"), "{err:?}");
+        // Eval mode (import's default): refused, naming the mode and --train.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            bn(false, "mm", &[64, 16], &[16, 1]),
+        ]);
+        let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
+        assert!(
+            err.iter().any(|u| u.node == "bn"
+                && u.message.contains("eval mode")
+                && u.message.contains("--train")),
+            "{err:?}"
+        );
+        // Training mode of an input no GEMM computes: family norm normalizes rows.
+        let nodes = vec![
+            input("x", &[64, 16], &[16, 1]),
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            bn(true, "x", &[64, 16], &[16, 1]),
+        ];
+        let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "bn" && u.message.contains("no GEMM computes")),
+            "{err:?}"
+        );
+        // Training mode of a 3-d input (BatchNorm1d of (N, C, L)): over two dims.
+        let nodes = vec![
+            input("x", &[8, 16, 4], &[64, 4, 1]),
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            bn(true, "x", &[8, 16, 4], &[64, 4, 1]),
+        ];
+        let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "bn" && u.message.contains("other than (N, C)")),
+            "{err:?}"
+        );
     }
 
     /// KernelBench level 2's 28: a linear layer, InstanceNorm2d of

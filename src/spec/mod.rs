@@ -724,6 +724,23 @@ k = 4096
             &ok.replace("[params]", "[layout]\nc = \"col\"\n[params]"),
         );
         assert!(e.contains("layout.c"), "{e}");
+        // A batch norm: each column over its rows (no groups), gemm_norm only; LayerNorm's
+        // default eps; its listing names it.
+        let bn = ok.replace("norm = \"layer\"\ngroups = 16\n", "norm = \"batch\"\n");
+        let w = parse("g", &bn).unwrap();
+        assert_eq!(w.params().norm, NormKind::Batch);
+        assert_eq!((w.params().groups, w.params().eps), (1, 1e-5));
+        assert_eq!(NormKind::Batch.abi_value(), 4);
+        let e = err("g", &ok.replace("norm = \"layer\"", "norm = \"batch\""));
+        assert!(
+            e.contains("params.groups") && e.contains("whole columns"),
+            "{e}"
+        );
+        let e = err(
+            "g",
+            &format!("{NORM}[params]\nnorm = \"batch\"\n[[shapes]]\nn = 8\n"),
+        );
+        assert!(e.contains("params.norm") && e.contains("gemm_norm"), "{e}");
     }
 
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it

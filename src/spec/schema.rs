@@ -484,9 +484,7 @@ impl NormKind {
             NormKind::Layer => "(x - mean) / sqrt(var + eps), biased var",
             NormKind::L2 => "x / max(sqrt(sum x^2), eps)",
             NormKind::L1 => "x / max(sum |x|, eps)",
-            NormKind::Batch => {
-                "(x - mean) / sqrt(var + eps) over each column's m rows, biased var"
-            }
+            NormKind::Batch => "(x - mean) / sqrt(var + eps) over each column's m rows, biased var",
         };
         format!("{} {f}", self.title())
     }

@@ -524,7 +524,7 @@ fn generated_passes_and_chain_functors_compile() {
         });
     }
     // gemm_norm's unfused group norm pass: layer with a bf16 weight and an f32 bias, rms
-    // with neither.
+    // with neither; and its batch norm passes.
     {
         use cutesmith::eval::gpu::kernels::{row_norm_source, NormAffine};
         for (d, kind, affine) in [
@@ -545,6 +545,22 @@ fn generated_passes_and_chain_functors_compile() {
                 options: CompileOptions::default(),
             });
         }
+        // The batch norm's column passes: bf16 with a weight and an f32 bias.
+        let src = cutesmith::eval::gpu::kernels::col_norm_source(
+            DType::BF16,
+            1e-5,
+            NormAffine {
+                weight: Some(DType::BF16),
+                bias: Some(DType::F32),
+            },
+        )
+        .unwrap();
+        assert!(src.contains("cs_col_part") && src.contains("cs_col_apply"));
+        requests.push(CompileRequest {
+            source: format!("{src}\n{}", TINY.replace("scale", "scale_tiny")),
+            file_name: "col_norm_bf16.cu".into(),
+            options: CompileOptions::default(),
+        });
     }
     // The L2 flush's read kernel.
     requests.push(CompileRequest {

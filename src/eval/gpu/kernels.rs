@@ -901,7 +901,11 @@ impl ColNorm {
         let src = col_norm_source(dtype, eps, affine)?;
         let module = nvrtc_module(s, &src, "cutesmith_col_norm.cu")?;
         let load = |name: &str| module.load_function(name).map_err(CudaFailure::from);
-        let (part, stat, apply) = (load("cs_col_part")?, load("cs_col_stat")?, load("cs_col_apply")?);
+        let (part, stat, apply) = (
+            load("cs_col_part")?,
+            load("cs_col_stat")?,
+            load("cs_col_apply")?,
+        );
         let slices = m.div_ceil(COL_SLICE_ROWS).max(1);
         let bytes = batch * (slices + 1) * n * 8;
         let scratch = s.zeros::<u8>(bytes.max(8))?;
@@ -941,7 +945,12 @@ impl ColNorm {
         // batch x slices x n float2 (allocated for these dims); the parameters match.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         let mut b = s.stream.launch_builder(&self.stat);
-        b.arg(&part).arg(&stat).arg(&mi).arg(&ni).arg(&si).arg(&columns);
+        b.arg(&part)
+            .arg(&stat)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&si)
+            .arg(&columns);
         let cfg = LaunchConfig {
             grid_dim: ((batch * n).div_ceil(256) as u32, 1, 1),
             block_dim: (256, 1, 1),

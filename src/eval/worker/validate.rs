@@ -726,11 +726,7 @@ impl Ctx<'_> {
                         16.0 + (len as f64).log2().ceil()
                     };
                     let stat = depth * F32_U * xmax;
-                    (
-                        shift,
-                        scale,
-                        run.map(|v| v.1).fold(0.0, f64::max) + stat,
-                    )
+                    (shift, scale, run.map(|v| v.1).fold(0.0, f64::max) + stat)
                 });
                 let (sa, sb) = match params.norm {
                     NormKind::Layer | NormKind::Batch => (2.0, 1.0),
