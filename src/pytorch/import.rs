@@ -100,6 +100,8 @@ pub struct Imported {
     pub torch: String,
     /// The ops recognized, in order, for the file's header comment.
     pub ops: Vec<String>,
+    /// Traced in training mode (`--train`), else in eval mode.
+    pub train: bool,
 }
 
 const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, addmm, einsum of two \
@@ -202,6 +204,7 @@ pub fn import(problem: &Path, python: &Path, train: bool) -> Result<Imported> {
             spec,
             torch: graph.torch,
             ops,
+            train,
         }),
         Err(list) => Err(Error::Usage(format!(
             "{}: cannot map {} node{} of Model onto a workload spec; nothing was written:\n{}\n\
@@ -254,9 +257,10 @@ pub fn render(imported: &Imported, problem: &Path, out: &Path) -> Result<(String
         message: e.to_string(),
     })?;
     let text = format!(
-        "# Imported by `cutesmith import` from {} (torch {}).\n# Ops: {}\n{body}",
+        "# Imported by `cutesmith import` from {} (torch {}, the Model in {} mode).\n# Ops: {}\n{body}",
         problem.display(),
         imported.torch,
+        if imported.train { "training" } else { "eval" },
         imported.ops.join(" -> ")
     );
     let w = Workload::parse(out, &text)?;
@@ -834,6 +838,7 @@ pub fn map_graph(
             && !absorbed.contains(n.name.as_str())
             && !passes_values(&mp.nodes, n)
             && !mp.unused_part(n)
+            && !norm::eval_batch_norm(n)
         {
             let why = norm::refusal(n).map_or_else(|| unknown_message(t), str::to_string);
             mp.problem(n, why);
@@ -1147,6 +1152,7 @@ fn chain_between<'g>(
         match classify(&t) {
             Class::Elementwise => {}
             Class::View | Class::Unknown if passes_values(&mp.nodes, n) => {}
+            Class::Unknown if norm::eval_batch_norm(n) => {}
             _ => {
                 mp.problem(n, "not an elementwise op: after the GEMM, softmax or input, a workload continues with elementwise ops only (a GEMM's softmax may follow them)");
                 return None;
@@ -1224,6 +1230,40 @@ fn chain_between<'g>(
             );
             return None;
         }
+        // An eval-mode BatchNorm of (N, C) values: a per-feature affine map, x * scale +
+        // shift, its two row operands folded from the module's weight, bias and running
+        // statistics (as an inference engine folds them).
+        if norm::eval_batch_norm(n) {
+            if !x_first {
+                mp.problem(n, "the running value is not its first argument");
+                return None;
+            }
+            let dt = [1, 3]
+                .into_iter()
+                .find_map(|i| match n.args.get(i).map(arg) {
+                    Some(Arg::Node(w)) => mp.meta(w).and_then(|m| dtype_of(&m.dtype)),
+                    _ => None,
+                })
+                .filter(|d| *d != out_dtype);
+            for (op, what) in [
+                ("mul", "scale: weight / sqrt(running_var + eps)"),
+                ("add", "shift: bias - running_mean x scale"),
+            ] {
+                let name = format!("row{}", tensor_names.len());
+                tensor_names.insert(format!("{}.{op}", n.name), name);
+                let spec = OpSpec {
+                    op: op.into(),
+                    operand: Some("row".into()),
+                    dtype: dt,
+                    ..Default::default()
+                };
+                ops.push(format!("{} (BatchNorm's {what})", describe(&spec)));
+                specs.push(spec);
+            }
+            emitted.insert(n.name.clone(), specs.len() - 1);
+            current = n.name.clone();
+            continue;
+        }
         let binary = matches!(
             op.as_str(),
             "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum"
@@ -1232,6 +1272,7 @@ fn chain_between<'g>(
             op: op.clone(),
             ..Default::default()
         };
+        let mut note: Option<String> = None;
         if binary {
             let other = if x_first { a1 } else { a0 };
             // A 0-d parameter holding a known number is that number.
@@ -1298,7 +1339,13 @@ fn chain_between<'g>(
                 }
                 Some(Arg::Node(o)) => {
                     let kind = classify_operand(mp, n, o)?;
-                    let dt = mp.meta(o).and_then(|m| dtype_of(&m.dtype));
+                    let meta = mp.meta(o);
+                    let dt = meta.and_then(|m| dtype_of(&m.dtype));
+                    if kind == "row" && meta.is_some_and(|m| m.shape.iter().all(|d| *d == 1)) {
+                        note = Some(format!(
+                            "`{o}` holds one value: pass it as a row of n copies"
+                        ));
+                    }
                     spec.operand = Some(kind.into());
                     if let Some(d) = dt.filter(|d| *d != out_dtype) {
                         spec.dtype = Some(d);
@@ -1342,7 +1389,10 @@ fn chain_between<'g>(
                 return None;
             }
         }
-        ops.push(describe(&spec));
+        ops.push(match note {
+            Some(why) => format!("{} ({why})", describe(&spec)),
+            None => describe(&spec),
+        });
         emitted.insert(n.name.clone(), specs.len());
         specs.push(spec);
         current = n.name.clone();
@@ -1507,6 +1557,8 @@ fn tensor_operand(
     // Drop leading 1s; what is left says how it broadcasts.
     let dims: Vec<i64> = meta.shape.iter().copied().skip_while(|d| *d == 1).collect();
     let kind = match dims.as_slice() {
+        // One value (a `(1,)`-shaped parameter): a row of n copies of it.
+        [] => Some("row"),
         [x] if *x == nn => Some("row"),
         [x, 1] if *x == m => Some("col"),
         [a, b] if *a == m && *b == nn && batch == 1 => Some("matrix"),
@@ -1596,14 +1648,21 @@ fn bias_first(
             o.operand = Some("lin".into());
         }
     }
-    // The header's op list, from the chain as it now reads.
-    ops.truncate(ops.len().saturating_sub(chain.len()));
+    // The header's op list, from the chain as it now reads (an op's own note kept where it
+    // does not read z).
+    let tail = ops.split_off(ops.len().saturating_sub(chain.len()));
     ops.push(if reads_output {
         format!("{} (the bias, saved)", describe(&first))
     } else {
         format!("{} (the bias)", describe(&first))
     });
-    ops.extend(chain.iter().map(describe));
+    let kept = tail.len() == chain.len();
+    for (i, o) in chain.iter().enumerate() {
+        match tail.get(i) {
+            Some(old) if kept && o.operand.as_deref() != Some("lin") => ops.push(old.clone()),
+            _ => ops.push(describe(o)),
+        }
+    }
     chain.insert(0, first);
 }
 
@@ -2576,8 +2635,8 @@ mod tests {
     }
 
     /// A BatchNorm1d after a GEMM (KernelBench level 2's 33, 39, 41 and 97, traced with
-    /// --train): gemm_norm with norm = "batch" in training mode; refused with its reason in
-    /// eval mode, without a GEMM, and over more than one dim.
+    /// --train): gemm_norm with norm = "batch" in training mode; refused with its reason
+    /// without a GEMM and over more than one dim (in either mode).
     #[test]
     fn a_batch_norm_after_a_gemm_is_gemm_norm_in_training_mode_only() {
         let bn = |training: bool, x: &str, shape: &[i64], stride: &[i64]| {
@@ -2681,13 +2740,14 @@ mod tests {
         ]);
         let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
         assert!(err.iter().any(|u| u.node == "add_"), "{err:?}");
-        // Eval mode (import's default): refused, naming the mode and --train.
-        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.extend([
+        // Eval mode (import's default) of a 3-d input: refused, naming the mode and
+        // --train (of (N, C) values it is a row scale and shift: the next test).
+        let nodes = vec![
+            input("x", &[8, 16, 4], &[64, 4, 1]),
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
-            bn(false, "mm", &[64, 16], &[16, 1]),
-        ]);
+            bn(false, "x", &[8, 16, 4], &[64, 4, 1]),
+        ];
         let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
         assert!(
             err.iter().any(|u| u.node == "bn"
@@ -2721,6 +2781,85 @@ mod tests {
                 .any(|u| u.node == "bn" && u.message.contains("other than (N, C)")),
             "{err:?}"
         );
+    }
+
+    /// An eval-mode BatchNorm1d after a GEMM (import's default mode) is a per-feature
+    /// scale and shift in the GEMM's chain (two row operands folded from its parameters
+    /// and running statistics), and a `(1,)`-shaped parameter is a row of n copies of its
+    /// value (KernelBench level 2's 84 and 97).
+    #[test]
+    fn an_eval_batch_norm_is_a_row_scale_and_shift_and_one_value_a_row() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("w", &[16], &[1]),
+            input("bb", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            input("s", &[1], &[1]),
+            node(
+                "bn",
+                "aten.batch_norm.default",
+                serde_json::json!([
+                    r("mm"),
+                    r("w"),
+                    r("bb"),
+                    r("rm"),
+                    r("rm"),
+                    false,
+                    0.1,
+                    1e-5,
+                    false
+                ]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "mul",
+                "aten.mul.Tensor",
+                serde_json::json!([r("s"), r("bn")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "out",
+                "aten.tanh.default",
+                serde_json::json!([r("mul")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        let steps: Vec<(&str, Option<&str>)> = spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.as_str(), o.operand.as_deref()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("mul", Some("row")),
+                ("add", Some("row")),
+                ("mul", Some("row")),
+                ("tanh", None)
+            ]
+        );
+        assert!(
+            ops.iter().any(|o| o.contains("BatchNorm's scale")),
+            "{ops:?}"
+        );
+        assert!(
+            ops.iter().any(|o| o.contains("BatchNorm's shift")),
+            "{ops:?}"
+        );
+        assert!(
+            ops.iter()
+                .any(|o| o.contains("`s` holds one value: pass it as a row of n copies")),
+            "{ops:?}"
+        );
+        // The spec is valid as written: three row tensors.
+        let text = toml::to_string(&spec).unwrap();
+        let w = crate::spec::Workload::parse("t.toml", &text).unwrap();
+        assert_eq!(w.chain().tensors.len(), 3);
     }
 
     /// KernelBench level 2's 28: a linear layer, InstanceNorm2d of
@@ -3040,8 +3179,13 @@ mod tests {
         };
         let (_, ops) = with_value(serde_json::json!(2.0)).unwrap();
         assert_eq!(ops, ["mm", "min 2", "sub 2"]);
-        let err = with_value(Value::Null).unwrap_err();
-        assert!(err[0].message.contains("p_c"), "{}", err[0]);
+        // Without a known value it is a tensor of one value: a row of n copies.
+        let (spec, ops) = with_value(Value::Null).unwrap();
+        assert_eq!(spec.epilogue[0].operand.as_deref(), Some("row"));
+        assert!(
+            ops[1].contains("`p_c` holds one value: pass it as a row of n copies"),
+            "{ops:?}"
+        );
     }
 
     /// A softmax after a dropout in eval mode is the GEMM's softmax; a biased linear, then

@@ -366,16 +366,7 @@ impl<'g> Mapper<'g> {
             let eps = num_param(n, 3, "eps").or_else(|| dtype.map(DType::epsilon));
             (param(n, 2, "weight"), None, eps)
         };
-        let mut affine = Vec::new();
-        for (v, op) in [(weight, "mul"), (bias, "add")] {
-            if matches!(v.map(arg), Some(Arg::Node(_))) {
-                affine.push(OpSpec {
-                    op: op.into(),
-                    operand: Some("row".into()),
-                    ..OpSpec::default()
-                });
-            }
-        }
+        let affine = row_affine([weight, bias]);
         Some(NormMatch {
             head: n.name.clone(),
             input: x.to_string(),
@@ -410,15 +401,7 @@ impl<'g> Mapper<'g> {
         let channels_are_the_row = !instance && rank(self, x) == 2;
         let mut affine = Vec::new();
         if channels_are_the_row {
-            for (i, key, op) in [(2, "weight", "mul"), (3, "bias", "add")] {
-                if given(n, i, key) {
-                    affine.push(OpSpec {
-                        op: op.into(),
-                        operand: Some("row".into()),
-                        ..OpSpec::default()
-                    });
-                }
-            }
+            affine = row_affine([param(n, 2, "weight"), param(n, 3, "bias")]);
         } else if refusal(n).is_some() {
             return None;
         }
@@ -468,16 +451,7 @@ impl<'g> Mapper<'g> {
         if rank(self, x) != 2 {
             return None;
         }
-        let mut affine = Vec::new();
-        for (i, key, op) in [(1, "weight", "mul"), (2, "bias", "add")] {
-            if given(n, i, key) {
-                affine.push(OpSpec {
-                    op: op.into(),
-                    operand: Some("row".into()),
-                    ..OpSpec::default()
-                });
-            }
-        }
+        let affine = row_affine([param(n, 1, "weight"), param(n, 2, "bias")]);
         Some(NormMatch {
             head: n.name.clone(),
             input: x.to_string(),
@@ -910,6 +884,28 @@ fn unit_views_forward(mp: &Mapper<'_>, name: &str) -> String {
     }
 }
 
+/// Whether `n` is an eval-mode `aten.batch_norm` of (N, C) values: a per-feature affine map
+/// (x * scale + shift, feature j being the last dim's j) that a chain runs as two ops.
+pub(super) fn eval_batch_norm(n: &Node) -> bool {
+    target(n) == "batch_norm"
+        && param(n, 5, "training").and_then(Value::as_bool) == Some(false)
+        && n.val.as_ref().is_some_and(|m| m.shape.len() == 2)
+}
+
+/// A norm's per-feature weight and bias, where given as tensors: `mul` and `add` by a row
+/// operand.
+fn row_affine([weight, bias]: [Option<&Value>; 2]) -> Vec<OpSpec> {
+    [(weight, "mul"), (bias, "add")]
+        .into_iter()
+        .filter(|(v, _)| matches!(v.map(arg), Some(Arg::Node(_))))
+        .map(|(_, op)| OpSpec {
+            op: op.into(),
+            operand: Some("row".into()),
+            ..OpSpec::default()
+        })
+        .collect()
+}
+
 /// Whether argument `i` (keyword `key`) of `n` is given and not None.
 fn given(n: &Node, i: usize, key: &str) -> bool {
     param(n, i, key).is_some_and(|v| !v.is_null())
@@ -934,7 +930,7 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             "batch_norm in training mode of an input other than (N, C) (BatchNorm2d / 3d, or BatchNorm1d of (N, C, L)): each channel is normalized over several dims, which no family computes yet (family gemm_norm normalizes the columns of an (N, C) product: norm = \"batch\")",
         ),
         "batch_norm" => Some(
-            "batch_norm in eval mode (import traces model.eval() unless --train): a per-channel affine map of the running statistics, which import does not map yet; `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems), where a BatchNorm1d after a linear layer normalizes each feature over the batch (family gemm_norm, norm = \"batch\")",
+            "batch_norm in eval mode of an input other than (N, C): a per-channel affine map along a dim that is not the last, which no operand kind indexes (of (N, C) values it is a row scale and shift); `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems)",
         ),
         _ => None,
     }
