@@ -1590,7 +1590,8 @@ static int32_t cs_check(const cs_problem& p, bool check_pointers)
   // gemm_norm BATCH: whole columns (no groups); the partial kernel's grid takes the slices
   // in y and the batch in z, the statistics kernel a warp a column.
   if (norm && p.norm == CS_NORM_BATCH &&
-      (p.norm_groups > 1 || p.batch > 65535 || cs_colnorm_slices(p) > kColMaxSlices || p.batch * p.n > kMaxInt * 8))
+      (p.norm_groups > 1 || p.batch > 65535 || cs_colnorm_slices(p) > kColMaxSlices || p.batch * p.n > kMaxInt * 8 ||
+       p.n > kMaxInt - kColLanes * 4))
     return CS_ERR_UNSUPPORTED;
 
   // A and B: rows that hold the matrix (the TMA GEMM's own conditions are cs_tma_ok's;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::eval::Evaluation;
-use crate::spec::{DType, Family, RooflineClass, Workload};
+use crate::spec::{DType, Family, NormKind, RooflineClass, Workload};
 
 /// (name, built-in text) of every prompt template.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -210,21 +210,31 @@ impl WorkloadFacts {
                         before.describe()
                     ));
                 }
-                s.push_str(&format!(
-                    "; each row of {} (n values, D row-major) split into {} group(s) of n/{} \
-                     adjacent values, y = {} over each group, eps {:e}",
-                    if before.is_identity() { "z" } else { "x" },
-                    pr.groups,
-                    pr.groups,
-                    pr.norm.formula(),
-                    pr.eps
-                ));
+                let x = if before.is_identity() { "z" } else { "x" };
+                if pr.norm == NormKind::Batch {
+                    s.push_str(&format!(
+                        "; each column of {x} (D row-major) normalized over its batch item's m \
+                         rows (BatchNorm's training-mode statistics), y = {}, eps {:e}",
+                        pr.norm.formula(),
+                        pr.eps
+                    ));
+                } else {
+                    s.push_str(&format!(
+                        "; each row of {x} (n values, D row-major) split into {} group(s) of \
+                         n/{} adjacent values, y = {} over each group, eps {:e}",
+                        pr.groups,
+                        pr.groups,
+                        pr.norm.formula(),
+                        pr.eps
+                    ));
+                }
                 if chain.is_identity() {
                     s.push_str("; D = y");
                 } else {
                     s.push_str(&format!(
                         "; D = chain(y): {} (struct cs_chain, its operands from slot kFirst; a \
-                         GroupNorm's per-channel weight and bias are its `mul row` / `add row`)",
+                         norm's per-channel (per-feature) weight and bias are its `mul row` / \
+                         `add row`)",
                         chain.describe()
                     ));
                 }
@@ -518,5 +528,30 @@ mod tests {
         }
         let sys = p.render("system", &ctx).unwrap();
         assert!(sys.contains("```strategy") && sys.contains("/* abi */"));
+    }
+
+    /// gemm_norm's statement names what is normalized: each group of a row, or (a batch
+    /// norm) each column over its rows.
+    #[test]
+    fn a_gemm_norm_states_rows_or_columns() {
+        let gpu = GpuFacts::default();
+        let spec = |norm: &str| {
+            format!(
+                "description = \"g\"\nfamily = \"gemm_norm\"\ndtype = \"bf16\"\n[params]\nnorm = \"{norm}\"\n[[shapes]]\nm = 64\nn = 512\nk = 128\n[[epilogue]]\nop = \"mul\"\noperand = \"row\"\n"
+            )
+        };
+        let w = Workload::parse("g.toml", &spec("batch")).unwrap();
+        let p = WorkloadFacts::new(&w, &gpu).params;
+        assert!(
+            p.contains("each column of z") && p.contains("m rows") && !p.contains("group(s)"),
+            "{p}"
+        );
+        assert!(p.contains("per-feature) weight and bias"), "{p}");
+        let w = Workload::parse("g.toml", &spec("layer")).unwrap();
+        let p = WorkloadFacts::new(&w, &gpu).params;
+        assert!(
+            p.contains("each row of z") && p.contains("1 group(s)"),
+            "{p}"
+        );
     }
 }

@@ -351,7 +351,11 @@ fn passes_values(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
     let t = n.target.as_deref().unwrap_or_default();
     match op_name(t) {
         "clone" | "contiguous" | "alias" | "detach" => true,
-        "dropout" => !n.args.get(2).and_then(Value::as_bool).unwrap_or(false),
+        // Eval mode, or p = 0 (the identity in training mode too).
+        "dropout" => {
+            !n.args.get(2).and_then(Value::as_bool).unwrap_or(false)
+                || n.args.get(1).and_then(Value::as_f64) == Some(0.0)
+        }
         "<built-in function getitem>" => {
             n.args.get(1).and_then(Value::as_i64) == Some(0)
                 && matches!(n.args.first().map(arg), Some(Arg::Node(x))
@@ -494,14 +498,27 @@ impl<'g> Mapper<'g> {
     /// whose values are all that is used).
     fn unused_part(&self, n: &Node) -> bool {
         let unused = !self.used.contains(n.name.as_str());
+        let in_place = |m: &Node| op_name(m.target.as_deref().unwrap_or_default()).ends_with('_');
         // A training-mode module's bookkeeping: an in-place op on one of its buffers that
-        // nothing reads (BatchNorm's `num_batches_tracked += 1`).
+        // nothing reads, where every reader of the buffer is such an op (BatchNorm's
+        // `num_batches_tracked += 1`; a buffer read elsewhere would be read before it).
         let bookkeeping = || {
-            op_name(n.target.as_deref().unwrap_or_default()).ends_with('_')
-                && matches!(n.args.first().map(arg), Some(Arg::Node(x))
-                if self.nodes.get(x).is_some_and(|p| {
-                    p.op == "placeholder" && p.kind.as_deref() == Some("buffer")
-                }))
+            let Some(Arg::Node(x)) = n.args.first().map(arg) else {
+                return false;
+            };
+            let buffer = self
+                .nodes
+                .get(x)
+                .is_some_and(|p| p.op == "placeholder" && p.kind.as_deref() == Some("buffer"));
+            buffer
+                && in_place(n)
+                && self.nodes.values().all(|m| {
+                    !m.args
+                        .iter()
+                        .chain(m.kwargs.values())
+                        .any(|a| matches!(arg(a), Arg::Node(y) if y == x))
+                        || (in_place(m) && !self.used.contains(m.name.as_str()))
+                })
         };
         unused && (n.target.as_deref() == Some("<built-in function getitem>") || bookkeeping())
     }
@@ -1236,6 +1253,25 @@ fn chain_between<'g>(
         if norm::eval_batch_norm(n) {
             if !x_first {
                 mp.problem(n, "the running value is not its first argument");
+                return None;
+            }
+            // Its per-feature vectors must be row operands where the chain runs (a
+            // reduction's [[before]] ops index theirs like A).
+            let stats = match n.args.get(3).map(arg) {
+                Some(Arg::Node(rm)) => classify_operand(mp, n, rm),
+                _ => {
+                    mp.problem(n, "an eval-mode batch_norm without running statistics");
+                    return None;
+                }
+            };
+            if stats != Some("row") {
+                if stats.is_some() {
+                    mp.problem(
+                        n,
+                        "an eval-mode batch_norm whose per-feature vectors do not run along \
+                         the row of the values the chain computes",
+                    );
+                }
                 return None;
             }
             let dt = [1, 3]
@@ -2740,6 +2776,36 @@ mod tests {
         ]);
         let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
         assert!(err.iter().any(|u| u.node == "add_"), "{err:?}");
+        // Nor where the buffer itself is read elsewhere (after the in-place op, the value
+        // would be the changed one): `sc.mul_(3)` then `mm * sc`.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            json_node(
+                "sc",
+                "placeholder",
+                None,
+                Some("buffer"),
+                serde_json::json!([]),
+                &[],
+                &[],
+            ),
+            node(
+                "mul_",
+                "aten.mul_.Tensor",
+                serde_json::json!([r("sc"), 3]),
+                &[],
+                &[],
+            ),
+            node(
+                "out",
+                "aten.mul.Tensor",
+                serde_json::json!([r("mm"), r("sc")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(err.iter().any(|u| u.node == "mul_"), "{err:?}");
         // Eval mode (import's default) of a 3-d input: refused, naming the mode and
         // --train (of (N, C) values it is a row scale and shift: the next test).
         let nodes = vec![
@@ -2860,6 +2926,74 @@ mod tests {
         let text = toml::to_string(&spec).unwrap();
         let w = crate::spec::Workload::parse("t.toml", &text).unwrap();
         assert_eq!(w.chain().tensors.len(), 3);
+        // Before a reduction over dim 0 (the features become A's rows): its vectors do not
+        // run along the reduced row, and the import says so rather than index them as one.
+        let nodes = vec![
+            input("x", &[64, 16], &[16, 1]),
+            input("w", &[16], &[1]),
+            input("bb", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            node(
+                "bn",
+                "aten.batch_norm.default",
+                serde_json::json!([
+                    r("x"),
+                    r("w"),
+                    r("bb"),
+                    r("rm"),
+                    r("rm"),
+                    false,
+                    0.1,
+                    1e-5,
+                    false
+                ]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "s",
+                "aten.sum.dim_IntList",
+                serde_json::json!([r("bn"), [0]]),
+                &[16],
+                &[1],
+            ),
+        ];
+        assert!(map_graph(&graph(nodes, "s"), "t.py").is_err());
+    }
+
+    /// A dropout of p = 0 is the identity in training mode too.
+    #[test]
+    fn a_dropout_of_p_zero_passes_in_training_mode() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            node(
+                "d",
+                "aten.dropout.default",
+                serde_json::json!([r("mm"), 0.0, true]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            node(
+                "out",
+                "aten.relu.default",
+                serde_json::json!([r("d")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        assert_eq!(ops, ["mm", "relu"]);
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(node(
+            "d",
+            "aten.dropout.default",
+            serde_json::json!([r("mm"), 0.1, true]),
+            &[64, 16],
+            &[16, 1],
+        ));
+        let err = map_graph(&graph(nodes, "d"), "t.py").unwrap_err();
+        assert!(err.iter().any(|u| u.message.contains("random")), "{err:?}");
     }
 
     /// KernelBench level 2's 28: a linear layer, InstanceNorm2d of

@@ -632,7 +632,12 @@ impl Validator<'_> {
                     "params.norm",
                     format!(
                         "missing; family {family} needs one; allowed: {}",
-                        NormKind::ALL.map(NormKind::name).join(", ")
+                        NormKind::ALL
+                            .iter()
+                            .filter(|k| family == Family::GemmNorm || **k != NormKind::Batch)
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ))
             }
@@ -641,7 +646,8 @@ impl Validator<'_> {
         if family == Family::Norm && norm == NormKind::Batch {
             return Err(self.err(
                 "params.norm",
-                "batch normalizes each column of a GEMM's product over its rows (family                  gemm_norm); family norm normalizes rows: rms, layer, l2 or l1",
+                "batch normalizes each column of a GEMM's product over its rows (family \
+                 gemm_norm); family norm normalizes rows: rms, layer, l2 or l1",
             ));
         }
         let groups = match (family, p.groups) {

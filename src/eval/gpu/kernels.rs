@@ -898,6 +898,17 @@ impl ColNorm {
         affine: NormAffine,
         (batch, m, n): (usize, usize, usize),
     ) -> Result<ColNorm, CudaFailure> {
+        let slices = m.div_ceil(COL_SLICE_ROWS).max(1);
+        // The partial pass's grid takes the slices in y and the batch in z; its indices are
+        // 32-bit ints within a batch item.
+        if slices > 65535 || batch > 65535 || m > i32::MAX as usize || n > i32::MAX as usize - 32 {
+            return Err(nvrtc_err(
+                "batch norm pass",
+                format!(
+                    "{batch} x {m} x {n} is past its grid (at most 65535 slices of {COL_SLICE_ROWS} rows and 65535 batches)"
+                ),
+            ));
+        }
         let src = col_norm_source(dtype, eps, affine)?;
         let module = nvrtc_module(s, &src, "cutesmith_col_norm.cu")?;
         let load = |name: &str| module.load_function(name).map_err(CudaFailure::from);
@@ -906,7 +917,6 @@ impl ColNorm {
             load("cs_col_stat")?,
             load("cs_col_apply")?,
         );
-        let slices = m.div_ceil(COL_SLICE_ROWS).max(1);
         let bytes = batch * (slices + 1) * n * 8;
         let scratch = s.zeros::<u8>(bytes.max(8))?;
         Ok(ColNorm {
