@@ -2063,6 +2063,34 @@ mod tests {
         serde_json::json!({"node": n})
     }
 
+    /// `bn = aten.batch_norm(x, w, bias, rm, rm, training, 0.1, eps, false)`.
+    fn batch_norm_node(
+        x: &str,
+        bias: Option<&str>,
+        training: bool,
+        eps: f64,
+        shape: &[i64],
+        stride: &[i64],
+    ) -> Value {
+        node(
+            "bn",
+            "aten.batch_norm.default",
+            serde_json::json!([
+                r(x),
+                r("w"),
+                bias.map_or(Value::Null, r),
+                r("rm"),
+                r("rm"),
+                training,
+                0.1,
+                eps,
+                false
+            ]),
+            shape,
+            stride,
+        )
+    }
+
     /// The inputs a (64 x 32) and b (32 x 16) with these strides, and `mm = a @ b`.
     fn mm_nodes(a_stride: &[i64], b_stride: &[i64]) -> Vec<Value> {
         vec![
@@ -2676,23 +2704,7 @@ mod tests {
     #[test]
     fn a_batch_norm_after_a_gemm_is_gemm_norm_in_training_mode_only() {
         let bn = |training: bool, x: &str, shape: &[i64], stride: &[i64]| {
-            node(
-                "bn",
-                "aten.batch_norm.default",
-                serde_json::json!([
-                    r(x),
-                    r("w"),
-                    null,
-                    r("rm"),
-                    r("rm"),
-                    training,
-                    0.1,
-                    1e-3,
-                    false
-                ]),
-                shape,
-                stride,
-            )
+            batch_norm_node(x, None, training, 1e-3, shape, stride)
         };
         // Training mode (import --train) after a GEMM: each feature (column) over the
         // batch's rows, its weight a row operand (no bias given); num_batches_tracked's
@@ -2861,23 +2873,7 @@ mod tests {
             input("bb", &[16], &[1]),
             input("rm", &[16], &[1]),
             input("s", &[1], &[1]),
-            node(
-                "bn",
-                "aten.batch_norm.default",
-                serde_json::json!([
-                    r("mm"),
-                    r("w"),
-                    r("bb"),
-                    r("rm"),
-                    r("rm"),
-                    false,
-                    0.1,
-                    1e-5,
-                    false
-                ]),
-                &[64, 16],
-                &[16, 1],
-            ),
+            batch_norm_node("mm", Some("bb"), false, 1e-5, &[64, 16], &[16, 1]),
             node(
                 "mul",
                 "aten.mul.Tensor",
@@ -2933,23 +2929,7 @@ mod tests {
             input("w", &[16], &[1]),
             input("bb", &[16], &[1]),
             input("rm", &[16], &[1]),
-            node(
-                "bn",
-                "aten.batch_norm.default",
-                serde_json::json!([
-                    r("x"),
-                    r("w"),
-                    r("bb"),
-                    r("rm"),
-                    r("rm"),
-                    false,
-                    0.1,
-                    1e-5,
-                    false
-                ]),
-                &[64, 16],
-                &[16, 1],
-            ),
+            batch_norm_node("x", Some("bb"), false, 1e-5, &[64, 16], &[16, 1]),
             node(
                 "s",
                 "aten.sum.dim_IntList",
