@@ -931,13 +931,19 @@ struct CsNormArgs {
   float eps;
 };
 
-// x at column col of row `row` (batch bz, row r): the product, beta * C, the [[before]] ops.
+// The product z at column col of row r of batch bz, with beta * C added and the [[before]]
+// ops applied.
+__device__ __forceinline__ float cs_prod_in(const CsRowArgs& a, float z, int64_t bz, int64_t r, int col)
+{
+  if (a.beta != 0.0f) z = fmaf(a.beta, cs_to_f32(a.c[bz * a.sc + r * a.ldc + col]), z);
+  if constexpr (!cs_before::kIdentity) z = cs_before_in<cs_before>(a.prob, z, bz, r, col, CS_LAYOUT_ROW);
+  return z;
+}
+
+// x at column col of row `row` (batch bz, row r), read from the workspace.
 __device__ __forceinline__ float cs_prod_x(const CsRowArgs& a, int64_t row, int64_t bz, int64_t r, int col)
 {
-  float x = a.ws[row * a.ldw + col];
-  if (a.beta != 0.0f) x = fmaf(a.beta, cs_to_f32(a.c[bz * a.sc + r * a.ldc + col]), x);
-  if constexpr (!cs_before::kIdentity) x = cs_before_in<cs_before>(a.prob, x, bz, r, col, CS_LAYOUT_ROW);
-  return x;
+  return cs_prod_in(a, a.ws[row * a.ldw + col], bz, r, col);
 }
 
 __device__ __forceinline__ float cs_norm_x(const CsNormArgs& a, int64_t row, int64_t bz, int64_t r, int col)
@@ -1182,10 +1188,7 @@ __device__ __forceinline__ void cs_col_load(const CsRowArgs& a, int64_t row, int
     x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
     if (!live) return;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (a.beta != 0.0f) x[e] = fmaf(a.beta, cs_to_f32(a.c[bz * a.sc + r * a.ldc + col + e]), x[e]);
-      if constexpr (!cs_before::kIdentity) x[e] = cs_before_in<cs_before>(a.prob, x[e], bz, r, col + e, CS_LAYOUT_ROW);
-    }
+    for (int e = 0; e < 4; ++e) x[e] = cs_prod_in(a, x[e], bz, r, col + e);
   } else {
     x[0] = live ? cs_prod_x(a, row, bz, r, col) : 0.0f;
   }

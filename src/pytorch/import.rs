@@ -2052,6 +2052,19 @@ mod tests {
         )
     }
 
+    /// A module buffer (its placeholder's kind is "buffer").
+    fn buffer(name: &str, shape: &[i64], stride: &[i64]) -> Value {
+        json_node(
+            name,
+            "placeholder",
+            None,
+            Some("buffer"),
+            serde_json::json!([]),
+            shape,
+            stride,
+        )
+    }
+
     fn graph(nodes: Vec<Value>, out: &str) -> Graph {
         serde_json::from_value(serde_json::json!({
             "torch": "test", "nodes": nodes, "output": [{"node": out}]
@@ -2061,6 +2074,11 @@ mod tests {
 
     fn r(n: &str) -> Value {
         serde_json::json!({"node": n})
+    }
+
+    /// A node shaped like `mm`'s result (64 x 16, row-major).
+    fn out_node(name: &str, target: &str, args: Value) -> Value {
+        node(name, target, args, &[64, 16], &[16, 1])
     }
 
     /// `bn = aten.batch_norm(x, w, bias, rm, rm, training, 0.1, eps, false)`.
@@ -2713,15 +2731,7 @@ mod tests {
         nodes.extend([
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
-            json_node(
-                "b_bn_num_batches_tracked",
-                "placeholder",
-                None,
-                Some("buffer"),
-                serde_json::json!([]),
-                &[],
-                &[],
-            ),
+            buffer("b_bn_num_batches_tracked", &[], &[]),
             node(
                 "add_",
                 "aten.add_.Tensor",
@@ -2730,13 +2740,7 @@ mod tests {
                 &[],
             ),
             bn(true, "mm", &[64, 16], &[16, 1]),
-            node(
-                "relu",
-                "aten.relu.default",
-                serde_json::json!([r("bn")]),
-                &[64, 16],
-                &[16, 1],
-            ),
+            out_node("relu", "aten.relu.default", serde_json::json!([r("bn")])),
         ]);
         let (spec, ops) = map_graph(&graph(nodes, "relu"), "t.py").unwrap();
         assert_eq!(spec.family, Family::GemmNorm);
@@ -2761,15 +2765,7 @@ mod tests {
         nodes.extend([
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
-            json_node(
-                "buf",
-                "placeholder",
-                None,
-                Some("buffer"),
-                serde_json::json!([]),
-                &[16],
-                &[1],
-            ),
+            buffer("buf", &[16], &[1]),
             node(
                 "add_",
                 "aten.add_.Tensor",
@@ -2778,12 +2774,10 @@ mod tests {
                 &[1],
             ),
             bn(true, "mm", &[64, 16], &[16, 1]),
-            node(
+            out_node(
                 "out",
                 "aten.add.Tensor",
                 serde_json::json!([r("bn"), r("add_")]),
-                &[64, 16],
-                &[16, 1],
             ),
         ]);
         let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
@@ -2792,15 +2786,7 @@ mod tests {
         // would be the changed one): `sc.mul_(3)` then `mm * sc`.
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.extend([
-            json_node(
-                "sc",
-                "placeholder",
-                None,
-                Some("buffer"),
-                serde_json::json!([]),
-                &[],
-                &[],
-            ),
+            buffer("sc", &[], &[]),
             node(
                 "mul_",
                 "aten.mul_.Tensor",
@@ -2808,12 +2794,10 @@ mod tests {
                 &[],
                 &[],
             ),
-            node(
+            out_node(
                 "out",
                 "aten.mul.Tensor",
                 serde_json::json!([r("mm"), r("sc")]),
-                &[64, 16],
-                &[16, 1],
             ),
         ]);
         let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
@@ -2874,20 +2858,12 @@ mod tests {
             input("rm", &[16], &[1]),
             input("s", &[1], &[1]),
             batch_norm_node("mm", Some("bb"), false, 1e-5, &[64, 16], &[16, 1]),
-            node(
+            out_node(
                 "mul",
                 "aten.mul.Tensor",
                 serde_json::json!([r("s"), r("bn")]),
-                &[64, 16],
-                &[16, 1],
             ),
-            node(
-                "out",
-                "aten.tanh.default",
-                serde_json::json!([r("mul")]),
-                &[64, 16],
-                &[16, 1],
-            ),
+            out_node("out", "aten.tanh.default", serde_json::json!([r("mul")])),
         ]);
         let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
         assert_eq!(spec.family, Family::Gemm);
@@ -2946,31 +2922,21 @@ mod tests {
     fn a_dropout_of_p_zero_passes_in_training_mode() {
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.extend([
-            node(
+            out_node(
                 "d",
                 "aten.dropout.default",
                 serde_json::json!([r("mm"), 0.0, true]),
-                &[64, 16],
-                &[16, 1],
             ),
-            node(
-                "out",
-                "aten.relu.default",
-                serde_json::json!([r("d")]),
-                &[64, 16],
-                &[16, 1],
-            ),
+            out_node("out", "aten.relu.default", serde_json::json!([r("d")])),
         ]);
         let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
         assert_eq!(spec.family, Family::Gemm);
         assert_eq!(ops, ["mm", "relu"]);
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.push(node(
+        nodes.push(out_node(
             "d",
             "aten.dropout.default",
             serde_json::json!([r("mm"), 0.1, true]),
-            &[64, 16],
-            &[16, 1],
         ));
         let err = map_graph(&graph(nodes, "d"), "t.py").unwrap_err();
         assert!(err.iter().any(|u| u.message.contains("random")), "{err:?}");

@@ -57,6 +57,15 @@ fn nvrtc_function(
     Ok((module, func))
 }
 
+/// A launch of 256-thread blocks over `grid`, no dynamic shared memory.
+fn blocks_of_256(grid: (u32, u32, u32)) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Element storage and conversions for one dtype, in C++ without CUDA headers (NVRTC
 /// has none by default): bf16 and f16 are 16-bit patterns converted by bit arithmetic and
 /// PTX `cvt`.
@@ -669,6 +678,33 @@ impl NormAffine {
     }
 }
 
+/// A norm pass's weight and bias in C++: their element types and loads, and whether each is
+/// applied (0 or 1).
+struct AffineC {
+    wty: &'static str,
+    wld: &'static str,
+    bty: &'static str,
+    bld: &'static str,
+    has_w: i32,
+    has_b: i32,
+}
+
+impl NormAffine {
+    /// The C++ terms of the weight and bias beside `dtype` values (absent ones take its type).
+    fn c_terms(self, dtype: DType) -> Result<AffineC, CudaFailure> {
+        let (wty, wld, _) = storage(self.weight.unwrap_or(dtype))?;
+        let (bty, bld, _) = storage(self.bias.unwrap_or(dtype))?;
+        Ok(AffineC {
+            wty,
+            wld,
+            bty,
+            bld,
+            has_w: i32::from(self.weight.is_some()),
+            has_b: i32::from(self.bias.is_some()),
+        })
+    }
+}
+
 /// The CUDA C++ of the group norm pass over `dtype` values (`kind` as `cs_norm`: 0 rms,
 /// 1 layer, 2 L2, 3 L1).
 pub fn row_norm_source(
@@ -678,10 +714,14 @@ pub fn row_norm_source(
     affine: NormAffine,
 ) -> Result<String, CudaFailure> {
     let (ty, ld, st) = storage(dtype)?;
-    let (wty, wld, _) = storage(affine.weight.unwrap_or(dtype))?;
-    let (bty, bld, _) = storage(affine.bias.unwrap_or(dtype))?;
-    let has_w = i32::from(affine.weight.is_some());
-    let has_b = i32::from(affine.bias.is_some());
+    let AffineC {
+        wty,
+        wld,
+        bty,
+        bld,
+        has_w,
+        has_b,
+    } = affine.c_terms(dtype)?;
     let mut src = String::from(PRELUDE);
     let _ = write!(
         src,
@@ -771,11 +811,7 @@ impl RowNorm {
         groups: usize,
         (weight, bias): (u64, u64),
     ) -> Result<(), CudaFailure> {
-        let cfg = LaunchConfig {
-            grid_dim: (segments as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks_of_256((segments as u32, 1, 1));
         let (len, groups) = (len as i64, groups as i32);
         let mut b = s.stream.launch_builder(&self.func);
         b.arg(&x)
@@ -814,10 +850,14 @@ const COL_SLICE_ROWS: usize = 128;
 /// write applies).
 pub fn col_norm_source(dtype: DType, eps: f32, affine: NormAffine) -> Result<String, CudaFailure> {
     let (ty, ld, st) = storage(dtype)?;
-    let (wty, wld, _) = storage(affine.weight.unwrap_or(dtype))?;
-    let (bty, bld, _) = storage(affine.bias.unwrap_or(dtype))?;
-    let has_w = i32::from(affine.weight.is_some());
-    let has_b = i32::from(affine.bias.is_some());
+    let AffineC {
+        wty,
+        wld,
+        bty,
+        bld,
+        has_w,
+        has_b,
+    } = affine.c_terms(dtype)?;
     let mut src = String::from(PRELUDE);
     let _ = write!(
         src,
@@ -946,11 +986,7 @@ impl ColNorm {
         let total = (batch * m * n) as i64;
         let mut b = s.stream.launch_builder(&self.part);
         b.arg(&x).arg(&part).arg(&mi).arg(&ni).arg(&si);
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(32) as u32, self.slices as u32, batch as u32),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks_of_256((n.div_ceil(32) as u32, self.slices as u32, batch as u32));
         // SAFETY: x holds batch x m x n values of the pass's type; part has room for
         // batch x slices x n float2 (allocated for these dims); the parameters match.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
@@ -961,11 +997,7 @@ impl ColNorm {
             .arg(&ni)
             .arg(&si)
             .arg(&columns);
-        let cfg = LaunchConfig {
-            grid_dim: ((batch * n).div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks_of_256(((batch * n).div_ceil(256) as u32, 1, 1));
         // SAFETY: part as above, stat has room for batch x n float2 after it.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         let mut b = s.stream.launch_builder(&self.apply);
@@ -977,11 +1009,11 @@ impl ColNorm {
             .arg(&total)
             .arg(&weight)
             .arg(&bias);
-        let cfg = LaunchConfig {
-            grid_dim: ((batch * m * n).div_ceil(256).min(132 * 32) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks_of_256((
+            ((batch * m * n).div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 32),
+            1,
+            1,
+        ));
         // SAFETY: x and y hold batch x m x n values, stat batch x n float2, weight and bias
         // n values of theirs (or are 0 and not read); the parameters match, in order.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
@@ -1082,11 +1114,7 @@ impl Verifier {
         counts: u64,
     ) -> Result<(), CudaFailure> {
         let blocks = (n.div_ceil(256) as u32).clamp(1, s.info.sm_count.max(1) as u32 * 8);
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks_of_256((blocks, 1, 1));
         let n = n as i64;
         let mut b = s.stream.launch_builder(&self.func);
         b.arg(&got)
