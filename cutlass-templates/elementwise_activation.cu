@@ -4,7 +4,7 @@
 //   D (m x n, row-major, ldd) = chain(A (m x n, row-major, lda))     (CS_FAMILY_ACTIVATION)
 //
 // With an epilogue chain in the source (the workload block defines `cs_chain`, see
-// cutesmith_chain.cuh) every element is D[i, j] = cs_chain::apply(A[i, j], t), where the
+// cutesmith_chain.cuh) every element is D[i, j] = cs_chain::apply(A[i, j], t, i, j), where the
 // chain starts with the activation and t[] holds its tensor operands at (i, j): ROW
 // operands (n values, indexed by the column j), COL operands (m values, indexed by the row
 // i) and MATRIX operands (m x n, ld in D's layout). p.activation is not read then: the
@@ -375,7 +375,8 @@ __device__ __forceinline__ void cs_operand_run(const void* ptr, int32_t dtype, i
 template <int OperandDtype>
 struct CsChainOp {
   static constexpr int kOperands = cs_chain::kOperands;
-  static constexpr bool kRowCol = kOperands > 0;
+  // Operands, and index ops (triu, tril), read the element's (row, col).
+  static constexpr bool kRowCol = kOperands > 0 || cs_chain::kPositional;
   static constexpr bool kManyRegs = true;
   static constexpr bool kCopy = false;
   static constexpr bool kLong = true;
@@ -396,7 +397,7 @@ struct CsChainOp {
                                            : int64_t(col) * ld[i] + row;
       t[i] = cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx);
     }
-    return cs_chain::apply(x, t);
+    return cs_chain::apply(x, t, int64_t(row), int64_t(col));
   }
 
   // The operand values of G consecutive elements from (row, col), loaded ahead of the
@@ -496,7 +497,7 @@ struct CsChainOp {
           tk[i] = __uint_as_float(col_op ? p.w[i][0] : p.w[i][k]);
         }
       }
-      f[k] = cs_chain::apply(f[k], tk);
+      f[k] = cs_chain::apply(f[k], tk, int64_t(row), int64_t(col) + k);
     }
   }
 };

@@ -152,8 +152,11 @@ using LayoutC = std::conditional_t<kLayoutCD == CS_LAYOUT_COL,
 static constexpr int kAlign = 4;   // elements per 16-byte access (A, B, C, D)
 
 // Where the chain runs: nowhere, inside CUTLASS's epilogue, or in a pass over D after it.
-static constexpr bool kChainFused = !cs_chain::kIdentity && cs_chain::kOperands == 0;
-static constexpr bool kChainAfter = !cs_chain::kIdentity && cs_chain::kOperands > 0;
+// A chain with an index op (triu, tril) needs each element's position: a pass, like operands.
+static constexpr bool kChainFused =
+    !cs_chain::kIdentity && cs_chain::kOperands == 0 && !cs_chain::kPositional;
+static constexpr bool kChainAfter =
+    !cs_chain::kIdentity && (cs_chain::kOperands > 0 || cs_chain::kPositional);
 
 // ---------------------------------------------------------------------------------------
 // CUTLASS GEMM
@@ -214,7 +217,9 @@ private:
     float const t[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};   // no operands
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < FragmentOutput::kElements; ++i) {
-      z[i] = cs_chain::apply(z[i], t);
+      // Never chosen for a chain with an index op (kChainFused), whose position this
+      // output op does not know.
+      z[i] = cs_chain::apply(z[i], t, 0, 0);
     }
     return z;
   }

@@ -573,9 +573,12 @@ struct Sm90CsChain {
     int64_t m0, n0, l;            // the thread's first element in the kernel's (M, N, L)
     Params const& params;
     float vals[kLoaded > 0 ? kLoaded : 1][kLoaded > 0 ? kVals : 1];
+    int sub_m = 0, sub_n = 0;     // the subtile being visited (an index op reads positions)
 
     // Before a subtile is visited: every loaded operand at every element of it.
     CUTLASS_DEVICE void previsit(int epi_m, int epi_n, int, bool) {
+      sub_m = epi_m;
+      sub_n = epi_n;
       if constexpr (kLoaded > 0) {
         Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
         CUTLASS_PRAGMA_UNROLL
@@ -618,7 +621,16 @@ struct Sm90CsChain {
             t[j] = vals[slot][epi_v * FragmentSize + i];
           }
         }
-        float const v = cs_chain::apply(z[i], t);
+        float v;
+        if constexpr (cs_chain::kPositional) {
+          // An index op (triu, tril): the element's logical (row, col) of D. An element
+          // outside the problem is never stored, so its position needs no clamp.
+          auto const c = tCcD(_, _, _, sub_m, sub_n)(epi_v * FragmentSize + i);
+          int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
+          v = cs_chain::apply(z[i], t, kSwap ? kn : km, kSwap ? km : kn);
+        } else {
+          v = cs_chain::apply(z[i], t);
+        }
         out[i] = ElementOutput(kFp8D ? v * params.scale_out : v);
       }
       return out;

@@ -14,14 +14,21 @@
  *     static constexpr int kDtype0 = CS_DTYPE_BF16;  // kDtype0..kDtype3: cs_dtype (-1: none)
  *     ...
  *     static constexpr bool kIdentity = false;
+ *     static constexpr bool kPositional = false;    // true: an index op (triu, tril)
  *     __host__ __device__ static float apply(float z, const float (&t)[CS_MAX_OPERANDS]);
+ *     __host__ __device__ static float apply(float z, const float (&t)[CS_MAX_OPERANDS],
+ *                                            int64_t row, int64_t col);
  *   };
  *
  * A source without a chain includes this header and gets the identity chain below.
  *
  * `z` is the value entering the chain (GEMM: alpha * acc + beta * C, in fp32; activation:
- * the element of A); `t[i]` is operand i at this element, loaded with cs_operand_load.
- * The result is what D stores (rounded to its type once).
+ * the element of A); `t[i]` is operand i at this element, loaded with cs_operand_load;
+ * (row, col) is the element's position in its m x n matrix of D (within its batch). The
+ * result is what D stores (rounded to its type once). A chain with an index op
+ * (`kPositional`: `triu` / `tril`, which keep the elements on one side of a diagonal and
+ * fill the rest) has only the second form, so a kernel that does not pass the position
+ * fails to compile rather than compute a wrong mask.
  */
 #ifndef CUTESMITH_CHAIN_CUH
 #define CUTESMITH_CHAIN_CUH
@@ -380,7 +387,7 @@ CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, in
   if constexpr (Chain::kOperands > 1) t[1] = cs_chain_operand<Chain, 1>(p, b, row, col);
   if constexpr (Chain::kOperands > 2) t[2] = cs_chain_operand<Chain, 2>(p, b, row, col);
   if constexpr (Chain::kOperands > 3) t[3] = cs_chain_operand<Chain, 3>(p, b, row, col);
-  return Chain::apply(z, t);
+  return Chain::apply(z, t, row, col);
 }
 
 /* V consecutive elements of type DT (cs_dtype known at compile time) from base[idx], as
@@ -564,7 +571,9 @@ struct cs_identity_chain {
   static constexpr int kDtype2 = -1;
   static constexpr int kDtype3 = -1;
   static constexpr bool kIdentity = true;
+  static constexpr bool kPositional = false;
   CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS]) { return z; }
+  CS_HD static float apply(float z, const float (&)[CS_MAX_OPERANDS], int64_t, int64_t) { return z; }
 };
 
 #ifndef CS_CHAIN_DEFINED

@@ -303,9 +303,8 @@ fn classify(target: &str) -> Class {
         "add" | "sub" | "rsub" | "mul" | "div" | "maximum" | "minimum" | "clamp" | "clamp_min"
         | "clamp_max" | "neg" | "abs" | "exp" | "log" | "sqrt" | "rsqrt" | "pow" | "relu"
         | "relu6" | "leaky_relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "selu" | "elu"
-        | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" => {
-            Class::Elementwise
-        }
+        | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
+        | "tril" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
         | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
         | "detach" => Class::View,
@@ -1107,6 +1106,7 @@ fn chain_after<'g>(
         out,
         &|mp: &mut Mapper<'_>, n: &Node, o: &str| tensor_operand(mp, n, o, out_dims),
         false,
+        Some(out_dims),
         out_dtype,
         ops,
     )
@@ -1118,13 +1118,17 @@ type Classify<'c> = dyn Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str>
 
 /// [`chain_after`] with the tensor operands classified by `classify`; with `reuse`, a
 /// tensor read a second time is named again (`matrix0`) instead of becoming a new operand
-/// (a reduction's `[[before]]` ops: a loss's target read twice).
+/// (a reduction's `[[before]]` ops: a loss's target read twice). `dims`: the (batch, m, n)
+/// of the matrices the chain runs over, where its elements have positions there (triu
+/// and tril need them).
+#[allow(clippy::too_many_arguments)]
 fn chain_between<'g>(
     mp: &mut Mapper<'g>,
     start: &str,
     out: &str,
     classify_operand: &Classify<'_>,
     reuse: bool,
+    dims: Option<(i64, i64, i64)>,
     out_dtype: DType,
     ops: &mut Vec<String>,
 ) -> Option<Vec<OpSpec>> {
@@ -1421,6 +1425,9 @@ fn chain_between<'g>(
                 mp.problem(n, "the running value is not its first argument");
                 return None;
             }
+            if matches!(op.as_str(), "triu" | "tril") && !positions_hold(mp, n, &current, dims) {
+                return None;
+            }
             if !unary(mp, n, &op, &mut spec) {
                 return None;
             }
@@ -1461,6 +1468,30 @@ fn describe(s: &OpSpec) -> String {
         t.push_str(&format!(" {o}"));
     }
     t
+}
+
+/// Whether `triu` / `tril` node `n` of the running value `x` keeps one side of the diagonal
+/// of the m x n matrices the chain runs over (`dims`: batch, m, n): x's last two dims must
+/// be those (rows flattened into m, the activation family's, have no diagonal). Else a
+/// problem is recorded.
+fn positions_hold(mp: &mut Mapper<'_>, n: &Node, x: &str, dims: Option<(i64, i64, i64)>) -> bool {
+    let shape = mp.meta(x).map(|m| m.shape.clone()).unwrap_or_default();
+    let fits = match (dims, shape.as_slice()) {
+        (Some((_, m, nn)), [.., r, c]) => *r == m && *c == nn,
+        _ => false,
+    };
+    if !fits {
+        mp.problem(
+            n,
+            format!(
+                "{} of a {shape:?} tensor: it keeps one side of each matrix's diagonal, which \
+                 maps where the chain runs over whole matrices (a GEMM's output, batched or \
+                 not, or a 2-d input), not over flattened rows",
+                op_name(n.target.as_deref().unwrap_or_default())
+            ),
+        );
+    }
+    fits
 }
 
 /// Fills a unary op's spec (activations and their parameters, clamp); false after a
@@ -1521,6 +1552,16 @@ fn unary(mp: &mut Mapper<'_>, n: &Node, op: &str, spec: &mut OpSpec) -> bool {
         "hardtanh" => {
             spec.min = Some(p(1, "min_val").unwrap_or(-1.0));
             spec.max = Some(p(2, "max_val").unwrap_or(1.0));
+        }
+        "triu" | "tril" => {
+            let d = p(1, "diagonal").unwrap_or(0.0);
+            if d.fract() != 0.0 {
+                mp.problem(n, format!("{op} with diagonal {d}: not an integer"));
+                return false;
+            }
+            if d != 0.0 {
+                spec.diagonal = Some(d as i64);
+            }
         }
         "softplus" => {
             spec.beta = Some(p(1, "beta").unwrap_or(1.0));

@@ -118,6 +118,11 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
                 Op::Log => json!({"op": "log"}),
                 Op::Sqrt => json!({"op": "sqrt"}),
                 Op::Pow(p) => json!({"op": "pow", "value": p}),
+                // The fill as a number, or "inf" / "-inf" (JSON has no infinity).
+                Op::Tri { upper, diag, fill } => json!({
+                    "op": "tri", "upper": upper, "diagonal": diag,
+                    "fill": if fill.is_finite() { json!(fill) } else { json!(format!("{fill}")) },
+                }),
             };
             v["save"] = s.save.map_or(Value::Null, |i| json!(i));
             v

@@ -41,9 +41,17 @@ fn operand_value(o: Operand, z: f64, t: &[f64], saved: &[f64; MAX_OPS]) -> f64 {
     }
 }
 
-/// One op in fp64 at x (y: a binary op's operand value; ignored otherwise).
-fn step_value(op: Op, x: f64, y: f64) -> f64 {
+/// One op in fp64 at x (y: a binary op's operand value; ignored otherwise), at element
+/// `(row, col)` of its m x n matrix (read by the index ops only).
+fn step_value(op: Op, x: f64, y: f64, (row, col): (i64, i64)) -> f64 {
     match op {
+        Op::Tri { upper, diag, fill } => {
+            if tri_keeps(upper, diag, row, col) {
+                x
+            } else {
+                fill
+            }
+        }
         Op::Act(a, p0, p1) => a.eval(x, p0, p1),
         Op::Binary(b, _) => b.apply(x, y),
         Op::Clamp(lo, hi) => {
@@ -67,6 +75,37 @@ fn step_value(op: Op, x: f64, y: f64) -> f64 {
 /// functions are within two, and + - * / sqrt within a half). The host and device
 /// references both bound the ops' error with it ([`Chain::eval_with_error`]).
 pub const BEFORE_OP_U: f64 = 8.0 * 5.960_464_477_539_063e-8;
+
+/// Whether `triu` (upper) or `tril` with diagonal `diag` keeps element (row, col):
+/// `col - row >= diag` or `col - row <= diag`, as `torch.triu` / `torch.tril` do.
+pub fn tri_keeps(upper: bool, diag: i64, row: i64, col: i64) -> bool {
+    let d = col - row;
+    if upper {
+        d >= diag
+    } else {
+        d <= diag
+    }
+}
+
+/// The C++ of an index op on `x` at (`row`, `col`) (expressions of a signed 64-bit type),
+/// `lit` writing the fill value in the code's float type.
+pub fn tri_cpp(
+    x: &str,
+    (upper, diag, fill): (bool, i64, f64),
+    row: &str,
+    col: &str,
+    lit: &str,
+) -> String {
+    let cmp = if upper { ">=" } else { "<=" };
+    format!(
+        "(({col}) - ({row}) {cmp} {diag}LL ? {x} : {lit})",
+        lit = if lit.is_empty() {
+            cpp_float(fill)
+        } else {
+            lit.to_string()
+        }
+    )
+}
 
 /// Most tensor operands one chain may read (`CS_MAX_OPERANDS`).
 pub const MAX_TENSORS: usize = 4;
@@ -105,6 +144,9 @@ pub struct OpSpec {
     /// softplus threshold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// triu and tril: the diagonal (`torch.triu(x, diagonal)`; default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagonal: Option<i64>,
     /// Names this op's result, so a later op can read it as `operand`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save: Option<String>,
@@ -247,6 +289,14 @@ pub enum Op {
     Sqrt,
     /// `x^p` for a constant exponent p (`torch.pow(x, p)`, `x ** p`).
     Pow(f64),
+    /// An index op: `triu` (upper) or `tril` of each m x n matrix with its diagonal; the
+    /// elements it does not keep become `fill` (0 as torch.triu / tril write them; -inf for
+    /// a causal mask before a softmax, `masked_fill`).
+    Tri {
+        upper: bool,
+        diag: i64,
+        fill: f64,
+    },
 }
 
 /// One step: an op, and the slot its result is saved in (if any).
@@ -278,7 +328,7 @@ pub struct ChainError {
 pub fn op_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = BinOp::ALL.iter().map(|(n, _)| *n).collect();
     v.extend([
-        "scale", "clamp", "neg", "abs", "exp", "log", "sqrt", "pow", "swish",
+        "scale", "clamp", "neg", "abs", "exp", "log", "sqrt", "pow", "triu", "tril", "swish",
     ]);
     v.extend(Activation::ALL.iter().map(|a| a.name()));
     v
@@ -290,6 +340,12 @@ impl Chain {
         self.steps
             .iter()
             .all(|s| matches!(s.op, Op::Act(Activation::Identity, _, _)))
+    }
+
+    /// Whether an op depends on the element's position (`triu`, `tril`): such a chain is
+    /// evaluated with each element's row and column (`apply(z, t, row, col)`).
+    pub fn positional(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s.op, Op::Tri { .. }))
     }
 
     /// Whether the chain reads a tensor operand (a bias row, a column vector, a
@@ -402,6 +458,7 @@ impl Chain {
                 "beta" => s.beta.is_some(),
                 "min" => s.min.is_some(),
                 "max" => s.max.is_some(),
+                "diagonal" => s.diagonal.is_some(),
                 _ => s.threshold.is_some(),
             };
             let unused = |fields: &[&'static str]| -> Result<(), ChainError> {
@@ -411,6 +468,9 @@ impl Chain {
                 }
             };
             const ACT_PARAMS: [&str; 5] = ["alpha", "beta", "min", "max", "threshold"];
+            if !matches!(name.as_str(), "triu" | "tril") {
+                unused(&["diagonal"])?;
+            }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
                 let operand =
@@ -452,6 +512,21 @@ impl Chain {
                     ));
                 };
                 Op::Pow(finite(p, "value", i)?)
+            } else if name == "triu" || name == "tril" {
+                unused(&ACT_PARAMS)?;
+                unused(&["operand", "dtype"])?;
+                let fill = s.value.unwrap_or(0.0);
+                if fill.is_nan() {
+                    return Err(err(
+                        "value",
+                        format!("op \"{name}\" fills with a number or an infinity, not NaN"),
+                    ));
+                }
+                Op::Tri {
+                    upper: name == "triu",
+                    diag: s.diagonal.unwrap_or(0),
+                    fill,
+                }
             } else {
                 unused(&["value", "operand", "dtype"])?;
                 match (name.as_str(), act) {
@@ -583,8 +658,19 @@ impl Chain {
         Ok(Operand::Tensor(self.add_tensor(kind, dtype, &name)))
     }
 
-    /// The chain in fp64 at input `z` with tensor operand values `t` (one per tensor).
+    /// The chain in fp64 at input `z` with tensor operand values `t` (one per tensor), for
+    /// a chain without index ops ([`Chain::positional`]: see [`Chain::eval_at`]).
     pub fn eval(&self, z: f64, t: &[f64]) -> f64 {
+        debug_assert!(
+            !self.positional(),
+            "an index op needs the element's position"
+        );
+        self.eval_at(z, t, (0, 0))
+    }
+
+    /// The chain in fp64 at input `z` with tensor operand values `t` (one per tensor), at
+    /// element `(row, col)` of its m x n matrix (of its batch).
+    pub fn eval_at(&self, z: f64, t: &[f64], pos: (i64, i64)) -> f64 {
         let mut saved = [0.0f64; MAX_OPS];
         let mut x = z;
         for s in &self.steps {
@@ -592,7 +678,7 @@ impl Chain {
                 Op::Binary(_, o) => operand_value(o, z, t, &saved),
                 _ => 0.0,
             };
-            x = step_value(s.op, x, y);
+            x = step_value(s.op, x, y, pos);
             if let Some(i) = s.save {
                 saved[i] = x;
             }
@@ -606,6 +692,15 @@ impl Chain {
     /// and midpoints of their intervals (a saved value keeps its bound). The bound is 0
     /// where it is not finite (an infinite or NaN value is compared exactly).
     pub fn eval_with_error(&self, z: f64, t: &[f64], unit: f64) -> (f64, f64) {
+        debug_assert!(
+            !self.positional(),
+            "an index op needs the element's position"
+        );
+        self.eval_with_error_at(z, t, unit, (0, 0))
+    }
+
+    /// [`Chain::eval_with_error`] at element `pos` (row, col) of its matrix.
+    pub fn eval_with_error_at(&self, z: f64, t: &[f64], unit: f64, pos: (i64, i64)) -> (f64, f64) {
         // Saved values and their bounds.
         let (mut saved, mut saved_e) = ([0.0f64; MAX_OPS], [0.0f64; MAX_OPS]);
         let (mut x, mut e) = (z, 0.0f64);
@@ -615,11 +710,11 @@ impl Chain {
                 Op::Binary(_, o) => (operand_value(o, z, t, &saved), 0.0),
                 _ => (0.0, 0.0),
             };
-            let v = step_value(s.op, x, y);
+            let v = step_value(s.op, x, y, pos);
             let mut dev = 0.0f64;
             for dx in [-e, -0.5 * e, 0.0, 0.5 * e, e] {
                 for dy in [-ey, 0.0, ey] {
-                    let d = (step_value(s.op, x + dx, y + dy) - v).abs();
+                    let d = (step_value(s.op, x + dx, y + dy, pos) - v).abs();
                     if d.is_finite() {
                         dev = dev.max(d);
                     }
@@ -650,7 +745,13 @@ impl Chain {
             .iter()
             .map(|s| match s.op {
                 Op::Act(a, _, _) => a.flops_per_element(),
-                Op::Binary(..) | Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt => 1.0,
+                Op::Binary(..)
+                | Op::Neg
+                | Op::Abs
+                | Op::Exp
+                | Op::Log
+                | Op::Sqrt
+                | Op::Tri { .. } => 1.0,
                 Op::Clamp(..) | Op::Pow(_) => 2.0,
             })
             .sum()
@@ -748,6 +849,23 @@ impl Chain {
                     format!("pow(x, {})", f(p))
                 }
             }
+            Op::Tri { upper, diag, fill } => {
+                if cpp {
+                    tri_cpp("x", (upper, diag, fill), "row", "col", "")
+                } else {
+                    let name = if upper { "triu" } else { "tril" };
+                    let d = if diag == 0 {
+                        String::new()
+                    } else {
+                        format!(", {diag}")
+                    };
+                    if fill == 0.0 {
+                        format!("{name}(x{d})")
+                    } else {
+                        format!("{name}(x{d}, else {})", num(fill))
+                    }
+                }
+            }
         }
     }
 
@@ -823,12 +941,31 @@ impl Chain {
             "  static constexpr bool kIdentity = {};",
             self.is_identity()
         );
-        s.push_str("  CS_HD static float apply(float z, const float (&t)[CS_MAX_OPERANDS]) {\n");
+        // A chain with an index op (triu, tril) reads each element's row and column of its
+        // m x n matrix, and has only that form: a kernel that cannot pass them does not
+        // compile. Any other chain has both forms.
+        let positional = self.positional();
+        let _ = writeln!(s, "  static constexpr bool kPositional = {positional};");
+        if positional {
+            s.push_str(
+                "  CS_HD static float apply(float z, const float (&t)[CS_MAX_OPERANDS], int64_t row, int64_t col) {\n",
+            );
+        } else {
+            s.push_str(
+                "  CS_HD static float apply(float z, const float (&t)[CS_MAX_OPERANDS]) {\n",
+            );
+        }
         if self.tensors.is_empty() {
             s.push_str("    (void)t;\n");
         }
         self.body_cpp(s);
-        s.push_str("  }\n};\n");
+        s.push_str("  }\n");
+        if !positional {
+            s.push_str(
+                "  CS_HD static float apply(float z, const float (&t)[CS_MAX_OPERANDS], int64_t, int64_t) {\n    return apply(z, t);\n  }\n",
+            );
+        }
+        s.push_str("};\n");
     }
 
     /// The body of a functor's `apply`: `x` from `z` through every step, then returned.
@@ -1646,6 +1783,82 @@ mod tests {
         }]);
         assert!(c.eval(f64::NAN, &[]).is_nan());
         assert_eq!(c.eval(f64::NEG_INFINITY, &[]), 0.0);
+    }
+
+    /// triu and tril keep one side of the diagonal (torch's convention: col - row >= d,
+    /// <= d) and fill the rest, with 0 or -inf; the C++ has only the positional form; the
+    /// fields name their errors.
+    #[test]
+    fn triu_and_tril_keep_one_side_of_the_diagonal() {
+        let tri = |op: &str, diagonal: Option<i64>, value: Option<f64>| OpSpec {
+            op: op.into(),
+            diagonal,
+            value,
+            ..Default::default()
+        };
+        let mut c = Chain::default();
+        c.extend_from_spec(&[spec("relu"), tri("triu", Some(1), None)], DType::F32)
+            .unwrap();
+        assert!(c.positional());
+        // Row 2: columns 3 and on are kept (col - row >= 1), the rest are 0.
+        assert_eq!(c.eval_at(5.0, &[], (2, 3)), 5.0);
+        assert_eq!(c.eval_at(5.0, &[], (2, 2)), 0.0);
+        assert_eq!(c.eval_at(-5.0, &[], (0, 9)), 0.0, "relu first");
+        // A causal mask: tril, the rest -inf; a NaN kept where kept, replaced where not.
+        let scale = OpSpec {
+            value: Some(0.125),
+            ..spec("scale")
+        };
+        let mut m = Chain::default();
+        m.extend_from_spec(
+            &[scale, tri("tril", None, Some(f64::NEG_INFINITY))],
+            DType::BF16,
+        )
+        .unwrap();
+        assert_eq!(m.eval_at(8.0, &[], (3, 3)), 1.0);
+        assert_eq!(m.eval_at(8.0, &[], (3, 4)), f64::NEG_INFINITY);
+        assert!(m.eval_at(f64::NAN, &[], (3, 0)).is_nan());
+        assert_eq!(m.eval_at(f64::NAN, &[], (0, 3)), f64::NEG_INFINITY);
+        assert_eq!(m.describe(), "z -> x * 0.125 -> tril(x, else -inf)");
+        assert!(c.describe().ends_with("triu(x, 1)"), "{}", c.describe());
+        // The functor: only the positional apply, the mask on 64-bit positions.
+        let cpp = m.cpp();
+        assert!(cpp.contains("kPositional = true"), "{cpp}");
+        assert!(cpp.contains("int64_t row, int64_t col) {"), "{cpp}");
+        assert!(
+            cpp.contains("((col) - (row) <= 0LL ? x : -INFINITY)"),
+            "{cpp}"
+        );
+        assert_eq!(cpp.matches("static float apply(").count(), 1, "{cpp}");
+        // A chain without index ops has both forms.
+        let mut plain = Chain::default();
+        plain.extend_from_spec(&[spec("relu")], DType::F32).unwrap();
+        let cpp = plain.cpp();
+        assert!(!plain.positional() && cpp.contains("kPositional = false"));
+        assert_eq!(cpp.matches("static float apply(").count(), 2, "{cpp}");
+        // The error bound of an element the mask fills is 0, even with -inf; a kept one's
+        // is the kept value's.
+        assert_eq!(m.eval_with_error_at(8.0, &[], 1e-7, (0, 5)).1, 0.0);
+        assert!(m.eval_with_error_at(8.0, &[], 1e-7, (5, 0)).1 > 0.0);
+        // Errors name the field.
+        let bad = |o: OpSpec| {
+            let mut c = Chain::default();
+            c.extend_from_spec(&[o], DType::F32).unwrap_err()
+        };
+        let e = bad(tri("triu", None, Some(f64::NAN)));
+        assert_eq!((e.index, e.field), (Some(0), "value"));
+        let e = bad(OpSpec {
+            operand: Some("row".into()),
+            ..tri("tril", None, None)
+        });
+        assert_eq!(e.field, "operand");
+        let e = bad(OpSpec {
+            diagonal: Some(1),
+            ..spec("relu")
+        });
+        assert_eq!(e.field, "diagonal");
+        assert!(e.message.contains("not used"), "{}", e.message);
+        assert!(op_names().contains(&"triu") && op_names().contains(&"tril"));
     }
 
     #[test]

@@ -237,6 +237,22 @@ impl Validator<'_> {
             _ => {}
         }
         self.extend_chain(&mut chain, "epilogue", specs, out_dtype)?;
+        // An index op (triu, tril) keeps one side of each m x n matrix's diagonal: for the
+        // families whose chain runs on a whole matrix's elements at their positions.
+        if chain.positional()
+            && !matches!(
+                family,
+                Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::Activation
+            )
+        {
+            return Err(self.err(
+                "epilogue",
+                format!(
+                    "triu and tril are taken by families gemm, gemm_bias_act, gemm_softmax \
+                     (before the softmax) and activation, not {family}"
+                ),
+            ));
+        }
         // gemm_reduce's chain runs on the m x n product before the reduction: a row (a
         // bias) or a column operand, not a matrix (the workload's tensors are D-shaped).
         if family == Family::GemmReduce {
@@ -283,7 +299,21 @@ impl Validator<'_> {
             .map_err(|e| match e.index {
                 Some(i) => self.err(format!("{table}[{i}].{}", e.field), e.message),
                 None => self.err(table, e.message),
-            })
+            })?;
+        // [[before]] and [[after]] ops run on values that have no place in D's matrix.
+        if table != "epilogue" {
+            if let Some(i) = specs
+                .iter()
+                .position(|s| matches!(s.op.trim().to_ascii_lowercase().as_str(), "triu" | "tril"))
+            {
+                return Err(self.err(
+                    format!("{table}[{i}].op"),
+                    "triu and tril are [[epilogue]] ops (of gemm, gemm_bias_act, gemm_softmax \
+                     and activation)",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// gemm_reduce's `[[after]]` ops: on each reduced value, reading no tensor.

@@ -214,6 +214,10 @@ fn op_fp64(op: &Op, y: &str) -> String {
         // kernel's functor writes them: pow's general path is ~100 instructions, and the
         // device references evaluate it billions of times.
         Op::Pow(p) => crate::spec::chain::pow_cpp("x", *p, ""),
+        // The element's logical position (`csd_chain`'s lr, lc).
+        Op::Tri { upper, diag, fill } => {
+            crate::spec::chain::tri_cpp("x", (*upper, *diag, *fill), "lr", "lc", &lit(*fill))
+        }
     }
 }
 
@@ -262,10 +266,11 @@ fn before_fp64(chain: &Chain) -> String {
     s
 }
 
-/// The chain in fp64 C++: `csd_chain(z, t)`.
+/// The chain in fp64 C++: `csd_chain(z, t, lr, lc)`, at the element's logical row and
+/// column (read by the index ops).
 fn chain_fp64(chain: &Chain) -> String {
     let mut s = String::from(
-        "__device__ double csd_chain(double z, const double* t) {\n  (void)t;\n  double x = z;\n",
+        "__device__ double csd_chain(double z, const double* t, long long lr, long long lc) {\n  (void)t; (void)lr; (void)lc;\n  double x = z;\n",
     );
     let saved = chain.saved.len().max(1);
     let _ = writeln!(s, "  double sv[{saved}]; (void)sv;");
@@ -289,7 +294,7 @@ fn chain_fp64(chain: &Chain) -> String {
     // The chain at x0 and how far it moves when x0 is off by up to e (the host's
     // `chain_with_slack`: the ends and midpoints of the interval).
     s.push_str(
-        "__device__ double csd_chain_slack(double x0, double e, const double* t, double* dev) {\n  const double w = csd_chain(x0, t);\n  const double ds[4] = {-e, -0.5 * e, 0.5 * e, e};\n  *dev = 0.0;\n  for (int q = 0; q < 4; ++q) *dev = fmax(*dev, fabs(csd_chain(x0 + ds[q], t) - w));\n  return w;\n}\n",
+        "__device__ double csd_chain_slack(double x0, double e, const double* t, double* dev, long long lr, long long lc) {\n  const double w = csd_chain(x0, t, lr, lc);\n  const double ds[4] = {-e, -0.5 * e, 0.5 * e, e};\n  *dev = 0.0;\n  for (int q = 0; q < 4; ++q) *dev = fmax(*dev, fabs(csd_chain(x0 + ds[q], t, lr, lc) - w));\n  return w;\n}\n",
     );
     s
 }
@@ -365,7 +370,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         tload.as_str()
     };
     let reference = match &spec.reference {
-        Reference::Chain => format!("  *want = csd_chain({in_ld}((const void*)a.r[0], i), t); *slack = 0.0;\n"),
+        Reference::Chain => format!("  *want = csd_chain({in_ld}((const void*)a.r[0], i), t, lr, lc); *slack = 0.0;\n"),
         Reference::Softmax { log } => format!(
             "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = {};\n  *slack = 0.0;\n",
             if *log {
@@ -375,7 +380,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
             }
         ),
         Reference::Gemm => format!(
-            "{}  *want = csd_chain_slack(acc + cc, e, t, slack);\n",
+            "{}  *want = csd_chain_slack(acc + cc, e, t, slack, lr, lc);\n",
             gemm_z(0, 1, true, spec.out)
         ),
         Reference::Glu { gate } => format!(
@@ -387,11 +392,11 @@ pub fn check_source(spec: &CheckSpec) -> String {
             p1 = lit(gate.default_params().1),
         ),
         Reference::Norm { .. } => format!(
-            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t);\n  *slack = 0.0;\n"
+            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t, lr, lc);\n  *slack = 0.0;\n"
         ),
-        Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
+        Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack, lr, 0);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
         Reference::Scan { kind, reverse, exclusive } => format!(
-            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 2 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    const long long jc = {rev} ? C - 1 - qq : qq;\n    const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? jc * a.cols + lr : lr * a.cols + jc));\n    if ({prod}) v *= x; else v += x;\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? (terms + 1.0) * a.ebound / 2.0 * fabs(v) : a.ebound * ab;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack);\n  if (isnan(*slack)) *slack = 0.0;\n",
+            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 2 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    const long long jc = {rev} ? C - 1 - qq : qq;\n    const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? jc * a.cols + lr : lr * a.cols + jc));\n    if ({prod}) v *= x; else v += x;\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? (terms + 1.0) * a.ebound / 2.0 * fabs(v) : a.ebound * ab;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack, lr, lc);\n  if (isnan(*slack)) *slack = 0.0;\n",
             rev = if *reverse { "true" } else { "false" },
             incl = if *exclusive { 0 } else { 1 },
             prod = if *kind == ScanKind::Prod { "true" } else { "false" },
@@ -429,7 +434,7 @@ __device__ double cs_gemm_x(const CheckArgs& a, long long i, long long b, long l
 {{
   (void)b; (void)lr; (void)lc;
   double t[4] = {{0.0, 0.0, 0.0, 0.0}};
-{tload}{gemm}  return csd_chain_slack(acc + cc, e, t, ex);
+{tload}{gemm}  return csd_chain_slack(acc + cc, e, t, ex, lr, lc);
 }}
 "#,
         gemm = gemm_z(0, 1, true, spec.out)

@@ -300,10 +300,11 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
     for (j, step) in chain.steps.iter().enumerate() {
         let sec = match &step.op {
             Op::Binary(_, o) => second(chain, o, ty, dtype),
-            _ => Second {
+            // An index op reads each element's row and column.
+            op => Second {
                 expr: String::new(),
                 vector: None,
-                index: false,
+                index: matches!(op, Op::Tri { .. }),
             },
         };
         let expr = step_expr(&step.op, &sec.expr);
@@ -390,6 +391,9 @@ fn step_expr(op: &Op, operand: &str) -> String {
         Op::Log => "logf(xv)".into(),
         Op::Sqrt => "sqrtf(xv)".into(),
         Op::Pow(p) => crate::spec::chain::pow_cpp("xv", *p, "f"),
+        Op::Tri { upper, diag, fill } => {
+            crate::spec::chain::tri_cpp("xv", (*upper, *diag, *fill), "row", "col", "")
+        }
     }
 }
 

@@ -247,7 +247,8 @@ impl Ctx<'_> {
         let raw = dev.checker.dots(self.s, &r.args, picks, &ops)?;
         Ok(raw
             .into_iter()
-            .map(|o| Sample {
+            .zip(picks)
+            .map(|(o, &(_, i, j))| Sample {
                 dot: o[0],
                 sum_abs: o[1],
                 dot2: o[2],
@@ -256,6 +257,7 @@ impl Ctx<'_> {
                 got: o[5],
                 t: [o[6], o[7], o[8], o[9]],
                 library: o[10],
+                pos: (i as i64, j as i64),
             })
             .collect())
     }

@@ -534,7 +534,7 @@ impl Ctx<'_> {
                         for (slot, tt) in t.iter_mut().zip(tensors) {
                             *slot = tt.at(Layout::Row, b, r, c);
                         }
-                        chain.eval(x[i].to_f64(), &t)
+                        chain.eval_at(x[i].to_f64(), &t, (r as i64, c as i64))
                     });
                 }
             }
@@ -603,7 +603,7 @@ impl Ctx<'_> {
                         *slot = tt.at(lay.c, b, r, c);
                     }
                     let (v, ev) = z_at(i, &z, &s);
-                    chain_with_slack(chain, v, ev, &t)
+                    chain_with_slack_at(chain, v, ev, &t, (r as i64, c as i64))
                 });
                 let (x, e): (Vec<f64>, Vec<f64>) = xe.into_iter().unzip();
                 let batches = p.out_len / plane.max(1);
@@ -761,7 +761,7 @@ impl Ctx<'_> {
                         *slot = tt.at(lay_c, b, r, c);
                     }
                     let (x, e) = z_at(i, &z, &s);
-                    chain_with_slack(chain, x, e, &t)
+                    chain_with_slack_at(chain, x, e, &t, (r as i64, c as i64))
                 });
                 for (i, (a, b)) in pairs.into_iter().enumerate() {
                     want[i] = a;
@@ -868,6 +868,7 @@ impl Ctx<'_> {
                     c: p.host_c.get(d_idx).map_or(0.0, |x| x.to_f64()),
                     got: got.get(d_idx).map_or(f64::NAN, |x| x.to_f64()),
                     t,
+                    pos: (i as i64, j as i64),
                     // The product is dense in D's storage order.
                     library: library
                         .get(
@@ -932,12 +933,19 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
                 (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2)
             }
             _ => {
-                let t = &s.t;
-                let want = chain.eval(z0, t);
+                let (t, at) = (&s.t, s.pos);
+                let want = chain.eval_at(z0, t, at);
                 let h = 1e-6 * z0.abs().max(1.0);
-                let slope = ((chain.eval(z0 + h, t) - chain.eval(z0 - h, t)) / (2.0 * h))
-                    .abs()
-                    .max(1e-6);
+                // 0 where the chain is constant (an element an index op fills, even with
+                // an infinity), then floored.
+                let moved = chain.eval_at(z0 + h, t, at) - chain.eval_at(z0 - h, t, at);
+                let slope = (if moved.is_nan() {
+                    0.0
+                } else {
+                    moved / (2.0 * h)
+                })
+                .abs()
+                .max(1e-6);
                 (want, slope, s.sum_abs)
             }
         };
@@ -955,7 +963,14 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         let denom =
             (slope * (scale.abs() * abs + (f64::from(params.beta) * c).abs()) * out_scale.abs())
                 + 1e-30;
-        let e = if got.is_finite() {
+        let e = if want.is_infinite() {
+            // An infinity (a -inf fill) is matched exactly.
+            if got == want {
+                0.0
+            } else {
+                f64::MAX
+            }
+        } else if got.is_finite() {
             ((got - want).abs() - 1.01 * u_out * want.abs() - eval_allowance * out_scale.abs())
                 .max(0.0)
                 / denom
@@ -966,15 +981,21 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         if e > bound {
             failed += 1;
         }
-        if with_library {
+        // An exactly matched infinity (a -inf fill) has no error to compare or rank.
+        let matched_infinity = want.is_infinite() && got == want;
+        if with_library && !matched_infinity {
             let lib_z = scale * s.library + f64::from(params.beta) * c;
             // Rounded to the output's fp32 as the kernel's result is.
-            let lib = f64::from((chain.eval(lib_z, &s.t) * out_scale) as f32);
+            let lib = f64::from((chain.eval_at(lib_z, &s.t, s.pos) * out_scale) as f32);
             abs_errors.push(((got - want).abs(), (lib - want).abs()));
         }
         max_e = max_e.max(e);
         normalized.push(e);
-        errors.push(((got - want).abs() / denom).min(1.0));
+        errors.push(if matched_infinity {
+            0.0
+        } else {
+            ((got - want).abs() / denom).min(1.0)
+        });
     }
     normalized.sort_by(f64::total_cmp);
     let accuracy = (!abs_errors.is_empty()).then(|| {
@@ -1059,6 +1080,9 @@ pub(super) struct Sample {
     /// The vendor library's fp32 product A B there (unscaled; NaN when not computed).
     #[serde(with = "crate::spec::float_serde")]
     pub library: f64,
+    /// The entry's (row, col) in its m x n matrix of D (read by the chain's index ops).
+    #[serde(default)]
+    pub pos: (i64, i64),
 }
 
 /// Errors at rounding level (the median sampled entry off by less than 1e-3 of its
@@ -1141,10 +1165,23 @@ pub(super) fn reference_bound(sum_abs: f64, k: u64, u: f64, summation: Summation
 /// largest change over `x - e, x - e/2, x + e/2, x + e` (the chain's ops are monotone or
 /// smooth at this scale, so the ends and midpoints bound it).
 pub(super) fn chain_with_slack(chain: &Chain, x: f64, e: f64, t: &[f64]) -> (f64, f64) {
-    let want = chain.eval(x, t);
+    chain_with_slack_at(chain, x, e, t, (0, 0))
+}
+
+/// [`chain_with_slack`] at element `pos` (row, col) of its matrix, for a chain with index
+/// ops; an element they fill (with an infinity too) does not move.
+pub(super) fn chain_with_slack_at(
+    chain: &Chain,
+    x: f64,
+    e: f64,
+    t: &[f64],
+    pos: (i64, i64),
+) -> (f64, f64) {
+    let want = chain.eval_at(x, t, pos);
     let mut dev: f64 = 0.0;
     for d in [-e, -0.5 * e, 0.5 * e, e] {
-        dev = dev.max((chain.eval(x + d, t) - want).abs());
+        // f64::max passes over the NaN of inf - inf.
+        dev = dev.max((chain.eval_at(x + d, t, pos) - want).abs());
     }
     (want, dev)
 }
@@ -1582,6 +1619,7 @@ mod tests {
             got,
             t: [bias, 0.0, 0.0, 0.0],
             library: f64::NAN,
+            pos: (0, 0),
         };
         let bias = 0.25;
         // At GELU's minimum (x = -0.7518) the fp32 GELU is off by a few ulps of its input.

@@ -458,7 +458,7 @@ pub(super) fn map_reduce(
             b
         }
         None if a != rm.input => {
-            super::chain_between(mp, &a, &rm.input, &classify, true, dtype, ops)?
+            super::chain_between(mp, &a, &rm.input, &classify, true, None, dtype, ops)?
         }
         None => before,
     };
@@ -552,8 +552,17 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
         let rows = rows_over(mp, head, &x, dims, "reduce");
         let fits = rows.is_some_and(|r| {
             let classify = like_a(&r);
-            super::chain_between(mp, &x, reduced, &classify, true, r.dtype, &mut Vec::new())
-                .is_some()
+            super::chain_between(
+                mp,
+                &x,
+                reduced,
+                &classify,
+                true,
+                None,
+                r.dtype,
+                &mut Vec::new(),
+            )
+            .is_some()
         });
         let reasons = mp.problems.split_off(kept);
         if fits {

@@ -268,6 +268,11 @@ def chain(w, z, tensors):
             x = torch.sqrt(x)
         elif op == "pow":
             x = torch.pow(x, step["value"])
+        elif op == "tri":
+            # Keep one side of each matrix's diagonal (the last two dims), fill the rest.
+            keep = torch.ones(x.shape[-2:], dtype=torch.bool, device=x.device)
+            keep = keep.triu(step["diagonal"]) if step["upper"] else keep.tril(step["diagonal"])
+            x = torch.where(keep, x, torch.full_like(x, float(step["fill"])))
         if step.get("save") is not None:
             saved[step["save"]] = x
     return x
@@ -341,7 +346,7 @@ def reference(w, inputs, exact=False, with_slack=False):
             e = e.to(dt)
             dev = torch.zeros_like(want)
             for d in (-1.0, -0.5, 0.5, 1.0):
-                dev = torch.maximum(dev, (chain(w, y + d * e, tensors) - want).abs())
+                dev = torch.maximum(dev, _moved(chain(w, y + d * e, tensors), want))
             return _ret(want, dev.nan_to_num(0.0), with_slack)
         return _ret(chain(w, x.to(dt), tensors), None, with_slack)
     a, b = cast(parts["a"]), cast(parts["b"])
@@ -376,7 +381,7 @@ def reference(w, inputs, exact=False, with_slack=False):
             return _ret(want, None, with_slack)
         ex = torch.zeros_like(x)
         for d in (-1.0, -0.5, 0.5, 1.0):
-            ex = torch.maximum(ex, (chain(w, z + d * e, tensors) - x).abs())
+            ex = torch.maximum(ex, _moved(chain(w, z + d * e, tensors), x))
         emax = ex.amax(-1, keepdim=True)
         dev = 2 * emax if p["log_softmax"] else 2 * emax * want
         return _ret(want, dev, with_slack)
@@ -385,8 +390,15 @@ def reference(w, inputs, exact=False, with_slack=False):
         return _ret(want, None, with_slack)
     dev = torch.zeros_like(want)
     for d in (-1.0, -0.5, 0.5, 1.0):
-        dev = torch.maximum(dev, (chain(w, z + d * e, tensors) - want).abs())
+        dev = torch.maximum(dev, _moved(chain(w, z + d * e, tensors), want))
     return _ret(want, dev, with_slack)
+
+
+def _moved(v, want):
+    """How far v is from want; 0 where both are the same infinity (an element a triu or
+    tril filled with -inf moves nowhere)."""
+    d = (v - want).abs()
+    return torch.where(d.isnan(), torch.zeros_like(d), d)
 
 
 def _ret(want, dev, with_slack):
