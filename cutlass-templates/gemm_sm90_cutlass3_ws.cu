@@ -621,16 +621,16 @@ struct Sm90CsChain {
             t[j] = vals[slot][epi_v * FragmentSize + i];
           }
         }
-        float v;
+        int64_t row = 0, col = 0;
         if constexpr (cs_chain::kPositional) {
           // An index op (triu, tril): the element's logical (row, col) of D. An element
           // outside the problem is never stored, so its position needs no clamp.
           auto const c = tCcD(_, _, _, sub_m, sub_n)(epi_v * FragmentSize + i);
           int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
-          v = cs_chain::apply(z[i], t, kSwap ? kn : km, kSwap ? km : kn);
-        } else {
-          v = cs_chain::apply(z[i], t);
+          row = kSwap ? kn : km;
+          col = kSwap ? km : kn;
         }
+        float const v = cs_chain::apply(z[i], t, row, col);
         out[i] = ElementOutput(kFp8D ? v * params.scale_out : v);
       }
       return out;

@@ -670,6 +670,67 @@ k = 4096
     /// gemm_norm: a GEMM's shape; a norm (required) of each row or of `groups` groups of
     /// adjacent values (dividing every shape's n); [[before]] ops on the product, their
     /// tensors indexed like D in D's type in the first slots; the epilogue after the norm.
+    /// triu and tril parse with their diagonal and fill (TOML's -inf) for the families
+    /// whose chain runs over whole matrices, and are refused, naming the table, elsewhere.
+    #[test]
+    fn index_ops_are_taken_where_elements_have_positions() {
+        let gemm = "description = \"t\"\nfamily = \"gemm_softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 64\nn = 64\nk = 32\nbatch = 2\n[[epilogue]]\nop = \"scale\"\nvalue = 0.125\n[[epilogue]]\nop = \"tril\"\nvalue = -inf\n";
+        let w = parse("t", gemm).unwrap();
+        assert!(w.chain().positional());
+        assert_eq!(
+            w.chain().steps[1].op,
+            chain::Op::Tri {
+                upper: false,
+                diag: 0,
+                fill: f64::NEG_INFINITY
+            }
+        );
+        for family in ["gemm", "gemm_bias_act"] {
+            let text = gemm.replace("gemm_softmax", family).replace(
+                "[[shapes]]",
+                if family == "gemm" {
+                    "[[shapes]]"
+                } else {
+                    "[params]\nactivation = \"relu\"\n[[shapes]]"
+                },
+            );
+            assert!(parse("t", &text).unwrap().chain().positional(), "{family}");
+        }
+        let act = "description = \"t\"\nfamily = \"activation\"\ndtype = \"f32\"\n[[shapes]]\nm = 8\nn = 8\n[[epilogue]]\nop = \"triu\"\ndiagonal = -1\n";
+        assert!(parse("t", act).unwrap().chain().positional());
+        // Elsewhere: the family named, or the table.
+        for (family, params) in [
+            ("norm", "norm = \"rms\""),
+            ("scan", "scan = \"sum\""),
+            ("gemm_norm", "norm = \"layer\""),
+        ] {
+            let text = act.replace("activation", family).replace(
+                "[[shapes]]\nm = 8\nn = 8\n",
+                &format!("[params]\n{params}\n[[shapes]]\nm = 8\nn = 8\nk = 8\n"),
+            );
+            let text = if family == "gemm_norm" {
+                text
+            } else {
+                text.replace("k = 8\n", "")
+            };
+            let e = err("t", &text);
+            assert!(
+                e.contains("epilogue") && e.contains("triu and tril"),
+                "{family}: {e}"
+            );
+        }
+        let e = err(
+            "t",
+            "description = \"t\"\nfamily = \"reduce\"\ndtype = \"f32\"\n[params]\nreduce = \"sum\"\n[[shapes]]\nm = 8\nk = 8\n[[before]]\nop = \"abs\"\n[[before]]\nop = \"tril\"\n",
+        );
+        assert!(
+            e.contains("before[1].op") && e.contains("[[epilogue]] ops"),
+            "{e}"
+        );
+        let e = err("t", &act.replace("diagonal = -1", "diagonal = 1.5"));
+        assert!(e.contains("diagonal"), "{e}");
+    }
+
     #[test]
     fn gemm_norm_specs_take_groups_and_ops_on_both_sides() {
         const GN: &str = "description = \"g\"\nfamily = \"gemm_norm\"\ndtype = \"bf16\"\n";

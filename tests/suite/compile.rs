@@ -328,6 +328,20 @@ fn every_template_instance_compiles_in_each_layout() {
         ("gemm_groupnorm_bf16_small", "gemm_softmax"),
         // and the column path of a batch norm.
         ("gemm_batchnorm_bf16_small", "gemm_softmax"),
+        // Index ops (triu, tril: the positional cs_chain::apply): a causal mask before a
+        // batched softmax, an elementwise triu, KernelBench level 1's 14 (3xF16, the
+        // visitor node) and 15 (the Ampere 3xTF32 template's pass over D), the swapped
+        // visitor node and the split-K template of a skinny GEMM, the raw CuTe GEMM.
+        ("gemm_causal_softmax_bf16", "gemm_softmax"),
+        ("act_triu_relu_f32", "elementwise_activation"),
+        (
+            "kb1_14_matmul_upper_triangular_f32",
+            "gemm_sm90_cutlass3_ws",
+        ),
+        ("kb1_15_matmul_lower_triangular_f32", "gemm_f32_3xtf32"),
+        ("gemm_triu_bf16_skinny_small", "gemm_sm90_cutlass3_ws"),
+        ("gemm_triu_bf16_skinny_small", "gemm_skinny_splitk"),
+        ("gemm_tril_bf16_small", "gemm_sm90_tma_wgmma"),
         (
             "kb2_28_bmm_instancenorm_sum_residualadd_multiply_f32",
             "gemm_softmax",

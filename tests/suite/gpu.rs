@@ -313,6 +313,13 @@ fn every_template_validates_on_its_workloads() {
         // slice); f32 with a C term over 33 slices of rows and a ragged last one.
         "gemm_batchnorm_bf16_small",
         "gemm_batchnorm_f32_small",
+        // Index ops: a causal mask (-inf) before a batched softmax, ragged; tril then a
+        // bias (A and B row-major, the raw CuTe GEMM too); triu filled with -1 on the
+        // swapped (D^T) visitor node; an elementwise triu.
+        "gemm_causal_softmax_bf16",
+        "gemm_tril_bf16_small",
+        "gemm_triu_bf16_skinny_small",
+        "act_triu_relu_f32",
     ];
     let mut cases = Vec::new();
     for name in names {
