@@ -2958,6 +2958,51 @@ mod tests {
         assert!(map_graph(&graph(nodes, "s"), "t.py").is_err());
     }
 
+    /// `triu` / `tril` of a GEMM's result become index ops with their diagonal (KernelBench
+    /// level 1's 14 and 15); of a 2-d input, an activation chain; of a 3-d input, whose
+    /// rows the activation family flattens, they are refused with the reason.
+    #[test]
+    fn triu_and_tril_map_to_index_ops_where_matrices_are_whole() {
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            out_node("u", "aten.triu.default", serde_json::json!([r("mm"), 1])),
+            out_node("out", "aten.relu.default", serde_json::json!([r("u")])),
+        ]);
+        let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        assert_eq!(ops, ["mm", "triu", "relu"]);
+        assert_eq!(
+            (spec.epilogue[0].op.as_str(), spec.epilogue[0].diagonal),
+            ("triu", Some(1))
+        );
+        let nodes = vec![
+            input("x", &[64, 16], &[16, 1]),
+            out_node("out", "aten.tril.default", serde_json::json!([r("x")])),
+        ];
+        let (spec, _) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Activation);
+        assert_eq!(
+            (spec.epilogue[0].op.as_str(), spec.epilogue[0].diagonal),
+            ("tril", None)
+        );
+        let nodes = vec![
+            input("x", &[4, 64, 16], &[1024, 16, 1]),
+            node(
+                "out",
+                "aten.tril.default",
+                serde_json::json!([r("x"), -1]),
+                &[4, 64, 16],
+                &[1024, 16, 1],
+            ),
+        ];
+        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "out" && u.message.contains("flattened rows")),
+            "{err:?}"
+        );
+    }
+
     /// A dropout of p = 0 is the identity in training mode too.
     #[test]
     fn a_dropout_of_p_zero_passes_in_training_mode() {
