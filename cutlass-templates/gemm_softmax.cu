@@ -433,10 +433,15 @@ struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
         }
       }
     }
+    // A tile row whose every value is -inf (past n, or masked by the chain: a causal
+    // mask's tiles right of the diagonal) exponentiates against 0, not its own max, so
+    // its values are 2^-inf = 0 and not 2^(-inf + inf) = NaN; its stats are (-inf, 0).
+    float base[kSlots];
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kSlots; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      base[i] = mx[i] == __int_as_float(0xff800000) ? 0.0f : mx[i];
     }
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < kMmaM; ++mm) {
@@ -445,7 +450,7 @@ struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
         CUTLASS_PRAGMA_UNROLL
         for (int v = 0; v < size<0>(accumulators); ++v) {
           int const sl = slot(v, mm, nn);
-          float const e = cs_ex2_e(accumulators(v, mm, nn) - mx[sl]);   // 2^-inf = 0
+          float const e = cs_ex2_e(accumulators(v, mm, nn) - base[sl]);   // 2^-inf = 0
           accumulators(v, mm, nn) = e;
           sum[sl] += e;
         }
