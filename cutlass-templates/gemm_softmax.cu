@@ -1435,14 +1435,20 @@ __device__ __forceinline__ void cs_exp_row_out(const CsExpRowArgs& a, int64_t ro
   constexpr int U = 4;
   for (int j0 = g; j0 < nv; j0 += U * G) {
     uint4 raw[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (j0 + u * G < nv) raw[u] = __ldcs(e + j0 + u * G);
+    float mt[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       int const j = j0 + u * G;
-      if (j >= nv) break;
-      float const f = cs_ex2(st[(8 * j) / kTileN].x - mL) * inv;
+      // A tile row that was all -inf (a causal mask's tiles right of the diagonal) holds
+      // zeros: its values are not read.
+      mt[u] = j < nv ? st[(8 * j) / kTileN].x : cs_neg_inf();
+      raw[u] = mt[u] == cs_neg_inf() ? make_uint4(0u, 0u, 0u, 0u) : __ldcs(e + j);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int const j = j0 + u * G;
+      if (j >= nv) continue;
+      float const f = cs_ex2(mt[u] - mL) * inv;
       const __half2* h = reinterpret_cast<const __half2*>(&raw[u]);
       float o[8];
 #pragma unroll
