@@ -742,6 +742,11 @@ fn torch_operator_compiles_for_gemm_workloads() {
         "scan_cumsum_bf16_middle",
         "scan_cumsum_exclusive_f32_kernelbench",
         "fixtures:scan_prod_rev_bf16_small",
+        // Index ops: a causal mask (-inf) before a batched softmax, tril then a bias row,
+        // an elementwise triu.
+        "gemm_causal_softmax_bf16",
+        "fixtures:gemm_tril_bf16_small",
+        "act_triu_relu_f32",
     ];
     let mut dirs = Vec::new();
     for name in names {
