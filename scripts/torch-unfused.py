@@ -155,3 +155,39 @@ for (rows, feats, dt) in [(8192, 4096, torch.bfloat16), (16384, 4096, torch.floa
         ],
         0,
     )
+
+# Causal and sliding-window attention probabilities (gemm_causal_softmax_bf16,
+# gemm_sliding_window_softmax_bf16) as eager attention code writes them: the scores
+# q @ k^T, the scale, masked_fill of the positions a query may not see, the row softmax;
+# and the whole sequence timed as one.
+for (heads, t, window) in [(16, 1024, None), (8, 2048, 512)]:
+    q = bf(heads, t, 128)
+    kt = [x.transpose(1, 2) for x in bf(heads, t, 128)]
+    hidden = torch.ones(t, t, dtype=torch.bool, device=dev).triu(1)
+    if window:
+        hidden |= torch.ones(t, t, dtype=torch.bool, device=dev).tril(-window)
+    sc = [torch.bmm(q[k], kt[k]) for k in range(2)]
+    e = sc[0].numel() * 2
+    scale = 128 ** -0.5
+    name = f"{'window ' + str(window) if window else 'causal'} softmax {heads}x{t}x{t}x128"
+    report(
+        name,
+        [
+            ("torch.bmm(q, k^T)", lambda k: torch.bmm(q[k], kt[k]), 0),
+            ("s * scale", lambda k: sc[k] * scale, 2 * e),
+            (".masked_fill(hidden, -inf)", lambda k: sc[k].masked_fill(hidden, float("-inf")), 2 * e),
+            ("torch.softmax(., -1)", lambda k: torch.softmax(sc[k], -1), 2 * e),
+        ],
+        0,
+    )
+    report(
+        name,
+        [
+            (
+                "the whole sequence, one timing",
+                lambda k: torch.softmax((torch.bmm(q[k], kt[k]) * scale).masked_fill(hidden, float("-inf")), -1),
+                0,
+            ),
+        ],
+        0,
+    )
