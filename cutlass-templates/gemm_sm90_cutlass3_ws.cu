@@ -814,7 +814,9 @@ static bool cs_batches_stack(const cs_problem& p, int64_t stacked_stride, int64_
 
 static cs_problem cs_fold_batch(const cs_problem& p)
 {
-  if (p.batch <= 1 || p.m <= 0 || p.n <= 0) return p;
+  // An index op (triu, tril) masks by the position within each batch's matrix: stacked
+  // batches would give batch l's rows (or columns) the positions l*m + i.
+  if (p.batch <= 1 || p.m <= 0 || p.n <= 0 || cs_chain::kPositional) return p;
   cs_problem q = p;
   if (p.batch_stride_b == 0 && p.batch_stride_a != 0 && p.layout_a == CS_LAYOUT_ROW &&
       p.layout_cd == CS_LAYOUT_ROW &&

@@ -1554,7 +1554,15 @@ fn unary(mp: &mut Mapper<'_>, n: &Node, op: &str, spec: &mut OpSpec) -> bool {
             spec.max = Some(p(2, "max_val").unwrap_or(1.0));
         }
         "triu" | "tril" => {
-            let d = p(1, "diagonal").unwrap_or(0.0);
+            // Absent: 0. A diagonal that is not a number (a symbolic size) does not map.
+            let d = match param(n, 1, "diagonal").map(arg) {
+                None => 0.0,
+                Some(Arg::Num(d)) => d,
+                Some(_) => {
+                    mp.problem(n, format!("{op} with a diagonal that is not a number"));
+                    return false;
+                }
+            };
             if d.fract() != 0.0 {
                 mp.problem(n, format!("{op} with diagonal {d}: not an integer"));
                 return false;

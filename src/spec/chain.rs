@@ -516,15 +516,27 @@ impl Chain {
                 unused(&ACT_PARAMS)?;
                 unused(&["operand", "dtype"])?;
                 let fill = s.value.unwrap_or(0.0);
-                if fill.is_nan() {
+                // The kernels fill in fp32: a finite value beyond it would be an infinity
+                // there and finite in the reference.
+                if fill.is_nan() || (fill.is_finite() && fill.abs() > f64::from(f32::MAX)) {
                     return Err(err(
                         "value",
-                        format!("op \"{name}\" fills with a number or an infinity, not NaN"),
+                        format!(
+                            "op \"{name}\" fills with an fp32 number or an infinity (-inf for a \
+                             mask before a softmax), not {fill}"
+                        ),
+                    ));
+                }
+                let diag = s.diagonal.unwrap_or(0);
+                if diag.unsigned_abs() > 1 << 62 {
+                    return Err(err(
+                        "diagonal",
+                        format!("{diag} is out of range (|diagonal| <= 2^62)"),
                     ));
                 }
                 Op::Tri {
                     upper: name == "triu",
-                    diag: s.diagonal.unwrap_or(0),
+                    diag,
                     fill,
                 }
             } else {
@@ -1847,6 +1859,10 @@ mod tests {
         };
         let e = bad(tri("triu", None, Some(f64::NAN)));
         assert_eq!((e.index, e.field), (Some(0), "value"));
+        let e = bad(tri("triu", None, Some(1e39)));
+        assert_eq!(e.field, "value");
+        let e = bad(tri("tril", Some(i64::MIN), None));
+        assert_eq!(e.field, "diagonal");
         let e = bad(OpSpec {
             operand: Some("row".into()),
             ..tri("tril", None, None)

@@ -667,9 +667,6 @@ k = 4096
         );
     }
 
-    /// gemm_norm: a GEMM's shape; a norm (required) of each row or of `groups` groups of
-    /// adjacent values (dividing every shape's n); [[before]] ops on the product, their
-    /// tensors indexed like D in D's type in the first slots; the epilogue after the norm.
     /// triu and tril parse with their diagonal and fill (TOML's -inf) for the families
     /// whose chain runs over whole matrices, and are refused, naming the table, elsewhere.
     #[test]
@@ -715,7 +712,7 @@ k = 4096
             };
             let e = err("t", &text);
             assert!(
-                e.contains("epilogue") && e.contains("triu and tril"),
+                e.contains("epilogue[0].op") && e.contains("triu and tril"),
                 "{family}: {e}"
             );
         }
@@ -731,6 +728,9 @@ k = 4096
         assert!(e.contains("diagonal"), "{e}");
     }
 
+    /// gemm_norm: a GEMM's shape; a norm (required) of each row or of `groups` groups of
+    /// adjacent values (dividing every shape's n); [[before]] ops on the product, their
+    /// tensors indexed like D in D's type in the first slots; the epilogue after the norm.
     #[test]
     fn gemm_norm_specs_take_groups_and_ops_on_both_sides() {
         const GN: &str = "description = \"g\"\nfamily = \"gemm_norm\"\ndtype = \"bf16\"\n";

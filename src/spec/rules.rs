@@ -245,8 +245,12 @@ impl Validator<'_> {
                 Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::Activation
             )
         {
+            let i = specs
+                .iter()
+                .position(|s| matches!(s.op.trim().to_ascii_lowercase().as_str(), "triu" | "tril"))
+                .unwrap_or_default();
             return Err(self.err(
-                "epilogue",
+                format!("epilogue[{i}].op"),
                 format!(
                     "triu and tril are taken by families gemm, gemm_bias_act, gemm_softmax \
                      (before the softmax) and activation, not {family}"

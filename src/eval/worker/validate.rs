@@ -921,7 +921,10 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
     for s in samples {
         let c = s.c;
         let z0 = scale * s.dot + f64::from(params.beta) * c;
-        let (want, slope, abs) = match w.family() {
+        // `filled`: an index op replaced the value there (the chain does not move with z):
+        // judged like any sample, but it says nothing of the dot product's precision, so
+        // it stays out of the error statistics.
+        let (want, slope, abs, filled) = match w.family() {
             Family::GemmGlu => {
                 let z2 = scale * s.dot2;
                 let (g0, g1) = params.gate.default_params();
@@ -930,7 +933,7 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
                 let h = 1e-6 * z0.abs().max(1.0);
                 let slope1 = ((f(z0 + h) - f(z0 - h)) / (2.0 * h)).abs() * z2.abs();
                 let slope2 = f(z0).abs();
-                (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2)
+                (want, 1.0, slope1 * s.sum_abs + slope2 * s.sum_abs2, false)
             }
             _ => {
                 let (t, at) = (&s.t, s.pos);
@@ -946,7 +949,8 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
                 })
                 .abs()
                 .max(1e-6);
-                (want, slope, s.sum_abs)
+                let filled = chain.positional() && (moved == 0.0 || moved.is_nan());
+                (want, slope, s.sum_abs, filled)
             }
         };
         // What evaluating the chain in fp32 may add on its own, whatever the dot
@@ -981,21 +985,18 @@ pub(super) fn fp64_judge(w: &crate::spec::Workload, samples: &[Sample]) -> Fp64C
         if e > bound {
             failed += 1;
         }
-        // An exactly matched infinity (a -inf fill) has no error to compare or rank.
-        let matched_infinity = want.is_infinite() && got == want;
-        if with_library && !matched_infinity {
+        max_e = max_e.max(e);
+        if filled {
+            continue;
+        }
+        if with_library {
             let lib_z = scale * s.library + f64::from(params.beta) * c;
             // Rounded to the output's fp32 as the kernel's result is.
             let lib = f64::from((chain.eval_at(lib_z, &s.t, s.pos) * out_scale) as f32);
             abs_errors.push(((got - want).abs(), (lib - want).abs()));
         }
-        max_e = max_e.max(e);
         normalized.push(e);
-        errors.push(if matched_infinity {
-            0.0
-        } else {
-            ((got - want).abs() / denom).min(1.0)
-        });
+        errors.push(((got - want).abs() / denom).min(1.0));
     }
     normalized.sort_by(f64::total_cmp);
     let accuracy = (!abs_errors.is_empty()).then(|| {
@@ -1594,6 +1595,46 @@ mod tests {
                 "k {k}: a missing tile passes"
             );
         }
+    }
+
+    /// The fp64 check on samples of a GEMM with a causal mask (tril, -inf): a masked entry
+    /// holding -inf passes and a finite one there fails; a kept entry is judged at its
+    /// position (the same value one column right of the diagonal is masked); masked
+    /// entries stay out of the error statistics (a TF32-level error on the kept ones
+    /// still shows in the median).
+    #[test]
+    fn the_fp64_check_judges_masked_entries_at_their_positions() {
+        let w = crate::spec::Workload::parse(
+            "workloads/t.toml",
+            "description = \"t\"\nfamily = \"gemm\"\ndtype = \"f32\"\n[[shapes]]\nm = 64\nn = 64\nk = 4096\n[[epilogue]]\nop = \"tril\"\nvalue = -inf\n",
+        )
+        .unwrap();
+        let sum_abs = 1700.0;
+        let sample = |z: f64, got: f64, pos: (i64, i64)| Sample {
+            dot: z,
+            sum_abs,
+            dot2: 0.0,
+            sum_abs2: 0.0,
+            c: 0.0,
+            got,
+            t: [0.0; 4],
+            library: f64::NAN,
+            pos,
+        };
+        let inf = f64::NEG_INFINITY;
+        let j = fp64_judge(&w, &[sample(0.5, inf, (2, 3)), sample(0.5, 0.5, (3, 2))]);
+        assert_eq!(j.failed, 0, "{j:?}");
+        // The kept value at a masked position, and -inf at a kept one.
+        assert_eq!(fp64_judge(&w, &[sample(0.5, 0.5, (2, 3))]).failed, 1);
+        assert_eq!(fp64_judge(&w, &[sample(0.5, inf, (3, 2))]).failed, 1);
+        // Kept entries with a TF32-level error: many masked ones beside them do not pull
+        // the median error down to nothing.
+        let tf32 = 0.5 + 2f64.powi(-11) * sum_abs / 64.0;
+        let mut many = vec![sample(0.5, inf, (0, 9)); 30];
+        many.extend(vec![sample(0.5, tf32, (9, 0)); 10]);
+        let j = fp64_judge(&w, &many);
+        assert_eq!(j.failed, 10, "{j:?}");
+        assert!(j.median_normalized_error > j.bound, "{j:?}");
     }
 
     /// The fp64 check on samples: an fp32-evaluated GELU after an exact fp32 dot product

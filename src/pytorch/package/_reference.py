@@ -395,8 +395,9 @@ def reference(w, inputs, exact=False, with_slack=False):
 
 
 def _moved(v, want):
-    """How far v is from want; 0 where both are the same infinity (an element a triu or
-    tril filled with -inf moves nowhere)."""
+    """How far v is from want; 0 where that is NaN: both the same infinity (an element a
+    triu or tril filled with -inf moves nowhere), or a NaN on either side, which the
+    harness's bounds pass over too (f64::max)."""
     d = (v - want).abs()
     return torch.where(d.isnan(), torch.zeros_like(d), d)
 
