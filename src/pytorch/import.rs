@@ -27,6 +27,7 @@ use crate::spec::{
 pub const TRACER: &str = include_str!("trace.py");
 
 mod contraction;
+mod mask;
 mod norm;
 mod reduce;
 mod scan;
@@ -304,7 +305,7 @@ fn classify(target: &str) -> Class {
         | "clamp_max" | "neg" | "abs" | "exp" | "log" | "sqrt" | "rsqrt" | "pow" | "relu"
         | "relu6" | "leaky_relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "selu" | "elu"
         | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
-        | "tril" => Class::Elementwise,
+        | "tril" | "masked_fill" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
         | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
         | "detach" => Class::View,
@@ -847,6 +848,8 @@ pub fn map_graph(
             .iter()
             .flat_map(|m| m.absorbed.iter().map(String::as_str)),
     );
+    // The triangular masks a masked_fill reads (built from constants in forward).
+    absorbed.extend(mask::mask_nodes(&mp, &calls));
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
@@ -1303,6 +1306,37 @@ fn chain_between<'g>(
             emitted.insert(n.name.clone(), specs.len() - 1);
             current = n.name.clone();
             continue;
+        }
+        // A masked_fill by a triangle of a constant matrix (a causal mask): the triu or
+        // tril op of the side it leaves.
+        if op == "masked_fill" {
+            if !x_first {
+                mp.problem(n, "the running value is not its first argument");
+                return None;
+            }
+            if !positions_hold(mp, n, &current, dims) {
+                return None;
+            }
+            let (_, m, nn) = dims.unwrap_or_default();
+            match mask::masked_fill_op(mp, n, (m, nn)) {
+                Ok((name, diagonal, fill)) => {
+                    let spec = OpSpec {
+                        op: name.into(),
+                        diagonal: (diagonal != 0).then_some(diagonal),
+                        value: (fill != 0.0).then_some(fill),
+                        ..Default::default()
+                    };
+                    ops.push(format!("{} (masked_fill)", describe(&spec)));
+                    emitted.insert(n.name.clone(), specs.len());
+                    specs.push(spec);
+                    current = n.name.clone();
+                    continue;
+                }
+                Err(why) => {
+                    mp.problem(n, why);
+                    return None;
+                }
+            }
         }
         let binary = matches!(
             op.as_str(),
@@ -3007,6 +3041,77 @@ mod tests {
         assert!(
             err.iter()
                 .any(|u| u.node == "out" && u.message.contains("flattened rows")),
+            "{err:?}"
+        );
+    }
+
+    /// `masked_fill` by a triangle of a constant matrix built in forward (a causal mask:
+    /// `ones(T, T).triu(1)`, or `tril(ones) == 0`) is the tril / triu op of the side it
+    /// leaves, with the fill; the mask's nodes are known; a mask computed from an input
+    /// is refused at the masked_fill, saying why.
+    #[test]
+    fn a_masked_fill_by_a_triangle_is_an_index_op() {
+        let neg_inf = serde_json::json!({"float": "-inf"});
+        let with_mask = |mask: Vec<Value>, fill: Value| {
+            let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+            nodes.push(out_node(
+                "ones",
+                "aten.ones.default",
+                serde_json::json!([[64, 16]]),
+            ));
+            nodes.extend(mask);
+            nodes.push(out_node(
+                "out",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("mm"), r("mask"), fill]),
+            ));
+            map_graph(&graph(nodes, "out"), "t.py")
+        };
+        // The future hidden: keep tril(0), -inf elsewhere.
+        let (spec, ops) = with_mask(
+            vec![out_node(
+                "mask",
+                "aten.triu.default",
+                serde_json::json!([r("ones"), 1]),
+            )],
+            neg_inf.clone(),
+        )
+        .unwrap();
+        assert_eq!(ops, ["mm", "tril -inf (masked_fill)"]);
+        let e = &spec.epilogue[0];
+        assert_eq!(
+            (e.op.as_str(), e.diagonal, e.value),
+            ("tril", None, Some(f64::NEG_INFINITY))
+        );
+        // tril(ones, -2) == 0 is true where col - row > -2: the kept side is tril(-2),
+        // filled with 0.5.
+        let (spec, _) = with_mask(
+            vec![
+                out_node("t", "aten.tril.default", serde_json::json!([r("ones"), -2])),
+                out_node("mask", "aten.eq.Scalar", serde_json::json!([r("t"), 0])),
+            ],
+            serde_json::json!(0.5),
+        )
+        .unwrap();
+        let e = &spec.epilogue[0];
+        assert_eq!(
+            (e.op.as_str(), e.diagonal, e.value),
+            ("tril", Some(-2), Some(0.5))
+        );
+        // A mask from an input is refused at the masked_fill.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            input("m", &[64, 16], &[16, 1]),
+            out_node(
+                "out",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("mm"), r("m"), neg_inf]),
+            ),
+        ]);
+        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "out" && u.message.contains("triangle")),
             "{err:?}"
         );
     }

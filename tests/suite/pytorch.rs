@@ -355,6 +355,25 @@ fn an_affine_instance_or_group_norm_is_refused_with_its_reason() {
     }
 }
 
+/// Eager causal attention scores (`masked_fill` by `ones(T, T).triu(1)` built in forward,
+/// then softmax): gemm_softmax over the 16 heads, the scale and a tril filled with -inf.
+#[test]
+fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
+    let Some((spec, w, toml_text)) = import("causal_attention_scores") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
+    assert_eq!(
+        chain_ops(&spec),
+        vec![("mul", None), ("tril", None)],
+        "{toml_text}"
+    );
+    assert_eq!(spec.epilogue[1].value, Some(f64::NEG_INFINITY));
+    assert!(w.chain().positional());
+    assert_gemm_shapes(&w, 1024, 1024, 128, 16);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// A biased linear, GELU and a softmax: gemm_softmax, the bias and GELU its chain before
 /// the softmax, with a built-in candidate.
 #[test]

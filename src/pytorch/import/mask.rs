@@ -1,0 +1,169 @@
+//! Triangular masks built in `forward`: `torch.ones(T, T, dtype=torch.bool).triu(1)` (the
+//! future a causal attention hides), its negation (`tril(...) == 0`), through dtype
+//! copies and unit views. A `masked_fill` by such a mask keeps one side of a diagonal,
+//! which the chain's `triu` / `tril` ops state (see [`masked_fill_op`]).
+
+use super::{arg, op_name, param, Arg, Mapper, Node};
+
+/// Where a boolean mask is true: `col - row >= d` (upper) or `col - row <= d` (lower).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tri {
+    Upper(i64),
+    Lower(i64),
+}
+
+impl Tri {
+    /// Where it is false.
+    fn not(self) -> Tri {
+        match self {
+            Tri::Upper(d) => Tri::Lower(d - 1),
+            Tri::Lower(d) => Tri::Upper(d + 1),
+        }
+    }
+}
+
+/// Whether node `name` is a constant true tensor (`ones`, `ones_like`, `new_ones`, `full`
+/// or `full_like` of a non-zero value), possibly through dtype copies.
+fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>) -> bool {
+    let Some(n) = mp.nodes.get(name).copied() else {
+        return false;
+    };
+    let t = n.target.as_deref().unwrap_or_default();
+    let ok = match op_name(t) {
+        "ones" | "ones_like" | "new_ones" => true,
+        "full" | "new_full" => {
+            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
+        }
+        "full_like" => {
+            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
+        }
+        "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
+            return match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => {
+                    nodes.push(n.name.as_str());
+                    all_true(mp, x, nodes)
+                }
+                _ => false,
+            };
+        }
+        _ => false,
+    };
+    if ok {
+        nodes.push(n.name.as_str());
+    }
+    ok
+}
+
+/// The last two dims of a node's value.
+fn last2(n: &Node) -> Option<(i64, i64)> {
+    match n.val.as_ref()?.shape.as_slice() {
+        [.., r, c] => Some((*r, *c)),
+        _ => None,
+    }
+}
+
+/// The triangle that mask node `name` is, with the nodes that build it; None when it is
+/// not one (anything computed from the inputs, or a shape the views change).
+pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g str>)> {
+    let n = mp.nodes.get(name).copied()?;
+    let t = n.target.as_deref().unwrap_or_default();
+    let first = match n.args.first().map(arg) {
+        Some(Arg::Node(x)) => x,
+        _ => return None,
+    };
+    let (tri, mut nodes) = match op_name(t) {
+        "triu" | "tril" => {
+            let d = match param(n, 1, "diagonal").map(arg) {
+                None => 0.0,
+                Some(Arg::Num(d)) if d.fract() == 0.0 => d,
+                _ => return None,
+            };
+            let mut nodes = Vec::new();
+            if !all_true(mp, first, &mut nodes) {
+                return None;
+            }
+            let d = d as i64;
+            (
+                if op_name(t) == "triu" {
+                    Tri::Upper(d)
+                } else {
+                    Tri::Lower(d)
+                },
+                nodes,
+            )
+        }
+        // == 0 (or False), logical / bitwise not: the other side.
+        "eq" | "logical_not" | "bitwise_not" => {
+            if op_name(t) == "eq"
+                && !matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0)
+            {
+                return None;
+            }
+            let (tri, nodes) = triangle(mp, first)?;
+            (tri.not(), nodes)
+        }
+        // != 0: itself.
+        "ne" if matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0) => {
+            triangle(mp, first)?
+        }
+        // Copies, and views that keep the last two dims (leading unit dims added).
+        "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
+        | "reshape" | "_unsafe_view" | "expand" => {
+            let src = mp.nodes.get(first).copied()?;
+            if last2(src)? != last2(n)? {
+                return None;
+            }
+            triangle(mp, first)?
+        }
+        _ => return None,
+    };
+    nodes.push(n.name.as_str());
+    Some((tri, nodes))
+}
+
+/// The nodes that build the triangular masks of the graph's `masked_fill`s (`calls`):
+/// known, though no chain reads them.
+pub(super) fn mask_nodes<'g>(mp: &Mapper<'g>, calls: &[&'g Node]) -> Vec<&'g str> {
+    calls
+        .iter()
+        .filter(|n| op_name(n.target.as_deref().unwrap_or_default()) == "masked_fill")
+        .filter_map(|n| match param(n, 1, "mask").map(arg) {
+            Some(Arg::Node(m)) => triangle(mp, m).map(|(_, nodes)| nodes),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// `masked_fill(x, mask, value)` by a triangular mask as a chain op: `tril` or `triu` of
+/// the side the mask leaves, filled with `value` (name, diagonal, fill); else why not.
+pub(super) fn masked_fill_op(
+    mp: &Mapper<'_>,
+    n: &Node,
+    (m, nn): (i64, i64),
+) -> Result<(&'static str, i64, f64), String> {
+    let Some(Arg::Node(mask)) = param(n, 1, "mask").map(arg) else {
+        return Err("masked_fill without a mask tensor".into());
+    };
+    let Some((tri, _)) = triangle(mp, mask) else {
+        return Err(format!(
+            "masked_fill by `{mask}`: only a triangle of a constant matrix maps \
+             (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), built in forward"
+        ));
+    };
+    let shape = mp.nodes.get(mask).and_then(|x| last2(x));
+    if shape != Some((m, nn)) {
+        return Err(format!(
+            "masked_fill by a mask of {shape:?} over matrices of ({m}, {nn}): it must be one \
+             mask of the matrices' own shape"
+        ));
+    }
+    let fill = match param(n, 2, "value").map(arg) {
+        Some(Arg::Num(v)) if !v.is_nan() => v,
+        _ => return Err("masked_fill with a value that is not a number".into()),
+    };
+    Ok(match tri.not() {
+        Tri::Upper(d) => ("triu", d, fill),
+        Tri::Lower(d) => ("tril", d, fill),
+    })
+}
