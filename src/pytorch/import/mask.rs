@@ -31,11 +31,12 @@ fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>) -> bool {
     let t = n.target.as_deref().unwrap_or_default();
     let ok = match op_name(t) {
         "ones" | "ones_like" | "new_ones" => true,
-        "full" | "new_full" => {
+        // full(size, v), full_like(x, v); new_full(x, size, v).
+        "full" | "full_like" => {
             matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
         }
-        "full_like" => {
-            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
+        "new_full" => {
+            matches!(param(n, 2, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
         }
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
             return match n.args.first().map(arg) {
