@@ -1600,6 +1600,22 @@ mod tests {
         }
     }
 
+    /// A sampled entry of a plain GEMM: its dot product and sum of |a b|, the chain's first
+    /// tensor operand there, the kernel's output and the entry's (row, col).
+    fn gemm_sample(dot: f64, sum_abs: f64, t0: f64, got: f64, pos: (i64, i64)) -> Sample {
+        Sample {
+            dot,
+            sum_abs,
+            dot2: 0.0,
+            sum_abs2: 0.0,
+            c: 0.0,
+            got,
+            t: [t0, 0.0, 0.0, 0.0],
+            library: f64::NAN,
+            pos,
+        }
+    }
+
     /// The fp64 check on samples of a GEMM with a causal mask (tril, -inf): a masked entry
     /// holding -inf passes and a finite one there fails; a kept entry is judged at its
     /// position (the same value one column right of the diagonal is masked); masked
@@ -1613,17 +1629,7 @@ mod tests {
         )
         .unwrap();
         let sum_abs = 1700.0;
-        let sample = |z: f64, got: f64, pos: (i64, i64)| Sample {
-            dot: z,
-            sum_abs,
-            dot2: 0.0,
-            sum_abs2: 0.0,
-            c: 0.0,
-            got,
-            t: [0.0; 4],
-            library: f64::NAN,
-            pos,
-        };
+        let sample = |z: f64, got: f64, pos: (i64, i64)| gemm_sample(z, sum_abs, 0.0, got, pos);
         let inf = f64::NEG_INFINITY;
         let j = fp64_judge(&w, &[sample(0.5, inf, (2, 3)), sample(0.5, 0.5, (3, 2))]);
         assert_eq!(j.failed, 0, "{j:?}");
@@ -1665,17 +1671,7 @@ mod tests {
         let bf16 = |x: f64| half::bf16::from_f64(x).to_f64();
         // Sum |a b| of a K = 4096 dot product of the harness's inputs, about 1700.
         let sum_abs = 1700.0;
-        let sample = |z: f64, bias: f64, got: f64| Sample {
-            dot: z,
-            sum_abs,
-            dot2: 0.0,
-            sum_abs2: 0.0,
-            c: 0.0,
-            got,
-            t: [bias, 0.0, 0.0, 0.0],
-            library: f64::NAN,
-            pos: (0, 0),
-        };
+        let sample = |z: f64, bias: f64, got: f64| gemm_sample(z, sum_abs, bias, got, (0, 0));
         let bias = 0.25;
         // At GELU's minimum (x = -0.7518) the fp32 GELU is off by a few ulps of its input.
         let xmin: f64 = -0.751_791_524_693_564_5;
