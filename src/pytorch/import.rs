@@ -1314,11 +1314,13 @@ fn chain_between<'g>(
                 mp.problem(n, "the running value is not its first argument");
                 return None;
             }
-            if !positions_hold(mp, n, &current, dims) {
+            let (_, m, nn) = dims.unwrap_or_default();
+            let op = mask::masked_fill_op(mp, n, (m, nn));
+            // What the mask is comes first in a refusal; then where the chain runs.
+            if op.is_ok() && !positions_hold(mp, n, &current, dims) {
                 return None;
             }
-            let (_, m, nn) = dims.unwrap_or_default();
-            match mask::masked_fill_op(mp, n, (m, nn)) {
+            match op {
                 Ok((name, diagonal, fill)) => {
                     let spec = OpSpec {
                         op: name.into(),
@@ -3098,6 +3100,48 @@ mod tests {
             (e.op.as_str(), e.diagonal, e.value),
             ("tril", Some(-2), Some(0.5))
         );
+        // Not a triangle of ones: a bitwise not of a non-bool (~1 is -2), a full of 0.5
+        // (0 in an integer type), a transpose; and a mask with a batch of its own.
+        // Refused: at the masked_fill, or at the mask's nodes, which are then unknown ops.
+        let refused = |mask: Vec<Value>| {
+            let err = with_mask(mask, serde_json::json!(0.0)).unwrap_err();
+            assert!(
+                err.iter()
+                    .any(|u| (u.node == "out" && u.message.contains("mask"))
+                        || (u.node == "ones" && u.message.contains("aten.ones"))),
+                "{err:?}"
+            );
+        };
+        let triu_of = |x: &str| out_node("t", "aten.triu.default", serde_json::json!([r(x), 1]));
+        refused(vec![
+            triu_of("ones"),
+            out_node(
+                "mask",
+                "aten.bitwise_not.default",
+                serde_json::json!([r("t")]),
+            ),
+        ]);
+        refused(vec![
+            out_node("f", "aten.full.default", serde_json::json!([[64, 16], 0.5])),
+            out_node("mask", "aten.triu.default", serde_json::json!([r("f"), 1])),
+        ]);
+        refused(vec![
+            triu_of("ones"),
+            node(
+                "mask",
+                "aten.transpose.int",
+                serde_json::json!([r("t"), 0, 1]),
+                &[16, 64],
+                &[1, 16],
+            ),
+        ]);
+        refused(vec![node(
+            "mask",
+            "aten.triu.default",
+            serde_json::json!([r("ones"), 1]),
+            &[8, 64, 16],
+            &[1024, 16, 1],
+        )]);
         // A mask from an input is refused at the masked_fill.
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.extend([

@@ -22,27 +22,34 @@ impl Tri {
     }
 }
 
+/// How many nodes a mask's construction may pass through (views, copies, negations).
+const MAX_DEPTH: usize = 64;
+
 /// Whether node `name` is a constant true tensor (`ones`, `ones_like`, `new_ones`, `full`
-/// or `full_like` of a non-zero value), possibly through dtype copies.
-fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>) -> bool {
+/// or `full_like` of 1 / True: another value may be 0 in an integer type), possibly
+/// through dtype copies.
+fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: usize) -> bool {
     let Some(n) = mp.nodes.get(name).copied() else {
         return false;
     };
+    if depth > MAX_DEPTH {
+        return false;
+    }
     let t = n.target.as_deref().unwrap_or_default();
     let ok = match op_name(t) {
         "ones" | "ones_like" | "new_ones" => true,
         // full(size, v), full_like(x, v); new_full(x, size, v).
         "full" | "full_like" => {
-            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
+            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v == 1.0)
         }
         "new_full" => {
-            matches!(param(n, 2, "fill_value").map(arg), Some(Arg::Num(v)) if v != 0.0)
+            matches!(param(n, 2, "fill_value").map(arg), Some(Arg::Num(v)) if v == 1.0)
         }
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
             return match n.args.first().map(arg) {
                 Some(Arg::Node(x)) => {
                     nodes.push(n.name.as_str());
-                    all_true(mp, x, nodes)
+                    all_true(mp, x, nodes, depth + 1)
                 }
                 _ => false,
             };
@@ -66,6 +73,13 @@ fn last2(n: &Node) -> Option<(i64, i64)> {
 /// The triangle that mask node `name` is, with the nodes that build it; None when it is
 /// not one (anything computed from the inputs, or a shape the views change).
 pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g str>)> {
+    triangle_at(mp, name, 0)
+}
+
+fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Vec<&'g str>)> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
     let n = mp.nodes.get(name).copied()?;
     let t = n.target.as_deref().unwrap_or_default();
     let first = match n.args.first().map(arg) {
@@ -74,13 +88,14 @@ pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g 
     };
     let (tri, mut nodes) = match op_name(t) {
         "triu" | "tril" => {
+            // Within the spec's bound on a diagonal (and clear of i64's ends for `not`).
             let d = match param(n, 1, "diagonal").map(arg) {
                 None => 0.0,
-                Some(Arg::Num(d)) if d.fract() == 0.0 => d,
+                Some(Arg::Num(d)) if d.fract() == 0.0 && d.abs() <= 2f64.powi(62) => d,
                 _ => return None,
             };
             let mut nodes = Vec::new();
-            if !all_true(mp, first, &mut nodes) {
+            if !all_true(mp, first, &mut nodes, depth + 1) {
                 return None;
             }
             let d = d as i64;
@@ -93,19 +108,25 @@ pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g 
                 nodes,
             )
         }
-        // == 0 (or False), logical / bitwise not: the other side.
+        // == 0 (or False), logical not, bitwise not of a bool (of an integer, ~1 is -2):
+        // the other side.
         "eq" | "logical_not" | "bitwise_not" => {
             if op_name(t) == "eq"
                 && !matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0)
             {
                 return None;
             }
-            let (tri, nodes) = triangle(mp, first)?;
+            if op_name(t) == "bitwise_not"
+                && n.val.as_ref().map(|v| v.dtype.as_str()) != Some("bool")
+            {
+                return None;
+            }
+            let (tri, nodes) = triangle_at(mp, first, depth + 1)?;
             (tri.not(), nodes)
         }
         // != 0: itself.
         "ne" if matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0) => {
-            triangle(mp, first)?
+            triangle_at(mp, first, depth + 1)?
         }
         // Copies, and views that keep the last two dims (leading unit dims added).
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
@@ -114,7 +135,7 @@ pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g 
             if last2(src)? != last2(n)? {
                 return None;
             }
-            triangle(mp, first)?
+            triangle_at(mp, first, depth + 1)?
         }
         _ => return None,
     };
@@ -152,11 +173,20 @@ pub(super) fn masked_fill_op(
              (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), built in forward"
         ));
     };
-    let shape = mp.nodes.get(mask).and_then(|x| last2(x));
-    if shape != Some((m, nn)) {
+    // One (m, n) mask, its leading dims (if any) of size 1: a mask with a batch of its own
+    // would broadcast the output beyond the GEMM's.
+    let dims = mp
+        .nodes
+        .get(mask)
+        .and_then(|x| x.val.as_ref())
+        .map(|v| v.shape.clone())
+        .unwrap_or_default();
+    let one_matrix = matches!(dims.as_slice(), [lead @ .., r, c]
+        if *r == m && *c == nn && lead.iter().all(|d| *d == 1));
+    if !one_matrix {
         return Err(format!(
-            "masked_fill by a mask of {shape:?} over matrices of ({m}, {nn}): it must be one \
-             mask of the matrices' own shape"
+            "masked_fill by a mask of shape {dims:?} over matrices of ({m}, {nn}): it must be \
+             one mask of the matrices' own shape"
         ));
     }
     let fill = match param(n, 2, "value").map(arg) {
