@@ -1315,22 +1315,24 @@ fn chain_between<'g>(
                 return None;
             }
             let (_, m, nn) = dims.unwrap_or_default();
-            let op = mask::masked_fill_op(mp, n, (m, nn));
+            let kept = mask::masked_fill_ops(mp, n, (m, nn));
             // What the mask is comes first in a refusal; then where the chain runs.
-            if op.is_ok() && !positions_hold(mp, n, &current, dims) {
+            if kept.is_ok() && !positions_hold(mp, n, &current, dims) {
                 return None;
             }
-            match op {
-                Ok((name, diagonal, fill)) => {
-                    let spec = OpSpec {
-                        op: name.into(),
-                        diagonal: (diagonal != 0).then_some(diagonal),
-                        value: (fill != 0.0).then_some(fill),
-                        ..Default::default()
-                    };
-                    ops.push(format!("{} (masked_fill)", describe(&spec)));
-                    emitted.insert(n.name.clone(), specs.len());
-                    specs.push(spec);
+            match kept {
+                Ok(kept) => {
+                    for (name, diagonal, fill) in kept {
+                        let spec = OpSpec {
+                            op: name.into(),
+                            diagonal: (diagonal != 0).then_some(diagonal),
+                            value: (fill != 0.0).then_some(fill),
+                            ..Default::default()
+                        };
+                        ops.push(format!("{} (masked_fill)", describe(&spec)));
+                        specs.push(spec);
+                    }
+                    emitted.insert(n.name.clone(), specs.len() - 1);
                     current = n.name.clone();
                     continue;
                 }
@@ -3100,6 +3102,31 @@ mod tests {
             (e.op.as_str(), e.diagonal, e.value),
             ("tril", Some(-2), Some(0.5))
         );
+        // A sliding window: the future or the keys 4 and more behind (`|` of two
+        // triangles) hidden, the band kept: tril(0), then triu(-3).
+        let (spec, ops) = with_mask(
+            vec![
+                out_node("f", "aten.triu.default", serde_json::json!([r("ones"), 1])),
+                out_node("p", "aten.tril.default", serde_json::json!([r("ones"), -4])),
+                out_node(
+                    "mask",
+                    "aten.logical_or.default",
+                    serde_json::json!([r("f"), r("p")]),
+                ),
+            ],
+            neg_inf.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            ops,
+            ["mm", "tril -inf (masked_fill)", "triu -inf (masked_fill)"]
+        );
+        let kept: Vec<_> = spec
+            .epilogue
+            .iter()
+            .map(|e| (e.op.as_str(), e.diagonal))
+            .collect();
+        assert_eq!(kept, [("tril", None), ("triu", Some(-3))]);
         // Not a triangle of ones: a bitwise not of a non-bool (~1 is -2), a full of 0.5
         // (0 in an integer type), a transpose; and a mask with a batch of its own.
         // Refused: at the masked_fill, or at the mask's nodes, which are then unknown ops.

@@ -374,6 +374,28 @@ fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// A sliding window (`triu(1) | tril(-512)` hidden): the band as a tril, then a triu(-511),
+/// both filled with -inf, before the softmax.
+#[test]
+fn import_sliding_window_scores_as_a_band() {
+    let Some((spec, w, toml_text)) = import("sliding_window_attention_scores") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
+    let kept: Vec<_> = spec
+        .epilogue
+        .iter()
+        .map(|e| (e.op.as_str(), e.diagonal, e.value))
+        .collect();
+    let inf = Some(f64::NEG_INFINITY);
+    assert_eq!(
+        kept[1..],
+        [("tril", None, inf), ("triu", Some(-511), inf)],
+        "{toml_text}"
+    );
+    assert_gemm_shapes(&w, 2048, 2048, 128, 8);
+}
+
 /// A biased linear, GELU and a softmax: gemm_softmax, the bias and GELU its chain before
 /// the softmax, with a built-in candidate.
 #[test]

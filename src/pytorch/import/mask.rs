@@ -22,6 +22,25 @@ impl Tri {
     }
 }
 
+/// A mask: one triangle, or where either of two is true (a sliding window's
+/// `triu(1) | tril(-w)`: the future and the distant past).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mask {
+    One(Tri),
+    Either(Tri, Tri),
+}
+
+impl Mask {
+    /// Where it is false, when that is one of these (the negation of an `Either` is where
+    /// both are false, which is not).
+    fn not(self) -> Option<Mask> {
+        match self {
+            Mask::One(t) => Some(Mask::One(t.not())),
+            Mask::Either(..) => None,
+        }
+    }
+}
+
 /// How many nodes a mask's construction may pass through (views, copies, negations).
 const MAX_DEPTH: usize = 64;
 
@@ -70,13 +89,14 @@ fn last2(n: &Node) -> Option<(i64, i64)> {
     }
 }
 
-/// The triangle that mask node `name` is, with the nodes that build it; None when it is
-/// not one (anything computed from the inputs, or a shape the views change).
-pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g str>)> {
+/// The triangle (or pair of triangles) that mask node `name` is, with the nodes that build
+/// it; None when it is not one (anything computed from the inputs, or a shape the views
+/// change).
+pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Mask, Vec<&'g str>)> {
     triangle_at(mp, name, 0)
 }
 
-fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Vec<&'g str>)> {
+fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, Vec<&'g str>)> {
     if depth > MAX_DEPTH {
         return None;
     }
@@ -100,13 +120,31 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Ve
             }
             let d = d as i64;
             (
-                if op_name(t) == "triu" {
+                Mask::One(if op_name(t) == "triu" {
                     Tri::Upper(d)
                 } else {
                     Tri::Lower(d)
-                },
+                }),
                 nodes,
             )
+        }
+        // Either of two triangles (`|` of bools: aten.__or__ as torch.export writes it).
+        "logical_or" | "bitwise_or" | "__or__" => {
+            if op_name(t) != "logical_or"
+                && n.val.as_ref().map(|v| v.dtype.as_str()) != Some("bool")
+            {
+                return None;
+            }
+            let Some(Arg::Node(second)) = param(n, 1, "other").map(arg) else {
+                return None;
+            };
+            let (a, mut nodes) = triangle_at(mp, first, depth + 1)?;
+            let (b, more) = triangle_at(mp, second, depth + 1)?;
+            let (Mask::One(a), Mask::One(b)) = (a, b) else {
+                return None;
+            };
+            nodes.extend(more);
+            (Mask::Either(a, b), nodes)
         }
         // == 0 (or False), logical not, bitwise not of a bool (of an integer, ~1 is -2):
         // the other side.
@@ -121,8 +159,8 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Ve
             {
                 return None;
             }
-            let (tri, nodes) = triangle_at(mp, first, depth + 1)?;
-            (tri.not(), nodes)
+            let (mask, nodes) = triangle_at(mp, first, depth + 1)?;
+            (mask.not()?, nodes)
         }
         // != 0: itself.
         "ne" if matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0) => {
@@ -157,20 +195,22 @@ pub(super) fn mask_nodes<'g>(mp: &Mapper<'g>, calls: &[&'g Node]) -> Vec<&'g str
         .collect()
 }
 
-/// `masked_fill(x, mask, value)` by a triangular mask as a chain op: `tril` or `triu` of
-/// the side the mask leaves, filled with `value` (name, diagonal, fill); else why not.
-pub(super) fn masked_fill_op(
+/// `masked_fill(x, mask, value)` by a triangular mask as chain ops: the `tril` or `triu` of
+/// the side the mask leaves (two for a pair of triangles: the band between them), each
+/// filling with `value` (name, diagonal, fill); else why not.
+pub(super) fn masked_fill_ops(
     mp: &Mapper<'_>,
     n: &Node,
     (m, nn): (i64, i64),
-) -> Result<(&'static str, i64, f64), String> {
+) -> Result<Vec<(&'static str, i64, f64)>, String> {
     let Some(Arg::Node(mask)) = param(n, 1, "mask").map(arg) else {
         return Err("masked_fill without a mask tensor".into());
     };
-    let Some((tri, _)) = triangle(mp, mask) else {
+    let Some((kind, _)) = triangle(mp, mask) else {
         return Err(format!(
             "masked_fill by `{mask}`: only a triangle of a constant matrix maps \
-             (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), built in forward"
+             (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), or two such \
+             joined by | (a sliding window), built in forward"
         ));
     };
     // One (m, n) mask, its leading dims (if any) of size 1: a mask with a batch of its own
@@ -193,8 +233,12 @@ pub(super) fn masked_fill_op(
         Some(Arg::Num(v)) if !v.is_nan() => v,
         _ => return Err("masked_fill with a value that is not a number".into()),
     };
-    Ok(match tri.not() {
+    let op = |kept: Tri| match kept {
         Tri::Upper(d) => ("triu", d, fill),
         Tri::Lower(d) => ("tril", d, fill),
+    };
+    Ok(match kind {
+        Mask::One(t) => vec![op(t.not())],
+        Mask::Either(a, b) => vec![op(a.not()), op(b.not())],
     })
 }
