@@ -518,6 +518,9 @@ struct ChainArguments {
   cs_operand operands[CS_MAX_OPERANDS];   // the chain's tensor operands (cs_problem's)
   int32_t layout_cd;                      // D's storage order, for matrix operands
   float scale_out;                        // scale_d for an fp8 D, else 1
+  // Batches stacked into one GEMM (cs_fold_batch): each batch's m and n, by which an index
+  // op's positions are taken within their batch; 0 when nothing is stacked.
+  int64_t batch_m, batch_n;
 };
 
 // Operands loaded from global memory by the node (all but the one in C's place).
@@ -629,6 +632,10 @@ struct Sm90CsChain {
           int64_t const km = m0 + int64_t(get<0>(c)), kn = n0 + int64_t(get<1>(c));
           row = kSwap ? kn : km;
           col = kSwap ? km : kn;
+          if (params.batch_m > 0) {   // stacked batches: the position within its batch
+            row %= params.batch_m;
+            col %= params.batch_n;
+          }
         }
         float const v = cs_chain::apply(z[i], t, row, col);
         out[i] = ElementOutput(kFp8D ? v * params.scale_out : v);
@@ -814,9 +821,7 @@ static bool cs_batches_stack(const cs_problem& p, int64_t stacked_stride, int64_
 
 static cs_problem cs_fold_batch(const cs_problem& p)
 {
-  // An index op (triu, tril) masks by the position within each batch's matrix: stacked
-  // batches would give batch l's rows (or columns) the positions l*m + i.
-  if (p.batch <= 1 || p.m <= 0 || p.n <= 0 || cs_chain::kPositional) return p;
+  if (p.batch <= 1 || p.m <= 0 || p.n <= 0) return p;
   cs_problem q = p;
   if (p.batch_stride_b == 0 && p.batch_stride_a != 0 && p.layout_a == CS_LAYOUT_ROW &&
       p.layout_cd == CS_LAYOUT_ROW &&
@@ -1303,6 +1308,10 @@ static typename Gemm::Arguments cs_make_arguments(const cs_problem& problem, cha
   for (int i = 0; i < CS_MAX_OPERANDS; ++i) chain.operands[i] = p.operands[i];
   chain.layout_cd = problem.layout_cd;
   chain.scale_out = scale_out;
+  if (p.batch != problem.batch) {   // cs_effective stacked the batches
+    chain.batch_m = problem.m;
+    chain.batch_n = problem.n;
+  }
 #if CS_CHAIN_C_OPERAND >= 0
   // The tree's arguments, children first: alpha * acc, C (the matrix operand), the chain.
   args.epilogue.thread = {
