@@ -88,23 +88,15 @@ pub fn tri_keeps(upper: bool, diag: i64, row: i64, col: i64) -> bool {
 }
 
 /// The C++ of an index op on `x` at (`row`, `col`) (expressions of a signed 64-bit type),
-/// `lit` writing the fill value in the code's float type.
-pub fn tri_cpp(
-    x: &str,
-    (upper, diag, fill): (bool, i64, f64),
-    row: &str,
-    col: &str,
-    lit: &str,
-) -> String {
+/// `fill` its fill value as a literal of the code's float type.
+pub fn tri_cpp(x: &str, upper: bool, diag: i64, fill: &str, row: &str, col: &str) -> String {
     let cmp = if upper { ">=" } else { "<=" };
-    format!(
-        "(({col}) - ({row}) {cmp} {diag}LL ? {x} : {lit})",
-        lit = if lit.is_empty() {
-            cpp_float(fill)
-        } else {
-            lit.to_string()
-        }
-    )
+    format!("(({col}) - ({row}) {cmp} {diag}LL ? {x} : {fill})")
+}
+
+/// Whether a spec's op name is an index op (`triu`, `tril`).
+pub fn is_index_op(op: &str) -> bool {
+    matches!(op.trim().to_ascii_lowercase().as_str(), "triu" | "tril")
 }
 
 /// Most tensor operands one chain may read (`CS_MAX_OPERANDS`).
@@ -468,7 +460,7 @@ impl Chain {
                 }
             };
             const ACT_PARAMS: [&str; 5] = ["alpha", "beta", "min", "max", "threshold"];
-            if !matches!(name.as_str(), "triu" | "tril") {
+            if !is_index_op(&name) {
                 unused(&["diagonal"])?;
             }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
@@ -863,7 +855,7 @@ impl Chain {
             }
             Op::Tri { upper, diag, fill } => {
                 if cpp {
-                    tri_cpp("x", (upper, diag, fill), "row", "col", "")
+                    tri_cpp("x", upper, diag, &cpp_float(fill), "row", "col")
                 } else {
                     let name = if upper { "triu" } else { "tril" };
                     let d = if diag == 0 {

@@ -245,10 +245,7 @@ impl Validator<'_> {
                 Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::Activation
             )
         {
-            let i = specs
-                .iter()
-                .position(|s| matches!(s.op.trim().to_ascii_lowercase().as_str(), "triu" | "tril"))
-                .unwrap_or_default();
+            let i = first_index_op(specs).unwrap_or_default();
             return Err(self.err(
                 format!("epilogue[{i}].op"),
                 format!(
@@ -306,10 +303,7 @@ impl Validator<'_> {
             })?;
         // [[before]] and [[after]] ops run on values that have no place in D's matrix.
         if table != "epilogue" {
-            if let Some(i) = specs
-                .iter()
-                .position(|s| matches!(s.op.trim().to_ascii_lowercase().as_str(), "triu" | "tril"))
-            {
+            if let Some(i) = first_index_op(specs) {
                 return Err(self.err(
                     format!("{table}[{i}].op"),
                     "triu and tril are [[epilogue]] ops (of gemm, gemm_bias_act, gemm_softmax \
@@ -1062,4 +1056,11 @@ pub fn is_workload_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+/// The entry of the first index op (triu, tril) of a table.
+fn first_index_op(specs: &[OpSpec]) -> Option<usize> {
+    specs
+        .iter()
+        .position(|s| crate::spec::chain::is_index_op(&s.op))
 }

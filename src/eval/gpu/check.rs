@@ -216,7 +216,7 @@ fn op_fp64(op: &Op, y: &str) -> String {
         Op::Pow(p) => crate::spec::chain::pow_cpp("x", *p, ""),
         // The element's logical position (`csd_chain`'s lr, lc).
         Op::Tri { upper, diag, fill } => {
-            crate::spec::chain::tri_cpp("x", (*upper, *diag, *fill), "lr", "lc", &lit(*fill))
+            crate::spec::chain::tri_cpp("x", *upper, *diag, &lit(*fill), "lr", "lc")
         }
     }
 }

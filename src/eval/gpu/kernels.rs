@@ -391,9 +391,14 @@ fn step_expr(op: &Op, operand: &str) -> String {
         Op::Log => "logf(xv)".into(),
         Op::Sqrt => "sqrtf(xv)".into(),
         Op::Pow(p) => crate::spec::chain::pow_cpp("xv", *p, "f"),
-        Op::Tri { upper, diag, fill } => {
-            crate::spec::chain::tri_cpp("xv", (*upper, *diag, *fill), "row", "col", "")
-        }
+        Op::Tri { upper, diag, fill } => crate::spec::chain::tri_cpp(
+            "xv",
+            *upper,
+            *diag,
+            &crate::spec::chain::cpp_float(*fill),
+            "row",
+            "col",
+        ),
     }
 }
 
