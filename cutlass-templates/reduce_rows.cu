@@ -1,9 +1,12 @@
-// cutesmith template: row reductions (sum, mean, max, min, logsumexp, L2 norm), f32 / f16 /
-// bf16 in, the same type or f32 out, row-major rows or rows side by side, any batch.
+// cutesmith template: row reductions (sum, mean, max, min, logsumexp, L2 norm, argmax,
+// argmin), f32 / f16 / bf16 in, the same type or f32 out (int64 indices for argmax /
+// argmin), row-major rows or rows side by side, any batch.
 //
 //   D[b] = chain(reduce(A[b]))   (CS_FAMILY_REDUCE): each of the m rows of A[b] (k elements)
 //     SUM: sum(x)   MEAN: sum(x) / k   MAX / MIN: max(x) / min(x), NaN if a NaN is read
 //     LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2))
+//     ARGMAX / ARGMIN: the index of the first largest / smallest x, or of the first NaN
+//     (torch.argmax / argmin); D is int64 and there is no chain or [[before]] op
 //
 // layout_a ROW: element j of row i of batch b at b * batch_stride_a + i * lda + j (torch.sum
 // over the last dim); COL: at b * batch_stride_a + j * lda + i (a reduction over dim 1 of a
@@ -154,16 +157,24 @@ static constexpr bool kBuildRow = true, kBuildCol = true;
 // costs no more than a few roundings: without it, a sum of 4096 f32 rows side by side
 // reached 2.2 u times the sum of |x| and a later seed failed the check's 4 u. MAX, MIN: a is
 // the extreme so far (NaN once a NaN was read). LOGSUMEXP: a is the largest x (NaN skipped), b the sum of exp(x - a) (NaN
-// once a NaN was read, which the result keeps).
+// once a NaN was read, which the result keeps). ARGMAX, ARGMIN: a is the best value so far
+// and b holds the bits of its index (an int; moved, never computed on as a float). The
+// order they merge by is total (a NaN first, then the value, then the smaller index), so
+// any order of merges finds the first extreme.
 struct CsAcc {
   float a, b;
 };
+
+template <int KIND>
+static constexpr bool cs_is_arg = KIND == CS_REDUCE_ARGMAX || KIND == CS_REDUCE_ARGMIN;
 
 template <int KIND>
 __device__ __forceinline__ CsAcc cs_init()
 {
   if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_LOGSUMEXP) return {-INFINITY, 0.0f};
   else if constexpr (KIND == CS_REDUCE_MIN) return {INFINITY, 0.0f};
+  else if constexpr (KIND == CS_REDUCE_ARGMAX) return {-INFINITY, __int_as_float(0x7fffffff)};
+  else if constexpr (KIND == CS_REDUCE_ARGMIN) return {INFINITY, __int_as_float(0x7fffffff)};
   else return {0.0f, 0.0f};
 }
 
@@ -189,7 +200,13 @@ __device__ __forceinline__ void cs_kahan(CsAcc& s, float y)
 template <int KIND>
 __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
 {
-  if constexpr (KIND == CS_REDUCE_MAX) {
+  if constexpr (cs_is_arg<KIND>) {
+    int const si = __float_as_int(s.b), oi = __float_as_int(o.b);
+    bool const sn = s.a != s.a, on = o.a != o.a;
+    bool const better = KIND == CS_REDUCE_ARGMAX ? o.a > s.a : o.a < s.a;
+    bool const take = (on || sn) ? (on && (!sn || oi < si)) : (better || (o.a == s.a && oi < si));
+    if (take) s = o;
+  } else if constexpr (KIND == CS_REDUCE_MAX) {
     s.a = (o.a > s.a || o.a != o.a) ? o.a : s.a;
   } else if constexpr (KIND == CS_REDUCE_MIN) {
     s.a = (o.a < s.a || o.a != o.a) ? o.a : s.a;
@@ -221,11 +238,28 @@ __device__ __forceinline__ float cs_pairwise(const float (&x)[N])
   return t[0];
 }
 
-// Adds N values (one vector's, several rows' of one column, or one element) to s.
+// Adds N values (one vector's, several rows' of one column, or one element) to s; value e
+// is element j0 + e * js of the row (the index argmax / argmin keep).
 template <int KIND, int N>
-__device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
+__device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N], int64_t j0, int64_t js)
 {
-  if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+  if constexpr (cs_is_arg<KIND>) {
+    // Most values lose: the values' extreme and sum (NaN if any value is; inf - inf gives a
+    // false alarm, which only costs the slow path) decide whether any element needs the
+    // exact merge. An equal extreme takes it too: a thread's elements do not arrive in index
+    // order (a row's tail comes before its vectors).
+    float m = x[0], t = x[0];
+#pragma unroll
+    for (int e = 1; e < N; ++e) {
+      m = KIND == CS_REDUCE_ARGMAX ? fmaxf(m, x[e]) : fminf(m, x[e]);
+      t += x[e];
+    }
+    bool const maybe = t != t || (KIND == CS_REDUCE_ARGMAX ? m >= s.a : m <= s.a);
+    if (maybe) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) cs_merge<KIND>(s, CsAcc{x[e], __int_as_float(int(j0 + e * js))});
+    }
+  } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
     float mv = x[0];
 #pragma unroll
     for (int e = 1; e < N; ++e) mv = fmaxf(mv, x[e]);
@@ -257,10 +291,10 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N])
 }
 
 template <int KIND>
-__device__ __forceinline__ void cs_add1(CsAcc& s, float x)
+__device__ __forceinline__ void cs_add1(CsAcc& s, float x, int64_t j)
 {
   float const v[1] = {x};
-  cs_add<KIND, 1>(s, v);
+  cs_add<KIND, 1>(s, v, j, 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -291,14 +325,18 @@ __device__ __forceinline__ void cs_unpack(uint4 r, float (&x)[16 / sizeof(T)])
 template <int KIND, class TD>
 __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t i, CsAcc s)
 {
-  float y;
-  if constexpr (KIND == CS_REDUCE_SUM) y = s.a - s.b;
-  else if constexpr (KIND == CS_REDUCE_MEAN) y = float((double(s.a) - double(s.b)) / double(p.k));
-  else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) y = s.a + logf(s.b);
-  else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a - s.b);
-  else y = s.a;
-  if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
-  static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+  if constexpr (cs_is_arg<KIND>) {
+    static_cast<int64_t*>(p.d)[b * p.batch_stride_d + i * p.ldd] = int64_t(__float_as_int(s.b));
+  } else {
+    float y;
+    if constexpr (KIND == CS_REDUCE_SUM) y = s.a - s.b;
+    else if constexpr (KIND == CS_REDUCE_MEAN) y = float((double(s.a) - double(s.b)) / double(p.k));
+    else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) y = s.a + logf(s.b);
+    else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a - s.b);
+    else y = s.a;
+    if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
+    static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+  }
 }
 
 // Merges the states of a group of G lanes (G a power of two, lanes aligned to G).
@@ -337,9 +375,9 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
     int64_t const nv = (p.k - head) / V;
     CsAcc s = cs_init<KIND>();
     if (part == 0)
-      for (int64_t j = lane; j < head; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j));
+      for (int64_t j = lane; j < head; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j), j);
     if (part == parts - 1)
-      for (int64_t j = head + nv * V + lane; j < p.k; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j));
+      for (int64_t j = head + nv * V + lane; j < p.k; j += G) cs_add1<KIND>(s, cs_pre(p, cs_f32(x[j]), b, i, j), j);
     uint4 const* xv = reinterpret_cast<uint4 const*>(x + head);
     int64_t const v1 = part * chunk + chunk < nv ? part * chunk + chunk : nv;
     int64_t v = part * chunk + lane;
@@ -358,14 +396,14 @@ cs_reduce_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, CsAcc*
         float e[V];
         cs_unpack<TA>(r[u], e);
         if constexpr (!cs_before::kIdentity) cs_before_apply<cs_before, V>(e, t[u]);
-        cs_add<KIND, V>(s, e);
+        cs_add<KIND, V>(s, e, head + (v + u * G) * V, 1);
       }
     }
     for (; v < v1; v += G) {
       float e[V];
       cs_unpack<TA>(__ldg(xv + v), e);
       if constexpr (!cs_before::kIdentity) cs_before_run<cs_before, V, true>(p, e, b, i, head + v * V);
-      cs_add<KIND, V>(s, e);
+      cs_add<KIND, V>(s, e, head + v * V, 1);
     }
     s = cs_group_merge<KIND, G>(s);
     if (lane == 0) {
@@ -383,6 +421,8 @@ template <class TA, class TD, int KIND, int R, bool VEC>
 __global__ void __launch_bounds__(kThreads)
 cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chunk, CsAcc* ws)
 {
+  // An index reduction holds at most 32 values a thread at once (8 rows x 16 steps spilled).
+  constexpr int kU = cs_is_arg<KIND> && R * kColUnroll > 32 ? (32 / R > 0 ? 32 / R : 1) : kColUnroll;
   __shared__ CsAcc part_state[kThreads][R];
   int const warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   int const iw = warp % wi, jw = warp / wi, wj = kWarps / wi;
@@ -404,10 +444,10 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
       bool const whole = row_of(R - 1) < p.m;
       int64_t j = j0 + jw;
       if (whole) {
-        for (; j + int64_t(kColUnroll - 1) * wj < j1; j += int64_t(kColUnroll) * wj) {
-          float e[kColUnroll][R];
+        for (; j + int64_t(kU - 1) * wj < j1; j += int64_t(kU) * wj) {
+          float e[kU][R];
 #pragma unroll
-          for (int u = 0; u < kColUnroll; ++u) {
+          for (int u = 0; u < kU; ++u) {
             TA const* at = x + (j + u * wj) * p.lda;
             if constexpr (VEC) {
               cs_unpack<TA>(__ldg(reinterpret_cast<uint4 const*>(at + row_of(0))), e[u]);
@@ -424,21 +464,27 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
               }
             }
           }
-          // Each row's kColUnroll values at once: one compensated add (a tree before it),
+          // Each row's kU values at once: one compensated add (a tree before it),
           // one rescale for logsumexp.
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            float col[kColUnroll];
+            if constexpr (cs_is_arg<KIND>) {
+              // An index: each value as it comes, a compare and a rare exact merge.
 #pragma unroll
-            for (int u = 0; u < kColUnroll; ++u) col[u] = e[u][r];
-            cs_add<KIND, kColUnroll>(s[r], col);
+              for (int u = 0; u < kU; ++u) cs_add1<KIND>(s[r], e[u][r], j + u * wj);
+            } else {
+              float col[kU];
+#pragma unroll
+              for (int u = 0; u < kU; ++u) col[u] = e[u][r];
+              cs_add<KIND, kU>(s[r], col, j, wj);
+            }
           }
         }
       }
       for (; j < j1; j += wj)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (row_of(r) < p.m) cs_add1<KIND>(s[r], cs_pre(p, cs_f32(x[j * p.lda + row_of(r)]), b, row_of(r), j));
+          if (row_of(r) < p.m) cs_add1<KIND>(s[r], cs_pre(p, cs_f32(x[j * p.lda + row_of(r)]), b, row_of(r), j), j);
     }
     // The warps along k merge in shared memory; the first of them finishes.
     if (wj > 1) {
@@ -521,10 +567,15 @@ __global__ void __launch_bounds__(256) cs_reduce_finish_cta(cs_problem p, int64_
 static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
 {
   if (!kBuildReduce || p.family != CS_FAMILY_REDUCE) return CS_ERR_UNSUPPORTED;
-  if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_L2) return CS_ERR_UNSUPPORTED;
+  if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_ARGMIN) return CS_ERR_UNSUPPORTED;
   if (kWlReduce >= 0 && p.reduce != kWlReduce) return CS_ERR_UNSUPPORTED;
-  if (cs_dtype_bytes(p.dtype_ab) == 0 || !(p.dtype_cd == p.dtype_ab || p.dtype_cd == CS_DTYPE_F32))
+  // An index (argmax, argmin) is int64 and nothing else is; an index reduction has no chain
+  // or [[before]] op, and its rows fit an int.
+  bool const arg = p.reduce == CS_REDUCE_ARGMAX || p.reduce == CS_REDUCE_ARGMIN;
+  if (cs_dtype_bytes(p.dtype_ab) == 0) return CS_ERR_UNSUPPORTED;
+  if (arg ? p.dtype_cd != CS_DTYPE_I64 : !(p.dtype_cd == p.dtype_ab || p.dtype_cd == CS_DTYPE_F32))
     return CS_ERR_UNSUPPORTED;
+  if (arg && (!cs_chain::kIdentity || !cs_before::kIdentity || p.k > 0x7fffffffLL)) return CS_ERR_UNSUPPORTED;
   if (kWlIn >= 0 && (p.dtype_ab != kWlIn || p.dtype_cd != kWlOut)) return CS_ERR_UNSUPPORTED;
   if (p.layout_a == CS_LAYOUT_ROW ? !kBuildRow : p.layout_a == CS_LAYOUT_COL ? !kBuildCol : true)
     return CS_ERR_UNSUPPORTED;
@@ -546,7 +597,7 @@ static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
     if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||
-        reinterpret_cast<uintptr_t>(p.d) % uintptr_t(cs_dtype_bytes(p.dtype_cd)) != 0)
+        reinterpret_cast<uintptr_t>(p.d) % uintptr_t(arg ? 8 : cs_dtype_bytes(p.dtype_cd)) != 0)
       return CS_ERR_UNSUPPORTED;
   }
   return CS_OK;
@@ -662,8 +713,13 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
   }
 }
 
-template <int KIND>
-static constexpr bool cs_build_kind() { return kWlReduce < 0 || kWlReduce == KIND; }
+// A kind is built where the workload asks for it and its output type fits (an index into
+// int64, a value into a floating type).
+template <int KIND, class TD>
+static constexpr bool cs_build_kind()
+{
+  return (kWlReduce < 0 || kWlReduce == KIND) && (cs_is_arg<KIND> == std::is_same_v<TD, int64_t>);
+}
 
 template <class TA, class TD>
 static int32_t cs_run(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
@@ -673,12 +729,14 @@ static int32_t cs_run(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
     return CS_ERR_UNSUPPORTED;
   } else {
     switch (p.reduce) {
-      case CS_REDUCE_SUM: if constexpr (cs_build_kind<CS_REDUCE_SUM>()) cs_run_kind<TA, TD, CS_REDUCE_SUM>(p, pl, st); break;
-      case CS_REDUCE_MEAN: if constexpr (cs_build_kind<CS_REDUCE_MEAN>()) cs_run_kind<TA, TD, CS_REDUCE_MEAN>(p, pl, st); break;
-      case CS_REDUCE_MAX: if constexpr (cs_build_kind<CS_REDUCE_MAX>()) cs_run_kind<TA, TD, CS_REDUCE_MAX>(p, pl, st); break;
-      case CS_REDUCE_MIN: if constexpr (cs_build_kind<CS_REDUCE_MIN>()) cs_run_kind<TA, TD, CS_REDUCE_MIN>(p, pl, st); break;
-      case CS_REDUCE_LOGSUMEXP: if constexpr (cs_build_kind<CS_REDUCE_LOGSUMEXP>()) cs_run_kind<TA, TD, CS_REDUCE_LOGSUMEXP>(p, pl, st); break;
-      case CS_REDUCE_L2: if constexpr (cs_build_kind<CS_REDUCE_L2>()) cs_run_kind<TA, TD, CS_REDUCE_L2>(p, pl, st); break;
+      case CS_REDUCE_SUM: if constexpr (cs_build_kind<CS_REDUCE_SUM, TD>()) cs_run_kind<TA, TD, CS_REDUCE_SUM>(p, pl, st); break;
+      case CS_REDUCE_MEAN: if constexpr (cs_build_kind<CS_REDUCE_MEAN, TD>()) cs_run_kind<TA, TD, CS_REDUCE_MEAN>(p, pl, st); break;
+      case CS_REDUCE_MAX: if constexpr (cs_build_kind<CS_REDUCE_MAX, TD>()) cs_run_kind<TA, TD, CS_REDUCE_MAX>(p, pl, st); break;
+      case CS_REDUCE_MIN: if constexpr (cs_build_kind<CS_REDUCE_MIN, TD>()) cs_run_kind<TA, TD, CS_REDUCE_MIN>(p, pl, st); break;
+      case CS_REDUCE_LOGSUMEXP: if constexpr (cs_build_kind<CS_REDUCE_LOGSUMEXP, TD>()) cs_run_kind<TA, TD, CS_REDUCE_LOGSUMEXP>(p, pl, st); break;
+      case CS_REDUCE_L2: if constexpr (cs_build_kind<CS_REDUCE_L2, TD>()) cs_run_kind<TA, TD, CS_REDUCE_L2>(p, pl, st); break;
+      case CS_REDUCE_ARGMAX: if constexpr (cs_build_kind<CS_REDUCE_ARGMAX, TD>()) cs_run_kind<TA, TD, CS_REDUCE_ARGMAX>(p, pl, st); break;
+      case CS_REDUCE_ARGMIN: if constexpr (cs_build_kind<CS_REDUCE_ARGMIN, TD>()) cs_run_kind<TA, TD, CS_REDUCE_ARGMIN>(p, pl, st); break;
       default: return CS_ERR_UNSUPPORTED;
     }
     return int32_t(cudaGetLastError());
@@ -726,6 +784,14 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   if (pl.parts > 1 && (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % alignof(CsAcc) != 0))
     return CS_ERR_WORKSPACE;
   bool const f32_out = p.dtype_cd == CS_DTYPE_F32;
+  if (p.dtype_cd == CS_DTYPE_I64) {
+    switch (p.dtype_ab) {
+      case CS_DTYPE_F32: return cs_run<float, int64_t>(p, pl, stream);
+      case CS_DTYPE_F16: return cs_run<__half, int64_t>(p, pl, stream);
+      case CS_DTYPE_BF16: return cs_run<__nv_bfloat16, int64_t>(p, pl, stream);
+      default: return CS_ERR_UNSUPPORTED;
+    }
+  }
   switch (p.dtype_ab) {
     case CS_DTYPE_F32: return cs_run<float, float>(p, pl, stream);
     case CS_DTYPE_F16: return f32_out ? cs_run<__half, float>(p, pl, stream) : cs_run<__half, __half>(p, pl, stream);

@@ -108,7 +108,8 @@ typedef enum cs_dtype {
   CS_DTYPE_BF16 = 2,
   CS_DTYPE_F64 = 3,
   CS_DTYPE_E4M3 = 4, /* fp8: 4 exponent bits, 3 mantissa bits, no infinity */
-  CS_DTYPE_E5M2 = 5  /* fp8: 5 exponent bits, 2 mantissa bits */
+  CS_DTYPE_E5M2 = 5, /* fp8: 5 exponent bits, 2 mantissa bits */
+  CS_DTYPE_I64 = 6   /* int64_t: the index an argmax / argmin writes */
 } cs_dtype;
 
 /* Storage order of a matrix operand: ROW means the second index is contiguous. */
@@ -155,14 +156,18 @@ typedef enum cs_norm {
 
 /* The reduction of CS_FAMILY_REDUCE (x is one row of k elements):
  *   SUM: sum(x)   MEAN: sum(x) / k   MAX: max(x)   MIN: min(x) (a NaN in x gives NaN)
- *   LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2)) (torch.norm) */
+ *   LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2)) (torch.norm)
+ *   ARGMAX / ARGMIN: the index (from 0) of the first largest / smallest x, or of the first
+ *   NaN if any (torch.argmax / argmin); D is int64 (CS_DTYPE_I64), no chain */
 typedef enum cs_reduce {
   CS_REDUCE_SUM = 0,
   CS_REDUCE_MEAN = 1,
   CS_REDUCE_MAX = 2,
   CS_REDUCE_MIN = 3,
   CS_REDUCE_LOGSUMEXP = 4,
-  CS_REDUCE_L2 = 5
+  CS_REDUCE_L2 = 5,
+  CS_REDUCE_ARGMAX = 6,
+  CS_REDUCE_ARGMIN = 7
 } cs_reduce;
 
 /* The scan of CS_FAMILY_SCAN along a row x_0 .. x_{n-1}:

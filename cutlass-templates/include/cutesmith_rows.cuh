@@ -19,6 +19,7 @@ template <class T> struct CsDtype;
 template <> struct CsDtype<float> { static constexpr int value = CS_DTYPE_F32; };
 template <> struct CsDtype<__half> { static constexpr int value = CS_DTYPE_F16; };
 template <> struct CsDtype<__nv_bfloat16> { static constexpr int value = CS_DTYPE_BF16; };
+template <> struct CsDtype<int64_t> { static constexpr int value = CS_DTYPE_I64; };   /* an index */
 
 __device__ __forceinline__ float cs_f32(float x) { return x; }
 __device__ __forceinline__ float cs_f32(__half x) { return __half2float(x); }

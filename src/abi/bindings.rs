@@ -38,6 +38,7 @@ pub mod cs_dtype {
     pub const CS_DTYPE_F64: Type = 3;
     pub const CS_DTYPE_E4M3: Type = 4;
     pub const CS_DTYPE_E5M2: Type = 5;
+    pub const CS_DTYPE_I64: Type = 6;
 }
 pub mod cs_layout {
     #[allow(unused_imports)]
@@ -87,6 +88,8 @@ pub mod cs_reduce {
     pub const CS_REDUCE_MIN: Type = 3;
     pub const CS_REDUCE_LOGSUMEXP: Type = 4;
     pub const CS_REDUCE_L2: Type = 5;
+    pub const CS_REDUCE_ARGMAX: Type = 6;
+    pub const CS_REDUCE_ARGMIN: Type = 7;
 }
 pub mod cs_scan {
     #[allow(unused_imports)]

@@ -17,7 +17,7 @@ impl Workload {
             DType::BF16 => ComputePipe::TensorBf16,
             DType::F32 if self.allow_tf32 => ComputePipe::TensorTf32,
             DType::E4M3 | DType::E5M2 => ComputePipe::TensorFp8,
-            DType::F32 | DType::F64 => ComputePipe::SimtF32,
+            DType::F32 | DType::F64 | DType::I64 => ComputePipe::SimtF32,
         }
     }
 

@@ -25,6 +25,9 @@ pub(super) struct Validator<'a> {
 
 /// The type of a chain's tensor operands (a bias, a residual) unless an op names one: D's,
 /// bf16 beside an fp8 D (as cuBLASLt's fp8 epilogue takes its bias).
+/// The longest row an index reduction takes (its indices stay exact in f32).
+const MAX_INDEX_K: u64 = 1 << 24;
+
 fn chain_dtype(out_dtype: DType) -> DType {
     if out_dtype.is_fp8() {
         DType::BF16
@@ -138,6 +141,19 @@ impl Validator<'_> {
                 ));
             }
         }
+        if family == Family::Reduce && params.reduce.is_index() {
+            // Indices are checked on the device as f32 after a timed launch: exact below 2^24.
+            if let Some((i, sh)) = shapes.iter().enumerate().find(|(_, sh)| sh.k > MAX_INDEX_K) {
+                return Err(self.err(
+                    format!("shapes[{i}].k"),
+                    format!(
+                        "{} elements a row; an argmax / argmin takes rows of at most 2^24 \
+                         ({MAX_INDEX_K})",
+                        sh.k
+                    ),
+                ));
+            }
+        }
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         let after = self.after(family, out_dtype, &spec.after)?;
         // A reduction's [[before]] tensors are indexed like A (its input, in A's type);
@@ -148,6 +164,25 @@ impl Validator<'_> {
             spec.dtype
         };
         let before = self.before(family, before_dtype, &spec.before, &chain)?;
+        if family == Family::Reduce && params.reduce.is_index() {
+            // An index is compared exactly: no op may change which element wins by rounding,
+            // and none applies to an index.
+            for (table, empty) in [
+                ("before", before.is_identity()),
+                ("epilogue", chain.is_identity()),
+            ] {
+                if !empty {
+                    return Err(self.err(
+                        table,
+                        format!(
+                            "reduce = \"{}\" takes no [[{table}]] ops: it writes the index of \
+                             an input element, compared exactly",
+                            params.reduce.name()
+                        ),
+                    ));
+                }
+            }
+        }
         let tolerance =
             self.tolerance(family, &params, out_dtype, spec.allow_tf32, spec.tolerance)?;
         // Fused work is measured first against the unfused sequence it replaces.
@@ -476,8 +511,39 @@ impl Validator<'_> {
                 ),
             ));
         }
+        // An index reduction (argmax, argmin) writes int64 indices, as torch's do.
+        let index = family == Family::Reduce && spec.params.reduce.is_some_and(|r| r.is_index());
+        if spec.dtype.is_int() {
+            return Err(self.err(
+                "dtype",
+                "i64 is only an output (out_dtype of a reduce with reduce = \"argmax\" or                  \"argmin\"); operands are f32, f16, bf16, e4m3 or e5m2",
+            ));
+        }
+        match spec.out_dtype {
+            Some(d) if index && d != DType::I64 => {
+                return Err(self.err(
+                    "out_dtype",
+                    format!(
+                        "an argmax / argmin writes i64 indices (as torch's do), not {d}; \
+                         leave out_dtype out or set \"i64\""
+                    ),
+                ))
+            }
+            Some(DType::I64) if !index => {
+                return Err(self.err(
+                    "out_dtype",
+                    format!(
+                        "i64 is the output of family reduce with reduce = \"argmax\" or \
+                         \"argmin\" only, not of this {family}"
+                    ),
+                ))
+            }
+            _ => {}
+        }
         // fp8 products are accumulated in fp32 and written wider unless asked otherwise.
-        let out_dtype = spec.out_dtype.unwrap_or(if spec.dtype.is_fp8() {
+        let out_dtype = spec.out_dtype.unwrap_or(if index {
+            DType::I64
+        } else if spec.dtype.is_fp8() {
             DType::BF16
         } else {
             spec.dtype
@@ -491,7 +557,7 @@ impl Validator<'_> {
         if matches!(
             family,
             Family::Norm | Family::Reduce | Family::GemmReduce | Family::Scan
-        ) && !(out_dtype == spec.dtype || out_dtype == DType::F32)
+        ) && !(out_dtype == spec.dtype || out_dtype == DType::F32 || index)
         {
             return Err(self.err(
                 "out_dtype",
@@ -713,6 +779,16 @@ impl Validator<'_> {
                     format!(
                         "missing; family {family} needs one; allowed: {}",
                         ReduceKind::ALL.map(ReduceKind::name).join(", ")
+                    ),
+                ))
+            }
+            (Family::GemmReduce, Some(r)) if r.is_index() => {
+                return Err(self.err(
+                    "params.reduce",
+                    format!(
+                        "{} is for family reduce (an input's elements, compared exactly), not \
+                         gemm_reduce, where rounding decides near ties",
+                        r.name()
                     ),
                 ))
             }

@@ -191,17 +191,26 @@ pub enum DType {
     /// IEEE binary64; not accepted in spec files.
     #[serde(skip_deserializing, rename = "f64")]
     F64,
+    /// A signed 64-bit integer: the output of an index reduction (argmax / argmin) only.
+    #[serde(rename = "i64", alias = "int64", alias = "long")]
+    I64,
 }
 
 impl DType {
     /// The types a spec file may name.
-    pub const SPEC: [DType; 5] = [
+    pub const SPEC: [DType; 6] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::E4M3,
         DType::E5M2,
+        DType::I64,
     ];
+
+    /// Whether this is an integer type (an index output).
+    pub fn is_int(self) -> bool {
+        self == DType::I64
+    }
 
     /// Whether this is one of the fp8 types (scaled per tensor).
     pub fn is_fp8(self) -> bool {
@@ -214,7 +223,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::E4M3 | DType::E5M2 => 1,
-            DType::F64 => 8,
+            DType::F64 | DType::I64 => 8,
         }
     }
 
@@ -227,6 +236,7 @@ impl DType {
             DType::F64 => 3,
             DType::E4M3 => 4,
             DType::E5M2 => 5,
+            DType::I64 => 6,
         }
     }
 
@@ -239,6 +249,7 @@ impl DType {
             DType::E4M3 => "e4m3",
             DType::E5M2 => "e5m2",
             DType::F64 => "f64",
+            DType::I64 => "i64",
         }
     }
 
@@ -252,6 +263,8 @@ impl DType {
             DType::E4M3 => 2f64.powi(-3),
             DType::E5M2 => 2f64.powi(-2),
             DType::F64 => f64::EPSILON,
+            // An index is exact.
+            DType::I64 => 0.0,
         }
     }
 }
@@ -528,17 +541,23 @@ pub enum ReduceKind {
     Logsumexp,
     /// `sqrt(sum(x^2))` (`torch.norm(x, dim=...)`).
     L2,
+    /// The index of the first largest x, or of the first NaN (`torch.argmax`); D is i64.
+    Argmax,
+    /// The index of the first smallest x, or of the first NaN (`torch.argmin`); D is i64.
+    Argmin,
 }
 
 impl ReduceKind {
     /// Every kind, in ABI order.
-    pub const ALL: [ReduceKind; 6] = [
+    pub const ALL: [ReduceKind; 8] = [
         ReduceKind::Sum,
         ReduceKind::Mean,
         ReduceKind::Max,
         ReduceKind::Min,
         ReduceKind::Logsumexp,
         ReduceKind::L2,
+        ReduceKind::Argmax,
+        ReduceKind::Argmin,
     ];
 
     /// The `cs_reduce` value the harness puts in `cs_problem.reduce`.
@@ -550,6 +569,8 @@ impl ReduceKind {
             ReduceKind::Min => 3,
             ReduceKind::Logsumexp => 4,
             ReduceKind::L2 => 5,
+            ReduceKind::Argmax => 6,
+            ReduceKind::Argmin => 7,
         }
     }
 
@@ -562,6 +583,8 @@ impl ReduceKind {
             ReduceKind::Min => "min",
             ReduceKind::Logsumexp => "logsumexp",
             ReduceKind::L2 => "l2",
+            ReduceKind::Argmax => "argmax",
+            ReduceKind::Argmin => "argmin",
         }
     }
 
@@ -574,16 +597,46 @@ impl ReduceKind {
             ReduceKind::Min => "min(x), NaN if any x is NaN",
             ReduceKind::Logsumexp => "max(x) + log(sum(exp(x - max(x))))",
             ReduceKind::L2 => "sqrt(sum(x^2))",
+            ReduceKind::Argmax => {
+                "the index (int64, from 0) of the first largest x, or of the first NaN if any"
+            }
+            ReduceKind::Argmin => {
+                "the index (int64, from 0) of the first smallest x, or of the first NaN if any"
+            }
         }
+    }
+
+    /// Whether the result is an index into the row (an int64 D), not a value.
+    pub fn is_index(self) -> bool {
+        matches!(self, ReduceKind::Argmax | ReduceKind::Argmin)
     }
 
     /// The reduction of one row in fp64, and the bound on an fp32 kernel's honest error
     /// there: for the sums, `ACC * u * sum |term|` (u fp32's unit roundoff, the terms x,
-    /// or x^2 for L2, or exp(x - max) for logsumexp); max and min are exact.
+    /// or x^2 for L2, or exp(x - max) for logsumexp); max and min are exact, and so are
+    /// argmax and argmin (an index; ties go to the first, as torch's do).
     pub fn eval(self, row: impl Iterator<Item = f64> + Clone, acc_u: f64) -> (f64, f64) {
         let k = row.clone().count().max(1) as f64;
         let nan = row.clone().any(f64::is_nan);
         match self {
+            ReduceKind::Argmax | ReduceKind::Argmin => {
+                let better = |x: f64, y: f64| {
+                    if self == ReduceKind::Argmax {
+                        x > y
+                    } else {
+                        x < y
+                    }
+                };
+                let mut best: Option<(usize, f64)> = None;
+                for (j, x) in row.enumerate() {
+                    match best {
+                        Some((_, b)) if b.is_nan() => break,
+                        Some((_, b)) if !x.is_nan() && !better(x, b) => {}
+                        _ => best = Some((j, x)),
+                    }
+                }
+                (best.map_or(0.0, |(j, _)| j as f64), 0.0)
+            }
             ReduceKind::Sum | ReduceKind::Mean => {
                 let (s, a) = row.fold((0.0, 0.0), |(s, a), x| (s + x, a + x.abs()));
                 let d = if self == ReduceKind::Mean { k } else { 1.0 };

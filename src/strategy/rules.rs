@@ -191,7 +191,8 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
     }
     let outs_ok = match t.out {
         Some(outs) => outs.contains(&out),
-        None => out == dt || out == DType::F32,
+        // i64: the indices of an argmax / argmin (the spec's rules allow it nowhere else).
+        None => out == dt || out == DType::F32 || out == DType::I64 && fam == Family::Reduce,
     };
     if !outs_ok {
         return Err(format!(

@@ -77,6 +77,23 @@ impl Element for half::f16 {
     }
 }
 
+/// The poison of an index output: two copies of f32's poison NaN's bits (a fill of
+/// 32-bit words writes it), an index no row has.
+pub const I64_POISON: i64 = 0x7FC0_0001_7FC0_0001;
+
+impl Element for i64 {
+    const NAME: &'static str = "i64";
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn is_poison_bits(self) -> bool {
+        self == I64_POISON
+    }
+    fn poison() -> Self {
+        I64_POISON
+    }
+}
+
 /// fp8 E4M3 (the "fn" variant: finite only, max 448; S.1111.111 is NaN), as its bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(transparent)]

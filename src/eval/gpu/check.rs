@@ -120,6 +120,7 @@ struct CheckArgs {
 /// Loads of every element type (no CUDA headers: NVRTC has none by default).
 const LOADS: &str = r#"
 __device__ __forceinline__ double ld_f32(const void* p, long long i) { return (double)((const float*)p)[i]; }
+__device__ __forceinline__ double ld_i64(const void* p, long long i) { return (double)((const long long*)p)[i]; }
 __device__ __forceinline__ double ld_bf16(const void* p, long long i) {
   return (double)__uint_as_float(((unsigned)((const unsigned short*)p)[i]) << 16);
 }
@@ -181,6 +182,7 @@ fn loader(d: DType) -> &'static str {
         DType::E4M3 => "ld_e4m3",
         DType::E5M2 => "ld_e5m2",
         DType::F64 => "ld_f32",
+        DType::I64 => "ld_i64",
     }
 }
 
@@ -360,6 +362,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         DType::F32 => ("unsigned int", "0x7FC00001u"),
         DType::BF16 => ("unsigned short", "0x7FC1"),
         DType::F16 => ("unsigned short", "0x7E01"),
+        DType::I64 => ("unsigned long long", "0x7FC000017FC00001ull"),
         _ => ("unsigned char", "0xFF"),
     };
     let tload = tensor_loads(spec);
@@ -722,6 +725,19 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
     }}
     se = csd_block_reduce(se, red, false);
   }}
+  // argmax / argmin: the first index holding the extreme (or the first NaN). Each thread's
+  // first hit is its smallest; the block takes the smallest of those.
+  double first = 0.0;
+  if (kind == 6 || kind == 7) {{
+    const double target = kind == 6 ? mx : mn;
+    double jf = inf;
+    for (long long j = threadIdx.x; j < k; j += blockDim.x) {{
+{before_load}      double ej;
+      const double x = csd_before({in_ld}(A, b * sa + (a_col ? j * lda + lr : lr * lda + j)), tb4, &ej);
+      if (nan != 0.0 ? isnan(x) : x == target) {{ jf = (double)j; break; }}
+    }}
+    first = -csd_block_reduce(-jf, red, true);
+  }}
   if (threadIdx.x == 0) {{
     const double u = a.ebound, kf = (double)(k > 0 ? k : 1), qnan = __longlong_as_double(0x7ff8000000000000ll);
     double v = 0.0, e = 0.0;
@@ -737,6 +753,7 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
         else if (!isfinite(mx)) v = mx;
         else {{ v = mx + log(se); e = u * (2.0 + fabs(v)) + bm; }}
         break;
+      case 6: case 7: v = first; e = 0.0; break;
       default: v = nan != 0.0 ? qnan : sqrt(s2); e = u * sqrt(s2) + sqrt(b2); break;
     }}
     stats[2 * row] = v; stats[2 * row + 1] = e;

@@ -15,6 +15,26 @@ pub trait HostElement: Element + DeviceRepr + ValidAsZeroBits + Default + 'stati
     fn bits(self) -> u32;
     /// The workload dtype this is.
     const DTYPE: DType;
+    /// The guard pattern around an output: a finite value no kernel computes by accident.
+    fn guard() -> Self {
+        Self::from_f64(-1234.5)
+    }
+}
+
+impl HostElement for i64 {
+    fn from_f64(v: f64) -> Self {
+        v as i64
+    }
+    /// An index's fill pattern is a 32-bit word written twice: its low half (every
+    /// pattern this type is filled with has equal halves).
+    fn bits(self) -> u32 {
+        self as u32
+    }
+    const DTYPE: DType = DType::I64;
+    /// Equal halves (a 32-bit fill writes it) and negative: no index.
+    fn guard() -> Self {
+        i64::from_ne_bytes([0xC3; 8])
+    }
 }
 
 impl HostElement for f32 {
@@ -128,7 +148,7 @@ pub const GUARD_ELEMENTS: usize = 4096;
 
 /// The guard pattern: a finite value no kernel computes by accident (-1234.5).
 pub fn guard<T: HostElement>() -> T {
-    T::from_f64(-1234.5)
+    T::guard()
 }
 
 /// An output buffer's host image: guard, poison (the output proper), guard.
@@ -171,6 +191,17 @@ mod tests {
         assert!(a.iter().any(|x| x.abs() > 1.0));
         assert!(a.iter().any(|x| x.abs() < 0.25));
         assert!(a.iter().all(|x| *x != 0.0 && x.abs() < 4.0));
+    }
+
+    #[test]
+    fn index_fill_patterns_are_one_word_twice() {
+        // fill_bits writes an 8-byte element as its low 32-bit word twice.
+        for v in [guard::<i64>(), <i64 as Element>::poison()] {
+            let word = u64::from(v.bits());
+            assert_eq!(v as u64, word << 32 | word, "{v:#x}");
+        }
+        assert!(guard::<i64>() < 0, "the guard is no index");
+        assert!(<i64 as Element>::poison() > 1 << 40, "the poison is no index");
     }
 
     #[test]

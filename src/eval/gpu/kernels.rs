@@ -1046,6 +1046,8 @@ pub fn verify_source(dtype: DType) -> Result<String, CudaFailure> {
         DType::F16 => ("unsigned short", "cs_f16_ld(v)", "0x7E01"),
         DType::E4M3 => ("unsigned char", "cs_e4m3_ld(v)", "0xFF"),
         DType::E5M2 => ("unsigned char", "cs_e5m2_ld(v)", "0xFF"),
+        // An index (below 2^24 in every workload an index reduction accepts: exact in f32).
+        DType::I64 => ("long long", "(float)v", "0x7FC000017FC00001ll"),
         DType::F64 => return Err(nvrtc_err("verifier", "no f64 outputs")),
     };
     let mut src = String::from(PRELUDE);

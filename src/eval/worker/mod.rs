@@ -245,6 +245,9 @@ fn run(job: &Job) -> WorkerReport {
         (DType::E5M2, DType::F16) => ctx.run_typed::<E5M2, f16>(),
         (DType::E5M2, DType::F32) => ctx.run_typed::<E5M2, f32>(),
         (DType::E5M2, DType::E5M2) => ctx.run_typed::<E5M2, E5M2>(),
+        (DType::BF16, DType::I64) => ctx.run_typed::<bf16, i64>(),
+        (DType::F16, DType::I64) => ctx.run_typed::<f16, i64>(),
+        (DType::F32, DType::I64) => ctx.run_typed::<f32, i64>(),
         (a, d) => ctx.report.notes.push(format!(
             "{a} operands with a {d} output are not supported by the harness"
         )),

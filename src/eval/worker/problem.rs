@@ -81,6 +81,7 @@ pub(super) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
             DType::F64 => out.extend(v.to_le_bytes()),
             DType::E4M3 => out.push(E4M3::from_f64(v).0),
             DType::E5M2 => out.push(E5M2::from_f64(v).0),
+            DType::I64 => out.extend((v as i64).to_le_bytes()),
         }
     }
     out
@@ -99,6 +100,7 @@ fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
             DType::F64 => x,
             DType::E4M3 => E4M3::from_f64(x).to_f64(),
             DType::E5M2 => E5M2::from_f64(x).to_f64(),
+            DType::I64 => x.round(),
         }
     });
     v

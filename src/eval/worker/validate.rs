@@ -1220,6 +1220,8 @@ pub(super) fn row_bound(kind: ReduceKind, e: &[f64]) -> f64 {
             e.iter().copied().fold(0.0, f64::max)
         }
         ReduceKind::L2 => e.iter().map(|x| x * x).sum::<f64>().sqrt(),
+        // An index is exact; the rules keep [[before]] ops away from it.
+        ReduceKind::Argmax | ReduceKind::Argmin => 0.0,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reductions over dimensions in a traced graph (`torch.sum`, `mean`, `amax` / `amin`,
 //! `max` / `min` with a dim (their values), `logsumexp`, `torch.norm` / `linalg.vector_norm`
-//! of order 2), each over a run of adjacent dimensions of a Model input, with elementwise
-//! ops after it: the reduce family. A match names the node whose value is the reduced
+//! of order 2, `argmax` / `argmin`), each over a run of adjacent dimensions of a Model input,
+//! with elementwise ops after it (not after an index): the reduce family. A match names the node whose value is the reduced
 //! tensor (the head the chain continues from) and the nodes it absorbs.
 
 use std::collections::HashSet;
@@ -115,6 +115,8 @@ fn kind_of(op: &str) -> Option<ReduceKind> {
         "amin" | "min" => ReduceKind::Min,
         "logsumexp" => ReduceKind::Logsumexp,
         "linalg_vector_norm" | "norm" => ReduceKind::L2,
+        "argmax" => ReduceKind::Argmax,
+        "argmin" => ReduceKind::Argmin,
         _ => return None,
     })
 }
@@ -157,8 +159,10 @@ impl<'g> Mapper<'g> {
             Some(Value::Array(a)) if a.is_empty() => (0..rank).collect(),
             Some(_) => dims_arg(n, dims_at, "dim", rank)?,
         };
-        // Over dims of size 1 only: the identity, passed through like a copy.
-        if kind != ReduceKind::L2 && super::identity_reduction(&self.nodes, n) {
+        // Over dims of size 1 only: the identity, passed through like a copy (not an index:
+        // an argmax there is zeros).
+        if kind != ReduceKind::L2 && !kind.is_index() && super::identity_reduction(&self.nodes, n)
+        {
             return None;
         }
         let mut absorbed = HashSet::from([n.name.clone()]);
@@ -438,6 +442,18 @@ pub(super) fn map_reduce(
         }
         None => (rm.input.clone(), Vec::new(), None),
     };
+    // An index is of an input's own elements, compared exactly, and nothing follows it.
+    if rm.kind.is_index() && a != rm.input {
+        mp.problem(
+            head,
+            format!(
+                "an {} of a computed tensor: family reduce takes an argmax / argmin of a Model \
+                 input only (ops before it would decide ties by rounding)",
+                rm.kind
+            ),
+        );
+        return None;
+    }
     let rows = rows_over(mp, head, &a, &rm.dims, "reduce")?;
     let (dtype, batch, m, k) = (rows.dtype, rows.batch, rows.m, rows.len);
     let classify = like_a(&rows);
@@ -462,6 +478,16 @@ pub(super) fn map_reduce(
         }
         None => before,
     };
+    if rm.kind.is_index() && rm.head != out {
+        mp.problem(
+            head,
+            format!(
+                "ops after an {}: the workload's output is the int64 index itself",
+                rm.kind
+            ),
+        );
+        return None;
+    }
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     only_constants_after(mp, head, &chain, |o| o != "z")?;
     ops.insert(
