@@ -2552,6 +2552,76 @@ mod tests {
         assert!(map_graph(&g, "t.py").is_err());
     }
 
+    /// torch.argmax / argmin over a dim of an input: the reduce family's index kinds (D
+    /// int64 by the spec's default); ops before or after one are refused, naming why.
+    #[test]
+    fn argmax_and_argmin_map_to_index_reductions() {
+        let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);
+        let g = |op: &str, dim: i64, pre: bool, post: bool| {
+            let mut nodes = vec![input("x", sh, st)];
+            if pre {
+                nodes.push(node(
+                    "p",
+                    "aten.relu.default",
+                    serde_json::json!([r("x")]),
+                    sh,
+                    st,
+                ));
+            }
+            let out_sh: Vec<i64> = sh
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i as i64 != dim)
+                .map(|(_, v)| *v)
+                .collect();
+            let out_st: Vec<i64> = vec![out_sh[1], 1];
+            nodes.push(node(
+                "am",
+                op,
+                serde_json::json!([r(if pre { "p" } else { "x" }), dim]),
+                &out_sh,
+                &out_st,
+            ));
+            if post {
+                nodes.push(node(
+                    "q",
+                    "aten.add.Tensor",
+                    serde_json::json!([r("am"), 1]),
+                    &out_sh,
+                    &out_st,
+                ));
+            }
+            graph(nodes, if post { "q" } else { "am" })
+        };
+        let (spec, ops) = map_graph(&g("aten.argmax.default", 1, false, false), "t.py").unwrap();
+        assert_eq!(
+            (spec.family, spec.params.reduce),
+            (Family::Reduce, Some(ReduceKind::Argmax))
+        );
+        assert!(spec.epilogue.is_empty() && spec.before.is_empty());
+        assert_eq!(
+            spec.layout.and_then(|l| l.a),
+            Some(Layout::Col),
+            "a middle dim: rows side by side"
+        );
+        assert_eq!(ops, vec!["argmax over dims 1..=1".to_string()]);
+        let (spec, _) = map_graph(&g("aten.argmin.default", 2, false, false), "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Argmin));
+        let text = toml::to_string(&spec).unwrap();
+        let w = crate::spec::Workload::parse("argmin_test.toml", &text).unwrap();
+        assert_eq!(w.out_dtype(), crate::spec::DType::I64);
+        let e = map_graph(&g("aten.argmax.default", 1, true, false), "t.py").unwrap_err();
+        assert!(
+            e.iter().any(|u| u.message.contains("computed tensor")),
+            "{e:?}"
+        );
+        let e = map_graph(&g("aten.argmin.default", 1, false, true), "t.py").unwrap_err();
+        assert!(
+            e.iter().any(|u| u.message.contains("ops after an argmin")),
+            "{e:?}"
+        );
+    }
+
     #[test]
     fn reductions_over_dims_map_to_the_reduce_family() {
         let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);

@@ -1043,9 +1043,10 @@ k = 4096
         // Large values do not overflow (the max is taken out first).
         let (big, _) = ReduceKind::Logsumexp.eval([1000.0, 1000.0].into_iter(), u);
         assert!((big - (1000.0 + 2f64.ln())).abs() < 1e-12);
-        // A NaN anywhere makes every kind NaN; -inf rows keep logsumexp at -inf.
+        // A NaN anywhere makes every value kind NaN (an index kind points at it); -inf rows
+        // keep logsumexp at -inf.
         let nan = [1.0, f64::NAN, 2.0];
-        for kind in ReduceKind::ALL {
+        for kind in ReduceKind::ALL.into_iter().filter(|k| !k.is_index()) {
             assert!(kind.eval(nan.iter().copied(), u).0.is_nan(), "{kind}");
         }
         let (neg, _) = ReduceKind::Logsumexp.eval([f64::NEG_INFINITY; 3].into_iter(), u);
@@ -1053,6 +1054,86 @@ k = 4096
         assert_eq!(
             ReduceKind::Max.eval([f64::INFINITY, 1.0].into_iter(), u).0,
             f64::INFINITY
+        );
+    }
+
+    /// argmax / argmin as torch's: the first extreme's index, the first NaN's if any, exact.
+    #[test]
+    fn index_reductions_take_the_first_extreme_or_nan() {
+        let (u, nan, inf) = (1e-6, f64::NAN, f64::INFINITY);
+        let at = |k: ReduceKind, row: &[f64]| k.eval(row.iter().copied(), u);
+        let (amax, amin) = (ReduceKind::Argmax, ReduceKind::Argmin);
+        assert_eq!(at(amax, &[1.0, -2.0, 3.5, 0.5]), (2.0, 0.0));
+        assert_eq!(at(amin, &[1.0, -2.0, 3.5, 0.5]), (1.0, 0.0));
+        // Ties go to the first.
+        assert_eq!(at(amax, &[1.0, 3.0, 0.0, 3.0]).0, 1.0);
+        assert_eq!(at(amin, &[0.0, -1.0, -1.0]).0, 1.0);
+        // A NaN wins over everything, the first NaN over a later one.
+        assert_eq!(at(amax, &[inf, nan, 2.0, nan]).0, 1.0);
+        assert_eq!(at(amin, &[-inf, 0.0, nan]).0, 2.0);
+        // A row of one infinity (or of one value) points at its first element.
+        assert_eq!(at(amax, &[-inf, -inf]).0, 0.0);
+        assert_eq!(at(amin, &[inf, inf, inf]).0, 0.0);
+        assert_eq!(at(amax, &[7.0]).0, 0.0);
+        assert!(amax.is_index() && !ReduceKind::Max.is_index());
+    }
+
+    /// An index reduction writes i64 (the default, and the only type it takes); i64 is an
+    /// output of nothing else and never an operand; no op comes before or after it, it is
+    /// not gemm_reduce's, and its rows fit 2^24.
+    #[test]
+    fn index_reductions_write_i64_alone() {
+        const R: &str = "description = \"r\"\nfamily = \"reduce\"\ndtype = \"bf16\"\n";
+        let shapes = "[[shapes]]\nm = 4\nk = 100\n";
+        let w = parse("a", &format!("{R}[params]\nreduce = \"argmax\"\n{shapes}")).unwrap();
+        assert_eq!(w.out_dtype(), DType::I64);
+        assert_eq!(w.params().reduce, ReduceKind::Argmax);
+        let w = parse(
+            "a",
+            &format!("{R}out_dtype = \"int64\"\n[params]\nreduce = \"argmin\"\n{shapes}"),
+        )
+        .unwrap();
+        assert_eq!(
+            (w.out_dtype(), w.params().reduce),
+            (DType::I64, ReduceKind::Argmin)
+        );
+        let e = err(
+            "a",
+            &format!("{R}out_dtype = \"f32\"\n[params]\nreduce = \"argmax\"\n{shapes}"),
+        );
+        assert!(e.contains("out_dtype") && e.contains("i64 indices"), "{e}");
+        let e = err(
+            "a",
+            &format!("{R}out_dtype = \"i64\"\n[params]\nreduce = \"sum\"\n{shapes}"),
+        );
+        assert!(e.contains("out_dtype") && e.contains("argmax"), "{e}");
+        let e = err(
+            "a",
+            &format!(
+                "{}[params]\nreduce = \"argmax\"\n{shapes}",
+                R.replace("bf16", "i64")
+            ),
+        );
+        assert!(e.contains("dtype") && e.contains("only an output"), "{e}");
+        for (table, op) in [("epilogue", "relu"), ("before", "abs")] {
+            let e = err(
+                "a",
+                &format!("{R}[params]\nreduce = \"argmax\"\n[[{table}]]\nop = \"{op}\"\n{shapes}"),
+            );
+            assert!(e.contains(table) && e.contains("compared exactly"), "{e}");
+        }
+        let e = err(
+            "a",
+            &format!("{R}[params]\nreduce = \"argmin\"\n[[shapes]]\nm = 2\nk = 16777217\n"),
+        );
+        assert!(e.contains("shapes[0].k") && e.contains("2^24"), "{e}");
+        let e = err(
+            "g",
+            "description = \"g\"\nfamily = \"gemm_reduce\"\ndtype = \"bf16\"\n[params]\nreduce = \"argmax\"\n[[shapes]]\nm = 4\nn = 4\nk = 4\n",
+        );
+        assert!(
+            e.contains("params.reduce") && e.contains("gemm_reduce"),
+            "{e}"
         );
     }
 

@@ -311,6 +311,10 @@ fn every_template_instance_compiles_in_each_layout() {
         // target), a bf16 Huber loss over rows side by side (an f32 target, a row weight).
         ("reduce_mse_f32_small", "reduce_rows"),
         ("reduce_huber_col_bf16_small", "reduce_rows"),
+        // Index reductions into int64: an f16 argmin of rows, a bf16 argmax over rows side
+        // by side.
+        ("reduce_argmin_f16_small", "reduce_rows"),
+        ("reduce_argmax_col_bf16_small", "reduce_rows"),
         // The scans: an f32 cumsum, a bf16 reverse cumprod into f32 with a scale after, an
         // f16 exclusive cumsum over rows side by side with a column operand.
         ("scan_sum_f32_small", "scan_rows"),

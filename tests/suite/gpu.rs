@@ -291,6 +291,10 @@ fn every_template_validates_on_its_workloads() {
         // rows), a Huber loss against an f32 target with a bf16 row weight (rows side by side).
         "reduce_mse_f32_small",
         "reduce_huber_col_bf16_small",
+        // Index reductions into int64 (ties to the first index, as torch's): an f16 argmin of
+        // rows split over CTAs, a bf16 argmax over rows side by side.
+        "reduce_argmin_f16_small",
+        "reduce_argmax_col_bf16_small",
         // The scans: row-major rows (many, ragged, split over CTAs), forward and reverse,
         // inclusive and exclusive, sum and product, rows side by side, chains after.
         "scan_sum_f32_small",

@@ -583,7 +583,10 @@ fn tensor(dtype: DType, dims: [i32; 4]) -> Result<dnsys::cudnnTensorDescriptor_t
         DType::BF16 => dnsys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         DType::F64 => dnsys::cudnnDataType_t::CUDNN_DATA_DOUBLE,
         DType::E4M3 | DType::E5M2 | DType::I64 => {
-            return Err(fail("cuDNN", "fp8 and index tensors are not used with cuDNN here"))
+            return Err(fail(
+                "cuDNN",
+                "fp8 and index tensors are not used with cuDNN here",
+            ))
         }
     };
     let desc =

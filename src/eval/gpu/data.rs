@@ -201,7 +201,10 @@ mod tests {
             assert_eq!(v as u64, word << 32 | word, "{v:#x}");
         }
         assert!(guard::<i64>() < 0, "the guard is no index");
-        assert!(<i64 as Element>::poison() > 1 << 40, "the poison is no index");
+        assert!(
+            <i64 as Element>::poison() > 1 << 40,
+            "the poison is no index"
+        );
     }
 
     #[test]

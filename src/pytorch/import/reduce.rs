@@ -161,8 +161,7 @@ impl<'g> Mapper<'g> {
         };
         // Over dims of size 1 only: the identity, passed through like a copy (not an index:
         // an argmax there is zeros).
-        if kind != ReduceKind::L2 && !kind.is_index() && super::identity_reduction(&self.nodes, n)
-        {
+        if kind != ReduceKind::L2 && !kind.is_index() && super::identity_reduction(&self.nodes, n) {
             return None;
         }
         let mut absorbed = HashSet::from([n.name.clone()]);

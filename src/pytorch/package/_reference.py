@@ -13,6 +13,7 @@ DTYPES = {
     "bf16": torch.bfloat16,
     "e4m3": getattr(torch, "float8_e4m3fn", None),
     "e5m2": getattr(torch, "float8_e5m2", None),
+    "i64": torch.int64,
 }
 GEMM = ("gemm", "gemm_bias_act", "gemm_softmax", "gemm_glu")
 
@@ -149,7 +150,7 @@ def _reduce_dim(w):
 def reduce_rows(w, x, with_bound):
     """Each row of x reduced (dimension -1, or -2 for rows side by side), and with
     with_bound the bound on an fp32 kernel's honest error there (the harness's
-    `ReduceKind::eval`; None for max and min, which are exact)."""
+    `ReduceKind::eval`; None for max, min, argmax and argmin, which are exact)."""
     dim = _reduce_dim(w)
     kind = w["params"]["reduce"]
     u = 4.0 * 2.0 ** -24
@@ -162,6 +163,9 @@ def reduce_rows(w, x, with_bound):
         y = x.amax(dim)
     elif kind == "min":
         y = x.amin(dim)
+    elif kind in ("argmax", "argmin"):
+        # The first extreme's index (a NaN's first), as the kernel's: exact.
+        y = x.argmax(dim) if kind == "argmax" else x.argmin(dim)
     elif kind == "logsumexp":
         y = torch.logsumexp(x, dim)
         if with_bound:
