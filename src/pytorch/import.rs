@@ -111,8 +111,9 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     affine (and running stats), and \
     RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
-    adjacent dims (sum, mean, amax, amin, max and min with a dim (their values), logsumexp, \
-    norm / linalg.vector_norm of order 2), also of an elementwise chain over inputs shaped \
+    adjacent dims (sum, mean, amax, amin, max and min with a dim (their values, or their \
+    indices), logsumexp, norm / linalg.vector_norm of order 2, argmax and argmin into int64, with \
+    nothing after them), also of an elementwise chain over inputs shaped \
     like it (a loss: ((p - t) ** 2).mean()) and the losses mse_loss, l1_loss, smooth_l1_loss, \
     huber_loss and kl_div (of a log; mean or sum), the scans of an input along a dim (cumsum, cumprod; \
     reversed by a flip of the dim before and after; exclusive as a slice of zeros concatenated \
@@ -2370,8 +2371,8 @@ mod tests {
     }
 
     /// Reductions over dims: `torch.max(x, dim)[0]` (values through getitem 0) with a chain
-    /// after it; logsumexp over the last dim (rows); refused: the indices (argmax's
-    /// getitem 1), dims that are not adjacent, a tensor operand after it, one after a GEMM.
+    /// after it; logsumexp over the last dim (rows); refused: ops after the indices
+    /// (getitem 1, an argmax), dims that are not adjacent, a tensor operand after it, one after a GEMM.
     /// A reduction of a computed tensor takes the elementwise chain from an input of Model
     /// as its [[before]] ops (`((p - t) ** 2).mean()`, a per-row weight), the loss ops map
     /// to their elementwise parts (through `broadcast_tensors`), and an operand that fits no
@@ -2610,6 +2611,29 @@ mod tests {
         let text = toml::to_string(&spec).unwrap();
         let w = crate::spec::Workload::parse("argmin_test.toml", &text).unwrap();
         assert_eq!(w.out_dtype(), crate::spec::DType::I64);
+        // torch.max(x, dim)[1], the indices alone, is the same argmax.
+        let ix = graph(
+            vec![
+                input("x", sh, st),
+                node(
+                    "mx",
+                    "aten.max.dim",
+                    serde_json::json!([r("x"), 1]),
+                    &[4, 5],
+                    &[5, 1],
+                ),
+                node(
+                    "ix",
+                    "<built-in function getitem>",
+                    serde_json::json!([r("mx"), 1]),
+                    &[4, 5],
+                    &[5, 1],
+                ),
+            ],
+            "ix",
+        );
+        let (spec, _) = map_graph(&ix, "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Argmax));
         let e = map_graph(&g("aten.argmax.default", 1, true, false), "t.py").unwrap_err();
         assert!(
             e.iter().any(|u| u.message.contains("computed tensor")),
@@ -3837,7 +3861,7 @@ mod tests {
                 input("x", &[8, 8], &[8, 1]),
                 node(
                     "s",
-                    "aten.argmax.default",
+                    "aten.prod.dim_int",
                     serde_json::json!([r("x"), 1]),
                     &[8],
                     &[1],

@@ -1504,7 +1504,7 @@ beta = 0.5
         let e = err("foo", &GEMM.replace("\"bf16\"", "\"bf17\""));
         assert_eq!(
             e,
-            "workloads/foo.toml: field \"dtype\": unknown value \"bf17\"; allowed: f32, float32, fp32, f16, float16, fp16, half, bf16, bfloat16, e4m3, float8_e4m3fn, e5m2, float8_e5m2 (line 4)"
+            "workloads/foo.toml: field \"dtype\": unknown value \"bf17\"; allowed: f32, float32, fp32, f16, float16, fp16, half, bf16, bfloat16, e4m3, float8_e4m3fn, e5m2, float8_e5m2, i64, int64, long (line 4)"
         );
         let e = err("foo", &format!("{GEMM}[layout]\nb = \"diag\"\n"));
         assert!(

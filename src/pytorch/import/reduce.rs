@@ -165,21 +165,34 @@ impl<'g> Mapper<'g> {
             return None;
         }
         let mut absorbed = HashSet::from([n.name.clone()]);
-        // max / min with a dim return (values, indices): the values are getitem 0.
+        // max / min with a dim return (values, indices): the values are getitem 0; where
+        // only the indices (getitem 1) are read, the reduction is an argmax / argmin.
         let mut head = n.name.clone();
+        let mut kind = kind;
         if target.ends_with(".dim") && matches!(kind, ReduceKind::Max | ReduceKind::Min) {
+            let mut indices = None;
             for g in calls
                 .iter()
                 .filter(|g| g.target.as_deref() == Some("<built-in function getitem>"))
                 .filter(|g| matches!(self.resolve(g.args.first().map(arg)), Some(Arg::Node(x)) if x == n.name))
             {
                 absorbed.insert(g.name.clone());
-                if g.args.get(1).and_then(Value::as_i64) == Some(0) {
-                    head = g.name.clone();
+                match g.args.get(1).and_then(Value::as_i64) {
+                    Some(0) => head = g.name.clone(),
+                    Some(1) => indices = Some(g.name.clone()),
+                    _ => {}
                 }
             }
             if head == n.name {
-                return None;
+                let Some(ix) = indices else {
+                    return None;
+                };
+                head = ix;
+                kind = if kind == ReduceKind::Max {
+                    ReduceKind::Argmax
+                } else {
+                    ReduceKind::Argmin
+                };
             }
         }
         Some(ReduceMatch {
