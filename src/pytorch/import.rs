@@ -327,6 +327,13 @@ fn unknown_message(target: &str) -> String {
         "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" | "logsumexp"
         | "argmax" | "argmin" | "any" | "all" => " (a reduction)".to_string(),
         "cumsum" | "cumprod" => " (a scan)".to_string(),
+        "to" | "_to_copy" | "type_as" => {
+            return format!(
+                "aten.{op}: a cast that rounds (to a narrower or another 16-bit type) before \
+                 the output: a workload's ops keep fp32 between them and round once, at the \
+                 store; cast at the output (which sets out_dtype) or to a wider type only"
+            )
+        }
         _ => String::new(),
     };
     format!("no cutesmith workload family computes aten.{op}{what}")
@@ -352,6 +359,8 @@ fn passes_values(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
     let t = n.target.as_deref().unwrap_or_default();
     match op_name(t) {
         "clone" | "contiguous" | "alias" | "detach" => true,
+        // A cast that keeps every value (`x.float()` of bf16, a `.to(device)`).
+        "to" | "_to_copy" | "type_as" => cast_dtypes(nodes, n).is_some_and(|(a, b)| widens(a, b)),
         // Eval mode, or p = 0 (the identity in training mode too).
         "dropout" => {
             !n.args.get(2).and_then(Value::as_bool).unwrap_or(false)
@@ -364,6 +373,33 @@ fn passes_values(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
         }
         _ => identity_reduction(nodes, n),
     }
+}
+
+/// A cast between floating types (`x.to(dtype)`, `x.float()`, `x.type_as(y)`): its input's
+/// type and its own.
+fn cast_dtypes(nodes: &HashMap<&str, &Node>, n: &Node) -> Option<(DType, DType)> {
+    if !matches!(
+        op_name(n.target.as_deref().unwrap_or_default()),
+        "to" | "_to_copy" | "type_as"
+    ) {
+        return None;
+    }
+    let Some(Arg::Node(x)) = n.args.first().map(arg) else {
+        return None;
+    };
+    let from = dtype_of(&nodes.get(x)?.val.as_ref()?.dtype)?;
+    let to = dtype_of(&n.val.as_ref()?.dtype)?;
+    Some((from, to))
+}
+
+/// Whether type `to` holds every value of type `from`.
+fn widens(from: DType, to: DType) -> bool {
+    use DType::*;
+    from == to
+        || matches!(
+            (from, to),
+            (BF16 | F16 | E4M3 | E5M2, F32) | (E4M3 | E5M2, BF16 | F16)
+        )
 }
 
 /// Whether `n` reduces only dimensions of size 1 (or a tensor of one element), where
@@ -521,7 +557,13 @@ impl<'g> Mapper<'g> {
                         || (in_place(m) && !self.used.contains(m.name.as_str()))
                 })
         };
-        unused && (n.target.as_deref() == Some("<built-in function getitem>") || bookkeeping())
+        // `_assert_tensor_metadata`: the check torch.export writes beside a `.to(dtype)`.
+        let assertion =
+            op_name(n.target.as_deref().unwrap_or_default()) == "_assert_tensor_metadata";
+        unused
+            && (n.target.as_deref() == Some("<built-in function getitem>")
+                || assertion
+                || bookkeeping())
     }
 
     fn problem(&mut self, n: &Node, message: impl Into<String>) {
@@ -851,6 +893,27 @@ pub fn map_graph(
     );
     // The triangular masks a masked_fill reads (built from constants in forward).
     absorbed.extend(mask::mask_nodes(&mp, &calls));
+    // Casts at the output (`.type_as(q)` after an fp32 softmax, `.half()`): the workload
+    // computes the value before them and writes the output's type (rounding once, at the
+    // store). Casts elsewhere pass on only where they keep every value (`x.float()`).
+    let mut output_dtype = None;
+    let mut out_inner = None;
+    if let [v] = graph.output.as_slice() {
+        if let Arg::Node(mut o) = arg(v) {
+            output_dtype = mp.meta(o).and_then(|m| dtype_of(&m.dtype));
+            while let Some(n) = mp.nodes.get(o).copied() {
+                if cast_dtypes(&mp.nodes, n).is_none() {
+                    break;
+                }
+                let Some(Arg::Node(x)) = n.args.first().map(arg) else {
+                    break;
+                };
+                absorbed.insert(n.name.as_str());
+                o = x;
+            }
+            out_inner = Some(o.to_string());
+        }
+    }
     // Every op of the graph must be one we know.
     for n in &calls {
         let t = n.target.as_deref().unwrap_or_default();
@@ -864,13 +927,7 @@ pub fn map_graph(
             mp.problem(n, why);
         }
     }
-    let out_name = match graph.output.as_slice() {
-        [v] => match arg(v) {
-            Arg::Node(n) => Some(n.to_string()),
-            _ => None,
-        },
-        _ => None,
-    };
+    let out_name = out_inner;
     let Some(out_name) = out_name else {
         mp.problems.push(Unmapped {
             node: "output".into(),
@@ -986,7 +1043,14 @@ pub fn map_graph(
         (None, None) => map_activation(&mut mp, graph, &out_name, file, &mut ops),
     };
     match spec {
-        Some(s) if mp.problems.is_empty() => Ok((s, ops)),
+        Some(mut s) if mp.problems.is_empty() => {
+            // The output's own type, where a cast sets it (an index's int64 is the family's).
+            if let Some(d) = output_dtype.filter(|d| Some(*d) != s.out_dtype.or(Some(s.dtype))) {
+                s.out_dtype = Some(d).filter(|d| *d != s.dtype);
+                ops.push(format!("to {d} (the output)"));
+            }
+            Ok((s, ops))
+        }
         _ => {
             if mp.problems.is_empty() {
                 mp.problems.push(Unmapped {
@@ -1147,6 +1211,21 @@ fn chain_between<'g>(
     let end_at = mp.order.get(end.as_str()).copied();
     for n in all {
         if n.op != "call_function" || n.name == start || mp.unused_part(n) {
+            continue;
+        }
+        // A constant shaped like a chain value (`torch.ones_like(scores)` for a mask)
+        // reads its shape, not its values.
+        if matches!(
+            op_name(n.target.as_deref().unwrap_or_default()),
+            "ones_like"
+                | "zeros_like"
+                | "full_like"
+                | "empty_like"
+                | "new_ones"
+                | "new_zeros"
+                | "new_full"
+                | "new_empty"
+        ) {
             continue;
         }
         if let (Some(e), Some(o)) = (end_at, mp.order.get(n.name.as_str())) {
@@ -1340,6 +1419,35 @@ fn chain_between<'g>(
                 Err(why) => {
                     mp.problem(n, why);
                     return None;
+                }
+            }
+        }
+        // An additive -inf triangle (`scores + torch.full((T, T), -inf).triu(1)`): the triu
+        // or tril op of the side it leaves, filled with -inf.
+        if op == "add" {
+            let other = if x_first { &a1 } else { &a0 };
+            let (_, m, nn) = dims.unwrap_or_default();
+            if let Some(Arg::Node(o)) = other {
+                if let Some(kept) = mask::additive_op(mp, o, (m, nn)) {
+                    let kept = match kept {
+                        Ok(k) if positions_hold(mp, n, &current, dims) => k,
+                        Ok(_) => return None,
+                        Err(why) => {
+                            mp.problem(n, why);
+                            return None;
+                        }
+                    };
+                    let spec = OpSpec {
+                        op: kept.0.into(),
+                        diagonal: (kept.1 != 0).then_some(kept.1),
+                        value: Some(f64::NEG_INFINITY),
+                        ..Default::default()
+                    };
+                    ops.push(format!("{} (an additive mask)", describe(&spec)));
+                    specs.push(spec);
+                    emitted.insert(n.name.clone(), specs.len() - 1);
+                    current = n.name.clone();
+                    continue;
                 }
             }
         }
@@ -3141,6 +3249,173 @@ mod tests {
                 .any(|u| u.node == "out" && u.message.contains("flattened rows")),
             "{err:?}"
         );
+    }
+
+    /// A node whose value has dtype `dtype` (the helpers' are bf16).
+    fn typed(mut v: Value, dtype: &str) -> Value {
+        v["val"]["dtype"] = Value::from(dtype);
+        v
+    }
+
+    /// Casts: one at the output sets out_dtype (the value before it is the workload's); a
+    /// widening one mid-chain passes its values on (`x.float()` of bf16); a rounding one
+    /// mid-chain is refused, saying where to cast; torch.export's assertion beside a `.to`
+    /// is ignored.
+    #[test]
+    fn casts_set_the_output_type_or_pass_values_that_fit() {
+        let cast = |name: &str, from: &str, dtype: &str| {
+            typed(
+                out_node(
+                    name,
+                    "aten.to.dtype",
+                    serde_json::json!([r(from), {"dtype": dtype}]),
+                ),
+                dtype,
+            )
+        };
+        // mm (bf16) -> relu -> .float(): out_dtype f32.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(out_node(
+            "relu",
+            "aten.relu.default",
+            serde_json::json!([r("mm")]),
+        ));
+        nodes.push(out_node(
+            "chk",
+            "aten._assert_tensor_metadata.default",
+            serde_json::json!([r("relu")]),
+        ));
+        nodes.push(cast("f", "relu", "float32"));
+        let (spec, ops) = map_graph(&graph(nodes, "f"), "t.py").unwrap();
+        assert_eq!(
+            (spec.dtype, spec.out_dtype),
+            (DType::BF16, Some(DType::F32))
+        );
+        assert_eq!(ops.last().map(String::as_str), Some("to f32 (the output)"));
+        // mm -> .float() -> sigmoid -> .to(bf16): the widening cast passes, the last one is
+        // the output's own type (bf16 again: no out_dtype).
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(cast("f", "mm", "float32"));
+        nodes.push(typed(
+            out_node("sg", "aten.sigmoid.default", serde_json::json!([r("f")])),
+            "float32",
+        ));
+        nodes.push(cast("h", "sg", "bfloat16"));
+        let (spec, ops) = map_graph(&graph(nodes, "h"), "t.py").unwrap();
+        assert_eq!(spec.out_dtype, None);
+        assert_eq!(spec.epilogue.len(), 1, "{ops:?}");
+        // mm -> .float() -> .half() (rounds) -> relu: refused at the rounding cast.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(cast("f", "mm", "float32"));
+        nodes.push(cast("h", "f", "float16"));
+        nodes.push(typed(
+            out_node("relu", "aten.relu.default", serde_json::json!([r("h")])),
+            "float16",
+        ));
+        let err = map_graph(&graph(nodes, "relu"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "h" && u.message.contains("cast at the output")),
+            "{err:?}"
+        );
+    }
+
+    /// Llama's causal mask, `scores + torch.full((T, T), -inf).triu(1)`, is the tril with
+    /// -inf of the side it leaves; a mask built `ones_like` the batched scores may keep
+    /// their leading dims.
+    #[test]
+    fn additive_and_like_masks_are_index_ops() {
+        let neg_inf = serde_json::json!({"float": "-inf"});
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(out_node(
+            "full",
+            "aten.full.default",
+            serde_json::json!([[64, 16], neg_inf]),
+        ));
+        nodes.push(out_node(
+            "mask",
+            "aten.triu.default",
+            serde_json::json!([r("full"), 1]),
+        ));
+        nodes.push(out_node(
+            "add",
+            "aten.add.Tensor",
+            serde_json::json!([r("mm"), r("mask")]),
+        ));
+        let (spec, ops) = map_graph(&graph(nodes, "add"), "t.py").unwrap();
+        assert_eq!(
+            (
+                spec.epilogue[0].op.as_str(),
+                spec.epilogue[0].diagonal,
+                spec.epilogue[0].value
+            ),
+            ("tril", None, Some(f64::NEG_INFINITY))
+        );
+        assert_eq!(ops, ["mm", "tril -inf (an additive mask)"]);
+        // A full of another value is an ordinary tensor operand (not a mask).
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(out_node(
+            "full",
+            "aten.full.default",
+            serde_json::json!([[64, 16], 2.0]),
+        ));
+        nodes.push(out_node(
+            "mask",
+            "aten.triu.default",
+            serde_json::json!([r("full"), 1]),
+        ));
+        nodes.push(out_node(
+            "add",
+            "aten.add.Tensor",
+            serde_json::json!([r("mm"), r("mask")]),
+        ));
+        assert!(map_graph(&graph(nodes, "add"), "t.py").is_err());
+        // masked_fill(scores, tril(ones_like(scores)) == 0, -inf) over batched scores.
+        let (sh, st) = (&[4, 64, 16][..], &[1024, 16, 1][..]);
+        let nodes = vec![
+            input("a", &[4, 64, 32], &[2048, 32, 1]),
+            input("b", &[4, 32, 16], &[512, 16, 1]),
+            node(
+                "bmm",
+                "aten.bmm.default",
+                serde_json::json!([r("a"), r("b")]),
+                sh,
+                st,
+            ),
+            node(
+                "ones",
+                "aten.ones_like.default",
+                serde_json::json!([r("bmm")]),
+                sh,
+                st,
+            ),
+            node(
+                "tl",
+                "aten.tril.default",
+                serde_json::json!([r("ones")]),
+                sh,
+                st,
+            ),
+            typed(
+                node(
+                    "eq",
+                    "aten.eq.Scalar",
+                    serde_json::json!([r("tl"), 0]),
+                    sh,
+                    st,
+                ),
+                "bool",
+            ),
+            node(
+                "mf",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("bmm"), r("eq"), neg_inf]),
+                sh,
+                st,
+            ),
+        ];
+        let (spec, ops) = map_graph(&graph(nodes, "mf"), "t.py").unwrap();
+        assert_eq!(spec.epilogue[0].op, "tril", "{ops:?}");
     }
 
     /// `masked_fill` by a triangle of a constant matrix built in forward (a causal mask:

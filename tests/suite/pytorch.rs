@@ -374,6 +374,42 @@ fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// Llama's reference attention (`scores + full(-inf).triu(1)`, the softmax of `.float()`
+/// cast back with `type_as`): bf16 gemm_softmax, the scale and a tril filled with -inf, the
+/// output bf16 as the inputs.
+#[test]
+fn import_llama_attention_scores_with_an_additive_mask_and_casts() {
+    let Some((spec, w, toml_text)) = import("llama_causal_attention_scores") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
+    assert_eq!(
+        chain_ops(&spec),
+        vec![("div", None), ("tril", None)],
+        "{toml_text}"
+    );
+    assert_eq!(spec.epilogue[1].value, Some(f64::NEG_INFINITY));
+    assert_eq!((w.dtype(), w.out_dtype()), (DType::BF16, DType::BF16));
+    assert_gemm_shapes(&w, 1024, 1024, 128, 16);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
+/// torch.argmax over a vocabulary: the reduce family's argmax into int64, with a built-in
+/// candidate.
+#[test]
+fn import_argmax_over_a_vocabulary() {
+    let Some((spec, w, toml_text)) = import("argmax_over_vocab") else {
+        return;
+    };
+    assert_eq!(
+        (spec.family, spec.params.reduce),
+        (Family::Reduce, Some(cutesmith::spec::ReduceKind::Argmax)),
+        "{toml_text}"
+    );
+    assert_eq!(w.out_dtype(), DType::I64);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// A sliding window (`triu(1) | tril(-512)` hidden): the band as a tril, then a triu(-511),
 /// both filled with -inf, before the softmax.
 #[test]

@@ -81,6 +81,116 @@ fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: us
     ok
 }
 
+/// Whether node `name` is a constant -inf tensor (`full` / `full_like` / `new_full` of
+/// -inf), possibly through dtype copies: an additive mask's source.
+fn all_neg_inf<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: usize) -> bool {
+    let Some(n) = mp.nodes.get(name).copied() else {
+        return false;
+    };
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let t = n.target.as_deref().unwrap_or_default();
+    let at = if op_name(t) == "new_full" { 2 } else { 1 };
+    let ok = match op_name(t) {
+        "full" | "full_like" | "new_full" => matches!(
+            param(n, at, "fill_value").map(arg),
+            Some(Arg::Num(v)) if v == f64::NEG_INFINITY
+        ),
+        "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
+            return match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => {
+                    nodes.push(n.name.as_str());
+                    all_neg_inf(mp, x, nodes, depth + 1)
+                }
+                _ => false,
+            };
+        }
+        _ => false,
+    };
+    if ok {
+        nodes.push(n.name.as_str());
+    }
+    ok
+}
+
+/// An additive mask built in forward: `torch.full((T, T), float("-inf")).triu(1)` (Llama's
+/// causal mask, added to the scores), through copies and views that keep the last two dims:
+/// where it is -inf (the triangle it keeps), with the nodes that build it.
+pub(super) fn additive_triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g str>)> {
+    additive_at(mp, name, 0)
+}
+
+fn additive_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Vec<&'g str>)> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let n = mp.nodes.get(name).copied()?;
+    let t = n.target.as_deref().unwrap_or_default();
+    let Some(Arg::Node(first)) = n.args.first().map(arg) else {
+        return None;
+    };
+    let (tri, mut nodes) = match op_name(t) {
+        "triu" | "tril" => {
+            let d = match param(n, 1, "diagonal").map(arg) {
+                None => 0.0,
+                Some(Arg::Num(d)) if d.fract() == 0.0 && d.abs() <= 2f64.powi(62) => d,
+                _ => return None,
+            };
+            let mut nodes = Vec::new();
+            if !all_neg_inf(mp, first, &mut nodes, depth + 1) {
+                return None;
+            }
+            let d = d as i64;
+            let tri = if op_name(t) == "triu" {
+                Tri::Upper(d)
+            } else {
+                Tri::Lower(d)
+            };
+            (tri, nodes)
+        }
+        "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
+        | "reshape" | "_unsafe_view" | "expand" => {
+            let src = mp.nodes.get(first).copied()?;
+            if last2(src)? != last2(n)? {
+                return None;
+            }
+            additive_at(mp, first, depth + 1)?
+        }
+        _ => return None,
+    };
+    nodes.push(n.name.as_str());
+    Some((tri, nodes))
+}
+
+/// `x + mask` by an additive triangle (see [`additive_triangle`]) as a chain op: the side
+/// it leaves, filled with -inf (name, diagonal); None when `other` is not such a mask;
+/// Err(why) when it is one that does not fit matrices of (m, n).
+pub(super) fn additive_op(
+    mp: &Mapper<'_>,
+    other: &str,
+    (m, nn): (i64, i64),
+) -> Option<Result<(&'static str, i64), String>> {
+    let (tri, _) = additive_triangle(mp, other)?;
+    let dims = mp
+        .nodes
+        .get(other)
+        .and_then(|x| x.val.as_ref())
+        .map(|v| v.shape.clone())
+        .unwrap_or_default();
+    if !matches!(dims.as_slice(), [lead @ .., r, c] if *r == m && *c == nn && lead.iter().all(|d| *d == 1))
+    {
+        return Some(Err(format!(
+            "an additive mask of shape {dims:?} over matrices of ({m}, {nn}): it must be one \
+             mask of the matrices' own shape"
+        )));
+    }
+    Some(Ok(match tri.not() {
+        Tri::Upper(d) => ("triu", d),
+        Tri::Lower(d) => ("tril", d),
+    }))
+}
+
 /// The last two dims of a node's value.
 fn last2(n: &Node) -> Option<(i64, i64)> {
     match n.val.as_ref()?.shape.as_slice() {
@@ -184,7 +294,7 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
 /// The nodes that build the triangular masks of the graph's `masked_fill`s (`calls`):
 /// known, though no chain reads them.
 pub(super) fn mask_nodes<'g>(mp: &Mapper<'g>, calls: &[&'g Node]) -> Vec<&'g str> {
-    calls
+    let mut out: Vec<&'g str> = calls
         .iter()
         .filter(|n| op_name(n.target.as_deref().unwrap_or_default()) == "masked_fill")
         .filter_map(|n| match param(n, 1, "mask").map(arg) {
@@ -192,7 +302,21 @@ pub(super) fn mask_nodes<'g>(mp: &Mapper<'g>, calls: &[&'g Node]) -> Vec<&'g str
             _ => None,
         })
         .flatten()
-        .collect()
+        .collect();
+    // The additive ones an add reads (either operand).
+    for n in calls
+        .iter()
+        .filter(|n| op_name(n.target.as_deref().unwrap_or_default()) == "add")
+    {
+        for a in n.args.iter().take(2) {
+            if let Arg::Node(x) = arg(a) {
+                if let Some((_, nodes)) = additive_triangle(mp, x) {
+                    out.extend(nodes);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `masked_fill(x, mask, value)` by a triangular mask as chain ops: the `tril` or `triu` of
@@ -221,8 +345,21 @@ pub(super) fn masked_fill_ops(
         .and_then(|x| x.val.as_ref())
         .map(|v| v.shape.clone())
         .unwrap_or_default();
+    // Its leading dims may also be the output's own (a mask built `_like` the scores): a
+    // triangle of constants is the same in every matrix.
+    let out_lead: Vec<i64> = n
+        .val
+        .as_ref()
+        .map(|v| v.shape.clone())
+        .unwrap_or_default()
+        .iter()
+        .rev()
+        .skip(2)
+        .rev()
+        .copied()
+        .collect();
     let one_matrix = matches!(dims.as_slice(), [lead @ .., r, c]
-        if *r == m && *c == nn && lead.iter().all(|d| *d == 1));
+        if *r == m && *c == nn && (lead.iter().all(|d| *d == 1) || lead == out_lead.as_slice()));
     if !one_matrix {
         return Err(format!(
             "masked_fill by a mask of shape {dims:?} over matrices of ({m}, {nn}): it must be \
