@@ -627,7 +627,7 @@ assert ok and bad == 0, (err, bad)
 native = pkg.reference(*inputs)
 assert tuple(native.shape) == tuple(out_shape) and native.dtype == out_dtype, (native.shape, native.dtype)
 wrong = got.clone().contiguous()
-wrong.view(-1)[5] += 1.0
+wrong.view(-1)[5] += 1
 ok2, err2, bad2 = R.check(w, shape, wrong, inputs)
 assert not ok2 and bad2 == 1, (ok2, bad2)
 print(json.dumps({{"inputs": pkg.INPUTS, "namespace": pkg.NAMESPACE, "shape": list(out_shape)}}))
@@ -824,6 +824,8 @@ fn torch_operator_compiles_for_gemm_workloads() {
         "gemm_causal_softmax_bf16",
         "fixtures:gemm_tril_bf16_small",
         "act_triu_relu_f32",
+        // An index reduction over a middle dim: int64 out.
+        "kb1_51_argmax_f32",
     ];
     let mut dirs = Vec::new();
     for name in names {
@@ -903,6 +905,10 @@ fn torch_operator_compiles_for_gemm_workloads() {
         "#define CSW_REDUCE 2",
         "#define CSW_LAYOUT_A 1",
     ] {
+        assert!(h.contains(line), "{line} not in\n{h}");
+    }
+    let h = std::fs::read_to_string(dirs[16].join("cutesmith_workload.h")).unwrap();
+    for line in ["#define CSW_REDUCE 6", "#define CSW_DTYPE_CD 6"] {
         assert!(h.contains(line), "{line} not in\n{h}");
     }
     let Some(tc) = toolchain() else {
