@@ -2719,38 +2719,15 @@ mod tests {
         let text = toml::to_string(&spec).unwrap();
         let w = crate::spec::Workload::parse("argmin_test.toml", &text).unwrap();
         assert_eq!(w.out_dtype(), crate::spec::DType::I64);
-        // torch.max(x, dim)[1], the indices alone, is the same argmax.
-        let ix = graph(
-            vec![
-                input("x", sh, st),
-                node(
-                    "mx",
-                    "aten.max.dim",
-                    serde_json::json!([r("x"), 1]),
-                    &[4, 5],
-                    &[5, 1],
-                ),
-                node(
-                    "ix",
-                    "<built-in function getitem>",
-                    serde_json::json!([r("mx"), 1]),
-                    &[4, 5],
-                    &[5, 1],
-                ),
-            ],
-            "ix",
+        refused_at(
+            &g("aten.argmax.default", 1, true, false),
+            "am",
+            "computed tensor",
         );
-        let (spec, _) = map_graph(&ix, "t.py").unwrap();
-        assert_eq!(spec.params.reduce, Some(ReduceKind::Argmax));
-        let e = map_graph(&g("aten.argmax.default", 1, true, false), "t.py").unwrap_err();
-        assert!(
-            e.iter().any(|u| u.message.contains("computed tensor")),
-            "{e:?}"
-        );
-        let e = map_graph(&g("aten.argmin.default", 1, false, true), "t.py").unwrap_err();
-        assert!(
-            e.iter().any(|u| u.message.contains("ops after an argmin")),
-            "{e:?}"
+        refused_at(
+            &g("aten.argmin.default", 1, false, true),
+            "am",
+            "ops after an argmin",
         );
     }
 
@@ -2803,8 +2780,11 @@ mod tests {
             ops,
             vec!["max over dims 1..=1".to_string(), "leaky_relu".into()]
         );
-        // The indices are not the reduction's value.
+        // The indices are not the reduction's value; alone (torch.max(x, dim)[1]) they are
+        // its argmax, which nothing may follow.
         assert!(map_graph(&max_graph(1, "lr"), "t.py").is_err());
+        let (spec, _) = map_graph(&max_graph(1, "ix"), "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Argmax));
         // logsumexp over the last dim of (8, 100): 8 rows of 100, row-major.
         let (sh2, st2) = (&[8, 100][..], &[100, 1][..]);
         let lse = |dims: serde_json::Value| {
@@ -3251,6 +3231,15 @@ mod tests {
         );
     }
 
+    /// Asserts that mapping `g` fails with a problem at node `at` whose message holds `text`.
+    fn refused_at(g: &Graph, at: &str, text: &str) {
+        let err = map_graph(g, "t.py").unwrap_err();
+        assert!(
+            err.iter().any(|u| u.node == at && u.message.contains(text)),
+            "{err:?}"
+        );
+    }
+
     /// A node whose value has dtype `dtype` (the helpers' are bf16).
     fn typed(mut v: Value, dtype: &str) -> Value {
         v["val"]["dtype"] = Value::from(dtype);
@@ -3312,12 +3301,7 @@ mod tests {
             out_node("relu", "aten.relu.default", serde_json::json!([r("h")])),
             "float16",
         ));
-        let err = map_graph(&graph(nodes, "relu"), "t.py").unwrap_err();
-        assert!(
-            err.iter()
-                .any(|u| u.node == "h" && u.message.contains("cast at the output")),
-            "{err:?}"
-        );
+        refused_at(&graph(nodes, "relu"), "h", "cast at the output");
     }
 
     /// Llama's causal mask, `scores + torch.full((T, T), -inf).triu(1)`, is the tril with

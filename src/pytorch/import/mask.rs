@@ -1,7 +1,8 @@
 //! Triangular masks built in `forward`: `torch.ones(T, T, dtype=torch.bool).triu(1)` (the
 //! future a causal attention hides), its negation (`tril(...) == 0`), through dtype
 //! copies and unit views. A `masked_fill` by such a mask keeps one side of a diagonal,
-//! which the chain's `triu` / `tril` ops state (see [`masked_fill_op`]).
+//! which the chain's `triu` / `tril` ops state (see [`masked_fill_ops`]); so does adding
+//! an additive one, `torch.full((T, T), -inf).triu(1)` (see [`additive_op`]).
 
 use super::{arg, op_name, param, Arg, Mapper, Node};
 
@@ -44,10 +45,16 @@ impl Mask {
 /// How many nodes a mask's construction may pass through (views, copies, negations).
 const MAX_DEPTH: usize = 64;
 
-/// Whether node `name` is a constant true tensor (`ones`, `ones_like`, `new_ones`, `full`
-/// or `full_like` of 1 / True: another value may be 0 in an integer type), possibly
-/// through dtype copies.
-fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: usize) -> bool {
+/// Whether node `name` is a tensor of one constant `value`, possibly through dtype copies:
+/// `full` / `full_like` / `new_full` of it, and for 1 (True: a boolean mask's source)
+/// `ones`, `ones_like` and `new_ones` too (another value may be 0 in an integer type).
+fn constant<'g>(
+    mp: &Mapper<'g>,
+    name: &str,
+    value: f64,
+    nodes: &mut Vec<&'g str>,
+    depth: usize,
+) -> bool {
     let Some(n) = mp.nodes.get(name).copied() else {
         return false;
     };
@@ -55,53 +62,18 @@ fn all_true<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: us
         return false;
     }
     let t = n.target.as_deref().unwrap_or_default();
+    // full(size, v), full_like(x, v); new_full(x, size, v).
+    let fill =
+        |at: usize| matches!(param(n, at, "fill_value").map(arg), Some(Arg::Num(v)) if v == value);
     let ok = match op_name(t) {
-        "ones" | "ones_like" | "new_ones" => true,
-        // full(size, v), full_like(x, v); new_full(x, size, v).
-        "full" | "full_like" => {
-            matches!(param(n, 1, "fill_value").map(arg), Some(Arg::Num(v)) if v == 1.0)
-        }
-        "new_full" => {
-            matches!(param(n, 2, "fill_value").map(arg), Some(Arg::Num(v)) if v == 1.0)
-        }
+        "ones" | "ones_like" | "new_ones" => value == 1.0,
+        "full" | "full_like" => fill(1),
+        "new_full" => fill(2),
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
             return match n.args.first().map(arg) {
                 Some(Arg::Node(x)) => {
                     nodes.push(n.name.as_str());
-                    all_true(mp, x, nodes, depth + 1)
-                }
-                _ => false,
-            };
-        }
-        _ => false,
-    };
-    if ok {
-        nodes.push(n.name.as_str());
-    }
-    ok
-}
-
-/// Whether node `name` is a constant -inf tensor (`full` / `full_like` / `new_full` of
-/// -inf), possibly through dtype copies: an additive mask's source.
-fn all_neg_inf<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth: usize) -> bool {
-    let Some(n) = mp.nodes.get(name).copied() else {
-        return false;
-    };
-    if depth > MAX_DEPTH {
-        return false;
-    }
-    let t = n.target.as_deref().unwrap_or_default();
-    let at = if op_name(t) == "new_full" { 2 } else { 1 };
-    let ok = match op_name(t) {
-        "full" | "full_like" | "new_full" => matches!(
-            param(n, at, "fill_value").map(arg),
-            Some(Arg::Num(v)) if v == f64::NEG_INFINITY
-        ),
-        "_to_copy" | "to" | "clone" | "contiguous" | "alias" => {
-            return match n.args.first().map(arg) {
-                Some(Arg::Node(x)) => {
-                    nodes.push(n.name.as_str());
-                    all_neg_inf(mp, x, nodes, depth + 1)
+                    constant(mp, x, value, nodes, depth + 1)
                 }
                 _ => false,
             };
@@ -118,49 +90,10 @@ fn all_neg_inf<'g>(mp: &Mapper<'g>, name: &str, nodes: &mut Vec<&'g str>, depth:
 /// causal mask, added to the scores), through copies and views that keep the last two dims:
 /// where it is -inf (the triangle it keeps), with the nodes that build it.
 pub(super) fn additive_triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri, Vec<&'g str>)> {
-    additive_at(mp, name, 0)
-}
-
-fn additive_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Tri, Vec<&'g str>)> {
-    if depth > MAX_DEPTH {
-        return None;
+    match triangle_at(mp, name, f64::NEG_INFINITY, 0)? {
+        (Mask::One(t), nodes) => Some((t, nodes)),
+        _ => None,
     }
-    let n = mp.nodes.get(name).copied()?;
-    let t = n.target.as_deref().unwrap_or_default();
-    let Some(Arg::Node(first)) = n.args.first().map(arg) else {
-        return None;
-    };
-    let (tri, mut nodes) = match op_name(t) {
-        "triu" | "tril" => {
-            let d = match param(n, 1, "diagonal").map(arg) {
-                None => 0.0,
-                Some(Arg::Num(d)) if d.fract() == 0.0 && d.abs() <= 2f64.powi(62) => d,
-                _ => return None,
-            };
-            let mut nodes = Vec::new();
-            if !all_neg_inf(mp, first, &mut nodes, depth + 1) {
-                return None;
-            }
-            let d = d as i64;
-            let tri = if op_name(t) == "triu" {
-                Tri::Upper(d)
-            } else {
-                Tri::Lower(d)
-            };
-            (tri, nodes)
-        }
-        "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
-        | "reshape" | "_unsafe_view" | "expand" => {
-            let src = mp.nodes.get(first).copied()?;
-            if last2(src)? != last2(n)? {
-                return None;
-            }
-            additive_at(mp, first, depth + 1)?
-        }
-        _ => return None,
-    };
-    nodes.push(n.name.as_str());
-    Some((tri, nodes))
 }
 
 /// `x + mask` by an additive triangle (see [`additive_triangle`]) as a chain op: the side
@@ -203,13 +136,21 @@ fn last2(n: &Node) -> Option<(i64, i64)> {
 /// it; None when it is not one (anything computed from the inputs, or a shape the views
 /// change).
 pub(super) fn triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Mask, Vec<&'g str>)> {
-    triangle_at(mp, name, 0)
+    triangle_at(mp, name, 1.0, 0)
 }
 
-fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, Vec<&'g str>)> {
+/// The triangle(s) of a tensor of `value` that node `name` is (1: a boolean mask, which
+/// may also be negated or joined by `|`; -inf: an additive one).
+fn triangle_at<'g>(
+    mp: &Mapper<'g>,
+    name: &str,
+    value: f64,
+    depth: usize,
+) -> Option<(Mask, Vec<&'g str>)> {
     if depth > MAX_DEPTH {
         return None;
     }
+    let boolean = value == 1.0;
     let n = mp.nodes.get(name).copied()?;
     let t = n.target.as_deref().unwrap_or_default();
     let first = match n.args.first().map(arg) {
@@ -225,7 +166,7 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
                 _ => return None,
             };
             let mut nodes = Vec::new();
-            if !all_true(mp, first, &mut nodes, depth + 1) {
+            if !constant(mp, first, value, &mut nodes, depth + 1) {
                 return None;
             }
             let d = d as i64;
@@ -239,7 +180,7 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
             )
         }
         // Either of two triangles (`|` of bools: aten.__or__ as torch.export writes it).
-        "logical_or" | "bitwise_or" | "__or__" => {
+        "logical_or" | "bitwise_or" | "__or__" if boolean => {
             if op_name(t) != "logical_or"
                 && n.val.as_ref().map(|v| v.dtype.as_str()) != Some("bool")
             {
@@ -248,8 +189,8 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
             let Some(Arg::Node(second)) = param(n, 1, "other").map(arg) else {
                 return None;
             };
-            let (a, mut nodes) = triangle_at(mp, first, depth + 1)?;
-            let (b, more) = triangle_at(mp, second, depth + 1)?;
+            let (a, mut nodes) = triangle_at(mp, first, value, depth + 1)?;
+            let (b, more) = triangle_at(mp, second, value, depth + 1)?;
             let (Mask::One(a), Mask::One(b)) = (a, b) else {
                 return None;
             };
@@ -258,7 +199,7 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
         }
         // == 0 (or False), logical not, bitwise not of a bool (of an integer, ~1 is -2):
         // the other side.
-        "eq" | "logical_not" | "bitwise_not" => {
+        "eq" | "logical_not" | "bitwise_not" if boolean => {
             if op_name(t) == "eq"
                 && !matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0)
             {
@@ -269,12 +210,14 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
             {
                 return None;
             }
-            let (mask, nodes) = triangle_at(mp, first, depth + 1)?;
+            let (mask, nodes) = triangle_at(mp, first, value, depth + 1)?;
             (mask.not()?, nodes)
         }
         // != 0: itself.
-        "ne" if matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0) => {
-            triangle_at(mp, first, depth + 1)?
+        "ne" if boolean
+            && matches!(param(n, 1, "other").map(arg), Some(Arg::Num(v)) if v == 0.0) =>
+        {
+            triangle_at(mp, first, value, depth + 1)?
         }
         // Copies, and views that keep the last two dims (leading unit dims added).
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
@@ -283,7 +226,7 @@ fn triangle_at<'g>(mp: &Mapper<'g>, name: &str, depth: usize) -> Option<(Mask, V
             if last2(src)? != last2(n)? {
                 return None;
             }
-            triangle_at(mp, first, depth + 1)?
+            triangle_at(mp, first, value, depth + 1)?
         }
         _ => return None,
     };

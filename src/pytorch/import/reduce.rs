@@ -177,9 +177,10 @@ impl<'g> Mapper<'g> {
                 .filter(|g| matches!(self.resolve(g.args.first().map(arg)), Some(Arg::Node(x)) if x == n.name))
             {
                 absorbed.insert(g.name.clone());
+                // A getitem nothing reads (torch.export keeps both) does not count.
                 match g.args.get(1).and_then(Value::as_i64) {
-                    Some(0) => head = g.name.clone(),
-                    Some(1) => indices = Some(g.name.clone()),
+                    Some(0) if self.used.contains(g.name.as_str()) => head = g.name.clone(),
+                    Some(1) if self.used.contains(g.name.as_str()) => indices = Some(g.name.clone()),
                     _ => {}
                 }
             }
