@@ -185,10 +185,7 @@ impl<'g> Mapper<'g> {
                 }
             }
             if head == n.name {
-                let Some(ix) = indices else {
-                    return None;
-                };
-                head = ix;
+                head = indices?;
                 kind = if kind == ReduceKind::Max {
                     ReduceKind::Argmax
                 } else {
