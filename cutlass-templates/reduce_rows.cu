@@ -300,11 +300,14 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N], int64_t j0
 }
 
 // argmax / argmin of one value x at index j, where the thread's indices only grow (rows side
-// by side): a strictly better value, or a first NaN, takes the place, without a branch.
+// by side): a strictly better value, a first NaN, or any value while the state is still
+// the empty one (a row of -inf for argmax: its first -inf is the answer) takes the place,
+// without a branch.
 template <int KIND>
 __device__ __forceinline__ void cs_arg_next(CsAcc& s, float x, int64_t j)
 {
-  bool const take = (KIND == CS_REDUCE_ARGMAX ? x > s.a : x < s.a) || (x != x && s.a == s.a);
+  bool const take = (KIND == CS_REDUCE_ARGMAX ? x > s.a : x < s.a) || (x != x && s.a == s.a) ||
+                    __float_as_int(s.b) == 0x7fffffff;
   s.a = take ? x : s.a;
   s.b = take ? __int_as_float(int(j)) : s.b;
 }

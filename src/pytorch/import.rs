@@ -327,13 +327,6 @@ fn unknown_message(target: &str) -> String {
         "sum" | "mean" | "amax" | "amin" | "max" | "min" | "prod" | "var" | "std" | "logsumexp"
         | "argmax" | "argmin" | "any" | "all" => " (a reduction)".to_string(),
         "cumsum" | "cumprod" => " (a scan)".to_string(),
-        "to" | "_to_copy" | "type_as" => {
-            return format!(
-                "aten.{op}: a cast that rounds (to a narrower or another 16-bit type) before \
-                 the output: a workload's ops keep fp32 between them and round once, at the \
-                 store; cast at the output (which sets out_dtype) or to a wider type only"
-            )
-        }
         _ => String::new(),
     };
     format!("no cutesmith workload family computes aten.{op}{what}")
@@ -893,25 +886,27 @@ pub fn map_graph(
     );
     // The triangular masks a masked_fill reads (built from constants in forward).
     absorbed.extend(mask::mask_nodes(&mp, &calls));
-    // Casts at the output (`.type_as(q)` after an fp32 softmax, `.half()`): the workload
-    // computes the value before them and writes the output's type (rounding once, at the
-    // store). Casts elsewhere pass on only where they keep every value (`x.float()`).
+    // A cast at the output (`.type_as(q)` after an fp32 softmax, `.half()`): the workload
+    // computes the value before it and writes the output's type (rounding once, at the
+    // store). Casts elsewhere, this one's input too, pass on only where they keep every
+    // value (`x.float()`); one that rounds is refused below.
     let mut output_dtype = None;
     let mut out_inner = None;
+    let mut output_cast = false;
     if let [v] = graph.output.as_slice() {
-        if let Arg::Node(mut o) = arg(v) {
+        if let Arg::Node(o) = arg(v) {
             output_dtype = mp.meta(o).and_then(|m| dtype_of(&m.dtype));
-            while let Some(n) = mp.nodes.get(o).copied() {
-                if cast_dtypes(&mp.nodes, n).is_none() {
-                    break;
+            let mut inner = o;
+            if let Some(n) = mp.nodes.get(o).copied() {
+                if let (Some(_), Some(Arg::Node(x))) =
+                    (cast_dtypes(&mp.nodes, n), n.args.first().map(arg))
+                {
+                    absorbed.insert(n.name.as_str());
+                    output_cast = true;
+                    inner = x;
                 }
-                let Some(Arg::Node(x)) = n.args.first().map(arg) else {
-                    break;
-                };
-                absorbed.insert(n.name.as_str());
-                o = x;
             }
-            out_inner = Some(o.to_string());
+            out_inner = Some(inner.to_string());
         }
     }
     // Every op of the graph must be one we know.
@@ -923,7 +918,19 @@ pub fn map_graph(
             && !mp.unused_part(n)
             && !norm::eval_batch_norm(n)
         {
-            let why = norm::refusal(n).map_or_else(|| unknown_message(t), str::to_string);
+            let why = match cast_dtypes(&mp.nodes, n) {
+                Some((from, to)) => format!(
+                    "a cast from {from} to {to} before the output rounds there: a workload's \
+                     ops keep fp32 between them and round once, at the store; cast at the \
+                     output (which sets out_dtype) or to a type that holds every value"
+                ),
+                None if matches!(op_name(t), "to" | "_to_copy" | "type_as") => format!(
+                    "aten.{}: a cast from or to a type no workload holds between its ops \
+                     (an index's int64, f64, an integer), or of a value nothing computes",
+                    op_name(t)
+                ),
+                None => norm::refusal(n).map_or_else(|| unknown_message(t), str::to_string),
+            };
             mp.problem(n, why);
         }
     }
@@ -1044,10 +1051,20 @@ pub fn map_graph(
     };
     match spec {
         Some(mut s) if mp.problems.is_empty() => {
-            // The output's own type, where a cast sets it (an index's int64 is the family's).
-            if let Some(d) = output_dtype.filter(|d| Some(*d) != s.out_dtype.or(Some(s.dtype))) {
-                s.out_dtype = Some(d).filter(|d| *d != s.dtype);
-                ops.push(format!("to {d} (the output)"));
+            // The output's own type (a cast's, or a promotion's); an index's int64 is the
+            // family's. The spec's default is A's type, bf16 for fp8 operands.
+            let default = if s.dtype.is_fp8() {
+                DType::BF16
+            } else {
+                s.dtype
+            };
+            if let Some(d) = output_dtype.filter(|d| *d != s.out_dtype.unwrap_or(default)) {
+                s.out_dtype = Some(d).filter(|d| *d != default);
+            }
+            if output_cast {
+                if let Some(d) = output_dtype {
+                    ops.push(format!("to {d} (the output)"));
+                }
             }
             Ok((s, ops))
         }
@@ -1424,11 +1441,12 @@ fn chain_between<'g>(
         }
         // An additive -inf triangle (`scores + torch.full((T, T), -inf).triu(1)`): the triu
         // or tril op of the side it leaves, filled with -inf.
-        if op == "add" {
+        let unit_alpha = num_param(n, 2, "alpha").is_none_or(|a| a == 1.0);
+        if op == "add" && unit_alpha {
             let other = if x_first { &a1 } else { &a0 };
             let (_, m, nn) = dims.unwrap_or_default();
             if let Some(Arg::Node(o)) = other {
-                if let Some(kept) = mask::additive_op(mp, o, (m, nn)) {
+                if let Some(kept) = mask::additive_op(mp, o, (m, nn), &current) {
                     let kept = match kept {
                         Ok(k) if positions_hold(mp, n, &current, dims) => k,
                         Ok(_) => return None,
@@ -2684,12 +2702,15 @@ mod tests {
                 .map(|(_, v)| *v)
                 .collect();
             let out_st: Vec<i64> = vec![out_sh[1], 1];
-            nodes.push(node(
-                "am",
-                op,
-                serde_json::json!([r(if pre { "p" } else { "x" }), dim]),
-                &out_sh,
-                &out_st,
+            nodes.push(typed(
+                node(
+                    "am",
+                    op,
+                    serde_json::json!([r(if pre { "p" } else { "x" }), dim]),
+                    &out_sh,
+                    &out_st,
+                ),
+                "int64",
             ));
             if post {
                 nodes.push(node(
@@ -3302,6 +3323,13 @@ mod tests {
             "float16",
         ));
         refused_at(&graph(nodes, "relu"), "h", "cast at the output");
+        // mm -> .float() -> .half() -> .float(): the output's cast is the last one only; the
+        // rounding one below it is refused.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(cast("f", "mm", "float32"));
+        nodes.push(cast("h", "f", "float16"));
+        nodes.push(cast("g", "h", "float32"));
+        refused_at(&graph(nodes, "g"), "h", "rounds there");
     }
 
     /// Llama's causal mask, `scores + torch.full((T, T), -inf).triu(1)`, is the tril with
@@ -3336,6 +3364,24 @@ mod tests {
             ("tril", None, Some(f64::NEG_INFINITY))
         );
         assert_eq!(ops, ["mm", "tril -inf (an additive mask)"]);
+        // Subtracted (add with alpha -1), it would be +inf: not the mask.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.push(out_node(
+            "full",
+            "aten.full.default",
+            serde_json::json!([[64, 16], neg_inf]),
+        ));
+        nodes.push(out_node(
+            "mask",
+            "aten.triu.default",
+            serde_json::json!([r("full"), 1]),
+        ));
+        nodes.push(out_node(
+            "add",
+            "aten.add.Tensor",
+            serde_json::json!([r("mm"), r("mask"), -1]),
+        ));
+        assert!(map_graph(&graph(nodes, "add"), "t.py").is_err());
         // A full of another value is an ordinary tensor operand (not a mask).
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.push(out_node(
@@ -3400,6 +3446,42 @@ mod tests {
         ];
         let (spec, ops) = map_graph(&graph(nodes, "mf"), "t.py").unwrap();
         assert_eq!(spec.epilogue[0].op, "tril", "{ops:?}");
+        // A mask with a batch of its own over one GEMM's (64, 16) would broadcast the output.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            node(
+                "ones",
+                "aten.ones.default",
+                serde_json::json!([[4, 64, 16]]),
+                sh,
+                st,
+            ),
+            node(
+                "tl",
+                "aten.tril.default",
+                serde_json::json!([r("ones")]),
+                sh,
+                st,
+            ),
+            typed(
+                node(
+                    "eq",
+                    "aten.eq.Scalar",
+                    serde_json::json!([r("tl"), 0]),
+                    sh,
+                    st,
+                ),
+                "bool",
+            ),
+            node(
+                "mf",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("mm"), r("eq"), neg_inf]),
+                sh,
+                st,
+            ),
+        ]);
+        refused_at(&graph(nodes, "mf"), "mf", "own shape");
     }
 
     /// `masked_fill` by a triangle of a constant matrix built in forward (a causal mask:

@@ -1128,6 +1128,11 @@ k = 4096
         );
         assert!(e.contains("shapes[0].k") && e.contains("2^24"), "{e}");
         let e = err(
+            "a",
+            &format!("{R}[params]\nreduce = \"argmax\"\n[tolerance]\natol = 1.0\n{shapes}"),
+        );
+        assert!(e.contains("tolerance") && e.contains("exactly"), "{e}");
+        let e = err(
             "g",
             "description = \"g\"\nfamily = \"gemm_reduce\"\ndtype = \"bf16\"\n[params]\nreduce = \"argmax\"\n[[shapes]]\nm = 4\nn = 4\nk = 4\n",
         );

@@ -23,11 +23,11 @@ pub(super) struct Validator<'a> {
     pub(super) text: Option<&'a str>,
 }
 
-/// The type of a chain's tensor operands (a bias, a residual) unless an op names one: D's,
-/// bf16 beside an fp8 D (as cuBLASLt's fp8 epilogue takes its bias).
 /// The longest row an index reduction takes (its indices stay exact in f32).
 const MAX_INDEX_K: u64 = 1 << 24;
 
+/// The type of a chain's tensor operands (a bias, a residual) unless an op names one: D's,
+/// bf16 beside an fp8 D (as cuBLASLt's fp8 epilogue takes its bias).
 fn chain_dtype(out_dtype: DType) -> DType {
     if out_dtype.is_fp8() {
         DType::BF16
@@ -516,7 +516,8 @@ impl Validator<'_> {
         if spec.dtype.is_int() {
             return Err(self.err(
                 "dtype",
-                "i64 is only an output (out_dtype of a reduce with reduce = \"argmax\" or                  \"argmin\"); operands are f32, f16, bf16, e4m3 or e5m2",
+                "i64 is only an output (out_dtype of a reduce with reduce = \"argmax\" or \
+                 \"argmin\"); operands are f32, f16, bf16, e4m3 or e5m2",
             ));
         }
         match spec.out_dtype {
@@ -996,6 +997,15 @@ impl Validator<'_> {
             _ => {}
         }
         let Some(spec) = spec else { return Ok(t) };
+        if family == Family::Reduce && params.reduce.is_index() {
+            return Err(self.err(
+                "tolerance",
+                format!(
+                    "reduce = \"{}\" writes an index, checked exactly; remove [tolerance]",
+                    params.reduce.name()
+                ),
+            ));
+        }
         for (field, v) in [("rtol", spec.rtol), ("atol", spec.atol)] {
             if let Some(x) = v {
                 if !(x.is_finite() && x >= 0.0) {

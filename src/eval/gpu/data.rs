@@ -19,6 +19,10 @@ pub trait HostElement: Element + DeviceRepr + ValidAsZeroBits + Default + 'stati
     fn guard() -> Self {
         Self::from_f64(-1234.5)
     }
+    /// Whether an element still holds the guard (by value; an index by its bits).
+    fn is_guard(self) -> bool {
+        self.to_f64() == Self::guard().to_f64()
+    }
 }
 
 impl HostElement for i64 {
@@ -34,6 +38,10 @@ impl HostElement for i64 {
     /// Equal halves (a 32-bit fill writes it) and negative: no index.
     fn guard() -> Self {
         i64::from_ne_bytes([0xC3; 8])
+    }
+    /// Every bit (as an f64, a write to the low bits would go unseen).
+    fn is_guard(self) -> bool {
+        self == Self::guard()
     }
 }
 
@@ -162,7 +170,6 @@ pub fn poisoned_output<T: HostElement>(len: usize) -> Vec<T> {
 
 /// True when both guard regions of a downloaded output still hold the pattern.
 pub fn guards_intact<T: HostElement>(buf: &[T]) -> bool {
-    let g = guard::<T>().to_f64();
     let n = buf.len();
     if n < 2 * GUARD_ELEMENTS {
         return false;
@@ -170,7 +177,7 @@ pub fn guards_intact<T: HostElement>(buf: &[T]) -> bool {
     buf[..GUARD_ELEMENTS]
         .iter()
         .chain(&buf[n - GUARD_ELEMENTS..])
-        .all(|x| x.to_f64() == g)
+        .all(|x| x.is_guard())
 }
 
 #[cfg(test)]
@@ -201,6 +208,11 @@ mod tests {
             assert_eq!(v as u64, word << 32 | word, "{v:#x}");
         }
         assert!(guard::<i64>() < 0, "the guard is no index");
+        // A write to the guard's low bits is seen (its f64 would not change).
+        let mut v: Vec<i64> = poisoned_output(3);
+        assert!(guards_intact(&v));
+        v[0] ^= 1;
+        assert!(!guards_intact(&v));
         assert!(
             <i64 as Element>::poison() > 1 << 40,
             "the poison is no index"

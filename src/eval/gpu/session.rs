@@ -216,7 +216,7 @@ impl Session {
             match elem_bytes {
                 1 => sys::cuMemsetD8Async(dst, bits as u8, n, stream),
                 2 => sys::cuMemsetD16Async(dst, bits as u16, n, stream),
-                // 8-byte elements (an index) hold the 32-bit pattern twice.
+                // 8-byte elements (an index; no output is f64) hold the 32-bit pattern twice.
                 8 => sys::cuMemsetD32Async(dst, bits, 2 * n, stream),
                 _ => sys::cuMemsetD32Async(dst, bits, n, stream),
             }

@@ -96,23 +96,38 @@ pub(super) fn additive_triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri,
     }
 }
 
+/// The shape of node `name`'s value.
+fn shape_of(mp: &Mapper<'_>, name: &str) -> Vec<i64> {
+    mp.nodes
+        .get(name)
+        .and_then(|x| x.val.as_ref())
+        .map(|v| v.shape.clone())
+        .unwrap_or_default()
+}
+
+/// Whether a mask of shape `dims` is one mask for matrices of (m, n) whose leading dims are
+/// `x`'s (the value it applies to): its own leading dims of size 1, or `x`'s own (a mask
+/// built `_like` the scores: a triangle of constants is the same in every matrix). A mask
+/// with a batch of its own would broadcast the output beyond the GEMM's.
+fn one_matrix(mp: &Mapper<'_>, dims: &[i64], (m, nn): (i64, i64), x: &str) -> bool {
+    let xs = shape_of(mp, x);
+    let x_lead = &xs[..xs.len().saturating_sub(2)];
+    matches!(dims, [lead @ .., r, c]
+        if *r == m && *c == nn && (lead.iter().all(|d| *d == 1) || lead == x_lead))
+}
+
 /// `x + mask` by an additive triangle (see [`additive_triangle`]) as a chain op: the side
 /// it leaves, filled with -inf (name, diagonal); None when `other` is not such a mask;
-/// Err(why) when it is one that does not fit matrices of (m, n).
+/// Err(why) when it is one that does not fit x's matrices of (m, n).
 pub(super) fn additive_op(
     mp: &Mapper<'_>,
     other: &str,
     (m, nn): (i64, i64),
+    x: &str,
 ) -> Option<Result<(&'static str, i64), String>> {
     let (tri, _) = additive_triangle(mp, other)?;
-    let dims = mp
-        .nodes
-        .get(other)
-        .and_then(|x| x.val.as_ref())
-        .map(|v| v.shape.clone())
-        .unwrap_or_default();
-    if !matches!(dims.as_slice(), [lead @ .., r, c] if *r == m && *c == nn && lead.iter().all(|d| *d == 1))
-    {
+    let dims = shape_of(mp, other);
+    if !one_matrix(mp, &dims, (m, nn), x) {
         return Some(Err(format!(
             "an additive mask of shape {dims:?} over matrices of ({m}, {nn}): it must be one \
              mask of the matrices' own shape"
@@ -280,30 +295,11 @@ pub(super) fn masked_fill_ops(
              joined by | (a sliding window), built in forward"
         ));
     };
-    // One (m, n) mask, its leading dims (if any) of size 1: a mask with a batch of its own
-    // would broadcast the output beyond the GEMM's.
-    let dims = mp
-        .nodes
-        .get(mask)
-        .and_then(|x| x.val.as_ref())
-        .map(|v| v.shape.clone())
-        .unwrap_or_default();
-    // Its leading dims may also be the output's own (a mask built `_like` the scores): a
-    // triangle of constants is the same in every matrix.
-    let out_lead: Vec<i64> = n
-        .val
-        .as_ref()
-        .map(|v| v.shape.clone())
-        .unwrap_or_default()
-        .iter()
-        .rev()
-        .skip(2)
-        .rev()
-        .copied()
-        .collect();
-    let one_matrix = matches!(dims.as_slice(), [lead @ .., r, c]
-        if *r == m && *c == nn && (lead.iter().all(|d| *d == 1) || lead == out_lead.as_slice()));
-    if !one_matrix {
+    let dims = shape_of(mp, mask);
+    let Some(Arg::Node(x)) = n.args.first().map(arg) else {
+        return Err("masked_fill of something that is not a tensor".into());
+    };
+    if !one_matrix(mp, &dims, (m, nn), x) {
         return Err(format!(
             "masked_fill by a mask of shape {dims:?} over matrices of ({m}, {nn}): it must be \
              one mask of the matrices' own shape"
