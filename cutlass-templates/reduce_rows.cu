@@ -300,14 +300,13 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N], int64_t j0
 }
 
 // argmax / argmin of one value x at index j, where the thread's indices only grow (rows side
-// by side): a strictly better value, a first NaN, or any value while the state is still
-// the empty one (a row of -inf for argmax: its first -inf is the answer) takes the place,
-// without a branch.
+// by side): a strictly better value or a first NaN takes the place, without a branch. The
+// state must start at the thread's first index (see cs_reduce_cols), so that a row of -inf
+// (argmax) keeps its first element's.
 template <int KIND>
 __device__ __forceinline__ void cs_arg_next(CsAcc& s, float x, int64_t j)
 {
-  bool const take = (KIND == CS_REDUCE_ARGMAX ? x > s.a : x < s.a) || (x != x && s.a == s.a) ||
-                    __float_as_int(s.b) == 0x7fffffff;
+  bool const take = (KIND == CS_REDUCE_ARGMAX ? x > s.a : x < s.a) || (x != x && s.a == s.a);
   s.a = take ? x : s.a;
   s.b = take ? __int_as_float(int(j)) : s.b;
 }
@@ -462,7 +461,14 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
     TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a;
     CsAcc s[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = cs_init<KIND>();
+    for (int r = 0; r < R; ++r) {
+      s[r] = cs_init<KIND>();
+      // An index starts at the thread's first one (with the empty extreme): a row of -inf
+      // (argmax) or +inf (argmin) then keeps its first element's. A thread that reads no
+      // element claims an index past its part, which only a row all of that extreme could
+      // reach, and there index 0, read by the first part, is smaller.
+      if constexpr (cs_is_arg<KIND>) s[r].b = __int_as_float(int(j0 + jw));
+    }
     if (row_of(0) < p.m) {
       bool const whole = row_of(R - 1) < p.m;
       int64_t j = j0 + jw;
