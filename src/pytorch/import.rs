@@ -2806,6 +2806,34 @@ mod tests {
         assert!(map_graph(&max_graph(1, "lr"), "t.py").is_err());
         let (spec, _) = map_graph(&max_graph(1, "ix"), "t.py").unwrap();
         assert_eq!(spec.params.reduce, Some(ReduceKind::Argmax));
+        // Over a dim of size 1 too (the indices are zeros; the values would be the input).
+        let (sh1, st1) = (&[4, 1, 5][..], &[5, 5, 1][..]);
+        let g = graph(
+            vec![
+                input("x", sh1, st1),
+                node(
+                    "mx",
+                    "aten.max.dim",
+                    serde_json::json!([r("x"), 1]),
+                    &[4, 5],
+                    &[5, 1],
+                ),
+                typed(
+                    node(
+                        "ix",
+                        "<built-in function getitem>",
+                        serde_json::json!([r("mx"), 1]),
+                        &[4, 5],
+                        &[5, 1],
+                    ),
+                    "int64",
+                ),
+            ],
+            "ix",
+        );
+        let (spec, _) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.params.reduce, Some(ReduceKind::Argmax));
+        assert_eq!(spec.shapes[0].k, Some(1));
         // logsumexp over the last dim of (8, 100): 8 rows of 100, row-major.
         let (sh2, st2) = (&[8, 100][..], &[100, 1][..]);
         let lse = |dims: serde_json::Value| {

@@ -159,11 +159,6 @@ impl<'g> Mapper<'g> {
             Some(Value::Array(a)) if a.is_empty() => (0..rank).collect(),
             Some(_) => dims_arg(n, dims_at, "dim", rank)?,
         };
-        // Over dims of size 1 only: the identity, passed through like a copy (not an index:
-        // an argmax there is zeros).
-        if kind != ReduceKind::L2 && !kind.is_index() && super::identity_reduction(&self.nodes, n) {
-            return None;
-        }
         let mut absorbed = HashSet::from([n.name.clone()]);
         // max / min with a dim return (values, indices): the values are getitem 0; where
         // only the indices (getitem 1) are read, the reduction is an argmax / argmin.
@@ -174,13 +169,16 @@ impl<'g> Mapper<'g> {
             for g in calls
                 .iter()
                 .filter(|g| g.target.as_deref() == Some("<built-in function getitem>"))
-                .filter(|g| matches!(self.resolve(g.args.first().map(arg)), Some(Arg::Node(x)) if x == n.name))
+                // The node itself (not resolved: over a dim of size 1 it passes values on).
+                .filter(|g| matches!(g.args.first().map(arg), Some(Arg::Node(x)) if x == n.name))
             {
                 absorbed.insert(g.name.clone());
                 // A getitem nothing reads (torch.export keeps both) does not count.
                 match g.args.get(1).and_then(Value::as_i64) {
                     Some(0) if self.used.contains(g.name.as_str()) => head = g.name.clone(),
-                    Some(1) if self.used.contains(g.name.as_str()) => indices = Some(g.name.clone()),
+                    Some(1) if self.used.contains(g.name.as_str()) => {
+                        indices = Some(g.name.clone())
+                    }
                     _ => {}
                 }
             }
@@ -192,6 +190,11 @@ impl<'g> Mapper<'g> {
                     ReduceKind::Argmin
                 };
             }
+        }
+        // Over dims of size 1 only: the identity, passed through like a copy (not an index,
+        // `torch.max(x, dim)[1]` too: an argmax there is zeros).
+        if kind != ReduceKind::L2 && !kind.is_index() && super::identity_reduction(&self.nodes, n) {
+            return None;
         }
         Some(ReduceMatch {
             head,
