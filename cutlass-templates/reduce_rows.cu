@@ -300,9 +300,9 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N], int64_t j0
 }
 
 // argmax / argmin of one value x at index j, where the thread's indices only grow (rows side
-// by side): a strictly better value or a first NaN takes the place, without a branch. The
-// state must start at the thread's first index (see cs_reduce_cols), so that a row of -inf
-// (argmax) keeps its first element's.
+// by side): a strictly better value or a first NaN takes the place, without a branch. A
+// state no value took keeps the empty index; cs_reduce_cols then gives it the first index
+// read (a row of -inf for argmax).
 template <int KIND>
 __device__ __forceinline__ void cs_arg_next(CsAcc& s, float x, int64_t j)
 {
@@ -461,14 +461,7 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
     TA const* x = static_cast<TA const*>(p.a) + b * p.batch_stride_a;
     CsAcc s[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      s[r] = cs_init<KIND>();
-      // An index starts at the thread's first one (with the empty extreme): a row of -inf
-      // (argmax) or +inf (argmin) then keeps its first element's. A thread that reads no
-      // element claims an index past its part, which only a row all of that extreme could
-      // reach, and there index 0, read by the first part, is smaller.
-      if constexpr (cs_is_arg<KIND>) s[r].b = __int_as_float(int(j0 + jw));
-    }
+    for (int r = 0; r < R; ++r) s[r] = cs_init<KIND>();
     if (row_of(0) < p.m) {
       bool const whole = row_of(R - 1) < p.m;
       int64_t j = j0 + jw;
@@ -507,6 +500,16 @@ cs_reduce_cols(cs_problem p, int wi, int64_t igroups, int64_t parts, int64_t chu
               for (int u = 0; u < kU; ++u) col[u] = e[u][r];
               cs_add<KIND, kU>(s[r], col, j, wj);
             }
+          }
+        }
+        // An index the strict steps never took (every value read was the empty extreme:
+        // -inf for argmax, +inf for argmin) is the first one read, before the elementwise
+        // tail (whose exact merge then keeps it).
+        if constexpr (cs_is_arg<KIND>) {
+          if (j != j0 + jw) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+              if (__float_as_int(s[r].b) == 0x7fffffff) s[r].b = __int_as_float(int(j0 + jw));
           }
         }
       }

@@ -1463,6 +1463,110 @@ mod tests {
     /// The scan's bound (SCAN_U per unit of the sum of |x| before an output; (terms + 1)
     /// SCAN_U / 2 of a product) holds for the kernel's fp32 order on rows of up to 2^20
     /// elements, and catches a scan that accumulates in bf16, or that is off by one element.
+    /// reduce_rows.cu's argmax / argmin over rows side by side, emulated: each part of k
+    /// split over warps (thread jw reads j0 + jw, + wj, ...), kU values a step taken only when
+    /// strictly better or a first NaN, an untaken state given the first index read, the
+    /// elementwise tail and every merge by the total order (NaN, value, smaller index). On
+    /// rows of infinities, NaNs, ties and signed zeros it must find what
+    /// `ReduceKind::eval` (torch's rule) finds, for every split.
+    #[test]
+    fn the_side_by_side_index_order_finds_the_first_extreme() {
+        const EMPTY: usize = usize::MAX;
+        let better = |max: bool, o: (f64, usize), s: (f64, usize)| {
+            let (on, sn) = (o.0.is_nan(), s.0.is_nan());
+            if on || sn {
+                return on && (!sn || o.1 < s.1);
+            }
+            (if max { o.0 > s.0 } else { o.0 < s.0 }) || (o.0 == s.0 && o.1 < s.1)
+        };
+        let run = |row: &[f64], max: bool, parts: usize, wj: usize, ku: usize| {
+            let k = row.len();
+            let init = (
+                if max {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                },
+                EMPTY,
+            );
+            let chunk = k.div_ceil(parts);
+            let mut res = init;
+            for p in 0..parts {
+                let (j0, j1) = (p * chunk, ((p + 1) * chunk).min(k));
+                for jw in 0..wj {
+                    let (mut s, mut j) = (init, j0 + jw);
+                    while j + (ku - 1) * wj < j1 {
+                        for u in 0..ku {
+                            let x = row[j + u * wj];
+                            let strict = if max { x > s.0 } else { x < s.0 };
+                            if strict || (x.is_nan() && !s.0.is_nan()) {
+                                s = (x, j + u * wj);
+                            }
+                        }
+                        j += ku * wj;
+                    }
+                    if j != j0 + jw && s.1 == EMPTY {
+                        s.1 = j0 + jw;
+                    }
+                    while j < j1 {
+                        if better(max, (row[j], j), s) {
+                            s = (row[j], j);
+                        }
+                        j += wj;
+                    }
+                    if better(max, s, res) {
+                        res = s;
+                    }
+                }
+            }
+            res.1
+        };
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let mut cases = 0;
+        for k in [1usize, 2, 5, 37, 64, 1000] {
+            let rows: Vec<Vec<f64>> = vec![
+                vec![-inf; k],
+                vec![inf; k],
+                (0..k)
+                    .map(|j| {
+                        if j % 17 == 5 {
+                            nan
+                        } else {
+                            [-inf, 0.0, 1.0][j % 3]
+                        }
+                    })
+                    .collect(),
+                (0..k).map(|j| [1.0, 2.0, 2.0, -inf, inf][j % 5]).collect(),
+                (0..k)
+                    .map(|j| if j % 2 == 0 { -0.0 } else { 0.0 })
+                    .collect(),
+                (0..k).map(|j| if j + 1 < k { -inf } else { 5.0 }).collect(),
+                (0..k)
+                    .map(|j| if j % 3 == 0 { -inf } else { inf })
+                    .collect(),
+                (0..k).map(|j| ((j * 7919) % 7) as f64 - 3.0).collect(),
+            ];
+            for row in &rows {
+                for (max, kind) in [(true, ReduceKind::Argmax), (false, ReduceKind::Argmin)] {
+                    let want = kind.eval(row.iter().copied(), 0.0).0 as usize;
+                    for parts in [1, 2, 3, 7] {
+                        for wj in [1, 2, 4, 8] {
+                            for ku in [1, 4, 8, 16] {
+                                let got = run(row, max, parts, wj, ku);
+                                assert_eq!(
+                                    got, want,
+                                    "{kind} k={k} parts={parts} wj={wj} ku={ku} {row:?}"
+                                );
+                                cases += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 6 * 8 * 2 * 64);
+    }
+
     #[test]
     fn the_scan_bound_holds_for_the_kernels_order_and_still_catches() {
         use crate::spec::ScanKind;
