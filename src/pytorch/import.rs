@@ -3430,7 +3430,36 @@ mod tests {
         assert!(map_graph(&graph(nodes, "add"), "t.py").is_err());
         // masked_fill(scores, tril(ones_like(scores)) == 0, -inf) over batched scores.
         let (sh, st) = (&[4, 64, 16][..], &[1024, 16, 1][..]);
-        let nodes = vec![
+        // The mask's tril, == 0, and the masked_fill of `scores` by it.
+        let masked = |scores: &str| {
+            vec![
+                node(
+                    "tl",
+                    "aten.tril.default",
+                    serde_json::json!([r("ones")]),
+                    sh,
+                    st,
+                ),
+                typed(
+                    node(
+                        "eq",
+                        "aten.eq.Scalar",
+                        serde_json::json!([r("tl"), 0]),
+                        sh,
+                        st,
+                    ),
+                    "bool",
+                ),
+                node(
+                    "mf",
+                    "aten.masked_fill.Scalar",
+                    serde_json::json!([r(scores), r("eq"), neg_inf]),
+                    sh,
+                    st,
+                ),
+            ]
+        };
+        let mut nodes = vec![
             input("a", &[4, 64, 32], &[2048, 32, 1]),
             input("b", &[4, 32, 16], &[512, 16, 1]),
             node(
@@ -3447,68 +3476,20 @@ mod tests {
                 sh,
                 st,
             ),
-            node(
-                "tl",
-                "aten.tril.default",
-                serde_json::json!([r("ones")]),
-                sh,
-                st,
-            ),
-            typed(
-                node(
-                    "eq",
-                    "aten.eq.Scalar",
-                    serde_json::json!([r("tl"), 0]),
-                    sh,
-                    st,
-                ),
-                "bool",
-            ),
-            node(
-                "mf",
-                "aten.masked_fill.Scalar",
-                serde_json::json!([r("bmm"), r("eq"), neg_inf]),
-                sh,
-                st,
-            ),
         ];
+        nodes.extend(masked("bmm"));
         let (spec, ops) = map_graph(&graph(nodes, "mf"), "t.py").unwrap();
         assert_eq!(spec.epilogue[0].op, "tril", "{ops:?}");
         // A mask with a batch of its own over one GEMM's (64, 16) would broadcast the output.
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.extend([
-            node(
-                "ones",
-                "aten.ones.default",
-                serde_json::json!([[4, 64, 16]]),
-                sh,
-                st,
-            ),
-            node(
-                "tl",
-                "aten.tril.default",
-                serde_json::json!([r("ones")]),
-                sh,
-                st,
-            ),
-            typed(
-                node(
-                    "eq",
-                    "aten.eq.Scalar",
-                    serde_json::json!([r("tl"), 0]),
-                    sh,
-                    st,
-                ),
-                "bool",
-            ),
-            node(
-                "mf",
-                "aten.masked_fill.Scalar",
-                serde_json::json!([r("mm"), r("eq"), neg_inf]),
-                sh,
-                st,
-            ),
-        ]);
+        nodes.push(node(
+            "ones",
+            "aten.ones.default",
+            serde_json::json!([[4, 64, 16]]),
+            sh,
+            st,
+        ));
+        nodes.extend(masked("mm"));
         refused_at(&graph(nodes, "mf"), "mf", "own shape");
     }
 
