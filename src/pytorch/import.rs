@@ -3366,23 +3366,25 @@ mod tests {
     #[test]
     fn additive_and_like_masks_are_index_ops() {
         let neg_inf = serde_json::json!({"float": "-inf"});
-        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.push(out_node(
-            "full",
-            "aten.full.default",
-            serde_json::json!([[64, 16], neg_inf]),
-        ));
-        nodes.push(out_node(
-            "mask",
-            "aten.triu.default",
-            serde_json::json!([r("full"), 1]),
-        ));
-        nodes.push(out_node(
-            "add",
-            "aten.add.Tensor",
-            serde_json::json!([r("mm"), r("mask")]),
-        ));
-        let (spec, ops) = map_graph(&graph(nodes, "add"), "t.py").unwrap();
+        // mm + triu(full((64, 16), fill), 1), the add's extra arguments after its two.
+        let added = |fill: Value, extra: &[Value]| {
+            let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+            nodes.push(out_node(
+                "full",
+                "aten.full.default",
+                serde_json::json!([[64, 16], fill]),
+            ));
+            nodes.push(out_node(
+                "mask",
+                "aten.triu.default",
+                serde_json::json!([r("full"), 1]),
+            ));
+            let mut args = vec![r("mm"), r("mask")];
+            args.extend(extra.iter().cloned());
+            nodes.push(out_node("add", "aten.add.Tensor", Value::Array(args)));
+            graph(nodes, "add")
+        };
+        let (spec, ops) = map_graph(&added(neg_inf.clone(), &[]), "t.py").unwrap();
         assert_eq!(
             (
                 spec.epilogue[0].op.as_str(),
@@ -3393,41 +3395,9 @@ mod tests {
         );
         assert_eq!(ops, ["mm", "tril -inf (an additive mask)"]);
         // Subtracted (add with alpha -1), it would be +inf: not the mask.
-        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.push(out_node(
-            "full",
-            "aten.full.default",
-            serde_json::json!([[64, 16], neg_inf]),
-        ));
-        nodes.push(out_node(
-            "mask",
-            "aten.triu.default",
-            serde_json::json!([r("full"), 1]),
-        ));
-        nodes.push(out_node(
-            "add",
-            "aten.add.Tensor",
-            serde_json::json!([r("mm"), r("mask"), -1]),
-        ));
-        assert!(map_graph(&graph(nodes, "add"), "t.py").is_err());
+        assert!(map_graph(&added(neg_inf.clone(), &[Value::from(-1)]), "t.py").is_err());
         // A full of another value is an ordinary tensor operand (not a mask).
-        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
-        nodes.push(out_node(
-            "full",
-            "aten.full.default",
-            serde_json::json!([[64, 16], 2.0]),
-        ));
-        nodes.push(out_node(
-            "mask",
-            "aten.triu.default",
-            serde_json::json!([r("full"), 1]),
-        ));
-        nodes.push(out_node(
-            "add",
-            "aten.add.Tensor",
-            serde_json::json!([r("mm"), r("mask")]),
-        ));
-        assert!(map_graph(&graph(nodes, "add"), "t.py").is_err());
+        assert!(map_graph(&added(Value::from(2.0), &[]), "t.py").is_err());
         // masked_fill(scores, tril(ones_like(scores)) == 0, -inf) over batched scores.
         let (sh, st) = (&[4, 64, 16][..], &[1024, 16, 1][..]);
         // The mask's tril, == 0, and the masked_fill of `scores` by it.
