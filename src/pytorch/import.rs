@@ -1197,6 +1197,26 @@ fn chain_after<'g>(
     )
 }
 
+/// The chain ops one node becomes (each with what it is, for the ops list): appended, the
+/// last standing for the node's value, which the chain continues from.
+fn end_node(
+    n: &Node,
+    added: Vec<(OpSpec, String)>,
+    specs: &mut Vec<OpSpec>,
+    ops: &mut Vec<String>,
+    emitted: &mut HashMap<String, usize>,
+    current: &mut String,
+) {
+    for (spec, what) in added {
+        ops.push(format!("{} ({what})", describe(&spec)));
+        specs.push(spec);
+    }
+    if let Some(last) = specs.len().checked_sub(1) {
+        emitted.insert(n.name.clone(), last);
+    }
+    *current = n.name.clone();
+}
+
 /// How a chain's tensor operand is classified (`row`, `col`, `matrix`), a problem recorded
 /// at the node reading it where it fits none.
 type Classify<'c> = dyn Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> + 'c;
@@ -1385,6 +1405,7 @@ fn chain_between<'g>(
                     _ => None,
                 })
                 .filter(|d| *d != out_dtype);
+            let mut added = Vec::new();
             for (op, what) in [
                 ("mul", "scale: weight / sqrt(running_var + eps)"),
                 ("add", "shift: bias - running_mean x scale"),
@@ -1397,77 +1418,60 @@ fn chain_between<'g>(
                     dtype: dt,
                     ..Default::default()
                 };
-                ops.push(format!("{} (BatchNorm's {what})", describe(&spec)));
-                specs.push(spec);
+                added.push((spec, format!("BatchNorm's {what}")));
             }
-            emitted.insert(n.name.clone(), specs.len() - 1);
-            current = n.name.clone();
+            end_node(n, added, &mut specs, ops, &mut emitted, &mut current);
             continue;
         }
-        // A masked_fill by a triangle of a constant matrix (a causal mask): the triu or
-        // tril op of the side it leaves.
-        if op == "masked_fill" {
-            if !x_first {
-                mp.problem(n, "the running value is not its first argument");
-                return None;
-            }
-            let (_, m, nn) = dims.unwrap_or_default();
-            let kept = mask::masked_fill_ops(mp, n, (m, nn));
-            // What the mask is comes first in a refusal; then where the chain runs.
-            if kept.is_ok() && !positions_hold(mp, n, &current, dims) {
-                return None;
-            }
-            match kept {
-                Ok(kept) => {
-                    for (name, diagonal, fill) in kept {
-                        let spec = OpSpec {
-                            op: name.into(),
-                            diagonal: (diagonal != 0).then_some(diagonal),
-                            value: (fill != 0.0).then_some(fill),
-                            ..Default::default()
-                        };
-                        ops.push(format!("{} (masked_fill)", describe(&spec)));
-                        specs.push(spec);
-                    }
-                    emitted.insert(n.name.clone(), specs.len() - 1);
-                    current = n.name.clone();
-                    continue;
+        // A mask as index ops, the triu or tril of the side it leaves with its fill: a
+        // masked_fill by a triangle of a constant matrix (a causal mask), or an add of an
+        // additive -inf triangle (`scores + torch.full((T, T), -inf).triu(1)`).
+        let (_, m, nn) = dims.unwrap_or_default();
+        let masked = match op.as_str() {
+            "masked_fill" => {
+                if !x_first {
+                    mp.problem(n, "the running value is not its first argument");
+                    return None;
                 }
+                Some((mask::masked_fill_ops(mp, n, (m, nn)), "masked_fill"))
+            }
+            "add" if num_param(n, 2, "alpha").is_none_or(|a| a == 1.0) => {
+                match if x_first { &a1 } else { &a0 } {
+                    Some(Arg::Node(o)) => mask::additive_op(mp, o, (m, nn), &current)
+                        .map(|kept| (kept, "an additive mask")),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some((kept, how)) = masked {
+            // What the mask is comes first in a refusal; then where the chain runs.
+            let kept = match kept {
+                Ok(kept) if positions_hold(mp, n, &current, dims) => kept,
+                Ok(_) => return None,
                 Err(why) => {
                     mp.problem(n, why);
                     return None;
                 }
-            }
-        }
-        // An additive -inf triangle (`scores + torch.full((T, T), -inf).triu(1)`): the triu
-        // or tril op of the side it leaves, filled with -inf.
-        let unit_alpha = num_param(n, 2, "alpha").is_none_or(|a| a == 1.0);
-        if op == "add" && unit_alpha {
-            let other = if x_first { &a1 } else { &a0 };
-            let (_, m, nn) = dims.unwrap_or_default();
-            if let Some(Arg::Node(o)) = other {
-                if let Some(kept) = mask::additive_op(mp, o, (m, nn), &current) {
-                    let kept = match kept {
-                        Ok(k) if positions_hold(mp, n, &current, dims) => k,
-                        Ok(_) => return None,
-                        Err(why) => {
-                            mp.problem(n, why);
-                            return None;
-                        }
-                    };
-                    let spec = OpSpec {
-                        op: kept.0.into(),
-                        diagonal: (kept.1 != 0).then_some(kept.1),
-                        value: Some(f64::NEG_INFINITY),
-                        ..Default::default()
-                    };
-                    ops.push(format!("{} (an additive mask)", describe(&spec)));
-                    specs.push(spec);
-                    emitted.insert(n.name.clone(), specs.len() - 1);
-                    current = n.name.clone();
-                    continue;
-                }
-            }
+            };
+            let added = kept.into_iter().map(|(name, diagonal, fill)| {
+                let spec = OpSpec {
+                    op: name.into(),
+                    diagonal: (diagonal != 0).then_some(diagonal),
+                    value: (fill != 0.0).then_some(fill),
+                    ..Default::default()
+                };
+                (spec, how.to_string())
+            });
+            end_node(
+                n,
+                added.collect(),
+                &mut specs,
+                ops,
+                &mut emitted,
+                &mut current,
+            );
+            continue;
         }
         let binary = matches!(
             op.as_str(),

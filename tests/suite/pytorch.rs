@@ -359,19 +359,27 @@ fn an_affine_instance_or_group_norm_is_refused_with_its_reason() {
 /// then softmax): gemm_softmax over the 16 heads, the scale and a tril filled with -inf.
 #[test]
 fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
-    let Some((spec, w, toml_text)) = import("causal_attention_scores") else {
+    let Some(w) = causal_scores("causal_attention_scores", "mul") else {
         return;
     };
+    assert!(w.chain().positional());
+}
+
+/// Imports an example of causal attention scores and checks what both forms share: a
+/// gemm_softmax over 16 heads of 1024 x 1024 x 128 whose chain is the scale (`scale_op`)
+/// then a tril filled with -inf, with a built-in candidate.
+fn causal_scores(example: &str, scale_op: &str) -> Option<Workload> {
+    let (spec, w, toml_text) = import(example)?;
     assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
     assert_eq!(
         chain_ops(&spec),
-        vec![("mul", None), ("tril", None)],
+        vec![(scale_op, None), ("tril", None)],
         "{toml_text}"
     );
     assert_eq!(spec.epilogue[1].value, Some(f64::NEG_INFINITY));
-    assert!(w.chain().positional());
     assert_gemm_shapes(&w, 1024, 1024, 128, 16);
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
+    Some(w)
 }
 
 /// Llama's reference attention (`scores + full(-inf).triu(1)`, the softmax of `.float()`
@@ -379,19 +387,10 @@ fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
 /// output bf16 as the inputs.
 #[test]
 fn import_llama_attention_scores_with_an_additive_mask_and_casts() {
-    let Some((spec, w, toml_text)) = import("llama_causal_attention_scores") else {
+    let Some(w) = causal_scores("llama_causal_attention_scores", "div") else {
         return;
     };
-    assert_eq!(spec.family, Family::GemmSoftmax, "{toml_text}");
-    assert_eq!(
-        chain_ops(&spec),
-        vec![("div", None), ("tril", None)],
-        "{toml_text}"
-    );
-    assert_eq!(spec.epilogue[1].value, Some(f64::NEG_INFINITY));
     assert_eq!((w.dtype(), w.out_dtype()), (DType::BF16, DType::BF16));
-    assert_gemm_shapes(&w, 1024, 1024, 128, 16);
-    assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
 /// torch.argmax over a vocabulary: the reduce family's argmax into int64, with a built-in

@@ -96,6 +96,17 @@ pub(super) fn additive_triangle<'g>(mp: &Mapper<'g>, name: &str) -> Option<(Tri,
     }
 }
 
+/// A chain op a mask becomes: `triu` or `tril`, its diagonal, and the fill of the rest.
+pub(super) type KeptOp = (&'static str, i64, f64);
+
+/// The chain op keeping triangle `kept`, the rest filled with `fill`.
+fn kept_op(kept: Tri, fill: f64) -> KeptOp {
+    match kept {
+        Tri::Upper(d) => ("triu", d, fill),
+        Tri::Lower(d) => ("tril", d, fill),
+    }
+}
+
 /// The shape of node `name`'s value.
 fn shape_of(mp: &Mapper<'_>, name: &str) -> Vec<i64> {
     mp.nodes
@@ -116,15 +127,16 @@ fn one_matrix(mp: &Mapper<'_>, dims: &[i64], (m, nn): (i64, i64), x: &str) -> bo
         if *r == m && *c == nn && (lead.iter().all(|d| *d == 1) || lead == x_lead))
 }
 
-/// `x + mask` by an additive triangle (see [`additive_triangle`]) as a chain op: the side
-/// it leaves, filled with -inf (name, diagonal); None when `other` is not such a mask;
-/// Err(why) when it is one that does not fit x's matrices of (m, n).
+/// `x + mask` by an additive triangle (see [`additive_triangle`]) as chain ops, as
+/// [`masked_fill_ops`] gives them: the side it leaves, filled with -inf (name, diagonal,
+/// fill); None when `other` is not such a mask; Err(why) when it is one that does not fit
+/// x's matrices of (m, n).
 pub(super) fn additive_op(
     mp: &Mapper<'_>,
     other: &str,
     (m, nn): (i64, i64),
     x: &str,
-) -> Option<Result<(&'static str, i64), String>> {
+) -> Option<Result<Vec<KeptOp>, String>> {
     let (tri, _) = additive_triangle(mp, other)?;
     let dims = shape_of(mp, other);
     if !one_matrix(mp, &dims, (m, nn), x) {
@@ -133,10 +145,7 @@ pub(super) fn additive_op(
              mask of the matrices' own shape"
         )));
     }
-    Some(Ok(match tri.not() {
-        Tri::Upper(d) => ("triu", d),
-        Tri::Lower(d) => ("tril", d),
-    }))
+    Some(Ok(vec![kept_op(tri.not(), f64::NEG_INFINITY)]))
 }
 
 /// The last two dims of a node's value.
@@ -284,7 +293,7 @@ pub(super) fn masked_fill_ops(
     mp: &Mapper<'_>,
     n: &Node,
     (m, nn): (i64, i64),
-) -> Result<Vec<(&'static str, i64, f64)>, String> {
+) -> Result<Vec<KeptOp>, String> {
     let Some(Arg::Node(mask)) = param(n, 1, "mask").map(arg) else {
         return Err("masked_fill without a mask tensor".into());
     };
@@ -309,12 +318,8 @@ pub(super) fn masked_fill_ops(
         Some(Arg::Num(v)) if !v.is_nan() => v,
         _ => return Err("masked_fill with a value that is not a number".into()),
     };
-    let op = |kept: Tri| match kept {
-        Tri::Upper(d) => ("triu", d, fill),
-        Tri::Lower(d) => ("tril", d, fill),
-    };
     Ok(match kind {
-        Mask::One(t) => vec![op(t.not())],
-        Mask::Either(a, b) => vec![op(a.not()), op(b.not())],
+        Mask::One(t) => vec![kept_op(t.not(), fill)],
+        Mask::Either(a, b) => vec![kept_op(a.not(), fill), kept_op(b.not(), fill)],
     })
 }
