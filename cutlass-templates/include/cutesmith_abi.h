@@ -158,7 +158,10 @@ typedef enum cs_norm {
  *   SUM: sum(x)   MEAN: sum(x) / k   MAX: max(x)   MIN: min(x) (a NaN in x gives NaN)
  *   LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2)) (torch.norm)
  *   ARGMAX / ARGMIN: the index (from 0) of the first largest / smallest x, or of the first
- *   NaN if any (torch.argmax / argmin); D is int64 (CS_DTYPE_I64), no chain */
+ *   NaN if any (torch.argmax / argmin); D is int64 (CS_DTYPE_I64), no chain
+ *   CROSS_ENTROPY: logsumexp(x) - x[t], t = targets[b * m + i] the row's class (int64); a
+ *   row whose t is ignore_index gives 0 and is left out of a mean (torch's cross_entropy
+ *   over rows of logits); rows row-major, no chain; `total` says what D holds */
 typedef enum cs_reduce {
   CS_REDUCE_SUM = 0,
   CS_REDUCE_MEAN = 1,
@@ -167,8 +170,20 @@ typedef enum cs_reduce {
   CS_REDUCE_LOGSUMEXP = 4,
   CS_REDUCE_L2 = 5,
   CS_REDUCE_ARGMAX = 6,
-  CS_REDUCE_ARGMIN = 7
+  CS_REDUCE_ARGMIN = 7,
+  CS_REDUCE_CROSS_ENTROPY = 8
 } cs_reduce;
+
+/* What D holds of CS_FAMILY_REDUCE's row values (CS_REDUCE_CROSS_ENTROPY only):
+ *   NONE: each row's value, D m x 1 a batch (torch's reduction='none')
+ *   SUM:  one value a batch, the sum of its rows' values (D[b], batch_stride_d 1)
+ *   MEAN: one value a batch, that sum over the rows counted (rows whose target is not
+ *         ignore_index; none counted: 0 / 0, NaN, as torch) */
+typedef enum cs_total {
+  CS_TOTAL_NONE = 0,
+  CS_TOTAL_SUM = 1,
+  CS_TOTAL_MEAN = 2
+} cs_total;
 
 /* The scan of CS_FAMILY_SCAN along a row x_0 .. x_{n-1}:
  *   SUM: y_j = x_0 + ... + x_j (torch.cumsum)   PROD: y_j = x_0 * ... * x_j (torch.cumprod)
@@ -313,6 +328,14 @@ typedef struct cs_problem {
    * version 2 likewise. */
   int32_t scan;
   int32_t scan_flags;
+
+  /* CS_REDUCE_CROSS_ENTROPY: the rows' target classes (int64, m a batch, batch stride m),
+   * the target that marks a row left out, and what D holds (cs_total). Appended to version
+   * 2 likewise. */
+  const int64_t *targets;
+  int64_t ignore_index;
+  int32_t total;
+  int32_t reserved2;
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

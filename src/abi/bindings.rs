@@ -90,6 +90,15 @@ pub mod cs_reduce {
     pub const CS_REDUCE_L2: Type = 5;
     pub const CS_REDUCE_ARGMAX: Type = 6;
     pub const CS_REDUCE_ARGMIN: Type = 7;
+    pub const CS_REDUCE_CROSS_ENTROPY: Type = 8;
+}
+pub mod cs_total {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const CS_TOTAL_NONE: Type = 0;
+    pub const CS_TOTAL_SUM: Type = 1;
+    pub const CS_TOTAL_MEAN: Type = 2;
 }
 pub mod cs_scan {
     #[allow(unused_imports)]
@@ -206,10 +215,14 @@ pub struct cs_problem {
     pub norm_groups: i32,
     pub scan: i32,
     pub scan_flags: i32,
+    pub targets: *const i64,
+    pub ignore_index: i64,
+    pub total: i32,
+    pub reserved2: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 416usize];
+    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 440usize];
     ["Alignment of cs_problem"][::std::mem::align_of::<cs_problem>() - 8usize];
     ["Offset of field: cs_problem::abi_version"]
         [::std::mem::offset_of!(cs_problem, abi_version) - 0usize];
@@ -291,6 +304,13 @@ const _: () = {
     ["Offset of field: cs_problem::scan"][::std::mem::offset_of!(cs_problem, scan) - 408usize];
     ["Offset of field: cs_problem::scan_flags"]
         [::std::mem::offset_of!(cs_problem, scan_flags) - 412usize];
+    ["Offset of field: cs_problem::targets"]
+        [::std::mem::offset_of!(cs_problem, targets) - 416usize];
+    ["Offset of field: cs_problem::ignore_index"]
+        [::std::mem::offset_of!(cs_problem, ignore_index) - 424usize];
+    ["Offset of field: cs_problem::total"][::std::mem::offset_of!(cs_problem, total) - 432usize];
+    ["Offset of field: cs_problem::reserved2"]
+        [::std::mem::offset_of!(cs_problem, reserved2) - 436usize];
 };
 impl Default for cs_problem {
     fn default() -> Self {

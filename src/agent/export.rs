@@ -163,6 +163,13 @@ pub fn export_torch(
              the kernel and its C ABI"
         )));
     }
+    if w.params().reduce.reads_targets() && family == crate::spec::Family::Reduce {
+        return Err(Error::Usage(
+            "export --torch does not take a cross entropy yet (its operator passes no int64 \
+             targets); `cutesmith export` without --torch writes the kernel and its C ABI"
+                .into(),
+        ));
+    }
     if family == crate::spec::Family::GemmNorm {
         return Err(Error::Usage(format!(
             "export --torch does not take family {family} yet (its operator passes neither the \

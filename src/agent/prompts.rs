@@ -301,6 +301,29 @@ impl WorkloadFacts {
                         "element j of row i at i*lda + j"
                     },
                 );
+                if pr.reduce.reads_targets() {
+                    s.push_str(&format!(
+                        "; the targets are p.targets (int64, m a batch: row i of batch b reads \
+                         targets[b * m + i]), ignore_index = {} (p.ignore_index); D holds {}",
+                        pr.ignore_index,
+                        match pr.total {
+                            crate::spec::TotalKind::None => {
+                                "each row's loss (total none: m x 1, a left-out row 0)".to_string()
+                            }
+                            t => format!(
+                                "one value a batch (p.total = {}: D[b], batch stride 1), the {} \
+                                 of its rows' losses{}",
+                                t.name(),
+                                t.name(),
+                                if t == crate::spec::TotalKind::Mean {
+                                    " over the rows not left out (none: NaN)"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        }
+                    ));
+                }
                 let before = w.before_chain();
                 if !before.is_identity() {
                     s.push_str(&format!(

@@ -70,12 +70,13 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
             out.display()
         );
     }
-    // (export --torch does not take gemm_reduce, gemm_norm or [[before]] ops yet: their
-    // kernel and C ABI, then.)
+    // (export --torch does not take gemm_reduce, gemm_norm, [[before]] ops or a cross
+    // entropy yet: their kernel and C ABI, then.)
     let export = if matches!(
         workload.family(),
         crate::spec::Family::GemmReduce | crate::spec::Family::GemmNorm
     ) || !workload.before_chain().is_identity()
+        || workload.params().reduce.reads_targets()
     {
         "cutesmith export runs/<id> --out DIR"
     } else {

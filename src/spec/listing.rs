@@ -112,6 +112,11 @@ impl Workload {
                 self.params.reduce,
                 if self.layouts.a == super::schema::Layout::Col {
                     " col"
+                } else if self.params.total != super::schema::TotalKind::None {
+                    match self.params.total {
+                        super::schema::TotalKind::Sum => " sum",
+                        _ => " mean",
+                    }
                 } else {
                     ""
                 }

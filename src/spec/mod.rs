@@ -269,9 +269,19 @@ impl Workload {
         }
     }
 
+    /// Rows of D on `shape`: m, except for a reduction with a total (a cross entropy's
+    /// sum or mean), which writes one value a batch.
+    pub fn d_rows(&self, shape: &Shape) -> u64 {
+        if self.params.total == TotalKind::None {
+            shape.m
+        } else {
+            1
+        }
+    }
+
     /// Elements of D on `shape`, across the batch.
     pub fn d_elements(&self, shape: &Shape) -> u64 {
-        shape.m * self.d_cols(shape) * shape.batch
+        self.d_rows(shape) * self.d_cols(shape) * shape.batch
     }
 
     /// When results are accepted.
@@ -1139,6 +1149,97 @@ k = 4096
             e.contains("params.reduce") && e.contains("gemm_reduce"),
             "{e}"
         );
+    }
+
+    /// A cross entropy is a row's logsumexp less its target's logit; a row with the ignore
+    /// index is left out (0 with total none, not counted by a mean); a target outside the
+    /// row is NaN; the total's bound adds the rows' bounds to the sum's own.
+    #[test]
+    fn cross_entropy_picks_the_target_and_totals_the_rows_kept() {
+        let u = 1e-6;
+        let row = [1.0, 2.0, 3.0];
+        let lse = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln();
+        let ce = |t: i64| ReduceKind::cross_entropy(row.iter().copied(), t, -100, u);
+        let (v, e) = ce(0).unwrap();
+        assert!(
+            (v - (lse - 1.0)).abs() < 1e-12 && e > 0.0 && e < 1e-4,
+            "{v} {e}"
+        );
+        assert!((ce(2).unwrap().0 - (lse - 3.0)).abs() < 1e-12);
+        assert_eq!(ce(-100), None);
+        assert!(ce(3).unwrap().0.is_nan() && ce(-1).unwrap().0.is_nan());
+        // The ignore index may be any value, a class's too.
+        assert_eq!(
+            ReduceKind::cross_entropy(row.iter().copied(), 1, 1, u),
+            None
+        );
+        // A large logit does not overflow (logsumexp about its max).
+        let big = [1000.0, 0.0];
+        let (v, _) = ReduceKind::cross_entropy(big.iter().copied(), 1, -100, u).unwrap();
+        assert!((v - 1000.0).abs() < 1e-9, "{v}");
+        let rows = [Some((2.0, 0.1)), None, Some((4.0, 0.3))];
+        assert_eq!(TotalKind::Sum.eval(&rows, 0.0), (6.0, 0.4f64 + 0.0));
+        let (mean, me) = TotalKind::Mean.eval(&rows, u);
+        assert!((mean - 3.0).abs() < 1e-12 && (me - (0.4 + u * 6.0) / 2.0).abs() < 1e-15);
+        assert!(TotalKind::Mean.eval(&[None, None], u).0.is_nan());
+        assert_eq!(TotalKind::Sum.eval(&[None], u), (0.0, 0.0));
+    }
+
+    /// A cross entropy takes a total (default mean, as torch's) and an ignore index
+    /// (default -100); D is one value a batch with a total; nothing else takes either, and
+    /// it takes no ops, no rows side by side and no gemm_reduce.
+    #[test]
+    fn cross_entropy_specs_take_a_total_and_an_ignore_index_alone() {
+        const R: &str = "description = \"r\"\nfamily = \"reduce\"\ndtype = \"bf16\"\n";
+        let shapes = "[[shapes]]\nbatch = 3\nm = 4\nk = 100\n";
+        let ce = "[params]\nreduce = \"cross_entropy\"\n";
+        let w = parse("c", &format!("{R}{ce}{shapes}")).unwrap();
+        let (p, sh) = (w.params(), *w.headline());
+        assert_eq!((p.total, p.ignore_index), (TotalKind::Mean, -100));
+        assert_eq!(
+            (w.d_rows(&sh), w.d_elements(&sh), w.out_dtype()),
+            (1, 3, DType::BF16)
+        );
+        // 3 x 4 x 100 bf16 logits and 12 int64 targets in, 3 bf16 values out.
+        assert_eq!(w.min_bytes(&sh), 1200.0 * 2.0 + 12.0 * 8.0 + 3.0 * 2.0);
+        let w = parse(
+            "c",
+            &format!("{R}{ce}total = \"none\"\nignore_index = 0\n{shapes}"),
+        )
+        .unwrap();
+        assert_eq!(
+            (w.params().total, w.params().ignore_index),
+            (TotalKind::None, 0)
+        );
+        assert_eq!(w.d_elements(w.headline()), 12);
+        let refused = |text: String, words: &[&str]| {
+            let e = err("c", &text);
+            assert!(words.iter().all(|w| e.contains(w)), "{e}");
+        };
+        refused(
+            format!("{R}[params]\nreduce = \"sum\"\ntotal = \"mean\"\n{shapes}"),
+            &["params.total", "cross_entropy"],
+        );
+        refused(
+            format!("{R}[params]\nreduce = \"logsumexp\"\nignore_index = 3\n{shapes}"),
+            &["params.ignore_index", "cross_entropy"],
+        );
+        refused(format!("{R}{ce}total = \"max\"\n{shapes}"), &["total"]);
+        refused(
+            format!("{R}[layout]\na = \"col\"\n{ce}{shapes}"),
+            &["layout.a", "contiguous"],
+        );
+        for (table, op) in [("epilogue", "relu"), ("before", "abs")] {
+            refused(
+                format!("{R}{ce}[[{table}]]\nop = \"{op}\"\n{shapes}"),
+                &[table, "cross_entropy"],
+            );
+        }
+        let e = err(
+            "g",
+            "description = \"g\"\nfamily = \"gemm_reduce\"\ndtype = \"bf16\"\n[params]\nreduce = \"cross_entropy\"\n[[shapes]]\nm = 4\nn = 4\nk = 4\n",
+        );
+        assert!(e.contains("params.reduce") && e.contains("target"), "{e}");
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Workload {
     /// A reduction's FLOPs per element reduced.
     fn reduce_flops_per_element(&self) -> f64 {
         match self.params.reduce {
-            ReduceKind::Logsumexp => 4.0,
+            ReduceKind::Logsumexp | ReduceKind::CrossEntropy => 4.0,
             ReduceKind::L2 => 2.0,
             _ => 1.0,
         }
@@ -156,7 +156,12 @@ impl Workload {
                     0.0
                 })
             + count(need.copy) * copy
-            + 3.0 * count(need.reduce_tail) * t.output;
+            + 3.0 * count(need.reduce_tail) * t.output
+            + count(need.log_probs)
+                * shape.m as f64
+                * shape.k as f64
+                * shape.batch as f64
+                * self.dtype.bytes() as f64;
         // Two problem sets, each with its own chain tensors (a loss's target is as large
         // as A).
         2.0 * (t.inputs + t.output + t.chain) + buffers + reference_planes * t.elements
@@ -188,12 +193,15 @@ impl Workload {
                 false
             }
         };
+        let cross_entropy = fam == Family::Reduce && self.params.reduce.reads_targets();
         TimingBuffers {
             library_out: fam.is_gemm()
+                || cross_entropy
                 || matches!(
                     fam,
                     Family::Softmax | Family::LogSoftmax | Family::Activation
                 ),
+            log_probs: cross_entropy,
             library_out2: fam == Family::GemmGlu,
             copy: !fam.is_gemm(),
             scratch: passes || matches!(fam, Family::GemmSoftmax | Family::GemmNorm),
@@ -232,8 +240,16 @@ impl Workload {
             | Family::LogSoftmax
             | Family::Norm
             | Family::Scan => (elements * inb, self.tensor_bytes(shape)),
-            // m rows of k elements in, one value a row out.
-            Family::Reduce => (m * k * b * inb, self.tensor_bytes(shape)),
+            // m rows of k elements in (and a cross entropy's int64 target a row), one
+            // value a row out (or one a batch).
+            Family::Reduce => {
+                let targets = if self.params.reduce.reads_targets() {
+                    m * b * 8.0
+                } else {
+                    0.0
+                };
+                (m * k * b * inb + targets, self.tensor_bytes(shape))
+            }
         };
         TensorSizes {
             inputs,
@@ -340,6 +356,8 @@ pub struct TimingBuffers {
     /// gemm_reduce's reduction output and its [[after]] passes' buffers; gemm_norm's norm
     /// output and the buffers of the passes after it.
     pub reduce_tail: bool,
+    /// A cross entropy's unfused log-softmax output: the logits' size and type.
+    pub log_probs: bool,
 }
 
 impl TimingBuffers {

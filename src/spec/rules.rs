@@ -141,6 +141,13 @@ impl Validator<'_> {
                 ));
             }
         }
+        if params.reduce.reads_targets() && layouts.a != Layout::Row {
+            return Err(self.err(
+                "layout.a",
+                "a cross entropy reads rows of logits, each row contiguous (torch's (N, C) \
+                 input); leave layout.a out",
+            ));
+        }
         if family == Family::Reduce && params.reduce.is_index() {
             // Indices are checked on the device as f32 after a timed launch: exact below 2^24.
             if let Some((i, sh)) = shapes.iter().enumerate().find(|(_, sh)| sh.k > MAX_INDEX_K) {
@@ -164,6 +171,24 @@ impl Validator<'_> {
             spec.dtype
         };
         let before = self.before(family, before_dtype, &spec.before, &chain)?;
+        if family == Family::Reduce && params.reduce.reads_targets() {
+            // The loss of a row of logits: its ops would be ops on the logits or on the
+            // loss, which the target's pick and the total do not take yet.
+            for (table, empty) in [
+                ("before", before.is_identity()),
+                ("epilogue", chain.is_identity()),
+            ] {
+                if !empty {
+                    return Err(self.err(
+                        table,
+                        format!(
+                            "reduce = \"cross_entropy\" takes no [[{table}]] ops; scale the \
+                             logits or the loss outside the workload"
+                        ),
+                    ));
+                }
+            }
+        }
         if family == Family::Reduce && params.reduce.is_index() {
             // An index is compared exactly: no op may change which element wins by rounding,
             // and none applies to an index.
@@ -190,9 +215,9 @@ impl Validator<'_> {
             Family::GemmGlu | Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm => true,
             Family::Gemm | Family::GemmBiasAct => !chain.is_identity(),
             Family::Activation => chain.steps.len() > 1,
-            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {
-                false
-            }
+            // A cross entropy replaces PyTorch's log-softmax and NLL passes.
+            Family::Reduce => params.reduce.reads_targets(),
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Scan => false,
         };
         let target = self.target(family, fused, spec.target)?;
 
@@ -783,13 +808,17 @@ impl Validator<'_> {
                     ),
                 ))
             }
-            (Family::GemmReduce, Some(r)) if r.is_index() => {
+            (Family::GemmReduce, Some(r)) if r.is_index() || r.reads_targets() => {
                 return Err(self.err(
                     "params.reduce",
                     format!(
-                        "{} is for family reduce (an input's elements, compared exactly), not \
-                         gemm_reduce, where rounding decides near ties",
-                        r.name()
+                        "{} is for family reduce (an input's elements{}), not gemm_reduce",
+                        r.name(),
+                        if r.is_index() {
+                            ", compared exactly; in gemm_reduce rounding decides near ties"
+                        } else {
+                            " and a target class a row"
+                        }
                     ),
                 ))
             }
@@ -797,6 +826,15 @@ impl Validator<'_> {
             (_, Some(_)) => return Err(only("reduce", "reduce and gemm_reduce")),
             (_, None) => ReduceKind::Sum,
         };
+        let ce = reduce.reads_targets();
+        if !ce {
+            if p.total.is_some() {
+                return Err(only("total", "reduce = \"cross_entropy\""));
+            }
+            if p.ignore_index.is_some() {
+                return Err(only("ignore_index", "reduce = \"cross_entropy\""));
+            }
+        }
         let scan = match (family, p.scan) {
             (Family::Scan, None) => {
                 return Err(self.err(
@@ -969,6 +1007,12 @@ impl Validator<'_> {
             },
             groups,
             reduce,
+            total: if ce {
+                p.total.unwrap_or(TotalKind::Mean)
+            } else {
+                TotalKind::None
+            },
+            ignore_index: p.ignore_index.unwrap_or(-100),
             scan,
             reverse: p.reverse.unwrap_or(false),
             exclusive: p.exclusive.unwrap_or(false),
@@ -1052,7 +1096,8 @@ impl Validator<'_> {
             if !seen.insert(*b) {
                 return Err(self.err("target.baselines", format!("\"{b}\" is listed twice")));
             }
-            if !b.supports(family) {
+            // A fused reduction (a cross entropy) has its unfused sequence too.
+            if !(b.supports(family) || *b == Baseline::Unfused && fused) {
                 let ok: Vec<_> = [
                     Baseline::Cublas,
                     Baseline::Cublaslt,

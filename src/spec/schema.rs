@@ -545,11 +545,15 @@ pub enum ReduceKind {
     Argmax,
     /// The index of the first smallest x, or of the first NaN (`torch.argmin`); D is i64.
     Argmin,
+    /// `logsumexp(x) - x[t]`, t the row's target class (an int64 input of m values a
+    /// batch; `params.ignore_index` leaves a row out): `torch.nn.functional.cross_entropy`
+    /// over rows of logits, each row's loss or their total (`params.total`).
+    CrossEntropy,
 }
 
 impl ReduceKind {
     /// Every kind, in ABI order.
-    pub const ALL: [ReduceKind; 8] = [
+    pub const ALL: [ReduceKind; 9] = [
         ReduceKind::Sum,
         ReduceKind::Mean,
         ReduceKind::Max,
@@ -558,6 +562,7 @@ impl ReduceKind {
         ReduceKind::L2,
         ReduceKind::Argmax,
         ReduceKind::Argmin,
+        ReduceKind::CrossEntropy,
     ];
 
     /// The `cs_reduce` value the harness puts in `cs_problem.reduce`.
@@ -571,6 +576,7 @@ impl ReduceKind {
             ReduceKind::L2 => 5,
             ReduceKind::Argmax => 6,
             ReduceKind::Argmin => 7,
+            ReduceKind::CrossEntropy => 8,
         }
     }
 
@@ -585,6 +591,7 @@ impl ReduceKind {
             ReduceKind::L2 => "l2",
             ReduceKind::Argmax => "argmax",
             ReduceKind::Argmin => "argmin",
+            ReduceKind::CrossEntropy => "cross_entropy",
         }
     }
 
@@ -603,12 +610,41 @@ impl ReduceKind {
             ReduceKind::Argmin => {
                 "the index (int64, from 0) of the first smallest x, or of the first NaN if any"
             }
+            ReduceKind::CrossEntropy => {
+                "logsumexp(x) - x[t], t = targets[b * m + i] the row's class (int64); 0 for a \
+                 row whose t is ignore_index, which a mean leaves out"
+            }
         }
     }
 
     /// Whether the result is an index into the row (an int64 D), not a value.
     pub fn is_index(self) -> bool {
         matches!(self, ReduceKind::Argmax | ReduceKind::Argmin)
+    }
+
+    /// Whether each row also reads its target class (an int64 input of m values a batch).
+    pub fn reads_targets(self) -> bool {
+        self == ReduceKind::CrossEntropy
+    }
+
+    /// The cross entropy of one row in fp64 (`logsumexp(x) - x[t]`) with its bound, or
+    /// None for a row left out (`t == ignore`); NaN for a target outside the row.
+    pub fn cross_entropy(
+        row: impl Iterator<Item = f64> + Clone,
+        t: i64,
+        ignore: i64,
+        acc_u: f64,
+    ) -> Option<(f64, f64)> {
+        if t == ignore {
+            return None;
+        }
+        let (lse, e) = ReduceKind::Logsumexp.eval(row.clone(), acc_u);
+        let picked = usize::try_from(t).ok().and_then(|j| row.clone().nth(j));
+        Some(match picked {
+            // The subtraction's own rounding: one fp32 unit of the larger operand.
+            Some(x) => (lse - x, e + 4.0 * acc_u * lse.abs().max(x.abs())),
+            None => (f64::NAN, 0.0),
+        })
     }
 
     /// The reduction of one row in fp64, and the bound on an fp32 kernel's honest error
@@ -645,7 +681,8 @@ impl ReduceKind {
             ReduceKind::Max | ReduceKind::Min if nan => (f64::NAN, 0.0),
             ReduceKind::Max => (row.fold(f64::NEG_INFINITY, f64::max), 0.0),
             ReduceKind::Min => (row.fold(f64::INFINITY, f64::min), 0.0),
-            ReduceKind::Logsumexp => {
+            // Cross entropy's logsumexp (`cross_entropy` takes its target's logit off).
+            ReduceKind::Logsumexp | ReduceKind::CrossEntropy => {
                 let mx = row.clone().fold(f64::NEG_INFINITY, f64::max);
                 if nan || !mx.is_finite() {
                     return (if nan { f64::NAN } else { mx }, 0.0);
@@ -661,6 +698,59 @@ impl ReduceKind {
                 // The squares round too; sqrt halves the sum's relative error.
                 (s.sqrt(), acc_u * s.sqrt())
             }
+        }
+    }
+}
+
+/// What D holds of a reduction's row values (`cs_total`; cross entropy only): each row's,
+/// or one value a batch (torch's `reduction` = none, sum, mean).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TotalKind {
+    /// Each row's value: D is m x 1 a batch.
+    #[default]
+    None,
+    /// The sum of the batch's row values: one value a batch.
+    Sum,
+    /// That sum over the rows counted (those whose target is not the ignore index).
+    Mean,
+}
+
+impl TotalKind {
+    /// Every kind, in ABI order.
+    pub const ALL: [TotalKind; 3] = [TotalKind::None, TotalKind::Sum, TotalKind::Mean];
+
+    /// The `cs_total` value the harness puts in `cs_problem.total`.
+    pub fn abi_value(self) -> i32 {
+        match self {
+            TotalKind::None => 0,
+            TotalKind::Sum => 1,
+            TotalKind::Mean => 2,
+        }
+    }
+
+    /// The spelling used in spec files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TotalKind::None => "none",
+            TotalKind::Sum => "sum",
+            TotalKind::Mean => "mean",
+        }
+    }
+
+    /// The total of one batch's row values (`None`: a row left out) with its bound, in
+    /// fp64: the rows' bounds summed, plus the fp32 summation's own `u * sum |v|` times
+    /// `acc` (the kernel's order of adds). Mean over no row is NaN, as torch's.
+    pub fn eval(self, rows: &[Option<(f64, f64)>], acc_u: f64) -> (f64, f64) {
+        let kept = rows.iter().flatten();
+        let (s, e, a, n) = kept.fold((0.0, 0.0, 0.0, 0usize), |(s, e, a, n), (v, ve)| {
+            (s + v, e + ve, a + v.abs(), n + 1)
+        });
+        let bound = e + acc_u * a;
+        match self {
+            TotalKind::None => (f64::NAN, 0.0),
+            TotalKind::Sum => (s, bound),
+            TotalKind::Mean => (s / n as f64, bound / n as f64),
         }
     }
 }
@@ -1033,6 +1123,14 @@ pub struct ParamsSpec {
     /// reduce: the reduction (sum | mean | max | min | logsumexp | l2); required there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce: Option<ReduceKind>,
+    /// reduce = "cross_entropy": what D holds: each row's loss (none), or one value a
+    /// batch (sum | mean); default mean, as torch's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<TotalKind>,
+    /// reduce = "cross_entropy": the target that leaves a row out; default -100, as
+    /// torch's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_index: Option<i64>,
     /// scan: the scan (sum | prod); required there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<ScanKind>,
@@ -1224,6 +1322,10 @@ pub struct Params {
     pub groups: u32,
     /// reduce: the reduction (Sum for other families, where it is not read).
     pub reduce: ReduceKind,
+    /// reduce = "cross_entropy": what D holds (None elsewhere).
+    pub total: TotalKind,
+    /// reduce = "cross_entropy": the target that leaves a row out (-100 elsewhere).
+    pub ignore_index: i64,
     /// scan: the scan (Sum for other families, where it is not read).
     pub scan: ScanKind,
     /// scan: from the row's end.

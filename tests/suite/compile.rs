@@ -315,6 +315,9 @@ fn every_template_instance_compiles_in_each_layout() {
         // by side.
         ("reduce_argmin_f16_small", "reduce_rows"),
         ("reduce_argmax_col_bf16_small", "reduce_rows"),
+        // Cross entropies (int64 targets): bf16 with each row's loss, f16 summed a batch.
+        ("reduce_cross_entropy_small", "reduce_rows"),
+        ("reduce_cross_entropy_sum_f16", "reduce_rows"),
         // The scans: an f32 cumsum, a bf16 reverse cumprod into f32 with a scale after, an
         // f16 exclusive cumsum over rows side by side with a column operand.
         ("scan_sum_f32_small", "scan_rows"),

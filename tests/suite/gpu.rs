@@ -295,6 +295,10 @@ fn every_template_validates_on_its_workloads() {
         // rows split over CTAs, a bf16 argmax over rows side by side.
         "reduce_argmin_f16_small",
         "reduce_argmax_col_bf16_small",
+        // Cross entropies against int64 targets, some the ignore index: each row's loss
+        // (bf16, rows split over CTAs), the sum of each batch's rows (f16 into f32).
+        "reduce_cross_entropy_small",
+        "reduce_cross_entropy_sum_f16",
         // The scans: row-major rows (many, ragged, split over CTAs), forward and reverse,
         // inclusive and exclusive, sum and product, rows side by side, chains after.
         "scan_sum_f32_small",

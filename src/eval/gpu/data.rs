@@ -122,6 +122,13 @@ pub fn input_value(seed: u64, stream: u64, i: u64) -> f64 {
     v * f64::powi(2.0, e as i32 - 2)
 }
 
+/// The target class of row `i` of input `stream` under `seed`: uniform in 0..classes, or
+/// None (the row is left out: a cross entropy's ignore index) for about one row in 16.
+pub fn input_class(seed: u64, stream: u64, i: u64, classes: u64) -> Option<u64> {
+    let r = mix(seed ^ mix(stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i));
+    (r & 0xF != 0).then(|| (r >> 4) % classes.max(1))
+}
+
 /// `n` random elements of input `stream`, generated on all cores.
 pub fn random_vec<T: HostElement>(n: usize, seed: u64, stream: u64) -> Vec<T> {
     let mut out = vec![T::default(); n];

@@ -556,6 +556,109 @@ impl RowSoftmax {
     }
 }
 
+/// The negative log-likelihood a framework runs after a row log-softmax (`F.nll_loss`, the
+/// second half of PyTorch's cross entropy): each row's `-logp[i, t_i]`, 0 where `t_i` is
+/// the ignore index; written a row (total none, a thread a row), or summed over each
+/// batch's rows by one block (sum; mean over the rows kept, NaN for none), fp32 sums.
+pub struct NllPass {
+    _module: Arc<CudaModule>,
+    func: CudaFunction,
+}
+
+/// The CUDA C++ of the NLL pass: log-probabilities in `input`'s type, D in `out`'s.
+pub fn nll_source(input: DType, out: DType) -> Result<String, CudaFailure> {
+    let (ti, ld, _) = storage(input)?;
+    let (to, _, st) = storage(out)?;
+    let mut src = String::from(PRELUDE);
+    let _ = write!(
+        src,
+        r#"
+extern "C" __global__ void __launch_bounds__(1024) cs_nll(const {ti}* __restrict__ logp, const long long* __restrict__ t, {to}* __restrict__ d, long long m, long long k, long long ignore, int total)
+{{
+  if (total == 0) {{
+    const long long i = (long long)blockIdx.x * 1024 + threadIdx.x, r = (long long)blockIdx.y * m + i;
+    if (i < m) {{
+      const long long c = t[r];
+      d[r] = {st}(c == ignore ? 0.0f : (c < 0 || c >= k) ? __int_as_float(0x7fc00000) : -{ld}(logp[r * k + c]));
+    }}
+    return;
+  }}
+  __shared__ float sums[32];
+  __shared__ float counts[32];
+  const long long b = blockIdx.x;
+  float s = 0.0f, n = 0.0f;
+  for (long long i = threadIdx.x; i < m; i += 1024) {{
+    const long long r = b * m + i, c = t[r];
+    if (c == ignore) continue;
+    s += (c < 0 || c >= k) ? __int_as_float(0x7fc00000) : -{ld}(logp[r * k + c]);
+    n += 1.0f;
+  }}
+  for (int o = 16; o > 0; o >>= 1) {{
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+  }}
+  if ((threadIdx.x & 31) == 0) {{ sums[threadIdx.x / 32] = s; counts[threadIdx.x / 32] = n; }}
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    for (int w = 1; w < 32; ++w) {{ s += sums[w]; n += counts[w]; }}
+    d[b] = {st}(total == 2 ? s / n : s);
+  }}
+}}
+"#
+    );
+    Ok(src)
+}
+
+impl NllPass {
+    /// Compiles the pass (NVRTC).
+    pub fn compile(s: &Session, input: DType, out: DType) -> Result<NllPass, CudaFailure> {
+        let (module, func) = nvrtc_function(s, &nll_source(input, out)?, "cs_nll")?;
+        Ok(NllPass {
+            _module: module,
+            func,
+        })
+    }
+
+    /// Enqueues the pass: `logp` (batch x m rows of k), the int64 targets (batch x m), D;
+    /// `total` as `cs_total`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        s: &Session,
+        logp: u64,
+        targets: u64,
+        d: u64,
+        (batch, m, k): (usize, usize, usize),
+        ignore: i64,
+        total: i32,
+    ) -> Result<(), CudaFailure> {
+        let grid = if total == 0 {
+            (m.div_ceil(1024).max(1) as u32, batch as u32, 1)
+        } else {
+            (batch as u32, 1, 1)
+        };
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (m, k) = (m as i64, k as i64);
+        let mut b = s.stream.launch_builder(&self.func);
+        b.arg(&logp)
+            .arg(&targets)
+            .arg(&d)
+            .arg(&m)
+            .arg(&k)
+            .arg(&ignore)
+            .arg(&total);
+        // SAFETY: logp holds batch x m x k elements of the pass's input type, targets batch x
+        // m int64 values, d what the total writes (batch x m, or batch) in its output type;
+        // the parameters match the kernel's.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+}
+
 /// The row reduction a framework runs after its elementwise passes (`torch.sum(x, 1)`,
 /// `amax`, `logsumexp`, ...): a block per row of `dtype` values, fp32 accumulation, one
 /// value a row written in `dtype`.

@@ -16,6 +16,8 @@ const STREAM_B: u64 = 1;
 const STREAM_C: u64 = 2;
 const STREAM_B2: u64 = 3;
 const STREAM_TENSOR0: u64 = 4;
+/// A cross entropy's target classes (after the chain tensors' streams).
+const STREAM_TARGETS: u64 = 64;
 
 /// A tensor the epilogue chain reads.
 pub(super) struct ChainTensor {
@@ -63,6 +65,9 @@ pub(super) struct Problem<A, D> {
     pub host_b2: Vec<A>,
     pub host_c: Vec<D>,
     pub tensors: Vec<ChainTensor>,
+    /// A cross entropy's target classes (m a batch) and their host image.
+    pub targets: Option<DevBuf<i64>>,
+    pub host_targets: Vec<i64>,
     pub out_len: usize,
     pub gemm: Option<GemmDesc>,
     pub ldd: i64,
@@ -150,9 +155,10 @@ impl<'a> super::Ctx<'a> {
         );
         let params = w.params();
         let lay = w.layouts();
-        // D: m x n, except gemm_reduce's m x 1 (one value a row of the product).
+        // D: m x n, except gemm_reduce's m x 1 (one value a row of the product) and a
+        // total's one value a batch.
         let d_cols = w.d_cols(shape) as usize;
-        let out_len = batch * m * d_cols;
+        let out_len = batch * w.d_rows(shape) as usize * d_cols;
         // D column-major (a GEMM's, or a norm's rows side by side): m between columns.
         let ldd = if w.d_col_major() { m } else { d_cols };
         let mut tensors = Vec::new();
@@ -201,11 +207,24 @@ impl<'a> super::Ctx<'a> {
             // A reduction's A holds k elements for each output; every other family's A
             // is shaped like D.
             let a_len = if w.family() == Family::Reduce {
-                out_len * k
+                batch * m * k
             } else {
                 out_len
             };
             let (a, host_a) = self.input::<A>(a_len, seed, STREAM_A)?;
+            // A cross entropy's targets: classes of the row, some the ignore index. Always
+            // generated on the host (m values), so the reference sees them either way.
+            let (targets, host_targets) = if params.reduce.reads_targets() {
+                let host: Vec<i64> = (0..batch * m)
+                    .map(|i| {
+                        data::input_class(seed, STREAM_TARGETS, i as u64, k as u64)
+                            .map_or(params.ignore_index, |c| c as i64)
+                    })
+                    .collect();
+                (Some(self.s.upload(&host)?), host)
+            } else {
+                (None, Vec::new())
+            };
             return Ok(Problem {
                 shape: *shape,
                 a,
@@ -218,6 +237,8 @@ impl<'a> super::Ctx<'a> {
                 host_b2: Vec::new(),
                 host_c: Vec::new(),
                 tensors,
+                targets,
+                host_targets,
                 out_len,
                 gemm: None,
                 ldd: ldd as i64,
@@ -254,6 +275,8 @@ impl<'a> super::Ctx<'a> {
             host_b2,
             host_c,
             tensors,
+            targets: None,
+            host_targets: Vec::new(),
             out_len,
             gemm: Some(GemmDesc {
                 m: shape.m,
@@ -351,6 +374,10 @@ impl<'a> super::Ctx<'a> {
             },
             scan: params.scan.abi_value(),
             scan_flags: crate::spec::ScanKind::flags(params.reverse, params.exclusive),
+            targets: p.targets.as_ref().map_or(0, |t| t.ptr) as *const _,
+            ignore_index: params.ignore_index,
+            total: params.total.abi_value(),
+            reserved2: 0,
         };
         // A norm's or a scan's A is batched like D (A and D share their layout and leading
         // dimension).
@@ -362,12 +389,14 @@ impl<'a> super::Ctx<'a> {
             cp.batch_stride_d = sh.m as i64;
             cp.batch_stride_c = sh.m as i64;
         }
-        // A reduction's A is m x k per batch in its layout; D is m x 1.
+        // A reduction's A is m x k per batch in its layout; D is m x 1, or one value a
+        // batch with a total.
         if w.family() == Family::Reduce {
             cp.lda = reduce_lda(lay.a, &sh) as i64;
             cp.batch_stride_a = (sh.m * sh.k) as i64;
             cp.ldd = 1;
             cp.ldc = 1;
+            cp.batch_stride_d = w.d_rows(&sh) as i64;
         }
         // An activation workload that is one activation (an [[epilogue]] one included)
         // states it, with its parameters, in the problem.

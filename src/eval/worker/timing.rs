@@ -5,7 +5,7 @@
 use crate::eval::gpu::baseline::{self, LtPlan};
 use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::kernels::{
-    ColNorm, NormAffine, Passes, RowNorm, RowReduce, RowSoftmax, Verifier,
+    ColNorm, NllPass, NormAffine, Passes, RowNorm, RowReduce, RowSoftmax, Verifier,
 };
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
 use crate::eval::job::{BaselineTiming, FaultKind, Stats, TimingReport};
@@ -265,6 +265,25 @@ impl Ctx<'_> {
                 }
             }
             _ => None,
+        };
+        // A cross entropy's unfused sequence, as PyTorch runs it: a row log-softmax of the
+        // logits into a buffer of their size, then the NLL of each row's target.
+        let ce_unfused = if params.reduce.reads_targets() && wants(Baseline::Unfused) {
+            let k = shape.k as usize;
+            let compiled = RowSoftmax::compile(s_ref, dtype, true)
+                .and_then(|lsm| Ok((lsm, NllPass::compile(s_ref, dtype, out_dtype)?)))
+                .and_then(|(lsm, nll)| Ok((lsm, nll, self.s.zeros::<A>(batch * m * k)?)));
+            match compiled {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    self.report
+                        .notes
+                        .push(format!("unfused baseline skipped: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
         };
         let pass_tensors: Vec<u64> = if fam == Family::GemmGlu {
             vec![base_out2.ptr]
@@ -726,6 +745,29 @@ impl Ctx<'_> {
                         k += 1;
                         ps.run(s_ref, if k % 2 == 1 { a } else { a_2 }, pt, sc, sp)
                             .map(|_| ())
+                    }));
+                }
+                if let Some((lsm, nll, logp)) = ce_unfused.as_ref() {
+                    names.push("unfused".into());
+                    notes.push(Some(
+                        "a row log-softmax into a buffer of the logits' size, then the NLL of \
+                         each row's target, as PyTorch's cross_entropy runs"
+                            .into(),
+                    ));
+                    let targets =
+                        |q: &super::problem::Problem<A, D>| q.targets.as_ref().map_or(0, |t| t.ptr);
+                    let (t1, t2, d, lp) = (targets(&p), targets(&p2), base_out.ptr, logp.ptr);
+                    let (k, ignore, total) = (
+                        shape.k as usize,
+                        params.ignore_index,
+                        params.total.abi_value(),
+                    );
+                    let mut i = 0usize;
+                    launches.push(Box::new(move || {
+                        i += 1;
+                        let (x, t) = if i % 2 == 1 { (a, t1) } else { (a_2, t2) };
+                        lsm.run(s_ref, x, lp, batch * m, k)?;
+                        nll.run(s_ref, lp, t, d, (batch, m, k), ignore, total)
                     }));
                 }
                 names.push("copy".into());

@@ -13,7 +13,7 @@ use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
 use crate::spec::chain::{Chain, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
-use crate::spec::{DType, Family, Layout, NormKind, ReduceKind, RowStats, Shape};
+use crate::spec::{DType, Family, Layout, NormKind, ReduceKind, RowStats, Shape, TotalKind};
 
 use super::problem::Problem;
 use super::{classify_cuda, fault, Ctx};
@@ -286,17 +286,18 @@ impl Ctx<'_> {
         let sh = p.shape;
         // D column-major: the storage rows are the logical columns.
         let d_cols = self.workload.d_cols(&sh) as usize;
+        let d_rows = self.workload.d_rows(&sh) as usize;
         let (rows, cols) = if self.workload.d_col_major() {
-            (d_cols, sh.m as usize)
+            (d_cols, d_rows)
         } else {
-            (sh.m as usize, d_cols)
+            (d_rows, d_cols)
         };
         Dims {
             batch: sh.batch.max(1) as usize,
             rows,
             cols,
             ld: p.ldd as usize,
-            batch_stride: sh.m as usize * d_cols,
+            batch_stride: d_rows * d_cols,
         }
     }
 
@@ -492,6 +493,33 @@ impl Ctx<'_> {
                     // evaluation, reduced with the bounds combined as gemm_reduce's are.
                     let before = w.before_chain();
                     let nb = before.tensors.len();
+                    if params.reduce.reads_targets() {
+                        // A cross entropy: each row's loss (None: left out), then the total.
+                        let rows = p.host_targets.len();
+                        let mut losses = vec![None; rows];
+                        data::parallel_fill(&mut losses, |o| {
+                            let (b, r) = (o / m.max(1), o % m.max(1));
+                            let row = (0..k).map(|j| x[b * mk + at(r, j)].to_f64());
+                            let t = p.host_targets[o];
+                            ReduceKind::cross_entropy(row, t, params.ignore_index, REDUCE_U)
+                        });
+                        let pairs: Vec<(f64, f64)> = if params.total == TotalKind::None {
+                            losses.iter().map(|l| l.unwrap_or((0.0, 0.0))).collect()
+                        } else {
+                            losses
+                                .chunks(m.max(1))
+                                .map(|batch| params.total.eval(batch, REDUCE_U))
+                                .collect()
+                        };
+                        let (w, e): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+                        want = w;
+                        slack = e;
+                        return Ok(Reference {
+                            want,
+                            slack,
+                            product: Vec::new(),
+                        });
+                    }
                     let mut pairs = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut pairs, |o| {
                         let (b, r) = (o / m.max(1), o % m.max(1));
@@ -1216,7 +1244,7 @@ pub(super) fn row_bound(kind: ReduceKind, e: &[f64]) -> f64 {
     match kind {
         ReduceKind::Sum => e.iter().sum(),
         ReduceKind::Mean => e.iter().sum::<f64>() / e.len().max(1) as f64,
-        ReduceKind::Max | ReduceKind::Min | ReduceKind::Logsumexp => {
+        ReduceKind::Max | ReduceKind::Min | ReduceKind::Logsumexp | ReduceKind::CrossEntropy => {
             e.iter().copied().fold(0.0, f64::max)
         }
         ReduceKind::L2 => e.iter().map(|x| x * x).sum::<f64>().sqrt(),
