@@ -545,6 +545,15 @@ fn generated_passes_and_chain_functors_compile() {
             options: CompileOptions::default(),
         });
     }
+    // A cross entropy's NLL pass after the log-softmax: bf16 in, f32 out.
+    {
+        let src = cutesmith::eval::gpu::kernels::nll_source(DType::BF16, DType::F32).unwrap();
+        requests.push(CompileRequest {
+            source: format!("{src}\n{}", TINY.replace("scale", "scale_tiny")),
+            file_name: "nll_bf16_f32.cu".into(),
+            options: CompileOptions::default(),
+        });
+    }
     for (d, log) in [(DType::BF16, false), (DType::F32, true)] {
         let src = cutesmith::eval::gpu::kernels::row_softmax_source(d, log).unwrap();
         requests.push(CompileRequest {

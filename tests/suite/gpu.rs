@@ -656,3 +656,64 @@ fn unfused_passes_compute_their_chain() {
         }
     }
 }
+
+/// A cross entropy's unfused sequence computes the loss: the log-softmax pass, then the NLL
+/// pass with each total (none, sum, mean), rows whose target is the ignore index left out,
+/// over 2 batches of 5 rows of 1001 f32 logits, against the loss in fp64.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn unfused_cross_entropy_is_the_loss() {
+    use cutesmith::eval::gpu::kernels::{NllPass, RowSoftmax};
+    use cutesmith::eval::gpu::session::Session;
+    use cutesmith::spec::DType;
+    let s = Session::open().unwrap();
+    let (batch, m, k, ignore) = (2usize, 5usize, 1001usize, -100i64);
+    let x: Vec<f32> = (0..batch * m * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 13.0)
+        .collect();
+    let t: Vec<i64> = (0..batch * m)
+        .map(|r| if r % 4 == 1 { ignore } else { (r * 211 % k) as i64 })
+        .collect();
+    let loss = |r: usize| -> Option<f64> {
+        if t[r] == ignore {
+            return None;
+        }
+        let row: Vec<f64> = x[r * k..(r + 1) * k].iter().map(|v| f64::from(*v)).collect();
+        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = mx + row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
+        Some(lse - row[t[r] as usize])
+    };
+    let lsm = RowSoftmax::compile(&s, DType::F32, true).unwrap();
+    let nll = NllPass::compile(&s, DType::F32, DType::F32).unwrap();
+    let (xd, td) = (s.upload(&x).unwrap(), s.upload(&t).unwrap());
+    let logp = s.zeros::<f32>(batch * m * k).unwrap();
+    lsm.run(&s, xd.ptr, logp.ptr, batch * m, k).unwrap();
+    for total in 0..3 {
+        let len = if total == 0 { batch * m } else { batch };
+        let d = s.zeros::<f32>(len).unwrap();
+        nll.run(&s, logp.ptr, td.ptr, d.ptr, (batch, m, k), ignore, total)
+            .unwrap();
+        let got = s.download(&d).unwrap();
+        let want: Vec<f64> = if total == 0 {
+            (0..batch * m).map(|r| loss(r).unwrap_or(0.0)).collect()
+        } else {
+            (0..batch)
+                .map(|b| {
+                    let kept: Vec<f64> = (b * m..(b + 1) * m).filter_map(loss).collect();
+                    let sum: f64 = kept.iter().sum();
+                    if total == 2 {
+                        sum / kept.len() as f64
+                    } else {
+                        sum
+                    }
+                })
+                .collect()
+        };
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                "total {total}, output {i}: got {g}, want {w}"
+            );
+        }
+    }
+}
