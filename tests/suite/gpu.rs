@@ -672,13 +672,22 @@ fn unfused_cross_entropy_is_the_loss() {
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 13.0)
         .collect();
     let t: Vec<i64> = (0..batch * m)
-        .map(|r| if r % 4 == 1 { ignore } else { (r * 211 % k) as i64 })
+        .map(|r| {
+            if r % 4 == 1 {
+                ignore
+            } else {
+                (r * 211 % k) as i64
+            }
+        })
         .collect();
     let loss = |r: usize| -> Option<f64> {
         if t[r] == ignore {
             return None;
         }
-        let row: Vec<f64> = x[r * k..(r + 1) * k].iter().map(|v| f64::from(*v)).collect();
+        let row: Vec<f64> = x[r * k..(r + 1) * k]
+            .iter()
+            .map(|v| f64::from(*v))
+            .collect();
         let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let lse = mx + row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
         Some(lse - row[t[r] as usize])
