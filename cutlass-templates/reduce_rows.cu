@@ -1,12 +1,15 @@
 // cutesmith template: row reductions (sum, mean, max, min, logsumexp, L2 norm, argmax,
-// argmin), f32 / f16 / bf16 in, the same type or f32 out (int64 indices for argmax /
-// argmin), row-major rows or rows side by side, any batch.
+// argmin, cross entropy), f32 / f16 / bf16 in, the same type or f32 out (int64 indices for
+// argmax / argmin), row-major rows or rows side by side, any batch.
 //
 //   D[b] = chain(reduce(A[b]))   (CS_FAMILY_REDUCE): each of the m rows of A[b] (k elements)
 //     SUM: sum(x)   MEAN: sum(x) / k   MAX / MIN: max(x) / min(x), NaN if a NaN is read
 //     LOGSUMEXP: max(x) + log(sum(exp(x - max(x))))   L2: sqrt(sum(x^2))
 //     ARGMAX / ARGMIN: the index of the first largest / smallest x, or of the first NaN
 //     (torch.argmax / argmin); D is int64 and there is no chain or [[before]] op
+//     CROSS_ENTROPY: logsumexp(x) - x[t], t = targets[b * m + i] (0 for t == ignore_index);
+//     row-major rows, no chain or [[before]] op; with total SUM / MEAN, D[b] is the sum of
+//     the batch's row values (over the rows not ignored for MEAN) instead of one a row
 //
 // layout_a ROW: element j of row i of batch b at b * batch_stride_a + i * lda + j (torch.sum
 // over the last dim); COL: at b * batch_stride_a + j * lda + i (a reduction over dim 1 of a
@@ -33,7 +36,9 @@
 //
 // Workspace: split rows only, batch * m * P * 8 bytes (one state a part: a row's parts
 // adjacent for row-major rows, part-major for rows side by side); a smaller one than
-// asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other
+// asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). A cross entropy with a total
+// also keeps each row's (value, counted) pair, batch * m * 8 bytes, at the workspace's end;
+// cs_reduce_total adds a batch's in double, in a fixed order. CS_ERR_UNSUPPORTED: other
 // families, an unknown cs_reduce (or one unlike CS_WL_REDUCE), n != 1, layout_cd not ROW,
 // dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda below a row (ROW) or a
 // column (COL), pointers not element-aligned, chain operands unlike the chain's. m, k or
@@ -172,11 +177,14 @@ struct CsAcc {
 
 template <int KIND>
 static constexpr bool cs_is_arg = KIND == CS_REDUCE_ARGMAX || KIND == CS_REDUCE_ARGMIN;
+// A cross entropy's running state is its row's logsumexp's.
+template <int KIND>
+static constexpr bool cs_is_lse = KIND == CS_REDUCE_LOGSUMEXP || KIND == CS_REDUCE_CROSS_ENTROPY;
 
 template <int KIND>
 __device__ __forceinline__ CsAcc cs_init()
 {
-  if constexpr (KIND == CS_REDUCE_MAX || KIND == CS_REDUCE_LOGSUMEXP) return {-INFINITY, 0.0f};
+  if constexpr (KIND == CS_REDUCE_MAX || cs_is_lse<KIND>) return {-INFINITY, 0.0f};
   else if constexpr (KIND == CS_REDUCE_MIN) return {INFINITY, 0.0f};
   else if constexpr (KIND == CS_REDUCE_ARGMAX) return {-INFINITY, __int_as_float(0x7fffffff)};
   else if constexpr (KIND == CS_REDUCE_ARGMIN) return {INFINITY, __int_as_float(0x7fffffff)};
@@ -215,7 +223,7 @@ __device__ __forceinline__ void cs_merge(CsAcc& s, CsAcc o)
     s.a = (o.a > s.a || o.a != o.a) ? o.a : s.a;
   } else if constexpr (KIND == CS_REDUCE_MIN) {
     s.a = (o.a < s.a || o.a != o.a) ? o.a : s.a;
-  } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+  } else if constexpr (cs_is_lse<KIND>) {
     float const m = fmaxf(s.a, o.a);
     if (m != -INFINITY) {
       s.b = s.b * cs_exp2((s.a - m) * 1.4426950408889634f) + o.b * cs_exp2((o.a - m) * 1.4426950408889634f);
@@ -268,7 +276,7 @@ __device__ __forceinline__ void cs_add(CsAcc& s, const float (&x)[N], int64_t j0
       for (int e = N - 2; e >= 0; --e) first = x[e] == m ? e : first;
       cs_merge<KIND>(s, CsAcc{m, __int_as_float(int(j0 + first * js))});
     }
-  } else if constexpr (KIND == CS_REDUCE_LOGSUMEXP) {
+  } else if constexpr (cs_is_lse<KIND>) {
     float mv = x[0];
 #pragma unroll
     for (int e = 1; e < N; ++e) mv = fmaxf(mv, x[e]);
@@ -342,11 +350,41 @@ __device__ __forceinline__ void cs_unpack(uint4 r, float (&x)[16 / sizeof(T)])
   }
 }
 
+// A cross entropy's row values when D holds their total: one (value, counted) pair a row at
+// the workspace's end (after any split rows' states), batch * m of them.
+__host__ __device__ __forceinline__ uint64_t cs_total_bytes(const cs_problem& p)
+{
+  return p.reduce == CS_REDUCE_CROSS_ENTROPY && p.total != CS_TOTAL_NONE ? uint64_t(p.batch * p.m) * sizeof(float2) : 0;
+}
+__device__ __forceinline__ float2* cs_total_area(const cs_problem& p)
+{
+  uintptr_t const end = reinterpret_cast<uintptr_t>(p.workspace) + p.workspace_bytes;
+  return reinterpret_cast<float2*>((end - cs_total_bytes(p)) & ~uintptr_t(7));
+}
+
+// Element t of row i of batch b of A, as fp32 (a cross entropy's target logit).
+__device__ __forceinline__ float cs_a_at(const cs_problem& p, int64_t b, int64_t i, int64_t t)
+{
+  int64_t const o = b * p.batch_stride_a + i * p.lda + t;
+  if (p.dtype_ab == CS_DTYPE_F32) return static_cast<const float*>(p.a)[o];
+  if (p.dtype_ab == CS_DTYPE_F16) return cs_f32(static_cast<const __half*>(p.a)[o]);
+  return cs_f32(static_cast<const __nv_bfloat16*>(p.a)[o]);
+}
+
 // Row i of batch b's result from its state: the reduction's last step, the chain, the store.
 template <int KIND, class TD>
 __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t i, CsAcc s)
 {
-  if constexpr (cs_is_arg<KIND>) {
+  if constexpr (KIND == CS_REDUCE_CROSS_ENTROPY) {
+    // logsumexp less the target's logit; a row with the ignore index is 0 and not counted,
+    // a target outside the row NaN (torch stops on a device assert there).
+    int64_t const t = p.targets[b * p.m + i];
+    bool const kept = t != p.ignore_index;
+    float y = 0.0f;
+    if (kept) y = t >= 0 && t < p.k ? s.a + logf(s.b) - cs_a_at(p, b, i, t) : __int_as_float(0x7fc00000);
+    if (p.total == CS_TOTAL_NONE) static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+    else cs_total_area(p)[b * p.m + i] = make_float2(y, kept ? 1.0f : 0.0f);
+  } else if constexpr (cs_is_arg<KIND>) {
     static_cast<int64_t*>(p.d)[b * p.batch_stride_d + i * p.ldd] = int64_t(__float_as_int(s.b));
   } else {
     float y;
@@ -592,6 +630,39 @@ __global__ void __launch_bounds__(256) cs_reduce_finish_cta(cs_problem p, int64_
   }
 }
 
+// A CTA a batch: the total of the batch's row values (a cross entropy's sum, or its mean over
+// the rows counted; none counted: 0 / 0, NaN, as torch's), in double and a fixed order, so
+// the result does not depend on which rows finished first.
+template <class TD>
+__global__ void __launch_bounds__(256) cs_reduce_total(cs_problem p)
+{
+  __shared__ double sum[256], count[256];
+  float2 const* area = cs_total_area(p);
+  for (int64_t b = blockIdx.x; b < p.batch; b += gridDim.x) {
+    double s = 0.0, n = 0.0;
+    for (int64_t i = threadIdx.x; i < p.m; i += 256) {
+      float2 const v = area[b * p.m + i];
+      s += double(v.x);
+      n += double(v.y);
+    }
+    sum[threadIdx.x] = s;
+    count[threadIdx.x] = n;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+      if (int(threadIdx.x) < w) {
+        sum[threadIdx.x] += sum[threadIdx.x + w];
+        count[threadIdx.x] += count[threadIdx.x + w];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      double const r = p.total == CS_TOTAL_MEAN ? sum[0] / count[0] : sum[0];
+      static_cast<TD*>(p.d)[b * p.batch_stride_d] = cs_from_f32<TD>(float(r));
+    }
+    __syncthreads();
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Host: checks, the plan (shared by cutesmith_workspace_bytes and cutesmith_launch), launch
 // ---------------------------------------------------------------------------------------
@@ -599,7 +670,12 @@ __global__ void __launch_bounds__(256) cs_reduce_finish_cta(cs_problem p, int64_
 static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
 {
   if (!kBuildReduce || p.family != CS_FAMILY_REDUCE) return CS_ERR_UNSUPPORTED;
-  if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_ARGMIN) return CS_ERR_UNSUPPORTED;
+  if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_CROSS_ENTROPY) return CS_ERR_UNSUPPORTED;
+  // A cross entropy: rows of logits (row-major), no ops, its targets; a total is its alone.
+  bool const ce = p.reduce == CS_REDUCE_CROSS_ENTROPY;
+  if (p.total < CS_TOTAL_NONE || p.total > CS_TOTAL_MEAN || (p.total != CS_TOTAL_NONE && !ce))
+    return CS_ERR_UNSUPPORTED;
+  if (ce && (p.layout_a != CS_LAYOUT_ROW || !cs_chain::kIdentity || !cs_before::kIdentity)) return CS_ERR_UNSUPPORTED;
   if (kWlReduce >= 0 && p.reduce != kWlReduce) return CS_ERR_UNSUPPORTED;
   // An index (argmax, argmin) is int64 and nothing else is; an index reduction has no chain
   // or [[before]] op, and its rows fit an int.
@@ -628,6 +704,7 @@ static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
     return CS_ERR_UNSUPPORTED;
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
+    if (ce && (p.targets == nullptr || reinterpret_cast<uintptr_t>(p.targets) % 8 != 0)) return CS_ERR_UNSUPPORTED;
     if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||
         reinterpret_cast<uintptr_t>(p.d) % uintptr_t(arg ? 8 : cs_dtype_bytes(p.dtype_cd)) != 0)
       return CS_ERR_UNSUPPORTED;
@@ -724,7 +801,7 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
         default: cs_reduce_rows<TA, TD, KIND, 32><<<grid, kThreads, 0, st>>>(p, pl.tasks, pl.parts, pl.chunk, ws); break;
       }
     }
-  } else if constexpr (kBuildCol) {
+  } else if constexpr (kBuildCol && KIND != CS_REDUCE_CROSS_ENTROPY) {   // (its rows are row-major)
     constexpr int V = 16 / sizeof(TA);
     if (pl.vec) cs_reduce_cols<TA, TD, KIND, V, true><<<grid, kThreads, 0, st>>>(p, pl.wi, pl.igroups, pl.parts, pl.chunk, ws);
     else if (pl.group == kColScalarRows && kColScalarRows > 1)
@@ -742,6 +819,10 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
   } else if (pl.parts > 1) {
     unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 256), int64_t(cs_sm_count(p)) * 8));
     cs_reduce_finish_cols<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
+  }
+  if constexpr (KIND == CS_REDUCE_CROSS_ENTROPY) {
+    if (p.total != CS_TOTAL_NONE)
+      cs_reduce_total<TD><<<unsigned(cs_min64(p.batch, 65535)), 256, 0, st>>>(p);
   }
 }
 
@@ -769,6 +850,9 @@ static int32_t cs_run(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
       case CS_REDUCE_L2: if constexpr (cs_build_kind<CS_REDUCE_L2, TD>()) cs_run_kind<TA, TD, CS_REDUCE_L2>(p, pl, st); break;
       case CS_REDUCE_ARGMAX: if constexpr (cs_build_kind<CS_REDUCE_ARGMAX, TD>()) cs_run_kind<TA, TD, CS_REDUCE_ARGMAX>(p, pl, st); break;
       case CS_REDUCE_ARGMIN: if constexpr (cs_build_kind<CS_REDUCE_ARGMIN, TD>()) cs_run_kind<TA, TD, CS_REDUCE_ARGMIN>(p, pl, st); break;
+      case CS_REDUCE_CROSS_ENTROPY:
+        if constexpr (cs_build_kind<CS_REDUCE_CROSS_ENTROPY, TD>() && kBuildRow) cs_run_kind<TA, TD, CS_REDUCE_CROSS_ENTROPY>(p, pl, st);
+        break;
       default: return CS_ERR_UNSUPPORTED;
     }
     return int32_t(cudaGetLastError());
@@ -793,7 +877,7 @@ CS_EXPORT int32_t cutesmith_workspace_bytes(const cs_problem* problem, uint64_t*
   if (status != CS_OK || problem->m == 0 || problem->k == 0 || problem->batch == 0) return status;
   CsPlan pl;
   int32_t const rc = cs_reduce_plan(*problem, pl, kMaxParts);
-  if (rc == CS_OK) *bytes = pl.ws_bytes;
+  if (rc == CS_OK) *bytes = pl.ws_bytes + cs_total_bytes(*problem);
   return rc;
 }
 
@@ -807,13 +891,18 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
   CsPlan pl;
   rc = cs_reduce_plan(p, pl, kMaxParts);
   if (rc != CS_OK) return rc;
-  if (pl.ws_bytes > p.workspace_bytes) {   // a smaller workspace than planned: fewer parts
-    int64_t const fit = int64_t(p.workspace_bytes / (uint64_t(pl.rows) * sizeof(CsAcc)));
+  // A cross entropy's total keeps its row values at the workspace's end.
+  uint64_t const total_bytes = cs_total_bytes(p);
+  if (total_bytes > p.workspace_bytes) return CS_ERR_WORKSPACE;
+  uint64_t const room = p.workspace_bytes - total_bytes;
+  if (pl.ws_bytes > room) {   // a smaller workspace than planned: fewer parts
+    int64_t const fit = int64_t(room / (uint64_t(pl.rows) * sizeof(CsAcc)));
     rc = cs_reduce_plan(p, pl, cs_max64(fit, 1));
     if (rc != CS_OK) return rc;
-    if (pl.ws_bytes > p.workspace_bytes) return CS_ERR_WORKSPACE;
+    if (pl.ws_bytes > room) return CS_ERR_WORKSPACE;
   }
-  if (pl.parts > 1 && (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % alignof(CsAcc) != 0))
+  if ((pl.parts > 1 || total_bytes > 0) &&
+      (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % alignof(CsAcc) != 0))
     return CS_ERR_WORKSPACE;
   bool const f32_out = p.dtype_cd == CS_DTYPE_F32;
   if (p.dtype_cd == CS_DTYPE_I64) {
