@@ -134,26 +134,37 @@ CS_HD float cs_minf(float x, float y)
 }
 CS_HD float cs_relu(float x) { return cs_maxf(x, 0.0f); }
 CS_HD float cs_leaky_relu(float x, float slope) { return x >= 0.0f ? x : slope * x; }
-/* 0.5 x (1 + erf(x / sqrt 2)) for results rounded to 16 bits: 1 + erf(z) by Abramowitz and
- * Stegun 7.1.26 (absolute error of erf below 1.5e-7), one reciprocal and one exponential,
- * no branch: q = t P(t) exp(-z^2), t = 1 / (1 + p|z|), is erfc(|z|), so 1 + erf(z) is q
- * for z < 0 (no cancellation) and 2 - q otherwise. libm's erff takes two polynomial paths
- * of ~25 instructions that a warp of mixed signs runs both of: in a GEMM epilogue the
- * activation is on the critical path of every tile. */
+/* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) for results rounded to 16 bits, with one MUFU op:
+ * s = Phi(-|x|) = 2^Q(t), Q a degree-7 polynomial in t = min(|x|, 6) fitted (weighted least
+ * squares) to log2(0.5 erfc(t / sqrt 2)); x Phi(x) is x s for x < 0 and x (1 - s) else, so
+ * the small side is never a difference. Error (fp32 emulation against fp64 erf over
+ * [-12, 12]): at most 5.8e-7 absolute and 4.3e-6 relative for |x| <= 5 (the
+ * Abramowitz-Stegun 7.1.26 form this replaces, with a reciprocal and an exponential,
+ * reached 1.6e-3 relative in the negative tail); beyond |x| = 6, s stays Phi(-6) (1e-9): an
+ * absolute error of 1e-9 |x| (-inf gives -inf, +inf +inf, NaN NaN). About 13 instructions
+ * an element against that form's 22: in a GEMM epilogue the activation is on the critical
+ * path of every tile (Nsight Compute, 4096^3 bf16 bias + GELU with the old form: 28.0M warp
+ * instructions, 1.06M of them MUFU, against the plain GEMM's 16.4M). */
 CS_HD float cs_gelu_erf_fast(float x)
 {
-  const float z = x * 0.70710678118654752f;
-  const float a = fabsf(z);
+  const float t = fminf(fabsf(x), 6.0f);
+  float q = -1.834443651e-06f;
+  q = fmaf(q, t, 6.159170880e-05f);
+  q = fmaf(q, t, -9.304792620e-04f);
+  q = fmaf(q, t, 8.507736027e-03f);
+  q = fmaf(q, t, -5.395980179e-02f);
+  q = fmaf(q, t, -4.584646225e-01f);
+  q = fmaf(q, t, -1.151250958e+00f);
+  q = fmaf(q, t, -9.999952912e-01f);
 #ifdef __CUDA_ARCH__
-  const float t = __fdividef(1.0f, fmaf(0.3275911f, a, 1.0f));
+  float s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(q));
 #else
-  const float t = 1.0f / fmaf(0.3275911f, a, 1.0f);
+  const float s = exp2f(q);
 #endif
-  const float poly = t * fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f),
-                                      -0.284496736f), 0.254829592f);
-  const float q = poly * cs_fast_exp(-a * a);
-  return 0.5f * x * (z < 0.0f ? q : 2.0f - q);
+  return x * (x < 0.0f ? s : 1.0f - s);
 }
+
 CS_HD float cs_gelu_erf(float x)
 {
 #ifdef CS_FAST_CHAIN_MATH

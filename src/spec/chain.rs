@@ -1516,6 +1516,49 @@ mod tests {
         assert!(header.contains("max.NaN.f32") && header.contains("min.NaN.f32"));
     }
 
+    /// The fast GELU (erf form) of cutesmith_chain.cuh, emulated in f32 from the header's
+    /// own constants (a 2^Q(min(|x|, 6)) polynomial): within 1e-6 of x Phi(x) everywhere on
+    /// [-12, 12], 1e-5 relative for |x| <= 5 (the negative tail included), and +inf, NaN
+    /// kept. A wrong constant or a dropped term moves it well outside.
+    #[test]
+    fn the_fast_gelu_erf_of_the_header_holds_its_error() {
+        let header = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/cutlass-templates/include/cutesmith_chain.cuh"
+        ))
+        .unwrap();
+        let body = &header[header.find("CS_HD float cs_gelu_erf_fast(float x)").unwrap()..];
+        let body = &body[..body.find("\n}\n").unwrap()];
+        let num = |s: &str| s.trim().trim_end_matches('f').parse::<f32>().unwrap();
+        let first = body.split("float q = ").nth(1).unwrap();
+        let mut coef = vec![num(&first[..first.find(';').unwrap()])];
+        for part in body.split("q = fmaf(q, t, ").skip(1) {
+            coef.push(num(&part[..part.find(')').unwrap()]));
+        }
+        assert_eq!(coef.len(), 8, "{body}");
+        assert!(body.contains("fminf(fabsf(x), 6.0f)"), "{body}");
+        let gelu = |x: f32| -> f32 {
+            let t = x.abs().min(6.0);
+            let q = coef[1..].iter().fold(coef[0], |q, c| q.mul_add(t, *c));
+            let s = (2f64.powf(f64::from(q))) as f32;
+            x * if x < 0.0 { s } else { 1.0 - s }
+        };
+        let (mut worst_abs, mut worst_rel) = (0f64, 0f64);
+        for i in -120_000..=120_000 {
+            let x = i as f32 * 1e-4;
+            let want = 0.5 * f64::from(x) * (1.0 + erf(f64::from(x) / 2f64.sqrt()));
+            let err = (f64::from(gelu(x)) - want).abs();
+            worst_abs = worst_abs.max(err);
+            if x.abs() <= 5.0 && want != 0.0 {
+                worst_rel = worst_rel.max(err / want.abs());
+            }
+        }
+        assert!(worst_abs < 1e-6 && worst_rel < 1e-5, "{worst_abs} {worst_rel}");
+        assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
+        assert!(gelu(f32::NAN).is_nan());
+        assert_eq!(gelu(0.0), 0.0);
+    }
+
     #[test]
     fn rdiv_divides_its_operand_by_the_running_value() {
         // softsign written out: z / (1 + |z|).
