@@ -1537,11 +1537,12 @@ mod tests {
         }
         assert_eq!(coef.len(), 8, "{body}");
         assert!(body.contains("fminf(fabsf(x), 6.0f)"), "{body}");
+        assert!(body.contains("fmaxf(x * s, fmaf(-x, s, x))"), "{body}");
         let gelu = |x: f32| -> f32 {
             let t = x.abs().min(6.0);
             let q = coef[1..].iter().fold(coef[0], |q, c| q.mul_add(t, *c));
             let s = (2f64.powf(f64::from(q))) as f32;
-            x * if x < 0.0 { s } else { 1.0 - s }
+            (x * s).max((-x).mul_add(s, x))
         };
         let (mut worst_abs, mut worst_rel) = (0f64, 0f64);
         for i in -120_000..=120_000 {
@@ -1555,6 +1556,7 @@ mod tests {
         }
         assert!(worst_abs < 1e-6 && worst_rel < 1e-5, "{worst_abs} {worst_rel}");
         assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
+        assert_eq!(gelu(f32::NEG_INFINITY), f32::NEG_INFINITY);
         assert!(gelu(f32::NAN).is_nan());
         assert_eq!(gelu(0.0), 0.0);
     }
