@@ -27,6 +27,7 @@ use crate::spec::{
 pub const TRACER: &str = include_str!("trace.py");
 
 mod contraction;
+mod loss;
 mod mask;
 mod norm;
 mod reduce;
@@ -115,7 +116,9 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     indices), logsumexp, norm / linalg.vector_norm of order 2, argmax and argmin into int64, with \
     nothing after them), also of an elementwise chain over inputs shaped \
     like it (a loss: ((p - t) ** 2).mean()) and the losses mse_loss, l1_loss, smooth_l1_loss, \
-    huber_loss and kl_div (of a log; mean or sum), the scans of an input along a dim (cumsum, cumprod; \
+    huber_loss and kl_div (of a log; mean or sum), cross_entropy of an input's rows of \
+    logits against int64 class targets (or nll_loss of a log_softmax over the last dim; \
+    reduction none, sum or mean, an ignore_index), the scans of an input along a dim (cumsum, cumprod; \
     reversed by a flip of the dim before and after; exclusive as a slice of zeros concatenated \
     before the scan of all but the last slice), and after them elementwise add, sub, mul, div (also a constant or an earlier \
     value divided by the running one), minimum, maximum (torch.min / torch.max of two \
@@ -864,11 +867,18 @@ pub fn map_graph(
         .iter()
         .filter(|n| n.op == "call_function")
         .collect();
+    // Cross entropies (with the log-softmax of an nll_loss and the reshapes of their inputs).
+    let losses = mp.cross_entropies(&calls);
     // Normalizations (an op, or written out with reductions): their nodes are known.
     let norms = mp.norms(&calls);
     let mut absorbed: HashSet<&str> = norms
         .iter()
         .flat_map(|m| m.absorbed.iter().map(String::as_str))
+        .chain(
+            losses
+                .iter()
+                .flat_map(|m| m.absorbed.iter().map(String::as_str)),
+        )
         .collect();
     // Reductions over dims that no norm took (with a max's getitem nodes).
     let reductions = mp.reductions(&calls, &absorbed);
@@ -961,7 +971,7 @@ pub fn map_graph(
             matches!(
                 classify(n.target.as_deref().unwrap_or_default()),
                 Class::Softmax { .. }
-            )
+            ) && !absorbed.contains(n.name.as_str())
         })
         .collect();
     for extra in gemms.iter().skip(1) {
@@ -1025,11 +1035,36 @@ pub fn map_graph(
             );
         }
     }
+    for extra in losses.iter().skip(1) {
+        if let Some(n) = mp.nodes.get(extra.head.as_str()).copied() {
+            mp.problem(n, "a second cross entropy: a workload has one");
+        }
+    }
+    if let (Some(ce), true) = (
+        losses.first(),
+        !gemms.is_empty()
+            || !softmaxes.is_empty()
+            || !norms.is_empty()
+            || !reductions.is_empty()
+            || !scans.is_empty(),
+    ) {
+        if let Some(n) = mp.nodes.get(ce.head.as_str()).copied() {
+            mp.problem(
+                n,
+                "a cross entropy beside a GEMM, a softmax, a norm, a reduction or a scan: it \
+                 reads a Model input's logits (a classifier head's GEMM and its loss are two \
+                 workloads)",
+            );
+        }
+    }
     if !mp.problems.is_empty() {
         return Err(mp.problems);
     }
     let mut ops: Vec<String> = Vec::new();
     let spec = match (gemms.first(), softmaxes.first()) {
+        (None, None) if !losses.is_empty() => {
+            loss::map_cross_entropy(&mut mp, &losses[0], &out_name, file, &mut ops)
+        }
         (None, None) if !norms.is_empty() => {
             norm::map_norm(&mut mp, &norms[0], &out_name, file, &mut ops)
         }
@@ -2229,7 +2264,7 @@ fn map_activation(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{NormKind, ReduceKind, ScanKind};
+    use crate::spec::{NormKind, ReduceKind, ScanKind, TotalKind};
 
     fn node(name: &str, target: &str, args: Value, shape: &[i64], stride: &[i64]) -> Value {
         json_node(
@@ -2685,6 +2720,217 @@ mod tests {
 
     /// torch.argmax / argmin over a dim of an input: the reduce family's index kinds (D
     /// int64 by the spec's default); ops before or after one are refused, naming why.
+    /// A cross entropy of a Model input's logits (reshaped from (B, T, V) to rows, as an LLM
+    /// does) against int64 targets maps to reduce = "cross_entropy" with torch's reduction
+    /// and ignore_index; so does nll_loss of a log_softmax over the last dim. A class
+    /// weight, label smoothing, float targets, rows of classes not last, computed logits and
+    /// ops after the loss are refused at the loss.
+    #[test]
+    fn cross_entropies_map_to_the_reduce_family() {
+        let ce = |args: Value, kwargs: Value, target_dtype: &str| {
+            let mut loss = node("ce", "aten.cross_entropy_loss.default", args, &[], &[]);
+            loss["kwargs"] = kwargs;
+            graph(
+                vec![
+                    input("x", &[2, 8, 100], &[800, 100, 1]),
+                    typed(input("t", &[2, 8], &[8, 1]), target_dtype),
+                    node(
+                        "v",
+                        "aten.view.default",
+                        serde_json::json!([r("x"), [-1, 100]]),
+                        &[16, 100],
+                        &[100, 1],
+                    ),
+                    typed(
+                        node(
+                            "vt",
+                            "aten.view.default",
+                            serde_json::json!([r("t"), [-1]]),
+                            &[16],
+                            &[1],
+                        ),
+                        target_dtype,
+                    ),
+                    loss,
+                ],
+                "ce",
+            )
+        };
+        let no = serde_json::json!({});
+        let (spec, ops) = map_graph(
+            &ce(serde_json::json!([r("v"), r("vt")]), no.clone(), "int64"),
+            "t.py",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                spec.family,
+                spec.dtype,
+                spec.params.reduce,
+                spec.params.total
+            ),
+            (
+                Family::Reduce,
+                DType::BF16,
+                Some(ReduceKind::CrossEntropy),
+                Some(TotalKind::Mean)
+            )
+        );
+        assert_eq!(spec.params.ignore_index, None);
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(16), Some(100)));
+        assert!(
+            ops[0].contains("cross_entropy of 16 rows of 100 logits"),
+            "{ops:?}"
+        );
+        // reduction = none (0), ignore_index 7; sum (2) by keyword.
+        let (spec, _) = map_graph(
+            &ce(
+                serde_json::json!([r("v"), r("vt"), null, 0, 7]),
+                no.clone(),
+                "int64",
+            ),
+            "t.py",
+        )
+        .unwrap();
+        assert_eq!(
+            (spec.params.total, spec.params.ignore_index),
+            (Some(TotalKind::None), Some(7))
+        );
+        let (spec, _) = map_graph(
+            &ce(
+                serde_json::json!([r("v"), r("vt")]),
+                serde_json::json!({"reduction": 2}),
+                "int64",
+            ),
+            "t.py",
+        )
+        .unwrap();
+        assert_eq!(spec.params.total, Some(TotalKind::Sum));
+        // The refusals, each at the loss.
+        refused_at(
+            &ce(
+                serde_json::json!([r("v"), r("vt"), r("x")]),
+                no.clone(),
+                "int64",
+            ),
+            "ce",
+            "class weight",
+        );
+        refused_at(
+            &ce(
+                serde_json::json!([r("v"), r("vt"), null, 1, -100, 0.1]),
+                no.clone(),
+                "int64",
+            ),
+            "ce",
+            "label_smoothing",
+        );
+        refused_at(
+            &ce(serde_json::json!([r("v"), r("vt")]), no.clone(), "float32"),
+            "ce",
+            "class probabilities",
+        );
+        // nll_loss of a log_softmax over the last dim, and of one over dim 0.
+        let nll = |dim: i64| {
+            graph(
+                vec![
+                    input("x", &[16, 100], &[100, 1]),
+                    typed(input("t", &[16], &[1]), "int64"),
+                    node(
+                        "ls",
+                        "aten.log_softmax.int",
+                        serde_json::json!([r("x"), dim]),
+                        &[16, 100],
+                        &[100, 1],
+                    ),
+                    node(
+                        "nl",
+                        "aten.nll_loss_nd.default",
+                        serde_json::json!([r("ls"), r("t"), null, 2, 3]),
+                        &[],
+                        &[],
+                    ),
+                ],
+                "nl",
+            )
+        };
+        let (spec, _) = map_graph(&nll(-1), "t.py").unwrap();
+        assert_eq!(
+            (
+                spec.params.reduce,
+                spec.params.total,
+                spec.params.ignore_index
+            ),
+            (
+                Some(ReduceKind::CrossEntropy),
+                Some(TotalKind::Sum),
+                Some(3)
+            )
+        );
+        refused_at(&nll(0), "ls", "other than the last");
+        // Logits computed (a relu before the loss), and an op after it.
+        let computed = graph(
+            vec![
+                input("x", &[16, 100], &[100, 1]),
+                typed(input("t", &[16], &[1]), "int64"),
+                node(
+                    "p",
+                    "aten.relu.default",
+                    serde_json::json!([r("x")]),
+                    &[16, 100],
+                    &[100, 1],
+                ),
+                node(
+                    "ce",
+                    "aten.cross_entropy_loss.default",
+                    serde_json::json!([r("p"), r("t")]),
+                    &[],
+                    &[],
+                ),
+            ],
+            "ce",
+        );
+        refused_at(&computed, "ce", "computed");
+        let after = graph(
+            vec![
+                input("x", &[16, 100], &[100, 1]),
+                typed(input("t", &[16], &[1]), "int64"),
+                node(
+                    "ce",
+                    "aten.cross_entropy_loss.default",
+                    serde_json::json!([r("x"), r("t")]),
+                    &[],
+                    &[],
+                ),
+                node(
+                    "q",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r("ce"), 2.0]),
+                    &[],
+                    &[],
+                ),
+            ],
+            "q",
+        );
+        refused_at(&after, "ce", "ops after a cross entropy");
+        // (N, C, d) logits: the classes are not each row's last dim.
+        let nd = graph(
+            vec![
+                input("x", &[4, 10, 7], &[70, 7, 1]),
+                typed(input("t", &[4, 7], &[7, 1]), "int64"),
+                node(
+                    "ce",
+                    "aten.cross_entropy_loss.default",
+                    serde_json::json!([r("x"), r("t")]),
+                    &[],
+                    &[],
+                ),
+            ],
+            "ce",
+        );
+        refused_at(&nd, "ce", "(N, C) rows");
+    }
+
     #[test]
     fn argmax_and_argmin_map_to_index_reductions() {
         let (sh, st) = (&[4, 6, 5][..], &[30, 5, 1][..]);

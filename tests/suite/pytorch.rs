@@ -409,6 +409,33 @@ fn import_argmax_over_a_vocabulary() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// A language model's loss (`F.cross_entropy` of (B, T, V) bf16 logits viewed as rows,
+/// against int64 targets): one reduce workload, cross_entropy with torch's mean and default
+/// ignore index, its rows the B * T tokens, with a built-in candidate.
+#[test]
+fn import_a_language_model_cross_entropy() {
+    let Some((spec, w, toml_text)) = import("cross_entropy_loss") else {
+        return;
+    };
+    assert_eq!(
+        (spec.family, spec.dtype, spec.params.reduce),
+        (
+            Family::Reduce,
+            DType::BF16,
+            Some(cutesmith::spec::ReduceKind::CrossEntropy)
+        ),
+        "{toml_text}"
+    );
+    let p = w.params();
+    assert_eq!(
+        (p.total, p.ignore_index),
+        (cutesmith::spec::TotalKind::Mean, -100)
+    );
+    let h = w.headline();
+    assert_eq!((h.m, h.k, w.d_elements(h)), (2048, 32000, 1), "{toml_text}");
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// A sliding window (`triu(1) | tril(-512)` hidden): the band as a tril, then a triu(-511),
 /// both filled with -inf, before the softmax.
 #[test]
