@@ -1527,7 +1527,9 @@ mod tests {
             "/cutlass-templates/include/cutesmith_chain.cuh"
         ))
         .unwrap();
-        let body = &header[header.find("CS_HD float cs_gelu_erf_fast(float x)").unwrap()..];
+        let body = &header[header
+            .find("CS_HD float cs_gelu_erf_fast(float x)")
+            .unwrap()..];
         let body = &body[..body.find("\n}\n").unwrap()];
         let num = |s: &str| s.trim().trim_end_matches('f').parse::<f32>().unwrap();
         let first = body.split("float q = ").nth(1).unwrap();
@@ -1554,7 +1556,10 @@ mod tests {
                 worst_rel = worst_rel.max(err / want.abs());
             }
         }
-        assert!(worst_abs < 1e-6 && worst_rel < 1e-5, "{worst_abs} {worst_rel}");
+        assert!(
+            worst_abs < 1e-6 && worst_rel < 1e-5,
+            "{worst_abs} {worst_rel}"
+        );
         assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
         assert_eq!(gelu(f32::NEG_INFINITY), f32::NEG_INFINITY);
         assert!(gelu(f32::NAN).is_nan());
