@@ -2868,65 +2868,59 @@ mod tests {
             )
         );
         refused_at(&nll(0), "ls", "other than the last");
-        // Logits computed (a relu before the loss), and an op after it.
-        let computed = graph(
-            vec![
-                input("x", &[16, 100], &[100, 1]),
-                typed(input("t", &[16], &[1]), "int64"),
-                node(
-                    "p",
-                    "aten.relu.default",
-                    serde_json::json!([r("x")]),
-                    &[16, 100],
-                    &[100, 1],
-                ),
-                node(
-                    "ce",
-                    "aten.cross_entropy_loss.default",
-                    serde_json::json!([r("p"), r("t")]),
-                    &[],
-                    &[],
-                ),
-            ],
-            "ce",
+        // Logits computed (a relu before the loss), an op after it, (N, C, d) logits (the
+        // classes not each row's last dim): a loss of x (shape, strides) against t, with
+        // nodes before and after it.
+        let loss = |x: (&[i64], &[i64]),
+                    t: (&[i64], &[i64]),
+                    pre: Vec<Value>,
+                    of: &str,
+                    post: Vec<Value>| {
+            let mut nodes = vec![input("x", x.0, x.1), typed(input("t", t.0, t.1), "int64")];
+            nodes.extend(pre);
+            nodes.push(node(
+                "ce",
+                "aten.cross_entropy_loss.default",
+                serde_json::json!([r(of), r("t")]),
+                &[],
+                &[],
+            ));
+            let out = if post.is_empty() { "ce" } else { "q" };
+            nodes.extend(post);
+            graph(nodes, out)
+        };
+        let rows = (&[16i64, 100][..], &[100i64, 1][..]);
+        let targets = (&[16i64][..], &[1i64][..]);
+        let relu = node(
+            "p",
+            "aten.relu.default",
+            serde_json::json!([r("x")]),
+            rows.0,
+            rows.1,
         );
-        refused_at(&computed, "ce", "computed");
-        let after = graph(
-            vec![
-                input("x", &[16, 100], &[100, 1]),
-                typed(input("t", &[16], &[1]), "int64"),
-                node(
-                    "ce",
-                    "aten.cross_entropy_loss.default",
-                    serde_json::json!([r("x"), r("t")]),
-                    &[],
-                    &[],
-                ),
-                node(
-                    "q",
-                    "aten.mul.Tensor",
-                    serde_json::json!([r("ce"), 2.0]),
-                    &[],
-                    &[],
-                ),
-            ],
+        refused_at(
+            &loss(rows, targets, vec![relu], "p", vec![]),
+            "ce",
+            "computed",
+        );
+        let twice = node(
             "q",
+            "aten.mul.Tensor",
+            serde_json::json!([r("ce"), 2.0]),
+            &[],
+            &[],
         );
-        refused_at(&after, "ce", "ops after a cross entropy");
-        // (N, C, d) logits: the classes are not each row's last dim.
-        let nd = graph(
-            vec![
-                input("x", &[4, 10, 7], &[70, 7, 1]),
-                typed(input("t", &[4, 7], &[7, 1]), "int64"),
-                node(
-                    "ce",
-                    "aten.cross_entropy_loss.default",
-                    serde_json::json!([r("x"), r("t")]),
-                    &[],
-                    &[],
-                ),
-            ],
+        refused_at(
+            &loss(rows, targets, vec![], "x", vec![twice]),
             "ce",
+            "ops after a cross entropy",
+        );
+        let nd = loss(
+            (&[4, 10, 7], &[70, 7, 1]),
+            (&[4, 7], &[7, 1]),
+            vec![],
+            "x",
+            vec![],
         );
         refused_at(&nd, "ce", "(N, C) rows");
     }

@@ -171,9 +171,16 @@ impl Validator<'_> {
             spec.dtype
         };
         let before = self.before(family, before_dtype, &spec.before, &chain)?;
-        if family == Family::Reduce && params.reduce.reads_targets() {
-            // The loss of a row of logits: its ops would be ops on the logits or on the
-            // loss, which the target's pick and the total do not take yet.
+        // An index is compared exactly: no op may change which element wins by rounding, and
+        // none applies to an index. A cross entropy's ops would be ops on the logits or on the
+        // loss, which the target's pick and the total do not take yet.
+        let no_ops = match params.reduce {
+            _ if family != Family::Reduce => None,
+            r if r.is_index() => Some("it writes the index of an input element, compared exactly"),
+            r if r.reads_targets() => Some("scale the logits or the loss outside the workload"),
+            _ => None,
+        };
+        if let Some(why) = no_ops {
             for (table, empty) in [
                 ("before", before.is_identity()),
                 ("epilogue", chain.is_identity()),
@@ -182,26 +189,7 @@ impl Validator<'_> {
                     return Err(self.err(
                         table,
                         format!(
-                            "reduce = \"cross_entropy\" takes no [[{table}]] ops; scale the \
-                             logits or the loss outside the workload"
-                        ),
-                    ));
-                }
-            }
-        }
-        if family == Family::Reduce && params.reduce.is_index() {
-            // An index is compared exactly: no op may change which element wins by rounding,
-            // and none applies to an index.
-            for (table, empty) in [
-                ("before", before.is_identity()),
-                ("epilogue", chain.is_identity()),
-            ] {
-                if !empty {
-                    return Err(self.err(
-                        table,
-                        format!(
-                            "reduce = \"{}\" takes no [[{table}]] ops: it writes the index of \
-                             an input element, compared exactly",
+                            "reduce = \"{}\" takes no [[{table}]] ops: {why}",
                             params.reduce.name()
                         ),
                     ));

@@ -74,6 +74,18 @@ pub(super) fn peak_flops(
     )
 }
 
+/// A kernel of the unfused baseline, or None with a note that the baseline is skipped
+/// (NVRTC failed): the candidate is timed all the same.
+fn unfused_part<T>(notes: &mut Vec<String>, built: Result<T, CudaFailure>) -> Option<T> {
+    match built {
+        Ok(t) => Some(t),
+        Err(e) => {
+            notes.push(format!("unfused baseline skipped: {e}"));
+            None
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// Times the headline shape: the candidate (if any) interleaved with every baseline.
     pub(super) fn time<A: HostElement, D: HostElement>(
@@ -253,17 +265,10 @@ impl Ctx<'_> {
             Layout::Row
         };
         let passes = match unfused_chain(w) {
-            Some(c) if !c.steps.is_empty() => {
-                match Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        self.report
-                            .notes
-                            .push(format!("unfused baseline skipped: {e}"));
-                        None
-                    }
-                }
-            }
+            Some(c) if !c.steps.is_empty() => unfused_part(
+                &mut self.report.notes,
+                Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c),
+            ),
             _ => None,
         };
         // A cross entropy's unfused sequence, as PyTorch runs it: a row log-softmax of the
@@ -273,15 +278,7 @@ impl Ctx<'_> {
             let compiled = RowSoftmax::compile(s_ref, dtype, true)
                 .and_then(|lsm| Ok((lsm, NllPass::compile(s_ref, dtype, out_dtype)?)))
                 .and_then(|(lsm, nll)| Ok((lsm, nll, self.s.zeros::<A>(batch * m * k)?)));
-            match compiled {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    self.report
-                        .notes
-                        .push(format!("unfused baseline skipped: {e}"));
-                    None
-                }
-            }
+            unfused_part(&mut self.report.notes, compiled)
         } else {
             None
         };
@@ -364,15 +361,8 @@ impl Ctx<'_> {
                 )
                 .map(Some)
             };
-            match (r, a) {
-                (Ok(r), Ok(a)) => (Some(r), a),
-                (Err(e), _) | (_, Err(e)) => {
-                    self.report
-                        .notes
-                        .push(format!("unfused baseline skipped: {e}"));
-                    (None, None)
-                }
-            }
+            unfused_part(&mut self.report.notes, r.and_then(|r| a.map(|a| (r, a))))
+                .map_or((None, None), |(r, a)| (Some(r), a))
         } else {
             (None, None)
         };
@@ -405,29 +395,20 @@ impl Ctx<'_> {
                 i.and_then(|i| p.tensors.get(nb + i))
                     .map_or(0, |t| t.buf.ptr)
             };
-            match (norm, after) {
-                (Ok(k), Ok(a)) => Some((k, a, (ptr(affine_tensors[0]), ptr(affine_tensors[1])))),
-                (Err(e), _) | (_, Err(e)) => {
-                    self.report
-                        .notes
-                        .push(format!("unfused baseline skipped: {e}"));
-                    None
-                }
-            }
+            unfused_part(
+                &mut self.report.notes,
+                norm.and_then(|k| after.map(|a| (k, a))),
+            )
+            .map(|(k, a)| (k, a, (ptr(affine_tensors[0]), ptr(affine_tensors[1]))))
         } else {
             None
         };
         let after_tensors: Vec<u64> = p.tensors.iter().skip(nb).map(|t| t.buf.ptr).collect();
         let softmax = if fam == Family::GemmSoftmax && wants(Baseline::Unfused) {
-            match RowSoftmax::compile(s_ref, out_dtype, params.log_softmax) {
-                Ok(k) => Some(k),
-                Err(e) => {
-                    self.report
-                        .notes
-                        .push(format!("unfused baseline skipped: {e}"));
-                    None
-                }
-            }
+            unfused_part(
+                &mut self.report.notes,
+                RowSoftmax::compile(s_ref, out_dtype, params.log_softmax),
+            )
         } else {
             None
         };
