@@ -34,15 +34,16 @@
 //   flight a thread; warps merge in shared memory. Few rows: few warps along the rows, more
 //   along k, and k split over CTAs through the workspace as above.
 //
-// Workspace: split rows only, batch * m * P * 8 bytes (one state a part: a row's parts
+// Workspace: split rows, batch * m * P * 8 bytes (one state a part: a row's parts
 // adjacent for row-major rows, part-major for rows side by side); a smaller one than
 // asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). A cross entropy with a total
-// also keeps each row's (value, counted) pair, batch * m * 8 bytes, at the workspace's end;
-// cs_reduce_total adds a batch's in double, in a fixed order. CS_ERR_UNSUPPORTED: other
-// families, an unknown cs_reduce (or one unlike CS_WL_REDUCE), n != 1, layout_cd not ROW,
-// dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda below a row (ROW) or a
-// column (COL), pointers not element-aligned, chain operands unlike the chain's. m, k or
-// batch 0: CS_OK, nothing done.
+// also keeps each row's (value, counted) pair, batch * m * 8 bytes, at the workspace's end
+// (CS_ERR_WORKSPACE if that does not fit); cs_reduce_total adds a batch's in double, in a
+// fixed order. CS_ERR_UNSUPPORTED: other families, an unknown cs_reduce (or one unlike
+// CS_WL_REDUCE), a total but for a cross entropy, a cross entropy without its targets (or
+// rows side by side, or ops), n != 1, layout_cd not ROW, dtype_ab not f32 / f16 / bf16 or
+// dtype_cd neither it nor f32, lda below a row (ROW) or a column (COL), pointers not
+// element-aligned, chain operands unlike the chain's. m, k or batch 0: CS_OK, nothing done.
 //
 // Validated by the project's fp64 checker on every shape and seed of the reduce workloads
 // and GPU test fixtures. Measured with `cutesmith bench reduce` on an H100 80GB HBM3, as
@@ -377,11 +378,13 @@ __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t
 {
   if constexpr (KIND == CS_REDUCE_CROSS_ENTROPY) {
     // logsumexp less the target's logit; a row with the ignore index is 0 and not counted,
-    // a target outside the row NaN (torch stops on a device assert there).
+    // a target outside the row NaN (torch stops on a device assert there). (max - x[t])
+    // first, as torch's log_softmax: exact near the max, where (max + log(sum)) - x[t]
+    // rounded at the logits' size a loss near 0 (a confident row).
     int64_t const t = p.targets[b * p.m + i];
     bool const kept = t != p.ignore_index;
     float y = 0.0f;
-    if (kept) y = t >= 0 && t < p.k ? s.a + logf(s.b) - cs_a_at(p, b, i, t) : __int_as_float(0x7fc00000);
+    if (kept) y = t >= 0 && t < p.k ? (s.a - cs_a_at(p, b, i, t)) + logf(s.b) : __int_as_float(0x7fc00000);
     if (p.total == CS_TOTAL_NONE) static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
     else cs_total_area(p)[b * p.m + i] = make_float2(y, kept ? 1.0f : 0.0f);
   } else if constexpr (cs_is_arg<KIND>) {
