@@ -135,16 +135,17 @@ CS_HD float cs_minf(float x, float y)
 CS_HD float cs_relu(float x) { return cs_maxf(x, 0.0f); }
 CS_HD float cs_leaky_relu(float x, float slope) { return x >= 0.0f ? x : slope * x; }
 /* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) for results rounded to 16 bits, with one MUFU op:
- * s = Phi(-|x|) = 2^Q(t), Q a degree-7 polynomial in t = min(|x|, 6) fitted (weighted least
- * squares) to log2(0.5 erfc(t / sqrt 2)); x Phi(x) is x s for x < 0 and x (1 - s) else (no
- * branch: the larger of the two), so the small side is never a difference. Error (fp32 emulation against fp64 erf over
- * [-12, 12]): at most 5.8e-7 absolute and 4.3e-6 relative for |x| <= 5 (the
- * Abramowitz-Stegun 7.1.26 form this replaces, with a reciprocal and an exponential,
- * reached 1.6e-3 relative in the negative tail); beyond |x| = 6, s stays Phi(-6) (1e-9): an
- * absolute error of 1e-9 |x| (-inf gives -inf, +inf +inf, NaN NaN). About 11 instructions
- * an element against that form's 22: in a GEMM epilogue the activation is on the critical
- * path of every tile (Nsight Compute, 4096^3 bf16 bias + GELU with the old form: 28.0M warp
- * instructions, 1.06M of them MUFU, against the plain GEMM's 16.4M). */
+ * s = Phi(-|x|) = 2^Q, Q a degree-7 polynomial in t = min(|x|, 6) fitted (weighted least
+ * squares) to log2(0.5 erfc(t / sqrt 2)), and beyond |x| = 6 the tail's own decay,
+ * -(x^2 - 36) / (2 ln 2) more (within a factor 2 of Phi to |x| = 12; s then flushes to 0).
+ * x Phi(x) is x s for x < 0 and x (1 - s) else, so the small side is never a difference.
+ * Error (fp32 emulation against fp64 erf over [-12, 12]): at most 5.8e-7 absolute and
+ * 4.3e-6 relative for |x| <= 5 (the Abramowitz-Stegun 7.1.26 form this replaces, with a
+ * reciprocal and an exponential, reached 1.6e-3 relative in the negative tail); +inf gives
+ * +inf, -inf and NaN NaN, as x Phi(x) in fp64. About 14 instructions an element against
+ * that form's 22: in a GEMM epilogue the activation is on the critical path of every tile
+ * (Nsight Compute, 4096^3 bf16 bias + GELU with the old form: 28.0M warp instructions, 1.06M
+ * of them MUFU, against the plain GEMM's 16.4M). */
 CS_HD float cs_gelu_erf_fast(float x)
 {
   const float t = fminf(fabsf(x), 6.0f);
@@ -156,15 +157,14 @@ CS_HD float cs_gelu_erf_fast(float x)
   q = fmaf(q, t, -4.584646225e-01f);
   q = fmaf(q, t, -1.151250958e+00f);
   q = fmaf(q, t, -9.999952912e-01f);
+  q = fmaf(-0.7213475204f, fmaxf(fmaf(x, x, -36.0f), 0.0f), q);
 #ifdef __CUDA_ARCH__
   float s;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(q));
 #else
   const float s = exp2f(q);
 #endif
-  /* s <= 1/2, so x s and x (1 - s) are ordered by x's sign: the larger is x Phi(x). fmaxf
-   * drops the NaN of x (1 - s) at x = +-inf (-inf stays -inf, +inf +inf). */
-  return fmaxf(x * s, fmaf(-x, s, x));
+  return x * (x < 0.0f ? s : 1.0f - s);
 }
 
 CS_HD float cs_gelu_erf(float x)

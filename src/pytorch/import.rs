@@ -868,7 +868,13 @@ pub fn map_graph(
         .filter(|n| n.op == "call_function")
         .collect();
     // Cross entropies (with the log-softmax of an nll_loss and the reshapes of their inputs).
+    let before = mp.problems.len();
     let losses = mp.cross_entropies(&calls);
+    // The loss nodes refused there, each with its reason: not unknown ops besides.
+    let refused_losses: HashSet<String> = mp.problems[before..]
+        .iter()
+        .map(|p| p.node.clone())
+        .collect();
     // Normalizations (an op, or written out with reductions): their nodes are known.
     let norms = mp.norms(&calls);
     let mut absorbed: HashSet<&str> = norms
@@ -924,6 +930,7 @@ pub fn map_graph(
         let t = n.target.as_deref().unwrap_or_default();
         if classify(t) == Class::Unknown
             && !absorbed.contains(n.name.as_str())
+            && !refused_losses.contains(&n.name)
             && !passes_values(&mp.nodes, n)
             && !mp.unused_part(n)
             && !norm::eval_batch_norm(n)
@@ -2806,16 +2813,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.params.total, Some(TotalKind::Sum));
-        // The refusals, each at the loss.
-        refused_at(
-            &ce(
-                serde_json::json!([r("v"), r("vt"), r("x")]),
-                no.clone(),
-                "int64",
-            ),
-            "ce",
-            "class weight",
+        // The refusals, each at the loss, with its reason alone (not an unknown op besides).
+        let weighted = ce(
+            serde_json::json!([r("v"), r("vt"), r("x")]),
+            no.clone(),
+            "int64",
         );
+        refused_at(&weighted, "ce", "class weight");
+        let err = map_graph(&weighted, "t.py").unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
         refused_at(
             &ce(
                 serde_json::json!([r("v"), r("vt"), null, 1, -100, 0.1]),

@@ -1225,6 +1225,18 @@ k = 4096
             &["params.ignore_index", "cross_entropy"],
         );
         refused(format!("{R}{ce}total = \"max\"\n{shapes}"), &["total"]);
+        // A total needs a shape of a few rows a batch; an f16 sum of many rows overflows.
+        refused(
+            format!("{R}{ce}[[shapes]]\nm = 1000\nk = 100\n"),
+            &["shapes", "at most 4 rows", "batch = 64, m = 3"],
+        );
+        refused(
+            format!(
+                "{}{ce}total = \"sum\"\n{shapes}[[shapes]]\nm = 10000\nk = 100\n",
+                R.replace("bf16", "f16")
+            ),
+            &["shapes[1]", "65504", "out_dtype = \"f32\""],
+        );
         refused(
             format!("{R}[layout]\na = \"col\"\n{ce}{shapes}"),
             &["layout.a", "contiguous"],

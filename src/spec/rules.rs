@@ -25,6 +25,8 @@ pub(super) struct Validator<'a> {
 
 /// The longest row an index reduction takes (its indices stay exact in f32).
 const MAX_INDEX_K: u64 = 1 << 24;
+/// Rows a batch of a total's checking shape: each output a total of this many losses at most.
+const MAX_TOTAL_CHECK_ROWS: u64 = 4;
 
 /// The type of a chain's tensor operands (a bias, a residual) unless an op names one: D's,
 /// bf16 beside an fp8 D (as cuBLASLt's fp8 epilogue takes its bias).
@@ -139,6 +141,42 @@ impl Validator<'_> {
                         sh.n
                     ),
                 ));
+            }
+        }
+        if params.total != TotalKind::None {
+            // One value of many rows' losses hides a wrong row inside the output type's
+            // tolerance (a bf16 mean of 1000 rows moved by a wrong class in every row still
+            // passed): a shape of a few rows a batch checks the rows themselves.
+            if !shapes.iter().any(|sh| sh.m <= MAX_TOTAL_CHECK_ROWS) {
+                return Err(self.err(
+                    "shapes",
+                    format!(
+                        "a total (params.total = \"{}\") needs a shape of at most \
+                         {MAX_TOTAL_CHECK_ROWS} rows a batch, where each output is a few rows' \
+                         losses and a wrong one shows; add e.g. [[shapes]] batch = 64, m = 3, \
+                         k = {}",
+                        params.total.name(),
+                        shapes[0].k
+                    ),
+                ));
+            }
+            // Positive losses summed into f16 overflow its 65504 (each at most about
+            // ln k + 8 for the harness's inputs in (-4, 4)).
+            if params.total == TotalKind::Sum && out_dtype == DType::F16 {
+                if let Some((i, sh)) = shapes
+                    .iter()
+                    .enumerate()
+                    .find(|(_, sh)| sh.m as f64 * ((sh.k.max(1) as f64).ln() + 8.0) > 65504.0)
+                {
+                    return Err(self.err(
+                        format!("shapes[{i}]"),
+                        format!(
+                            "{} rows' losses summed may pass f16's largest value (65504); set \
+                             out_dtype = \"f32\"",
+                            sh.m
+                        ),
+                    ));
+                }
             }
         }
         if params.reduce.reads_targets() && layouts.a != Layout::Row {

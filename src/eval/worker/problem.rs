@@ -215,10 +215,21 @@ impl<'a> super::Ctx<'a> {
             // A cross entropy's targets: classes of the row, some the ignore index. Always
             // generated on the host (m values), so the reference sees them either way.
             let (targets, host_targets) = if params.reduce.reads_targets() {
+                // Row 0 of each batch is always counted (a class other than the ignore
+                // index): a mean over no row is NaN, an undefined reference.
                 let host: Vec<i64> = (0..batch * m)
                     .map(|i| {
-                        data::input_class(seed, STREAM_TARGETS, i as u64, k as u64)
-                            .map_or(params.ignore_index, |c| c as i64)
+                        let class = data::input_class(seed, STREAM_TARGETS, i as u64, k as u64)
+                            .map_or(params.ignore_index, |c| c as i64);
+                        if i % m.max(1) != 0 || class != params.ignore_index {
+                            return class;
+                        }
+                        let c = (i % k.max(1)) as i64;
+                        if c == params.ignore_index {
+                            (c + 1) % k.max(1) as i64
+                        } else {
+                            c
+                        }
                     })
                     .collect();
                 (Some(self.s.upload(&host)?), host)

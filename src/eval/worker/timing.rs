@@ -163,7 +163,9 @@ impl Ctx<'_> {
             .iter()
             .max_by_key(|t| t.buf.len)
             .map(|t| (t.buf.ptr, t.buf.len));
-        let mut copy_bytes = (in_bytes + tensor_bytes + out_bytes) / 2;
+        // (A cross entropy's int64 targets are read too.)
+        let target_bytes = p.targets.as_ref().map_or(0, |t| t.len * 8);
+        let mut copy_bytes = (in_bytes + tensor_bytes + target_bytes + out_bytes) / 2;
         let base_out2 = self.s.zeros::<D>(sized(
             need.second_output(in_bytes as f64, out_bytes as f64),
             lib_len,

@@ -39,7 +39,8 @@ impl<'g> Mapper<'g> {
         for &n in calls {
             let t = n.target.as_deref().unwrap_or_default();
             let op = op_name(t);
-            let nll = matches!(op, "nll_loss" | "nll_loss_nd" | "nll_loss_forward");
+            // (nll_loss_forward, which returns a pair, is left to the unknown-op message.)
+            let nll = matches!(op, "nll_loss" | "nll_loss_nd");
             if op != "cross_entropy_loss" && !nll {
                 continue;
             }
@@ -276,10 +277,21 @@ pub(super) fn map_cross_entropy(
             k: Some(super::ragged(ce.classes)),
             ..Default::default()
         },
-        ShapeSpec {
-            m: Some(super::small(ce.rows, 33)),
-            k: Some(super::small(ce.classes, 1023)),
-            ..Default::default()
+        // With a total, each output of the small shape is 3 rows' losses (a batch of 64),
+        // where a wrong row shows; without, 33 rows.
+        if ce.total == TotalKind::None {
+            ShapeSpec {
+                m: Some(super::small(ce.rows, 33)),
+                k: Some(super::small(ce.classes, 1023)),
+                ..Default::default()
+            }
+        } else {
+            ShapeSpec {
+                batch: Some(64),
+                m: Some(3),
+                k: Some(super::small(ce.classes, 1023)),
+                ..Default::default()
+            }
         },
     ];
     super::dedup(&mut shapes);
