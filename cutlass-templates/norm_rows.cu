@@ -10,7 +10,10 @@
 // rows of n = F, lda = D). D has A's layout (layout_cd == layout_a), ldd, batch_stride_d. Each
 // normalized y (fp32) goes through cs_chain::apply(y, t), t[] the chain's operands at
 // (b, i, j): ROW by column, COL by row, MATRIX in D's layout (a LayerNorm's weight and bias:
-// `mul` a ROW operand, `add` a ROW operand); cs_chain::kIdentity skips all operand work.
+// `mul` a ROW operand, `add` a ROW operand), CHANNEL (row-major only) by i * ld + j / (n /
+// ld) (a GroupNorm's per-channel weight and bias, its rows groups of ld channels, rows
+// shorter than 2^31; one 32-bit division a vector); cs_chain::kIdentity skips all operand
+// work.
 // Operand runs contiguous in memory are read as __ldg vectors when aligned.
 //
 // Math in fp32, one rounding on store; sums are per-thread partials (pairwise over each
@@ -156,7 +159,14 @@ static constexpr int kSplitVecs    = 8;     // path 3: vectors a thread per step
 #define CS_SPLIT_APPLY_CTAS 6
 #endif
 static constexpr int kSplitApplyVecs = CS_SPLIT_APPLY_VECS;
-static constexpr int kSplitApplyCtas = CS_SPLIT_APPLY_CTAS;
+// A channel operand's index arithmetic needs more registers than 6 CTAs of 256 threads
+// leave (the write kernel spilled 320 bytes a thread there, 184 at 5): at most 4 then.
+static constexpr bool kChannelOperand =
+    cs_chain::kOperands > 0 &&
+    (cs_chain_kind<cs_chain>(0) == CS_OPERAND_CHANNEL || cs_chain_kind<cs_chain>(1) == CS_OPERAND_CHANNEL ||
+     cs_chain_kind<cs_chain>(2) == CS_OPERAND_CHANNEL || cs_chain_kind<cs_chain>(3) == CS_OPERAND_CHANNEL);
+static constexpr int kSplitApplyCtas =
+    kChannelOperand && CS_SPLIT_APPLY_CTAS > 4 ? 4 : CS_SPLIT_APPLY_CTAS;
 // Path 2: vectors a thread, powers of two in [kRegVecsMin, kRegVecsMax].
 static constexpr int kRegVecsRaw = CS_REG_BYTES / (16 * kThreads);
 static constexpr int kRegVecsMax = kRegVecsRaw >= 16 ? 16 : kRegVecsRaw >= 8 ? 8
@@ -400,6 +410,29 @@ __device__ __forceinline__ void cs_operand_run(const cs_problem& p, int64_t b, i
     float const v = cs_operand_at<KIND, DT>(o, p.layout_cd, b, row, col);   // one value for the run
 #pragma unroll
     for (int k = 0; k < R; ++k) t[k] = v;
+  } else if constexpr (KIND == CS_OPERAND_CHANNEL) {
+    // Row-major rows only (the rules): one value for a run inside one channel's span, else
+    // a value an element.
+    // One 32-bit division a run (n < 2^31 for a channel operand: cs_check; a 64-bit one
+    // is a subroutine call, and its spills): channel c0 holds [c0 * span, (c0 + 1) * span).
+    int64_t const span = int64_t(uint32_t(p.n) / uint32_t(o.ld));
+    int64_t const c0 = int64_t(uint32_t(col) / uint32_t(span));
+    if (col + R <= (c0 + 1) * span) {
+      float const v = cs_operand_at<CS_OPERAND_ROW, DT>(o, p.layout_cd, 0, row, b * o.batch_stride + row * o.ld + c0);
+#pragma unroll
+      for (int k = 0; k < R; ++k) t[k] = v;
+    } else {   // the run crosses into the next channels: step through them
+      int64_t c = c0, off = col - c0 * span;
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        t[k] = k < cnt ? cs_operand_at<CS_OPERAND_ROW, DT>(o, p.layout_cd, 0, row, b * o.batch_stride + row * o.ld + c)
+                       : 0.0f;
+        if (++off == span) {
+          off = 0;
+          ++c;
+        }
+      }
+    }
   } else {   // contiguous along the run
     cs_operand_values<DT, R>(o, cs_operand_index<KIND>(o, p.layout_cd, b, row, col), cnt, t);
   }
@@ -1028,6 +1061,9 @@ static int32_t cs_norm_check(const cs_problem& p, bool check_pointers)
         return CS_ERR_UNSUPPORTED;
       if (cs_chain_dtype<cs_chain>(q) >= 0 && o.dtype != cs_chain_dtype<cs_chain>(q)) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX && outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
+      // A channel operand: row-major rows of o.ld channels each, n split evenly.
+      if (o.kind == CS_OPERAND_CHANNEL && (!row || o.ld < 1 || p.n > INT32_MAX || p.n % o.ld != 0))
+        return CS_ERR_UNSUPPORTED;
       if (check_pointers && o.ptr == nullptr) return CS_ERR_UNSUPPORTED;
     }
   }

@@ -204,7 +204,10 @@ typedef enum cs_operand_kind {
   CS_OPERAND_NONE = 0,
   CS_OPERAND_ROW = 1,    /* n values: element j of a row vector, for column j of D */
   CS_OPERAND_COL = 2,    /* m values: element i of a column vector, for row i of D */
-  CS_OPERAND_MATRIX = 3  /* m x n values (layout_cd, ld, batch_stride): a residual */
+  CS_OPERAND_MATRIX = 3, /* m x n values (layout_cd, ld, batch_stride): a residual */
+  CS_OPERAND_CHANNEL = 4 /* m * ld values, ld channels a row: element (i, j) of D reads
+                          * i * ld + j / (n / ld) (n a multiple of ld); a GroupNorm's
+                          * per-channel weight, its rows groups of ld channels */
 } cs_operand_kind;
 
 #define CS_MAX_OPERANDS 4
@@ -214,7 +217,8 @@ typedef struct cs_operand {
   const void *ptr;
   int32_t kind;          /* cs_operand_kind */
   int32_t dtype;         /* cs_dtype */
-  int64_t ld;            /* matrix: leading dimension in elements; vectors: 1 */
+  int64_t ld;            /* matrix: leading dimension in elements; channel: channels a
+                          * row; row and col vectors: 1 */
   int64_t batch_stride;  /* elements between batches (0: shared by every batch) */
 } cs_operand;
 

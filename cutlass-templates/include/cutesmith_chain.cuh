@@ -307,23 +307,28 @@ CS_HD float cs_load_typed(const void *base, int64_t idx)
   else return 0.0f;
 }
 
-/* The element index of operand `o` (of kind KIND) at (row, col) of batch b of D. */
+/* The element index of operand `o` (of kind KIND) at (row, col) of batch b of D; n is D's
+ * row length, which a CHANNEL operand needs (o.ld channels a row, each over n / o.ld
+ * values; the rules give CHANNEL operands to family norm's row-major rows only). */
 template <int KIND>
-CS_HD int64_t cs_operand_index(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col)
+CS_HD int64_t cs_operand_index(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col,
+                               int64_t n = 0)
 {
   if constexpr (KIND == CS_OPERAND_ROW) return b * o.batch_stride + col;
   else if constexpr (KIND == CS_OPERAND_COL) return b * o.batch_stride + row;
+  else if constexpr (KIND == CS_OPERAND_CHANNEL) return b * o.batch_stride + row * o.ld + col / (n / o.ld);
   else return b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
 }
 
 /* Operand `o` at element (row, col) of batch b of D (m x n, layout_cd). */
 CS_HD float cs_operand_load(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row,
-                            int64_t col)
+                            int64_t col, int64_t n = 0)
 {
   int64_t idx;
   switch (o.kind) {
     case CS_OPERAND_ROW: idx = b * o.batch_stride + col; break;
     case CS_OPERAND_COL: idx = b * o.batch_stride + row; break;
+    case CS_OPERAND_CHANNEL: idx = cs_operand_index<CS_OPERAND_CHANNEL>(o, layout_cd, b, row, col, n); break;
     case CS_OPERAND_MATRIX:
       idx = b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
       break;
@@ -358,14 +363,16 @@ CS_HD constexpr int cs_chain_dtype(int i)
  * load. Reading the kind and dtype from the operand at every element (a switch on each)
  * took 2.4 times the instructions in the raw CuTe GEMM's epilogue. */
 template <int KIND, int DTYPE>
-CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col)
+CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int64_t row, int64_t col,
+                          int64_t n = 0)
 {
-  if constexpr (KIND == CS_OPERAND_ROW || KIND == CS_OPERAND_COL || KIND == CS_OPERAND_MATRIX) {
-    int64_t const idx = cs_operand_index<KIND>(o, layout_cd, b, row, col);
+  if constexpr (KIND == CS_OPERAND_ROW || KIND == CS_OPERAND_COL || KIND == CS_OPERAND_MATRIX ||
+                KIND == CS_OPERAND_CHANNEL) {
+    int64_t const idx = cs_operand_index<KIND>(o, layout_cd, b, row, col, n);
     if constexpr (DTYPE >= 0) return cs_load_typed<DTYPE>(o.ptr, idx);
     else return cs_load_as_float(o.ptr, o.dtype, idx);
   } else {
-    return cs_operand_load(o, layout_cd, b, row, col);
+    return cs_operand_load(o, layout_cd, b, row, col, n);
   }
 }
 
@@ -387,7 +394,7 @@ template <class Chain, int I>
 CS_HD float cs_chain_operand(const cs_problem &p, int64_t b, int64_t row, int64_t col)
 {
   return cs_operand_at<cs_chain_kind<Chain>(I), cs_chain_dtype<Chain>(I)>(p.operands[cs_chain_first<Chain>() + I],
-                                                                          p.layout_cd, b, row, col);
+                                                                          p.layout_cd, b, row, col, p.n);
 }
 
 /* The chain at element (row, col) of batch b: loads the operands it reads, applies it. */

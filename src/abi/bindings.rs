@@ -122,6 +122,7 @@ pub mod cs_operand_kind {
     pub const CS_OPERAND_ROW: Type = 1;
     pub const CS_OPERAND_COL: Type = 2;
     pub const CS_OPERAND_MATRIX: Type = 3;
+    pub const CS_OPERAND_CHANNEL: Type = 4;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

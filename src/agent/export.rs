@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::session::SessionDir;
 use crate::error::{Error, Result};
 use crate::pytorch::package;
+use crate::spec::chain::TensorKind;
 use crate::spec::Workload;
 
 /// Writes the best kernel as a standalone drop-in: the `.cu`, the ABI header it
@@ -167,6 +168,22 @@ pub fn export_torch(
         return Err(Error::Usage(
             "export --torch does not take a cross entropy yet (its operator passes no int64 \
              targets); `cutesmith export` without --torch writes the kernel and its C ABI"
+                .into(),
+        ));
+    }
+    // A per-channel vector (a GroupNorm's or InstanceNorm's weight) is indexed by the
+    // channel of each batch item's rows, which the operator's flat rows do not carry.
+    let per_channel = w.chain().tensors.iter().any(|t| {
+        matches!(t.kind, TensorKind::Channel(_))
+            || (t.kind == TensorKind::Col
+                && family == crate::spec::Family::Norm
+                && w.shapes().iter().any(|s| s.batch > 1))
+    });
+    if per_channel {
+        return Err(Error::Usage(
+            "export --torch does not take a norm with a per-channel weight or bias yet (its \
+             operator takes the input as flat rows, without the channel of each); `cutesmith \
+             export` without --torch writes the kernel and its C ABI"
                 .into(),
         ));
     }

@@ -1189,6 +1189,35 @@ fn side_by_side_shapes(batch: i64, m: i64, n: i64) -> Vec<ShapeSpec> {
     v
 }
 
+/// Shapes of a batch of m rows of n values, each row `per_row` channels of n / per_row:
+/// the given one, then smaller ones whose channels are ragged too.
+fn channel_shapes(batch: i64, m: i64, n: i64, per_row: i64) -> Vec<ShapeSpec> {
+    let b = |x: i64| (x > 1).then_some(x);
+    let span = n / per_row.max(1);
+    let mut v = vec![
+        ShapeSpec {
+            batch: b(batch),
+            m: Some(m),
+            n: Some(n),
+            k: None,
+        },
+        ShapeSpec {
+            batch: b(batch.min(3)),
+            m: Some(m),
+            n: Some(per_row * ragged(span)),
+            k: None,
+        },
+        ShapeSpec {
+            batch: b(batch.min(2)),
+            m: Some(ragged(m)),
+            n: Some(per_row * small(span, 33)),
+            k: None,
+        },
+    ];
+    dedup(&mut v);
+    v
+}
+
 fn row_shapes(m: i64, n: i64) -> Vec<ShapeSpec> {
     let mut v = vec![
         ShapeSpec {

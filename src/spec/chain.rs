@@ -14,6 +14,8 @@
 //! op = "add"
 //! operand = "row"       # row (n values) | col (m values) | matrix (m x n) | z | a saved name
 //!                       # | an earlier tensor by its name (`matrix0`: the first, a matrix)
+//!                       # | channel (m * channels values: `channels = R` per row, each over
+//!                       #   n / R adjacent values; a GroupNorm's per-channel weight)
 //! [[epilogue]]
 //! op = "hardtanh"       # any activation, with alpha / beta / min / max / threshold
 //! min = -1.0
@@ -139,6 +141,11 @@ pub struct OpSpec {
     /// triu and tril: the diagonal (`torch.triu(x, diagonal)`; default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagonal: Option<i64>,
+    /// `operand = "channel"`: the channels each row of D holds (default 1). Row i covers
+    /// channels i * channels .. (i + 1) * channels - 1, each over n / channels adjacent
+    /// values: a GroupNorm's per-channel weight, whose rows are groups of channels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<u32>,
     /// Names this op's result, so a later op can read it as `operand`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save: Option<String>,
@@ -153,6 +160,10 @@ pub enum TensorKind {
     Col,
     /// m x n values, stored like D (a residual).
     Matrix,
+    /// m * R values, R channels a row (`channels`): element (i, j) of every batch reads
+    /// value i * R + j / (n / R) (n a multiple of R). A per-channel vector of an (N, C, S)
+    /// tensor whose rows hold R channels of S values each.
+    Channel(u32),
 }
 
 impl TensorKind {
@@ -162,6 +173,7 @@ impl TensorKind {
             TensorKind::Row => 1,
             TensorKind::Col => 2,
             TensorKind::Matrix => 3,
+            TensorKind::Channel(_) => 4,
         }
     }
 
@@ -171,6 +183,7 @@ impl TensorKind {
             TensorKind::Row => "row",
             TensorKind::Col => "col",
             TensorKind::Matrix => "matrix",
+            TensorKind::Channel(_) => "channel",
         }
     }
 
@@ -179,6 +192,7 @@ impl TensorKind {
             TensorKind::Row => "CS_OPERAND_ROW",
             TensorKind::Col => "CS_OPERAND_COL",
             TensorKind::Matrix => "CS_OPERAND_MATRIX",
+            TensorKind::Channel(_) => "CS_OPERAND_CHANNEL",
         }
     }
 }
@@ -451,6 +465,7 @@ impl Chain {
                 "min" => s.min.is_some(),
                 "max" => s.max.is_some(),
                 "diagonal" => s.diagonal.is_some(),
+                "channels" => s.channels.is_some(),
                 _ => s.threshold.is_some(),
             };
             let unused = |fields: &[&'static str]| -> Result<(), ChainError> {
@@ -463,6 +478,9 @@ impl Chain {
             if !is_index_op(&name) {
                 unused(&["diagonal"])?;
             }
+            if s.operand.as_deref().map(str::trim) != Some("channel") {
+                unused(&["channels"])?;
+            }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
                 let operand =
@@ -472,7 +490,14 @@ impl Chain {
                             if name == "scale" {
                                 return Err(err("operand", "scale takes a value only".into()));
                             }
-                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some())
+                            let channels = s.channels.unwrap_or(1);
+                            if channels == 0 {
+                                return Err(err(
+                                    "channels",
+                                    "at least 1 (the channels each row holds)".into(),
+                                ));
+                            }
+                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), channels)
                                 .map_err(|m| err("operand", m))?
                         }
                         (Some(_), Some(_)) => return Err(err(
@@ -485,13 +510,16 @@ impl Chain {
                                 "value",
                                 format!(
                                     "op \"{name}\" needs value = <number> or operand = \"row\" | \
-                                 \"col\" | \"matrix\" | \"z\" | a saved name"
+                                 \"col\" | \"matrix\" | \"channel\" | \"z\" | a saved name"
                                 ),
                             ))
                         }
                     };
                 if s.dtype.is_some() && !matches!(operand, Operand::Tensor(_)) {
-                    return Err(err("dtype", "only for a row, col or matrix operand".into()));
+                    return Err(err(
+                        "dtype",
+                        "only for a row, col, matrix or channel operand".into(),
+                    ));
                 }
                 Op::Binary(b, operand)
             } else if name == "pow" {
@@ -584,12 +612,14 @@ impl Chain {
                 None => None,
                 Some(n) => {
                     let n = n.trim();
-                    if !valid_name(n) || ["z", "row", "col", "matrix", "x"].contains(&n) {
+                    if !valid_name(n)
+                        || ["z", "row", "col", "matrix", "channel", "x"].contains(&n)
+                    {
                         return Err(err(
                             "save",
                             format!(
                                 "\"{n}\" is not a usable name (letters, digits and _, starting \
-                                 with a letter; not z, x, row, col or matrix)"
+                                 with a letter; not z, x, row, col, matrix or channel)"
                             ),
                         ));
                     }
@@ -605,13 +635,20 @@ impl Chain {
         Ok(())
     }
 
-    fn operand(&mut self, o: &str, dtype: DType, given_dtype: bool) -> Result<Operand, String> {
+    fn operand(
+        &mut self,
+        o: &str,
+        dtype: DType,
+        given_dtype: bool,
+        channels: u32,
+    ) -> Result<Operand, String> {
         let o = o.trim();
         let kind = match o {
             "z" => return Ok(Operand::Z),
             "row" => TensorKind::Row,
             "col" => TensorKind::Col,
             "matrix" => TensorKind::Matrix,
+            "channel" => TensorKind::Channel(channels),
             name if !self.saved.iter().any(|s| s == name)
                 && self.tensors.iter().any(|t| t.name == name) =>
             {
@@ -638,8 +675,8 @@ impl Chain {
                     .map(Operand::Saved)
                     .ok_or_else(|| {
                         format!(
-                            "\"{name}\" is neither row, col, matrix, z, an earlier tensor's name \
-                             (matrix0, ...) nor a name saved by an earlier op{}",
+                            "\"{name}\" is neither row, col, matrix, channel, z, an earlier \
+                             tensor's name (matrix0, ...) nor a name saved by an earlier op{}",
                             if self.saved.is_empty() {
                                 String::new()
                             } else {
@@ -908,9 +945,13 @@ impl Chain {
     fn functor(&self, s: &mut String, name: &str, first: usize) {
         let _ = writeln!(s, "//   {}", self.describe());
         for (i, t) in self.tensors.iter().enumerate() {
+            let per = match t.kind {
+                TensorKind::Channel(r) => format!(" of {r} a row, in cs_operand::ld"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "//   t[{i}] = {} ({} operand, {}; slot {})",
+                "//   t[{i}] = {} ({} operand{per}, {}; slot {})",
                 t.name,
                 t.kind.name(),
                 t.dtype.name(),

@@ -1820,4 +1820,66 @@ beta = 0.5
         assert_eq!(Shape::rows(1000, 1023).to_string(), "1000x1023");
         assert_eq!(listing::si(1.0e9, "B"), "1.000 GB");
     }
+
+    /// A `channel` operand (a GroupNorm's per-channel weight): m * channels values a batch
+    /// item's rows share, for family norm's row-major rows only, every shape's rows split
+    /// into whole channels; `channels` only beside operand = "channel".
+    #[test]
+    fn channel_operands_are_norm_rows_of_whole_channels() {
+        let ops = "[[epilogue]]\nop = \"mul\"\noperand = \"channel\"\nchannels = 4\n[[epilogue]]\nop = \"add\"\noperand = \"channel\"\nchannels = 4\ndtype = \"f32\"\n";
+        let shapes = "[[shapes]]\nbatch = 2\nm = 8\nn = 4096\n[[shapes]]\nm = 3\nn = 132\n";
+        let w = parse(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}{ops}"),
+        )
+        .unwrap();
+        let c = w.chain();
+        assert_eq!(c.tensors.len(), 2);
+        assert_eq!(c.tensors[0].kind, chain::TensorKind::Channel(4));
+        assert_eq!(c.tensors[0].kind.abi_value(), 4);
+        assert_eq!((c.tensors[0].dtype, c.tensors[1].dtype), (DType::BF16, DType::F32));
+        assert_eq!(c.tensors[0].name, "channel0");
+        assert!(c.cpp().contains("CS_OPERAND_CHANNEL"), "{}", c.cpp());
+        assert!(c.cpp().contains("of 4 a row"), "{}", c.cpp());
+        // A row that does not split into the channels, named by its shape.
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"layer\"\n[[shapes]]\nm = 8\nn = 4098\n{ops}"),
+        );
+        assert!(e.contains("shapes[0].n") && e.contains("multiple of 4"), "{e}");
+        // Rows side by side, and other families.
+        let e = err(
+            "n",
+            &format!("{NORM}[layout]\na = \"col\"\n[params]\nnorm = \"layer\"\n{shapes}{ops}"),
+        );
+        assert!(e.contains("epilogue") && e.contains("layout.a"), "{e}");
+        let e = err("a", &format!("description = \"a\"\nfamily = \"activation\"\ndtype = \"bf16\"\n[[shapes]]\nm = 8\nn = 64\n{ops}"));
+        assert!(e.contains("family norm") && e.contains("not activation"), "{e}");
+        let e = err("g", &format!("{GEMM}{ops}"));
+        assert!(e.contains("operand \"channel\""), "{e}");
+        // `channels` needs a channel operand, and at least one channel.
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}[[epilogue]]\nop = \"mul\"\noperand = \"col\"\nchannels = 2\n"),
+        );
+        assert!(e.contains("epilogue[0].channels") && e.contains("not used"), "{e}");
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}[[epilogue]]\nop = \"mul\"\noperand = \"channel\"\nchannels = 0\n"),
+        );
+        assert!(e.contains("epilogue[0].channels") && e.contains("at least 1"), "{e}");
+        // Never in a reduction's [[before]] ops.
+        let e = err(
+            "r",
+            "description = \"r\"\nfamily = \"reduce\"\ndtype = \"bf16\"\nout_dtype = \"f32\"\n[params]\nreduce = \"sum\"\n[[shapes]]\nm = 4\nk = 100\n[[before]]\nop = \"mul\"\noperand = \"channel\"\n",
+        );
+        assert!(e.contains("before") && e.contains("channel operand"), "{e}");
+        // The bytes it adds: m * channels values of its type.
+        let one = w.headline();
+        let plain = parse("n", &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}")).unwrap();
+        assert_eq!(
+            w.min_bytes(one) - plain.min_bytes(one),
+            8.0 * 4.0 * (2.0 + 4.0)
+        );
+    }
 }

@@ -384,6 +384,7 @@ fn tensor_len(kind: TensorKind, row: f64, col: f64, matrix: f64) -> f64 {
     match kind {
         TensorKind::Row => row,
         TensorKind::Col => col,
+        TensorKind::Channel(r) => col * f64::from(r),
         TensorKind::Matrix => matrix,
     }
 }

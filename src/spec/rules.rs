@@ -200,6 +200,7 @@ impl Validator<'_> {
             }
         }
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
+        self.channel_operands(family, &layouts, &shapes, &chain)?;
         let after = self.after(family, out_dtype, &spec.after)?;
         // A reduction's [[before]] tensors are indexed like A (its input, in A's type);
         // gemm_norm's like D (the product, in D's type).
@@ -372,6 +373,51 @@ impl Validator<'_> {
         Ok(chain)
     }
 
+    /// A `channel` operand (a per-channel weight of rows that hold several channels): read
+    /// by family norm's row-major kernel only, and each shape's row must split into its
+    /// channels.
+    fn channel_operands(
+        &self,
+        family: Family,
+        layouts: &Layouts,
+        shapes: &[Shape],
+        chain: &Chain,
+    ) -> Result<()> {
+        let Some((t, r)) = chain.tensors.iter().find_map(|t| match t.kind {
+            TensorKind::Channel(r) => Some((t, r)),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        if family != Family::Norm || layouts.a != Layout::Row {
+            return Err(self.err(
+                "epilogue",
+                format!(
+                    "operand \"channel\" (`{}`) is read by family norm with row-major rows \
+                     only (a GroupNorm's per-channel weight and bias), not {family}{}; a \
+                     per-channel vector of rows that hold one channel each is operand = \"col\"",
+                    t.name,
+                    if layouts.a == Layout::Row { "" } else { " with layout.a = \"col\"" }
+                ),
+            ));
+        }
+        if let Some((i, sh)) = shapes
+            .iter()
+            .enumerate()
+            .find(|(_, sh)| sh.n % u64::from(r) != 0)
+        {
+            return Err(self.err(
+                format!("shapes[{i}].n"),
+                format!(
+                    "{} values a row do not split into the {r} channels of `{}` (channels = \
+                     {r}): n must be a multiple of {r}",
+                    sh.n, t.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Appends the ops of table `table` (`epilogue`, `after`, `before`) to `chain`, an error
     /// naming the entry and field (`before[2].operand`).
     fn extend_chain(
@@ -453,6 +499,20 @@ impl Validator<'_> {
             ));
         }
         self.extend_chain(&mut before, "before", specs, dtype)?;
+        if let Some(t) = before
+            .tensors
+            .iter()
+            .find(|t| matches!(t.kind, TensorKind::Channel(_)))
+        {
+            return Err(self.err(
+                "before",
+                format!(
+                    "[[before]] ops read row, col or matrix operands; `{}` is a channel \
+                     operand (family norm's [[epilogue]] only)",
+                    t.name
+                ),
+            ));
+        }
         let total = before.tensors.len() + chain.tensors.len();
         if total > MAX_TENSORS {
             return Err(self.err(

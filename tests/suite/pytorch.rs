@@ -332,26 +332,37 @@ fn import_a_group_norm_as_a_layer_norm_of_each_group() {
     assert!(toml_text.contains("GroupNorm"), "{toml_text}");
 }
 
-/// With a per-channel weight and bias (affine=True) the import names the node and why.
+/// With a per-channel weight and bias (affine=True, nn.GroupNorm's default): the samples
+/// are the batch, each row a group of 4 whole channels (a `channel` operand of 4 a row) or
+/// one channel's plane (a `col` operand), with a built-in candidate.
 #[test]
-fn an_affine_instance_or_group_norm_is_refused_with_its_reason() {
-    let Some(py) = python() else {
-        return;
-    };
-    for (file, op) in [
-        ("instance_norm_affine_unsupported", "aten.instance_norm"),
-        ("group_norm_affine_unsupported", "aten.group_norm"),
+fn import_affine_group_and_instance_norms_with_per_channel_operands() {
+    for (file, rows, per_row, what) in [
+        ("group_norm_affine", 8, 4, "channel"),
+        ("instance_norm_affine", 32, 1, "col"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("norm.toml");
-        let o = import_to(&py, file, &out, &[]);
-        let t = output_text(&o);
-        assert_eq!(o.status.code(), Some(2), "{t}");
-        assert!(
-            t.contains(op) && t.contains("per-channel weight or bias"),
-            "{t}"
+        let Some((spec, w, toml_text)) = import(file) else {
+            return;
+        };
+        assert_eq!(spec.family, Family::Norm, "{toml_text}");
+        let h = w.headline();
+        assert_eq!(
+            (h.batch, h.m, h.n),
+            (4, rows, per_row * 64 * 48),
+            "{toml_text}"
         );
-        assert!(!out.exists());
+        assert_eq!(
+            chain_ops(&spec),
+            vec![("mul", Some(what)), ("add", Some(what))],
+            "{toml_text}"
+        );
+        let channels = spec.epilogue.iter().map(|o| o.channels).collect::<Vec<_>>();
+        let want = (per_row > 1).then_some(per_row as u32);
+        assert_eq!(channels, vec![want, want], "{toml_text}");
+        // Every shape's rows split into whole channels.
+        assert!(w.shapes().iter().all(|s| s.n % per_row == 0), "{toml_text}");
+        assert!(w.shapes().len() >= 2, "{toml_text}");
+        assert!(!cutesmith::strategy::candidates(&w).is_empty());
     }
 }
 

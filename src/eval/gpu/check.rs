@@ -311,6 +311,10 @@ fn tensor_loads(spec: &CheckSpec) -> String {
         let idx = match t.kind {
             TensorKind::Row => format!("b * a.tb[{slot}] + lc"),
             TensorKind::Col => format!("b * a.tb[{slot}] + lr"),
+            // Row-major D only (the rules): a.cols is the row length.
+            TensorKind::Channel(r) => {
+                format!("b * a.tb[{slot}] + lr * {r}LL + lc / (a.cols / {r}LL)")
+            }
             TensorKind::Matrix => "i".into(),
         };
         let _ = writeln!(
@@ -330,6 +334,8 @@ fn before_loads(spec: &CheckSpec) -> String {
         let idx = match t.kind {
             TensorKind::Row => format!("b * a.tb[{i}] + j"),
             TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            // Never in [[before]] (the rules); indexed as in the epilogue.
+            TensorKind::Channel(r) => format!("b * a.tb[{i}] + lr * {r}LL + j / (a.cols / {r}LL)"),
             TensorKind::Matrix => {
                 format!("b * a.tb[{i}] + (a_col ? j * lda + lr : lr * lda + j)")
             }

@@ -246,10 +246,10 @@ fn second(chain: &Chain, o: &Operand, ty: &str, dtype: DType) -> Second {
             }
             // Another dtype: element by element, not past the end in a partial vector.
             Some(t) if t.kind == TensorKind::Matrix => plain(
-                format!("(i < total ? cs_t{i}(t{i}, i, row, col) : 0.0f)"),
+                format!("(i < total ? cs_t{i}(t{i}, i, row, col, n) : 0.0f)"),
                 false,
             ),
-            _ => plain(format!("cs_t{i}(t{i}, i, row, col)"), true),
+            _ => plain(format!("cs_t{i}(t{i}, i, row, col, n)"), true),
         },
     }
 }
@@ -288,13 +288,14 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
     for (ti, t) in chain.tensors.iter().enumerate() {
         let (tty, tld, _) = storage(t.dtype)?;
         let idx = match t.kind {
-            TensorKind::Row => "col",
-            TensorKind::Col => "row",
-            TensorKind::Matrix => "i",
+            TensorKind::Row => "col".to_string(),
+            TensorKind::Col => "row".to_string(),
+            TensorKind::Matrix => "i".to_string(),
+            TensorKind::Channel(r) => format!("row * {r}LL + col / (n / {r}LL)"),
         };
         let _ = writeln!(
             src,
-            "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col) {{ (void)i; (void)row; (void)col; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
+            "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col, long long n) {{ (void)i; (void)row; (void)col; (void)n; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
         );
     }
     for (j, step) in chain.steps.iter().enumerate() {

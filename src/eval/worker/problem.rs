@@ -30,6 +30,8 @@ pub(super) struct ChainTensor {
     pub ld: i64,
     /// Elements between batches (0: shared by every batch).
     pub batch_stride: i64,
+    /// A channel operand's values a channel covers along a row (n / channels); else 1.
+    pub span: usize,
 }
 
 impl ChainTensor {
@@ -39,6 +41,7 @@ impl ChainTensor {
         let i = match self.kind {
             TensorKind::Row => base + col,
             TensorKind::Col => base + row,
+            TensorKind::Channel(r) => base + row * r as usize + col / self.span.max(1),
             TensorKind::Matrix => {
                 base + if layout_cd == Layout::Row {
                     row * self.ld as usize + col
@@ -175,6 +178,8 @@ impl<'a> super::Ctx<'a> {
                 }
                 (TensorKind::Row, false) => (n, 1, 0),
                 (TensorKind::Col, _) => (m, 1, 0),
+                // Shared by the batch, like row and col vectors (a module's parameter).
+                (TensorKind::Channel(r), _) => (m * r as usize, r as usize, 0),
                 (TensorKind::Matrix, false) => (out_len, ldd, m * n),
             };
             let stream = STREAM_TENSOR0 + i as u64;
@@ -193,6 +198,10 @@ impl<'a> super::Ctx<'a> {
                 host,
                 ld: ld as i64,
                 batch_stride: stride as i64,
+                span: match t.kind {
+                    TensorKind::Channel(r) => (n / (r as usize).max(1)).max(1),
+                    _ => 1,
+                },
             });
         }
         // The output: guard, NaN poison, guard, written on the device.

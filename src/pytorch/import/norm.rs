@@ -399,12 +399,23 @@ impl<'g> Mapper<'g> {
         // A GroupNorm of an (N, C) input (a GEMM's output): its per-channel weight and
         // bias run along the row (C values), a row operand each.
         let channels_are_the_row = !instance && rank(self, x) == 2;
-        let mut affine = Vec::new();
-        if channels_are_the_row {
-            affine = row_affine([param(n, 2, "weight"), param(n, 3, "bias")]);
+        let (w_at, b_at) = if instance { (1, 2) } else { (2, 3) };
+        let weights = [param(n, w_at, "weight"), param(n, b_at, "bias")];
+        let affine = if channels_are_the_row {
+            row_affine(weights)
         } else if refusal(n).is_some() {
             return None;
-        }
+        } else {
+            // (N, C, ...): each row (a group of C / G channels, or one channel's plane)
+            // holds whole channels; map_norm makes the batch N.
+            let channels = *self.meta(x)?.shape.get(1)?;
+            let per_row = if instance {
+                1
+            } else {
+                channels / param(n, 1, "num_groups").and_then(Value::as_i64)?.max(1)
+            };
+            channel_affine(weights, u32::try_from(per_row).ok()?)
+        };
         // The first normalized dim, the rows each run of them splits into, eps's place.
         let (first, groups, eps_at, title) = if instance {
             (2, 1, 7, "InstanceNorm (a LayerNorm of each (n, c) plane)")
@@ -640,17 +651,23 @@ pub(super) fn map_norm(
             mp.problem(head, "group_norm over rows side by side: not expressible");
             return None;
         }
-        if !nm.affine.is_empty() {
-            mp.problem(
-                head,
-                "group_norm with a per-channel weight or bias over groups of an input that no GEMM \
-                 computes: the norm family's weight and bias run along its rows (one group); \
-                 after a GEMM (family gemm_norm) they run along the product's row",
-            );
-            return None;
-        }
         rows.m *= nm.groups;
         rows.len /= nm.groups;
+    }
+    // A per-channel weight and bias (`channel` / `col` operands, one vector for every
+    // sample): the batch is the samples, each of m rows of whole channels.
+    let per_channel = nm
+        .affine
+        .iter()
+        .any(|o| matches!(o.operand.as_deref(), Some("channel" | "col")));
+    if per_channel {
+        let samples = *rows.shape.first().unwrap_or(&1);
+        if rows.col || samples < 1 || rows.m % samples != 0 {
+            mp.problem(head, "a per-channel weight over rows side by side: not expressible");
+            return None;
+        }
+        rows.batch = samples;
+        rows.m /= samples;
     }
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     let first = ops.len();
@@ -663,8 +680,11 @@ pub(super) fn map_norm(
     ops.insert(0, format!("{} norm", nm.kind));
     let eps = nm.eps.map(|e| e as f32);
     let what = nm.title.unwrap_or(nm.kind.title());
+    let per_row = chain.iter().find_map(|o| o.channels).unwrap_or(1);
     let shapes = if col {
         super::side_by_side_shapes(batch, m, n)
+    } else if per_channel {
+        super::channel_shapes(batch, m, n, i64::from(per_row))
     } else {
         super::row_shapes(m, n)
     };
@@ -906,26 +926,32 @@ fn row_affine([weight, bias]: [Option<&Value>; 2]) -> Vec<OpSpec> {
         .collect()
 }
 
-/// Whether argument `i` (keyword `key`) of `n` is given and not None.
-fn given(n: &Node, i: usize, key: &str) -> bool {
-    param(n, i, key).is_some_and(|v| !v.is_null())
+/// A norm's per-channel weight and bias of an (N, C, ...) input whose rows each hold
+/// `per_row` whole channels: `mul` and `add` by a col operand (one channel a row) or a
+/// channel operand.
+fn channel_affine(weights: [Option<&Value>; 2], per_row: u32) -> Vec<OpSpec> {
+    let mut ops = row_affine(weights);
+    for o in &mut ops {
+        if per_row == 1 {
+            o.operand = Some("col".into());
+        } else {
+            o.operand = Some("channel".into());
+            o.channels = Some(per_row);
+        }
+    }
+    ops
 }
+
 
 /// Why an `aten.instance_norm`, `aten.group_norm` or `aten.batch_norm` node is not a row
 /// normalization cutesmith runs; `None` when it is one, and for every other op.
 pub(super) fn refusal(n: &Node) -> Option<&'static str> {
     match target(n) {
-        "instance_norm" if given(n, 1, "weight") || given(n, 2, "bias") => Some(
-            "instance_norm with a per-channel weight or bias (affine=True): the norm family's weight and bias run along the row (the spatial dims), not per channel",
-        ),
         "instance_norm"
             if param(n, 5, "use_input_stats").and_then(Value::as_bool) == Some(false) =>
         {
             Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows")
         }
-        "group_norm" if given(n, 2, "weight") || given(n, 3, "bias") => Some(
-            "group_norm with a per-channel weight or bias (affine=True, nn.GroupNorm's default) of an input no GEMM computes: the norm family's weight and bias run along the row, not per channel (after a GEMM, gemm_norm takes it)",
-        ),
         "batch_norm" if param(n, 5, "training").and_then(Value::as_bool) == Some(true) => Some(
             "batch_norm in training mode of an input other than (N, C) (BatchNorm2d / 3d, or BatchNorm1d of (N, C, L)): each channel is normalized over several dims, which no family computes yet (family gemm_norm normalizes the columns of an (N, C) product: norm = \"batch\")",
         ),

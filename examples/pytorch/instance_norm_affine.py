@@ -1,6 +1,6 @@
-# nn.InstanceNorm2d with a per-channel weight and bias (affine=True): not a row
-# normalization cutesmith runs (the norm family's weight and bias run along the row), so
-# the import names the node and says why.
+# nn.InstanceNorm2d with a per-channel weight and bias (affine=True): family norm over a
+# batch of the 4 samples, each 32 rows (one channel's 64 x 48 plane each), the weight and
+# bias `col` operands (one value a row, shared by the samples).
 import torch
 import torch.nn as nn
 

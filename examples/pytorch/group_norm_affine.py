@@ -1,5 +1,6 @@
-# nn.GroupNorm as it runs by default, with a per-channel weight and bias: refused, saying
-# why (the norm family's weight and bias run along the row).
+# nn.GroupNorm as it runs by default, with a per-channel weight and bias: family norm over
+# a batch of the 4 samples, each 8 rows (one group of 4 channels x 64 x 48 each), the weight
+# and bias `channel` operands (4 channels a row).
 import torch
 import torch.nn as nn
 
