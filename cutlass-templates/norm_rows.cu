@@ -96,6 +96,8 @@
 //   CS_SPLIT_APPLY_VECS     2       path 3's write kernel: vectors a thread a step
 //   CS_SPLIT_APPLY_CTAS     6       path 3's write kernel: CTAs an SM keeps (its register
 //                                   bound: 6 x 256 threads, 42 registers)
+//   CS_FEW_ROWS_SPLIT       1       rows that path 2 would take but fewer than the SMs go
+//                                   to path 3 (0: never)
 //   CS_COL_ROWS_PER_THREAD  4       path 4: adjacent rows a thread (2, 4, 8; 0: 16 bytes)
 //   CS_COL_K                16      path 4: columns a warp holds (2, 4, 8, 16)
 //
@@ -154,6 +156,9 @@ static constexpr int kSplitVecs    = 8;     // path 3: vectors a thread per step
 // loads overlap another's math and stores (a CTA a chunk, one step each otherwise).
 #ifndef CS_SPLIT_APPLY_VECS
 #define CS_SPLIT_APPLY_VECS 2
+#endif
+#ifndef CS_FEW_ROWS_SPLIT
+#define CS_FEW_ROWS_SPLIT 1
 #endif
 #ifndef CS_SPLIT_APPLY_CTAS
 #define CS_SPLIT_APPLY_CTAS 6
@@ -1127,7 +1132,11 @@ static int32_t cs_norm_plan(const cs_problem& p, CsPlan& pl)
     pl.grid = cs_min64(cs_ceil_div(pl.rows, kWarpCta / pl.group * pl.rpt), 0x7fffffffLL);
     return CS_OK;
   }
-  if (nb_max <= int64_t(kThreads) * kRegVecsMax) {
+  // Fewer rows than SMs (a diffusion GroupNorm's 64 groups of 40960): a CTA a row leaves
+  // SMs idle, so rows of at least two split steps go to path 3 (CS_FEW_ROWS_SPLIT=0: never).
+  bool const few = CS_FEW_ROWS_SPLIT && pl.rows < cs_sm_count(p) &&
+                   nb_max >= 2 * int64_t(kSplitThreads) * kSplitApplyVecs;
+  if (nb_max <= int64_t(kThreads) * kRegVecsMax && !few) {
     pl.path = kPathRegs;
     pl.vpt = int(cs_max64(kRegVecsMin, cs_pow2_at_least(cs_ceil_div(nb_max, kThreads))));
     pl.threads = int(cs_max64(32, cs_ceil_div(cs_ceil_div(nb_max, pl.vpt), 32) * 32));
