@@ -4,6 +4,9 @@
 //   D[b] = chain(normalize(A[b]))   (CS_FAMILY_NORM): each of the m rows of A[b] (n elements)
 //     RMS: x * rsqrt(mean(x^2) + eps)     LAYER: (x - mean) * rsqrt(var + eps) (biased var)
 //     L2:  x / max(sqrt(sum x^2), eps)    L1:    x / max(sum |x|, eps)       (eps = norm_eps)
+//     BATCH: LAYER over row i of every batch item together (batch * n values): BatchNorm's
+//            training statistics of an (N, C, ...) input as batch N of m = C rows of the
+//            spatial values; row-major, path 3 (its finish kernel merges the items' chunks)
 //
 // layout_a ROW: element (i, j) of batch b at b * batch_stride_a + i * lda + j; COL: at
 // b * batch_stride_a + j * lda + i (a norm over dim 1 of a (B, F, D) tensor: batch B, m = D
@@ -96,8 +99,6 @@
 //   CS_SPLIT_APPLY_VECS     2       path 3's write kernel: vectors a thread a step
 //   CS_SPLIT_APPLY_CTAS     6       path 3's write kernel: CTAs an SM keeps (its register
 //                                   bound: 6 x 256 threads, 42 registers)
-//   CS_FEW_ROWS_SPLIT       1       rows that path 2 would take but fewer than the SMs go
-//                                   to path 3 (0: never)
 //   CS_COL_ROWS_PER_THREAD  4       path 4: adjacent rows a thread (2, 4, 8; 0: 16 bytes)
 //   CS_COL_K                16      path 4: columns a warp holds (2, 4, 8, 16)
 //
@@ -156,9 +157,6 @@ static constexpr int kSplitVecs    = 8;     // path 3: vectors a thread per step
 // loads overlap another's math and stores (a CTA a chunk, one step each otherwise).
 #ifndef CS_SPLIT_APPLY_VECS
 #define CS_SPLIT_APPLY_VECS 2
-#endif
-#ifndef CS_FEW_ROWS_SPLIT
-#define CS_FEW_ROWS_SPLIT 1
 #endif
 #ifndef CS_SPLIT_APPLY_CTAS
 #define CS_SPLIT_APPLY_CTAS 6
@@ -489,6 +487,9 @@ __device__ __forceinline__ float cs_norm_sum(const CsRun<T, R>& r, int norm)
   return norm == CS_NORM_L1 ? cs_run_sum<2>(r) : cs_run_sum<1>(r);
 }
 
+// The statistics a norm keeps: a batch norm's are LAYER's (over the batch's rows).
+__device__ __forceinline__ int cs_stat_norm(int norm) { return norm == CS_NORM_BATCH ? CS_NORM_LAYER : norm; }
+
 // A part of a row, merged in double: LAYER (count, mean, M2); the other norms (count, -, sum
 // of x^2 or |x|). Each part's own values are reduced in fp32 (two-pass for LAYER).
 struct CsStat {
@@ -813,7 +814,7 @@ cs_norm_split_stats(const __grid_constant__ cs_problem p, int64_t items, int64_t
 {
   constexpr int V = CsVec<TA>::V;
   __shared__ CsStat red[32];
-  int const g = int(threadIdx.x), G = int(blockDim.x), norm = p.norm;
+  int const g = int(threadIdx.x), G = int(blockDim.x), norm = cs_stat_norm(p.norm);
   bool const layer = norm == CS_NORM_LAYER;
   for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
     int64_t const w = cs_chunk_major(i, items / parts, parts);
@@ -838,19 +839,26 @@ cs_norm_split_stats(const __grid_constant__ cs_problem p, int64_t items, int64_t
   }
 }
 
-// Each row's normalization from its `parts` partial statistics (one CTA a row).
+// Each row's normalization from its `parts` partial statistics (one CTA a row). A batch
+// norm's row `row` (of `rows` = m) merges the partials of row `row` of every batch item
+// (`batches` of them); otherwise `batches` is 1 and `rows` every row of every item.
 template <class TD>
 __global__ void __launch_bounds__(256)
-cs_norm_split_finish(const __grid_constant__ cs_problem p, int64_t rows, int64_t parts,
+cs_norm_split_finish(const __grid_constant__ cs_problem p, int64_t rows, int64_t batches, int64_t parts,
                      const CsStat* __restrict__ ws, CsNorm* __restrict__ fin)
 {
   __shared__ CsStat red[32];
-  bool const layer = p.norm == CS_NORM_LAYER;
+  int const norm = cs_stat_norm(p.norm);
+  bool const layer = norm == CS_NORM_LAYER;
+  int64_t const count = batches * parts;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     CsStat st{0.0, 0.0, 0.0};
-    for (int64_t q = threadIdx.x; q < parts; q += blockDim.x) st = cs_merge(st, ws[row * parts + q], layer);
+    for (int64_t t = threadIdx.x; t < count; t += blockDim.x) {
+      int64_t const b = t / parts, q = t - b * parts;
+      st = cs_merge(st, ws[(b * rows + row) * parts + q], layer);
+    }
     st = cs_block_stat(st, layer, red);
-    if (threadIdx.x == 0) fin[row] = cs_finish<std::is_same_v<TD, float>>(p.norm, p.norm_eps, p.n, st);
+    if (threadIdx.x == 0) fin[row] = cs_finish<std::is_same_v<TD, float>>(norm, p.norm_eps, batches * p.n, st);
     __syncthreads();   // red is reused by the next row
   }
 }
@@ -858,7 +866,7 @@ cs_norm_split_finish(const __grid_constant__ cs_problem p, int64_t rows, int64_t
 template <class TA, class TD, int VPT>
 __global__ void __launch_bounds__(kSplitThreads, kSplitApplyCtas)
 cs_norm_split_apply(const __grid_constant__ cs_problem p, int64_t items, int64_t parts, int64_t cv,
-                    const CsNorm* __restrict__ fin)
+                    const CsNorm* __restrict__ fin, bool over_batch)
 {
   constexpr int V = CsVec<TA>::V;
   int const g = int(threadIdx.x), G = int(blockDim.x);
@@ -868,7 +876,7 @@ cs_norm_split_apply(const __grid_constant__ cs_problem p, int64_t items, int64_t
   for (int64_t w0 = blockIdx.x; w0 < items; w0 += gridDim.x) {
     int64_t const w = cs_chunk_major(items - 1 - w0, items / parts, parts);
     CsChunk<TA> const c(p, w, parts, cv);
-    CsNorm const nm = fin[w / parts];
+    CsNorm const nm = fin[over_batch ? c.i : w / parts];   // a batch norm's: one a row of an item
     TD* const yr = static_cast<TD*>(p.d) + c.b * p.batch_stride_d + c.i * p.ldd;
     for (int64_t s0 = c.c0 + g; s0 < c.c1; s0 += int64_t(VPT) * G) {
       CsRun<TA, V> r[VPT];
@@ -1046,7 +1054,8 @@ cs_norm_col_kernel(const __grid_constant__ cs_problem p, int64_t tiles_per_batch
 static int32_t cs_norm_check(const cs_problem& p, bool check_pointers)
 {
   if (!kBuildNorm || p.family != CS_FAMILY_NORM) return CS_ERR_UNSUPPORTED;
-  if (p.norm < CS_NORM_RMS || p.norm > CS_NORM_L1) return CS_ERR_UNSUPPORTED;
+  if (p.norm < CS_NORM_RMS || p.norm > CS_NORM_BATCH) return CS_ERR_UNSUPPORTED;
+  if (p.norm == CS_NORM_BATCH && p.layout_a != CS_LAYOUT_ROW) return CS_ERR_UNSUPPORTED;
   if (!cs_valid_types(p.dtype_ab, p.dtype_cd)) return CS_ERR_UNSUPPORTED;
   if (kWlIn >= 0 && (p.dtype_ab != kWlIn || p.dtype_cd != kWlOut)) return CS_ERR_UNSUPPORTED;
   if (p.layout_a != CS_LAYOUT_ROW && p.layout_a != CS_LAYOUT_COL) return CS_ERR_UNSUPPORTED;
@@ -1124,7 +1133,8 @@ static int32_t cs_norm_plan(const cs_problem& p, CsPlan& pl)
     return CS_OK;
   }
   int64_t const nb_max = p.n / (16 / cs_dtype_bytes(p.dtype_ab));   // body vectors of a row, at most
-  if (p.n <= kWarpRowMax && nb_max <= 256) {
+  bool const over_batch = p.norm == CS_NORM_BATCH;   // statistics across the batch: path 3 only
+  if (p.n <= kWarpRowMax && nb_max <= 256 && !over_batch) {
     pl.path = kPathWarp;
     pl.group = nb_max <= 8 ? 8 : nb_max <= 16 ? 16 : 32;
     pl.vpt = pl.group < 32 ? 1 : int(cs_pow2_at_least(cs_ceil_div(nb_max, 32)));
@@ -1132,11 +1142,9 @@ static int32_t cs_norm_plan(const cs_problem& p, CsPlan& pl)
     pl.grid = cs_min64(cs_ceil_div(pl.rows, kWarpCta / pl.group * pl.rpt), 0x7fffffffLL);
     return CS_OK;
   }
-  // Fewer rows than SMs (a diffusion GroupNorm's 64 groups of 40960): a CTA a row leaves
-  // SMs idle, so rows of at least two split steps go to path 3 (CS_FEW_ROWS_SPLIT=0: never).
-  bool const few = CS_FEW_ROWS_SPLIT && pl.rows < cs_sm_count(p) &&
-                   nb_max >= 2 * int64_t(kSplitThreads) * kSplitApplyVecs;
-  if (nb_max <= int64_t(kThreads) * kRegVecsMax && !few) {
+  // Fewer rows than SMs stay here too: a diffusion GroupNorm's 64 rows of 40960 bf16 took
+  // 17.0 us here and 33.0 us split over CTAs (path 3), on an H200.
+  if (nb_max <= int64_t(kThreads) * kRegVecsMax && !over_batch) {
     pl.path = kPathRegs;
     pl.vpt = int(cs_max64(kRegVecsMin, cs_pow2_at_least(cs_ceil_div(nb_max, kThreads))));
     pl.threads = int(cs_max64(32, cs_ceil_div(cs_ceil_div(nb_max, pl.vpt), 32) * 32));
@@ -1199,8 +1207,12 @@ static int32_t cs_norm_run(const cs_problem& p, const CsPlan& pl, cudaStream_t s
           CsNorm* const fin = reinterpret_cast<CsNorm*>(ws + pl.rows * pl.parts);
           int64_t const items = pl.rows * pl.parts;
           cs_norm_split_stats<TA, kSplitVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, ws);
-          cs_norm_split_finish<TD><<<unsigned(cs_min64(pl.rows, 65535)), 256, 0, st>>>(p, pl.rows, pl.parts, ws, fin);
-          cs_norm_split_apply<TA, TD, kSplitApplyVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, fin);
+          bool const over_batch = p.norm == CS_NORM_BATCH;
+          int64_t const fin_rows = over_batch ? p.m : pl.rows;
+          cs_norm_split_finish<TD><<<unsigned(cs_min64(fin_rows, 65535)), 256, 0, st>>>(
+              p, fin_rows, over_batch ? p.batch : 1, pl.parts, ws, fin);
+          cs_norm_split_apply<TA, TD, kSplitApplyVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, fin,
+                                                                                                     over_batch);
         }
         break;
       case kPathCol:

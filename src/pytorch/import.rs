@@ -108,9 +108,9 @@ pub struct Imported {
 
 const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, addmm, einsum of two \
     operands that is one (batched) matrix product, softmax, log_softmax over the last \
-    dimension, the norms (layer_norm, rms_norm, instance_norm and group_norm without \
-    affine (and running stats), and \
-    RMS, L2 and L1 normalization written out \
+    dimension, the norms (layer_norm, rms_norm, instance_norm and group_norm with or \
+    without their per-channel weight and bias (not running stats), batch_norm in training \
+    mode (--train), and RMS, L2 and L1 normalization written out \
     with mean / sum / norm over adjacent dims, keepdim), the reductions of an input over \
     adjacent dims (sum, mean, amax, amin, max and min with a dim (their values, or their \
     indices), logsumexp, norm / linalg.vector_norm of order 2, argmax and argmin into int64, with \

@@ -201,6 +201,16 @@ impl Validator<'_> {
         }
         let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
         self.channel_operands(family, &layouts, &shapes, &chain)?;
+        // family norm's batch norm: row i of every batch item together (an (N, C, ...)
+        // input's channel over its samples), each row contiguous.
+        if family == Family::Norm && params.norm == NormKind::Batch && layouts.a != Layout::Row {
+            return Err(self.err(
+                "layout.a",
+                "norm = \"batch\" normalizes row i of every batch item together, each row \
+                 contiguous (batch N, m = C rows of an (N, C, ...) input's spatial values); \
+                 leave layout.a out",
+            ));
+        }
         let after = self.after(family, out_dtype, &spec.after)?;
         // A reduction's [[before]] tensors are indexed like A (its input, in A's type);
         // gemm_norm's like D (the product, in D's type).
@@ -840,7 +850,6 @@ impl Validator<'_> {
                         "missing; family {family} needs one; allowed: {}",
                         NormKind::ALL
                             .iter()
-                            .filter(|k| family == Family::GemmNorm || **k != NormKind::Batch)
                             .map(|k| k.name())
                             .collect::<Vec<_>>()
                             .join(", ")
@@ -849,13 +858,6 @@ impl Validator<'_> {
             }
             (_, k) => k.unwrap_or(NormKind::Rms),
         };
-        if family == Family::Norm && norm == NormKind::Batch {
-            return Err(self.err(
-                "params.norm",
-                "batch normalizes each column of a GEMM's product over its rows (family \
-                 gemm_norm); family norm normalizes rows: rms, layer, l2 or l1",
-            ));
-        }
         let groups = match (family, p.groups) {
             (Family::GemmNorm, Some(g)) if g > 1 && norm == NormKind::Batch => {
                 return Err(self.err(

@@ -442,8 +442,9 @@ pub enum NormKind {
     L2,
     /// `x / max(sum |x|, eps)` (`F.normalize`, p = 1).
     L1,
-    /// Layer's formula over each column of D's m rows (gemm_norm only): BatchNorm's
-    /// training-mode statistics, feature j being column j.
+    /// Layer's formula with BatchNorm's training-mode statistics: in gemm_norm over each
+    /// column of D's m rows (feature j being column j); in norm over row i of every batch
+    /// item together (an (N, C, ...) input as batch N of m = C rows of its spatial values).
     Batch,
 }
 
@@ -497,7 +498,7 @@ impl NormKind {
             NormKind::Layer => "(x - mean) / sqrt(var + eps), biased var",
             NormKind::L2 => "x / max(sqrt(sum x^2), eps)",
             NormKind::L1 => "x / max(sum |x|, eps)",
-            NormKind::Batch => "(x - mean) / sqrt(var + eps) over each column's m rows, biased var",
+            NormKind::Batch => "(x - mean) / sqrt(var + eps), biased var, over each column's m rows (gemm_norm) or over row i of every batch item (norm)",
         };
         format!("{} {f}", self.title())
     }

@@ -400,8 +400,10 @@ pub fn check_source(spec: &CheckSpec) -> String {
             p0 = lit(gate.default_params().0),
             p1 = lit(gate.default_params().1),
         ),
-        Reference::Norm { .. } => format!(
-            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * (b * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t, lr, lc);\n  *slack = 0.0;\n"
+        // A batch norm's statistics are row lr's of every item, kept at item 0.
+        Reference::Norm { kind, .. } => format!(
+            "  const double x = {in_ld}((const void*)a.r[0], i);\n  const double* st = (const double*)a.r[1] + 2 * ({item} * (col_major ? a.cols : a.rows) + lr);\n  *want = csd_chain((x - st[0]) * st[1], t, lr, lc);\n  *slack = 0.0;\n",
+            item = if *kind == NormKind::Batch { "0" } else { "b" }
         ),
         Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack, lr, 0);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
         Reference::Scan { kind, reverse, exclusive } => format!(
@@ -660,9 +662,15 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
 {{
   const bool col_major = {col_major};
   const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
-  const long long row = blockIdx.x, b = row / R, lr = row % R;
+  const long long row = blockIdx.x, lr = row % R;
+  // A batch norm (kind 4): row lr of every batch item together, by the first item's block;
+  // the others have nothing to do (the reference reads its statistics at item 0).
+  const bool over_batch = {norm_kind} == 4;
+  if (over_batch && row >= R) return;
+  const long long b0 = over_batch ? 0 : row / R, b1 = over_batch ? a.batch : b0 + 1;
   __shared__ double red[1024];
   double s1 = 0.0, s2 = 0.0, sa = 0.0;
+  for (long long b = b0; b < b1; ++b)
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     const double x = {in_ld}((const void*)a.r[0], i);
@@ -671,8 +679,9 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
   s1 = csd_block_reduce(s1, red, false);
   s2 = csd_block_reduce(s2, red, false);
   sa = csd_block_reduce(sa, red, false);
-  const double n = (double)C, mean = s1 / n;
+  const double n = (double)C * (double)(b1 - b0), mean = s1 / n;
   double cs = 0.0;
+  for (long long b = b0; b < b1; ++b)
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     const double d = {in_ld}((const void*)a.r[0], i) - mean;
@@ -684,7 +693,7 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
     double shift = 0.0, scale = 1.0;
     switch ({norm_kind}) {{
       case 0: scale = 1.0 / sqrt(s2 / n + eps); break;
-      case 1: shift = mean; scale = 1.0 / sqrt(cs / n + eps); break;
+      case 1: case 4: shift = mean; scale = 1.0 / sqrt(cs / n + eps); break;
       case 2: scale = 1.0 / fmax(sqrt(s2), eps); break;
       default: scale = 1.0 / fmax(sa, eps); break;
     }}

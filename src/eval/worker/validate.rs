@@ -428,12 +428,29 @@ impl Ctx<'_> {
                     };
                     let batches = p.out_len / plane.max(1);
                     let mut rows = vec![(0f64, 1f64); batches * m];
-                    for (idx, slot) in rows.iter_mut().enumerate() {
-                        let (b, r) = (idx / m, idx % m);
-                        let stats = RowStats::of((0..n).map(|c| x[at(b, r, c)].to_f64()));
-                        *slot = params
-                            .norm
-                            .shift_scale(n as f64, stats, f64::from(params.eps));
+                    if params.norm == NormKind::Batch {
+                        // Row r of every batch item together: one (shift, scale) a row.
+                        for r in 0..m {
+                            let all = (0..batches)
+                                .flat_map(|b| (0..n).map(move |c| (b, c)))
+                                .map(|(b, c)| x[at(b, r, c)].to_f64());
+                            let ss = params.norm.shift_scale(
+                                (batches * n) as f64,
+                                RowStats::of(all),
+                                f64::from(params.eps),
+                            );
+                            for b in 0..batches {
+                                rows[b * m + r] = ss;
+                            }
+                        }
+                    } else {
+                        for (idx, slot) in rows.iter_mut().enumerate() {
+                            let (b, r) = (idx / m, idx % m);
+                            let stats = RowStats::of((0..n).map(|c| x[at(b, r, c)].to_f64()));
+                            *slot = params
+                                .norm
+                                .shift_scale(n as f64, stats, f64::from(params.eps));
+                        }
                     }
                     let tensors = &p.tensors;
                     data::parallel_fill(&mut want, |i| {

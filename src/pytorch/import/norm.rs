@@ -459,10 +459,19 @@ impl<'g> Mapper<'g> {
         let Some(Arg::Node(x)) = self.resolve(n.args.first().map(arg)) else {
             return None;
         };
-        if rank(self, x) != 2 {
+        let r = rank(self, x);
+        if r < 2 {
             return None;
         }
-        let affine = row_affine([param(n, 1, "weight"), param(n, 2, "bias")]);
+        // (N, C): the features are the row (after a GEMM, gemm_norm); (N, C, ...): each
+        // channel's plane is a row of a batch of N items (family norm), its weight and bias
+        // one value a row.
+        let weights = [param(n, 1, "weight"), param(n, 2, "bias")];
+        let affine = if r == 2 {
+            row_affine(weights)
+        } else {
+            channel_affine(weights, 1)
+        };
         Some(NormMatch {
             head: n.name.clone(),
             input: x.to_string(),
@@ -634,6 +643,9 @@ pub(super) fn map_norm(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
+    if nm.kind == NormKind::Batch && rank(mp, &nm.input) >= 3 {
+        return map_batch_norm(mp, nm, out, file, ops);
+    }
     if nm.kind == NormKind::Batch {
         mp.problem(
             head,
@@ -701,6 +713,71 @@ pub(super) fn map_norm(
         params: ParamsSpec {
             norm: Some(nm.kind),
             eps,
+            ..ParamsSpec::default()
+        },
+        tolerance: None,
+        target: None,
+        epilogue: chain,
+        after: Vec::new(),
+        before: Vec::new(),
+    })
+}
+
+/// A training-mode batch norm of an (N, C, ...) input no GEMM computes (`nn.BatchNorm2d`,
+/// `BatchNorm1d` of (N, C, L)): family norm with `norm = "batch"` over a batch of the N
+/// samples, each C rows of its spatial values, row i of every sample normalized together;
+/// the weight and bias `col` operands (one value a channel).
+fn map_batch_norm(
+    mp: &mut Mapper<'_>,
+    nm: &NormMatch,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let head = mp.node(&nm.head)?;
+    let meta = mp.meta(&nm.input)?;
+    let dtype = super::dtype_of(&meta.dtype)?;
+    let shape = meta.shape.clone();
+    let (batch, m) = (shape[0], shape[1]);
+    let n: i64 = shape[2..].iter().product();
+    if batch < 1 || m < 1 || n < 1 {
+        mp.problem(head, format!("a batch norm of the empty {shape:?}"));
+        return None;
+    }
+    let first = ops.len();
+    let after = super::chain_after(mp, &nm.head, out, (batch, m, n), dtype, ops)?;
+    let chain = after_affine(&nm.affine, after, &mut ops[first..]);
+    for (i, a) in nm.affine.iter().enumerate() {
+        ops.insert(first + i, super::describe(a));
+    }
+    ops.insert(first, format!("{} norm", nm.kind));
+    let dims = shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let description = format!(
+        "{dtype} BatchNorm in training mode (each channel over the batch's samples and its \
+         spatial values) of [{dims}]: a batch of {batch} samples, each {m} rows of {n}{}; \
+         imported from {file}",
+        match chain.len() {
+            0 => String::new(),
+            k => format!(", then {k} ops"),
+        }
+    );
+    Some(WorkloadSpec {
+        name: None,
+        description,
+        family: Family::Norm,
+        dtype,
+        out_dtype: None,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: None,
+        shapes: super::channel_shapes(batch, m, n, 1),
+        params: ParamsSpec {
+            norm: Some(NormKind::Batch),
+            eps: nm.eps.map(|e| e as f32),
             ..ParamsSpec::default()
         },
         tolerance: None,
@@ -953,7 +1030,7 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             Some("instance_norm with running statistics (track_running_stats in eval mode): a per-channel affine map, not a normalization of the rows")
         }
         "batch_norm" if param(n, 5, "training").and_then(Value::as_bool) == Some(true) => Some(
-            "batch_norm in training mode of an input other than (N, C) (BatchNorm2d / 3d, or BatchNorm1d of (N, C, L)): each channel is normalized over several dims, which no family computes yet (family gemm_norm normalizes the columns of an (N, C) product: norm = \"batch\")",
+            "batch_norm in training mode of an input of fewer than two dims: not a normalization of channels",
         ),
         "batch_norm" => Some(
             "batch_norm in eval mode of an input other than (N, C): a per-channel affine map along a dim that is not the last, which no operand kind indexes (of (N, C) values it is a row scale and shift); `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems)",
