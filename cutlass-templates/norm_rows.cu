@@ -1206,7 +1206,10 @@ static int32_t cs_norm_run(const cs_problem& p, const CsPlan& pl, cudaStream_t s
           CsStat* const ws = static_cast<CsStat*>(p.workspace);
           CsNorm* const fin = reinterpret_cast<CsNorm*>(ws + pl.rows * pl.parts);
           int64_t const items = pl.rows * pl.parts;
-          cs_norm_split_stats<TA, kSplitVecs><<<unsigned(pl.grid), kSplitThreads, 0, st>>>(p, items, pl.parts, pl.cv, ws);
+          // Short chunks (a batch norm's rows of a few thousand values) take small CTAs, so
+          // that more chunks are in flight: a CTA's block reduction is latency, not bytes.
+          int const stat_threads = int(cs_min64(kSplitThreads, cs_max64(32, cs_ceil_div(cs_ceil_div(pl.cv, kSplitVecs), 32) * 32)));
+          cs_norm_split_stats<TA, kSplitVecs><<<unsigned(pl.grid), stat_threads, 0, st>>>(p, items, pl.parts, pl.cv, ws);
           bool const over_batch = p.norm == CS_NORM_BATCH;
           int64_t const fin_rows = over_batch ? p.m : pl.rows;
           cs_norm_split_finish<TD><<<unsigned(cs_min64(fin_rows, 65535)), 256, 0, st>>>(
