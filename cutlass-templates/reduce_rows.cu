@@ -8,8 +8,10 @@
 //     ARGMAX / ARGMIN: the index of the first largest / smallest x, or of the first NaN
 //     (torch.argmax / argmin); D is int64 and there is no chain or [[before]] op
 //     CROSS_ENTROPY: logsumexp(x) - x[t], t = targets[b * m + i] (0 for t == ignore_index);
-//     row-major rows, no chain or [[before]] op; with total SUM / MEAN, D[b] is the sum of
-//     the batch's row values (over the rows not ignored for MEAN) instead of one a row
+//     row-major rows, no chain or [[before]] op
+//   p.total SUM / MEAN (a cross entropy, SUM or MEAN, no chain): D[b] is the sum of batch
+//   b's row values, or their mean (over the rows not ignored, for a cross entropy), instead
+//   of one a row: torch.mean(x) or torch.sum(x) of a whole (B, M, K) item, a loss's mean
 //
 // layout_a ROW: element j of row i of batch b at b * batch_stride_a + i * lda + j (torch.sum
 // over the last dim); COL: at b * batch_stride_a + j * lda + i (a reduction over dim 1 of a
@@ -36,11 +38,12 @@
 //
 // Workspace: split rows, batch * m * P * 8 bytes (one state a part: a row's parts
 // adjacent for row-major rows, part-major for rows side by side); a smaller one than
-// asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). A cross entropy with a total
-// also keeps each row's (value, counted) pair, batch * m * 8 bytes, at the workspace's end
+// asked for makes P shrink (CS_ERR_WORKSPACE only if P < 1). A total also keeps each row's
+// (value, counted) pair, batch * m * 8 bytes, at the workspace's end
 // (CS_ERR_WORKSPACE if that does not fit); cs_reduce_total adds a batch's in double, in a
 // fixed order. CS_ERR_UNSUPPORTED: other families, an unknown cs_reduce (or one unlike
-// CS_WL_REDUCE), a total but for a cross entropy, a cross entropy without its targets (or
+// CS_WL_REDUCE), a total but for a cross entropy, SUM or MEAN (or with a chain), a cross
+// entropy without its targets (or
 // rows side by side, or ops), n != 1, layout_cd not ROW, dtype_ab not f32 / f16 / bf16 or
 // dtype_cd neither it nor f32, lda below a row (ROW) or a column (COL), pointers not
 // element-aligned, chain operands unlike the chain's. m, k or batch 0: CS_OK, nothing done.
@@ -351,11 +354,12 @@ __device__ __forceinline__ void cs_unpack(uint4 r, float (&x)[16 / sizeof(T)])
   }
 }
 
-// A cross entropy's row values when D holds their total: one (value, counted) pair a row at
-// the workspace's end (after any split rows' states), batch * m of them.
+// The row values when D holds their total (a cross entropy's, a sum's or a mean's: every
+// element of a batch item): one (value, counted) pair a row at the workspace's end (after
+// any split rows' states), batch * m of them.
 __host__ __device__ __forceinline__ uint64_t cs_total_bytes(const cs_problem& p)
 {
-  return p.reduce == CS_REDUCE_CROSS_ENTROPY && p.total != CS_TOTAL_NONE ? uint64_t(p.batch * p.m) * sizeof(float2) : 0;
+  return p.total != CS_TOTAL_NONE ? uint64_t(p.batch * p.m) * sizeof(float2) : 0;
 }
 __device__ __forceinline__ float2* cs_total_area(const cs_problem& p)
 {
@@ -397,7 +401,8 @@ __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t
     else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a - s.b);
     else y = s.a;
     if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
-    static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+    if (p.total == CS_TOTAL_NONE) static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
+    else cs_total_area(p)[b * p.m + i] = make_float2(y, 1.0f);   // a sum's or mean's row
   }
 }
 
@@ -633,9 +638,10 @@ __global__ void __launch_bounds__(256) cs_reduce_finish_cta(cs_problem p, int64_
   }
 }
 
-// A CTA a batch: the total of the batch's row values (a cross entropy's sum, or its mean over
-// the rows counted; none counted: 0 / 0, NaN, as torch's), in double and a fixed order, so
-// the result does not depend on which rows finished first.
+// A CTA a batch: the total of the batch's row values (their sum, or their mean over the rows
+// counted: a cross entropy's ignored rows are not; none counted: 0 / 0, NaN, as torch's), in
+// double and a fixed order, so the result does not depend on which rows finished first. A
+// mean of row means is the batch item's mean (its rows are all k long).
 template <class TD>
 __global__ void __launch_bounds__(256) cs_reduce_total(cs_problem p)
 {
@@ -674,10 +680,12 @@ static int32_t cs_reduce_check(const cs_problem& p, bool check_pointers)
 {
   if (!kBuildReduce || p.family != CS_FAMILY_REDUCE) return CS_ERR_UNSUPPORTED;
   if (p.reduce < CS_REDUCE_SUM || p.reduce > CS_REDUCE_CROSS_ENTROPY) return CS_ERR_UNSUPPORTED;
-  // A cross entropy: rows of logits (row-major), no ops, its targets; a total is its alone.
+  // A cross entropy: rows of logits (row-major), no ops, its targets. A total (one value a
+  // batch item) of a cross entropy's, a sum's or a mean's rows, with no op after the rows.
   bool const ce = p.reduce == CS_REDUCE_CROSS_ENTROPY;
-  if (p.total < CS_TOTAL_NONE || p.total > CS_TOTAL_MEAN || (p.total != CS_TOTAL_NONE && !ce))
-    return CS_ERR_UNSUPPORTED;
+  bool const totals = ce || p.reduce == CS_REDUCE_SUM || p.reduce == CS_REDUCE_MEAN;
+  if (p.total < CS_TOTAL_NONE || p.total > CS_TOTAL_MEAN) return CS_ERR_UNSUPPORTED;
+  if (p.total != CS_TOTAL_NONE && (!totals || !cs_chain::kIdentity)) return CS_ERR_UNSUPPORTED;
   if (ce && (p.layout_a != CS_LAYOUT_ROW || !cs_chain::kIdentity || !cs_before::kIdentity)) return CS_ERR_UNSUPPORTED;
   if (kWlReduce >= 0 && p.reduce != kWlReduce) return CS_ERR_UNSUPPORTED;
   // An index (argmax, argmin) is int64 and nothing else is; an index reduction has no chain
@@ -823,7 +831,7 @@ static void cs_run_kind(const cs_problem& p, const CsPlan& pl, cudaStream_t st)
     unsigned const fgrid = unsigned(cs_min64(cs_ceil_div(pl.rows, 256), int64_t(cs_sm_count(p)) * 8));
     cs_reduce_finish_cols<TD, KIND><<<fgrid, 256, 0, st>>>(p, pl.rows, pl.parts, ws);
   }
-  if constexpr (KIND == CS_REDUCE_CROSS_ENTROPY) {
+  if constexpr (KIND == CS_REDUCE_CROSS_ENTROPY || KIND == CS_REDUCE_SUM || KIND == CS_REDUCE_MEAN) {
     if (p.total != CS_TOTAL_NONE)
       cs_reduce_total<TD><<<unsigned(cs_min64(p.batch, 65535)), 256, 0, st>>>(p);
   }

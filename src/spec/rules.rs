@@ -160,8 +160,30 @@ impl Validator<'_> {
                     ),
                 ));
             }
-            // Positive losses summed into f16 overflow its 65504 (each at most about
-            // ln k + 8 for the harness's inputs in (-4, 4)).
+            // A total of rows runs no op on the rows' values or the total.
+            if !params.reduce.reads_targets() && !spec.epilogue.is_empty() {
+                return Err(self.err(
+                    "epilogue",
+                    format!(
+                        "a total (params.total = \"{}\") takes no [[epilogue]] ops: ops on \
+                         each element go in [[before]], ops on the total outside the workload",
+                        params.total.name()
+                    ),
+                ));
+            }
+            // A sum of many values into f16 may pass its 65504: losses are at most about
+            // ln k + 8 each for the harness's inputs in (-4, 4), other values 4 times the
+            // ops' growth.
+            if params.total == TotalKind::Sum
+                && out_dtype == DType::F16
+                && !params.reduce.reads_targets()
+            {
+                return Err(self.err(
+                    "out_dtype",
+                    "a total sum of a batch item's values into f16 may pass its largest value \
+                     (65504); set out_dtype = \"f32\"",
+                ));
+            }
             if params.total == TotalKind::Sum && out_dtype == DType::F16 {
                 if let Some((i, sh)) = shapes
                     .iter()
@@ -915,10 +937,17 @@ impl Validator<'_> {
             (_, None) => ReduceKind::Sum,
         };
         let ce = reduce.reads_targets();
+        // A total: one value a batch item of its rows' values (a loss's mean, torch.sum of
+        // a whole tensor) of family reduce's cross_entropy, sum or mean.
+        let totals = ce
+            || (family == Family::Reduce && matches!(reduce, ReduceKind::Sum | ReduceKind::Mean));
+        if !totals && p.total.is_some() {
+            return Err(only(
+                "total",
+                "family reduce's reduce = \"sum\", \"mean\" or \"cross_entropy\"",
+            ));
+        }
         if !ce {
-            if p.total.is_some() {
-                return Err(only("total", "reduce = \"cross_entropy\""));
-            }
             if p.ignore_index.is_some() {
                 return Err(only("ignore_index", "reduce = \"cross_entropy\""));
             }
@@ -1098,7 +1127,7 @@ impl Validator<'_> {
             total: if ce {
                 p.total.unwrap_or(TotalKind::Mean)
             } else {
-                TotalKind::None
+                p.total.unwrap_or(TotalKind::None)
             },
             ignore_index: p.ignore_index.unwrap_or(-100),
             scan,

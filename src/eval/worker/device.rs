@@ -9,7 +9,7 @@ use crate::eval::compare::{Comparison, Element};
 use crate::eval::gpu::check::{CheckArgs, CheckSpec, Checker, DeviceOps, DotOperands, Reference};
 use crate::eval::gpu::data::{HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::session::{CudaFailure, DevBuf, Session};
-use crate::spec::{DType, Family, Layout, Workload};
+use crate::spec::{DType, Family, Layout, TotalKind, Workload};
 
 use super::problem::Problem;
 use super::validate::{effective_roundoff, reference_bound, Sample, Summation};
@@ -30,7 +30,9 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> 
     let reference = match w.family() {
         Family::GemmReduce | Family::GemmNorm => return None,
         // A cross entropy's row picks its target's logit: the host reference reads both.
-        Family::Reduce if params.reduce.reads_targets() => return None,
+        Family::Reduce if params.reduce.reads_targets() || params.total != TotalKind::None => {
+            return None
+        }
         Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
         Family::Activation => Reference::Chain,
         Family::Softmax => Reference::Softmax { log: false },

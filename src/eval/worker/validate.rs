@@ -537,7 +537,13 @@ impl Ctx<'_> {
                             product: Vec::new(),
                         });
                     }
-                    let mut pairs = vec![(0f64, 0f64); p.out_len];
+                    // With a total, every row of every batch item first, then the totals.
+                    let rows_out = if params.total == TotalKind::None {
+                        p.out_len
+                    } else {
+                        p.out_len * m
+                    };
+                    let mut pairs = vec![(0f64, 0f64); rows_out];
                     data::parallel_fill(&mut pairs, |o| {
                         let (b, r) = (o / m.max(1), o % m.max(1));
                         let (v, e) = if before.is_identity() {
@@ -567,6 +573,16 @@ impl Ctx<'_> {
                         }
                         chain_with_slack(chain, v, e, &t)
                     });
+                    if params.total != TotalKind::None {
+                        pairs = pairs
+                            .chunks(m.max(1))
+                            .map(|rows| {
+                                let kept: Vec<Option<(f64, f64)>> =
+                                    rows.iter().copied().map(Some).collect();
+                                params.total.eval(&kept, REDUCE_U)
+                            })
+                            .collect();
+                    }
                     let (w, e): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
                     want = w;
                     slack = e;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::norm::{dims_arg, rows_over, RowsOver};
 use super::{arg, num_param, op_name, param, through_copies, Arg, Mapper, Node};
 use crate::spec::chain::OpSpec;
-use crate::spec::{Family, ParamsSpec, ReduceKind, ShapeSpec, WorkloadSpec};
+use crate::spec::{Family, ParamsSpec, ReduceKind, ShapeSpec, TotalKind, WorkloadSpec};
 
 /// A reduction found in the graph.
 pub(super) struct ReduceMatch {
@@ -445,12 +445,20 @@ pub(super) fn map_reduce(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&rm.head)?;
+    // A sum or mean of a whole tensor of two or more dims (a loss's `.mean()`): the rows of
+    // its last dim, then the total of the rows, so that an operand along the last dim (a
+    // target vector broadcast over the rows) is a row operand.
+    let rank = mp.meta(&rm.input).map_or(0, |t| t.shape.len());
+    let whole = rank >= 2
+        && matches!(rm.kind, ReduceKind::Sum | ReduceKind::Mean)
+        && rm.dims.iter().copied().eq(0..rank);
+    let dims = if whole { vec![rank - 1] } else { rm.dims.clone() };
     // The tensor reduced (A) and the ops before the reduction with the operand a loss op
     // reads.
     let (a, before, other) = match &rm.loss {
         Some((b, other)) => (rm.input.clone(), b.clone(), Some(other.clone())),
         None if mp.source(&rm.input).is_none() => {
-            let start = before_start(mp, head, &rm.input, &rm.dims)?;
+            let start = before_start(mp, head, &rm.input, &dims)?;
             (start, Vec::new(), None)
         }
         None => (rm.input.clone(), Vec::new(), None),
@@ -467,7 +475,7 @@ pub(super) fn map_reduce(
         );
         return None;
     }
-    let rows = rows_over(mp, head, &a, &rm.dims, "reduce")?;
+    let rows = rows_over(mp, head, &a, &dims, "reduce")?;
     let (dtype, batch, m, k) = (rows.dtype, rows.batch, rows.m, rows.len);
     let classify = like_a(&rows);
     let before = match other {
@@ -503,11 +511,31 @@ pub(super) fn map_reduce(
     }
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     only_constants_after(mp, head, &chain, |o| o != "z")?;
+    if whole && !chain.is_empty() {
+        mp.problem(
+            head,
+            format!(
+                "ops after the {} of a whole tensor: its total takes no op after it (scale the \
+                 result outside the workload)",
+                rm.kind
+            ),
+        );
+        return None;
+    }
     ops.insert(
         0,
-        format!("{} over dims {}..={}", rm.kind, rows.first, rows.last),
+        if whole {
+            format!(
+                "{} of every element (each row of the last dim, then their total)",
+                rm.kind
+            )
+        } else {
+            format!("{} over dims {}..={}", rm.kind, rows.first, rows.last)
+        },
     );
     let b = |x: i64| (x > 1).then_some(x);
+    // A total's third shape has a few rows (a total hides one wrong row among many).
+    let few = if whole { 3.min(m) } else { super::small(m, 33) };
     let mut shapes = vec![
         ShapeSpec {
             batch: b(batch),
@@ -523,7 +551,7 @@ pub(super) fn map_reduce(
         },
         ShapeSpec {
             batch: b(batch.min(2)),
-            m: Some(super::small(m, 33)),
+            m: Some(few),
             k: Some(super::small(k, 1023)),
             n: None,
         },
@@ -554,6 +582,11 @@ pub(super) fn map_reduce(
         shapes,
         params: ParamsSpec {
             reduce: Some(rm.kind),
+            total: whole.then_some(if rm.kind == ReduceKind::Sum {
+                TotalKind::Sum
+            } else {
+                TotalKind::Mean
+            }),
             ..ParamsSpec::default()
         },
         tolerance: None,
