@@ -705,6 +705,28 @@ extern "C" __global__ void cs_norm_stats(CheckArgs a, double* stats)
 // element j of row lr of batch b at b * sa + (a_col ? j * lda + lr : lr * lda + j)): the
 // same numbers as the host's `ReduceKind::eval`, with a.ebound its allowed error per unit
 // of the sum of |terms|.
+// A total's (value, bound) of each batch item from its m rows' (value, bound) pairs in
+// `rows` (one block an item): the sum (or mean) of the values, the rows' bounds summed plus
+// the accumulation's u a value, as the host's `TotalKind::eval`.
+extern "C" __global__ void cs_reduce_total_stats(const double* rows, double* out, long long m, int mean, double u)
+{{
+  const long long b = blockIdx.x;
+  __shared__ double red[1024];
+  double s = 0.0, e = 0.0, ab = 0.0;
+  for (long long i = threadIdx.x; i < m; i += blockDim.x) {{
+    const double v = rows[2 * (b * m + i)];
+    s += v; ab += fabs(v); e += rows[2 * (b * m + i) + 1];
+  }}
+  s = csd_block_reduce(s, red, false);
+  e = csd_block_reduce(e, red, false);
+  ab = csd_block_reduce(ab, red, false);
+  if (threadIdx.x == 0) {{
+    const double n = mean ? (double)m : 1.0;
+    out[2 * b] = s / n;
+    out[2 * b + 1] = (e + u * ab) / n;
+  }}
+}}
+
 extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long k, long long lda, int a_col, long long sa)
 {{
   const long long row = blockIdx.x, b = row / a.rows, lr = row % a.rows;
@@ -1193,6 +1215,7 @@ pub struct Checker {
     norm_stats: CudaFunction,
     reduce_stats: CudaFunction,
     scan_stats: CudaFunction,
+    total_stats: CudaFunction,
     spec: CheckSpec,
 }
 
@@ -1212,8 +1235,10 @@ impl Checker {
                 "cs_norm_stats",
                 "cs_reduce_stats",
                 "cs_scan_stats",
+                "cs_reduce_total_stats",
             ],
         )?;
+        let total_stats = f.remove(9);
         let scan_stats = f.remove(8);
         let reduce_stats = f.remove(7);
         let norm_stats = f.remove(6);
@@ -1234,6 +1259,7 @@ impl Checker {
             norm_stats,
             reduce_stats,
             scan_stats,
+            total_stats,
             spec: spec.clone(),
         })
     }
@@ -1291,6 +1317,30 @@ impl Checker {
         b.arg(args).arg(&stats).arg(&k).arg(&lda).arg(&col).arg(&sa);
         // SAFETY: the arguments describe live buffers; stats holds two entries per row and
         // the geometry stays inside A.
+        unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
+        Ok(())
+    }
+
+    /// A total's (value, bound) per batch item, into `out` (2 doubles an item), from `rows`
+    /// (2 doubles a row, `m` rows an item, as `reduce_stats` writes them); `u` the
+    /// accumulation's roundoff a value.
+    pub fn total_stats(
+        &self,
+        s: &Session,
+        rows: u64,
+        out: u64,
+        (batch, m, mean): (i64, i64, bool),
+        u: f64,
+    ) -> Result<(), CudaFailure> {
+        let cfg = LaunchConfig {
+            grid_dim: ((batch as u32).max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mean = i32::from(mean);
+        let mut b = s.stream.launch_builder(&self.total_stats);
+        b.arg(&rows).arg(&out).arg(&m).arg(&mean).arg(&u);
+        // SAFETY: rows holds 2 * batch * m doubles and out 2 * batch, both live.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         Ok(())
     }

@@ -30,9 +30,7 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> 
     let reference = match w.family() {
         Family::GemmReduce | Family::GemmNorm => return None,
         // A cross entropy's row picks its target's logit: the host reference reads both.
-        Family::Reduce if params.reduce.reads_targets() || params.total != TotalKind::None => {
-            return None
-        }
+        Family::Reduce if params.reduce.reads_targets() => return None,
         Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
         Family::Activation => Reference::Chain,
         Family::Softmax => Reference::Softmax { log: false },
@@ -97,6 +95,8 @@ pub(super) struct DeviceReference {
     pub args: CheckArgs,
     _products: Vec<DevBuf<f32>>,
     _stats: Option<DevBuf<f64>>,
+    /// A total's per-row statistics, read by its totals' kernel on the stream.
+    _totals: Option<DevBuf<f64>>,
 }
 
 impl Ctx<'_> {
@@ -134,6 +134,7 @@ impl Ctx<'_> {
         }
         let mut products = Vec::new();
         let mut stats = None;
+        let mut totals = None;
         let Some(spec) = check_spec(w, A::DTYPE, D::DTYPE) else {
             return Err(CudaFailure {
                 code: -1,
@@ -176,6 +177,18 @@ impl Ctx<'_> {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;
                 let sh = p.shape;
+                // A total: every row's (value, bound) first (D has one row an item), then
+                // each item's total of its rows.
+                let total = w.params().total;
+                let (mut row_args, per_row) = (args, None);
+                let per_row = if total == TotalKind::None {
+                    per_row
+                } else {
+                    let r = self.s.zeros::<f64>(2 * (sh.batch * sh.m) as usize)?;
+                    row_args.rows = sh.m as i64;
+                    row_args.r[1] = r.ptr;
+                    Some(r)
+                };
                 let geometry = (
                     sh.k as i64,
                     super::problem::reduce_lda(w.layouts().a, &sh) as i64,
@@ -183,8 +196,17 @@ impl Ctx<'_> {
                     (sh.m * sh.k) as i64,
                 );
                 args.ebound = super::validate::REDUCE_U;
-                dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?;
+                row_args.ebound = args.ebound;
+                match &per_row {
+                    None => dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?,
+                    Some(r) => {
+                        dev.checker.reduce_stats(self.s, &row_args, r.ptr, geometry)?;
+                        let dims = (sh.batch as i64, sh.m as i64, total == TotalKind::Mean);
+                        dev.checker.total_stats(self.s, r.ptr, st.ptr, dims, args.ebound)?;
+                    }
+                }
                 stats = Some(st);
+                totals = per_row;
             }
             Reference::Scan { .. } => {
                 // A logical row is n long: a storage column when D is column-major.
@@ -207,6 +229,7 @@ impl Ctx<'_> {
             args,
             _products: products,
             _stats: stats,
+            _totals: totals,
         })
     }
 
