@@ -2688,8 +2688,11 @@ mod tests {
             "l",
         );
         let (spec, _) = map_graph(&g, "t.py").unwrap();
+        // A whole tensor's mean: its rows (8 of 64), then their total.
         assert_eq!(spec.params.reduce, Some(ReduceKind::Mean));
-        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(1), Some(512)));
+        assert_eq!(spec.params.total, Some(TotalKind::Mean));
+        assert_eq!((spec.shapes[0].m, spec.shapes[0].k), (Some(8), Some(64)));
+        assert!(spec.shapes.iter().any(|s| s.m.is_some_and(|m| m <= 4)));
         let w = crate::spec::Workload::parse("huber_test.toml", &toml::to_string(&spec).unwrap())
             .unwrap();
         // 0.5 d^2 / beta below beta, |d| - beta / 2 above: the chain at (x, t).
@@ -3309,8 +3312,17 @@ mod tests {
             ],
             "gn",
         );
-        let err = map_graph(&plain, "t.py").unwrap_err();
-        assert!(err[0].message.contains("gemm_norm"), "{:?}", err);
+        // Without a GEMM before it: family norm over a batch of the 64 samples, 4 rows
+        // (groups) of 4 channels each, the weight a channel operand of 4 a row.
+        let (spec, _) = map_graph(&plain, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Norm);
+        assert_eq!(
+            (spec.shapes[0].batch, spec.shapes[0].m, spec.shapes[0].n),
+            (Some(64), Some(4), Some(4))
+        );
+        assert_eq!(spec.epilogue[0].operand.as_deref(), Some("channel"));
+        assert_eq!(spec.epilogue[0].channels, Some(4));
+        crate::spec::Workload::parse("gn.toml", &toml::to_string(&spec).unwrap()).unwrap();
     }
 
     /// A BatchNorm1d after a GEMM (KernelBench level 2's 33, 39, 41 and 97, traced with
@@ -3427,17 +3439,36 @@ mod tests {
                 .any(|u| u.node == "bn" && u.message.contains("no GEMM computes")),
             "{err:?}"
         );
-        // Training mode of a 3-d input (BatchNorm1d of (N, C, L)): over two dims.
+        // Training mode of a 3-d input (BatchNorm1d of (N, C, L)): family norm's batch
+        // norm over the 8 samples, each 16 rows (channels) of 4, the weight a col operand.
         let nodes = vec![
             input("x", &[8, 16, 4], &[64, 4, 1]),
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
             bn(true, "x", &[8, 16, 4], &[64, 4, 1]),
         ];
+        let (spec, _) = map_graph(&graph(nodes, "bn"), "t.py").unwrap();
+        assert_eq!(
+            (spec.family, spec.params.norm),
+            (Family::Norm, Some(NormKind::Batch))
+        );
+        assert_eq!(
+            (spec.shapes[0].batch, spec.shapes[0].m, spec.shapes[0].n),
+            (Some(8), Some(16), Some(4))
+        );
+        assert_eq!(spec.epilogue[0].operand.as_deref(), Some("col"));
+        crate::spec::Workload::parse("bn.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        // Eval mode of it: a per-channel affine map with the running statistics, refused.
+        let nodes = vec![
+            input("x", &[8, 16, 4], &[64, 4, 1]),
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            bn(false, "x", &[8, 16, 4], &[64, 4, 1]),
+        ];
         let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
         assert!(
             err.iter()
-                .any(|u| u.node == "bn" && u.message.contains("other than (N, C)")),
+                .any(|u| u.node == "bn" && u.message.contains("eval mode")),
             "{err:?}"
         );
     }

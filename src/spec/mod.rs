@@ -807,11 +807,18 @@ k = 4096
             e.contains("params.groups") && e.contains("whole columns"),
             "{e}"
         );
+        // family norm's batch norm: row i of every item together, row-major rows only.
+        let w = parse(
+            "g",
+            &format!("{NORM}[params]\nnorm = \"batch\"\n[[shapes]]\nbatch = 4\nm = 3\nn = 8\n"),
+        )
+        .unwrap();
+        assert_eq!(w.params().norm, NormKind::Batch);
         let e = err(
             "g",
-            &format!("{NORM}[params]\nnorm = \"batch\"\n[[shapes]]\nn = 8\n"),
+            &format!("{NORM}[layout]\na = \"col\"\n[params]\nnorm = \"batch\"\n[[shapes]]\nn = 8\n"),
         );
-        assert!(e.contains("params.norm") && e.contains("gemm_norm"), "{e}");
+        assert!(e.contains("layout.a") && e.contains("every batch item"), "{e}");
     }
 
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it
@@ -1216,9 +1223,26 @@ k = 4096
             let e = err("c", &text);
             assert!(words.iter().all(|w| e.contains(w)), "{e}");
         };
+        // A total of a sum or mean's rows (a whole item's sum or mean), no op after it; not
+        // of the other reductions.
+        let t = parse(
+            "c",
+            &format!("{R}[params]\nreduce = \"sum\"\ntotal = \"mean\"\n{shapes}"),
+        )
+        .unwrap();
+        assert_eq!(t.params().total, TotalKind::Mean);
+        assert_eq!(t.d_elements(t.headline()), 3);
         refused(
-            format!("{R}[params]\nreduce = \"sum\"\ntotal = \"mean\"\n{shapes}"),
-            &["params.total", "cross_entropy"],
+            format!("{R}[params]\nreduce = \"max\"\ntotal = \"mean\"\n{shapes}"),
+            &["params.total", "\"sum\", \"mean\" or \"cross_entropy\""],
+        );
+        refused(
+            format!("{R}[params]\nreduce = \"mean\"\ntotal = \"mean\"\n{shapes}[[epilogue]]\nop = \"relu\"\n"),
+            &["epilogue", "no [[epilogue]] ops"],
+        );
+        refused(
+            format!("{R}[params]\nreduce = \"sum\"\ntotal = \"sum\"\n{shapes}").replace("dtype = \"bf16\"", "dtype = \"f16\""),
+            &["out_dtype", "65504"],
         );
         refused(
             format!("{R}[params]\nreduce = \"logsumexp\"\nignore_index = 3\n{shapes}"),

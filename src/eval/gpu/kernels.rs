@@ -1292,7 +1292,7 @@ mod tests {
         // then stepped; no other pass divides.
         let p0 = pass(&src, 0);
         assert_eq!(p0.matches("base % (m * n)").count(), 1, "{p0}");
-        assert!(p0.contains("cs_t0(t0, i, row, col)"), "{p0}");
+        assert!(p0.contains("cs_t0(t0, i, row, col, n)"), "{p0}");
         for j in 1..4 {
             assert!(!pass(&src, j).contains('%'), "pass {j} divides");
         }
@@ -1318,7 +1318,7 @@ mod tests {
         c.extend_from_spec(&specs, DType::BF16).unwrap();
         let src = pass_source(&c, DType::BF16).unwrap();
         assert!(
-            src.contains("(i < total ? cs_t0(t0, i, row, col) : 0.0f)"),
+            src.contains("(i < total ? cs_t0(t0, i, row, col, n) : 0.0f)"),
             "{src}"
         );
         assert!(!src.contains("cs_ldv(t0in"));

@@ -666,10 +666,21 @@ pub(super) fn map_norm(
         rows.m *= nm.groups;
         rows.len /= nm.groups;
     }
+    // A GroupNorm of (N, C) values: its weight and bias run along C, a group's C / G
+    // channels a row (one value each).
+    let mut affine = nm.affine.clone();
+    if nm.groups > 1 {
+        for o in affine
+            .iter_mut()
+            .filter(|o| o.operand.as_deref() == Some("row"))
+        {
+            o.operand = Some("channel".into());
+            o.channels = u32::try_from(rows.len).ok();
+        }
+    }
     // A per-channel weight and bias (`channel` / `col` operands, one vector for every
     // sample): the batch is the samples, each of m rows of whole channels.
-    let per_channel = nm
-        .affine
+    let per_channel = affine
         .iter()
         .any(|o| matches!(o.operand.as_deref(), Some("channel" | "col")));
     if per_channel {
@@ -684,9 +695,9 @@ pub(super) fn map_norm(
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     let first = ops.len();
     let after = super::chain_after(mp, &nm.head, out, (batch, m, n), dtype, ops)?;
-    let chain = after_affine(&nm.affine, after, &mut ops[first..]);
+    let chain = after_affine(&affine, after, &mut ops[first..]);
     constants_after_side_by_side(mp, head, &chain, col, "norm")?;
-    for (i, a) in nm.affine.iter().enumerate() {
+    for (i, a) in affine.iter().enumerate() {
         ops.insert(i, super::describe(a));
     }
     ops.insert(0, format!("{} norm", nm.kind));

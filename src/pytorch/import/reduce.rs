@@ -445,11 +445,13 @@ pub(super) fn map_reduce(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&rm.head)?;
-    // A sum or mean of a whole tensor of two or more dims (a loss's `.mean()`): the rows of
-    // its last dim, then the total of the rows, so that an operand along the last dim (a
-    // target vector broadcast over the rows) is a row operand.
+    // A sum or mean of a whole tensor of two or more dims (a loss's `.mean()`) that is the
+    // output: the rows of its last dim, then the total of the rows, so that an operand along
+    // the last dim (a target vector broadcast over the rows) is a row operand. With ops
+    // after it (kl_div's batchmean `/ N`), one row of every element, whose chain runs them.
     let rank = mp.meta(&rm.input).map_or(0, |t| t.shape.len());
     let whole = rank >= 2
+        && rm.head == out
         && matches!(rm.kind, ReduceKind::Sum | ReduceKind::Mean)
         && rm.dims.iter().copied().eq(0..rank);
     let dims = if whole { vec![rank - 1] } else { rm.dims.clone() };
@@ -511,17 +513,6 @@ pub(super) fn map_reduce(
     }
     let chain = super::chain_after(mp, &rm.head, out, (batch, m, 1), dtype, ops)?;
     only_constants_after(mp, head, &chain, |o| o != "z")?;
-    if whole && !chain.is_empty() {
-        mp.problem(
-            head,
-            format!(
-                "ops after the {} of a whole tensor: its total takes no op after it (scale the \
-                 result outside the workload)",
-                rm.kind
-            ),
-        );
-        return None;
-    }
     ops.insert(
         0,
         if whole {
