@@ -483,38 +483,39 @@ impl Chain {
             }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
-                let operand =
-                    match (s.value, s.operand.as_deref()) {
-                        (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
-                        (None, Some(o)) => {
-                            if name == "scale" {
-                                return Err(err("operand", "scale takes a value only".into()));
-                            }
-                            let channels = s.channels.unwrap_or(1);
-                            if channels == 0 {
-                                return Err(err(
-                                    "channels",
-                                    "at least 1 (the channels each row holds)".into(),
-                                ));
-                            }
-                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), channels)
-                                .map_err(|m| err("operand", m))?
+                let operand = match (s.value, s.operand.as_deref()) {
+                    (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
+                    (None, Some(o)) => {
+                        if name == "scale" {
+                            return Err(err("operand", "scale takes a value only".into()));
                         }
-                        (Some(_), Some(_)) => return Err(err(
+                        let channels = s.channels.unwrap_or(1);
+                        if channels == 0 {
+                            return Err(err(
+                                "channels",
+                                "at least 1 (the channels each row holds)".into(),
+                            ));
+                        }
+                        self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), channels)
+                            .map_err(|m| err("operand", m))?
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(err(
                             "value",
                             "give either value (a scalar) or operand (a tensor or name), not both"
                                 .into(),
-                        )),
-                        (None, None) => {
-                            return Err(err(
-                                "value",
-                                format!(
-                                    "op \"{name}\" needs value = <number> or operand = \"row\" | \
+                        ))
+                    }
+                    (None, None) => {
+                        return Err(err(
+                            "value",
+                            format!(
+                                "op \"{name}\" needs value = <number> or operand = \"row\" | \
                                  \"col\" | \"matrix\" | \"channel\" | \"z\" | a saved name"
-                                ),
-                            ))
-                        }
-                    };
+                            ),
+                        ))
+                    }
+                };
                 if s.dtype.is_some() && !matches!(operand, Operand::Tensor(_)) {
                     return Err(err(
                         "dtype",
@@ -612,8 +613,7 @@ impl Chain {
                 None => None,
                 Some(n) => {
                     let n = n.trim();
-                    if !valid_name(n)
-                        || ["z", "row", "col", "matrix", "channel", "x"].contains(&n)
+                    if !valid_name(n) || ["z", "row", "col", "matrix", "channel", "x"].contains(&n)
                     {
                         return Err(err(
                             "save",

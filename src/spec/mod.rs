@@ -816,9 +816,14 @@ k = 4096
         assert_eq!(w.params().norm, NormKind::Batch);
         let e = err(
             "g",
-            &format!("{NORM}[layout]\na = \"col\"\n[params]\nnorm = \"batch\"\n[[shapes]]\nn = 8\n"),
+            &format!(
+                "{NORM}[layout]\na = \"col\"\n[params]\nnorm = \"batch\"\n[[shapes]]\nn = 8\n"
+            ),
         );
-        assert!(e.contains("layout.a") && e.contains("every batch item"), "{e}");
+        assert!(
+            e.contains("layout.a") && e.contains("every batch item"),
+            "{e}"
+        );
     }
 
     /// gemm_reduce: a GEMM's shape, D one value a row; a reduction, the chain before it
@@ -1241,7 +1246,8 @@ k = 4096
             &["epilogue", "no [[epilogue]] ops"],
         );
         refused(
-            format!("{R}[params]\nreduce = \"sum\"\ntotal = \"sum\"\n{shapes}").replace("dtype = \"bf16\"", "dtype = \"f16\""),
+            format!("{R}[params]\nreduce = \"sum\"\ntotal = \"sum\"\n{shapes}")
+                .replace("dtype = \"bf16\"", "dtype = \"f16\""),
             &["out_dtype", "65504"],
         );
         refused(
@@ -1861,7 +1867,10 @@ beta = 0.5
         assert_eq!(c.tensors.len(), 2);
         assert_eq!(c.tensors[0].kind, chain::TensorKind::Channel(4));
         assert_eq!(c.tensors[0].kind.abi_value(), 4);
-        assert_eq!((c.tensors[0].dtype, c.tensors[1].dtype), (DType::BF16, DType::F32));
+        assert_eq!(
+            (c.tensors[0].dtype, c.tensors[1].dtype),
+            (DType::BF16, DType::F32)
+        );
         assert_eq!(c.tensors[0].name, "channel0");
         assert!(c.cpp().contains("CS_OPERAND_CHANNEL"), "{}", c.cpp());
         assert!(c.cpp().contains("of 4 a row"), "{}", c.cpp());
@@ -1870,7 +1879,10 @@ beta = 0.5
             "n",
             &format!("{NORM}[params]\nnorm = \"layer\"\n[[shapes]]\nm = 8\nn = 4098\n{ops}"),
         );
-        assert!(e.contains("shapes[0].n") && e.contains("multiple of 4"), "{e}");
+        assert!(
+            e.contains("shapes[0].n") && e.contains("multiple of 4"),
+            "{e}"
+        );
         // Rows side by side, and other families.
         let e = err(
             "n",
@@ -1878,7 +1890,10 @@ beta = 0.5
         );
         assert!(e.contains("epilogue") && e.contains("layout.a"), "{e}");
         let e = err("a", &format!("description = \"a\"\nfamily = \"activation\"\ndtype = \"bf16\"\n[[shapes]]\nm = 8\nn = 64\n{ops}"));
-        assert!(e.contains("family norm") && e.contains("not activation"), "{e}");
+        assert!(
+            e.contains("family norm") && e.contains("not activation"),
+            "{e}"
+        );
         let e = err("g", &format!("{GEMM}{ops}"));
         assert!(e.contains("operand \"channel\""), "{e}");
         // `channels` needs a channel operand, and at least one channel.
@@ -1886,12 +1901,18 @@ beta = 0.5
             "n",
             &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}[[epilogue]]\nop = \"mul\"\noperand = \"col\"\nchannels = 2\n"),
         );
-        assert!(e.contains("epilogue[0].channels") && e.contains("not used"), "{e}");
+        assert!(
+            e.contains("epilogue[0].channels") && e.contains("not used"),
+            "{e}"
+        );
         let e = err(
             "n",
             &format!("{NORM}[params]\nnorm = \"layer\"\n{shapes}[[epilogue]]\nop = \"mul\"\noperand = \"channel\"\nchannels = 0\n"),
         );
-        assert!(e.contains("epilogue[0].channels") && e.contains("at least 1"), "{e}");
+        assert!(
+            e.contains("epilogue[0].channels") && e.contains("at least 1"),
+            "{e}"
+        );
         // Never in a reduction's [[before]] ops.
         let e = err(
             "r",

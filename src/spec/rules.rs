@@ -429,7 +429,11 @@ impl Validator<'_> {
                      only (a GroupNorm's per-channel weight and bias), not {family}{}; a \
                      per-channel vector of rows that hold one channel each is operand = \"col\"",
                     t.name,
-                    if layouts.a == Layout::Row { "" } else { " with layout.a = \"col\"" }
+                    if layouts.a == Layout::Row {
+                        ""
+                    } else {
+                        " with layout.a = \"col\""
+                    }
                 ),
             ));
         }

@@ -200,9 +200,11 @@ impl Ctx<'_> {
                 match &per_row {
                     None => dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?,
                     Some(r) => {
-                        dev.checker.reduce_stats(self.s, &row_args, r.ptr, geometry)?;
+                        dev.checker
+                            .reduce_stats(self.s, &row_args, r.ptr, geometry)?;
                         let dims = (sh.batch as i64, sh.m as i64, total == TotalKind::Mean);
-                        dev.checker.total_stats(self.s, r.ptr, st.ptr, dims, args.ebound)?;
+                        dev.checker
+                            .total_stats(self.s, r.ptr, st.ptr, dims, args.ebound)?;
                     }
                 }
                 stats = Some(st);

@@ -686,7 +686,10 @@ pub(super) fn map_norm(
     if per_channel {
         let samples = *rows.shape.first().unwrap_or(&1);
         if rows.col || samples < 1 || rows.m % samples != 0 {
-            mp.problem(head, "a per-channel weight over rows side by side: not expressible");
+            mp.problem(
+                head,
+                "a per-channel weight over rows side by side: not expressible",
+            );
             return None;
         }
         rows.batch = samples;
@@ -1029,7 +1032,6 @@ fn channel_affine(weights: [Option<&Value>; 2], per_row: u32) -> Vec<OpSpec> {
     }
     ops
 }
-
 
 /// Why an `aten.instance_norm`, `aten.group_norm` or `aten.batch_norm` node is not a row
 /// normalization cutesmith runs; `None` when it is one, and for every other op.

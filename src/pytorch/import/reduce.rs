@@ -454,7 +454,11 @@ pub(super) fn map_reduce(
         && rm.head == out
         && matches!(rm.kind, ReduceKind::Sum | ReduceKind::Mean)
         && rm.dims.iter().copied().eq(0..rank);
-    let dims = if whole { vec![rank - 1] } else { rm.dims.clone() };
+    let dims = if whole {
+        vec![rank - 1]
+    } else {
+        rm.dims.clone()
+    };
     // The tensor reduced (A) and the ops before the reduction with the operand a loss op
     // reads.
     let (a, before, other) = match &rm.loss {
