@@ -951,10 +951,8 @@ impl Validator<'_> {
                 "family reduce's reduce = \"sum\", \"mean\" or \"cross_entropy\"",
             ));
         }
-        if !ce {
-            if p.ignore_index.is_some() {
-                return Err(only("ignore_index", "reduce = \"cross_entropy\""));
-            }
+        if !ce && p.ignore_index.is_some() {
+            return Err(only("ignore_index", "reduce = \"cross_entropy\""));
         }
         let scan = match (family, p.scan) {
             (Family::Scan, None) => {
