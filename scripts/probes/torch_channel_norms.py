@@ -7,23 +7,7 @@
 import torch
 import torch.nn.functional as F
 
-dev = torch.device("cuda")
-flush = torch.empty(256 * 2**20 // 4, device=dev)
-
-
-def median_us(fn, reps=30):
-    times = []
-    for _ in range(reps):
-        flush.sum()
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import dev, median_us
 
 
 # (workload, shape, groups (0: a training-mode batch norm), eps, dtype, activation after)

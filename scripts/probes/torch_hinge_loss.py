@@ -6,23 +6,7 @@
 #   python3 scripts/probes/torch_hinge_loss.py
 import torch
 
-dev = torch.device("cuda")
-flush = torch.empty(256 * 2**20 // 4, device=dev)
-
-
-def median_us(fn, reps=30):
-    times = []
-    for _ in range(reps):
-        flush.sum()
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import dev, median_us
 
 
 n = 32768

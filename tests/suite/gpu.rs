@@ -281,6 +281,11 @@ fn every_template_validates_on_its_workloads() {
         "norm_layer_f32_small",
         "norm_col_f32_small",
         "norm_l1_bf16_small",
+        // GroupNorm's per-channel weight and bias (channel operands, runs that cross a
+        // channel, split rows), and a batch norm of row i of every item (short and split
+        // rows, col operands).
+        "norm_group_affine_bf16_small",
+        "norm_batch_bf16_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -299,6 +304,10 @@ fn every_template_validates_on_its_workloads() {
         // (bf16, rows split over CTAs), the sum of each batch's rows (f16 into f32).
         "reduce_cross_entropy_small",
         "reduce_cross_entropy_sum_f16",
+        // Totals of every element of each item: a bf16 hinge-loss mean (a row operand before
+        // it), an f32 sum of rows side by side.
+        "reduce_total_mean_bf16_small",
+        "reduce_total_sum_col_f32_small",
         // The scans: row-major rows (many, ragged, split over CTAs), forward and reverse,
         // inclusive and exclusive, sum and product, rows side by side, chains after.
         "scan_sum_f32_small",
@@ -450,6 +459,11 @@ fn device_and_host_validation_agree() {
         "relu_bf16_small",
         "softmax_f32_small",
         "gemm_f32_small",
+        // The device references of channel operands, a batch norm's statistics over the
+        // items, and a total of rows.
+        "norm_group_affine_bf16_small",
+        "norm_batch_bf16_small",
+        "reduce_total_mean_bf16_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);
