@@ -401,8 +401,16 @@ __device__ __forceinline__ void cs_store(const cs_problem& p, int64_t b, int64_t
     else if constexpr (KIND == CS_REDUCE_L2) y = sqrtf(s.a - s.b);
     else y = s.a;
     if constexpr (!cs_chain::kIdentity) y = cs_chain_at<cs_chain>(p, y, b, i, 0);
-    if (p.total == CS_TOTAL_NONE) static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
-    else cs_total_area(p)[b * p.m + i] = make_float2(y, 1.0f);   // a sum's or mean's row
+    // A sum's or mean's row value under a total (the others take none: cs_reduce_check;
+    // compiled for those two alone, as the extra address arithmetic made MAX / MIN's
+    // column kernels spill).
+    if constexpr (KIND == CS_REDUCE_SUM || KIND == CS_REDUCE_MEAN) {
+      if (p.total != CS_TOTAL_NONE) {
+        cs_total_area(p)[b * p.m + i] = make_float2(y, 1.0f);
+        return;
+      }
+    }
+    static_cast<TD*>(p.d)[b * p.batch_stride_d + i * p.ldd] = cs_from_f32<TD>(y);
   }
 }
 
