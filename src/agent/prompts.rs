@@ -244,7 +244,7 @@ impl WorkloadFacts {
             Family::LogSoftmax => "log_softmax over each row (length n)".into(),
             Family::Norm => {
                 let mut s = format!(
-                    "{} over each row (n elements; A {}: {}), eps {:e}",
+                    "{} over each row (n elements; A {}: {}), eps {:e}{}",
                     pr.norm.formula(),
                     w.layouts().a.name(),
                     if w.layouts().a == crate::spec::Layout::Col {
@@ -252,7 +252,13 @@ impl WorkloadFacts {
                     } else {
                         "rows contiguous"
                     },
-                    pr.eps
+                    pr.eps,
+                    if pr.norm == crate::spec::NormKind::Batch {
+                        "; batch norm: the statistics of row i are over row i of every batch \
+                         item together (batch * n values), one (mean, variance) for them all"
+                    } else {
+                        ""
+                    }
                 );
                 if !chain.is_identity() {
                     s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
@@ -327,13 +333,23 @@ impl WorkloadFacts {
                 let before = w.before_chain();
                 if !before.is_identity() {
                     s.push_str(&format!(
-                        "; each element x of A at (b, i, j) is first before(x) = {} (struct                          cs_before; cs_before_at<cs_before>(p, x, b, i, j) loads its operands                          from slots 0..{}, indexed like A: matrix m x k in A's layout, row k                          values, col m values), and y reduces those",
+                        "; each element x of A at (b, i, j) is first before(x) = {} (struct \
+                         cs_before; cs_before_at<cs_before>(p, x, b, i, j) loads its operands \
+                         from slots 0..{}, indexed like A: matrix m x k in A's layout, row k \
+                         values, col m values), and y reduces those",
                         before.describe(),
                         before.tensors.len()
                     ));
                 }
                 if !chain.is_identity() {
                     s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
+                }
+                if !pr.reduce.reads_targets() && pr.total != crate::spec::TotalKind::None {
+                    s.push_str(&format!(
+                        "; D holds one value a batch (p.total = {t}: D[b], batch stride 1), \
+                         the {t} of its m rows' values y (the workspace may hold them first)",
+                        t = pr.total.name()
+                    ));
                 }
                 s
             }
