@@ -179,6 +179,22 @@ pub fn export_torch(
                 && family == crate::spec::Family::Norm
                 && w.shapes().iter().any(|s| s.batch > 1))
     });
+    if family == crate::spec::Family::Norm && w.params().norm == crate::spec::NormKind::Batch {
+        return Err(Error::Usage(
+            "export --torch does not take a batch norm yet (its operator takes the input as \
+             flat rows, not the batch's items); `cutesmith export` without --torch writes the \
+             kernel and its C ABI"
+                .into(),
+        ));
+    }
+    if w.params().total != crate::spec::TotalKind::None {
+        return Err(Error::Usage(
+            "export --torch does not take a total yet (its operator sets no p.total and \
+             returns one value a row); `cutesmith export` without --torch writes the kernel \
+             and its C ABI"
+                .into(),
+        ));
+    }
     if per_channel {
         return Err(Error::Usage(
             "export --torch does not take a norm with a per-channel weight or bias yet (its \

@@ -2688,6 +2688,29 @@ mod tests {
             "l",
         );
         let (spec, _) = map_graph(&g, "t.py").unwrap();
+        // An f16 sum of every element keeps one row (a total sum into f16 is refused: it
+        // may overflow); a bf16 one is rows and their total.
+        for (dtype, total) in [("float16", None), ("bfloat16", Some(TotalKind::Sum))] {
+            let g = graph(
+                vec![
+                    typed(input("x", &[8, 64], &[64, 1]), dtype),
+                    typed(
+                        node(
+                            "s",
+                            "aten.sum.default",
+                            serde_json::json!([r("x")]),
+                            &[],
+                            &[],
+                        ),
+                        dtype,
+                    ),
+                ],
+                "s",
+            );
+            let (spec, _) = map_graph(&g, "t.py").unwrap();
+            assert_eq!(spec.params.total, total, "{dtype}");
+            crate::spec::Workload::parse("sum.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        }
         // A whole tensor's mean: its rows (8 of 64), then their total.
         assert_eq!(spec.params.reduce, Some(ReduceKind::Mean));
         assert_eq!(spec.params.total, Some(TotalKind::Mean));
@@ -3458,6 +3481,22 @@ mod tests {
         );
         assert_eq!(spec.epilogue[0].operand.as_deref(), Some("col"));
         crate::spec::Workload::parse("bn.toml", &toml::to_string(&spec).unwrap()).unwrap();
+        // A batch norm of a computed tensor (relu(x)) is refused at it, not imported as
+        // the norm of x.
+        let nodes = vec![
+            input("x", &[8, 16, 4], &[64, 4, 1]),
+            input("w", &[16], &[1]),
+            input("rm", &[16], &[1]),
+            node(
+                "r",
+                "aten.relu.default",
+                serde_json::json!([r("x")]),
+                &[8, 16, 4],
+                &[64, 4, 1],
+            ),
+            bn(true, "r", &[8, 16, 4], &[64, 4, 1]),
+        ];
+        assert!(map_graph(&graph(nodes, "bn"), "t.py").is_err());
         // Eval mode of it: a per-channel affine map with the running statistics, refused.
         let nodes = vec![
             input("x", &[8, 16, 4], &[64, 4, 1]),

@@ -1883,6 +1883,13 @@ beta = 0.5
             e.contains("shapes[0].n") && e.contains("multiple of 4"),
             "{e}"
         );
+        // Every channel operand's channels must split every row (not only the first's).
+        let two = ops.replace("channels = 4\ndtype", "channels = 3\ndtype");
+        let e = err(
+            "n",
+            &format!("{NORM}[params]\nnorm = \"layer\"\n[[shapes]]\nm = 8\nn = 4096\n{two}"),
+        );
+        assert!(e.contains("shapes[0].n") && e.contains("channel1"), "{e}");
         // Rows side by side, and other families.
         let e = err(
             "n",

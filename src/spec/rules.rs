@@ -415,10 +415,15 @@ impl Validator<'_> {
         shapes: &[Shape],
         chain: &Chain,
     ) -> Result<()> {
-        let Some((t, r)) = chain.tensors.iter().find_map(|t| match t.kind {
-            TensorKind::Channel(r) => Some((t, r)),
-            _ => None,
-        }) else {
+        let channels: Vec<(&crate::spec::chain::Tensor, u32)> = chain
+            .tensors
+            .iter()
+            .filter_map(|t| match t.kind {
+                TensorKind::Channel(r) => Some((t, r)),
+                _ => None,
+            })
+            .collect();
+        let Some(&(t, _)) = channels.first() else {
             return Ok(());
         };
         if family != Family::Norm || layouts.a != Layout::Row {
@@ -437,19 +442,22 @@ impl Validator<'_> {
                 ),
             ));
         }
-        if let Some((i, sh)) = shapes
-            .iter()
-            .enumerate()
-            .find(|(_, sh)| sh.n % u64::from(r) != 0)
-        {
-            return Err(self.err(
-                format!("shapes[{i}].n"),
-                format!(
-                    "{} values a row do not split into the {r} channels of `{}` (channels = \
-                     {r}): n must be a multiple of {r}",
-                    sh.n, t.name
-                ),
-            ));
+        // Every channel operand's channels, each shape's row (n >= R then too).
+        for &(t, r) in &channels {
+            if let Some((i, sh)) = shapes
+                .iter()
+                .enumerate()
+                .find(|(_, sh)| sh.n % u64::from(r) != 0)
+            {
+                return Err(self.err(
+                    format!("shapes[{i}].n"),
+                    format!(
+                        "{} values a row do not split into the {r} channels of `{}` \
+                         (channels = {r}): n must be a multiple of {r}",
+                        sh.n, t.name
+                    ),
+                ));
+            }
         }
         Ok(())
     }

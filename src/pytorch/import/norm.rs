@@ -749,9 +749,10 @@ fn map_batch_norm(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&nm.head)?;
-    let meta = mp.meta(&nm.input)?;
-    let dtype = super::dtype_of(&meta.dtype)?;
-    let shape = meta.shape.clone();
+    // The input's checks (a Model input, contiguous, a floating type), as for any norm.
+    let rank = rank(mp, &nm.input);
+    let rows = rows_over(mp, head, &nm.input, &(2..rank).collect::<Vec<_>>(), "norm")?;
+    let (dtype, shape) = (rows.dtype, rows.shape.clone());
     let (batch, m) = (shape[0], shape[1]);
     let n: i64 = shape[2..].iter().product();
     if batch < 1 || m < 1 || n < 1 {

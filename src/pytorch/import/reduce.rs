@@ -450,8 +450,14 @@ pub(super) fn map_reduce(
     // the last dim (a target vector broadcast over the rows) is a row operand. With ops
     // after it (kl_div's batchmean `/ N`), one row of every element, whose chain runs them.
     let rank = mp.meta(&rm.input).map_or(0, |t| t.shape.len());
+    // (An f16 sum keeps one row: a total sum into f16 is refused, as it may overflow.)
+    let f16 = mp
+        .meta(&rm.input)
+        .and_then(|t| super::dtype_of(&t.dtype))
+        .is_some_and(|d| d == crate::spec::DType::F16);
     let whole = rank >= 2
         && rm.head == out
+        && !(f16 && rm.kind == ReduceKind::Sum)
         && matches!(rm.kind, ReduceKind::Sum | ReduceKind::Mean)
         && rm.dims.iter().copied().eq(0..rank);
     let dims = if whole {
