@@ -420,16 +420,20 @@ __device__ __forceinline__ void cs_operand_run(const cs_problem& p, int64_t b, i
     // is a subroutine call, and its spills): channel c0 holds [c0 * span, (c0 + 1) * span).
     int64_t const span = int64_t(uint32_t(p.n) / uint32_t(o.ld));
     int64_t const c0 = int64_t(uint32_t(col) / uint32_t(span));
+    auto channel = [&](int64_t c) {   // channel c of this row, in the operand's type
+      int64_t const idx = b * o.batch_stride + row * o.ld + c;
+      if constexpr (DT >= 0) return cs_load_typed<DT>(o.ptr, idx);
+      else return cs_load_as_float(o.ptr, o.dtype, idx);
+    };
     if (col + R <= (c0 + 1) * span) {
-      float const v = cs_operand_at<CS_OPERAND_ROW, DT>(o, p.layout_cd, 0, row, b * o.batch_stride + row * o.ld + c0);
+      float const v = channel(c0);
 #pragma unroll
       for (int k = 0; k < R; ++k) t[k] = v;
     } else {   // the run crosses into the next channels: step through them
       int64_t c = c0, off = col - c0 * span;
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        t[k] = k < cnt ? cs_operand_at<CS_OPERAND_ROW, DT>(o, p.layout_cd, 0, row, b * o.batch_stride + row * o.ld + c)
-                       : 0.0f;
+        t[k] = k < cnt ? channel(c) : 0.0f;
         if (++off == span) {
           off = 0;
           ++c;

@@ -1167,23 +1167,22 @@ fn gemm_shapes(m: i64, n: i64, k: i64, batch: i64) -> Vec<ShapeSpec> {
     v
 }
 
+/// One shape of `batch` x (`m` rows of `n`), the batch left out when it is 1.
+fn batched_rows(batch: i64, m: i64, n: i64) -> ShapeSpec {
+    ShapeSpec {
+        batch: (batch > 1).then_some(batch),
+        m: Some(m),
+        n: Some(n),
+        k: None,
+    }
+}
+
 /// Shapes of rows side by side (a norm or a scan over a middle dimension): the headline
 /// `batch` x (`m` rows of `n`) and a ragged one, without repeats.
 fn side_by_side_shapes(batch: i64, m: i64, n: i64) -> Vec<ShapeSpec> {
-    let b = |x: i64| (x > 1).then_some(x);
     let mut v = vec![
-        ShapeSpec {
-            batch: b(batch),
-            m: Some(m),
-            n: Some(n),
-            k: None,
-        },
-        ShapeSpec {
-            batch: b(batch.min(3)),
-            m: Some(ragged(m)),
-            n: Some(ragged(n)),
-            k: None,
-        },
+        batched_rows(batch, m, n),
+        batched_rows(batch.min(3), ragged(m), ragged(n)),
     ];
     dedup(&mut v);
     v
@@ -1192,27 +1191,11 @@ fn side_by_side_shapes(batch: i64, m: i64, n: i64) -> Vec<ShapeSpec> {
 /// Shapes of a batch of m rows of n values, each row `per_row` channels of n / per_row:
 /// the given one, then smaller ones whose channels are ragged too.
 fn channel_shapes(batch: i64, m: i64, n: i64, per_row: i64) -> Vec<ShapeSpec> {
-    let b = |x: i64| (x > 1).then_some(x);
     let span = n / per_row.max(1);
     let mut v = vec![
-        ShapeSpec {
-            batch: b(batch),
-            m: Some(m),
-            n: Some(n),
-            k: None,
-        },
-        ShapeSpec {
-            batch: b(batch.min(3)),
-            m: Some(m),
-            n: Some(per_row * ragged(span)),
-            k: None,
-        },
-        ShapeSpec {
-            batch: b(batch.min(2)),
-            m: Some(ragged(m)),
-            n: Some(per_row * small(span, 33)),
-            k: None,
-        },
+        batched_rows(batch, m, n),
+        batched_rows(batch.min(3), m, per_row * ragged(span)),
+        batched_rows(batch.min(2), ragged(m), per_row * small(span, 33)),
     ];
     dedup(&mut v);
     v

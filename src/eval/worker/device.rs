@@ -177,18 +177,6 @@ impl Ctx<'_> {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;
                 let sh = p.shape;
-                // A total: every row's (value, bound) first (D has one row an item), then
-                // each item's total of its rows.
-                let total = w.params().total;
-                let (mut row_args, per_row) = (args, None);
-                let per_row = if total == TotalKind::None {
-                    per_row
-                } else {
-                    let r = self.s.zeros::<f64>(2 * (sh.batch * sh.m) as usize)?;
-                    row_args.rows = sh.m as i64;
-                    row_args.r[1] = r.ptr;
-                    Some(r)
-                };
                 let geometry = (
                     sh.k as i64,
                     super::problem::reduce_lda(w.layouts().a, &sh) as i64,
@@ -196,19 +184,24 @@ impl Ctx<'_> {
                     (sh.m * sh.k) as i64,
                 );
                 args.ebound = super::validate::REDUCE_U;
-                row_args.ebound = args.ebound;
-                match &per_row {
-                    None => dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?,
-                    Some(r) => {
-                        dev.checker
-                            .reduce_stats(self.s, &row_args, r.ptr, geometry)?;
-                        let dims = (sh.batch as i64, sh.m as i64, total == TotalKind::Mean);
-                        dev.checker
-                            .total_stats(self.s, r.ptr, st.ptr, dims, args.ebound)?;
-                    }
+                let total = w.params().total;
+                if total == TotalKind::None {
+                    dev.checker.reduce_stats(self.s, &args, st.ptr, geometry)?;
+                } else {
+                    // A total: every row's (value, bound) first (D has one row an item),
+                    // then each item's total of its m rows.
+                    let per_row = self.s.zeros::<f64>(2 * (sh.batch * sh.m) as usize)?;
+                    let mut row_args = args;
+                    row_args.rows = sh.m as i64;
+                    row_args.r[1] = per_row.ptr;
+                    dev.checker
+                        .reduce_stats(self.s, &row_args, per_row.ptr, geometry)?;
+                    let dims = (sh.batch as i64, sh.m as i64, total == TotalKind::Mean);
+                    dev.checker
+                        .total_stats(self.s, per_row.ptr, st.ptr, dims, args.ebound)?;
+                    totals = Some(per_row);
                 }
                 stats = Some(st);
-                totals = per_row;
             }
             Reference::Scan { .. } => {
                 // A logical row is n long: a storage column when D is column-major.
