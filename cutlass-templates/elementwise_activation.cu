@@ -369,6 +369,31 @@ __device__ __forceinline__ void cs_operand_run(const void* ptr, int32_t dtype, i
   for (int k = 0; k < G; ++k) out[k] = cs_operand_value<Dtype>(ptr, dtype, idx + k);
 }
 
+// x / d and x % d for 32-bit x < 2^31 and 1 <= d < 2^31, by a multiply-high: with
+// l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1, x / d = (umulhi(x, mul) + x)
+// >> l (the "round-up" method; the sum cannot overflow for x < 2^31).
+struct CsDivmod {
+  uint32_t d = 1, mul = 1, shift = 0;
+  CsDivmod() = default;
+  explicit CsDivmod(uint32_t divisor) : d(divisor)
+  {
+    uint32_t l = 0;
+    while ((uint64_t(1) << l) < divisor) ++l;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - divisor)) / divisor + 1);
+    shift = l;
+  }
+  CS_HD void divmod(uint32_t x, uint32_t& q, uint32_t& r) const
+  {
+#ifdef __CUDA_ARCH__
+    uint32_t const hi = __umulhi(x, mul);
+#else
+    uint32_t const hi = uint32_t((uint64_t(x) * mul) >> 32);
+#endif
+    q = (hi + x) >> shift;
+    r = x - q * d;
+  }
+};
+
 // The workload's chain with its tensor operands (kinds fixed at compile time by cs_chain).
 // OperandDtype: the cs_dtype every operand has (f32, f16 or bf16), or -1 (mixed or other
 // types, read per operand at run time).
@@ -382,8 +407,26 @@ struct CsChainOp {
   static constexpr bool kLong = true;
   const void* ptr[CS_MAX_OPERANDS];
   int32_t dtype[CS_MAX_OPERANDS];
-  int64_t ld[CS_MAX_OPERANDS];
+  int64_t ld[CS_MAX_OPERANDS];     // BROADCAST: the column's stride (1, or 0: one value a row)
   bool matrix_row_major;   // MATRIX operands: stored in D's layout (layout_cd)
+  // BROADCAST operands (a tensor spanning some of the output's dims): the row's part of the
+  // index, sum_t ((row / div[t]) % mod[t]) * stride[t], by multiply-high divisions (rows
+  // are below 2^31: the rules).
+  CsDivmod bdiv[CS_MAX_OPERANDS][2], bmod[CS_MAX_OPERANDS][2];
+  int64_t bstride[CS_MAX_OPERANDS][2];
+
+  __device__ __forceinline__ int64_t row_part(int i, uint32_t row) const
+  {
+    int64_t idx = 0;
+#pragma unroll
+    for (int t = 0; t < cs_chain_bcast_terms<cs_chain>(i); ++t) {
+      uint32_t q, r, q2, c;
+      bdiv[i][t].divmod(row, q, r);
+      bmod[i][t].divmod(q, q2, c);
+      idx += int64_t(c) * bstride[i][t];
+    }
+    return idx;
+  }
 
   __device__ __forceinline__ float operator()(float x, uint32_t row, uint32_t col) const
   {
@@ -393,6 +436,7 @@ struct CsChainOp {
       int const kind = cs_chain_kind<cs_chain>(i);
       int64_t const idx = kind == CS_OPERAND_ROW ? int64_t(col)
                         : kind == CS_OPERAND_COL ? int64_t(row)
+                        : kind == CS_OPERAND_BROADCAST ? row_part(i, row) + int64_t(col) * ld[i]
                         : matrix_row_major ? int64_t(row) * ld[i] + col
                                            : int64_t(col) * ld[i] + row;
       t[i] = cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx);
@@ -427,14 +471,50 @@ struct CsChainOp {
     Pre<G> p;
     p.in_row = col + G <= n;
     if (!p.in_row) return p;
+    // Broadcast operands' row parts, once per mask known at compile time.
+    int64_t rp[CS_MAX_OPERANDS] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < kOperands; ++i) {
+      if (cs_chain_kind<cs_chain>(i) != CS_OPERAND_BROADCAST) continue;
+      int same = i;
+#pragma unroll
+      for (int j = 0; j < i; ++j)
+        if (same == i && cs_chain_kind<cs_chain>(j) == CS_OPERAND_BROADCAST &&
+            cs_chain_bcast_mask<cs_chain>(j) >= 0 &&
+            cs_chain_bcast_mask<cs_chain>(j) == cs_chain_bcast_mask<cs_chain>(i))
+          same = j;
+      rp[i] = same == i ? row_part(i, row) : rp[same];
+    }
 #pragma unroll
     for (int i = 0; i < kOperands; ++i) {
       int const kind = cs_chain_kind<cs_chain>(i);
-      if (kind == CS_OPERAND_COL) {
+      int const bcol = cs_chain_bcast_col<cs_chain>(i);
+      if (kind == CS_OPERAND_BROADCAST && bcol == 0) {
+        // One value for the whole group (the operand does not span the last dim, known at
+        // compile time): read once, like a COL operand's.
+        int64_t const idx = rp[i];
+        if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], idx);
+        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx));
+      } else if (kind == CS_OPERAND_BROADCAST && bcol < 0 && ld[i] == 0) {
+        // The same when only the run-time stride says so: copied to every slot, so that
+        // apply() reads it as a run.
+        int64_t const idx = rp[i];
+        if constexpr (kPacked) {
+          uint32_t const h = raw16(ptr[i], idx);
+#pragma unroll
+          for (int k = 0; k < G / 2; ++k) p.w[i][k] = h | (h << 16);
+        } else {
+          uint32_t const v = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx));
+#pragma unroll
+          for (int k = 0; k < G; ++k) p.w[i][k] = v;
+        }
+      } else if (kind == CS_OPERAND_COL) {
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], int64_t(row));
         else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], int64_t(row)));
-      } else if (kind == CS_OPERAND_ROW || matrix_row_major) {
-        int64_t const idx0 = kind == CS_OPERAND_ROW ? int64_t(col) : int64_t(row) * ld[i] + col;
+      } else if (kind == CS_OPERAND_ROW || kind == CS_OPERAND_BROADCAST || matrix_row_major) {
+        int64_t const idx0 = kind == CS_OPERAND_ROW ? int64_t(col)
+                           : kind == CS_OPERAND_BROADCAST ? rp[i] + int64_t(col)
+                                                          : int64_t(row) * ld[i] + col;
         if constexpr (kPacked) {
           const unsigned short* q = static_cast<const unsigned short*>(ptr[i]) + idx0;
           if (G % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 15) == 0) {
@@ -489,7 +569,9 @@ struct CsChainOp {
       float tk[CS_MAX_OPERANDS] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < kOperands; ++i) {
-        bool const col_op = cs_chain_kind<cs_chain>(i) == CS_OPERAND_COL;
+        bool const col_op = cs_chain_kind<cs_chain>(i) == CS_OPERAND_COL ||
+                            (cs_chain_kind<cs_chain>(i) == CS_OPERAND_BROADCAST &&
+                             cs_chain_bcast_col<cs_chain>(i) == 0);
         if constexpr (kPacked) {
           uint32_t const word = col_op ? p.w[i][0] : p.w[i][k / 2];
           tk[i] = from16(col_op || k % 2 == 0 ? (word & 0xffffu) : (word >> 16));
@@ -708,30 +790,6 @@ cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t 
   return vd;
 }
 
-// x / d and x % d for 32-bit x < 2^31 and 1 <= d < 2^31, by a multiply-high: with
-// l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1, x / d = (umulhi(x, mul) + x)
-// >> l (the "round-up" method; the sum cannot overflow for x < 2^31).
-struct CsDivmod {
-  uint32_t d = 1, mul = 1, shift = 0;
-  CsDivmod() = default;
-  explicit CsDivmod(uint32_t divisor) : d(divisor)
-  {
-    uint32_t l = 0;
-    while ((uint64_t(1) << l) < divisor) ++l;
-    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - divisor)) / divisor + 1);
-    shift = l;
-  }
-  CS_HD void divmod(uint32_t x, uint32_t& q, uint32_t& r) const
-  {
-#ifdef __CUDA_ARCH__
-    uint32_t const hi = __umulhi(x, mul);
-#else
-    uint32_t const hi = uint32_t((uint64_t(x) * mul) >> 32);
-#endif
-    q = (hi + x) >> shift;
-    r = x - q * d;
-  }
-};
 
 // ---------------------------------------------------------------------------------------
 // Kernels
@@ -965,6 +1023,25 @@ static int32_t cs_act_dispatch(const cs_problem& p, int sm_count, cudaStream_t s
         op.ptr[i] = p.operands[i].ptr;
         op.dtype[i] = p.operands[i].dtype;
         op.ld[i] = p.operands[i].ld;
+        if constexpr (cs_chain::kOperands > 0) {
+          if (cs_chain_kind<cs_chain>(i) == CS_OPERAND_BROADCAST) {
+            cs_operand const& o = p.operands[i];
+            // The row part's divisions are 32-bit (rows below 2^31), the column's stride
+            // 1 or 0, and the layout row-major (the rules).
+            int const bcol = cs_chain_bcast_col<cs_chain>(i);
+            if (o.kind != CS_OPERAND_BROADCAST || p.m >= 0x7fffffffLL || (o.ld != 0 && o.ld != 1) ||
+                (bcol >= 0 && o.ld != bcol) || p.layout_cd != CS_LAYOUT_ROW)
+              return int32_t(CS_ERR_UNSUPPORTED);
+            for (int t = 0; t < 2; ++t) {
+              if (o.row_div[t] < 1 || o.row_div[t] > 0x7fffffffLL || o.row_mod[t] < 1 ||
+                  o.row_mod[t] > 0x7fffffffLL)
+                return int32_t(CS_ERR_UNSUPPORTED);
+              op.bdiv[i][t] = CsDivmod(uint32_t(o.row_div[t]));
+              op.bmod[i][t] = CsDivmod(uint32_t(o.row_mod[t]));
+              op.bstride[i][t] = o.row_stride[t];
+            }
+          }
+        }
       }
       op.matrix_row_major = p.layout_cd == CS_LAYOUT_ROW;
       return cs_act_run<TA, TD>(p, sm_count, op, stream);

@@ -68,7 +68,7 @@
 
 #include <stdint.h>
 
-#define CS_ABI_VERSION 2
+#define CS_ABI_VERSION 3
 
 #ifdef __CUDACC__
 #include <cuda_runtime_api.h>
@@ -205,9 +205,15 @@ typedef enum cs_operand_kind {
   CS_OPERAND_ROW = 1,    /* n values: element j of a row vector, for column j of D */
   CS_OPERAND_COL = 2,    /* m values: element i of a column vector, for row i of D */
   CS_OPERAND_MATRIX = 3, /* m x n values (layout_cd, ld, batch_stride): a residual */
-  CS_OPERAND_CHANNEL = 4 /* m * ld values, ld channels a row: element (i, j) of D reads
-                          * i * ld + j / (n / ld) (n a multiple of ld); a GroupNorm's
-                          * per-channel weight, its rows groups of ld channels */
+  CS_OPERAND_CHANNEL = 4, /* m * ld values, ld channels a row: element (i, j) of D reads
+                           * i * ld + j / (n / ld) (n a multiple of ld); a GroupNorm's
+                           * per-channel weight, its rows groups of ld channels */
+  CS_OPERAND_BROADCAST = 5 /* a tensor broadcast over some of the output's dims (a
+                            * [1, C, 1, 1] bias of an [N, C, H, W] output): element (i, j)
+                            * of D (row-major) reads
+                            *   sum_t ((i / row_div[t]) % row_mod[t]) * row_stride[t] + j * ld
+                            * (ld 1 when it spans the last dim, else 0; unused terms are
+                            * div 1, mod 1, stride 0) */
 } cs_operand_kind;
 
 #define CS_MAX_OPERANDS 4
@@ -218,8 +224,12 @@ typedef struct cs_operand {
   int32_t kind;          /* cs_operand_kind */
   int32_t dtype;         /* cs_dtype */
   int64_t ld;            /* matrix: leading dimension in elements; channel: channels a
-                          * row; row and col vectors: 1 */
+                          * row; row and col vectors: 1; broadcast: the column's stride
+                          * (1 or 0) */
   int64_t batch_stride;  /* elements between batches (0: shared by every batch) */
+  int64_t row_div[2];    /* broadcast only: the row index terms (see CS_OPERAND_BROADCAST) */
+  int64_t row_mod[2];
+  int64_t row_stride[2];
 } cs_operand;
 
 /* Return codes of the entry points other than CUDA's own (cudaError_t values). */

@@ -317,6 +317,9 @@ CS_HD int64_t cs_operand_index(const cs_operand &o, int32_t layout_cd, int64_t b
   if constexpr (KIND == CS_OPERAND_ROW) return b * o.batch_stride + col;
   else if constexpr (KIND == CS_OPERAND_COL) return b * o.batch_stride + row;
   else if constexpr (KIND == CS_OPERAND_CHANNEL) return b * o.batch_stride + row * o.ld + col / (n / o.ld);
+  else if constexpr (KIND == CS_OPERAND_BROADCAST)
+    return b * o.batch_stride + (row / o.row_div[0]) % o.row_mod[0] * o.row_stride[0] +
+           (row / o.row_div[1]) % o.row_mod[1] * o.row_stride[1] + col * o.ld;
   else return b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
 }
 
@@ -329,6 +332,7 @@ CS_HD float cs_operand_load(const cs_operand &o, int32_t layout_cd, int64_t b, i
     case CS_OPERAND_ROW: idx = b * o.batch_stride + col; break;
     case CS_OPERAND_COL: idx = b * o.batch_stride + row; break;
     case CS_OPERAND_CHANNEL: idx = cs_operand_index<CS_OPERAND_CHANNEL>(o, layout_cd, b, row, col, n); break;
+    case CS_OPERAND_BROADCAST: idx = cs_operand_index<CS_OPERAND_BROADCAST>(o, layout_cd, b, row, col, n); break;
     case CS_OPERAND_MATRIX:
       idx = b * o.batch_stride + (layout_cd == CS_LAYOUT_ROW ? row * o.ld + col : col * o.ld + row);
       break;
@@ -367,12 +371,50 @@ CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int
                           int64_t n = 0)
 {
   if constexpr (KIND == CS_OPERAND_ROW || KIND == CS_OPERAND_COL || KIND == CS_OPERAND_MATRIX ||
-                KIND == CS_OPERAND_CHANNEL) {
+                KIND == CS_OPERAND_CHANNEL || KIND == CS_OPERAND_BROADCAST) {
     int64_t const idx = cs_operand_index<KIND>(o, layout_cd, b, row, col, n);
     if constexpr (DTYPE >= 0) return cs_load_typed<DTYPE>(o.ptr, idx);
     else return cs_load_as_float(o.ptr, o.dtype, idx);
   } else {
     return cs_operand_load(o, layout_cd, b, row, col, n);
+  }
+}
+
+/* A BROADCAST operand's column stride as the chain knows it (Chain::kBcastCol0..3): 1 when
+ * it spans the output's last dim (a run of values along a row), 0 when it does not (one
+ * value a row), -1 when unknown (then read cs_operand::ld). */
+template <class Chain, class = void>
+struct cs_chain_has_bcast : std::false_type {};
+template <class Chain>
+struct cs_chain_has_bcast<Chain, std::void_t<decltype(Chain::kBcastCol0)>> : std::true_type {};
+template <class Chain>
+CS_HD constexpr int cs_chain_bcast_col(int i)
+{
+  if constexpr (cs_chain_has_bcast<Chain>::value) {
+    return i == 0 ? Chain::kBcastCol0 : i == 1 ? Chain::kBcastCol1 : i == 2 ? Chain::kBcastCol2 : Chain::kBcastCol3;
+  } else {
+    return -1;
+  }
+}
+
+/* A BROADCAST operand's mask of spanned output dims (Chain::kBcastMask0..3; -1 unknown) and
+ * the number of terms of its row index (Chain::kBcastTerms0..3; 2 when unknown). */
+template <class Chain>
+CS_HD constexpr int cs_chain_bcast_mask(int i)
+{
+  if constexpr (cs_chain_has_bcast<Chain>::value) {
+    return i == 0 ? Chain::kBcastMask0 : i == 1 ? Chain::kBcastMask1 : i == 2 ? Chain::kBcastMask2 : Chain::kBcastMask3;
+  } else {
+    return -1;
+  }
+}
+template <class Chain>
+CS_HD constexpr int cs_chain_bcast_terms(int i)
+{
+  if constexpr (cs_chain_has_bcast<Chain>::value) {
+    return i == 0 ? Chain::kBcastTerms0 : i == 1 ? Chain::kBcastTerms1 : i == 2 ? Chain::kBcastTerms2 : Chain::kBcastTerms3;
+  } else {
+    return 2;
   }
 }
 

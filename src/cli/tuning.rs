@@ -203,6 +203,7 @@ fn show(db: &TuningDb, workload: Option<&str>) -> Result<i32> {
             n: *n,
             k: *k,
             batch: *b,
+            dims: Default::default(),
         };
         match best {
             Some(r) => {

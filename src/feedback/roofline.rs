@@ -113,6 +113,7 @@ mod tests {
                 n: 4096,
                 k: 4096,
                 batch: 1,
+                dims: Default::default(),
             },
             flops,
             min_bytes: bytes,

@@ -1149,18 +1149,21 @@ fn gemm_shapes(m: i64, n: i64, k: i64, batch: i64) -> Vec<ShapeSpec> {
             n: Some(n),
             k: Some(k),
             batch: b(batch),
+            ..Default::default()
         },
         ShapeSpec {
             m: Some(ragged(m)),
             n: Some(ragged(n)),
             k: Some(ragged(k)),
             batch: b(batch.min(3)),
+            ..Default::default()
         },
         ShapeSpec {
             m: Some(small(m, 127)),
             n: Some(small(n, 255)),
             k: Some(small(k, 64)),
             batch: b(batch.min(2)),
+            ..Default::default()
         },
     ];
     dedup(&mut v);
@@ -1174,6 +1177,7 @@ fn batched_rows(batch: i64, m: i64, n: i64) -> ShapeSpec {
         m: Some(m),
         n: Some(n),
         k: None,
+        ..Default::default()
     }
 }
 
@@ -1225,7 +1229,7 @@ fn row_shapes(m: i64, n: i64) -> Vec<ShapeSpec> {
 
 fn dedup(v: &mut Vec<ShapeSpec>) {
     let mut seen = HashSet::new();
-    v.retain(|s| seen.insert((s.m, s.n, s.k, s.batch.unwrap_or(1))));
+    v.retain(|s| seen.insert((s.m, s.n, s.k, s.batch.unwrap_or(1), s.dims.clone())));
 }
 
 /// The chain after `start` up to `out`, as `[[epilogue]]` ops; `rows` and `cols` are the
@@ -2490,7 +2494,7 @@ mod tests {
             (Some(NormKind::L1), Some(0.0))
         );
         assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
-        let s0 = spec.shapes[0];
+        let s0 = spec.shapes[0].clone();
         assert_eq!((s0.batch, s0.m, s0.n), (Some(4), Some(5), Some(6)));
         // The same sum without a division is a reduction: 4 batches of 5 rows side by side.
         let g = graph(
@@ -2512,7 +2516,7 @@ mod tests {
             (Family::Reduce, Some(ReduceKind::Sum))
         );
         assert_eq!(spec.layout.and_then(|l| l.a), Some(Layout::Col));
-        let s0 = spec.shapes[0];
+        let s0 = spec.shapes[0].clone();
         assert_eq!(
             (s0.batch, s0.m, s0.k, s0.n),
             (Some(4), Some(5), Some(6), None)
@@ -3241,7 +3245,7 @@ mod tests {
         let (spec, ops) = map_graph(&graph(nodes, "g"), "t.py").unwrap();
         assert_eq!(spec.family, Family::GemmReduce);
         assert_eq!(spec.params.reduce, Some(ReduceKind::Sum));
-        let s = spec.shapes[0];
+        let s = spec.shapes[0].clone();
         assert_eq!((s.m, s.n, s.k), (Some(64), Some(16), Some(32)));
         let ops_of = |v: &[OpSpec]| v.iter().map(|o| o.op.clone()).collect::<Vec<_>>();
         assert_eq!(ops_of(&spec.epilogue), ["sigmoid"]);
@@ -4026,7 +4030,7 @@ mod tests {
             .epilogue
             .iter()
             .all(|o| o.operand.as_deref() == Some("matrix")));
-        let s = spec.shapes[0];
+        let s = spec.shapes[0].clone();
         assert_eq!((s.m, s.n, s.k), (Some(64), Some(16), Some(32)));
     }
 
@@ -4378,7 +4382,7 @@ mod tests {
         );
         let (spec, ops) = map_graph(&g, "t.py").unwrap();
         assert_eq!(spec.family, Family::Gemm);
-        let s = spec.shapes[0];
+        let s = spec.shapes[0].clone();
         assert_eq!(
             (s.m, s.n, s.k, s.batch),
             (Some(24), Some(8), Some(16), None)
@@ -4413,7 +4417,7 @@ mod tests {
                 "p",
             );
             let (spec, _) = map_graph(&g, "t.py").unwrap();
-            let s = spec.shapes[0];
+            let s = spec.shapes[0].clone();
             assert_eq!(
                 (s.m, s.n, s.k, s.batch),
                 (Some(4), Some(5), Some(16), Some(6)),
@@ -4443,7 +4447,7 @@ mod tests {
             "e",
         );
         let (spec, _) = map_graph(&g, "t.py").unwrap();
-        let s = spec.shapes[0];
+        let s = spec.shapes[0].clone();
         assert_eq!((s.m, s.n, s.k), (Some(8), Some(4), Some(16)));
         let l = spec.layout.unwrap();
         assert_eq!((l.a, l.b), (Some(Layout::Col), Some(Layout::Col)));

@@ -16,6 +16,9 @@
 //!                       # | an earlier tensor by its name (`matrix0`: the first, a matrix)
 //!                       # | channel (m * channels values: `channels = R` per row, each over
 //!                       #   n / R adjacent values; a GroupNorm's per-channel weight)
+//!                       # | broadcast (family activation, shapes given as `dims`: a tensor
+//!                       #   spanning the output dims listed in `over`, size 1 in the
+//!                       #   others, as PyTorch broadcasts a [1, C, 1, 1] bias)
 //! [[epilogue]]
 //! op = "hardtanh"       # any activation, with alpha / beta / min / max / threshold
 //! min = -1.0
@@ -146,6 +149,12 @@ pub struct OpSpec {
     /// values: a GroupNorm's per-channel weight, whose rows are groups of channels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<u32>,
+    /// `operand = "broadcast"`: the output dims (indices into each shape's `dims`, in
+    /// increasing order) the operand spans; it has size 1 in every other dim and is stored
+    /// contiguously in that shape (PyTorch's broadcasting: `over = [1]` is a [1, C, 1, 1]
+    /// bias of an [N, C, H, W] output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<Vec<u32>>,
     /// Names this op's result, so a later op can read it as `operand`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save: Option<String>,
@@ -164,6 +173,130 @@ pub enum TensorKind {
     /// value i * R + j / (n / R) (n a multiple of R). A per-channel vector of an (N, C, S)
     /// tensor whose rows hold R channels of S values each.
     Channel(u32),
+    /// A tensor broadcast over the output's dims (family activation with `dims` shapes):
+    /// bit d set when it spans output dim d (size 1 in the others), stored contiguously
+    /// in its own shape. Element (i, j) reads [`BroadcastMap::index`].
+    Broadcast(u8),
+}
+
+/// Most dims a shape's `dims` may have.
+pub const MAX_DIMS: usize = 6;
+
+/// Most runs of spanned dims among a shape's row dims (all but the last) a broadcast
+/// operand may have: the ABI's `row_div` / `row_mod` / `row_stride` terms.
+pub const MAX_ROW_TERMS: usize = 2;
+
+/// Where a broadcast operand's element for output element (row i, column j) is, for one
+/// shape: `sum_t ((i / div_t) % modulus_t) * stride_t + j * col_stride` (the ABI's
+/// `row_div`, `row_mod`, `row_stride` and `ld`). Unused terms are (1, 1, 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BroadcastMap {
+    pub div: [u64; MAX_ROW_TERMS],
+    pub modulus: [u64; MAX_ROW_TERMS],
+    pub stride: [u64; MAX_ROW_TERMS],
+    pub col_stride: u64,
+    /// The operand's element count (the product of the dims it spans).
+    pub len: u64,
+}
+
+impl BroadcastMap {
+    /// The map of an operand spanning the dims in `mask` of an output of `dims` viewed as
+    /// rows of its last `tail` dims (which the operand spans all or none of: see
+    /// [`Chain::broadcast_tail`]), or why it cannot be indexed (more than
+    /// [`MAX_ROW_TERMS`] runs of spanned row dims, or a dim past the rank).
+    pub fn new(dims: &[u64], mask: u8, tail: usize) -> Result<BroadcastMap, String> {
+        let r = dims.len();
+        let rows = r.saturating_sub(tail.max(1));
+        if r == 0 || u32::from(mask) >> r != 0 {
+            return Err(format!(
+                "spans dim {} of an output of {r} dims",
+                7 - mask.leading_zeros().min(7)
+            ));
+        }
+        let spans = |d: usize| mask & (1 << d) != 0;
+        // The operand's own strides: contiguous, size 1 where it is broadcast.
+        let size = |d: usize| if spans(d) { dims[d] } else { 1 };
+        let mut ostride = vec![1u64; r];
+        for d in (0..r.saturating_sub(1)).rev() {
+            ostride[d] = ostride[d + 1] * size(d + 1);
+        }
+        let mut map = BroadcastMap {
+            div: [1; MAX_ROW_TERMS],
+            modulus: [1; MAX_ROW_TERMS],
+            stride: [0; MAX_ROW_TERMS],
+            col_stride: u64::from(spans(r - 1)),
+            len: (0..r).map(size).product(),
+        };
+        // Runs of spanned row dims, each one term: its coordinate is (i / inner) % extent.
+        let mut t = 0;
+        let mut d = 0;
+        while d < rows {
+            if !spans(d) {
+                d += 1;
+                continue;
+            }
+            let start = d;
+            while d < rows && spans(d) {
+                d += 1;
+            }
+            let last = d - 1;
+            if t == MAX_ROW_TERMS {
+                return Err(format!(
+                    "spans more than {MAX_ROW_TERMS} separate runs of the output's row dims \
+                     (all but the trailing ones every operand treats alike)"
+                ));
+            }
+            map.div[t] = dims[last + 1..rows].iter().product();
+            map.modulus[t] = dims[start..=last].iter().product();
+            map.stride[t] = ostride[last];
+            t += 1;
+        }
+        Ok(map)
+    }
+
+    /// The operand's element for output element (row, col).
+    pub fn index(&self, row: u64, col: u64) -> u64 {
+        let mut idx = col * self.col_stride;
+        for t in 0..MAX_ROW_TERMS {
+            idx += (row / self.div[t]) % self.modulus[t] * self.stride[t];
+        }
+        idx
+    }
+}
+
+/// The bit mask of `over` (dims in increasing order, each below [`MAX_DIMS`]).
+fn over_mask(dims: &[u32]) -> Result<u8, String> {
+    let mut mask = 0u8;
+    let mut last: Option<u32> = None;
+    for &d in dims {
+        if d as usize >= MAX_DIMS {
+            return Err(format!("dim {d} is past the most a shape may have ({MAX_DIMS})"));
+        }
+        if last.is_some_and(|l| d <= l) {
+            return Err(format!(
+                "{dims:?}: list each spanned dim once, in increasing order"
+            ));
+        }
+        last = Some(d);
+        mask |= 1 << d;
+    }
+    Ok(mask)
+}
+
+/// Runs of spanned dims in `mask` among the first `rows` dims.
+fn row_runs(mask: u8, rows: usize) -> usize {
+    (0..rows)
+        .filter(|&d| mask & (1 << d) != 0 && (d == 0 || mask & (1 << (d - 1)) == 0))
+        .count()
+}
+
+/// The dims of a broadcast mask, as `over` lists them (`[1, 3]`).
+pub fn mask_dims(mask: u8) -> String {
+    let dims: Vec<String> = (0..8)
+        .filter(|d| mask & (1 << d) != 0)
+        .map(|d| d.to_string())
+        .collect();
+    format!("[{}]", dims.join(", "))
 }
 
 impl TensorKind {
@@ -174,6 +307,7 @@ impl TensorKind {
             TensorKind::Col => 2,
             TensorKind::Matrix => 3,
             TensorKind::Channel(_) => 4,
+            TensorKind::Broadcast(_) => 5,
         }
     }
 
@@ -184,6 +318,7 @@ impl TensorKind {
             TensorKind::Col => "col",
             TensorKind::Matrix => "matrix",
             TensorKind::Channel(_) => "channel",
+            TensorKind::Broadcast(_) => "broadcast",
         }
     }
 
@@ -193,6 +328,7 @@ impl TensorKind {
             TensorKind::Col => "CS_OPERAND_COL",
             TensorKind::Matrix => "CS_OPERAND_MATRIX",
             TensorKind::Channel(_) => "CS_OPERAND_CHANNEL",
+            TensorKind::Broadcast(_) => "CS_OPERAND_BROADCAST",
         }
     }
 }
@@ -319,6 +455,9 @@ pub struct Chain {
     pub tensors: Vec<Tensor>,
     /// The names of the saved slots, in slot order.
     pub saved: Vec<String>,
+    /// The rank of the shapes' `dims` (0: not given): tells a broadcast operand that spans
+    /// the last dim (a run of values a row) from one that does not (one value a row).
+    pub rank: u8,
 }
 
 /// Why a chain is not valid: the index of the entry (or `None` for the whole chain), the
@@ -341,6 +480,29 @@ pub fn op_names() -> Vec<&'static str> {
 }
 
 impl Chain {
+    /// The trailing dims of the shapes' `dims` (of rank [`Chain::rank`]) that every
+    /// broadcast operand spans all or none of: they form the rows the kernels see (an
+    /// [N, C, H, W] output with a [1, C, 1, 1] operand is N * C rows of H * W). At least 1.
+    pub fn broadcast_tail(&self) -> usize {
+        let r = usize::from(self.rank);
+        let masks: Vec<u8> = self
+            .tensors
+            .iter()
+            .filter_map(|t| match t.kind {
+                TensorKind::Broadcast(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        let uniform = |t: usize| {
+            masks.iter().all(|&m| {
+                let bits = (r - t..r).map(|d| m & (1 << d) != 0);
+                let v: Vec<bool> = bits.collect();
+                v.iter().all(|&b| b) || v.iter().all(|&b| !b)
+            })
+        };
+        (1..=r).rev().find(|&t| uniform(t)).unwrap_or(1)
+    }
+
     /// True when the chain does nothing.
     pub fn is_identity(&self) -> bool {
         self.steps
@@ -466,6 +628,7 @@ impl Chain {
                 "max" => s.max.is_some(),
                 "diagonal" => s.diagonal.is_some(),
                 "channels" => s.channels.is_some(),
+                "over" => s.over.is_some(),
                 _ => s.threshold.is_some(),
             };
             let unused = |fields: &[&'static str]| -> Result<(), ChainError> {
@@ -480,6 +643,9 @@ impl Chain {
             }
             if s.operand.as_deref().map(str::trim) != Some("channel") {
                 unused(&["channels"])?;
+            }
+            if s.operand.as_deref().map(str::trim) != Some("broadcast") {
+                unused(&["over"])?;
             }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
@@ -496,7 +662,26 @@ impl Chain {
                                 "at least 1 (the channels each row holds)".into(),
                             ));
                         }
-                        self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), channels)
+                        let over = match (o.trim(), &s.over) {
+                            ("broadcast", None) => {
+                                return Err(err(
+                                    "over",
+                                    "operand \"broadcast\" needs over = [the output dims it \
+                                     spans, e.g. [1] for a [1, C, 1, 1] bias of [N, C, H, W]]"
+                                        .into(),
+                                ))
+                            }
+                            ("broadcast", Some(dims)) => {
+                                over_mask(dims).map_err(|m| err("over", m))?
+                            }
+                            _ => 0,
+                        };
+                        let kind = match o.trim() {
+                            "channel" => Some(TensorKind::Channel(channels)),
+                            "broadcast" => Some(TensorKind::Broadcast(over)),
+                            _ => None,
+                        };
+                        self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), kind)
                             .map_err(|m| err("operand", m))?
                     }
                     (Some(_), Some(_)) => {
@@ -511,7 +696,8 @@ impl Chain {
                             "value",
                             format!(
                                 "op \"{name}\" needs value = <number> or operand = \"row\" | \
-                                 \"col\" | \"matrix\" | \"channel\" | \"z\" | a saved name"
+                                 \"col\" | \"matrix\" | \"channel\" | \"broadcast\" | \"z\" | a \
+                                 saved name"
                             ),
                         ))
                     }
@@ -519,7 +705,7 @@ impl Chain {
                 if s.dtype.is_some() && !matches!(operand, Operand::Tensor(_)) {
                     return Err(err(
                         "dtype",
-                        "only for a row, col, matrix or channel operand".into(),
+                        "only for a row, col, matrix, channel or broadcast operand".into(),
                     ));
                 }
                 Op::Binary(b, operand)
@@ -613,13 +799,14 @@ impl Chain {
                 None => None,
                 Some(n) => {
                     let n = n.trim();
-                    if !valid_name(n) || ["z", "row", "col", "matrix", "channel", "x"].contains(&n)
+                    if !valid_name(n) || ["z", "row", "col", "matrix", "channel", "broadcast", "x"]
+                            .contains(&n)
                     {
                         return Err(err(
                             "save",
                             format!(
                                 "\"{n}\" is not a usable name (letters, digits and _, starting \
-                                 with a letter; not z, x, row, col, matrix or channel)"
+                                 with a letter; not z, x, row, col, matrix, channel or broadcast)"
                             ),
                         ));
                     }
@@ -640,7 +827,7 @@ impl Chain {
         o: &str,
         dtype: DType,
         given_dtype: bool,
-        channels: u32,
+        special: Option<TensorKind>,
     ) -> Result<Operand, String> {
         let o = o.trim();
         let kind = match o {
@@ -648,7 +835,7 @@ impl Chain {
             "row" => TensorKind::Row,
             "col" => TensorKind::Col,
             "matrix" => TensorKind::Matrix,
-            "channel" => TensorKind::Channel(channels),
+            "channel" | "broadcast" => special.unwrap_or(TensorKind::Channel(1)),
             name if !self.saved.iter().any(|s| s == name)
                 && self.tensors.iter().any(|t| t.name == name) =>
             {
@@ -675,7 +862,7 @@ impl Chain {
                     .map(Operand::Saved)
                     .ok_or_else(|| {
                         format!(
-                            "\"{name}\" is neither row, col, matrix, channel, z, an earlier \
+                            "\"{name}\" is neither row, col, matrix, channel, broadcast, z, an earlier \
                              tensor's name (matrix0, ...) nor a name saved by an earlier op{}",
                             if self.saved.is_empty() {
                                 String::new()
@@ -947,6 +1134,11 @@ impl Chain {
         for (i, t) in self.tensors.iter().enumerate() {
             let per = match t.kind {
                 TensorKind::Channel(r) => format!(" of {r} a row, in cs_operand::ld"),
+                TensorKind::Broadcast(mask) => format!(
+                    " over output dims {}: index sum_t ((i / row_div[t]) % row_mod[t]) * \
+                     row_stride[t] + j * ld",
+                    mask_dims(mask)
+                ),
                 _ => String::new(),
             };
             let _ = writeln!(
@@ -980,6 +1172,33 @@ impl Chain {
                 .get(i)
                 .map_or(-1, |t| i64::from(t.dtype.abi_value()));
             let _ = writeln!(s, "  static constexpr int kDtype{i} = {d};");
+        }
+        // A broadcast operand's column stride (1: it spans the last dim, 0: one value a
+        // row; -1: not a broadcast operand, or not known).
+        for i in 0..MAX_TENSORS {
+            let c = match self.tensors.get(i).map(|t| t.kind) {
+                Some(TensorKind::Broadcast(mask)) if self.rank > 0 => {
+                    i32::from(mask >> (self.rank - 1) & 1)
+                }
+                _ => -1,
+            };
+            let _ = writeln!(s, "  static constexpr int kBcastCol{i} = {c};");
+        }
+        // Its mask of spanned dims (operands with one mask share their row index) and its
+        // runs of spanned row dims (the terms of that index; 2 when not known).
+        for i in 0..MAX_TENSORS {
+            let (mask, terms) = match self.tensors.get(i).map(|t| t.kind) {
+                Some(TensorKind::Broadcast(mask)) if self.rank > 0 => (
+                    i32::from(mask),
+                    row_runs(mask, usize::from(self.rank) - self.broadcast_tail()),
+                ),
+                Some(TensorKind::Broadcast(mask)) => (i32::from(mask), MAX_ROW_TERMS),
+                _ => (-1, 0),
+            };
+            let _ = writeln!(
+                s,
+                "  static constexpr int kBcastMask{i} = {mask};\n  static constexpr int kBcastTerms{i} = {terms};"
+            );
         }
         let _ = writeln!(
             s,

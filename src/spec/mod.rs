@@ -899,7 +899,8 @@ k = 4096
                 m: 5,
                 n: 1,
                 k: 600,
-                batch: 4
+                batch: 4,
+                dims: Default::default(),
             }
         );
         assert_eq!(w.layouts().a, Layout::Col);
@@ -963,7 +964,8 @@ k = 4096
                 m: 5,
                 n: 600,
                 k: 0,
-                batch: 2
+                batch: 2,
+                dims: Default::default(),
             }
         );
         let p = w.params();
@@ -1841,7 +1843,8 @@ beta = 0.5
                 m: 2,
                 n: 3,
                 k: 4,
-                batch: 16
+                batch: 16,
+                dims: Default::default(),
             }
             .to_string(),
             "16x(2x3x4)"

@@ -270,12 +270,13 @@ impl Workload {
         );
         // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k;
         // gemm_norm's like D.
+        let dims = shape.dims.as_slice();
         let before = if self.family == Family::GemmNorm {
-            chain_tensor_bytes(&self.before, n, m, m * n * b)
+            chain_tensor_bytes(&self.before, (n, m, m * n * b), dims)
         } else {
-            chain_tensor_bytes(&self.before, k, m, m * k * b)
+            chain_tensor_bytes(&self.before, (k, m, m * k * b), dims)
         };
-        chain_tensor_bytes(&self.chain, n, m, m * n * b) + before
+        chain_tensor_bytes(&self.chain, (n, m, m * n * b), dims) + before
     }
 
     /// Elements of the `[[before]]` tensors on `shape` (a reduction's indexed like A: k values,
@@ -291,7 +292,7 @@ impl Workload {
         self.before
             .tensors
             .iter()
-            .map(|t| tensor_len(t.kind, k, m, m * k * b))
+            .map(|t| tensor_len(t.kind, (k, m, m * k * b), shape.dims.as_slice()))
             .sum()
     }
 
@@ -370,22 +371,30 @@ impl TimingBuffers {
 }
 
 /// Bytes of a chain's tensors: `row` values a row vector, `col` a column vector, `matrix`
-/// a matrix (every batch), each in its own type.
-fn chain_tensor_bytes(chain: &crate::spec::Chain, row: f64, col: f64, matrix: f64) -> f64 {
+/// a matrix (every batch), a broadcast tensor the product of the `dims` it spans, each in
+/// its own type.
+fn chain_tensor_bytes(chain: &crate::spec::Chain, lens: (f64, f64, f64), dims: &[u64]) -> f64 {
     chain
         .tensors
         .iter()
-        .map(|t| tensor_len(t.kind, row, col, matrix) * t.dtype.bytes() as f64)
+        .map(|t| tensor_len(t.kind, lens, dims) * t.dtype.bytes() as f64)
         .sum()
 }
 
-/// Elements of a tensor of `kind`: `row`, `col` or `matrix`.
-fn tensor_len(kind: TensorKind, row: f64, col: f64, matrix: f64) -> f64 {
+/// Elements of a tensor of `kind`: (`row`, `col`, `matrix`) values by kind; a broadcast
+/// tensor's from the shape's `dims`.
+fn tensor_len(kind: TensorKind, (row, col, matrix): (f64, f64, f64), dims: &[u64]) -> f64 {
     match kind {
         TensorKind::Row => row,
         TensorKind::Col => col,
         TensorKind::Channel(r) => col * f64::from(r),
         TensorKind::Matrix => matrix,
+        TensorKind::Broadcast(mask) => dims
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| mask & (1 << d) != 0)
+            .map(|(_, &v)| v as f64)
+            .product(),
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::chain::{BinOp, Chain, Op, OpSpec, Operand, TensorKind, MAX_TENSORS};
+use super::chain::{BinOp, Chain, Op, OpSpec, Operand, TensorKind, MAX_DIMS, MAX_TENSORS};
 use super::error::{Result, WorkloadError};
 use super::location::line_of;
 use super::schema::*;
@@ -129,7 +129,7 @@ impl Validator<'_> {
                 "family gemm_norm normalizes the rows of a row-major D: leave c out or set \"row\"",
             ));
         }
-        let shapes = self.shapes(family, &spec.shapes)?;
+        let mut shapes = self.shapes(family, &spec.shapes)?;
         let params = self.params(family, spec.dtype, out_dtype, &spec.params)?;
         if family == Family::GemmNorm {
             let g = u64::from(params.groups);
@@ -221,7 +221,8 @@ impl Validator<'_> {
                 ));
             }
         }
-        let chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
+        let mut chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
+        chain.rank = shapes[0].dims.as_slice().len() as u8;
         self.channel_operands(family, &layouts, &shapes, &chain)?;
         // family norm's batch norm: row i of every batch item together (an (N, C, ...)
         // input's channel over its samples), each row contiguous.
@@ -242,6 +243,7 @@ impl Validator<'_> {
             spec.dtype
         };
         let before = self.before(family, before_dtype, &spec.before, &chain)?;
+        self.broadcast_operands(family, &layouts, &mut shapes, &[&chain, &before, &after])?;
         // An index is compared exactly: no op may change which element wins by rounding, and
         // none applies to an index. A cross entropy's ops would be ops on the logits or on the
         // loss, which the target's pick and the total do not take yet.
@@ -457,6 +459,137 @@ impl Validator<'_> {
                         sh.n, t.name
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `broadcast` operands (a tensor spanning some of the output's dims): family
+    /// activation, row-major, every shape given as `dims` of one rank, each operand's runs
+    /// of spanned row dims within the ABI's terms, and rows that fit the kernels' 32-bit
+    /// row index. Shapes given as `dims` belong to family activation only.
+    ///
+    /// Shapes given as `dims` are then viewed as rows of the trailing dims every broadcast
+    /// operand treats alike ([`Chain::broadcast_tail`]): an [N, C, H, W] output with a
+    /// [1, C, 1, 1] operand is N * C rows of H * W.
+    fn broadcast_operands(
+        &self,
+        family: Family,
+        layouts: &Layouts,
+        shapes: &mut [Shape],
+        chains: &[&Chain],
+    ) -> Result<()> {
+        if family != Family::Activation {
+            if let Some(i) = shapes.iter().position(|s| !s.dims.is_empty()) {
+                return Err(self.err(
+                    format!("shapes[{i}].dims"),
+                    format!("only family activation takes dims, not {family}"),
+                ));
+            }
+        }
+        let tensors: Vec<(&crate::spec::chain::Tensor, u8)> = chains
+            .iter()
+            .flat_map(|c| c.tensors.iter())
+            .filter_map(|t| match t.kind {
+                TensorKind::Broadcast(mask) => Some((t, mask)),
+                _ => None,
+            })
+            .collect();
+        // With dims, every tensor operand is a broadcast one (over = [the last dim] is a
+        // row vector, over = every dim a matrix).
+        if !shapes[0].dims.is_empty() {
+            if let Some(t) = chains
+                .iter()
+                .flat_map(|c| c.tensors.iter())
+                .find(|t| !matches!(t.kind, TensorKind::Broadcast(_)))
+            {
+                return Err(self.err(
+                    "epilogue",
+                    format!(
+                        "operand `{}` is {}; with shapes given as dims every tensor operand is \
+                         operand = \"broadcast\" with over = [the dims it spans] (the last \
+                         dim alone for a row vector, every dim for a tensor like the output)",
+                        t.name,
+                        t.kind.name()
+                    ),
+                ));
+            }
+            let tail = chains[0].broadcast_tail();
+            for sh in shapes.iter_mut() {
+                let dims = sh.dims.as_slice();
+                let split = dims.len().saturating_sub(tail);
+                sh.m = dims[..split].iter().product();
+                sh.n = dims[split..].iter().product();
+            }
+        }
+        let Some(&(first, _)) = tensors.first() else {
+            return Ok(());
+        };
+        if family != Family::Activation {
+            return Err(self.err(
+                "epilogue",
+                format!(
+                    "operand \"broadcast\" (`{}`) is read by family activation only, not \
+                     {family}; use row, col or matrix operands here",
+                    first.name
+                ),
+            ));
+        }
+        if layouts.a != Layout::Row || layouts.c != Layout::Row {
+            return Err(self.err(
+                "layout",
+                format!(
+                    "operand \"broadcast\" (`{}`) indexes a row-major output of dims (as \
+                     PyTorch stores it); leave layout out",
+                    first.name
+                ),
+            ));
+        }
+        let rank = shapes[0].dims.as_slice().len();
+        for (i, sh) in shapes.iter().enumerate() {
+            let dims = sh.dims.as_slice();
+            if dims.is_empty() || dims.len() != rank {
+                return Err(self.err(
+                    format!("shapes[{i}].dims"),
+                    if dims.is_empty() {
+                        format!(
+                            "missing: operand \"broadcast\" (`{}`) names output dims, so \
+                             every shape gives dims = [the output's dims] instead of m and n",
+                            first.name
+                        )
+                    } else {
+                        format!(
+                            "{} dims, but shapes[0] has {rank}: every shape of a broadcast \
+                             operand has the same rank",
+                            dims.len()
+                        )
+                    },
+                ));
+            }
+            if sh.m > i32::MAX as u64 {
+                return Err(self.err(
+                    format!("shapes[{i}].dims"),
+                    format!(
+                        "{} rows (the product of the dims before the trailing ones every \
+                         broadcast operand treats alike); a broadcast operand's kernels index \
+                         rows in 31 bits",
+                        sh.m
+                    ),
+                ));
+            }
+            for &(t, mask) in &tensors {
+                if let Err(m) =
+                    crate::spec::chain::BroadcastMap::new(dims, mask, chains[0].broadcast_tail())
+                {
+                    return Err(self.err(
+                        "epilogue",
+                        format!(
+                            "broadcast operand `{}` (over = {}): {m}",
+                            t.name,
+                            crate::spec::chain::mask_dims(mask)
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -788,11 +921,50 @@ impl Validator<'_> {
                 n: dim("n", s.n, None)?,
                 k: dim("k", s.k, None)?,
                 batch: dim("batch", s.batch, Some(1))?,
+                dims: Default::default(),
             },
             Family::Activation => {
                 forbid("k", s.k)?;
                 forbid("batch", s.batch)?;
-                Shape::rows(dim("m", s.m, Some(1))?, dim("n", s.n, None)?)
+                match &s.dims {
+                    None => Shape::rows(dim("m", s.m, Some(1))?, dim("n", s.n, None)?),
+                    Some(dims) => {
+                        if s.m.is_some() || s.n.is_some() {
+                            return Err(self.err(
+                                field(if s.m.is_some() { "m" } else { "n" }),
+                                "give either dims (the output's dims: m is the product of \
+                                 all but the last, n the last) or m and n, not both",
+                            ));
+                        }
+                        if dims.len() < 2 || dims.len() > MAX_DIMS {
+                            return Err(self.err(
+                                field("dims"),
+                                format!(
+                                    "{} dims; 2 to {MAX_DIMS} (the output's, outermost first)",
+                                    dims.len()
+                                ),
+                            ));
+                        }
+                        let mut v = Vec::with_capacity(dims.len());
+                        for (j, &d) in dims.iter().enumerate() {
+                            if d <= 0 {
+                                return Err(self.err(
+                                    format!("shapes[{i}].dims[{j}]"),
+                                    format!("must be positive, got {d}"),
+                                ));
+                            }
+                            v.push(d.unsigned_abs());
+                        }
+                        let (rows, last) = v.split_at(v.len() - 1);
+                        let m = rows
+                            .iter()
+                            .try_fold(1u64, |a, &d| a.checked_mul(d))
+                            .unwrap_or(u64::MAX);
+                        let mut shape = Shape::rows(m, last[0]);
+                        shape.dims = Dims::new(&v).unwrap_or_default();
+                        shape
+                    }
+                }
             }
             Family::Softmax | Family::LogSoftmax => {
                 forbid("k", s.k)?;
@@ -806,6 +978,7 @@ impl Validator<'_> {
                     n: dim("n", s.n, None)?,
                     k: 0,
                     batch: dim("batch", s.batch, Some(1))?,
+                    dims: Default::default(),
                 }
             }
             // Rows of k elements, each reduced to one: D is m x 1.
@@ -816,6 +989,7 @@ impl Validator<'_> {
                     n: 1,
                     k: dim("k", s.k, None)?,
                     batch: dim("batch", s.batch, Some(1))?,
+                    dims: Default::default(),
                 }
             }
         };

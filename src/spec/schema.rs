@@ -1060,7 +1060,7 @@ pub enum SharedOperand {
 }
 
 /// One `[[shapes]]` entry as written; signed so a negative size gets a clear message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShapeSpec {
     /// GEMM rows; softmax rows; activation rows (default 1).
@@ -1075,6 +1075,11 @@ pub struct ShapeSpec {
     /// GEMM batch count (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<i64>,
+    /// Activation: the output's dims, row-major and contiguous, as PyTorch has them
+    /// ([N, C, H, W]); m is the product of all but the last, n the last. Needed by
+    /// `operand = "broadcast"`, whose `over` names these dims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dims: Option<Vec<i64>>,
 }
 
 /// `[params]` as written.
@@ -1208,12 +1213,73 @@ pub struct Shape {
     pub k: u64,
     /// Independent problems; 1 outside the GEMM families.
     pub batch: u64,
+    /// The output's dims when the spec gave them (activation; see `ShapeSpec::dims`):
+    /// m is the product of all but the last, n the last. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Dims::is_empty")]
+    pub dims: Dims,
+}
+
+/// A shape's output dims (at most [`super::chain::MAX_DIMS`]), a copyable list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Dims {
+    rank: u8,
+    d: [u64; super::chain::MAX_DIMS],
+}
+
+impl Dims {
+    /// The dims of `v`, or None past [`super::chain::MAX_DIMS`].
+    pub fn new(v: &[u64]) -> Option<Dims> {
+        let mut d = [0u64; super::chain::MAX_DIMS];
+        d.get_mut(..v.len())?.copy_from_slice(v);
+        Some(Dims {
+            rank: v.len() as u8,
+            d,
+        })
+    }
+
+    /// The dims, outermost first.
+    pub fn as_slice(&self) -> &[u64] {
+        &self.d[..usize::from(self.rank)]
+    }
+
+    /// No dims given.
+    pub fn is_empty(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+impl serde::Serialize for Dims {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Dims {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dims, D::Error> {
+        let v = Vec::<u64>::deserialize(d)?;
+        Dims::new(&v).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "at most {} dims, not {}",
+                super::chain::MAX_DIMS,
+                v.len()
+            ))
+        })
+    }
 }
 
 impl Shape {
     /// A single GEMM problem.
     pub const fn gemm(m: u64, n: u64, k: u64) -> Shape {
-        Shape { m, n, k, batch: 1 }
+        Shape {
+            m,
+            n,
+            k,
+            batch: 1,
+            dims: Dims {
+                rank: 0,
+                d: [0; super::chain::MAX_DIMS],
+            },
+        }
     }
 
     /// `m` rows of `n` elements (activation, softmax).
@@ -1223,6 +1289,19 @@ impl Shape {
             n,
             k: 0,
             batch: 1,
+            dims: Dims {
+                rank: 0,
+                d: [0; super::chain::MAX_DIMS],
+            },
+        }
+    }
+
+    /// The output's dims as given (`dims`), else its rows and columns.
+    pub fn output_dims(&self) -> Vec<u64> {
+        if self.dims.is_empty() {
+            vec![self.m, self.n]
+        } else {
+            self.dims.as_slice().to_vec()
         }
     }
 
@@ -1234,7 +1313,10 @@ impl Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = if self.k == 0 && self.batch > 1 {
+        let s = if !self.dims.is_empty() {
+            let d: Vec<String> = self.dims.as_slice().iter().map(u64::to_string).collect();
+            d.join("x")
+        } else if self.k == 0 && self.batch > 1 {
             format!("{}x({}x{})", self.batch, self.m, self.n)
         } else if self.k == 0 {
             if self.m == 1 {

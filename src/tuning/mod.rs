@@ -129,6 +129,7 @@ impl Record {
             n: self.n,
             k: self.k,
             batch: self.batch,
+            dims: Default::default(),
         }
     }
 }

@@ -535,7 +535,7 @@ fn generated_passes_and_chain_functors_compile() {
     let cache = CompileCache::new(dir.path());
     let mut requests = Vec::new();
     for d in [DType::BF16, DType::F32] {
-        let src = cutesmith::eval::gpu::kernels::pass_source(&chain, d).unwrap();
+        let src = cutesmith::eval::gpu::kernels::pass_source(&chain, d, &[]).unwrap();
         assert!(
             src.contains("cs_pass0") && src.contains(&format!("cs_pass{}", chain.steps.len() - 1))
         );

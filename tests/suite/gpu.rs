@@ -593,7 +593,7 @@ fn unfused_passes_compute_their_chain() {
     let col: Vec<f32> = (0..m).map(|i| val(i, 3) as f32).collect();
     let mat: Vec<bf16> = (0..total).map(|i| bf16::from_f64(val(i, 4))).collect();
     for layout in [Layout::Row, Layout::Col] {
-        let passes = Passes::compile(&s, &chain, DType::BF16, (m, n, batch), layout).unwrap();
+        let passes = Passes::compile(&s, &chain, DType::BF16, (m, n, batch), layout, &[]).unwrap();
         assert_eq!(passes.len(), ops.len());
         let zd = s.upload(&z).unwrap();
         let t = [s.upload(&row).unwrap(), s.upload(&mat).unwrap()];

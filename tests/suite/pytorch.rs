@@ -98,7 +98,13 @@ fn shapes(w: &Workload) -> Vec<Shape> {
 /// sizes) and a small one.
 fn assert_gemm_shapes(w: &Workload, m: u64, n: u64, k: u64, batch: u64) {
     let s = shapes(w);
-    assert_eq!(s[0], Shape { m, n, k, batch });
+    assert_eq!(s[0], Shape {
+            m,
+            n,
+            k,
+            batch,
+            dims: Default::default()
+        });
     assert_eq!(s.len(), 3, "{s:?}");
     let r = s[1];
     assert!(r.m % 2 == 1 && r.n % 2 == 1 && r.k % 2 == 1, "{r:?}");

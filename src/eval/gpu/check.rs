@@ -96,6 +96,10 @@ pub struct CheckArgs {
     pub ntc: i64,
     pub bins_stride: i64,
     pub from: i64,
+    /// Per operand slot, a broadcast operand's map (`BroadcastMap`): row_div[0],
+    /// row_mod[0], row_stride[0], row_div[1], row_mod[1], row_stride[1], the column's
+    /// stride; zeros for the other kinds.
+    pub bt: [[i64; 7]; 4],
     pub scale: f64,
     pub beta: f64,
     /// The dot-product error bound per unit of sum |a b| (see the worker's `dot_bound`).
@@ -112,7 +116,7 @@ unsafe impl DeviceRepr for CheckArgs {}
 const ARGS_CPP: &str = r#"
 struct CheckArgs {
   unsigned long long got, r[5], t[4], counters, extremes, bins, first, detail;
-  long long batch, rows, cols, ld, bstride, tb[4], rs, cs, bs, ts, nrb, ncb, nbb, ntc, bins_stride, from;
+  long long batch, rows, cols, ld, bstride, tb[4], rs, cs, bs, ts, nrb, ncb, nbb, ntc, bins_stride, from, bt[4][7];
   double scale, beta, ebound, rtol, atol, scale_d;
 };
 "#;
@@ -316,6 +320,7 @@ fn tensor_loads(spec: &CheckSpec) -> String {
                 format!("b * a.tb[{slot}] + lr * {r}LL + lc / (a.cols / {r}LL)")
             }
             TensorKind::Matrix => "i".into(),
+            TensorKind::Broadcast(_) => broadcast_index(slot, "lr", "lc"),
         };
         let _ = writeln!(
             tload,
@@ -324,6 +329,14 @@ fn tensor_loads(spec: &CheckSpec) -> String {
         );
     }
     tload
+}
+
+/// The C++ index of broadcast operand `slot` at (row, col) of D, from `CheckArgs::bt`.
+fn broadcast_index(slot: usize, row: &str, col: &str) -> String {
+    format!(
+        "b * a.tb[{slot}] + ({row} / a.bt[{slot}][0]) % a.bt[{slot}][1] * a.bt[{slot}][2] + \
+         ({row} / a.bt[{slot}][3]) % a.bt[{slot}][4] * a.bt[{slot}][5] + {col} * a.bt[{slot}][6]"
+    )
 }
 
 /// Loads of a reduction's `[[before]]` tensors at element j of row lr of batch b of A
@@ -339,6 +352,8 @@ fn before_loads(spec: &CheckSpec) -> String {
             TensorKind::Matrix => {
                 format!("b * a.tb[{i}] + (a_col ? j * lda + lr : lr * lda + j)")
             }
+            // Never in [[before]] (the rules: family activation only).
+            TensorKind::Broadcast(_) => broadcast_index(i, "lr", "j"),
         };
         let _ = writeln!(
             s,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 
 use super::session::{CudaFailure, DevBuf, Session};
-use crate::spec::chain::{BinOp, Chain, Op, Operand, TensorKind};
+use crate::spec::chain::{BinOp, BroadcastMap, Chain, Op, Operand, TensorKind};
 use crate::spec::{DType, Layout};
 
 /// Threads per block of a pass.
@@ -130,8 +130,9 @@ impl Passes {
         dtype: DType,
         (m, n, batch): (usize, usize, usize),
         layout: Layout,
+        maps: &[Option<BroadcastMap>],
     ) -> Result<Passes, CudaFailure> {
-        let module = nvrtc_module(s, &pass_source(chain, dtype)?, "cutesmith_passes.cu")?;
+        let module = nvrtc_module(s, &pass_source(chain, dtype, maps)?, "cutesmith_passes.cu")?;
         let funcs = (0..chain.steps.len())
             .map(|j| module.load_function(&format!("cs_pass{j}")))
             .collect::<Result<Vec<_>, _>>()
@@ -261,7 +262,13 @@ fn second(chain: &Chain, o: &Operand, ty: &str, dtype: DType) -> Second {
 /// operand of the op (z, a saved value, a residual matrix) as a vector too; a broadcast
 /// operand's row and column are found once per vector (one 64-bit division) and stepped
 /// per element, as a framework's vectorized elementwise kernels do.
-pub fn pass_source(chain: &Chain, dtype: DType) -> Result<String, CudaFailure> {
+///
+/// A broadcast operand's index map (`maps[i]`, this shape's) is compiled in as constants.
+pub fn pass_source(
+    chain: &Chain,
+    dtype: DType,
+    maps: &[Option<BroadcastMap>],
+) -> Result<String, CudaFailure> {
     let (ty, ld, st) = storage(dtype)?;
     let vec = 16 / dtype.bytes() as usize;
     let mut src = String::new();
@@ -292,6 +299,19 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
             TensorKind::Col => "row".to_string(),
             TensorKind::Matrix => "i".to_string(),
             TensorKind::Channel(r) => format!("row * {r}LL + col / (n / {r}LL)"),
+            TensorKind::Broadcast(_) => match maps.get(ti).copied().flatten() {
+                Some(b) => format!(
+                    "(row / {}LL) % {}LL * {}LL + (row / {}LL) % {}LL * {}LL + col * {}LL",
+                    b.div[0], b.modulus[0], b.stride[0], b.div[1], b.modulus[1], b.stride[1],
+                    b.col_stride
+                ),
+                None => {
+                    return Err(CudaFailure {
+                        code: -1,
+                        message: format!("broadcast operand `{}` has no index map", t.name),
+                    })
+                }
+            },
         };
         let _ = writeln!(
             src,
@@ -1284,7 +1304,7 @@ mod tests {
             ("sub", Some("matrix")),
             ("max", Some("z")),
         ]);
-        let src = pass_source(&c, DType::BF16).unwrap();
+        let src = pass_source(&c, DType::BF16, &[]).unwrap();
         // Every pass moves x by 16-byte vectors, four a thread in flight, under 64 registers.
         assert_eq!(src.matches("__launch_bounds__(256, 4)").count(), 4);
         assert_eq!(src.matches("constexpr int U = 4;").count(), 4);
@@ -1316,7 +1336,7 @@ mod tests {
         }];
         let mut c = Chain::default();
         c.extend_from_spec(&specs, DType::BF16).unwrap();
-        let src = pass_source(&c, DType::BF16).unwrap();
+        let src = pass_source(&c, DType::BF16, &[]).unwrap();
         assert!(
             src.contains("(i < total ? cs_t0(t0, i, row, col, n) : 0.0f)"),
             "{src}"

@@ -131,6 +131,17 @@ impl Ctx<'_> {
         for (i, t) in p.tensors.iter().enumerate().take(args.t.len()) {
             args.t[i] = t.buf.ptr;
             args.tb[i] = t.batch_stride;
+            if let Some(m) = &t.bmap {
+                args.bt[i] = [
+                    m.div[0] as i64,
+                    m.modulus[0] as i64,
+                    m.stride[0] as i64,
+                    m.div[1] as i64,
+                    m.modulus[1] as i64,
+                    m.stride[1] as i64,
+                    m.col_stride as i64,
+                ];
+            }
         }
         let mut products = Vec::new();
         let mut stats = None;

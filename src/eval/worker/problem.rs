@@ -7,7 +7,7 @@ use crate::abi::{self, cs_operand, cs_problem};
 use crate::eval::gpu::baseline::GemmDesc;
 use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::session::{CudaFailure, DevBuf};
-use crate::spec::chain::TensorKind;
+use crate::spec::chain::{BroadcastMap, TensorKind};
 use crate::spec::{DType, Family, Layout, Shape};
 
 /// Input streams of the generator, one per operand, so every operand of a seed differs.
@@ -32,6 +32,8 @@ pub(super) struct ChainTensor {
     pub batch_stride: i64,
     /// A channel operand's values a channel covers along a row (n / channels); else 1.
     pub span: usize,
+    /// A broadcast operand's index map on this shape; None for the other kinds.
+    pub bmap: Option<BroadcastMap>,
 }
 
 impl ChainTensor {
@@ -42,6 +44,10 @@ impl ChainTensor {
             TensorKind::Row => base + col,
             TensorKind::Col => base + row,
             TensorKind::Channel(r) => base + row * r as usize + col / self.span.max(1),
+            TensorKind::Broadcast(_) => match &self.bmap {
+                Some(map) => base + map.index(row as u64, col as u64) as usize,
+                None => return f64::NAN,
+            },
             TensorKind::Matrix => {
                 base + if layout_cd == Layout::Row {
                     row * self.ld as usize + col
@@ -180,6 +186,16 @@ impl<'a> super::Ctx<'a> {
                 (TensorKind::Col, _) => (m, 1, 0),
                 // Shared by the batch, like row and col vectors (a module's parameter).
                 (TensorKind::Channel(r), _) => (m * r as usize, r as usize, 0),
+                // Shared by the batch; its length from the shape's dims (the rules checked
+                // the map on every shape).
+                (TensorKind::Broadcast(mask), _) => {
+                    let map = BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
+                        .map_err(|e| CudaFailure {
+                            code: -1,
+                            message: format!("broadcast operand `{}`: {e}", t.name),
+                        })?;
+                    (map.len as usize, map.col_stride as usize, 0)
+                }
                 (TensorKind::Matrix, false) => (out_len, ldd, m * n),
             };
             let stream = STREAM_TENSOR0 + i as u64;
@@ -201,6 +217,12 @@ impl<'a> super::Ctx<'a> {
                 span: match t.kind {
                     TensorKind::Channel(r) => (n / (r as usize).max(1)).max(1),
                     _ => 1,
+                },
+                bmap: match t.kind {
+                    TensorKind::Broadcast(mask) => {
+                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail()).ok()
+                    }
+                    _ => None,
                 },
             });
         }
@@ -329,7 +351,15 @@ impl<'a> super::Ctx<'a> {
                 dtype: t.dtype.abi_value(),
                 ld: t.ld,
                 batch_stride: t.batch_stride,
+                ..cs_operand::default()
             };
+            if let Some(map) = &t.bmap {
+                for i in 0..2 {
+                    o.row_div[i] = map.div[i] as i64;
+                    o.row_mod[i] = map.modulus[i] as i64;
+                    o.row_stride[i] = map.stride[i] as i64;
+                }
+            }
         }
         // gemm_bias_act's bias is the chain's first tensor; the old field points at it too.
         let bias = if w.family() == Family::GemmBiasAct && params.bias {

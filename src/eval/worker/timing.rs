@@ -266,10 +266,18 @@ impl Ctx<'_> {
         } else {
             Layout::Row
         };
+        // A broadcast operand's index map on this shape (the chain's tensors follow the
+        // [[before]] ones).
+        let maps: Vec<_> = p
+            .tensors
+            .iter()
+            .skip(w.before_chain().tensors.len())
+            .map(|t| t.bmap)
+            .collect();
         let passes = match unfused_chain(w) {
             Some(c) if !c.steps.is_empty() => unfused_part(
                 &mut self.report.notes,
-                Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c),
+                Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c, &maps),
             ),
             _ => None,
         };
@@ -360,6 +368,7 @@ impl Ctx<'_> {
                     out_dtype,
                     (m, 1, batch),
                     Layout::Row,
+                    &[],
                 )
                 .map(Some)
             };
@@ -391,7 +400,7 @@ impl Ctx<'_> {
             let after = if rest.steps.is_empty() {
                 Ok(None)
             } else {
-                Passes::compile(s_ref, &rest, out_dtype, (m, n, batch), Layout::Row).map(Some)
+                Passes::compile(s_ref, &rest, out_dtype, (m, n, batch), Layout::Row, &[]).map(Some)
             };
             let ptr = |i: Option<usize>| {
                 i.and_then(|i| p.tensors.get(nb + i))

@@ -543,18 +543,21 @@ pub(super) fn map_reduce(
             m: Some(m),
             k: Some(k),
             n: None,
+            ..Default::default()
         },
         ShapeSpec {
             batch: b(batch.min(3)),
             m: Some(super::ragged(m)),
             k: Some(super::ragged(k)),
             n: None,
+            ..Default::default()
         },
         ShapeSpec {
             batch: b(batch.min(2)),
             m: Some(few),
             k: Some(super::small(k, 1023)),
             n: None,
+            ..Default::default()
         },
     ];
     super::dedup(&mut shapes);
