@@ -286,6 +286,9 @@ fn every_template_validates_on_its_workloads() {
         // rows, col operands).
         "norm_group_affine_bf16_small",
         "norm_batch_bf16_small",
+        // Broadcast operands over 4-D dims: a per-channel bias, a per-sample gate, a map
+        // shared by the batch and one of two separate runs of dims, on ragged shapes.
+        "act_broadcast_bf16_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -464,6 +467,7 @@ fn device_and_host_validation_agree() {
         "norm_group_affine_bf16_small",
         "norm_batch_bf16_small",
         "reduce_total_mean_bf16_small",
+        "act_broadcast_bf16_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);
