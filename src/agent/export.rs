@@ -187,6 +187,19 @@ pub fn export_torch(
                 .into(),
         ));
     }
+    if w
+        .chain()
+        .tensors
+        .iter()
+        .any(|t| matches!(t.kind, TensorKind::Broadcast(_)))
+    {
+        return Err(Error::Usage(
+            "export --torch does not take a broadcast operand yet (its operator takes flat \
+             rows and vectors, not the output's dims the operand spans); `cutesmith export` \
+             without --torch writes the kernel and its C ABI"
+                .into(),
+        ));
+    }
     if w.params().total != crate::spec::TotalKind::None {
         return Err(Error::Usage(
             "export --torch does not take a total yet (its operator sets no p.total and \

@@ -139,7 +139,23 @@ impl WorkloadFacts {
         let pr = w.params();
         let chain = w.chain();
         let params = match fam {
-            Family::Activation => format!("D = chain(A), the chain: {}", chain.describe()),
+            Family::Activation => {
+                let mut s = format!("D = chain(A), the chain: {}", chain.describe());
+                if !h.dims.is_empty() {
+                    s.push_str(&format!(
+                        "; the output has dims {:?} (row-major; m x n = {} x {} as the kernel \
+                         sees it). A broadcast operand (CS_OPERAND_BROADCAST) spans some of \
+                         those dims: element (i, j) reads index sum over t of ((i / \
+                         row_div[t]) % row_mod[t]) * row_stride[t] + j * ld, from its \
+                         cs_operand (cs_chain's kBcastCol<k> says whether it spans the last \
+                         dim: a run of values along a row, or one value a row)",
+                        h.dims.as_slice(),
+                        h.m,
+                        h.n
+                    ));
+                }
+                s
+            }
             Family::GemmBiasAct | Family::Gemm => {
                 let mut s = format!(
                     "z = alpha*A*B + beta*C with alpha {}, beta {}",

@@ -441,6 +441,11 @@ struct Mapper<'g> {
     used: HashSet<&'g str>,
     order: HashMap<&'g str, usize>,
     problems: Vec<Unmapped>,
+    /// The elementwise family's output dims when its operands are classified against them
+    /// (`operand = "broadcast"`, shapes given as dims); None otherwise.
+    out_nd: Option<Vec<i64>>,
+    /// Each broadcast operand's spanned dims (`over`), by its node's name.
+    broadcast: HashMap<String, Vec<u32>>,
 }
 
 /// A value as the elementwise mapper sees an argument.
@@ -861,6 +866,8 @@ pub fn map_graph(
             .map(|(i, n)| (n.name.as_str(), i))
             .collect(),
         problems: Vec::new(),
+        out_nd: None,
+        broadcast: HashMap::new(),
     };
     let calls: Vec<&Node> = graph
         .nodes
@@ -1439,14 +1446,29 @@ fn chain_between<'g>(
             }
             // Its per-feature vectors must be row operands where the chain runs (a
             // reduction's [[before]] ops index theirs like A).
+            // Of (N, C, ...) values it scales along dim 1: broadcast operands over the
+            // output's dims (the second attempt), never the rows' last dim.
+            let rank = n.val.as_ref().map_or(0, |m| m.shape.len());
+            if rank > 2 && mp.out_nd.is_none() {
+                mp.problem(
+                    n,
+                    "an eval-mode batch_norm of (N, C, ...) values: a per-channel scale and \
+                     shift along dim 1",
+                );
+                return None;
+            }
             let stats = match n.args.get(3).map(arg) {
+                // Over an (N, C, ...) output's dims: per channel, dim 1.
+                Some(Arg::Node(_)) if mp.out_nd.as_ref().is_some_and(|d| d.len() >= 2) => {
+                    Some("broadcast")
+                }
                 Some(Arg::Node(rm)) => classify_operand(mp, n, rm),
                 _ => {
                     mp.problem(n, "an eval-mode batch_norm without running statistics");
                     return None;
                 }
             };
-            if stats != Some("row") {
+            if stats != Some("row") && stats != Some("broadcast") {
                 if stats.is_some() {
                     mp.problem(
                         n,
@@ -1468,12 +1490,14 @@ fn chain_between<'g>(
                 ("mul", "scale: weight / sqrt(running_var + eps)"),
                 ("add", "shift: bias - running_mean x scale"),
             ] {
-                let name = format!("row{}", tensor_names.len());
+                let kind = stats.unwrap_or("row");
+                let name = format!("{kind}{}", tensor_names.len());
                 tensor_names.insert(format!("{}.{op}", n.name), name);
                 let spec = OpSpec {
                     op: op.into(),
-                    operand: Some("row".into()),
+                    operand: Some(kind.into()),
                     dtype: dt,
+                    over: (kind == "broadcast").then(|| vec![1]),
                     ..Default::default()
                 };
                 added.push((spec, format!("BatchNorm's {what}")));
@@ -1614,6 +1638,9 @@ fn chain_between<'g>(
                         ));
                     }
                     spec.operand = Some(kind.into());
+                    if kind == "broadcast" {
+                        spec.over = mp.broadcast.get(o).cloned();
+                    }
                     if let Some(d) = dt.filter(|d| *d != out_dtype) {
                         spec.dtype = Some(d);
                     }
@@ -1866,6 +1893,10 @@ fn tensor_operand(
 ) -> Option<&'static str> {
     let (batch, m, nn) = out;
     let meta = operand_meta(mp, n, o)?;
+    // Against the output's dims: any shape that broadcasts to them, by the dims it spans.
+    if let Some(out_nd) = mp.out_nd.clone() {
+        return broadcast_operand(mp, n, o, &meta, &out_nd);
+    }
     // Drop leading 1s; what is left says how it broadcasts.
     let dims: Vec<i64> = meta.shape.iter().copied().skip_while(|d| *d == 1).collect();
     let kind = match dims.as_slice() {
@@ -1900,6 +1931,64 @@ fn tensor_operand(
             None
         }
     }
+}
+
+/// A tensor operand broadcast against the output's dims `out` (PyTorch's rules: aligned at
+/// the last dim, each dim equal or 1): `broadcast`, its spanned dims kept in
+/// `mp.broadcast`.
+fn broadcast_operand(
+    mp: &mut Mapper<'_>,
+    n: &Node,
+    o: &str,
+    meta: &Meta,
+    out: &[i64],
+) -> Option<&'static str> {
+    let shape = &meta.shape;
+    let lead = out.len().checked_sub(shape.len());
+    let fits = lead.is_some_and(|lead| {
+        shape
+            .iter()
+            .enumerate()
+            .all(|(i, &d)| d == 1 || d == out[lead + i])
+    });
+    let Some(lead) = lead.filter(|_| fits) else {
+        mp.problem(
+            n,
+            format!("operand `{o}` of shape {shape:?} does not broadcast to the output's {out:?}"),
+        );
+        return None;
+    };
+    if !contiguous(meta) {
+        mp.problem(
+            n,
+            format!("operand `{o}` is not contiguous (strides {:?})", meta.stride),
+        );
+        return None;
+    }
+    let over: Vec<u32> = shape
+        .iter()
+        .enumerate()
+        .filter(|(i, &d)| d != 1 && out[lead + i] != 1)
+        .map(|(i, _)| (lead + i) as u32)
+        .collect();
+    mp.broadcast.insert(o.to_string(), over);
+    Some("broadcast")
+}
+
+/// Shapes of an elementwise op over an output of `dims`: the given ones, then ragged and
+/// small ones of the same rank (a dim of 1 stays 1: an operand may broadcast over it).
+fn nd_shapes(dims: &[i64]) -> Vec<ShapeSpec> {
+    let each = |f: &dyn Fn(i64) -> i64| ShapeSpec {
+        dims: Some(dims.iter().map(|&d| if d == 1 { 1 } else { f(d) }).collect()),
+        ..Default::default()
+    };
+    let mut v = vec![
+        each(&|d| d),
+        each(&ragged),
+        each(&|d| small(d, 13)),
+    ];
+    dedup(&mut v);
+    v
 }
 
 /// Moves a leading activation that `[params] activation` can state (no parameter but a
@@ -2251,7 +2340,31 @@ fn map_activation(
     let dtype = float_input(mp, x, &meta, "activations take")?;
     let (m, n) = rows_of(mp, x, &meta)?;
     let mut params = ParamsSpec::default();
-    let mut chain = chain_after(mp, &x.name, out, (1, m, n), dtype, ops)?;
+    // Operands as row, col or matrix tensors of m rows of n; failing that, over the
+    // output's dims (`operand = "broadcast"`: a [1, C, 1, 1] bias, an eval-mode
+    // BatchNorm's per-channel vectors), reporting the first attempt's problems if that
+    // fails too.
+    let before = (mp.problems.len(), ops.len());
+    let mut nd = None;
+    let chain = match chain_after(mp, &x.name, out, (1, m, n), dtype, ops) {
+        Some(c) => Some(c),
+        None if meta.shape.len() >= 2 => {
+            let first: Vec<Unmapped> = mp.problems.drain(before.0..).collect();
+            ops.truncate(before.1);
+            mp.out_nd = Some(meta.shape.clone());
+            let c = chain_after(mp, &x.name, out, (1, m, n), dtype, ops);
+            mp.out_nd = None;
+            if c.is_none() {
+                mp.problems.truncate(before.0);
+                mp.problems.extend(first);
+            } else {
+                nd = Some(meta.shape.clone());
+            }
+            c
+        }
+        None => None,
+    };
+    let mut chain = chain?;
     if chain.is_empty() {
         mp.problems.push(Unmapped {
             node: out.into(),
@@ -2265,8 +2378,15 @@ fn map_activation(
     Some(WorkloadSpec {
         name: None,
         description: format!(
-            "{dtype} elementwise {} over {m} x {n}; imported from {file}",
-            names.join(", ")
+            "{dtype} elementwise {} over {}; imported from {file}",
+            names.join(", "),
+            match &nd {
+                Some(d) => format!(
+                    "{} (operands broadcast over its dims)",
+                    d.iter().map(i64::to_string).collect::<Vec<_>>().join(" x ")
+                ),
+                None => format!("{m} x {n}"),
+            }
         ),
         family: Family::Activation,
         dtype,
@@ -2274,7 +2394,10 @@ fn map_activation(
         acc_dtype: None,
         allow_tf32: false,
         layout: None,
-        shapes: row_shapes(m, n),
+        shapes: match &nd {
+            Some(d) => nd_shapes(d),
+            None => row_shapes(m, n),
+        },
         params,
         tolerance: None,
         target: None,
@@ -3421,21 +3544,18 @@ mod tests {
         ]);
         let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
         assert!(err.iter().any(|u| u.node == "mul_"), "{err:?}");
-        // Eval mode (import's default) of a 3-d input: refused, naming the mode and
-        // --train (of (N, C) values it is a row scale and shift: the next test).
+        // Eval mode (import's default) of a 3-d input: a per-channel scale and shift over
+        // dim 1 (broadcast operands; of (N, C) values it is a row scale and shift: the next
+        // test).
         let nodes = vec![
             input("x", &[8, 16, 4], &[64, 4, 1]),
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
             bn(false, "x", &[8, 16, 4], &[64, 4, 1]),
         ];
-        let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
-        assert!(
-            err.iter().any(|u| u.node == "bn"
-                && u.message.contains("eval mode")
-                && u.message.contains("--train")),
-            "{err:?}"
-        );
+        let (spec, _) = map_graph(&graph(nodes, "bn"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Activation);
+        assert!(spec.epilogue.iter().all(|o| o.over == Some(vec![1])));
         // Training mode of an input no GEMM computes: family norm normalizes rows.
         let nodes = vec![
             input("x", &[64, 16], &[16, 1]),
@@ -3484,25 +3604,92 @@ mod tests {
             bn(true, "r", &[8, 16, 4], &[64, 4, 1]),
         ];
         assert!(map_graph(&graph(nodes, "bn"), "t.py").is_err());
-        // Eval mode of it: a per-channel affine map with the running statistics, refused.
+        // Eval mode of relu(x): the per-channel scale and shift after the relu, over dim 1.
         let nodes = vec![
             input("x", &[8, 16, 4], &[64, 4, 1]),
             input("w", &[16], &[1]),
             input("rm", &[16], &[1]),
-            bn(false, "x", &[8, 16, 4], &[64, 4, 1]),
+            node(
+                "r",
+                "aten.relu.default",
+                serde_json::json!([r("x")]),
+                &[8, 16, 4],
+                &[64, 4, 1],
+            ),
+            bn(false, "r", &[8, 16, 4], &[64, 4, 1]),
         ];
-        let err = map_graph(&graph(nodes, "bn"), "t.py").unwrap_err();
-        assert!(
-            err.iter()
-                .any(|u| u.node == "bn" && u.message.contains("eval mode")),
-            "{err:?}"
-        );
+        let (spec, _) = map_graph(&graph(nodes, "bn"), "t.py").unwrap();
+        // The leading relu is the workload's activation.
+        assert_eq!(spec.params.activation, Some(Activation::Relu));
+        let ops: Vec<&str> = spec.epilogue.iter().map(|o| o.op.as_str()).collect();
+        assert_eq!(ops, ["mul", "add"]);
     }
 
     /// An eval-mode BatchNorm1d after a GEMM (import's default mode) is a per-feature
     /// scale and shift in the GEMM's chain (two row operands folded from its parameters
     /// and running statistics), and a `(1,)`-shaped parameter is a row of n copies of its
     /// value (KernelBench level 2's 84 and 97).
+    /// Operands that are neither row, col nor matrix tensors of the output's rows, but
+    /// broadcast to its dims, become broadcast operands over those dims; an eval-mode
+    /// BatchNorm of (N, C, H, W) values a per-channel scale and shift over dim 1, even
+    /// when C equals the last dim (where a row operand would index the wrong dim).
+    #[test]
+    fn broadcast_operands_and_an_eval_batch_norm_of_nchw_map_over_the_dims() {
+        // relu(bn(x)) + bias[C, 1, 1] on (2, 8, 3, 8): C = W = 8.
+        let (sh, st) = (&[2, 8, 3, 8][..], &[192, 24, 8, 1][..]);
+        let nodes = vec![
+            input("x", sh, st),
+            input("w", &[8], &[1]),
+            input("bb", &[8], &[1]),
+            input("rm", &[8], &[1]),
+            input("cb", &[8, 1, 1], &[1, 1, 1]),
+            batch_norm_node("x", Some("bb"), false, 1e-5, sh, st),
+            node("relu", "aten.relu.default", serde_json::json!([r("bn")]), sh, st),
+            node("out", "aten.add.Tensor", serde_json::json!([r("relu"), r("cb")]), sh, st),
+        ];
+        let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.family, Family::Activation);
+        let steps: Vec<(&str, Option<&str>, Option<Vec<u32>>)> = spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.as_str(), o.operand.as_deref(), o.over.clone()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("mul", Some("broadcast"), Some(vec![1])),
+                ("add", Some("broadcast"), Some(vec![1])),
+                ("relu", None, None),
+                ("add", Some("broadcast"), Some(vec![1])),
+            ],
+            "{ops:?}"
+        );
+        assert_eq!(spec.shapes[0].dims, Some(vec![2, 8, 3, 8]));
+        assert!(spec.shapes.len() >= 2);
+        assert!(spec.shapes.iter().all(|s| s.dims.as_ref().is_some_and(|d| d.len() == 4)));
+        // Valid as written: 2 x 8 rows of 3 x 8 (the trailing dims no operand spans).
+        let text = toml::to_string(&spec).unwrap();
+        let w = crate::spec::Workload::parse("t.toml", &text).unwrap();
+        assert_eq!((w.shapes()[0].m, w.shapes()[0].n), (16, 24));
+        // A positional embedding (1, T, D) over (B, T, D), and an operand that does not
+        // broadcast (T != 5), refused with both shapes named.
+        let (sh, st) = (&[4, 6, 8][..], &[48, 8, 1][..]);
+        let nodes = vec![
+            input("x", sh, st),
+            input("p", &[1, 6, 8], &[48, 8, 1]),
+            node("out", "aten.add.Tensor", serde_json::json!([r("x"), r("p")]), sh, st),
+        ];
+        let (spec, _) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        assert_eq!(spec.epilogue[0].over, Some(vec![1, 2]));
+        let nodes = vec![
+            input("x", sh, st),
+            input("p", &[5, 1], &[1, 1]),
+            node("out", "aten.add.Tensor", serde_json::json!([r("x"), r("p")]), sh, st),
+        ];
+        let e = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(format!("{e:?}").contains("[5, 1]"), "{e:?}");
+    }
+
     #[test]
     fn an_eval_batch_norm_is_a_row_scale_and_shift_and_one_value_a_row() {
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);

@@ -1596,6 +1596,98 @@ pub fn pow_cpp(x: &str, p: f64, suffix: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A broadcast operand's index, by the map, is its element's offset in its own
+    /// contiguous shape (size 1 where it is broadcast) on every output element: per-channel,
+    /// per-sample-channel, shared by the batch, two separate runs, the whole output, a
+    /// scalar; with the trailing dims merged into the row where the operand treats them
+    /// alike.
+    #[test]
+    fn a_broadcast_map_indexes_the_operand_as_pytorch_broadcasts_it() {
+        let dims = [3u64, 5, 4, 6];
+        let r = dims.len();
+        for mask in [0b0010u8, 0b0011, 0b1100, 0b1010, 0b1111, 0b0000, 0b0101, 0b1000, 0b0001] {
+            // The largest tail the operand treats alike (as Chain::broadcast_tail with one
+            // operand), and the unmerged view (tail 1).
+            let alike = (1..=r)
+                .rev()
+                .find(|&t| {
+                    let v: Vec<bool> = (r - t..r).map(|d| mask & (1 << d) != 0).collect();
+                    v.iter().all(|&b| b) || v.iter().all(|&b| !b)
+                })
+                .unwrap();
+            for tail in [1, alike] {
+                let map = BroadcastMap::new(&dims, mask, tail).unwrap();
+                let split = r - tail;
+                let n: u64 = dims[split..].iter().product();
+                let size = |d: usize| if mask & (1 << d) != 0 { dims[d] } else { 1 };
+                assert_eq!(map.len, (0..r).map(size).product::<u64>());
+                let total: u64 = dims.iter().product();
+                for e in 0..total {
+                    // The element's coordinates, and the operand's offset by them.
+                    let mut c = [0u64; 4];
+                    let mut x = e;
+                    for d in (0..r).rev() {
+                        c[d] = x % dims[d];
+                        x /= dims[d];
+                    }
+                    let mut want = 0;
+                    for d in 0..r {
+                        want = want * size(d) + if size(d) == 1 { 0 } else { c[d] };
+                    }
+                    assert_eq!(
+                        map.index(e / n, e % n),
+                        want,
+                        "mask {mask:04b} tail {tail} element {e}"
+                    );
+                }
+            }
+        }
+        // Three separate runs of row dims are more than the ABI's two terms.
+        let e = BroadcastMap::new(&[2, 3, 4, 5, 6, 7], 0b010101, 1).unwrap_err();
+        assert!(e.contains("more than 2 separate runs"), "{e}");
+        // A dim past the rank.
+        assert!(BroadcastMap::new(&[2, 3], 0b100, 1).is_err());
+    }
+
+    /// `over` is checked as written: sorted, once each, below the most dims; and only with
+    /// operand = "broadcast".
+    #[test]
+    fn over_is_refused_out_of_order_or_without_a_broadcast_operand() {
+        let build = |op: OpSpec| {
+            let mut c = Chain::default();
+            c.extend_from_spec(&[op], DType::BF16).map(|_| c)
+        };
+        let bc = |over: Vec<u32>| OpSpec {
+            operand: Some("broadcast".into()),
+            over: Some(over),
+            ..spec("add")
+        };
+        let c = build(bc(vec![1, 3])).unwrap();
+        assert_eq!(c.tensors[0].kind, TensorKind::Broadcast(0b1010));
+        for (over, why) in [
+            (vec![3, 1], "increasing order"),
+            (vec![1, 1], "increasing order"),
+            (vec![6], "past the most"),
+        ] {
+            let e = build(bc(over)).unwrap_err();
+            assert_eq!(e.field, "over");
+            assert!(e.message.contains(why), "{}", e.message);
+        }
+        let e = build(OpSpec {
+            operand: Some("broadcast".into()),
+            ..spec("add")
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "over");
+        let e = build(OpSpec {
+            operand: Some("row".into()),
+            over: Some(vec![1]),
+            ..spec("add")
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "over");
+    }
+
     /// The bound of `eval_with_error` holds for an fp32 evaluation of the chain (a Huber term
     /// and a KL term, op by op in f32) on signed inputs of every magnitude, stays within a
     /// few units of f32 rounding of the result's scale, and catches a 16-bit intermediate.

@@ -316,6 +316,95 @@ fn spec_files(dir: &Path) -> Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    /// Shapes given as dims with broadcast operands: the rows the kernels see are the
+    /// trailing dims every operand treats alike; the rules refuse what the kernels cannot
+    /// index, each naming its field.
+    #[test]
+    fn broadcast_operands_view_dims_as_rows_and_are_refused_where_unsupported() {
+        let head = "description = \"x\"\nfamily = \"activation\"\ndtype = \"bf16\"\n";
+        let bc = |over: &str| {
+            format!("[[epilogue]]\nop = \"add\"\noperand = \"broadcast\"\nover = {over}\n")
+        };
+        // A per-channel bias of [N, C, H, W]: N * C rows of H * W.
+        let w = parse(
+            "bn",
+            &format!(
+                "{head}[[shapes]]\ndims = [2, 3, 4, 5]\n[[shapes]]\ndims = [3, 7, 1, 9]\n{}",
+                bc("[1]")
+            ),
+        )
+        .unwrap();
+        let s = w.shapes();
+        assert_eq!((s[0].m, s[0].n), (6, 20));
+        assert_eq!((s[1].m, s[1].n), (21, 9));
+        assert_eq!(s[0].to_string(), "2x3x4x5");
+        assert_eq!(w.chain().rank, 4);
+        assert!(w.chain().cpp().contains("kBcastCol0 = 0;"));
+        // An operand spanning the last dim and another not: rows of the last dim only.
+        let w = parse(
+            "two",
+            &format!(
+                "{head}[[shapes]]\ndims = [2, 3, 4, 5]\n{}{}",
+                bc("[1]"),
+                bc("[1, 3]")
+            ),
+        )
+        .unwrap();
+        assert_eq!((w.shapes()[0].m, w.shapes()[0].n), (24, 5));
+        assert!(w.chain().cpp().contains("kBcastCol1 = 1;"));
+        for (text, field, why) in [
+            (
+                format!("{head}[[shapes]]\nm = 4\nn = 8\n{}", bc("[1]")),
+                "shapes[0].dims",
+                "missing",
+            ),
+            (
+                format!(
+                    "{head}[[shapes]]\ndims = [2, 3, 4]\n[[shapes]]\ndims = [2, 3]\n{}",
+                    bc("[1]")
+                ),
+                "shapes[1].dims",
+                "same rank",
+            ),
+            (
+                format!(
+                    "{head}[[shapes]]\ndims = [2, 3, 4]\n[[epilogue]]\nop = \"add\"\noperand = \"row\"\n"
+                ),
+                "epilogue",
+                "every tensor operand is",
+            ),
+            (
+                format!("{head}[[shapes]]\ndims = [2, 3, 4, 5, 6, 7]\n{}", bc("[0, 2, 4]")),
+                "epilogue",
+                "separate runs",
+            ),
+            (
+                format!("{head}[[shapes]]\ndims = [4]\n{}", bc("[0]")),
+                "shapes[0].dims",
+                "2 to 6",
+            ),
+            (
+                format!("{head}[[shapes]]\nm = 2\ndims = [4, 2]\n"),
+                "shapes[0].m",
+                "not both",
+            ),
+            (
+                "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 8\nk = 8\ndims = [4, 8]\n".to_string(),
+                "shapes[0].dims",
+                "only family activation",
+            ),
+            (
+                "description = \"x\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 8\n[[epilogue]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n".to_string(),
+                "epilogue",
+                "",
+            ),
+        ] {
+            let e = err("bad", &text);
+            assert!(e.contains(field), "{field}: {e}");
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+
     #[test]
     fn a_shape_no_gpu_holds_is_refused_at_load_with_its_size() {
         let text = "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n\n\

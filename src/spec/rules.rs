@@ -467,7 +467,7 @@ impl Validator<'_> {
     /// `broadcast` operands (a tensor spanning some of the output's dims): family
     /// activation, row-major, every shape given as `dims` of one rank, each operand's runs
     /// of spanned row dims within the ABI's terms, and rows that fit the kernels' 32-bit
-    /// row index. Shapes given as `dims` belong to family activation only.
+    /// row index.
     ///
     /// Shapes given as `dims` are then viewed as rows of the trailing dims every broadcast
     /// operand treats alike ([`Chain::broadcast_tail`]): an [N, C, H, W] output with a
@@ -479,14 +479,6 @@ impl Validator<'_> {
         shapes: &mut [Shape],
         chains: &[&Chain],
     ) -> Result<()> {
-        if family != Family::Activation {
-            if let Some(i) = shapes.iter().position(|s| !s.dims.is_empty()) {
-                return Err(self.err(
-                    format!("shapes[{i}].dims"),
-                    format!("only family activation takes dims, not {family}"),
-                ));
-            }
-        }
         let tensors: Vec<(&crate::spec::chain::Tensor, u8)> = chains
             .iter()
             .flat_map(|c| c.tensors.iter())
@@ -910,6 +902,12 @@ impl Validator<'_> {
                 None => Ok(()),
             }
         };
+        if s.dims.is_some() && family != Family::Activation {
+            return Err(self.err(
+                field("dims"),
+                format!("only family activation takes dims, not {family}; give {}", needs(family)),
+            ));
+        }
         let shape = match family {
             Family::Gemm
             | Family::GemmBiasAct

@@ -372,6 +372,31 @@ fn import_affine_group_and_instance_norms_with_per_channel_operands() {
     }
 }
 
+/// An inference BatchNorm2d + ReLU (eval mode, the default): the running statistics folded
+/// into a per-channel scale and shift, broadcast over dim 1 of the (N, C, H, W) output, as
+/// N * C rows of H * W; a built-in candidate takes it.
+#[test]
+fn import_an_eval_batch_norm2d_as_broadcast_operands_over_its_channels() {
+    let Some((spec, w, toml_text)) = import("batch_norm2d_eval_relu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Activation, "{toml_text}");
+    assert_eq!(
+        chain_ops(&spec),
+        vec![("mul", Some("broadcast")), ("add", Some("broadcast"))],
+        "{toml_text}"
+    );
+    assert!(
+        spec.epilogue.iter().all(|o| o.over == Some(vec![1])),
+        "{toml_text}"
+    );
+    let h = w.headline();
+    assert_eq!(h.dims.as_slice(), [32, 256, 56, 56], "{toml_text}");
+    assert_eq!((h.m, h.n), (32 * 256, 56 * 56), "{toml_text}");
+    assert!(w.shapes().len() >= 2, "{toml_text}");
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// Eager causal attention scores (`masked_fill` by `ones(T, T).triu(1)` built in forward,
 /// then softmax): gemm_softmax over the 16 heads, the scale and a tril filled with -inf.
 #[test]

@@ -1001,7 +1001,7 @@ fn unit_views_forward(mp: &Mapper<'_>, name: &str) -> String {
 pub(super) fn eval_batch_norm(n: &Node) -> bool {
     target(n) == "batch_norm"
         && param(n, 5, "training").and_then(Value::as_bool) == Some(false)
-        && n.val.as_ref().is_some_and(|m| m.shape.len() == 2)
+        && n.val.as_ref().is_some_and(|m| m.shape.len() >= 2)
 }
 
 /// A norm's per-feature weight and bias, where given as tensors: `mul` and `add` by a row
@@ -1047,7 +1047,7 @@ pub(super) fn refusal(n: &Node) -> Option<&'static str> {
             "batch_norm in training mode of an input of fewer than two dims: not a normalization of channels",
         ),
         "batch_norm" => Some(
-            "batch_norm in eval mode of an input other than (N, C): a per-channel affine map along a dim that is not the last, which no operand kind indexes (of (N, C) values it is a row scale and shift); `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems)",
+            "batch_norm in eval mode of an input of fewer than two dims (N, C): not a per-channel map; `cutesmith import --train` traces training mode (nn.Module's default, as KernelBench runs its problems)",
         ),
         _ => None,
     }
