@@ -32,6 +32,10 @@ sc = torch.randn(4, 16, 1024, 1024, device=dev, dtype=bf16)
 al = torch.randn(1, 16, 1, 1024, device=dev, dtype=bf16)
 rows.append(("act_alibi_bias_bf16", "x * 0.125 + alibi", sc, lambda: sc * 0.125 + al))
 
+g = torch.randn(32, 256, 28, 28, device=dev, dtype=bf16)
+gs = torch.randn(32, 256, 1, 1, device=dev, dtype=bf16)
+rows.append(("act_se_gate_bf16", "x * torch.sigmoid(s)", g, lambda: g * torch.sigmoid(gs)))
+
 print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
 print("| workload | eager torch | torch us | copy us |")
 print("| --- | --- | --- | --- |")

@@ -187,8 +187,7 @@ pub fn export_torch(
                 .into(),
         ));
     }
-    if w
-        .chain()
+    if w.chain()
         .tensors
         .iter()
         .any(|t| matches!(t.kind, TensorKind::Broadcast(_)))

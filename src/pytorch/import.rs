@@ -1628,6 +1628,73 @@ fn chain_between<'g>(
                 Some(Arg::Node(o)) if reuse && tensor_names.contains_key(o) => {
                     spec.operand = tensor_names.get(o).cloned();
                 }
+                // Unary ops of an input, parameter or buffer (an SE block's `x *
+                // sigmoid(s)`): the chain goes to that tensor (`set`), applies them, saves
+                // the result and comes back to the running value, which the op then
+                // combines with the saved one.
+                Some(Arg::Node(o)) if mp.source(o).is_none() => {
+                    let Some((leaf, chain_nodes)) = operand_ops(mp, o) else {
+                        mp.problem(
+                            n,
+                            format!(
+                                "operand `{o}` is computed, not an input, parameter or buffer \
+                                 nor unary elementwise ops of one"
+                            ),
+                        );
+                        return None;
+                    };
+                    let kind = classify_operand(mp, n, &leaf)?;
+                    let back = if current == start {
+                        "z".to_string()
+                    } else {
+                        let last = specs.len().checked_sub(1)?;
+                        specs[last]
+                            .save
+                            .get_or_insert_with(|| {
+                                saves += 1;
+                                format!("s{saves}")
+                            })
+                            .clone()
+                    };
+                    let dt = mp.meta(&leaf).and_then(|m| dtype_of(&m.dtype));
+                    let set = OpSpec {
+                        op: "set".into(),
+                        operand: Some(kind.into()),
+                        over: (kind == "broadcast")
+                            .then(|| mp.broadcast.get(&leaf).cloned())
+                            .flatten(),
+                        dtype: dt.filter(|d| *d != out_dtype),
+                        ..Default::default()
+                    };
+                    tensor_names.insert(leaf.clone(), format!("{kind}{}", tensor_names.len()));
+                    ops.push(format!("{} (`{leaf}`, for `{o}`)", describe(&set)));
+                    specs.push(set);
+                    for c in chain_nodes {
+                        let cop = op_name(c.target.as_deref().unwrap_or_default()).to_string();
+                        let mut cs = OpSpec {
+                            op: cop.clone(),
+                            ..Default::default()
+                        };
+                        if !unary(mp, c, &cop, &mut cs) {
+                            return None;
+                        }
+                        ops.push(describe(&cs));
+                        specs.push(cs);
+                    }
+                    saves += 1;
+                    let held = format!("s{saves}");
+                    if let Some(last) = specs.last_mut() {
+                        last.save = Some(held.clone());
+                    }
+                    let ret = OpSpec {
+                        op: "set".into(),
+                        operand: Some(back),
+                        ..Default::default()
+                    };
+                    ops.push(describe(&ret));
+                    specs.push(ret);
+                    spec.operand = Some(held);
+                }
                 Some(Arg::Node(o)) => {
                     let kind = classify_operand(mp, n, o)?;
                     let meta = mp.meta(o);
@@ -1746,6 +1813,37 @@ fn positions_hold(mp: &mut Mapper<'_>, n: &Node, x: &str, dims: Option<(i64, i64
         );
     }
     fits
+}
+
+/// A computed operand that is unary elementwise ops of one input, parameter or buffer
+/// (`sigmoid(s)`): that tensor (or the view of it the first op reads) and the ops' nodes,
+/// the first applied first; None for anything else.
+fn operand_ops<'g>(mp: &Mapper<'g>, o: &str) -> Option<(String, Vec<&'g Node>)> {
+    let mut nodes = Vec::new();
+    let mut cur = o.to_string();
+    while mp.source(&cur).is_none() {
+        let n = *mp.nodes.get(cur.as_str())?;
+        let tensors: Vec<&str> = n
+            .args
+            .iter()
+            .chain(n.kwargs.values())
+            .filter_map(|a| match arg(a) {
+                Arg::Node(x) => Some(x),
+                _ => None,
+            })
+            .collect();
+        if n.op != "call_function"
+            || tensors.len() != 1
+            || classify(n.target.as_deref().unwrap_or_default()) != Class::Elementwise
+            || nodes.len() >= 8
+        {
+            return None;
+        }
+        nodes.push(n);
+        cur = tensors[0].to_string();
+    }
+    nodes.reverse();
+    Some((cur, nodes))
 }
 
 /// Fills a unary op's spec (activations and their parameters, clamp); false after a
@@ -1961,7 +2059,10 @@ fn broadcast_operand(
     if !contiguous(meta) {
         mp.problem(
             n,
-            format!("operand `{o}` is not contiguous (strides {:?})", meta.stride),
+            format!(
+                "operand `{o}` is not contiguous (strides {:?})",
+                meta.stride
+            ),
         );
         return None;
     }
@@ -1979,14 +2080,14 @@ fn broadcast_operand(
 /// small ones of the same rank (a dim of 1 stays 1: an operand may broadcast over it).
 fn nd_shapes(dims: &[i64]) -> Vec<ShapeSpec> {
     let each = |f: &dyn Fn(i64) -> i64| ShapeSpec {
-        dims: Some(dims.iter().map(|&d| if d == 1 { 1 } else { f(d) }).collect()),
+        dims: Some(
+            dims.iter()
+                .map(|&d| if d == 1 { 1 } else { f(d) })
+                .collect(),
+        ),
         ..Default::default()
     };
-    let mut v = vec![
-        each(&|d| d),
-        each(&ragged),
-        each(&|d| small(d, 13)),
-    ];
+    let mut v = vec![each(&|d| d), each(&ragged), each(&|d| small(d, 13))];
     dedup(&mut v);
     v
 }
@@ -3644,8 +3745,20 @@ mod tests {
             input("rm", &[8], &[1]),
             input("cb", &[8, 1, 1], &[1, 1, 1]),
             batch_norm_node("x", Some("bb"), false, 1e-5, sh, st),
-            node("relu", "aten.relu.default", serde_json::json!([r("bn")]), sh, st),
-            node("out", "aten.add.Tensor", serde_json::json!([r("relu"), r("cb")]), sh, st),
+            node(
+                "relu",
+                "aten.relu.default",
+                serde_json::json!([r("bn")]),
+                sh,
+                st,
+            ),
+            node(
+                "out",
+                "aten.add.Tensor",
+                serde_json::json!([r("relu"), r("cb")]),
+                sh,
+                st,
+            ),
         ];
         let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
         assert_eq!(spec.family, Family::Activation);
@@ -3666,7 +3779,10 @@ mod tests {
         );
         assert_eq!(spec.shapes[0].dims, Some(vec![2, 8, 3, 8]));
         assert!(spec.shapes.len() >= 2);
-        assert!(spec.shapes.iter().all(|s| s.dims.as_ref().is_some_and(|d| d.len() == 4)));
+        assert!(spec
+            .shapes
+            .iter()
+            .all(|s| s.dims.as_ref().is_some_and(|d| d.len() == 4)));
         // Valid as written: 2 x 8 rows of 3 x 8 (the trailing dims no operand spans).
         let text = toml::to_string(&spec).unwrap();
         let w = crate::spec::Workload::parse("t.toml", &text).unwrap();
@@ -3677,17 +3793,134 @@ mod tests {
         let nodes = vec![
             input("x", sh, st),
             input("p", &[1, 6, 8], &[48, 8, 1]),
-            node("out", "aten.add.Tensor", serde_json::json!([r("x"), r("p")]), sh, st),
+            node(
+                "out",
+                "aten.add.Tensor",
+                serde_json::json!([r("x"), r("p")]),
+                sh,
+                st,
+            ),
         ];
         let (spec, _) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
         assert_eq!(spec.epilogue[0].over, Some(vec![1, 2]));
         let nodes = vec![
             input("x", sh, st),
             input("p", &[5, 1], &[1, 1]),
-            node("out", "aten.add.Tensor", serde_json::json!([r("x"), r("p")]), sh, st),
+            node(
+                "out",
+                "aten.add.Tensor",
+                serde_json::json!([r("x"), r("p")]),
+                sh,
+                st,
+            ),
         ];
         let e = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
         assert!(format!("{e:?}").contains("[5, 1]"), "{e:?}");
+    }
+
+    /// An operand with unary ops of its own (`x * sigmoid(s)`, an SE block's gate): the
+    /// chain sets the operand, applies them, saves the result and comes back to z (or to
+    /// the saved running value, after earlier ops); other computed operands are refused.
+    #[test]
+    fn unary_ops_of_an_operand_run_in_the_chain_and_come_back() {
+        let (sh, st) = (&[2, 8, 3, 5][..], &[120, 15, 5, 1][..]);
+        for relu_first in [false, true] {
+            let mut nodes = vec![input("x", sh, st), input("s", &[2, 8, 1, 1], &[8, 1, 1, 1])];
+            let x = if relu_first {
+                nodes.push(node(
+                    "r",
+                    "aten.relu.default",
+                    serde_json::json!([r("x")]),
+                    sh,
+                    st,
+                ));
+                "r"
+            } else {
+                "x"
+            };
+            nodes.extend([
+                node(
+                    "sg",
+                    "aten.sigmoid.default",
+                    serde_json::json!([r("s")]),
+                    &[2, 8, 1, 1],
+                    &[8, 1, 1, 1],
+                ),
+                node(
+                    "out",
+                    "aten.mul.Tensor",
+                    serde_json::json!([r(x), r("sg")]),
+                    sh,
+                    st,
+                ),
+            ]);
+            let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+            let steps: Vec<(&str, Option<&str>)> = spec
+                .epilogue
+                .iter()
+                .map(|o| (o.op.as_str(), o.operand.as_deref()))
+                .collect();
+            // After a relu (the workload's activation, then saved as s1) the chain comes
+            // back to the saved value, not to z.
+            let (back, held, skip) = if relu_first {
+                ("s1", "s2", 1)
+            } else {
+                ("z", "s1", 0)
+            };
+            if relu_first {
+                assert_eq!(steps[0], ("relu", None));
+                assert_eq!(spec.epilogue[0].save.as_deref(), Some("s1"));
+            }
+            assert_eq!(
+                steps[skip..],
+                [
+                    ("set", Some("broadcast")),
+                    ("sigmoid", None),
+                    ("set", Some(back)),
+                    ("mul", Some(held)),
+                ][..],
+                "{ops:?}"
+            );
+            assert_eq!(spec.epilogue[skip].over, Some(vec![0, 1]));
+            let text = toml::to_string(&spec).unwrap();
+            let w = crate::spec::Workload::parse("t.toml", &text).unwrap();
+            // The fp64 reference: x * sigmoid(s) (relu(x) first).
+            let (z, t) = (-0.75f64, 0.4f64);
+            let want = if relu_first {
+                0.0
+            } else {
+                z / (1.0 + (-t).exp())
+            };
+            let got = w.chain().eval(z, &[t]);
+            assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        }
+        // A computed operand of two inputs: refused, naming it.
+        let (sh, st) = (&[4, 6][..], &[6, 1][..]);
+        let nodes = vec![
+            input("x", sh, st),
+            input("a", sh, st),
+            input("b", sh, st),
+            node(
+                "ab",
+                "aten.mul.Tensor",
+                serde_json::json!([r("a"), r("b")]),
+                sh,
+                st,
+            ),
+            node(
+                "out",
+                "aten.add.Tensor",
+                serde_json::json!([r("x"), r("ab")]),
+                sh,
+                st,
+            ),
+        ];
+        let e = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(
+            e.iter()
+                .any(|u| u.message.contains("unary elementwise ops of one")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -270,7 +270,9 @@ fn over_mask(dims: &[u32]) -> Result<u8, String> {
     let mut last: Option<u32> = None;
     for &d in dims {
         if d as usize >= MAX_DIMS {
-            return Err(format!("dim {d} is past the most a shape may have ({MAX_DIMS})"));
+            return Err(format!(
+                "dim {d} is past the most a shape may have ({MAX_DIMS})"
+            ));
         }
         if last.is_some_and(|l| d <= l) {
             return Err(format!(
@@ -649,59 +651,57 @@ impl Chain {
             }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
-                let operand = match (s.value, s.operand.as_deref()) {
-                    (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
-                    (None, Some(o)) => {
-                        if name == "scale" {
-                            return Err(err("operand", "scale takes a value only".into()));
-                        }
-                        let channels = s.channels.unwrap_or(1);
-                        if channels == 0 {
-                            return Err(err(
-                                "channels",
-                                "at least 1 (the channels each row holds)".into(),
-                            ));
-                        }
-                        let over = match (o.trim(), &s.over) {
-                            ("broadcast", None) => {
+                let operand =
+                    match (s.value, s.operand.as_deref()) {
+                        (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
+                        (None, Some(o)) => {
+                            if name == "scale" {
+                                return Err(err("operand", "scale takes a value only".into()));
+                            }
+                            let channels = s.channels.unwrap_or(1);
+                            if channels == 0 {
                                 return Err(err(
-                                    "over",
-                                    "operand \"broadcast\" needs over = [the output dims it \
+                                    "channels",
+                                    "at least 1 (the channels each row holds)".into(),
+                                ));
+                            }
+                            let over =
+                                match (o.trim(), &s.over) {
+                                    ("broadcast", None) => return Err(err(
+                                        "over",
+                                        "operand \"broadcast\" needs over = [the output dims it \
                                      spans, e.g. [1] for a [1, C, 1, 1] bias of [N, C, H, W]]"
-                                        .into(),
-                                ))
-                            }
-                            ("broadcast", Some(dims)) => {
-                                over_mask(dims).map_err(|m| err("over", m))?
-                            }
-                            _ => 0,
-                        };
-                        let kind = match o.trim() {
-                            "channel" => Some(TensorKind::Channel(channels)),
-                            "broadcast" => Some(TensorKind::Broadcast(over)),
-                            _ => None,
-                        };
-                        self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), kind)
-                            .map_err(|m| err("operand", m))?
-                    }
-                    (Some(_), Some(_)) => {
-                        return Err(err(
+                                            .into(),
+                                    )),
+                                    ("broadcast", Some(dims)) => {
+                                        over_mask(dims).map_err(|m| err("over", m))?
+                                    }
+                                    _ => 0,
+                                };
+                            let kind = match o.trim() {
+                                "channel" => Some(TensorKind::Channel(channels)),
+                                "broadcast" => Some(TensorKind::Broadcast(over)),
+                                _ => None,
+                            };
+                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), kind)
+                                .map_err(|m| err("operand", m))?
+                        }
+                        (Some(_), Some(_)) => return Err(err(
                             "value",
                             "give either value (a scalar) or operand (a tensor or name), not both"
                                 .into(),
-                        ))
-                    }
-                    (None, None) => {
-                        return Err(err(
-                            "value",
-                            format!(
-                                "op \"{name}\" needs value = <number> or operand = \"row\" | \
+                        )),
+                        (None, None) => {
+                            return Err(err(
+                                "value",
+                                format!(
+                                    "op \"{name}\" needs value = <number> or operand = \"row\" | \
                                  \"col\" | \"matrix\" | \"channel\" | \"broadcast\" | \"z\" | a \
                                  saved name"
-                            ),
-                        ))
-                    }
-                };
+                                ),
+                            ))
+                        }
+                    };
                 if s.dtype.is_some() && !matches!(operand, Operand::Tensor(_)) {
                     return Err(err(
                         "dtype",
@@ -799,8 +799,8 @@ impl Chain {
                 None => None,
                 Some(n) => {
                     let n = n.trim();
-                    if !valid_name(n) || ["z", "row", "col", "matrix", "channel", "broadcast", "x"]
-                            .contains(&n)
+                    if !valid_name(n)
+                        || ["z", "row", "col", "matrix", "channel", "broadcast", "x"].contains(&n)
                     {
                         return Err(err(
                             "save",
@@ -1605,7 +1605,9 @@ mod tests {
     fn a_broadcast_map_indexes_the_operand_as_pytorch_broadcasts_it() {
         let dims = [3u64, 5, 4, 6];
         let r = dims.len();
-        for mask in [0b0010u8, 0b0011, 0b1100, 0b1010, 0b1111, 0b0000, 0b0101, 0b1000, 0b0001] {
+        for mask in [
+            0b0010u8, 0b0011, 0b1100, 0b1010, 0b1111, 0b0000, 0b0101, 0b1000, 0b0001,
+        ] {
             // The largest tail the operand treats alike (as Chain::broadcast_tail with one
             // operand), and the unmerged view (tail 1).
             let alike = (1..=r)

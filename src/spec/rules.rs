@@ -905,7 +905,10 @@ impl Validator<'_> {
         if s.dims.is_some() && family != Family::Activation {
             return Err(self.err(
                 field("dims"),
-                format!("only family activation takes dims, not {family}; give {}", needs(family)),
+                format!(
+                    "only family activation takes dims, not {family}; give {}",
+                    needs(family)
+                ),
             ));
         }
         let shape = match family {

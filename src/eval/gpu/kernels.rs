@@ -302,7 +302,12 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
             TensorKind::Broadcast(_) => match maps.get(ti).copied().flatten() {
                 Some(b) => format!(
                     "(row / {}LL) % {}LL * {}LL + (row / {}LL) % {}LL * {}LL + col * {}LL",
-                    b.div[0], b.modulus[0], b.stride[0], b.div[1], b.modulus[1], b.stride[1],
+                    b.div[0],
+                    b.modulus[0],
+                    b.stride[0],
+                    b.div[1],
+                    b.modulus[1],
+                    b.stride[1],
                     b.col_stride
                 ),
                 None => {

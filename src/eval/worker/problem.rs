@@ -189,11 +189,12 @@ impl<'a> super::Ctx<'a> {
                 // Shared by the batch; its length from the shape's dims (the rules checked
                 // the map on every shape).
                 (TensorKind::Broadcast(mask), _) => {
-                    let map = BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
-                        .map_err(|e| CudaFailure {
-                            code: -1,
-                            message: format!("broadcast operand `{}`: {e}", t.name),
-                        })?;
+                    let map =
+                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
+                            .map_err(|e| CudaFailure {
+                                code: -1,
+                                message: format!("broadcast operand `{}`: {e}", t.name),
+                            })?;
                     (map.len as usize, map.col_stride as usize, 0)
                 }
                 (TensorKind::Matrix, false) => (out_len, ldd, m * n),
@@ -220,7 +221,8 @@ impl<'a> super::Ctx<'a> {
                 },
                 bmap: match t.kind {
                     TensorKind::Broadcast(mask) => {
-                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail()).ok()
+                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
+                            .ok()
                     }
                     _ => None,
                 },
