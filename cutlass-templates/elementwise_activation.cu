@@ -1029,7 +1029,7 @@ static int32_t cs_act_dispatch(const cs_problem& p, int sm_count, cudaStream_t s
             // The row part's divisions are 32-bit (rows below 2^31), the column's stride
             // 1 or 0, and the layout row-major (the rules).
             int const bcol = cs_chain_bcast_col<cs_chain>(i);
-            if (o.kind != CS_OPERAND_BROADCAST || p.m >= 0x7fffffffLL || (o.ld != 0 && o.ld != 1) ||
+            if (o.kind != CS_OPERAND_BROADCAST || p.m > 0x7fffffffLL || (o.ld != 0 && o.ld != 1) ||
                 (bcol >= 0 && o.ld != bcol) || p.layout_cd != CS_LAYOUT_ROW)
               return int32_t(CS_ERR_UNSUPPORTED);
             for (int t = 0; t < 2; ++t) {

@@ -1452,8 +1452,10 @@ fn chain_between<'g>(
             if rank > 2 && mp.out_nd.is_none() {
                 mp.problem(
                     n,
-                    "an eval-mode batch_norm of (N, C, ...) values: a per-channel scale and \
-                     shift along dim 1",
+                    "an eval-mode batch_norm of (N, C, ...) values scales each channel (dim \
+                     1): an elementwise workload takes it as broadcast operands over the \
+                     output's dims, a GEMM's chain or a reduction's ops do not (`import \
+                     --train` normalizes with the batch's statistics)",
                 );
                 return None;
             }
@@ -2456,8 +2458,21 @@ fn map_activation(
             let c = chain_after(mp, &x.name, out, (1, m, n), dtype, ops);
             mp.out_nd = None;
             if c.is_none() {
-                mp.problems.truncate(before.0);
+                // Both attempts' problems, the second's that the first did not name once.
+                let second: Vec<Unmapped> = mp.problems.drain(before.0..).collect();
                 mp.problems.extend(first);
+                for u in second {
+                    if !mp
+                        .problems
+                        .iter()
+                        .any(|p| p.node == u.node && p.message == u.message)
+                    {
+                        mp.problems.push(Unmapped {
+                            message: format!("over the output's dims: {}", u.message),
+                            ..u
+                        });
+                    }
+                }
             } else {
                 nd = Some(meta.shape.clone());
             }

@@ -484,7 +484,8 @@ pub fn op_names() -> Vec<&'static str> {
 impl Chain {
     /// The trailing dims of the shapes' `dims` (of rank [`Chain::rank`]) that every
     /// broadcast operand spans all or none of: they form the rows the kernels see (an
-    /// [N, C, H, W] output with a [1, C, 1, 1] operand is N * C rows of H * W). At least 1.
+    /// [N, C, H, W] output with a [1, C, 1, 1] operand is N * C rows of H * W). At least 1;
+    /// 1 without a broadcast operand (rows of the last dim).
     pub fn broadcast_tail(&self) -> usize {
         let r = usize::from(self.rank);
         let masks: Vec<u8> = self
@@ -495,6 +496,9 @@ impl Chain {
                 _ => None,
             })
             .collect();
+        if masks.is_empty() {
+            return 1;
+        }
         let uniform = |t: usize| {
             masks.iter().all(|&m| {
                 let bits = (r - t..r).map(|d| m & (1 << d) != 0);
@@ -1603,47 +1607,65 @@ mod tests {
     /// alike.
     #[test]
     fn a_broadcast_map_indexes_the_operand_as_pytorch_broadcasts_it() {
-        let dims = [3u64, 5, 4, 6];
-        let r = dims.len();
-        for mask in [
-            0b0010u8, 0b0011, 0b1100, 0b1010, 0b1111, 0b0000, 0b0101, 0b1000, 0b0001,
-        ] {
-            // The largest tail the operand treats alike (as Chain::broadcast_tail with one
-            // operand), and the unmerged view (tail 1).
-            let alike = (1..=r)
-                .rev()
-                .find(|&t| {
-                    let v: Vec<bool> = (r - t..r).map(|d| mask & (1 << d) != 0).collect();
-                    v.iter().all(|&b| b) || v.iter().all(|&b| !b)
-                })
-                .unwrap();
-            for tail in [1, alike] {
-                let map = BroadcastMap::new(&dims, mask, tail).unwrap();
-                let split = r - tail;
-                let n: u64 = dims[split..].iter().product();
-                let size = |d: usize| if mask & (1 << d) != 0 { dims[d] } else { 1 };
-                assert_eq!(map.len, (0..r).map(size).product::<u64>());
-                let total: u64 = dims.iter().product();
-                for e in 0..total {
-                    // The element's coordinates, and the operand's offset by them.
-                    let mut c = [0u64; 4];
-                    let mut x = e;
-                    for d in (0..r).rev() {
-                        c[d] = x % dims[d];
-                        x /= dims[d];
+        // Ranks 2 to 5, dims of size 1 among them, every mask and every tail the operand
+        // treats alike; masks of more than two runs of row dims are refused instead.
+        let cases: [&[u64]; 5] = [
+            &[5, 6],
+            &[3, 1, 4],
+            &[3, 5, 4, 6],
+            &[2, 3, 1, 4, 3],
+            &[1, 2, 3],
+        ];
+        let mut checked = 0;
+        for dims in cases {
+            let r = dims.len();
+            for mask in 0u8..(1 << r) {
+                for tail in 1..=r {
+                    let alike = (r - tail..r)
+                        .map(|d| mask & (1 << d) != 0)
+                        .collect::<Vec<_>>()
+                        .windows(2)
+                        .all(|w| w[0] == w[1]);
+                    if !alike {
+                        continue;
                     }
-                    let mut want = 0;
-                    for d in 0..r {
-                        want = want * size(d) + if size(d) == 1 { 0 } else { c[d] };
+                    let Ok(map) = BroadcastMap::new(dims, mask, tail) else {
+                        // Only for more than two separate runs among the row dims.
+                        assert!(
+                            row_runs(mask, r - tail) > MAX_ROW_TERMS,
+                            "{dims:?} {mask:b}"
+                        );
+                        continue;
+                    };
+                    assert!(row_runs(mask, r - tail) <= MAX_ROW_TERMS);
+                    let split = r - tail;
+                    let n: u64 = dims[split..].iter().product();
+                    let size = |d: usize| if mask & (1 << d) != 0 { dims[d] } else { 1 };
+                    assert_eq!(map.len, (0..r).map(size).product::<u64>());
+                    let total: u64 = dims.iter().product();
+                    for e in 0..total {
+                        // The element's coordinates, and the operand's offset by them.
+                        let mut c = vec![0u64; r];
+                        let mut x = e;
+                        for d in (0..r).rev() {
+                            c[d] = x % dims[d];
+                            x /= dims[d];
+                        }
+                        let mut want = 0;
+                        for d in 0..r {
+                            want = want * size(d) + if size(d) == 1 { 0 } else { c[d] };
+                        }
+                        assert_eq!(
+                            map.index(e / n, e % n),
+                            want,
+                            "dims {dims:?} mask {mask:b} tail {tail} element {e}"
+                        );
                     }
-                    assert_eq!(
-                        map.index(e / n, e % n),
-                        want,
-                        "mask {mask:04b} tail {tail} element {e}"
-                    );
+                    checked += 1;
                 }
             }
         }
+        assert!(checked > 100, "{checked}");
         // Three separate runs of row dims are more than the ABI's two terms.
         let e = BroadcastMap::new(&[2, 3, 4, 5, 6, 7], 0b010101, 1).unwrap_err();
         assert!(e.contains("more than 2 separate runs"), "{e}");

@@ -352,6 +352,13 @@ mod tests {
         .unwrap();
         assert_eq!((w.shapes()[0].m, w.shapes()[0].n), (24, 5));
         assert!(w.chain().cpp().contains("kBcastCol1 = 1;"));
+        // Without a broadcast operand: rows of the last dim.
+        let w = parse(
+            "plain",
+            &format!("{head}[[shapes]]\ndims = [2, 3, 4, 5]\n[[epilogue]]\nop = \"relu\"\n"),
+        )
+        .unwrap();
+        assert_eq!((w.shapes()[0].m, w.shapes()[0].n), (24, 5));
         for (text, field, why) in [
             (
                 format!("{head}[[shapes]]\nm = 4\nn = 8\n{}", bc("[1]")),
@@ -389,14 +396,32 @@ mod tests {
                 "not both",
             ),
             (
+                format!("{head}[[shapes]]\ndims = [2, 3, 4]\n[[shapes]]\nm = 4\nn = 8\n"),
+                "shapes[1].dims",
+                "do not mix",
+            ),
+            (
+                format!(
+                    "{head}[[shapes]]\ndims = [2, 3, 4]\n{}[[epilogue]]\nop = \"triu\"\n",
+                    bc("[1]")
+                ),
+                "epilogue",
+                "triu / tril",
+            ),
+            (
+                format!("{head}[[shapes]]\ndims = [2, 65536, 65536]\n{}", bc("[0]")),
+                "shapes[0].dims",
+                "at most 2^31 - 1",
+            ),
+            (
                 "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 8\nk = 8\ndims = [4, 8]\n".to_string(),
                 "shapes[0].dims",
                 "only family activation",
             ),
             (
-                "description = \"x\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 8\n[[epilogue]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n".to_string(),
+                "description = \"x\"\nfamily = \"norm\"\ndtype = \"bf16\"\n[params]\nnorm = \"rms\"\n[[shapes]]\nm = 4\nn = 8\n[[epilogue]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n".to_string(),
                 "epilogue",
-                "",
+                "activation only",
             ),
         ] {
             let e = err("bad", &text);

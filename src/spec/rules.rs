@@ -506,12 +506,32 @@ impl Validator<'_> {
                     ),
                 ));
             }
+            // triu / tril index each m x n matrix, which torch takes as the last two dims:
+            // not the rows of merged dims the kernels see here.
+            if chains.iter().any(|c| c.positional()) {
+                return Err(self.err(
+                    "epilogue",
+                    "triu / tril with shapes given as dims: give the shapes as m and n (the \
+                     last two dims, the rows of the others)",
+                ));
+            }
             let tail = chains[0].broadcast_tail();
-            for sh in shapes.iter_mut() {
+            for (i, sh) in shapes.iter_mut().enumerate() {
                 let dims = sh.dims.as_slice();
                 let split = dims.len().saturating_sub(tail);
                 sh.m = dims[..split].iter().product();
                 sh.n = dims[split..].iter().product();
+                if sh.n > i32::MAX as u64 {
+                    return Err(self.err(
+                        format!("shapes[{i}].dims"),
+                        format!(
+                            "the trailing dims every operand treats alike ({:?}) hold {} \
+                             values, the row the kernels see; at most 2^31 - 1",
+                            &dims[split..],
+                            sh.n
+                        ),
+                    ));
+                }
             }
         }
         let Some(&(first, _)) = tensors.first() else {
@@ -875,6 +895,25 @@ impl Validator<'_> {
                     format!("repeats shapes[{j}] ({shape}); remove one"),
                 ));
             }
+            // Shapes given as dims: all of them, of one rank (their operands and the
+            // rows the kernels see are defined by the dims).
+            if let Some(first) = shapes.first() {
+                let (r0, r) = (first.dims.as_slice().len(), shape.dims.as_slice().len());
+                if r0 != r {
+                    return Err(self.err(
+                        format!("shapes[{i}].dims"),
+                        if r0 == 0 || r == 0 {
+                            "give every shape as dims, or none: shapes given as dims and as m \
+                             and n do not mix"
+                                .to_string()
+                        } else {
+                            format!(
+                                "{r} dims, but shapes[0] has {r0}: every shape has the same rank"
+                            )
+                        },
+                    ));
+                }
+            }
             shapes.push(shape);
         }
         Ok(shapes)
@@ -933,8 +972,7 @@ impl Validator<'_> {
                         if s.m.is_some() || s.n.is_some() {
                             return Err(self.err(
                                 field(if s.m.is_some() { "m" } else { "n" }),
-                                "give either dims (the output's dims: m is the product of \
-                                 all but the last, n the last) or m and n, not both",
+                                "give either dims (the output's dims) or m and n, not both",
                             ));
                         }
                         if dims.len() < 2 || dims.len() > MAX_DIMS {

@@ -1076,7 +1076,8 @@ pub struct ShapeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<i64>,
     /// Activation: the output's dims, row-major and contiguous, as PyTorch has them
-    /// ([N, C, H, W]); m is the product of all but the last, n the last. Needed by
+    /// ([N, C, H, W]), instead of m and n: the kernels see rows of the trailing dims every
+    /// broadcast operand treats alike (`Chain::broadcast_tail`). Needed by
     /// `operand = "broadcast"`, whose `over` names these dims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dims: Option<Vec<i64>>,
@@ -1213,8 +1214,9 @@ pub struct Shape {
     pub k: u64,
     /// Independent problems; 1 outside the GEMM families.
     pub batch: u64,
-    /// The output's dims when the spec gave them (activation; see `ShapeSpec::dims`):
-    /// m is the product of all but the last, n the last. Empty otherwise.
+    /// The output's dims when the spec gave them (activation; see `ShapeSpec::dims`): m
+    /// and n are then the products of the leading dims and of the trailing ones every
+    /// broadcast operand treats alike. Empty otherwise.
     #[serde(default, skip_serializing_if = "Dims::is_empty")]
     pub dims: Dims,
 }
@@ -1293,15 +1295,6 @@ impl Shape {
                 rank: 0,
                 d: [0; super::chain::MAX_DIMS],
             },
-        }
-    }
-
-    /// The output's dims as given (`dims`), else its rows and columns.
-    pub fn output_dims(&self) -> Vec<u64> {
-        if self.dims.is_empty() {
-            vec![self.m, self.n]
-        } else {
-            self.dims.as_slice().to_vec()
         }
     }
 

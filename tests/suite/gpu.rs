@@ -289,6 +289,8 @@ fn every_template_validates_on_its_workloads() {
         // Broadcast operands over 4-D dims: a per-channel bias, a per-sample gate, a map
         // shared by the batch and one of two separate runs of dims, on ragged shapes.
         "act_broadcast_bf16_small",
+        // Trailing dims merged into the rows, two operands of one mask, a dim of 1.
+        "act_broadcast_f32_merged_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -468,6 +470,7 @@ fn device_and_host_validation_agree() {
         "norm_batch_bf16_small",
         "reduce_total_mean_bf16_small",
         "act_broadcast_bf16_small",
+        "act_broadcast_f32_merged_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);

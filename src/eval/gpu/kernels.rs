@@ -1290,6 +1290,35 @@ mod tests {
         c
     }
 
+    /// A broadcast operand's pass reads it by the shape's map, compiled in as constants
+    /// (here an ALiBi-like [1, H, 1, T] term of a [2, 3, 4, 5] output); without a map the
+    /// source is refused rather than indexed some other way.
+    #[test]
+    fn a_broadcast_operand_pass_indexes_by_its_map() {
+        let mut c = Chain::default();
+        c.extend_from_spec(
+            &[OpSpec {
+                op: "add".into(),
+                operand: Some("broadcast".into()),
+                over: Some(vec![1, 3]),
+                ..OpSpec::default()
+            }],
+            DType::BF16,
+        )
+        .unwrap();
+        let map = BroadcastMap::new(&[2, 3, 4, 5], 0b1010, 1).unwrap();
+        assert_eq!(
+            (map.div[0], map.modulus[0], map.stride[0], map.col_stride),
+            (4, 3, 5, 1)
+        );
+        let src = pass_source(&c, DType::BF16, &[Some(map)]).unwrap();
+        assert!(
+            src.contains("(row / 4LL) % 3LL * 5LL + (row / 1LL) % 1LL * 0LL + col * 1LL"),
+            "{src}"
+        );
+        assert!(pass_source(&c, DType::BF16, &[]).is_err());
+    }
+
     /// The source of pass `j` alone.
     fn pass(src: &str, j: usize) -> &str {
         let start = src
