@@ -3704,37 +3704,26 @@ mod tests {
         );
         assert_eq!(spec.epilogue[0].operand.as_deref(), Some("col"));
         crate::spec::Workload::parse("bn.toml", &toml::to_string(&spec).unwrap()).unwrap();
-        // A batch norm of a computed tensor (relu(x)) is refused at it, not imported as
-        // the norm of x.
-        let nodes = vec![
-            input("x", &[8, 16, 4], &[64, 4, 1]),
-            input("w", &[16], &[1]),
-            input("rm", &[16], &[1]),
-            node(
-                "r",
-                "aten.relu.default",
-                serde_json::json!([r("x")]),
-                &[8, 16, 4],
-                &[64, 4, 1],
-            ),
-            bn(true, "r", &[8, 16, 4], &[64, 4, 1]),
-        ];
-        assert!(map_graph(&graph(nodes, "bn"), "t.py").is_err());
-        // Eval mode of relu(x): the per-channel scale and shift after the relu, over dim 1.
-        let nodes = vec![
-            input("x", &[8, 16, 4], &[64, 4, 1]),
-            input("w", &[16], &[1]),
-            input("rm", &[16], &[1]),
-            node(
-                "r",
-                "aten.relu.default",
-                serde_json::json!([r("x")]),
-                &[8, 16, 4],
-                &[64, 4, 1],
-            ),
-            bn(false, "r", &[8, 16, 4], &[64, 4, 1]),
-        ];
-        let (spec, _) = map_graph(&graph(nodes, "bn"), "t.py").unwrap();
+        // A batch norm of relu(x), in training or eval mode.
+        let bn_of_relu = |training: bool| {
+            vec![
+                input("x", &[8, 16, 4], &[64, 4, 1]),
+                input("w", &[16], &[1]),
+                input("rm", &[16], &[1]),
+                node(
+                    "r",
+                    "aten.relu.default",
+                    serde_json::json!([r("x")]),
+                    &[8, 16, 4],
+                    &[64, 4, 1],
+                ),
+                bn(training, "r", &[8, 16, 4], &[64, 4, 1]),
+            ]
+        };
+        // In training mode it is refused at the batch norm, not imported as the norm of x.
+        assert!(map_graph(&graph(bn_of_relu(true), "bn"), "t.py").is_err());
+        // Eval mode: the per-channel scale and shift after the relu, over dim 1.
+        let (spec, _) = map_graph(&graph(bn_of_relu(false), "bn"), "t.py").unwrap();
         // The leading relu is the workload's activation.
         assert_eq!(spec.params.activation, Some(Activation::Relu));
         let ops: Vec<&str> = spec.epilogue.iter().map(|o| o.op.as_str()).collect();
@@ -3777,7 +3766,8 @@ mod tests {
         ];
         let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
         assert_eq!(spec.family, Family::Activation);
-        let steps: Vec<(&str, Option<&str>, Option<Vec<u32>>)> = spec
+        type Step<'a> = (&'a str, Option<&'a str>, Option<Vec<u32>>);
+        let steps: Vec<Step> = spec
             .epilogue
             .iter()
             .map(|o| (o.op.as_str(), o.operand.as_deref(), o.over.clone()))

@@ -1652,8 +1652,8 @@ mod tests {
                             x /= dims[d];
                         }
                         let mut want = 0;
-                        for d in 0..r {
-                            want = want * size(d) + if size(d) == 1 { 0 } else { c[d] };
+                        for (d, &cd) in c.iter().enumerate() {
+                            want = want * size(d) + if size(d) == 1 { 0 } else { cd };
                         }
                         assert_eq!(
                             map.index(e / n, e % n),
