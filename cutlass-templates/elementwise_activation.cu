@@ -419,7 +419,7 @@ struct CsChainOp {
   {
     int64_t idx = 0;
 #pragma unroll
-    for (int t = 0; t < cs_chain_bcast_terms<cs_chain>(i); ++t) {
+    for (int t = 0; t < cs_chain_bcast<cs_chain>(i).terms; ++t) {
       uint32_t q, r, q2, c;
       bdiv[i][t].divmod(row, q, r);
       bmod[i][t].divmod(q, q2, c);
@@ -480,34 +480,20 @@ struct CsChainOp {
 #pragma unroll
       for (int j = 0; j < i; ++j)
         if (same == i && cs_chain_kind<cs_chain>(j) == CS_OPERAND_BROADCAST &&
-            cs_chain_bcast_mask<cs_chain>(j) >= 0 &&
-            cs_chain_bcast_mask<cs_chain>(j) == cs_chain_bcast_mask<cs_chain>(i))
+            cs_chain_bcast<cs_chain>(j).mask >= 0 &&
+            cs_chain_bcast<cs_chain>(j).mask == cs_chain_bcast<cs_chain>(i).mask)
           same = j;
       rp[i] = same == i ? row_part(i, row) : rp[same];
     }
 #pragma unroll
     for (int i = 0; i < kOperands; ++i) {
       int const kind = cs_chain_kind<cs_chain>(i);
-      int const bcol = cs_chain_bcast_col<cs_chain>(i);
-      if (kind == CS_OPERAND_BROADCAST && bcol == 0) {
+      if (kind == CS_OPERAND_BROADCAST && cs_chain_bcast<cs_chain>(i).col == 0) {
         // One value for the whole group (the operand does not span the last dim, known at
         // compile time): read once, like a COL operand's.
         int64_t const idx = rp[i];
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], idx);
         else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx));
-      } else if (kind == CS_OPERAND_BROADCAST && bcol < 0 && ld[i] == 0) {
-        // The same when only the run-time stride says so: copied to every slot, so that
-        // apply() reads it as a run.
-        int64_t const idx = rp[i];
-        if constexpr (kPacked) {
-          uint32_t const h = raw16(ptr[i], idx);
-#pragma unroll
-          for (int k = 0; k < G / 2; ++k) p.w[i][k] = h | (h << 16);
-        } else {
-          uint32_t const v = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx));
-#pragma unroll
-          for (int k = 0; k < G; ++k) p.w[i][k] = v;
-        }
       } else if (kind == CS_OPERAND_COL) {
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], int64_t(row));
         else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], int64_t(row)));
@@ -571,7 +557,7 @@ struct CsChainOp {
       for (int i = 0; i < kOperands; ++i) {
         bool const col_op = cs_chain_kind<cs_chain>(i) == CS_OPERAND_COL ||
                             (cs_chain_kind<cs_chain>(i) == CS_OPERAND_BROADCAST &&
-                             cs_chain_bcast_col<cs_chain>(i) == 0);
+                             cs_chain_bcast<cs_chain>(i).col == 0);
         if constexpr (kPacked) {
           uint32_t const word = col_op ? p.w[i][0] : p.w[i][k / 2];
           tk[i] = from16(col_op || k % 2 == 0 ? (word & 0xffffu) : (word >> 16));
@@ -1027,10 +1013,10 @@ static int32_t cs_act_dispatch(const cs_problem& p, int sm_count, cudaStream_t s
           if (cs_chain_kind<cs_chain>(i) == CS_OPERAND_BROADCAST) {
             cs_operand const& o = p.operands[i];
             // The row part's divisions are 32-bit (rows below 2^31), the column's stride
-            // 1 or 0, and the layout row-major (the rules).
-            int const bcol = cs_chain_bcast_col<cs_chain>(i);
-            if (o.kind != CS_OPERAND_BROADCAST || p.m > 0x7fffffffLL || (o.ld != 0 && o.ld != 1) ||
-                (bcol >= 0 && o.ld != bcol) || p.layout_cd != CS_LAYOUT_ROW)
+            // the one the chain was generated with (1 or 0; a chain that does not say is
+            // refused), and the layout row-major (the rules).
+            if (o.kind != CS_OPERAND_BROADCAST || p.m > 0x7fffffffLL ||
+                o.ld != cs_chain_bcast<cs_chain>(i).col || p.layout_cd != CS_LAYOUT_ROW)
               return int32_t(CS_ERR_UNSUPPORTED);
             for (int t = 0; t < 2; ++t) {
               if (o.row_div[t] < 1 || o.row_div[t] > 0x7fffffffLL || o.row_mod[t] < 1 ||

@@ -380,41 +380,28 @@ CS_HD float cs_operand_at(const cs_operand &o, int32_t layout_cd, int64_t b, int
   }
 }
 
-/* A BROADCAST operand's column stride as the chain knows it (Chain::kBcastCol0..3): 1 when
- * it spans the output's last dim (a run of values along a row), 0 when it does not (one
- * value a row), -1 when unknown (then read cs_operand::ld). */
+/* What the chain knows of its BROADCAST operand i (Chain::kBcastCol0..3, kBcastMask0..3,
+ * kBcastTerms0..3): col, its column stride (1: it spans the output's last dim, a run of
+ * values along a row; 0: one value a row); mask, the output dims it spans (operands of one
+ * mask share their row index); terms, the terms of that row index. A chain without them
+ * gives {-1, -1, 2}: not known. */
+struct cs_bcast_info {
+  int col, mask, terms;
+};
 template <class Chain, class = void>
 struct cs_chain_has_bcast : std::false_type {};
 template <class Chain>
 struct cs_chain_has_bcast<Chain, std::void_t<decltype(Chain::kBcastCol0)>> : std::true_type {};
 template <class Chain>
-CS_HD constexpr int cs_chain_bcast_col(int i)
+CS_HD constexpr cs_bcast_info cs_chain_bcast(int i)
 {
   if constexpr (cs_chain_has_bcast<Chain>::value) {
-    return i == 0 ? Chain::kBcastCol0 : i == 1 ? Chain::kBcastCol1 : i == 2 ? Chain::kBcastCol2 : Chain::kBcastCol3;
+    return i == 0   ? cs_bcast_info{Chain::kBcastCol0, Chain::kBcastMask0, Chain::kBcastTerms0}
+           : i == 1 ? cs_bcast_info{Chain::kBcastCol1, Chain::kBcastMask1, Chain::kBcastTerms1}
+           : i == 2 ? cs_bcast_info{Chain::kBcastCol2, Chain::kBcastMask2, Chain::kBcastTerms2}
+                    : cs_bcast_info{Chain::kBcastCol3, Chain::kBcastMask3, Chain::kBcastTerms3};
   } else {
-    return -1;
-  }
-}
-
-/* A BROADCAST operand's mask of spanned output dims (Chain::kBcastMask0..3; -1 unknown) and
- * the number of terms of its row index (Chain::kBcastTerms0..3; 2 when unknown). */
-template <class Chain>
-CS_HD constexpr int cs_chain_bcast_mask(int i)
-{
-  if constexpr (cs_chain_has_bcast<Chain>::value) {
-    return i == 0 ? Chain::kBcastMask0 : i == 1 ? Chain::kBcastMask1 : i == 2 ? Chain::kBcastMask2 : Chain::kBcastMask3;
-  } else {
-    return -1;
-  }
-}
-template <class Chain>
-CS_HD constexpr int cs_chain_bcast_terms(int i)
-{
-  if constexpr (cs_chain_has_bcast<Chain>::value) {
-    return i == 0 ? Chain::kBcastTerms0 : i == 1 ? Chain::kBcastTerms1 : i == 2 ? Chain::kBcastTerms2 : Chain::kBcastTerms3;
-  } else {
-    return 2;
+    return cs_bcast_info{-1, -1, 2};
   }
 }
 

@@ -3795,31 +3795,23 @@ mod tests {
         // A positional embedding (1, T, D) over (B, T, D), and an operand that does not
         // broadcast (T != 5), refused with both shapes named.
         let (sh, st) = (&[4, 6, 8][..], &[48, 8, 1][..]);
-        let nodes = vec![
-            input("x", sh, st),
-            input("p", &[1, 6, 8], &[48, 8, 1]),
-            node(
-                "out",
-                "aten.add.Tensor",
-                serde_json::json!([r("x"), r("p")]),
-                sh,
-                st,
-            ),
-        ];
-        let (spec, _) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        let x_plus = |p_shape: &[i64], p_stride: &[i64]| {
+            let nodes = vec![
+                input("x", sh, st),
+                input("p", p_shape, p_stride),
+                node(
+                    "out",
+                    "aten.add.Tensor",
+                    serde_json::json!([r("x"), r("p")]),
+                    sh,
+                    st,
+                ),
+            ];
+            map_graph(&graph(nodes, "out"), "t.py")
+        };
+        let (spec, _) = x_plus(&[1, 6, 8], &[48, 8, 1]).unwrap();
         assert_eq!(spec.epilogue[0].over, Some(vec![1, 2]));
-        let nodes = vec![
-            input("x", sh, st),
-            input("p", &[5, 1], &[1, 1]),
-            node(
-                "out",
-                "aten.add.Tensor",
-                serde_json::json!([r("x"), r("p")]),
-                sh,
-                st,
-            ),
-        ];
-        let e = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        let e = x_plus(&[5, 1], &[1, 1]).unwrap_err();
         assert!(format!("{e:?}").contains("[5, 1]"), "{e:?}");
     }
 

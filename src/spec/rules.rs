@@ -557,27 +557,20 @@ impl Validator<'_> {
                 ),
             ));
         }
-        let rank = shapes[0].dims.as_slice().len();
+        // Every shape gives dims, or none (`shapes` checked that).
+        if shapes[0].dims.is_empty() {
+            return Err(self.err(
+                "shapes[0].dims",
+                format!(
+                    "missing: operand \"broadcast\" (`{}`) names output dims, so every shape \
+                     gives dims = [the output's dims] instead of m and n",
+                    first.name
+                ),
+            ));
+        }
+        let tail = chains[0].broadcast_tail();
         for (i, sh) in shapes.iter().enumerate() {
             let dims = sh.dims.as_slice();
-            if dims.is_empty() || dims.len() != rank {
-                return Err(self.err(
-                    format!("shapes[{i}].dims"),
-                    if dims.is_empty() {
-                        format!(
-                            "missing: operand \"broadcast\" (`{}`) names output dims, so \
-                             every shape gives dims = [the output's dims] instead of m and n",
-                            first.name
-                        )
-                    } else {
-                        format!(
-                            "{} dims, but shapes[0] has {rank}: every shape of a broadcast \
-                             operand has the same rank",
-                            dims.len()
-                        )
-                    },
-                ));
-            }
             if sh.m > i32::MAX as u64 {
                 return Err(self.err(
                     format!("shapes[{i}].dims"),
@@ -590,9 +583,7 @@ impl Validator<'_> {
                 ));
             }
             for &(t, mask) in &tensors {
-                if let Err(m) =
-                    crate::spec::chain::BroadcastMap::new(dims, mask, chains[0].broadcast_tail())
-                {
+                if let Err(m) = crate::spec::chain::BroadcastMap::new(dims, mask, tail) {
                     return Err(self.err(
                         "epilogue",
                         format!(

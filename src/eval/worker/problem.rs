@@ -177,6 +177,18 @@ impl<'a> super::Ctx<'a> {
         let before = w.before_chain().tensors.iter().map(|t| (t, before_like_a));
         let slots = before.chain(w.chain().tensors.iter().map(|t| (t, false)));
         for (i, (t, like_a)) in slots.enumerate() {
+            // A broadcast operand's index map on this shape (the rules checked it on every
+            // shape); it gives the operand's length too.
+            let bmap = match t.kind {
+                TensorKind::Broadcast(mask) => Some(
+                    BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
+                        .map_err(|e| CudaFailure {
+                            code: -1,
+                            message: format!("broadcast operand `{}`: {e}", t.name),
+                        })?,
+                ),
+                _ => None,
+            };
             let (len, ld, stride) = match (t.kind, like_a) {
                 (TensorKind::Row, true) => (k, 1, 0),
                 (TensorKind::Matrix, true) => {
@@ -186,17 +198,10 @@ impl<'a> super::Ctx<'a> {
                 (TensorKind::Col, _) => (m, 1, 0),
                 // Shared by the batch, like row and col vectors (a module's parameter).
                 (TensorKind::Channel(r), _) => (m * r as usize, r as usize, 0),
-                // Shared by the batch; its length from the shape's dims (the rules checked
-                // the map on every shape).
-                (TensorKind::Broadcast(mask), _) => {
-                    let map =
-                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
-                            .map_err(|e| CudaFailure {
-                                code: -1,
-                                message: format!("broadcast operand `{}`: {e}", t.name),
-                            })?;
-                    (map.len as usize, map.col_stride as usize, 0)
-                }
+                // Shared by the batch; its length from its map.
+                (TensorKind::Broadcast(_), _) => bmap
+                    .as_ref()
+                    .map_or((0, 0, 0), |b| (b.len as usize, b.col_stride as usize, 0)),
                 (TensorKind::Matrix, false) => (out_len, ldd, m * n),
             };
             let stream = STREAM_TENSOR0 + i as u64;
@@ -219,13 +224,7 @@ impl<'a> super::Ctx<'a> {
                     TensorKind::Channel(r) => (n / (r as usize).max(1)).max(1),
                     _ => 1,
                 },
-                bmap: match t.kind {
-                    TensorKind::Broadcast(mask) => {
-                        BroadcastMap::new(shape.dims.as_slice(), mask, w.chain().broadcast_tail())
-                            .ok()
-                    }
-                    _ => None,
-                },
+                bmap,
             });
         }
         // The output: guard, NaN poison, guard, written on the device.
