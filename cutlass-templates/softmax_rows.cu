@@ -68,6 +68,7 @@
 #include <cuda_fp16.h>
 
 #include "cutesmith_abi.h"
+#include "cutesmith_chain.cuh"   // cs_chain: the ops before the softmax, or the identity
 
 // ---------------------------------------------------------------------------------------
 // Strategy parameters (override with -DNAME=VALUE)
@@ -709,6 +710,266 @@ cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int6
   if (parts > 1) cs_cluster_wait();
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Path 4: ops before the softmax (cs_chain, the workload's [[before]] ops)
+// ---------------------------------------------------------------------------------------
+//
+// Each element x of the row becomes cs_chain::apply(x, t) (with its row and column for an
+// index op: a causal tril) before the max, the sum and the output read it; the operands t
+// are indexed like the input (row: n values, col: m values, matrix: m x n, broadcast: over
+// dims). A row's operand offsets are computed once (a broadcast operand's row index costs
+// two 64-bit divisions), then each vector of V elements reads a run of V values of every
+// operand that varies along the row (16-byte loads where aligned) and one value a row of
+// the others. A warp (rows up to 32 x 8 vectors) or a CTA owns a row; the values after the
+// ops stay in registers as f32 when the row fits (VPT vectors a thread), else the row is
+// streamed twice (online max and sum, then the write pass re-reading it and the operands
+// from L2, the ops applied again).
+
+// The step of chain operand I's element index along a row: 1 (a run of values), 0 (one
+// value a row), -1 (a broadcast operand whose column stride is not known: o.ld).
+template <class Chain, int I>
+__host__ __device__ constexpr int cs_row_step()
+{
+  if constexpr (cs_chain_kind<Chain>(I) == CS_OPERAND_COL) return 0;
+  else if constexpr (cs_chain_kind<Chain>(I) == CS_OPERAND_BROADCAST) return cs_chain_bcast<Chain>(I).col;
+  else return 1;
+}
+
+// The chain's operands on one row: each slot's element index at column 0, and the value
+// of the slots that hold one value a row.
+struct CsRowOperands {
+  int64_t base[CS_MAX_OPERANDS];
+  float one[CS_MAX_OPERANDS];
+};
+
+template <class Chain, int I>
+__device__ __forceinline__ void cs_row_operand_init(const cs_problem& p, int64_t row, CsRowOperands& r)
+{
+  if constexpr (Chain::kOperands > I) {
+    constexpr int kind = cs_chain_kind<Chain>(I);
+    cs_operand const& o = p.operands[cs_chain_first<Chain>() + I];
+    r.base[I] = cs_operand_index<kind>(o, CS_LAYOUT_ROW, 0, row, 0, p.n);
+    if constexpr (cs_row_step<Chain, I>() == 0) {
+      r.one[I] = cs_operand_at<kind, cs_chain_dtype<Chain>(I)>(o, CS_LAYOUT_ROW, 0, row, 0, p.n);
+    }
+  }
+}
+
+template <class Chain>
+__device__ __forceinline__ CsRowOperands cs_row_operands(const cs_problem& p, int64_t row)
+{
+  CsRowOperands r;
+#pragma unroll
+  for (int i = 0; i < CS_MAX_OPERANDS; ++i) {
+    r.base[i] = 0;
+    r.one[i] = 0.0f;
+  }
+  cs_row_operand_init<Chain, 0>(p, row, r);
+  cs_row_operand_init<Chain, 1>(p, row, r);
+  cs_row_operand_init<Chain, 2>(p, row, r);
+  cs_row_operand_init<Chain, 3>(p, row, r);
+  return r;
+}
+
+// Operand slot I for V consecutive elements from column col0.
+template <class Chain, int I, int V>
+__device__ __forceinline__ void cs_row_operand_run(const cs_problem& p, const CsRowOperands& r, int64_t col0,
+                                                   float (&t)[V][CS_MAX_OPERANDS])
+{
+  if constexpr (Chain::kOperands > I) {
+    constexpr int dt = cs_chain_dtype<Chain>(I), step = cs_row_step<Chain, I>();
+    cs_operand const& o = p.operands[cs_chain_first<Chain>() + I];
+    if constexpr (step == 0) {
+#pragma unroll
+      for (int q = 0; q < V; ++q) t[q][I] = r.one[I];
+    } else if constexpr (step == 1 && dt >= 0) {
+      float v[V];
+      cs_load_run<dt, V>(o.ptr, r.base[I] + col0, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q) t[q][I] = v[q];
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        int64_t const idx = r.base[I] + (col0 + q) * (step == 1 ? int64_t(1) : o.ld);
+        if constexpr (dt >= 0) t[q][I] = cs_load_typed<dt>(o.ptr, idx);
+        else t[q][I] = cs_load_as_float(o.ptr, o.dtype, idx);
+      }
+    }
+  }
+}
+
+// The ops on V consecutive elements x of row `row` from column col0.
+template <class Chain, int V>
+__device__ __forceinline__ void cs_row_ops(const cs_problem& p, const CsRowOperands& r, int64_t row, int64_t col0,
+                                           float (&x)[V])
+{
+  float t[V][CS_MAX_OPERANDS];
+#pragma unroll
+  for (int q = 0; q < V; ++q)
+#pragma unroll
+    for (int i = 0; i < CS_MAX_OPERANDS; ++i) t[q][i] = 0.0f;
+  cs_row_operand_run<Chain, 0, V>(p, r, col0, t);
+  cs_row_operand_run<Chain, 1, V>(p, r, col0, t);
+  cs_row_operand_run<Chain, 2, V>(p, r, col0, t);
+  cs_row_operand_run<Chain, 3, V>(p, r, col0, t);
+#pragma unroll
+  for (int q = 0; q < V; ++q) {
+    if constexpr (Chain::kPositional) x[q] = Chain::apply(x[q], t[q], row, col0 + q);
+    else x[q] = Chain::apply(x[q], t[q]);
+  }
+}
+
+// One element of the row after the ops (-inf outside the row: adds nothing).
+template <class T>
+__device__ __forceinline__ float cs_row_elem(const cs_problem& p, const CsRowOperands& r, const T* xr, int64_t row,
+                                             int64_t col, bool in)
+{
+  if (!in) return cs_neg_inf();
+  float v[1] = {cs_ld_scalar(xr + col)};
+  cs_row_ops<cs_chain, 1>(p, r, row, col, v);
+  return v[0];
+}
+
+template <class T, int VPT, bool LOG, bool WARP>
+__global__ void __launch_bounds__(WARP ? kWarpCtaThreads : kThreads)
+cs_softmax_chain_kernel(const cs_problem p)
+{
+  using E = CsElem<T>;
+  constexpr int V = E::V;
+  __shared__ float2 red[32];
+  const T* x = static_cast<const T*>(p.a);
+  T* y = static_cast<T*>(p.d);
+  int const n = int(p.n);
+  int const G = WARP ? 32 : int(blockDim.x);
+  int const g = WARP ? int(threadIdx.x & 31) : int(threadIdx.x);
+  int64_t const per_cta = WARP ? int64_t(blockDim.x >> 5) : 1;
+  auto reduce = [&](float& mL, float& s) {
+    if constexpr (WARP) cs_warp_reduce(mL, s);
+    else cs_block_reduce(mL, s, red);
+  };
+  for (int64_t row = int64_t(blockIdx.x) * per_cta + (WARP ? int64_t(threadIdx.x >> 5) : 0); row < p.m;
+       row += int64_t(gridDim.x) * per_cta) {
+    const T* xr = x + row * p.lda;
+    T* yr = y + row * p.ldd;
+    CsRowOperands const ops = cs_row_operands<cs_chain>(p, row);
+    CsRowSplit const sp = cs_split_row(xr, n, 0u, 1u);
+    const uint4* xv = reinterpret_cast<const uint4*>(xr + sp.body_at);
+    uint4* yv = reinterpret_cast<uint4*>(yr + sp.body_at);
+    int const nb = sp.b1;
+    bool const has_head = g < sp.head, has_tail = g < sp.tail;
+    float const hx = cs_row_elem<T>(p, ops, xr, row, g, has_head);
+    float const tx = cs_row_elem<T>(p, ops, xr, row, int64_t(sp.tail_at) + g, has_tail);
+    if (nb <= VPT * G) {
+      // The row's values after the ops in registers.
+      float f[VPT][V];
+      float mx = fmaxf(hx, tx);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        int const j = g + i * G;
+        if (j < nb) {
+          E::unpack(cs_ld_vec(xv + j), f[i]);
+          cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f[i]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) f[i][k] = cs_neg_inf();
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) mx = fmaxf(mx, f[i][k]);
+      }
+      float mL = cs_scaled_max(mx);
+      float const ml = cs_finite_or_zero(mL);
+      float s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
+#pragma unroll
+      for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < V; ++k) s += cs_ex2(fmaf(f[i][k], kLog2e, -ml));
+      reduce(mL, s);
+      CsRowOut<LOG> const out(mL, s);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        int const j = g + i * G;
+        if (j < nb) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) f[i][k] = out(f[i][k]);
+          cs_st_vec(yv + j, E::pack(f[i]));
+        }
+      }
+      if (has_head) cs_st_scalar(yr + g, out(hx));
+      if (has_tail) cs_st_scalar(yr + sp.tail_at + g, out(tx));
+    } else {
+      // Streamed: online max and sum, then the write pass re-reads the row (from L2).
+      float mL = cs_scaled_max(fmaxf(hx, tx));
+      float s;
+      {
+        float const ml = cs_finite_or_zero(mL);
+        s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
+      }
+      for (int j = g; j < nb; j += G) {
+        float f[V];
+        E::unpack(cs_ld_vec(xv + j), f);
+        cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f);
+        float cm = f[0];
+#pragma unroll
+        for (int k = 1; k < V; ++k) cm = fmaxf(cm, f[k]);
+        float const cmL = cs_scaled_max(cm);
+        if (cmL > mL) {
+          s *= cs_ex2(mL - cmL);
+          mL = cmL;
+        }
+        float const ml = cs_finite_or_zero(mL);
+#pragma unroll
+        for (int k = 0; k < V; ++k) s += cs_ex2(fmaf(f[k], kLog2e, -ml));
+      }
+      reduce(mL, s);
+      CsRowOut<LOG> const out(mL, s);
+      for (int j = g; j < nb; j += G) {
+        float f[V];
+        E::unpack(cs_ld_vec(xv + j), f);
+        cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f);
+#pragma unroll
+        for (int k = 0; k < V; ++k) f[k] = out(f[k]);
+        cs_st_vec(yv + j, E::pack(f));
+      }
+      if (has_head) cs_st_scalar(yr + g, out(hx));
+      if (has_tail) cs_st_scalar(yr + sp.tail_at + g, out(tx));
+    }
+    // The next row's reduction reuses `red`.
+    if constexpr (!WARP) __syncthreads();
+  }
+}
+
+// Rows whose A and D offsets differ modulo 16 bytes, with ops: a CTA a row, element by
+// element, the row streamed twice.
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kThreads)
+cs_softmax_chain_scalar_kernel(const cs_problem p)
+{
+  __shared__ float2 red[32];
+  const T* x = static_cast<const T*>(p.a);
+  T* y = static_cast<T*>(p.d);
+  int const G = int(blockDim.x), g = int(threadIdx.x);
+  for (int64_t row = blockIdx.x; row < p.m; row += gridDim.x) {
+    const T* xr = x + row * p.lda;
+    T* yr = y + row * p.ldd;
+    CsRowOperands const ops = cs_row_operands<cs_chain>(p, row);
+    float mL = cs_neg_inf(), s = 0.0f;
+    for (int64_t j = g; j < p.n; j += G) {
+      float const v = cs_row_elem<T>(p, ops, xr, row, j, true);
+      float const vL = cs_scaled_max(v);
+      if (vL > mL) {
+        s *= cs_ex2(mL - vL);
+        mL = vL;
+      }
+      s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
+    }
+    cs_block_reduce(mL, s, red);
+    CsRowOut<LOG> const out(mL, s);
+    for (int64_t j = g; j < p.n; j += G) cs_st_scalar(yr + j, out(cs_row_elem<T>(p, ops, xr, row, j, true)));
+    __syncthreads();
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Host launcher
 // ---------------------------------------------------------------------------------------
@@ -835,6 +1096,41 @@ static int cs_l2_throttle_smem(const CsDeviceFacts& f, int64_t row_bytes, int th
   return smem > 0 ? int(smem) : 0;
 }
 
+// Path 4's launch: a warp a row while the row fits 32 x 8 vectors, else a CTA a row (4
+// vectors a thread in registers up to 4 x CS_THREADS vectors, streamed past that).
+template <class T, bool LOG>
+static int32_t cs_softmax_chain_run(const cs_problem& p, cudaStream_t stream, bool vec)
+{
+  constexpr int V = CsElem<T>::V;
+  int64_t const n = p.n;
+  int64_t const cap = 0x7fffffffLL;
+  if (!vec) {
+    int64_t threads = (n + 31) / 32 * 32;
+    if (threads > kThreads) threads = kThreads;
+    return int32_t(cs_launch(cs_softmax_chain_scalar_kernel<T, LOG>, unsigned(p.m < cap ? p.m : cap),
+                             unsigned(threads), 0, 1, stream, p));
+  }
+  int64_t const nb_max = n / V;
+  if (nb_max <= 32 * 8) {
+    int64_t const rows_per_cta = kWarpCtaThreads / 32;
+    int64_t grid = (p.m + rows_per_cta - 1) / rows_per_cta;
+    if (grid > cap) grid = cap;
+    int const vpt = cs_pow2_at_least((nb_max + 31) / 32);
+    switch (vpt) {
+      case 1: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 1, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
+      case 2: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 2, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
+      case 4: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 4, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
+      default: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 8, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
+    }
+  }
+  constexpr int kVpt = 4;
+  int64_t threads = ((nb_max + kVpt - 1) / kVpt + 31) / 32 * 32;
+  if (threads < 64) threads = 64;
+  if (threads > kThreads) threads = kThreads;
+  return int32_t(cs_launch(cs_softmax_chain_kernel<T, kVpt, LOG, false>, unsigned(p.m < cap ? p.m : cap),
+                           unsigned(threads), 0, 1, stream, p));
+}
+
 template <class T, bool LOG>
 static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
 {
@@ -845,6 +1141,7 @@ static int32_t cs_softmax_run(const cs_problem& p, cudaStream_t stream)
   // Vector path: A and D rows start at the same offset modulo 16 bytes.
   bool const vec = ((a ^ d) & 15u) == 0 &&
                    (p.m == 1 || ((p.lda - p.ldd) * int64_t(sizeof(T))) % 16 == 0);
+  if constexpr (!cs_chain::kIdentity) return cs_softmax_chain_run<T, LOG>(p, stream, vec);
 
   if (!vec) {
     int64_t threads = (n + 31) / 32 * 32;
@@ -916,6 +1213,14 @@ static int32_t cs_softmax_check(const cs_problem& p, bool check_pointers)
   if (p.n > 0x7fffffffLL - 64) return CS_ERR_UNSUPPORTED;
   if (p.m > 0x7fffffffLL) return CS_ERR_UNSUPPORTED;
   if (p.m > 1 && (p.lda < p.n || p.ldd < p.n)) return CS_ERR_UNSUPPORTED;
+  // The ops' operands (none without ops): their kinds and types, a matrix's ld, and a
+  // broadcast operand's column stride the one the chain was generated for.
+  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  for (int i = 0; i < cs_chain::kOperands; ++i) {
+    cs_operand const& o = p.operands[cs_chain_first<cs_chain>() + i];
+    int const col = cs_chain_bcast<cs_chain>(i).col;
+    if (o.kind == CS_OPERAND_BROADCAST && col >= 0 && o.ld != col) return CS_ERR_UNSUPPORTED;
+  }
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
     uintptr_t const esize = p.dtype_ab == CS_DTYPE_F32 ? 4 : 2;

@@ -460,6 +460,9 @@ pub struct Chain {
     /// The rank of the shapes' `dims` (0: not given): tells a broadcast operand that spans
     /// the last dim (a run of values a row) from one that does not (one value a row).
     pub rank: u8,
+    /// The kernels' rows are the last dim whatever the broadcast operands span (a softmax
+    /// normalizes the last dim): no trailing dims are merged into the row.
+    pub rows_of_last_dim: bool,
 }
 
 /// Why a chain is not valid: the index of the entry (or `None` for the whole chain), the
@@ -485,8 +488,12 @@ impl Chain {
     /// The trailing dims of the shapes' `dims` (of rank [`Chain::rank`]) that every
     /// broadcast operand spans all or none of: they form the rows the kernels see (an
     /// [N, C, H, W] output with a [1, C, 1, 1] operand is N * C rows of H * W). At least 1;
-    /// 1 without a broadcast operand (rows of the last dim).
+    /// 1 without a broadcast operand (rows of the last dim), and 1 for a chain whose rows
+    /// are the last dim by definition ([`Chain::rows_of_last_dim`]: a softmax's).
     pub fn broadcast_tail(&self) -> usize {
+        if self.rows_of_last_dim {
+            return 1;
+        }
         let r = usize::from(self.rank);
         let masks: Vec<u8> = self
             .tensors

@@ -221,8 +221,19 @@ impl Validator<'_> {
                 ));
             }
         }
-        let mut chain = self.chain(family, out_dtype, &params, &spec.epilogue)?;
+        // A softmax's ops run on each input element before it ([[before]]), and are its
+        // chain (as gemm_softmax's [[epilogue]] is): the kernels and the references
+        // evaluate them where they read the row.
+        let softmax = matches!(family, Family::Softmax | Family::LogSoftmax);
+        let mut chain = if softmax {
+            self.softmax_chain(family, out_dtype, &spec.epilogue, &spec.before)?
+        } else {
+            self.chain(family, out_dtype, &params, &spec.epilogue)?
+        };
         chain.rank = shapes[0].dims.as_slice().len() as u8;
+        // A softmax normalizes the last dim: its rows stay rows of the last dim, whatever
+        // its broadcast operands span.
+        chain.rows_of_last_dim = softmax;
         self.channel_operands(family, &layouts, &shapes, &chain)?;
         // family norm's batch norm: row i of every batch item together (an (N, C, ...)
         // input's channel over its samples), each row contiguous.
@@ -242,7 +253,11 @@ impl Validator<'_> {
         } else {
             spec.dtype
         };
-        let before = self.before(family, before_dtype, &spec.before, &chain)?;
+        let before = if softmax {
+            Chain::default()
+        } else {
+            self.before(family, before_dtype, &spec.before, &chain)?
+        };
         self.broadcast_operands(family, &layouts, &mut shapes, &[&chain, &before, &after])?;
         // An index is compared exactly: no op may change which element wins by rounding, and
         // none applies to an index. A cross entropy's ops would be ops on the logits or on the
@@ -278,7 +293,9 @@ impl Validator<'_> {
             Family::Activation => chain.steps.len() > 1,
             // A cross entropy replaces PyTorch's log-softmax and NLL passes.
             Family::Reduce => params.reduce.reads_targets(),
-            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Scan => false,
+            // Ops before a softmax replace the elementwise passes PyTorch runs first.
+            Family::Softmax | Family::LogSoftmax => !chain.is_identity(),
+            Family::Norm | Family::Scan => false,
         };
         let target = self.target(family, fused, spec.target)?;
 
@@ -363,7 +380,12 @@ impl Validator<'_> {
         if chain.positional()
             && !matches!(
                 family,
-                Family::Gemm | Family::GemmBiasAct | Family::GemmSoftmax | Family::Activation
+                Family::Gemm
+                    | Family::GemmBiasAct
+                    | Family::GemmSoftmax
+                    | Family::Activation
+                    | Family::Softmax
+                    | Family::LogSoftmax
             )
         {
             let i = first_index_op(specs).unwrap_or_default();
@@ -464,8 +486,8 @@ impl Validator<'_> {
         Ok(())
     }
 
-    /// `broadcast` operands (a tensor spanning some of the output's dims): family
-    /// activation, row-major, every shape given as `dims` of one rank, each operand's runs
+    /// `broadcast` operands (a tensor spanning some of the output's dims): families
+    /// activation, softmax and log_softmax, row-major, every shape given as `dims` of one rank, each operand's runs
     /// of spanned row dims within the ABI's terms, and rows that fit the kernels' 32-bit
     /// row index.
     ///
@@ -479,6 +501,9 @@ impl Validator<'_> {
         shapes: &mut [Shape],
         chains: &[&Chain],
     ) -> Result<()> {
+        // The table the operands were written in.
+        let softmax = matches!(family, Family::Softmax | Family::LogSoftmax);
+        let table = if softmax { "before" } else { "epilogue" };
         let tensors: Vec<(&crate::spec::chain::Tensor, u8)> = chains
             .iter()
             .flat_map(|c| c.tensors.iter())
@@ -496,7 +521,7 @@ impl Validator<'_> {
                 .find(|t| !matches!(t.kind, TensorKind::Broadcast(_)))
             {
                 return Err(self.err(
-                    "epilogue",
+                    table,
                     format!(
                         "operand `{}` is {}; with shapes given as dims every tensor operand is \
                          operand = \"broadcast\" with over = [the dims it spans] (the last \
@@ -510,7 +535,7 @@ impl Validator<'_> {
             // not the rows of merged dims the kernels see here.
             if chains.iter().any(|c| c.positional()) {
                 return Err(self.err(
-                    "epilogue",
+                    table,
                     "triu / tril with shapes given as dims: give the shapes as m and n (the \
                      last two dims, the rows of the others)",
                 ));
@@ -537,12 +562,12 @@ impl Validator<'_> {
         let Some(&(first, _)) = tensors.first() else {
             return Ok(());
         };
-        if family != Family::Activation {
+        if family != Family::Activation && !softmax {
             return Err(self.err(
-                "epilogue",
+                table,
                 format!(
-                    "operand \"broadcast\" (`{}`) is read by family activation only, not \
-                     {family}; use row, col or matrix operands here",
+                    "operand \"broadcast\" (`{}`) is read by families activation, softmax and \
+                     log_softmax only, not {family}; use row, col or matrix operands here",
                     first.name
                 ),
             ));
@@ -585,7 +610,7 @@ impl Validator<'_> {
             for &(t, mask) in &tensors {
                 if let Err(m) = crate::spec::chain::BroadcastMap::new(dims, mask, tail) {
                     return Err(self.err(
-                        "epilogue",
+                        table,
                         format!(
                             "broadcast operand `{}` (over = {}): {m}",
                             t.name,
@@ -607,23 +632,78 @@ impl Validator<'_> {
         specs: &[OpSpec],
         dtype: DType,
     ) -> Result<()> {
+        self.extend_chain_at(chain, table, specs, dtype, table == "epilogue")
+    }
+
+    /// [`Self::extend_chain`], `positions` telling whether the values have a place in an
+    /// m x n matrix (index ops allowed).
+    fn extend_chain_at(
+        &self,
+        chain: &mut Chain,
+        table: &str,
+        specs: &[OpSpec],
+        dtype: DType,
+        positions: bool,
+    ) -> Result<()> {
         chain
             .extend_from_spec(specs, dtype)
             .map_err(|e| match e.index {
                 Some(i) => self.err(format!("{table}[{i}].{}", e.field), e.message),
                 None => self.err(table, e.message),
             })?;
-        // [[before]] and [[after]] ops run on values that have no place in D's matrix.
-        if table != "epilogue" {
+        // [[before]] and [[after]] ops run on values that have no place in D's matrix
+        // (except a softmax's, on its m x n input).
+        if !positions {
             if let Some(i) = first_index_op(specs) {
                 return Err(self.err(
                     format!("{table}[{i}].op"),
                     "triu and tril are [[epilogue]] ops (of gemm, gemm_bias_act, gemm_softmax \
-                     and activation)",
+                     and activation) and [[before]] ops of softmax and log_softmax",
                 ));
             }
         }
         Ok(())
+    }
+
+    /// softmax's and log_softmax's `[[before]]` ops: on each element of the m x n input
+    /// before the softmax (an attention mask added, a scale, a causal `tril`), their
+    /// tensors indexed like the input (row, col, matrix, or broadcast over dims). They
+    /// become the workload's chain, run before the row op as gemm_softmax's is; nothing
+    /// after the softmax is fused.
+    fn softmax_chain(
+        &self,
+        family: Family,
+        out_dtype: DType,
+        epilogue: &[OpSpec],
+        before: &[OpSpec],
+    ) -> Result<Chain> {
+        if !epilogue.is_empty() {
+            return Err(self.err(
+                "epilogue",
+                format!(
+                    "family {family} fuses ops before the softmax only: write them as \
+                     [[before]] (an attention mask, a scale, a causal tril); ops after it run \
+                     outside the workload"
+                ),
+            ));
+        }
+        let mut chain = Chain::default();
+        self.extend_chain_at(&mut chain, "before", before, chain_dtype(out_dtype), true)?;
+        if let Some(t) = chain
+            .tensors
+            .iter()
+            .find(|t| matches!(t.kind, TensorKind::Channel(_)))
+        {
+            return Err(self.err(
+                "before",
+                format!(
+                    "a softmax's [[before]] ops read row, col, matrix or broadcast operands; \
+                     `{}` is a channel operand (family norm's [[epilogue]] only)",
+                    t.name
+                ),
+            ));
+        }
+        Ok(chain)
     }
 
     /// gemm_reduce's `[[after]]` ops: on each reduced value, reading no tensor.
@@ -932,11 +1012,16 @@ impl Validator<'_> {
                 None => Ok(()),
             }
         };
-        if s.dims.is_some() && family != Family::Activation {
+        let takes_dims = matches!(
+            family,
+            Family::Activation | Family::Softmax | Family::LogSoftmax
+        );
+        if s.dims.is_some() && !takes_dims {
             return Err(self.err(
                 field("dims"),
                 format!(
-                    "only family activation takes dims, not {family}; give {}",
+                    "only families activation, softmax and log_softmax take dims, not \
+                     {family}; give {}",
                     needs(family)
                 ),
             ));
@@ -954,11 +1039,17 @@ impl Validator<'_> {
                 batch: dim("batch", s.batch, Some(1))?,
                 dims: Default::default(),
             },
-            Family::Activation => {
+            // A softmax over the last dim of dims: the rows are every other dim.
+            Family::Activation | Family::Softmax | Family::LogSoftmax => {
                 forbid("k", s.k)?;
                 forbid("batch", s.batch)?;
+                let min_m = if family == Family::Activation {
+                    Some(1)
+                } else {
+                    None
+                };
                 match &s.dims {
-                    None => Shape::rows(dim("m", s.m, Some(1))?, dim("n", s.n, None)?),
+                    None => Shape::rows(dim("m", s.m, min_m)?, dim("n", s.n, None)?),
                     Some(dims) => {
                         if s.m.is_some() || s.n.is_some() {
                             return Err(self.err(
@@ -995,11 +1086,6 @@ impl Validator<'_> {
                         shape
                     }
                 }
-            }
-            Family::Softmax | Family::LogSoftmax => {
-                forbid("k", s.k)?;
-                forbid("batch", s.batch)?;
-                Shape::rows(dim("m", s.m, None)?, dim("n", s.n, None)?)
             }
             Family::Norm | Family::Scan => {
                 forbid("k", s.k)?;
@@ -1409,7 +1495,12 @@ impl Validator<'_> {
             let mut d = family.default_baselines();
             if fused {
                 d.insert(0, Baseline::Unfused);
-                if family == Family::Activation {
+                // cuDNN's op alone computes something else (no ops before the softmax,
+                // one activation of a chain): the unfused sequence is the comparison.
+                if matches!(
+                    family,
+                    Family::Activation | Family::Softmax | Family::LogSoftmax
+                ) {
                     d.retain(|b| *b != Baseline::Cudnn);
                 }
             }

@@ -130,13 +130,19 @@ impl Family {
                 | Family::GemmSoftmax
                 | Family::GemmReduce
                 | Family::GemmNorm
+                | Family::Softmax
+                | Family::LogSoftmax
         )
     }
 
-    /// Whether the chain runs before the family's row operation (gemm_softmax: the
-    /// softmax reads the chain's result) rather than producing the output itself.
+    /// Whether the chain runs before the family's row operation (gemm_softmax, softmax,
+    /// log_softmax: the softmax reads the chain's result) rather than producing the output
+    /// itself.
     pub fn chain_before_row_op(self) -> bool {
-        matches!(self, Family::GemmSoftmax | Family::GemmReduce)
+        matches!(
+            self,
+            Family::GemmSoftmax | Family::GemmReduce | Family::Softmax | Family::LogSoftmax
+        )
     }
 
     /// Whether each output row is normalized (softmax or log-softmax).

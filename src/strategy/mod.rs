@@ -109,6 +109,11 @@ pub fn workload_block(w: &Workload) -> String {
         }
         if !w.before_chain().is_identity() {
             s.push_str("#define CS_WL_CHAIN_ACCURATE 1 // [[before]] values are summed: fp32-accurate math\n");
+        } else if matches!(
+            w.family(),
+            crate::spec::Family::Softmax | crate::spec::Family::LogSoftmax
+        ) {
+            s.push_str("#define CS_WL_CHAIN_ACCURATE 1 // a softmax exponentiates the ops' values: fp32-accurate math\n");
         }
         s.push_str(&w.chain().cpp_from(w.before_chain().tensors.len()));
     }
