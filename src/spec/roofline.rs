@@ -50,10 +50,11 @@ impl Workload {
             Family::GemmGlu => 2.0 * gemm + out * (self.params.gate.flops_per_element() + 1.0),
             Family::GemmSoftmax => gemm + c_term + (softmax + self.chain.flops_per_element()) * out,
             Family::Activation => out * self.chain.flops_per_element(),
-            Family::Softmax => 5.0 * out,
+            // The ops before the softmax on each element, then the softmax.
+            Family::Softmax => (5.0 + self.chain.flops_per_element()) * out,
             // One add or multiply an element, then the chain on each result.
             Family::Scan => (1.0 + self.chain.flops_per_element()) * out,
-            Family::LogSoftmax => 6.0 * out,
+            Family::LogSoftmax => (6.0 + self.chain.flops_per_element()) * out,
             Family::Norm => {
                 (if matches!(self.params.norm, NormKind::Layer | NormKind::Batch) {
                     5.0
@@ -189,9 +190,9 @@ impl Workload {
             // One activation alone is cuDNN's, not a pass.
             Family::Activation => !self.chain.steps.is_empty() && !self.is_single_activation(),
             Family::GemmGlu => true,
-            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Reduce | Family::Scan => {
-                false
-            }
+            // The ops before a softmax: passes, then the softmax pass.
+            Family::Softmax | Family::LogSoftmax => !self.chain.steps.is_empty(),
+            Family::Norm | Family::Reduce | Family::Scan => false,
         };
         let cross_entropy = fam == Family::Reduce && self.params.reduce.reads_targets();
         TimingBuffers {

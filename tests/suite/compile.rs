@@ -305,6 +305,10 @@ fn every_template_instance_compiles_in_each_layout() {
         ("norm_group_affine_bf16_small", "norm_rows"),
         // Broadcast operands (four, of four masks) over 4-D dims.
         ("act_broadcast_bf16_small", "elementwise_activation"),
+        // Ops before a softmax: broadcast operands over 4-D dims; a causal tril with matrix,
+        // row and column operands.
+        ("softmax_ops_bf16_small", "softmax_rows"),
+        ("softmax_ops_f32_small", "softmax_rows"),
         // The reductions: a row-major f32 sum, bf16 max over rows side by side, logsumexp
         // with a chain after it, an f16 mean into f32 with a column operand.
         ("reduce_sum_f32_small", "reduce_rows"),

@@ -291,6 +291,12 @@ fn every_template_validates_on_its_workloads() {
         "act_broadcast_bf16_small",
         // Trailing dims merged into the rows, two operands of one mask, a dim of 1.
         "act_broadcast_f32_merged_small",
+        // Ops before a softmax: broadcast masks and biases on 4-D dims (warp, CTA and
+        // streamed rows); a matrix, a row, a column, GELU and a causal tril; a clamped
+        // temperature before an f16 log-softmax.
+        "softmax_ops_bf16_small",
+        "softmax_ops_f32_small",
+        "log_softmax_ops_f16_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -471,6 +477,9 @@ fn device_and_host_validation_agree() {
         "reduce_total_mean_bf16_small",
         "act_broadcast_bf16_small",
         "act_broadcast_f32_merged_small",
+        // The references of ops before a softmax, their bounds carried through the row.
+        "softmax_ops_bf16_small",
+        "softmax_ops_f32_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);

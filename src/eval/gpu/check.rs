@@ -24,6 +24,11 @@ fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
     }
 }
 
+/// The bound, per unit of magnitude, on the fp32 evaluation of the ops before a softmax
+/// (8 fp32 ulps of the input's and of the result's magnitudes): the host's and the
+/// device's softmax-with-ops references both use it.
+pub const SOFTMAX_OPS_U: f64 = 8.0 * 5.960_464_477_539_063e-8;
+
 /// What the reference of each element is computed from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reference {
@@ -37,6 +42,10 @@ pub enum Reference {
     Glu { gate: Activation },
     /// Row softmax (or log-softmax) of `scale * z + beta * C`.
     GemmSoftmax { log: bool },
+    /// softmax / log_softmax of the ops before it (`cs_chain_x`: the chain on the input,
+    /// with its fp32 evaluation's bound), each output's bound carried through the row as
+    /// the host's `softmax_with_bounds` does (the row's third statistic: sum_j p_j e_j).
+    ChainSoftmax { log: bool },
     /// `chain((A[i] - shift) * scale)`, each logical row's shift and scale from its fp64
     /// statistics (`cs_norm_stats`).
     Norm { kind: NormKind, eps: f64 },
@@ -388,7 +397,10 @@ pub fn check_source(spec: &CheckSpec) -> String {
     };
     let tload = tensor_loads(spec);
     // gemm_softmax's reference reads its operands through cs_gemm_x, not here.
-    let ref_tload = if matches!(spec.reference, Reference::GemmSoftmax { .. }) {
+    let ref_tload = if matches!(
+        spec.reference,
+        Reference::GemmSoftmax { .. } | Reference::ChainSoftmax { .. }
+    ) {
         ""
     } else {
         tload.as_str()
@@ -427,6 +439,11 @@ pub fn check_source(spec: &CheckSpec) -> String {
             incl = if *exclusive { 0 } else { 1 },
             prod = if *kind == ScanKind::Prod { "true" } else { "false" },
         ),
+        Reference::ChainSoftmax { log } => format!(
+            "  double ex;\n  const double x = cs_chain_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[1] + 3 * (b * a.rows + lr);\n  const double mf = isfinite(st[0]) ? st[0] : 0.0;\n  const double p = exp(x - mf) / st[1];\n  const double bound = 2.0 * (ex + st[2]);\n  *want = {};\n  *slack = {};\n",
+            if *log { "x - mf - log(st[1])" } else { "p" },
+            if *log { "bound" } else { "p > 0.0 ? bound * p : 0.0" },
+        ),
         Reference::GemmSoftmax { log } => format!(
             "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
             if *log { "x - st[0] - log(st[1])" } else { "p" },
@@ -462,8 +479,24 @@ __device__ double cs_gemm_x(const CheckArgs& a, long long i, long long b, long l
   double t[4] = {{0.0, 0.0, 0.0, 0.0}};
 {tload}{gemm}  return csd_chain_slack(acc + cc, e, t, ex, lr, lc);
 }}
+
+// What a softmax reads at element i after the ops before it: the chain of the input, and
+// the bound of its fp32 evaluation ({u} of the input's and the result's magnitudes, the
+// first carried through the chain; none for an element an index op fills, or an infinite
+// result), as the host's `chain_value_and_bound`.
+__device__ double cs_chain_x(const CheckArgs& a, long long i, long long b, long long lr, long long lc, double* ex)
+{{
+  (void)b; (void)lr; (void)lc;
+  double t[4] = {{0.0, 0.0, 0.0, 0.0}};
+{tload}  const double z = {in_ld}((const void*)a.r[0], i);
+  double dev;
+  const double w = csd_chain_slack(z, {u} * fabs(z), t, &dev, lr, lc);
+  *ex = isfinite(w) ? dev + {u} * fabs(w) : 0.0;
+  return w;
+}}
 "#,
-        gemm = gemm_z(0, 1, true, spec.out)
+        gemm = gemm_z(0, 1, true, spec.out),
+        u = lit(SOFTMAX_OPS_U),
     );
     let _ = write!(
         s,
@@ -631,7 +664,8 @@ __device__ double csd_block_reduce(double v, double* red, bool take_max)
 }}
 
 // Per-row statistics in fp64 for the softmax references: max and sum of exp(x - max) (and
-// for a GEMM's rows, the largest error bound of the row), one block per logical row.
+// for a GEMM's rows (with_gemm 1), the largest error bound of the row; for the ops before a
+// softmax (2), sum_j p_j e_j of the row's bounds e_j), one block per logical row.
 extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gemm)
 {{
   const bool col_major = {col_major};
@@ -642,8 +676,10 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
     double x, e = 0.0;
-    if (with_gemm) {{
+    if (with_gemm == 1) {{
       x = cs_gemm_x(a, i, b, lr, lc, &e);
+    }} else if (with_gemm == 2) {{
+      x = cs_chain_x(a, i, b, lr, lc, &e);
     }} else {{
       x = {in_ld}((const void*)a.r[0], i);
     }}
@@ -651,23 +687,30 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
   }}
   mx = csd_block_reduce(mx, red, true);
   em = csd_block_reduce(em, red, true);
-  double sum = 0.0;
+  // A row of -inf only (every element masked): exp(x - 0) = 0, a 0 / 0 reference.
+  const double mf = isfinite(mx) ? mx : 0.0;
+  double sum = 0.0, we = 0.0;
   for (long long lc = threadIdx.x; lc < C; lc += blockDim.x) {{
     const long long i = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
-    double x;
-    if (with_gemm) {{
-      double ex;
+    double x, ex = 0.0;
+    if (with_gemm == 1) {{
       x = cs_gemm_x(a, i, b, lr, lc, &ex);
+    }} else if (with_gemm == 2) {{
+      x = cs_chain_x(a, i, b, lr, lc, &ex);
     }} else {{
       x = {in_ld}((const void*)a.r[0], i);
     }}
-    sum += exp(x - mx);
+    const double q = exp(x - mf);
+    sum += q;
+    if (q > 0.0) we += q * ex;
   }}
   sum = csd_block_reduce(sum, red, false);
+  we = csd_block_reduce(we, red, false);
   if (threadIdx.x == 0) {{
     double* o = stats + (with_gemm ? 3 : 2) * row;
     o[0] = mx; o[1] = sum;
-    if (with_gemm) o[2] = em;
+    if (with_gemm == 1) o[2] = em;
+    if (with_gemm == 2) o[2] = we / sum;
   }}
 }}
 
@@ -1361,9 +1404,13 @@ impl Checker {
     }
 
     /// Per-row statistics for the softmax references, into `stats` (2 doubles per row,
-    /// 3 for a GEMM's rows).
+    /// 3 for a GEMM's rows and with ops before the softmax).
     pub fn row_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
-        let with_gemm = i32::from(matches!(self.spec.reference, Reference::GemmSoftmax { .. }));
+        let with_gemm = match self.spec.reference {
+            Reference::GemmSoftmax { .. } => 1i32,
+            Reference::ChainSoftmax { .. } => 2,
+            _ => 0,
+        };
         // A block of as many threads as the kernel's registers allow (a chain's fp64
         // functions can need more than 64 a thread), a power of two for the reduction.
         // SAFETY: a function of a live module.

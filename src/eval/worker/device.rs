@@ -33,6 +33,11 @@ pub(super) fn check_spec(w: &Workload, a: DType, d: DType) -> Option<CheckSpec> 
         Family::Reduce if params.reduce.reads_targets() => return None,
         Family::Gemm | Family::GemmBiasAct => Reference::Gemm,
         Family::Activation => Reference::Chain,
+        Family::Softmax | Family::LogSoftmax if !w.chain().is_identity() => {
+            Reference::ChainSoftmax {
+                log: w.family() == Family::LogSoftmax,
+            }
+        }
         Family::Softmax => Reference::Softmax { log: false },
         Family::LogSoftmax => Reference::Softmax { log: true },
         Family::GemmSoftmax => Reference::GemmSoftmax {
@@ -172,6 +177,12 @@ impl Ctx<'_> {
         }
         let rows = dims.batch * if spec.col_major { dims.cols } else { dims.rows };
         match spec.reference {
+            Reference::ChainSoftmax { .. } => {
+                let st = self.s.zeros::<f64>(3 * rows)?;
+                args.r[1] = st.ptr;
+                dev.checker.row_stats(self.s, &args, st.ptr)?;
+                stats = Some(st);
+            }
             Reference::Softmax { .. } => {
                 let st = self.s.zeros::<f64>(2 * rows)?;
                 args.r[1] = st.ptr;

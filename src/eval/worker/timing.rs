@@ -415,10 +415,19 @@ impl Ctx<'_> {
             None
         };
         let after_tensors: Vec<u64> = p.tensors.iter().skip(nb).map(|t| t.buf.ptr).collect();
-        let softmax = if fam == Family::GemmSoftmax && wants(Baseline::Unfused) {
+        // The softmax pass after the ops' passes (gemm_softmax, and softmax / log_softmax
+        // with ops before it).
+        let softmax_after_ops = matches!(fam, Family::Softmax | Family::LogSoftmax)
+            && !w.chain().is_identity();
+        let softmax = if (fam == Family::GemmSoftmax || softmax_after_ops) && wants(Baseline::Unfused)
+        {
             unfused_part(
                 &mut self.report.notes,
-                RowSoftmax::compile(s_ref, out_dtype, params.log_softmax),
+                RowSoftmax::compile(
+                    s_ref,
+                    out_dtype,
+                    params.log_softmax || fam == Family::LogSoftmax,
+                ),
             )
         } else {
             None
@@ -726,17 +735,29 @@ impl Ctx<'_> {
                     .filter(|_| !single_act && wants(Baseline::Unfused))
                 {
                     names.push("unfused".into());
-                    notes.push(Some(format!(
-                        "{} elementwise passes, one per op, as a framework runs them",
-                        ps.len()
-                    )));
+                    notes.push(Some(match &softmax {
+                        Some(_) => format!(
+                            "{} elementwise pass{}, one per op, then a row softmax pass (a block per row, online max and sum, 16-byte vectors), as a framework runs them",
+                            ps.len(),
+                            if ps.len() == 1 { "" } else { "es" }
+                        ),
+                        None => format!(
+                            "{} elementwise passes, one per op, as a framework runs them",
+                            ps.len()
+                        ),
+                    }));
                     let sc = (scratch.0.ptr, scratch.1.ptr);
-                    let (pt, sp) = (&pass_tensors, &saved_ptrs);
+                    let (pt, sp, sm) = (&pass_tensors, &saved_ptrs, softmax.as_ref());
                     let mut k = 0usize;
                     launches.push(Box::new(move || {
                         k += 1;
-                        ps.run(s_ref, if k % 2 == 1 { a } else { a_2 }, pt, sc, sp)
-                            .map(|_| ())
+                        let x = ps.run(s_ref, if k % 2 == 1 { a } else { a_2 }, pt, sc, sp)?;
+                        // softmax / log_softmax: the row softmax of the passes' result.
+                        if let Some(sm) = sm {
+                            let y = if x == sc.0 { sc.1 } else { sc.0 };
+                            sm.run(s_ref, x, y, batch * m, n)?;
+                        }
+                        Ok(())
                     }));
                 }
                 if let Some((lsm, nll, logp)) = ce_unfused.as_ref() {
@@ -1216,7 +1237,9 @@ fn unfused_chain(w: &Workload) -> Option<Chain> {
         | Family::GemmBiasAct
         | Family::Activation
         | Family::GemmSoftmax
-        | Family::GemmReduce => Some(w.chain().clone()),
+        | Family::GemmReduce
+        | Family::Softmax
+        | Family::LogSoftmax => Some(w.chain().clone()),
         // gemm_norm: the ops before the norm (the norm and the ops after it are its tail).
         Family::GemmNorm => Some(w.before_chain().clone()),
         Family::GemmGlu => {

@@ -412,11 +412,36 @@ impl Ctx<'_> {
         let mut slack = Vec::new();
         let Some(g) = &p.gemm else {
             match w.family() {
-                Family::Softmax | Family::LogSoftmax => {
+                Family::Softmax | Family::LogSoftmax if chain.is_identity() => {
                     reference::softmax_rows(&p.host_a, m, n, n, &mut want);
                     if w.family() == Family::LogSoftmax {
                         log_of_softmax(&p.host_a, m, n, &mut want);
                     }
+                }
+                Family::Softmax | Family::LogSoftmax => {
+                    // The ops before the softmax on each input element (row-major, like
+                    // the output), with the bound of their fp32 evaluation, then each
+                    // row's softmax with those bounds carried through it.
+                    let tensors = &p.tensors;
+                    let x = &p.host_a;
+                    let mut xe = vec![(0f64, 0f64); p.out_len];
+                    data::parallel_fill(&mut xe, |i| {
+                        let (b, r, c) = coords(i, false);
+                        let mut t = [0f64; MAX_TENSORS];
+                        for (slot, tt) in t.iter_mut().zip(tensors) {
+                            *slot = tt.at(Layout::Row, b, r, c);
+                        }
+                        chain_value_and_bound(chain, x[i].to_f64(), &t, (r as i64, c as i64))
+                    });
+                    slack = vec![0f64; p.out_len];
+                    softmax_with_bounds(
+                        &xe,
+                        m,
+                        n,
+                        w.family() == Family::LogSoftmax,
+                        &mut want,
+                        &mut slack,
+                    );
                 }
                 Family::Norm => {
                     // Each logical row's (shift, scale) from its fp64 statistics, then
@@ -1311,6 +1336,64 @@ const F32_U: f64 = 5.960_464_477_539_063e-8;
 /// How many fp32 ulps of its input's and its result's magnitudes evaluating an epilogue
 /// chain (activations from fp32 library functions, a few ops) may cost in the fp64 check.
 const CHAIN_EVAL_ULPS: f64 = 8.0;
+
+/// An input element after the ops before a softmax, and the bound on their fp32
+/// evaluation's error: `SOFTMAX_OPS_U` (8 fp32 ulps) of the input's and the result's
+/// magnitudes, carried through the ops as a GEMM chain's bound is. An element an index op
+/// fills, or any infinite result, carries no bound (it is exact, or its exp is 0).
+pub(super) fn chain_value_and_bound(chain: &Chain, x: f64, t: &[f64], pos: (i64, i64)) -> (f64, f64) {
+    let v = chain.eval_at(x, t, pos);
+    if !v.is_finite() {
+        return (v, 0.0);
+    }
+    let u = crate::eval::gpu::check::SOFTMAX_OPS_U;
+    let (_, dev) = chain_with_slack_at(chain, x, u * x.abs(), t, pos);
+    (v, dev + u * v.abs())
+}
+
+/// Each row's softmax (or log-softmax) of values known to within their bounds `xe` (value,
+/// bound), with each output's own bound: when every x_j may be off by up to e_j,
+/// log p_i moves by at most e_i + sum_j p_j e_j (to first order; doubled here for the
+/// second), so p_i by that times p_i. Elements whose p_j is 0 (masked) add nothing,
+/// however large their bound.
+pub(super) fn softmax_with_bounds(
+    xe: &[(f64, f64)],
+    rows: usize,
+    cols: usize,
+    log: bool,
+    want: &mut [f64],
+    slack: &mut [f64],
+) {
+    for r in 0..rows {
+        let row = &xe[r * cols..(r + 1) * cols];
+        let max = row.iter().map(|v| v.0).fold(f64::NEG_INFINITY, f64::max);
+        let max_finite = if max.is_finite() { max } else { 0.0 };
+        let sum: f64 = row.iter().map(|v| (v.0 - max_finite).exp()).sum();
+        let ebar: f64 = row
+            .iter()
+            .map(|v| {
+                let p = (v.0 - max_finite).exp() / sum;
+                if p > 0.0 {
+                    p * v.1
+                } else {
+                    0.0
+                }
+            })
+            .sum();
+        for (c, &(x, e)) in row.iter().enumerate() {
+            let i = r * cols + c;
+            let p = (x - max_finite).exp() / sum;
+            let bound = 2.0 * (e + ebar);
+            if log {
+                want[i] = x - max_finite - sum.ln();
+                slack[i] = bound;
+            } else {
+                want[i] = p;
+                slack[i] = if p > 0.0 { bound * p } else { 0.0 };
+            }
+        }
+    }
+}
 
 /// Turns row softmax values into log-softmax values in place, from the inputs (exact:
 /// x - max - log(sum)).
