@@ -749,9 +749,19 @@ __device__ __forceinline__ void cs_row_operand_init(const cs_problem& p, int64_t
   if constexpr (Chain::kOperands > I) {
     constexpr int kind = cs_chain_kind<Chain>(I);
     cs_operand const& o = p.operands[cs_chain_first<Chain>() + I];
-    r.base[I] = cs_operand_index<kind>(o, CS_LAYOUT_ROW, 0, row, 0, p.n);
+    if constexpr (kind == CS_OPERAND_BROADCAST) {
+      // The row index in 32 bits (rows, divisors and moduli are below 2^31: the host
+      // checked), a few instructions a term instead of a 64-bit division's dozens.
+      uint32_t const r32 = uint32_t(row);
+      r.base[I] = int64_t((r32 / uint32_t(o.row_div[0])) % uint32_t(o.row_mod[0])) * o.row_stride[0] +
+                  int64_t((r32 / uint32_t(o.row_div[1])) % uint32_t(o.row_mod[1])) * o.row_stride[1];
+    } else {
+      r.base[I] = cs_operand_index<kind>(o, CS_LAYOUT_ROW, 0, row, 0, p.n);
+    }
     if constexpr (cs_row_step<Chain, I>() == 0) {
-      r.one[I] = cs_operand_at<kind, cs_chain_dtype<Chain>(I)>(o, CS_LAYOUT_ROW, 0, row, 0, p.n);
+      constexpr int dt = cs_chain_dtype<Chain>(I);
+      if constexpr (dt >= 0) r.one[I] = cs_load_typed<dt>(o.ptr, r.base[I]);
+      else r.one[I] = cs_load_as_float(o.ptr, o.dtype, r.base[I]);
     }
   }
 }
@@ -831,6 +841,30 @@ __device__ __forceinline__ float cs_row_elem(const cs_problem& p, const CsRowOpe
   return v[0];
 }
 
+// The largest (MAX) or the sum of v over the warp (WARP) or the CTA (one __syncthreads;
+// `red` holds a value a warp and is not reused before the next barrier).
+template <bool WARP, bool MAX>
+__device__ __forceinline__ float cs_row_reduce(float v, float* red)
+{
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float const w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? fmaxf(v, w) : v + w;
+  }
+  if constexpr (!WARP) {
+    int const warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < int(blockDim.x >> 5) ? red[lane] : (MAX ? cs_neg_inf() : 0.0f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      float const w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = MAX ? fmaxf(v, w) : v + w;
+    }
+  }
+  return v;
+}
+
 template <class T, int VPT, bool LOG, bool WARP>
 __global__ void __launch_bounds__(WARP ? kWarpCtaThreads : kThreads)
 cs_softmax_chain_kernel(const cs_problem p)
@@ -838,6 +872,7 @@ cs_softmax_chain_kernel(const cs_problem p)
   using E = CsElem<T>;
   constexpr int V = E::V;
   __shared__ float2 red[32];
+  __shared__ float red_max[32], red_sum[32];
   const T* x = static_cast<const T*>(p.a);
   T* y = static_cast<T*>(p.d);
   int const n = int(p.n);
@@ -877,14 +912,15 @@ cs_softmax_chain_kernel(const cs_problem p)
 #pragma unroll
         for (int k = 0; k < V; ++k) mx = fmaxf(mx, f[i][k]);
       }
-      float mL = cs_scaled_max(mx);
+      // The row's max first, then the sum of 2^(x log2e - max) against it: no rescaling.
+      float const mL = cs_scaled_max(cs_row_reduce<WARP, true>(mx, red_max));
       float const ml = cs_finite_or_zero(mL);
       float s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
 #pragma unroll
       for (int i = 0; i < VPT; ++i)
 #pragma unroll
         for (int k = 0; k < V; ++k) s += cs_ex2(fmaf(f[i][k], kLog2e, -ml));
-      reduce(mL, s);
+      s = cs_row_reduce<WARP, false>(s, red_sum);
       CsRowOut<LOG> const out(mL, s);
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
@@ -1096,8 +1132,8 @@ static int cs_l2_throttle_smem(const CsDeviceFacts& f, int64_t row_bytes, int th
   return smem > 0 ? int(smem) : 0;
 }
 
-// Path 4's launch: a warp a row while the row fits 32 x 8 vectors, else a CTA a row (4
-// vectors a thread in registers up to 4 x CS_THREADS vectors, streamed past that).
+// Path 4's launch: a warp a row while the row fits 32 x 8 vectors, else a CTA a row (32
+// values a thread in registers up to 32 x CS_THREADS values, streamed past that).
 template <class T, bool LOG>
 static int32_t cs_softmax_chain_run(const cs_problem& p, cudaStream_t stream, bool vec)
 {
@@ -1123,7 +1159,8 @@ static int32_t cs_softmax_chain_run(const cs_problem& p, cudaStream_t stream, bo
       default: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 8, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
     }
   }
-  constexpr int kVpt = 4;
+  // 32 values a thread in registers: rows up to 32 x CS_THREADS elements.
+  constexpr int kVpt = 32 / V;
   int64_t threads = ((nb_max + kVpt - 1) / kVpt + 31) / 32 * 32;
   if (threads < 64) threads = 64;
   if (threads > kThreads) threads = kThreads;
@@ -1220,6 +1257,11 @@ static int32_t cs_softmax_check(const cs_problem& p, bool check_pointers)
     cs_operand const& o = p.operands[cs_chain_first<cs_chain>() + i];
     int const col = cs_chain_bcast<cs_chain>(i).col;
     if (o.kind == CS_OPERAND_BROADCAST && col >= 0 && o.ld != col) return CS_ERR_UNSUPPORTED;
+    // The kernels index a broadcast operand's rows in 32 bits.
+    if (o.kind == CS_OPERAND_BROADCAST)
+      for (int t = 0; t < 2; ++t)
+        if (o.row_div[t] < 1 || o.row_div[t] > 0x7fffffffLL || o.row_mod[t] < 1 || o.row_mod[t] > 0x7fffffffLL)
+          return CS_ERR_UNSUPPORTED;
   }
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;

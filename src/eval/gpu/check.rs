@@ -1114,6 +1114,19 @@ fn compile(
     Ok((module, f))
 }
 
+/// The most threads a block of `f` may have (its registers allow).
+fn max_threads(f: &CudaFunction) -> Result<u32, CudaFailure> {
+    // SAFETY: a function of a live module.
+    let most = unsafe {
+        cudarc::driver::result::function::get_function_attribute(
+            f.cu_function(),
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        )
+    }
+    .map_err(CudaFailure::from)?;
+    Ok(most.max(1) as u32)
+}
+
 fn grid(s: &Session, n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
@@ -1413,15 +1426,7 @@ impl Checker {
         };
         // A block of as many threads as the kernel's registers allow (a chain's fp64
         // functions can need more than 64 a thread), a power of two for the reduction.
-        // SAFETY: a function of a live module.
-        let most = unsafe {
-            cudarc::driver::result::function::get_function_attribute(
-                self.stats.cu_function(),
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-            )
-        }
-        .map_err(CudaFailure::from)?;
-        let most = most.clamp(32, 1024) as u32;
+        let most = max_threads(&self.stats)?.clamp(32, 1024);
         let cfg = self.per_row(args, 1 << (31 - most.leading_zeros()));
         let mut b = s.stream.launch_builder(&self.stats);
         b.arg(args).arg(&stats).arg(&with_gemm);
@@ -1554,12 +1559,15 @@ impl Checker {
             launch(&self.worst, &args, grid(s, total))?;
         }
         args.from = s.download(&first)?[0] as i64;
+        // One block of as many threads (up to 1024, whole warps) as the reference's
+        // registers allow: a heavy chain's fp64 functions leave fewer than 1024.
+        let threads = max_threads(&self.detail)?.clamp(32, 1024) / 32 * 32;
         launch(
             &self.detail,
             &args,
             LaunchConfig {
                 grid_dim: (1, 1, 1),
-                block_dim: (1024, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             },
         )?;

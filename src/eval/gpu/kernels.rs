@@ -84,6 +84,10 @@ fn storage(d: DType) -> Result<(&'static str, &'static str, &'static str), CudaF
 }
 
 const PRELUDE: &str = r#"
+// NVRTC has no math.h: the infinity an index op fills with (`cpp_float`), by its bits.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
 __device__ __forceinline__ float cs_f32_ld(float v) { return v; }
 __device__ __forceinline__ float cs_f32_st(float v) { return v; }
 __device__ __forceinline__ float cs_bf16_ld(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
@@ -434,6 +438,10 @@ pub struct RowPass {
     _module: Arc<CudaModule>,
     func: CudaFunction,
     threads: u32,
+    /// Elements one thread covers in one step of its sweep, when the block is sized to the
+    /// row (at most `threads`, whole warps, enough for one step over the row): short rows
+    /// then take small blocks, many to an SM, as a framework's softmax kernels do.
+    fit: Option<usize>,
 }
 
 impl RowPass {
@@ -444,6 +452,7 @@ impl RowPass {
             _module: module,
             func,
             threads,
+            fit: None,
         })
     }
 
@@ -456,9 +465,14 @@ impl RowPass {
         rows: usize,
         cols: usize,
     ) -> Result<(), CudaFailure> {
+        let threads = match self.fit {
+            Some(per) => (cols.div_ceil(per.max(1)).div_ceil(32) * 32).clamp(32, self.threads as usize)
+                as u32,
+            None => self.threads,
+        };
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (self.threads, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
         let cols = cols as i64;
@@ -475,7 +489,8 @@ impl RowPass {
 /// row, then one write of the row (`y = softmax(x)`).
 pub struct RowSoftmax;
 
-/// The CUDA C++ of the row softmax pass over `dtype` rows: a block per row; where every
+/// The CUDA C++ of the row softmax pass over `dtype` rows: a block per row (sized to the
+/// row: one warp for a row of up to 32 steps of four vectors, at most 512 threads); where every
 /// row starts 16-byte aligned (`cols` a multiple of the vector), both sweeps of the row
 /// (the online max and sum, then the write) move 16-byte vectors, four in flight per
 /// thread, as a framework's softmax kernels do; else element by element.
@@ -578,7 +593,10 @@ extern "C" __global__ void __launch_bounds__(512) cs_row_softmax(const {ty}* __r
 impl RowSoftmax {
     /// Compiles the pass (NVRTC).
     pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowPass, CudaFailure> {
-        RowPass::compile(s, &row_softmax_source(dtype, log)?, "cs_row_softmax", 512)
+        // Four 16-byte vectors a thread a step.
+        let mut pass = RowPass::compile(s, &row_softmax_source(dtype, log)?, "cs_row_softmax", 512)?;
+        pass.fit = Some(4 * 16 / dtype.bytes() as usize);
+        Ok(pass)
     }
 }
 
