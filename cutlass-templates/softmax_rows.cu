@@ -741,6 +741,10 @@ __host__ __device__ constexpr int cs_row_step()
 struct CsRowOperands {
   int64_t base[CS_MAX_OPERANDS];
   float one[CS_MAX_OPERANDS];
+  // Whether a slot's run at column `at` (the row's first 16-byte vector of A; every later
+  // vector of A starts 16 bytes on, the operand's run a multiple of 16 bytes on) starts on
+  // a 16-byte boundary: checked once a row, not at every load.
+  bool aligned[CS_MAX_OPERANDS];
 };
 
 template <class Chain, int I>
@@ -766,20 +770,72 @@ __device__ __forceinline__ void cs_row_operand_init(const cs_problem& p, int64_t
   }
 }
 
+template <class Chain, int I>
+__device__ __forceinline__ void cs_row_operand_align(const cs_problem& p, int64_t at, CsRowOperands& r)
+{
+  if constexpr (Chain::kOperands > I) {
+    constexpr int dt = cs_chain_dtype<Chain>(I);
+    constexpr int es = dt == CS_DTYPE_F32 ? 4 : (dt == CS_DTYPE_F16 || dt == CS_DTYPE_BF16) ? 2 : 0;
+    if constexpr (es > 0) {
+      uintptr_t const a = reinterpret_cast<uintptr_t>(p.operands[cs_chain_first<Chain>() + I].ptr) +
+                          uintptr_t((r.base[I] + at) * es);
+      r.aligned[I] = (a & 15u) == 0;
+    }
+  }
+}
+
 template <class Chain>
-__device__ __forceinline__ CsRowOperands cs_row_operands(const cs_problem& p, int64_t row)
+__device__ __forceinline__ CsRowOperands cs_row_operands(const cs_problem& p, int64_t row, int64_t at = 0)
 {
   CsRowOperands r;
 #pragma unroll
   for (int i = 0; i < CS_MAX_OPERANDS; ++i) {
     r.base[i] = 0;
     r.one[i] = 0.0f;
+    r.aligned[i] = false;
   }
   cs_row_operand_init<Chain, 0>(p, row, r);
   cs_row_operand_init<Chain, 1>(p, row, r);
   cs_row_operand_init<Chain, 2>(p, row, r);
   cs_row_operand_init<Chain, 3>(p, row, r);
+  cs_row_operand_align<Chain, 0>(p, at, r);
+  cs_row_operand_align<Chain, 1>(p, at, r);
+  cs_row_operand_align<Chain, 2>(p, at, r);
+  cs_row_operand_align<Chain, 3>(p, at, r);
   return r;
+}
+
+// V consecutive values of cs_dtype DT from base[idx] as f32: 16-byte loads when `aligned`
+// (a row's vectors of A only: see CsRowOperands::aligned), else one by one.
+template <int DT, int V>
+__device__ __forceinline__ void cs_row_load_run(const void* base, int64_t idx, bool aligned, float (&out)[V])
+{
+  constexpr int es = DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : 0;
+  constexpr int per16 = es > 0 ? 16 / es : 1;
+  if constexpr (es > 0 && V % per16 == 0) {
+    if (aligned) {
+      const uint4* q = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + idx * es);
+#pragma unroll
+      for (int w = 0; w < V / per16; ++w) {
+        uint4 const r = __ldg(q + w);
+        if constexpr (DT == CS_DTYPE_F32) {
+          float f[4];
+          CsElem<float>::unpack(r, f);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[w * 4 + e] = f[e];
+        } else {
+          using T = std::conditional_t<DT == CS_DTYPE_F16, __half, __nv_bfloat16>;
+          float f[8];
+          CsElem<T>::unpack(r, f);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) out[w * 8 + e] = f[e];
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) out[e] = cs_load_typed<DT>(base, idx + e);
 }
 
 // Operand slot I for V consecutive elements from column col0.
@@ -795,7 +851,7 @@ __device__ __forceinline__ void cs_row_operand_run(const cs_problem& p, const Cs
       for (int q = 0; q < V; ++q) t[q][I] = r.one[I];
     } else if constexpr (step == 1 && dt >= 0) {
       float v[V];
-      cs_load_run<dt, V>(o.ptr, r.base[I] + col0, v);
+      cs_row_load_run<dt, V>(o.ptr, r.base[I] + col0, V > 1 && r.aligned[I], v);
 #pragma unroll
       for (int q = 0; q < V; ++q) t[q][I] = v[q];
     } else {
@@ -887,8 +943,8 @@ cs_softmax_chain_kernel(const cs_problem p)
        row += int64_t(gridDim.x) * per_cta) {
     const T* xr = x + row * p.lda;
     T* yr = y + row * p.ldd;
-    CsRowOperands const ops = cs_row_operands<cs_chain>(p, row);
     CsRowSplit const sp = cs_split_row(xr, n, 0u, 1u);
+    CsRowOperands const ops = cs_row_operands<cs_chain>(p, row, sp.body_at);
     const uint4* xv = reinterpret_cast<const uint4*>(xr + sp.body_at);
     uint4* yv = reinterpret_cast<uint4*>(yr + sp.body_at);
     int const nb = sp.b1;
@@ -896,14 +952,20 @@ cs_softmax_chain_kernel(const cs_problem p)
     float const hx = cs_row_elem<T>(p, ops, xr, row, g, has_head);
     float const tx = cs_row_elem<T>(p, ops, xr, row, int64_t(sp.tail_at) + g, has_tail);
     if (nb <= VPT * G) {
-      // The row's values after the ops in registers.
+      // The row's values after the ops in registers: every load of A in flight first.
+      uint4 raw[VPT];
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        int const j = g + i * G;
+        raw[i] = j < nb ? cs_ld_vec(xv + j) : E::ninf_vec();
+      }
       float f[VPT][V];
       float mx = fmaxf(hx, tx);
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         int const j = g + i * G;
         if (j < nb) {
-          E::unpack(cs_ld_vec(xv + j), f[i]);
+          E::unpack(raw[i], f[i]);
           cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f[i]);
         } else {
 #pragma unroll
@@ -916,10 +978,15 @@ cs_softmax_chain_kernel(const cs_problem p)
       float const mL = cs_scaled_max(cs_row_reduce<WARP, true>(mx, red_max));
       float const ml = cs_finite_or_zero(mL);
       float s = cs_ex2(fmaf(hx, kLog2e, -ml)) + cs_ex2(fmaf(tx, kLog2e, -ml));
+      // softmax keeps each 2^(x log2e - max) for its output (one MUFU.EX2 an element).
 #pragma unroll
       for (int i = 0; i < VPT; ++i)
 #pragma unroll
-        for (int k = 0; k < V; ++k) s += cs_ex2(fmaf(f[i][k], kLog2e, -ml));
+        for (int k = 0; k < V; ++k) {
+          float const e = cs_ex2(fmaf(f[i][k], kLog2e, -ml));
+          s += e;
+          if constexpr (!LOG) f[i][k] = e;
+        }
       s = cs_row_reduce<WARP, false>(s, red_sum);
       CsRowOut<LOG> const out(mL, s);
 #pragma unroll
@@ -927,7 +994,7 @@ cs_softmax_chain_kernel(const cs_problem p)
         int const j = g + i * G;
         if (j < nb) {
 #pragma unroll
-          for (int k = 0; k < V; ++k) f[i][k] = out(f[i][k]);
+          for (int k = 0; k < V; ++k) f[i][k] = LOG ? out(f[i][k]) : f[i][k] * out.k;
           cs_st_vec(yv + j, E::pack(f[i]));
         }
       }
@@ -1132,8 +1199,8 @@ static int cs_l2_throttle_smem(const CsDeviceFacts& f, int64_t row_bytes, int th
   return smem > 0 ? int(smem) : 0;
 }
 
-// Path 4's launch: a warp a row while the row fits 32 x 8 vectors, else a CTA a row (32
-// values a thread in registers up to 32 x CS_THREADS values, streamed past that).
+// Path 4's launch: a warp a row while the row fits 32 x 8 vectors, else a CTA a row (16 or
+// 32 values a thread in registers up to 32 x CS_THREADS values, streamed past that).
 template <class T, bool LOG>
 static int32_t cs_softmax_chain_run(const cs_problem& p, cudaStream_t stream, bool vec)
 {
@@ -1159,13 +1226,20 @@ static int32_t cs_softmax_chain_run(const cs_problem& p, cudaStream_t stream, bo
       default: return int32_t(cs_launch(cs_softmax_chain_kernel<T, 8, LOG, true>, unsigned(grid), kWarpCtaThreads, 0, 1, stream, p));
     }
   }
-  // 32 values a thread in registers: rows up to 32 x CS_THREADS elements.
-  constexpr int kVpt = 32 / V;
-  int64_t threads = ((nb_max + kVpt - 1) / kVpt + 31) / 32 * 32;
-  if (threads < 64) threads = 64;
-  if (threads > kThreads) threads = kThreads;
-  return int32_t(cs_launch(cs_softmax_chain_kernel<T, kVpt, LOG, false>, unsigned(p.m < cap ? p.m : cap),
-                           unsigned(threads), 0, 1, stream, p));
+  // 16 values a thread in registers while the row fits CS_THREADS of them (more threads a
+  // row, more loads in flight), 32 up to 32 x CS_THREADS elements; streamed past that.
+  constexpr int kVpt = 32 / V, kHalf = kVpt / 2;
+  unsigned const grid = unsigned(p.m < cap ? p.m : cap);
+  auto threads_for = [&](int vpt) {
+    int64_t t = ((nb_max + vpt - 1) / vpt + 31) / 32 * 32;
+    if (t < 64) t = 64;
+    return t > kThreads ? int64_t(kThreads) : t;
+  };
+  if (nb_max <= int64_t(kHalf) * kThreads)
+    return int32_t(cs_launch(cs_softmax_chain_kernel<T, kHalf, LOG, false>, grid, unsigned(threads_for(kHalf)), 0, 1,
+                             stream, p));
+  return int32_t(cs_launch(cs_softmax_chain_kernel<T, kVpt, LOG, false>, grid, unsigned(threads_for(kVpt)), 0, 1,
+                           stream, p));
 }
 
 template <class T, bool LOG>
