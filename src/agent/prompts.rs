@@ -256,8 +256,21 @@ impl WorkloadFacts {
                 }
                 s
             }
-            Family::Softmax => "softmax over each row (length n)".into(),
-            Family::LogSoftmax => "log_softmax over each row (length n)".into(),
+            Family::Softmax | Family::LogSoftmax => {
+                let f = if fam == Family::Softmax {
+                    "softmax"
+                } else {
+                    "log_softmax"
+                };
+                if chain.is_identity() {
+                    format!("{f} over each row (length n)")
+                } else {
+                    format!(
+                        "x = chain(A) on each element first ([[before]] ops: {}; struct                          cs_chain, its operands indexed like A and D, m x n row-major, a                          broadcast operand by its row terms), then {f} over each row of x                          (length n); x stays fp32 between the ops and the softmax",
+                        chain.describe()
+                    )
+                }
+            }
             Family::Norm => {
                 let mut s = format!(
                     "{} over each row (n elements; A {}: {}), eps {:e}{}",

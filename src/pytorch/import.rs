@@ -1095,7 +1095,7 @@ pub fn map_graph(
             norm::map_gemm_norm(&mut mp, g, &norms[0], &out_name, file, &mut ops)
         }
         (Some(g), s) => map_gemm(&mut mp, g, s.copied(), &out_name, file, &mut ops),
-        (None, Some(s)) => map_softmax(&mut mp, s, &out_name, file, &mut ops),
+        (None, Some(s)) => map_softmax(&mut mp, graph, s, &out_name, file, &mut ops),
         (None, None) => map_activation(&mut mp, graph, &out_name, file, &mut ops),
     };
     match spec {
@@ -2341,6 +2341,7 @@ fn rows_of(mp: &mut Mapper<'_>, n: &Node, m: &Meta) -> Option<(i64, i64)> {
 
 fn map_softmax(
     mp: &mut Mapper<'_>,
+    graph: &Graph,
     s: &Node,
     out: &str,
     file: &str,
@@ -2359,23 +2360,54 @@ fn map_softmax(
         );
         return None;
     }
-    if mp.source(&input).is_none() {
-        mp.problem(s, format!("its input `{input}` is computed, not an input of Model: the softmax families fuse nothing before it"));
-        return None;
-    }
-    let meta = mp.meta(&input).cloned()?;
-    let dtype = float_input(mp, s, &meta, "softmax takes")?;
-    let (m, n) = rows_of(mp, s, &meta)?;
     let log = matches!(
         classify(s.target.as_deref().unwrap_or_default()),
         Class::Softmax { log: true }
     );
+    // Elementwise ops before the softmax (a scale, an attention mask added, a causal
+    // masked_fill) are its [[before]] ops: the chain from the Model input they start at to
+    // the softmax's input, over its m rows of n or, with operands broadcast over some dims
+    // (a [B, 1, 1, T] mask), over its dims.
+    let (meta, before, nd) = if mp.source(&input).is_none() {
+        let x = elementwise_source(mp, graph, &input)?;
+        let meta = x.val.clone()?;
+        if mp.meta(&input).map(|m| &m.shape) != Some(&meta.shape) {
+            mp.problem(
+                s,
+                format!(
+                    "its input `{input}` is not an input of Model of its shape changed only by \
+                     elementwise ops: the softmax families fuse elementwise ops before it"
+                ),
+            );
+            return None;
+        }
+        let dtype = float_input(mp, x, &meta, "softmax takes")?;
+        let (m, n) = rows_of(mp, x, &meta)?;
+        let (chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, &input, (m, n), dtype, ops)?;
+        (meta, chain, nd)
+    } else {
+        (mp.meta(&input).cloned()?, Vec::new(), None)
+    };
+    let dtype = float_input(mp, s, &meta, "softmax takes")?;
+    let (m, n) = rows_of(mp, s, &meta)?;
     ops.push(op_name(s.target.as_deref().unwrap_or_default()).into());
     Some(WorkloadSpec {
         name: None,
         description: format!(
-            "{dtype} row {} over {m} rows of {n}; imported from {file}",
-            if log { "log-softmax" } else { "softmax" }
+            "{dtype} row {}{} over {}; imported from {file}",
+            if log { "log-softmax" } else { "softmax" },
+            match before.len() {
+                0 => String::new(),
+                1 => " after 1 elementwise op".into(),
+                k => format!(" after {k} elementwise ops"),
+            },
+            match &nd {
+                Some(d) => format!(
+                    "{} (operands broadcast over its dims)",
+                    d.iter().map(i64::to_string).collect::<Vec<_>>().join(" x ")
+                ),
+                None => format!("{m} rows of {n}"),
+            }
         ),
         family: if log {
             Family::LogSoftmax
@@ -2387,23 +2419,24 @@ fn map_softmax(
         acc_dtype: None,
         allow_tf32: false,
         layout: None,
-        shapes: row_shapes(m, n),
+        shapes: match &nd {
+            Some(d) => nd_shapes(d),
+            None => row_shapes(m, n),
+        },
         params: ParamsSpec::default(),
         tolerance: None,
         target: None,
         epilogue: Vec::new(),
         after: Vec::new(),
-        before: Vec::new(),
+        before,
     })
 }
 
-fn map_activation(
-    mp: &mut Mapper<'_>,
-    graph: &Graph,
-    out: &str,
-    file: &str,
-    ops: &mut Vec<String>,
-) -> Option<WorkloadSpec> {
+/// The Model input the value `out` is computed from through elementwise ops: one an op
+/// reads, of `out`'s shape where there is one (`a.unsqueeze(1) * b` runs over b, a is a
+/// column operand), else the first read as an op's first argument; None (a problem named
+/// on `out`) when no op reads one.
+fn elementwise_source<'g>(mp: &mut Mapper<'_>, graph: &'g Graph, out: &str) -> Option<&'g Node> {
     let inputs: Vec<&Node> = graph
         .nodes
         .iter()
@@ -2439,23 +2472,33 @@ fn map_activation(
         });
         return None;
     };
-    let meta = x.val.clone()?;
-    let dtype = float_input(mp, x, &meta, "activations take")?;
-    let (m, n) = rows_of(mp, x, &meta)?;
-    let mut params = ParamsSpec::default();
-    // Operands as row, col or matrix tensors of m rows of n; failing that, over the
-    // output's dims (`operand = "broadcast"`: a [1, C, 1, 1] bias, an eval-mode
-    // BatchNorm's per-channel vectors), reporting the first attempt's problems if that
-    // fails too.
+    Some(x)
+}
+
+
+/// The elementwise chain from input `x` (of `meta`, m rows of n) to `out`: its operands as
+/// row, col or matrix tensors of the m x n view; failing that, over x's dims (`operand =
+/// "broadcast"`: a [1, C, 1, 1] bias, an eval-mode BatchNorm's per-channel vectors, a
+/// [B, 1, 1, T] attention mask), with those dims; reporting the first attempt's problems if
+/// that fails too.
+fn chain_rows_or_dims(
+    mp: &mut Mapper<'_>,
+    x: &str,
+    meta: &Meta,
+    out: &str,
+    (m, n): (i64, i64),
+    dtype: DType,
+    ops: &mut Vec<String>,
+) -> Option<(Vec<OpSpec>, Option<Vec<i64>>)> {
     let before = (mp.problems.len(), ops.len());
     let mut nd = None;
-    let chain = match chain_after(mp, &x.name, out, (1, m, n), dtype, ops) {
+    let chain = match chain_after(mp, x, out, (1, m, n), dtype, ops) {
         Some(c) => Some(c),
         None if meta.shape.len() >= 2 => {
             let first: Vec<Unmapped> = mp.problems.drain(before.0..).collect();
             ops.truncate(before.1);
             mp.out_nd = Some(meta.shape.clone());
-            let c = chain_after(mp, &x.name, out, (1, m, n), dtype, ops);
+            let c = chain_after(mp, x, out, (1, m, n), dtype, ops);
             mp.out_nd = None;
             if c.is_none() {
                 // Both attempts' problems, the second's that the first did not name once.
@@ -2480,7 +2523,22 @@ fn map_activation(
         }
         None => None,
     };
-    let mut chain = chain?;
+    Some((chain?, nd))
+}
+
+fn map_activation(
+    mp: &mut Mapper<'_>,
+    graph: &Graph,
+    out: &str,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let x = elementwise_source(mp, graph, out)?;
+    let meta = x.val.clone()?;
+    let dtype = float_input(mp, x, &meta, "activations take")?;
+    let (m, n) = rows_of(mp, x, &meta)?;
+    let mut params = ParamsSpec::default();
+    let (mut chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, out, (m, n), dtype, ops)?;
     if chain.is_empty() {
         mp.problems.push(Unmapped {
             node: out.into(),

@@ -78,7 +78,11 @@ impl Workload {
                 };
                 format!("{s} {act}{chain}")
             }
-            Family::Softmax | Family::LogSoftmax => s,
+            // The ops before the softmax (its chain, written [[before]]).
+            Family::Softmax | Family::LogSoftmax => match self.chain.steps.len() {
+                0 => s,
+                k => format!("{s} {k} ops then"),
+            },
             Family::Norm => format!(
                 "{s} {}{}{chain}",
                 self.params.norm,

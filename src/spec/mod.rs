@@ -416,12 +416,12 @@ mod tests {
             (
                 "description = \"x\"\nfamily = \"gemm\"\ndtype = \"bf16\"\n[[shapes]]\nm = 4\nn = 8\nk = 8\ndims = [4, 8]\n".to_string(),
                 "shapes[0].dims",
-                "only family activation",
+                "only families activation, softmax and log_softmax take dims",
             ),
             (
                 "description = \"x\"\nfamily = \"norm\"\ndtype = \"bf16\"\n[params]\nnorm = \"rms\"\n[[shapes]]\nm = 4\nn = 8\n[[epilogue]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n".to_string(),
                 "epilogue",
-                "activation only",
+                "activation, softmax and log_softmax only",
             ),
         ] {
             let e = err("bad", &text);
@@ -615,12 +615,19 @@ k = 4096
             e.contains("epilogue[0].op") && e.contains("allowed:"),
             "{e}"
         );
-        let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
-        let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
+        let glu = "description = \"g\"\nfamily = \"gemm_glu\"\ndtype = \"bf16\"\n[[shapes]]\nm = 8\nn = 8\nk = 8\n";
+        let e = err("g", &format!("{glu}[[epilogue]]\nop = \"relu\"\n"));
         assert!(
             e.contains(
                 "only for families gemm, gemm_bias_act, gemm_softmax (before the softmax), gemm_norm (after the norm), activation, norm, reduce and scan"
             ),
+            "{e}"
+        );
+        // A softmax's ops run before it: [[epilogue]] is refused, saying where they go.
+        let sm = "description = \"s\"\nfamily = \"softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 2\nn = 3\n";
+        let e = err("s", &format!("{sm}[[epilogue]]\nop = \"relu\"\n"));
+        assert!(
+            e.contains("field \"epilogue\"") && e.contains("write them as [[before]]"),
             "{e}"
         );
     }
@@ -654,6 +661,74 @@ k = 4096
             e.contains("params.alpha") && e.contains("GEMM's scale") && e.contains("[[epilogue]]"),
             "{e}"
         );
+    }
+
+    /// softmax and log_softmax take [[before]] ops: their chain, run on each input element
+    /// before the row op, with row / col / matrix operands on m x n shapes (and a causal
+    /// tril), or broadcast operands over dims whose rows stay the last dim; they make the
+    /// workload fused (the unfused sequence its baseline, not cuDNN's softmax alone).
+    #[test]
+    fn softmax_takes_ops_before_it() {
+        let w = parse(
+            "s",
+            "description = \"s\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\ndims = [2, 3, 5, 7]\n[[before]]\nop = \"mul\"\nvalue = 0.125\n[[before]]\nop = \"add\"\noperand = \"broadcast\"\nover = [0, 3]\ndtype = \"f32\"\n[[before]]\nop = \"mul\"\noperand = \"broadcast\"\nover = [1]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.family().chain_before_row_op() && w.before_chain().is_identity());
+        let c = w.chain();
+        assert_eq!(c.steps.len(), 3);
+        assert_eq!(c.tensors.len(), 2);
+        // Rows of the last dim, though the second operand treats dims 2 and 3 alike (an
+        // activation would merge them into the row).
+        assert_eq!(c.broadcast_tail(), 1);
+        let h = w.headline();
+        assert_eq!((h.m, h.n), (2 * 3 * 5, 7));
+        assert!(w.target().baselines.contains(&Baseline::Unfused));
+        assert!(!w.target().baselines.contains(&Baseline::Cudnn));
+        // The ops' FLOPs and their operands' bytes count: a [2, 1, 1, 7] f32 mask and a
+        // [1, 3, 1, 1] bf16 scale beside the bf16 input and output.
+        let plain = parse(
+            "p",
+            "description = \"p\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\ndims = [2, 3, 5, 7]\n",
+        )
+        .unwrap();
+        assert_eq!(w.min_bytes(h) - plain.min_bytes(h), 2.0 * 7.0 * 4.0 + 3.0 * 2.0);
+        assert!(w.flops(h) > plain.flops(h));
+        assert!(plain.target().baselines.contains(&Baseline::Cudnn));
+        // m x n shapes: a matrix, a row and a column operand and a causal tril.
+        let w = parse(
+            "t",
+            "description = \"t\"\nfamily = \"log_softmax\"\ndtype = \"f32\"\n[[shapes]]\nm = 4\nn = 6\n[[before]]\nop = \"add\"\noperand = \"matrix\"\n[[before]]\nop = \"mul\"\noperand = \"col\"\n[[before]]\nop = \"tril\"\nvalue = -inf\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.chain().positional());
+        assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (0, 1)), f64::NEG_INFINITY);
+        assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (1, 1)), 3.0);
+        // Refusals, each naming its field.
+        for (text, field, why) in [
+            (
+                "[[shapes]]\ndims = [2, 3, 4]\n[[before]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n[[before]]\nop = \"tril\"\n",
+                "before",
+                "triu / tril with shapes given as dims",
+            ),
+            (
+                "[[shapes]]\nm = 4\nn = 8\n[[before]]\nop = \"mul\"\noperand = \"channel\"\nchannels = 2\n",
+                "before",
+                "channel operand",
+            ),
+            (
+                "[[shapes]]\ndims = [2, 3, 4]\n[[before]]\nop = \"add\"\noperand = \"row\"\n",
+                "before",
+                "with shapes given as dims every tensor operand is",
+            ),
+        ] {
+            let e = err(
+                "bad",
+                &format!("description = \"x\"\nfamily = \"softmax\"\ndtype = \"f32\"\n{text}"),
+            );
+            assert!(e.contains(&format!("field \"{field}")), "{field}: {e}");
+            assert!(e.contains(why), "{why}: {e}");
+        }
     }
 
     /// gemm_softmax takes a chain, run on the GEMM's result before the softmax: a bias

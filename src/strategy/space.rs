@@ -599,6 +599,27 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.push(mk("scan_rows", with(p, &[]), why));
             }
         }
+        // With ops before the softmax (path 4: a warp or a CTA a row, the values after the
+        // ops in registers as f32, streamed past 32 a thread): CS_THREADS caps the CTA and
+        // its registers (64 a thread at 1024, 128 at 512); no shared memory cache.
+        Family::Softmax | Family::LogSoftmax if !w.chain().is_identity() => {
+            for (t, why) in [
+                (
+                    1024,
+                    "the ops on each element as the row is read: a warp a short row, else a CTA of up to 1024 threads, the row's values in registers",
+                ),
+                (
+                    512,
+                    "the same with CTAs of up to 512 threads, 128 registers a thread",
+                ),
+            ] {
+                out.push(mk(
+                    "softmax_rows",
+                    vec![("CS_THREADS".into(), t), ("CS_CACHE_ROW_IN_SMEM".into(), 1)],
+                    why,
+                ));
+            }
+        }
         Family::Softmax | Family::LogSoftmax => {
             for (t, c, why) in [
                 (

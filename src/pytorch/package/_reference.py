@@ -330,10 +330,31 @@ def reference(w, inputs, exact=False, with_slack=False):
     tensors = [cast(t).to(dt) for t in parts["tensors"]]
     if fam not in GEMM:
         x = cast(parts["x"])
-        if fam == "softmax":
-            return _ret(torch.softmax(x, -1).to(dt), None, with_slack)
-        if fam == "log_softmax":
-            return _ret(torch.log_softmax(x, -1).to(dt), None, with_slack)
+        if fam in ("softmax", "log_softmax"):
+            log = fam == "log_softmax"
+            f = torch.log_softmax if log else torch.softmax
+            if not w["chain"]["steps"]:
+                return _ret(f(x, -1).to(dt), None, with_slack)
+            # The ops before the softmax ([[before]]), then the softmax; exact: each value's
+            # bound on the ops' fp32 evaluation (8 fp32 ulps of the input's and the
+            # result's magnitudes, the first carried through the ops) carried through the
+            # row as the harness does: 2 (e_i + sum_j p_j e_j), times p_i for softmax.
+            xd = x.to(dt)
+            v = chain(w, xd, tensors)
+            want = f(v, -1)
+            if not (exact and with_slack):
+                return _ret(want.to(dt), None, with_slack)
+            u = 8.0 * 2.0**-24
+            e0 = u * xd.abs()
+            dev = torch.zeros_like(v)
+            for d in (-1.0, -0.5, 0.5, 1.0):
+                dev = torch.maximum(dev, _moved(chain(w, xd + d * e0, tensors), v))
+            e = torch.where(v.isfinite(), dev + u * v.abs(), torch.zeros_like(v))
+            p = torch.softmax(v, -1)
+            ebar = (torch.where(p > 0, p * e, torch.zeros_like(e))).sum(-1, keepdim=True)
+            bound = 2.0 * (e + ebar)
+            slack = bound if log else torch.where(p > 0, bound * p, torch.zeros_like(p))
+            return _ret(want, slack, with_slack)
         if fam == "norm":
             y = normalize(w, x.to(torch.float64 if exact else torch.float32)).to(dt)
             return _ret(chain(w, y, tensors), None, with_slack)
