@@ -865,7 +865,8 @@ __device__ __forceinline__ void cs_row_operand_run(const cs_problem& p, const Cs
   }
 }
 
-// The ops on V consecutive elements x of row `row` from column col0.
+// The ops on V consecutive elements x of a row from column col0; `row` is the row an index
+// op sees (cs_index_row).
 template <class Chain, int V>
 __device__ __forceinline__ void cs_row_ops(const cs_problem& p, const CsRowOperands& r, int64_t row, int64_t col0,
                                            float (&x)[V])
@@ -884,6 +885,14 @@ __device__ __forceinline__ void cs_row_ops(const cs_problem& p, const CsRowOpera
     if constexpr (Chain::kPositional) x[q] = Chain::apply(x[q], t[q], row, col0 + q);
     else x[q] = Chain::apply(x[q], t[q]);
   }
+}
+
+// The row index ops (triu, tril) see: within the matrix of the last two dims (p.k rows, a
+// softmax over dims), else the row itself. Once a row: a 64-bit remainder.
+__device__ __forceinline__ int64_t cs_index_row(const cs_problem& p, int64_t row)
+{
+  if constexpr (cs_chain::kPositional) return p.k > 0 ? row % p.k : row;
+  else return row;
 }
 
 // One element of the row after the ops (-inf outside the row: adds nothing).
@@ -945,12 +954,13 @@ cs_softmax_chain_kernel(const cs_problem p)
     T* yr = y + row * p.ldd;
     CsRowSplit const sp = cs_split_row(xr, n, 0u, 1u);
     CsRowOperands const ops = cs_row_operands<cs_chain>(p, row, sp.body_at);
+    int64_t const irow = cs_index_row(p, row);
     const uint4* xv = reinterpret_cast<const uint4*>(xr + sp.body_at);
     uint4* yv = reinterpret_cast<uint4*>(yr + sp.body_at);
     int const nb = sp.b1;
     bool const has_head = g < sp.head, has_tail = g < sp.tail;
-    float const hx = cs_row_elem<T>(p, ops, xr, row, g, has_head);
-    float const tx = cs_row_elem<T>(p, ops, xr, row, int64_t(sp.tail_at) + g, has_tail);
+    float const hx = cs_row_elem<T>(p, ops, xr, irow, g, has_head);
+    float const tx = cs_row_elem<T>(p, ops, xr, irow, int64_t(sp.tail_at) + g, has_tail);
     if (nb <= VPT * G) {
       // The row's values after the ops in registers: every load of A in flight first.
       uint4 raw[VPT];
@@ -966,7 +976,7 @@ cs_softmax_chain_kernel(const cs_problem p)
         int const j = g + i * G;
         if (j < nb) {
           E::unpack(raw[i], f[i]);
-          cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f[i]);
+          cs_row_ops<cs_chain, V>(p, ops, irow, int64_t(sp.body_at) + int64_t(j) * V, f[i]);
         } else {
 #pragma unroll
           for (int k = 0; k < V; ++k) f[i][k] = cs_neg_inf();
@@ -1011,7 +1021,7 @@ cs_softmax_chain_kernel(const cs_problem p)
       for (int j = g; j < nb; j += G) {
         float f[V];
         E::unpack(cs_ld_vec(xv + j), f);
-        cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f);
+        cs_row_ops<cs_chain, V>(p, ops, irow, int64_t(sp.body_at) + int64_t(j) * V, f);
         float cm = f[0];
 #pragma unroll
         for (int k = 1; k < V; ++k) cm = fmaxf(cm, f[k]);
@@ -1029,7 +1039,7 @@ cs_softmax_chain_kernel(const cs_problem p)
       for (int j = g; j < nb; j += G) {
         float f[V];
         E::unpack(cs_ld_vec(xv + j), f);
-        cs_row_ops<cs_chain, V>(p, ops, row, int64_t(sp.body_at) + int64_t(j) * V, f);
+        cs_row_ops<cs_chain, V>(p, ops, irow, int64_t(sp.body_at) + int64_t(j) * V, f);
 #pragma unroll
         for (int k = 0; k < V; ++k) f[k] = out(f[k]);
         cs_st_vec(yv + j, E::pack(f));
@@ -1056,9 +1066,10 @@ cs_softmax_chain_scalar_kernel(const cs_problem p)
     const T* xr = x + row * p.lda;
     T* yr = y + row * p.ldd;
     CsRowOperands const ops = cs_row_operands<cs_chain>(p, row);
+    int64_t const irow = cs_index_row(p, row);
     float mL = cs_neg_inf(), s = 0.0f;
     for (int64_t j = g; j < p.n; j += G) {
-      float const v = cs_row_elem<T>(p, ops, xr, row, j, true);
+      float const v = cs_row_elem<T>(p, ops, xr, irow, j, true);
       float const vL = cs_scaled_max(v);
       if (vL > mL) {
         s *= cs_ex2(mL - vL);
@@ -1068,7 +1079,7 @@ cs_softmax_chain_scalar_kernel(const cs_problem p)
     }
     cs_block_reduce(mL, s, red);
     CsRowOut<LOG> const out(mL, s);
-    for (int64_t j = g; j < p.n; j += G) cs_st_scalar(yr + j, out(cs_row_elem<T>(p, ops, xr, row, j, true)));
+    for (int64_t j = g; j < p.n; j += G) cs_st_scalar(yr + j, out(cs_row_elem<T>(p, ops, xr, irow, j, true)));
     __syncthreads();
   }
 }

@@ -249,7 +249,8 @@ typedef struct cs_problem {
   int32_t family;       /* cs_family */
 
   /* Dimensions: GEMM m x n x k over `batch` independent problems; activation and
-   * softmax use m rows of n elements and leave k = 0, batch = 1. */
+   * softmax use m rows of n elements and leave k = 0, batch = 1 (a softmax of dims: k is
+   * the rows of each matrix of the last two dims, which index ops (triu, tril) see). */
   int64_t m;
   int64_t n;
   int64_t k;

@@ -1,6 +1,8 @@
-# One head's causal attention probabilities from its scores: scaled, the future hidden by
-# masked_fill with a triangular mask built in forward, then the softmax. `cutesmith import`
-# makes one softmax workload whose [[before]] ops are the scale and a tril to -inf.
+# Causal attention probabilities from the scores of 4 sequences x 16 heads: scaled, the
+# future hidden by masked_fill with a triangular mask built in forward (torch applies it to
+# each head's last two dims), then the softmax. `cutesmith import` makes one softmax
+# workload over the (B, H, T, T) dims whose [[before]] ops are the scale and a tril to
+# -inf, each row's index within its head's T x T matrix.
 import torch
 import torch.nn as nn
 
@@ -18,7 +20,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(2048, 2048)]
+    return [torch.randn(4, 16, 1024, 1024).bfloat16()]
 
 
 def get_init_inputs():

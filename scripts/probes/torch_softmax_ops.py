@@ -29,6 +29,12 @@ causal = torch.ones(4096, 4096, device=dev, dtype=torch.bool).triu(1)
 rows.append(("softmax_causal_f32", "torch.softmax((x * scale).masked_fill(causal, -inf), -1)", c,
              lambda: torch.softmax((c * 0.08838834764831845).masked_fill(causal, float("-inf")), dim=-1)))
 
+g = torch.randn(8, 12, 1024, 1024, device=dev, dtype=bf16)
+gm = torch.randn(8, 1, 1, 1024, device=dev, dtype=bf16)
+fut = torch.ones(1024, 1024, device=dev, dtype=torch.bool).triu(1)
+rows.append(("softmax_causal_padded_bf16", "torch.softmax((x / 8).masked_fill(causal, -inf) + mask, -1)", g,
+             lambda: torch.softmax((g / 8).masked_fill(fut, float("-inf")) + gm, dim=-1)))
+
 l = torch.randn(2048, 32000, device=dev, dtype=f32)
 lb = torch.randn(32000, device=dev, dtype=f32)
 rows.append(("log_softmax_row_bias_f32", "F.log_softmax((x + bias) / 0.7, -1)", l,

@@ -2383,7 +2383,8 @@ fn map_softmax(
         }
         let dtype = float_input(mp, x, &meta, "softmax takes")?;
         let (m, n) = rows_of(mp, x, &meta)?;
-        let (chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, &input, (m, n), dtype, ops)?;
+        let (chain, nd) =
+            chain_rows_or_dims(mp, &x.name, &meta, &input, (m, n), dtype, ops, true)?;
         (meta, chain, nd)
     } else {
         (mp.meta(&input).cloned()?, Vec::new(), None)
@@ -2480,7 +2481,8 @@ fn elementwise_source<'g>(mp: &mut Mapper<'_>, graph: &'g Graph, out: &str) -> O
 /// row, col or matrix tensors of the m x n view; failing that, over x's dims (`operand =
 /// "broadcast"`: a [1, C, 1, 1] bias, an eval-mode BatchNorm's per-channel vectors, a
 /// [B, 1, 1, T] attention mask), with those dims; reporting the first attempt's problems if
-/// that fails too.
+/// that fails too. With `matrices_over_dims` (a softmax's ops), the second attempt's index
+/// ops (a causal mask) see the matrices of x's last two dims, as torch's triu / tril do.
 fn chain_rows_or_dims(
     mp: &mut Mapper<'_>,
     x: &str,
@@ -2489,6 +2491,7 @@ fn chain_rows_or_dims(
     (m, n): (i64, i64),
     dtype: DType,
     ops: &mut Vec<String>,
+    matrices_over_dims: bool,
 ) -> Option<(Vec<OpSpec>, Option<Vec<i64>>)> {
     let before = (mp.problems.len(), ops.len());
     let mut nd = None;
@@ -2498,7 +2501,14 @@ fn chain_rows_or_dims(
             let first: Vec<Unmapped> = mp.problems.drain(before.0..).collect();
             ops.truncate(before.1);
             mp.out_nd = Some(meta.shape.clone());
-            let c = chain_after(mp, x, out, (1, m, n), dtype, ops);
+            // A softmax's index ops over dims see the matrices of the last two dims.
+            let rows = meta.shape[meta.shape.len() - 2].max(1);
+            let view = if matrices_over_dims && m % rows == 0 {
+                (m / rows, rows, n)
+            } else {
+                (1, m, n)
+            };
+            let c = chain_after(mp, x, out, view, dtype, ops);
             mp.out_nd = None;
             if c.is_none() {
                 // Both attempts' problems, the second's that the first did not name once.
@@ -2538,7 +2548,8 @@ fn map_activation(
     let dtype = float_input(mp, x, &meta, "activations take")?;
     let (m, n) = rows_of(mp, x, &meta)?;
     let mut params = ParamsSpec::default();
-    let (mut chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, out, (m, n), dtype, ops)?;
+    let (mut chain, nd) =
+        chain_rows_or_dims(mp, &x.name, &meta, out, (m, n), dtype, ops, false)?;
     if chain.is_empty() {
         mp.problems.push(Unmapped {
             node: out.into(),

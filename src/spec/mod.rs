@@ -259,6 +259,19 @@ impl Workload {
         &self.before
     }
 
+    /// The rows of each matrix an index op (triu, tril) sees on `shape`: a softmax's shape
+    /// given as dims keeps its rows the last dim, and torch applies triu / tril to the last
+    /// two dims, so a row's index there is its row modulo the next-to-last dim; 0 where the
+    /// matrix is the m x n (or batch of) itself.
+    pub fn tri_rows(&self, shape: &Shape) -> u64 {
+        let dims = shape.dims.as_slice();
+        if matches!(self.family, Family::Softmax | Family::LogSoftmax) && dims.len() >= 2 {
+            dims[dims.len() - 2]
+        } else {
+            0
+        }
+    }
+
     /// Columns of D on `shape`: n, except for gemm_reduce, whose GEMM's n columns are
     /// reduced to one (the reduce family's shapes already say n = 1).
     pub fn d_cols(&self, shape: &Shape) -> u64 {
@@ -704,13 +717,16 @@ k = 4096
         assert!(w.chain().positional());
         assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (0, 1)), f64::NEG_INFINITY);
         assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (1, 1)), 3.0);
+        // Over dims, an index op sees each row within the matrix of the last two dims.
+        let w = parse(
+            "d",
+            "description = \"d\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\ndims = [2, 3, 5, 7]\n[[before]]\nop = \"tril\"\nvalue = -inf\n[[before]]\nop = \"add\"\noperand = \"broadcast\"\nover = [0, 3]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tri_rows(&w.headline()), 5);
+        assert_eq!(plain.tri_rows(&plain.headline()), 5);
         // Refusals, each naming its field.
         for (text, field, why) in [
-            (
-                "[[shapes]]\ndims = [2, 3, 4]\n[[before]]\nop = \"add\"\noperand = \"broadcast\"\nover = [1]\n[[before]]\nop = \"tril\"\n",
-                "before",
-                "triu / tril with shapes given as dims",
-            ),
             (
                 "[[shapes]]\nm = 4\nn = 8\n[[before]]\nop = \"mul\"\noperand = \"channel\"\nchannels = 2\n",
                 "before",

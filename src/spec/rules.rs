@@ -532,8 +532,9 @@ impl Validator<'_> {
                 ));
             }
             // triu / tril index each m x n matrix, which torch takes as the last two dims:
-            // not the rows of merged dims the kernels see here.
-            if chains.iter().any(|c| c.positional()) {
+            // not the rows of merged dims the kernels see here (a softmax's rows stay the
+            // last dim: its index ops see each row modulo the next-to-last dim).
+            if !softmax && chains.iter().any(|c| c.positional()) {
                 return Err(self.err(
                     table,
                     "triu / tril with shapes given as dims: give the shapes as m and n (the \

@@ -309,6 +309,7 @@ fn every_template_instance_compiles_in_each_layout() {
         // row and column operands.
         ("softmax_ops_bf16_small", "softmax_rows"),
         ("softmax_ops_f32_small", "softmax_rows"),
+        ("softmax_causal_dims_bf16_small", "softmax_rows"),
         // The reductions: a row-major f32 sum, bf16 max over rows side by side, logsumexp
         // with a chain after it, an f16 mean into f32 with a column operand.
         ("reduce_sum_f32_small", "reduce_rows"),

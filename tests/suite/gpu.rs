@@ -297,6 +297,8 @@ fn every_template_validates_on_its_workloads() {
         "softmax_ops_bf16_small",
         "softmax_ops_f32_small",
         "log_softmax_ops_f16_small",
+        // A causal tril over (B, H, T, T) dims beside a broadcast padding mask.
+        "softmax_causal_dims_bf16_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -480,6 +482,7 @@ fn device_and_host_validation_agree() {
         // The references of ops before a softmax, their bounds carried through the row.
         "softmax_ops_bf16_small",
         "softmax_ops_f32_small",
+        "softmax_causal_dims_bf16_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);

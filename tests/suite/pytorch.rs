@@ -404,6 +404,61 @@ fn import_an_eval_batch_norm2d_as_broadcast_operands_over_its_channels() {
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 
+/// A chain's ops as (op, operand) pairs.
+fn ops_of(specs: &[cutesmith::spec::chain::OpSpec]) -> Vec<(&str, Option<&str>)> {
+    specs
+        .iter()
+        .map(|o| (o.op.as_str(), o.operand.as_deref()))
+        .collect()
+}
+
+/// BERT's attention probabilities, `softmax(scores * scale + mask)` with a [B, 1, 1, T]
+/// padding mask: one softmax workload whose [[before]] ops are the scale and the mask, an
+/// operand broadcast over dims 0 and 3, its rows the last dim; a built-in candidate takes it.
+#[test]
+fn import_ops_before_a_softmax_with_a_broadcast_attention_mask() {
+    let Some((spec, w, toml_text)) = import("bert_attention_mask_softmax") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Softmax, "{toml_text}");
+    assert!(spec.epilogue.is_empty(), "{toml_text}");
+    assert_eq!(
+        ops_of(&spec.before),
+        vec![("mul", None), ("add", Some("broadcast"))],
+        "{toml_text}"
+    );
+    assert_eq!(spec.before[0].value, Some(0.125), "{toml_text}");
+    assert_eq!(spec.before[1].over, Some(vec![0, 3]), "{toml_text}");
+    let h = w.headline();
+    assert_eq!(h.dims.as_slice(), [8, 12, 512, 512], "{toml_text}");
+    assert_eq!((h.m, h.n), (8 * 12 * 512, 512), "{toml_text}");
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
+/// A causal softmax of (B, H, T, T) scores (`masked_fill` by a triangular mask built in
+/// forward, which torch applies to each head's T x T matrix): a softmax over the dims whose
+/// [[before]] ops are the scale and a tril to -inf, its rows the last dim.
+#[test]
+fn import_a_causal_masked_fill_before_a_softmax() {
+    let Some((spec, w, toml_text)) = import("causal_softmax_masked_fill") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Softmax, "{toml_text}");
+    assert_eq!(
+        ops_of(&spec.before),
+        vec![("mul", None), ("tril", None)],
+        "{toml_text}"
+    );
+    assert_eq!(spec.before[1].value, Some(f64::NEG_INFINITY), "{toml_text}");
+    assert!(w.chain().positional());
+    let h = w.headline();
+    assert_eq!(h.dims.as_slice(), [4, 16, 1024, 1024], "{toml_text}");
+    assert_eq!((h.m, h.n), (4 * 16 * 1024, 1024), "{toml_text}");
+    // Each row's index op sees its row within its head's matrix.
+    assert_eq!(w.tri_rows(&h), 1024);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// Eager causal attention scores (`masked_fill` by `ones(T, T).triu(1)` built in forward,
 /// then softmax): gemm_softmax over the 16 heads, the scale and a tril filled with -inf.
 #[test]

@@ -116,6 +116,9 @@ pub struct CheckArgs {
     pub rtol: f64,
     pub atol: f64,
     pub scale_d: f64,
+    /// The rows of each matrix an index op sees (a softmax over dims: the next-to-last
+    /// dim; 0: the whole m rows).
+    pub tri_rows: i64,
 }
 
 // SAFETY: a plain #[repr(C)] struct of integers and floats, copied by value into the
@@ -127,6 +130,7 @@ struct CheckArgs {
   unsigned long long got, r[5], t[4], counters, extremes, bins, first, detail;
   long long batch, rows, cols, ld, bstride, tb[4], rs, cs, bs, ts, nrb, ncb, nbb, ntc, bins_stride, from, bt[4][7];
   double scale, beta, ebound, rtol, atol, scale_d;
+  long long tri_rows;
 };
 "#;
 
@@ -489,8 +493,10 @@ __device__ double cs_chain_x(const CheckArgs& a, long long i, long long b, long 
   (void)b; (void)lr; (void)lc;
   double t[4] = {{0.0, 0.0, 0.0, 0.0}};
 {tload}  const double z = {in_ld}((const void*)a.r[0], i);
+  // An index op's row: within the matrix of the last two dims.
+  const long long tr = a.tri_rows > 0 ? lr % a.tri_rows : lr;
   double dev;
-  const double w = csd_chain_slack(z, {u} * fabs(z), t, &dev, lr, lc);
+  const double w = csd_chain_slack(z, {u} * fabs(z), t, &dev, tr, lc);
   *ex = isfinite(w) ? dev + {u} * fabs(w) : 0.0;
   return w;
 }}

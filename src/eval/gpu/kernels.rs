@@ -303,9 +303,11 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
             TensorKind::Col => "row".to_string(),
             TensorKind::Matrix => "i".to_string(),
             TensorKind::Channel(r) => format!("row * {r}LL + col / (n / {r}LL)"),
+            // By the element's row of the whole output (i / n: row-major, and a softmax's
+            // passes may see its rows as matrices of the last two dims).
             TensorKind::Broadcast(_) => match maps.get(ti).copied().flatten() {
                 Some(b) => format!(
-                    "(row / {}LL) % {}LL * {}LL + (row / {}LL) % {}LL * {}LL + col * {}LL",
+                    "(i / n / {}LL) % {}LL * {}LL + (i / n / {}LL) % {}LL * {}LL + col * {}LL",
                     b.div[0],
                     b.modulus[0],
                     b.stride[0],
@@ -1331,7 +1333,7 @@ mod tests {
         );
         let src = pass_source(&c, DType::BF16, &[Some(map)]).unwrap();
         assert!(
-            src.contains("(row / 4LL) % 3LL * 5LL + (row / 1LL) % 1LL * 0LL + col * 1LL"),
+            src.contains("(i / n / 4LL) % 3LL * 5LL + (i / n / 1LL) % 1LL * 0LL + col * 1LL"),
             "{src}"
         );
         assert!(pass_source(&c, DType::BF16, &[]).is_err());

@@ -131,6 +131,7 @@ impl Ctx<'_> {
             } else {
                 1.0
             },
+            tri_rows: w.tri_rows(&p.shape) as i64,
             ..CheckArgs::default()
         };
         for (i, t) in p.tensors.iter().enumerate().take(args.t.len()) {

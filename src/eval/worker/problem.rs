@@ -373,7 +373,12 @@ impl<'a> super::Ctx<'a> {
             family: w.family().abi_value(),
             m: sh.m as i64,
             n: sh.n as i64,
-            k: sh.k as i64,
+            // A softmax's k: the rows of each matrix its index ops see (0: all m).
+            k: if matches!(w.family(), Family::Softmax | Family::LogSoftmax) {
+                w.tri_rows(&sh) as i64
+            } else {
+                sh.k as i64
+            },
             batch: sh.batch as i64,
             dtype_ab: A::DTYPE.abi_value(),
             dtype_cd: D::DTYPE.abi_value(),

@@ -274,10 +274,18 @@ impl Ctx<'_> {
             .skip(w.before_chain().tensors.len())
             .map(|t| t.bmap)
             .collect();
+        // A softmax over dims with an index op: its passes see the rows as matrices of the
+        // last two dims, as torch's triu / tril do.
+        let tri = w.tri_rows(&shape) as usize;
+        let pass_dims = if tri > 0 && w.chain().positional() && m % tri == 0 {
+            (tri, n, batch * m / tri)
+        } else {
+            (m, n, batch)
+        };
         let passes = match unfused_chain(w) {
             Some(c) if !c.steps.is_empty() => unfused_part(
                 &mut self.report.notes,
-                Passes::compile(s_ref, &c, out_dtype, (m, n, batch), lay_c, &maps),
+                Passes::compile(s_ref, &c, out_dtype, pass_dims, lay_c, &maps),
             ),
             _ => None,
         };

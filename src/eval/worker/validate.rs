@@ -424,6 +424,8 @@ impl Ctx<'_> {
                     // row's softmax with those bounds carried through it.
                     let tensors = &p.tensors;
                     let x = &p.host_a;
+                    // An index op's row: within the matrix of the last two dims.
+                    let tri = w.tri_rows(&p.shape).max(0) as usize;
                     let mut xe = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut xe, |i| {
                         let (b, r, c) = coords(i, false);
@@ -431,7 +433,8 @@ impl Ctx<'_> {
                         for (slot, tt) in t.iter_mut().zip(tensors) {
                             *slot = tt.at(Layout::Row, b, r, c);
                         }
-                        chain_value_and_bound(chain, x[i].to_f64(), &t, (r as i64, c as i64))
+                        let tr = if tri > 0 { r % tri } else { r };
+                        chain_value_and_bound(chain, x[i].to_f64(), &t, (tr as i64, c as i64))
                     });
                     slack = vec![0f64; p.out_len];
                     softmax_with_bounds(
@@ -1416,6 +1419,49 @@ fn log_of_softmax<T: Element>(x: &[T], rows: usize, cols: usize, out: &mut [f64]
 mod tests {
     use super::*;
     use crate::eval::gpu::data::input_value;
+
+    /// The bound of the ops before a softmax carried through its row: each output's slack
+    /// is 2 (e_i + sum_j p_j e_j) (times p_i for softmax), so an element the ops masked to
+    /// -inf, or one whose exp is 0, adds nothing however large its bound; a perturbation of
+    /// the inputs within their bounds moves each output by less than its slack; and the
+    /// bound of a plain scale is a few fp32 ulps of the values.
+    #[test]
+    fn a_softmax_carries_the_bounds_of_the_ops_before_it() {
+        let mut chain = Chain::default();
+        chain.push(crate::spec::chain::Op::Binary(
+            crate::spec::chain::BinOp::Mul,
+            crate::spec::chain::Operand::Scalar(0.125),
+        ));
+        let (v, e) = chain_value_and_bound(&chain, 8.0, &[], (0, 0));
+        assert_eq!(v, 1.0);
+        assert!(e > 0.0 && e < 1e-5, "{e}");
+        // A row: three ordinary values, one masked to -inf, one finite but far below.
+        let row = [(1.0, 1e-6), (0.5, 1e-6), (-0.25, 1e-6), (f64::NEG_INFINITY, 0.0), (-1e30, 1e24)];
+        let (mut want, mut slack) = (vec![0.0; 5], vec![0.0; 5]);
+        softmax_with_bounds(&row, 1, 5, false, &mut want, &mut slack);
+        assert!((want.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert_eq!((want[3], slack[3]), (0.0, 0.0));
+        assert_eq!((want[4], slack[4]), (0.0, 0.0));
+        for i in 0..3 {
+            // 2 (1e-6 + 1e-6) p_i: the far element's huge bound is not in it.
+            assert!((slack[i] - 4e-6 * want[i]).abs() < 1e-18, "{i}: {}", slack[i]);
+            // Every input moved by its whole bound, each way: within the slack.
+            for sign in [-1.0, 1.0] {
+                let moved: Vec<(f64, f64)> = row
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &(x, e))| (if j == i { x + sign * e } else { x - sign * e }, e))
+                    .collect();
+                let (mut w2, mut s2) = (vec![0.0; 5], vec![0.0; 5]);
+                softmax_with_bounds(&moved, 1, 5, false, &mut w2, &mut s2);
+                assert!((w2[i] - want[i]).abs() <= slack[i], "{i} {sign}");
+            }
+        }
+        // log-softmax: the same bound, not scaled by p.
+        softmax_with_bounds(&row, 1, 5, true, &mut want, &mut slack);
+        assert!((slack[0] - 4e-6).abs() < 1e-18);
+        assert_eq!(want[3], f64::NEG_INFINITY);
+    }
 
     /// Sampled entries recorded on an H100 (`CUTESMITH_RECORD_SAMPLES`, gemm_f32_small at
     /// 512^3, seed 1): the Hopper fp32 template as built (3xTF32), and the same template
