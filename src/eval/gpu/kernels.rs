@@ -251,10 +251,10 @@ fn second(chain: &Chain, o: &Operand, ty: &str, dtype: DType) -> Second {
             }
             // Another dtype: element by element, not past the end in a partial vector.
             Some(t) if t.kind == TensorKind::Matrix => plain(
-                format!("(i < total ? cs_t{i}(t{i}, i, row, col, n) : 0.0f)"),
+                format!("(i < total ? cs_t{i}(t{i}, i, row, col, n, grow) : 0.0f)"),
                 false,
             ),
-            _ => plain(format!("cs_t{i}(t{i}, i, row, col, n)"), true),
+            _ => plain(format!("cs_t{i}(t{i}, i, row, col, n, grow)"), true),
         },
     }
 }
@@ -264,7 +264,7 @@ fn second(chain: &Chain, o: &Operand, ty: &str, dtype: DType) -> Second {
 ///
 /// Each thread takes one 16-byte vector of x per loop trip and loads every full-size
 /// operand of the op (z, a saved value, a residual matrix) as a vector too; a broadcast
-/// operand's row and column are found once per vector (one 64-bit division) and stepped
+/// operand's row and column are found once per vector (a few 64-bit divisions) and stepped
 /// per element, as a framework's vectorized elementwise kernels do.
 ///
 /// A broadcast operand's index map (`maps[i]`, this shape's) is compiled in as constants.
@@ -303,11 +303,11 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
             TensorKind::Col => "row".to_string(),
             TensorKind::Matrix => "i".to_string(),
             TensorKind::Channel(r) => format!("row * {r}LL + col / (n / {r}LL)"),
-            // By the element's row of the whole output (i / n: row-major, and a softmax's
-            // passes may see its rows as matrices of the last two dims).
+            // By the element's row of the whole output (`grow`: a softmax's passes may see
+            // its rows as matrices of the last two dims, `row` the row within one).
             TensorKind::Broadcast(_) => match maps.get(ti).copied().flatten() {
                 Some(b) => format!(
-                    "(i / n / {}LL) % {}LL * {}LL + (i / n / {}LL) % {}LL * {}LL + col * {}LL",
+                    "(grow / {}LL) % {}LL * {}LL + (grow / {}LL) % {}LL * {}LL + col * {}LL",
                     b.div[0],
                     b.modulus[0],
                     b.stride[0],
@@ -326,7 +326,7 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
         };
         let _ = writeln!(
             src,
-            "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col, long long n) {{ (void)i; (void)row; (void)col; (void)n; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
+            "__device__ __forceinline__ float cs_t{ti}(const void* p, long long i, long long row, long long col, long long n, long long grow) {{ (void)i; (void)row; (void)col; (void)n; (void)grow; return {tld}(static_cast<const {tty}*>(p)[{idx}]); }}"
         );
     }
     for (j, step) in chain.steps.iter().enumerate() {
@@ -354,11 +354,11 @@ __device__ __forceinline__ void cs_ldv(T (&d)[VEC], const T* __restrict__ p, lon
         // the next column or row, and the next batch) per element.
         let (index, step_index) = if sec.index {
             (
-                "      const long long within = base % (m * n);\n      long long row = col_major ? within % m : within / n;\n      long long col = col_major ? within / m : within % n;\n",
-                "        if (col_major) { if (++row == m) { row = 0; if (++col == n) col = 0; } }\n        else { if (++col == n) { col = 0; if (++row == m) row = 0; } }\n",
+                "      const long long within = base % (m * n);\n      long long row = col_major ? within % m : within / n;\n      long long col = col_major ? within / m : within % n;\n      long long grow = col_major ? 0 : base / n;\n",
+                "        if (col_major) { if (++row == m) { row = 0; if (++col == n) col = 0; } }\n        else { if (++col == n) { col = 0; ++grow; if (++row == m) row = 0; } }\n",
             )
         } else {
-            ("      const long long row = 0, col = 0;\n", "")
+            ("      const long long row = 0, col = 0, grow = 0;\n", "")
         };
         let _ = write!(
             src,
@@ -391,7 +391,7 @@ const void* __restrict__ t0, const void* __restrict__ t1, const void* __restrict
 #pragma unroll
       for (int v = 0; v < {vec}; ++v) {{
         const long long i = base + v;
-        (void)i; (void)row; (void)col;
+        (void)i; (void)row; (void)col; (void)grow;
         const float xv = {ld}(in[u][v]);
         (void)xv;
         out[v] = {st}({expr});
@@ -1333,7 +1333,7 @@ mod tests {
         );
         let src = pass_source(&c, DType::BF16, &[Some(map)]).unwrap();
         assert!(
-            src.contains("(i / n / 4LL) % 3LL * 5LL + (i / n / 1LL) % 1LL * 0LL + col * 1LL"),
+            src.contains("(grow / 4LL) % 3LL * 5LL + (grow / 1LL) % 1LL * 0LL + col * 1LL"),
             "{src}"
         );
         assert!(pass_source(&c, DType::BF16, &[]).is_err());
@@ -1366,7 +1366,7 @@ mod tests {
         // then stepped; no other pass divides.
         let p0 = pass(&src, 0);
         assert_eq!(p0.matches("base % (m * n)").count(), 1, "{p0}");
-        assert!(p0.contains("cs_t0(t0, i, row, col, n)"), "{p0}");
+        assert!(p0.contains("cs_t0(t0, i, row, col, n, grow)"), "{p0}");
         for j in 1..4 {
             assert!(!pass(&src, j).contains('%'), "pass {j} divides");
         }
@@ -1392,7 +1392,7 @@ mod tests {
         c.extend_from_spec(&specs, DType::BF16).unwrap();
         let src = pass_source(&c, DType::BF16, &[]).unwrap();
         assert!(
-            src.contains("(i < total ? cs_t0(t0, i, row, col, n) : 0.0f)"),
+            src.contains("(i < total ? cs_t0(t0, i, row, col, n, grow) : 0.0f)"),
             "{src}"
         );
         assert!(!src.contains("cs_ldv(t0in"));
