@@ -2382,9 +2382,9 @@ fn map_softmax(
             return None;
         }
         let dtype = float_input(mp, x, &meta, "softmax takes")?;
-        let (m, n) = rows_of(mp, x, &meta)?;
-        let (chain, nd) =
-            chain_rows_or_dims(mp, &x.name, &meta, &input, (m, n), dtype, ops, true)?;
+        // Contiguous (a problem named otherwise); the rows are found again below.
+        rows_of(mp, x, &meta)?;
+        let (chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, &input, dtype, ops, true)?;
         (meta, chain, nd)
     } else {
         (mp.meta(&input).cloned()?, Vec::new(), None)
@@ -2476,7 +2476,6 @@ fn elementwise_source<'g>(mp: &mut Mapper<'_>, graph: &'g Graph, out: &str) -> O
     Some(x)
 }
 
-
 /// The elementwise chain from input `x` (of `meta`, m rows of n) to `out`: its operands as
 /// row, col or matrix tensors of the m x n view; failing that, over x's dims (`operand =
 /// "broadcast"`: a [1, C, 1, 1] bias, an eval-mode BatchNorm's per-channel vectors, a
@@ -2488,11 +2487,13 @@ fn chain_rows_or_dims(
     x: &str,
     meta: &Meta,
     out: &str,
-    (m, n): (i64, i64),
     dtype: DType,
     ops: &mut Vec<String>,
     matrices_over_dims: bool,
 ) -> Option<(Vec<OpSpec>, Option<Vec<i64>>)> {
+    // x's rows (every dim but the last) and columns (the last), as `rows_of` found them.
+    let n = meta.shape.last().copied().unwrap_or(1).max(1);
+    let m = (meta.shape.iter().product::<i64>() / n).max(1);
     let before = (mp.problems.len(), ops.len());
     let mut nd = None;
     let chain = match chain_after(mp, x, out, (1, m, n), dtype, ops) {
@@ -2548,8 +2549,7 @@ fn map_activation(
     let dtype = float_input(mp, x, &meta, "activations take")?;
     let (m, n) = rows_of(mp, x, &meta)?;
     let mut params = ParamsSpec::default();
-    let (mut chain, nd) =
-        chain_rows_or_dims(mp, &x.name, &meta, out, (m, n), dtype, ops, false)?;
+    let (mut chain, nd) = chain_rows_or_dims(mp, &x.name, &meta, out, dtype, ops, false)?;
     if chain.is_empty() {
         mp.problems.push(Unmapped {
             node: out.into(),

@@ -705,7 +705,10 @@ k = 4096
             "description = \"p\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\ndims = [2, 3, 5, 7]\n",
         )
         .unwrap();
-        assert_eq!(w.min_bytes(h) - plain.min_bytes(h), 2.0 * 7.0 * 4.0 + 3.0 * 2.0);
+        assert_eq!(
+            w.min_bytes(h) - plain.min_bytes(h),
+            2.0 * 7.0 * 4.0 + 3.0 * 2.0
+        );
         assert!(w.flops(h) > plain.flops(h));
         assert!(plain.target().baselines.contains(&Baseline::Cudnn));
         // m x n shapes: a matrix, a row and a column operand and a causal tril.
@@ -715,7 +718,10 @@ k = 4096
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(w.chain().positional());
-        assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (0, 1)), f64::NEG_INFINITY);
+        assert_eq!(
+            w.chain().eval_at(1.0, &[0.5, 2.0], (0, 1)),
+            f64::NEG_INFINITY
+        );
         assert_eq!(w.chain().eval_at(1.0, &[0.5, 2.0], (1, 1)), 3.0);
         // Over dims, an index op sees each row within the matrix of the last two dims.
         let w = parse(
@@ -723,8 +729,8 @@ k = 4096
             "description = \"d\"\nfamily = \"softmax\"\ndtype = \"bf16\"\n[[shapes]]\ndims = [2, 3, 5, 7]\n[[before]]\nop = \"tril\"\nvalue = -inf\n[[before]]\nop = \"add\"\noperand = \"broadcast\"\nover = [0, 3]\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(w.tri_rows(&w.headline()), 5);
-        assert_eq!(plain.tri_rows(&plain.headline()), 5);
+        assert_eq!(w.tri_rows(w.headline()), 5);
+        assert_eq!(plain.tri_rows(plain.headline()), 5);
         // Refusals, each naming its field.
         for (text, field, why) in [
             (

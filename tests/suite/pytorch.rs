@@ -455,7 +455,7 @@ fn import_a_causal_masked_fill_before_a_softmax() {
     assert_eq!(h.dims.as_slice(), [4, 16, 1024, 1024], "{toml_text}");
     assert_eq!((h.m, h.n), (4 * 16 * 1024, 1024), "{toml_text}");
     // Each row's index op sees its row within its head's matrix.
-    assert_eq!(w.tri_rows(&h), 1024);
+    assert_eq!(w.tri_rows(h), 1024);
     assert!(!cutesmith::strategy::candidates(&w).is_empty());
 }
 

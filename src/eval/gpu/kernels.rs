@@ -468,8 +468,8 @@ impl RowPass {
         cols: usize,
     ) -> Result<(), CudaFailure> {
         let threads = match self.fit {
-            Some(per) => (cols.div_ceil(per.max(1)).div_ceil(32) * 32).clamp(32, self.threads as usize)
-                as u32,
+            Some(per) => (cols.div_ceil(per.max(1)).div_ceil(32) * 32)
+                .clamp(32, self.threads as usize) as u32,
             None => self.threads,
         };
         let cfg = LaunchConfig {
@@ -596,7 +596,8 @@ impl RowSoftmax {
     /// Compiles the pass (NVRTC).
     pub fn compile(s: &Session, dtype: DType, log: bool) -> Result<RowPass, CudaFailure> {
         // Four 16-byte vectors a thread a step.
-        let mut pass = RowPass::compile(s, &row_softmax_source(dtype, log)?, "cs_row_softmax", 512)?;
+        let mut pass =
+            RowPass::compile(s, &row_softmax_source(dtype, log)?, "cs_row_softmax", 512)?;
         pass.fit = Some(4 * 16 / dtype.bytes() as usize);
         Ok(pass)
     }

@@ -276,7 +276,7 @@ impl Ctx<'_> {
             .collect();
         // A softmax over dims with an index op: its passes see the rows as matrices of the
         // last two dims, as torch's triu / tril do.
-        let tri = w.tri_rows(&shape) as usize;
+        let tri = w.tri_rows(shape) as usize;
         let pass_dims = if tri > 0 && w.chain().positional() && m % tri == 0 {
             (tri, n, batch * m / tri)
         } else {
@@ -425,21 +425,21 @@ impl Ctx<'_> {
         let after_tensors: Vec<u64> = p.tensors.iter().skip(nb).map(|t| t.buf.ptr).collect();
         // The softmax pass after the ops' passes (gemm_softmax, and softmax / log_softmax
         // with ops before it).
-        let softmax_after_ops = matches!(fam, Family::Softmax | Family::LogSoftmax)
-            && !w.chain().is_identity();
-        let softmax = if (fam == Family::GemmSoftmax || softmax_after_ops) && wants(Baseline::Unfused)
-        {
-            unfused_part(
-                &mut self.report.notes,
-                RowSoftmax::compile(
-                    s_ref,
-                    out_dtype,
-                    params.log_softmax || fam == Family::LogSoftmax,
-                ),
-            )
-        } else {
-            None
-        };
+        let softmax_after_ops =
+            matches!(fam, Family::Softmax | Family::LogSoftmax) && !w.chain().is_identity();
+        let softmax =
+            if (fam == Family::GemmSoftmax || softmax_after_ops) && wants(Baseline::Unfused) {
+                unfused_part(
+                    &mut self.report.notes,
+                    RowSoftmax::compile(
+                        s_ref,
+                        out_dtype,
+                        params.log_softmax || fam == Family::LogSoftmax,
+                    ),
+                )
+            } else {
+                None
+            };
 
         // The input set the candidate's last launch used, and its output (poisoned before
         // every timed launch, outside the event pair, and checked after it).

@@ -425,7 +425,7 @@ impl Ctx<'_> {
                     let tensors = &p.tensors;
                     let x = &p.host_a;
                     // An index op's row: within the matrix of the last two dims.
-                    let tri = w.tri_rows(&p.shape).max(0) as usize;
+                    let tri = w.tri_rows(&p.shape) as usize;
                     let mut xe = vec![(0f64, 0f64); p.out_len];
                     data::parallel_fill(&mut xe, |i| {
                         let (b, r, c) = coords(i, false);
@@ -1344,7 +1344,12 @@ const CHAIN_EVAL_ULPS: f64 = 8.0;
 /// evaluation's error: `SOFTMAX_OPS_U` (8 fp32 ulps) of the input's and the result's
 /// magnitudes, carried through the ops as a GEMM chain's bound is. An element an index op
 /// fills, or any infinite result, carries no bound (it is exact, or its exp is 0).
-pub(super) fn chain_value_and_bound(chain: &Chain, x: f64, t: &[f64], pos: (i64, i64)) -> (f64, f64) {
+pub(super) fn chain_value_and_bound(
+    chain: &Chain,
+    x: f64,
+    t: &[f64],
+    pos: (i64, i64),
+) -> (f64, f64) {
     let v = chain.eval_at(x, t, pos);
     if !v.is_finite() {
         return (v, 0.0);
@@ -1436,7 +1441,13 @@ mod tests {
         assert_eq!(v, 1.0);
         assert!(e > 0.0 && e < 1e-5, "{e}");
         // A row: three ordinary values, one masked to -inf, one finite but far below.
-        let row = [(1.0, 1e-6), (0.5, 1e-6), (-0.25, 1e-6), (f64::NEG_INFINITY, 0.0), (-1e30, 1e24)];
+        let row = [
+            (1.0, 1e-6),
+            (0.5, 1e-6),
+            (-0.25, 1e-6),
+            (f64::NEG_INFINITY, 0.0),
+            (-1e30, 1e24),
+        ];
         let (mut want, mut slack) = (vec![0.0; 5], vec![0.0; 5]);
         softmax_with_bounds(&row, 1, 5, false, &mut want, &mut slack);
         assert!((want.iter().sum::<f64>() - 1.0).abs() < 1e-12);
@@ -1444,7 +1455,11 @@ mod tests {
         assert_eq!((want[4], slack[4]), (0.0, 0.0));
         for i in 0..3 {
             // 2 (1e-6 + 1e-6) p_i: the far element's huge bound is not in it.
-            assert!((slack[i] - 4e-6 * want[i]).abs() < 1e-18, "{i}: {}", slack[i]);
+            assert!(
+                (slack[i] - 4e-6 * want[i]).abs() < 1e-18,
+                "{i}: {}",
+                slack[i]
+            );
             // Every input moved by its whole bound, each way: within the slack.
             for sign in [-1.0, 1.0] {
                 let moved: Vec<(f64, f64)> = row
