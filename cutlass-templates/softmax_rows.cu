@@ -1,19 +1,19 @@
 // cutesmith template: row softmax and log-softmax, bf16 / f16 / f32, any m x n.
 //
-//   D[i, :] = softmax(A[i, :])        (CS_FAMILY_SOFTMAX)
-//   D[i, :] = log_softmax(A[i, :])    (CS_FAMILY_LOG_SOFTMAX)
-//             for each of the m rows of n elements (lda, ldd)
+//   D[i, :] = softmax(x[i, :])        (CS_FAMILY_SOFTMAX)
+//   D[i, :] = log_softmax(x[i, :])    (CS_FAMILY_LOG_SOFTMAX)
+//             for each of the m rows of n elements (lda, ldd), x = A, or with ops before
+//             the softmax (a workload's [[before]] ops, cs_chain) x = cs_chain(A): path 4
+//             below
 //
 // dtype_ab == dtype_cd (bf16, f16 or f32, picked at run time, or fixed by CS_WL_DTYPE_AB
 // in a workload instance); the math is f32 whatever the storage type (dtype_acc is not
 // consulted). exp(x - max) is computed as ex2.approx(x * log2e - max * log2e) (one FFMA +
 // MUFU.EX2, relative error ~2^-22 plus |max * log2e| * 2^-24 from rounding the scaled
 // max: ~1e-7 for unit-scale inputs), and rows are normalized by multiplying with 1 / sum.
-// log_softmax is x - max - log(sum), computed as (x * log2e - max * log2e - log2(sum)) *
-// ln 2 with the same scaled max and sum (one FFMA, FADD, FMUL per element: the row is
-// read and written exactly as for softmax, so it should run at softmax's speed; not
-// measured yet); the FFMA's rounding is relative to x - max, so elements near the max
-// keep full accuracy. The family is a compile-time switch when CS_WL_FAMILY is defined
+// log_softmax is x - (max + log(sum)), one FADD per element with the row's max (from the
+// scaled max) and sum folded into one constant; an x near -FLT_MAX (a finfo.min mask) stays
+// finite where x * log2e would overflow. The family is a compile-time switch when CS_WL_FAMILY is defined
 // (a workload instance compiles only its own kernels), a run-time one on p.family
 // otherwise.
 //
@@ -21,7 +21,8 @@
 // split into a short unaligned head, a body of 16-byte vectors and a short tail, so the
 // bulk moves as LDG.E.128 / STG.E.128 for any n and any row start (A and D rows must
 // share their offset modulo 16 bytes, which holds when lda == ldd and both pointers are
-// 16-byte aligned; otherwise a scalar fallback runs). Three paths, chosen per launch:
+// 16-byte aligned; otherwise a scalar fallback runs). Without ops before the softmax,
+// three paths, chosen per launch (with them, path 4, described where it is defined):
 //
 //   1. Short rows (n <= CS_WARP_ROW_MAX): one warp per row, the row in registers, max and
 //      sum by warp shuffles; 8 warps (8 rows) per CTA, grid-stride over rows.
@@ -463,22 +464,42 @@ __device__ __forceinline__ float cs_finite_or_zero(float mL)
 }
 
 // An element of the finished row from the row's (mL, s): softmax 2^(x log2e - mL) / s,
-// log_softmax (x log2e - mL - log2 s) ln 2.
+// log_softmax x - (max + ln s).
 template <bool LOG>
 struct CsRowOut {
-  // k: 1 / s (softmax); for log_softmax ml holds mL + log2(s).
-  // For log_softmax the two offsets are folded into one (ml + k), so each element costs
-  // one FMA and one multiply and the kernel holds one constant less.
+  // k: 1 / s (softmax); for log_softmax ml holds the row's max + ln(s) (mL ln 2 + ln s),
+  // so each element costs one subtraction, and an x near -FLT_MAX (a finfo.min mask)
+  // stays finite where x log2e would overflow.
   float ml, k;
   __device__ __forceinline__ CsRowOut(float mL, float s)
-      : ml(LOG ? cs_finite_or_zero(mL) + log2f(s) : cs_finite_or_zero(mL)),
+      : ml(LOG ? cs_finite_or_zero(mL) * kLn2 + logf(s) : cs_finite_or_zero(mL)),
         k(LOG ? 0.0f : 1.0f / s) {}
   __device__ __forceinline__ float operator()(float x) const
   {
-    if constexpr (LOG) return fmaf(x, kLog2e, -ml) * kLn2;
+    if constexpr (LOG) return x - ml;
     else               return cs_ex2(fmaf(x, kLog2e, -ml)) * k;
   }
 };
+
+// A row element by element, for the scalar paths: the online max and sum over `load(j)`,
+// one CTA reduction, then each element re-loaded and written.
+template <bool LOG, class T, class Load>
+__device__ __forceinline__ void cs_scalar_row(T* yr, int64_t n, int g, int G, float2* red, Load load)
+{
+  float mL = cs_neg_inf(), s = 0.0f;
+  for (int64_t j = g; j < n; j += G) {
+    float const v  = load(j);
+    float const vL = cs_scaled_max(v);
+    if (vL > mL) {
+      s *= cs_ex2(mL - vL);
+      mL = vL;
+    }
+    s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
+  }
+  cs_block_reduce(mL, s, red);
+  CsRowOut<LOG> const out(mL, s);
+  for (int64_t j = g; j < n; j += G) cs_st_scalar(yr + j, out(load(j)));
+}
 
 // ---------------------------------------------------------------------------------------
 // Kernels
@@ -693,19 +714,8 @@ cs_softmax_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int6
     if (has_head) cs_st_scalar(yr + g, out(hx));
     if (has_tail) cs_st_scalar(yr + tail_at + g, out(tx));
   } else {
-    // Scalar fallback (never a cluster): online pass, then re-read.
-    for (int j = g; j < n; j += G) {
-      float const v  = cs_ld_scalar(xr + j);
-      float const vL = cs_scaled_max(v);
-      if (vL > mL) {
-        s *= cs_ex2(mL - vL);
-        mL = vL;
-      }
-      s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
-    }
-    cs_block_reduce(mL, s, red);
-    CsRowOut<LOG> const out(mL, s);
-    for (int j = g; j < n; j += G) cs_st_scalar(yr + j, out(cs_ld_scalar(xr + j)));
+    // Scalar fallback (never a cluster).
+    cs_scalar_row<LOG>(yr, n, g, G, red, [&](int64_t j) { return cs_ld_scalar(xr + j); });
   }
   if (parts > 1) cs_cluster_wait();
 }
@@ -962,7 +972,8 @@ cs_softmax_chain_kernel(const cs_problem p)
     float const hx = cs_row_elem<T>(p, ops, xr, irow, g, has_head);
     float const tx = cs_row_elem<T>(p, ops, xr, irow, int64_t(sp.tail_at) + g, has_tail);
     if (nb <= VPT * G) {
-      // The row's values after the ops in registers: every load of A in flight first.
+      // The row's values after the ops in registers: every body load of A in flight first
+      // (the head and tail elements, with their operands, were read above).
       uint4 raw[VPT];
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
@@ -1067,19 +1078,8 @@ cs_softmax_chain_scalar_kernel(const cs_problem p)
     T* yr = y + row * p.ldd;
     CsRowOperands const ops = cs_row_operands<cs_chain>(p, row);
     int64_t const irow = cs_index_row(p, row);
-    float mL = cs_neg_inf(), s = 0.0f;
-    for (int64_t j = g; j < p.n; j += G) {
-      float const v = cs_row_elem<T>(p, ops, xr, irow, j, true);
-      float const vL = cs_scaled_max(v);
-      if (vL > mL) {
-        s *= cs_ex2(mL - vL);
-        mL = vL;
-      }
-      s += cs_ex2(fmaf(v, kLog2e, -cs_finite_or_zero(mL)));
-    }
-    cs_block_reduce(mL, s, red);
-    CsRowOut<LOG> const out(mL, s);
-    for (int64_t j = g; j < p.n; j += G) cs_st_scalar(yr + j, out(cs_row_elem<T>(p, ops, xr, irow, j, true)));
+    cs_scalar_row<LOG>(yr, p.n, g, G, red,
+                       [&](int64_t j) { return cs_row_elem<T>(p, ops, xr, irow, j, true); });
     __syncthreads();
   }
 }

@@ -266,7 +266,13 @@ impl WorkloadFacts {
                     format!("{f} over each row (length n)")
                 } else {
                     format!(
-                        "x = chain(A) on each element first ([[before]] ops: {}; struct                          cs_chain, its operands indexed like A and D, m x n row-major, a                          broadcast operand by its row terms), then {f} over each row of x                          (length n); x stays fp32 between the ops and the softmax",
+                        "x = chain(A) on each element first ([[before]] ops: {}; struct \
+                         cs_chain, its operands indexed like A and D, m x n row-major, a \
+                         broadcast operand by its row terms over the whole output's rows; an \
+                         index op (triu / tril) sees the row modulo p.k when p.k > 0 (the \
+                         rows of each matrix of the last two dims), the row itself \
+                         otherwise), then {f} over each row of x (length n); x stays fp32 \
+                         between the ops and the softmax",
                         chain.describe()
                     )
                 }

@@ -173,7 +173,8 @@ pub enum TensorKind {
     /// value i * R + j / (n / R) (n a multiple of R). A per-channel vector of an (N, C, S)
     /// tensor whose rows hold R channels of S values each.
     Channel(u32),
-    /// A tensor broadcast over the output's dims (family activation with `dims` shapes):
+    /// A tensor broadcast over the output's dims (families activation, softmax and
+    /// log_softmax with `dims` shapes):
     /// bit d set when it spans output dim d (size 1 in the others), stored contiguously
     /// in its own shape. Element (i, j) reads [`BroadcastMap::index`].
     Broadcast(u8),

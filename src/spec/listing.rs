@@ -81,7 +81,7 @@ impl Workload {
             // The ops before the softmax (its chain, written [[before]]).
             Family::Softmax | Family::LogSoftmax => match self.chain.steps.len() {
                 0 => s,
-                k => format!("{s} {k} ops then"),
+                k => format!("{s} {k} ops before"),
             },
             Family::Norm => format!(
                 "{s} {}{}{chain}",

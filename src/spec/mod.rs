@@ -262,10 +262,13 @@ impl Workload {
     /// The rows of each matrix an index op (triu, tril) sees on `shape`: a softmax's shape
     /// given as dims keeps its rows the last dim, and torch applies triu / tril to the last
     /// two dims, so a row's index there is its row modulo the next-to-last dim; 0 where the
-    /// matrix is the m x n (or batch of) itself.
+    /// matrix is the m x n (or batch of) itself, or without an index op.
     pub fn tri_rows(&self, shape: &Shape) -> u64 {
         let dims = shape.dims.as_slice();
-        if matches!(self.family, Family::Softmax | Family::LogSoftmax) && dims.len() >= 2 {
+        if matches!(self.family, Family::Softmax | Family::LogSoftmax)
+            && self.chain.positional()
+            && dims.len() >= 2
+        {
             dims[dims.len() - 2]
         } else {
             0
@@ -730,7 +733,8 @@ k = 4096
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(w.tri_rows(w.headline()), 5);
-        assert_eq!(plain.tri_rows(plain.headline()), 5);
+        // Without an index op, no matrix rows: k stays 0.
+        assert_eq!(plain.tri_rows(plain.headline()), 0);
         // Refusals, each naming its field.
         for (text, field, why) in [
             (

@@ -690,21 +690,27 @@ impl Validator<'_> {
         }
         let mut chain = Chain::default();
         self.extend_chain_at(&mut chain, "before", before, chain_dtype(out_dtype), true)?;
-        if let Some(t) = chain
+        self.no_channel_before(&chain, "row, col, matrix or broadcast")?;
+        Ok(chain)
+    }
+
+    /// Refuses a channel operand among `[[before]]` ops, which read `kinds` operands.
+    fn no_channel_before(&self, before: &Chain, kinds: &str) -> Result<()> {
+        match before
             .tensors
             .iter()
             .find(|t| matches!(t.kind, TensorKind::Channel(_)))
         {
-            return Err(self.err(
+            Some(t) => Err(self.err(
                 "before",
                 format!(
-                    "a softmax's [[before]] ops read row, col, matrix or broadcast operands; \
-                     `{}` is a channel operand (family norm's [[epilogue]] only)",
+                    "[[before]] ops read {kinds} operands; `{}` is a channel operand (family \
+                     norm's [[epilogue]] only)",
                     t.name
                 ),
-            ));
+            )),
+            None => Ok(()),
         }
-        Ok(chain)
     }
 
     /// gemm_reduce's `[[after]]` ops: on each reduced value, reading no tensor.
@@ -760,20 +766,7 @@ impl Validator<'_> {
             ));
         }
         self.extend_chain(&mut before, "before", specs, dtype)?;
-        if let Some(t) = before
-            .tensors
-            .iter()
-            .find(|t| matches!(t.kind, TensorKind::Channel(_)))
-        {
-            return Err(self.err(
-                "before",
-                format!(
-                    "[[before]] ops read row, col or matrix operands; `{}` is a channel \
-                     operand (family norm's [[epilogue]] only)",
-                    t.name
-                ),
-            ));
-        }
+        self.no_channel_before(&before, "row, col or matrix")?;
         let total = before.tensors.len() + chain.tensors.len();
         if total > MAX_TENSORS {
             return Err(self.err(
@@ -1597,7 +1590,7 @@ fn needs(family: Family) -> &'static str {
         | Family::GemmReduce
         | Family::GemmNorm => "m, n, k (and optional batch)",
         Family::Activation => "n (and optional m rows)",
-        Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns)",
+        Family::Softmax | Family::LogSoftmax => "m (rows) and n (columns), or dims",
         Family::Norm => "n (elements per row), optional m rows and batch",
         Family::Reduce => "k (elements reduced per row), optional m rows and batch",
         Family::Scan => "n (elements scanned per row), optional m rows and batch",

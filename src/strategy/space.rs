@@ -601,7 +601,8 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         }
         // With ops before the softmax (path 4: a warp or a CTA a row, the values after the
         // ops in registers as f32, streamed past 32 a thread): CS_THREADS caps the CTA and
-        // its registers (64 a thread at 1024, 128 at 512); no shared memory cache.
+        // its registers (64 a thread at 1024, 128 at 512); path 4 keeps no row in shared
+        // memory, whatever CS_CACHE_ROW_IN_SMEM says.
         Family::Softmax | Family::LogSoftmax if !w.chain().is_identity() => {
             for (t, why) in [
                 (

@@ -483,6 +483,7 @@ fn device_and_host_validation_agree() {
         "softmax_ops_bf16_small",
         "softmax_ops_f32_small",
         "softmax_causal_dims_bf16_small",
+        "log_softmax_ops_f16_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);

@@ -29,6 +29,11 @@ fn err(what: &str, e: impl std::fmt::Debug) -> CudaFailure {
 /// device's softmax-with-ops references both use it.
 pub const SOFTMAX_OPS_U: f64 = 8.0 * 5.960_464_477_539_063e-8;
 
+/// The most a softmax output's slack from the ops before it may be, relative to the output
+/// (for a log-softmax, in absolute terms): beyond it the row is ill-conditioned (a
+/// finfo.min mask on a padded row) and a larger slack would pass any output.
+pub const SOFTMAX_BOUND_CAP: f64 = 0.5;
+
 /// What the reference of each element is computed from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reference {
@@ -444,9 +449,10 @@ pub fn check_source(spec: &CheckSpec) -> String {
             prod = if *kind == ScanKind::Prod { "true" } else { "false" },
         ),
         Reference::ChainSoftmax { log } => format!(
-            "  double ex;\n  const double x = cs_chain_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[1] + 3 * (b * a.rows + lr);\n  const double mf = isfinite(st[0]) ? st[0] : 0.0;\n  const double p = exp(x - mf) / st[1];\n  const double bound = 2.0 * (ex + st[2]);\n  *want = {};\n  *slack = {};\n",
+            "  double ex;\n  const double x = cs_chain_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[1] + 3 * (b * a.rows + lr);\n  const double mf = isfinite(st[0]) ? st[0] : 0.0;\n  const double p = exp(x - mf) / st[1];\n  const double bound = fmin(2.0 * (ex + st[2]), {cap});\n  *want = {};\n  *slack = {};\n",
             if *log { "x - mf - log(st[1])" } else { "p" },
             if *log { "bound" } else { "p > 0.0 ? bound * p : 0.0" },
+            cap = lit(SOFTMAX_BOUND_CAP),
         ),
         Reference::GemmSoftmax { log } => format!(
             "  double ex;\n  const double x = cs_gemm_x(a, i, b, lr, lc, &ex);\n  const double* st = (const double*)a.r[3] + 3 * (b * (col_major ? a.cols : a.rows) + lr);\n  const double p = exp(x - st[0]) / st[1];\n  *want = {};\n  *slack = {};\n",
@@ -716,7 +722,7 @@ extern "C" __global__ void cs_row_stats(CheckArgs a, double* stats, int with_gem
     double* o = stats + (with_gemm ? 3 : 2) * row;
     o[0] = mx; o[1] = sum;
     if (with_gemm == 1) o[2] = em;
-    if (with_gemm == 2) o[2] = we / sum;
+    if (with_gemm == 2) o[2] = sum > 0.0 ? we / sum : 0.0;
   }}
 }}
 

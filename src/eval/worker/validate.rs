@@ -1362,8 +1362,8 @@ pub(super) fn chain_value_and_bound(
 /// Each row's softmax (or log-softmax) of values known to within their bounds `xe` (value,
 /// bound), with each output's own bound: when every x_j may be off by up to e_j,
 /// log p_i moves by at most e_i + sum_j p_j e_j (to first order; doubled here for the
-/// second), so p_i by that times p_i. Elements whose p_j is 0 (masked) add nothing,
-/// however large their bound.
+/// second), so p_i by that times p_i, at most `SOFTMAX_BOUND_CAP` of it. Elements whose
+/// p_j is 0 (masked) add nothing, however large their bound.
 pub(super) fn softmax_with_bounds(
     xe: &[(f64, f64)],
     rows: usize,
@@ -1391,7 +1391,9 @@ pub(super) fn softmax_with_bounds(
         for (c, &(x, e)) in row.iter().enumerate() {
             let i = r * cols + c;
             let p = (x - max_finite).exp() / sum;
-            let bound = 2.0 * (e + ebar);
+            // At most half of p (0.5 on a log-softmax): a row whose values carry huge
+            // offsets (a finfo.min mask on a padded row) cannot pass any output.
+            let bound = (2.0 * (e + ebar)).min(crate::eval::gpu::check::SOFTMAX_BOUND_CAP);
             if log {
                 want[i] = x - max_finite - sum.ln();
                 slack[i] = bound;
@@ -1476,6 +1478,14 @@ mod tests {
         softmax_with_bounds(&row, 1, 5, true, &mut want, &mut slack);
         assert!((slack[0] - 4e-6).abs() < 1e-18);
         assert_eq!(want[3], f64::NEG_INFINITY);
+        // A row whose every value carries a huge bound (a finfo.min mask on a padded row):
+        // the slack stops at half of each output, so a wrong output still fails.
+        let padded = [(-3.4e38, 1.6e32); 4];
+        softmax_with_bounds(&padded, 1, 4, false, &mut want[..4], &mut slack[..4]);
+        assert_eq!(want[0], 0.25);
+        assert_eq!(slack[0], 0.125);
+        softmax_with_bounds(&padded, 1, 4, true, &mut want[..4], &mut slack[..4]);
+        assert_eq!(slack[0], 0.5);
     }
 
     /// Sampled entries recorded on an H100 (`CUTESMITH_RECORD_SAMPLES`, gemm_f32_small at

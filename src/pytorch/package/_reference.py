@@ -352,7 +352,7 @@ def reference(w, inputs, exact=False, with_slack=False):
             e = torch.where(v.isfinite(), dev + u * v.abs(), torch.zeros_like(v))
             p = torch.softmax(v, -1)
             ebar = (torch.where(p > 0, p * e, torch.zeros_like(e))).sum(-1, keepdim=True)
-            bound = 2.0 * (e + ebar)
+            bound = (2.0 * (e + ebar)).clamp(max=0.5)
             slack = bound if log else torch.where(p > 0, bound * p, torch.zeros_like(p))
             return _ret(want, slack, with_slack)
         if fam == "norm":
