@@ -6,7 +6,7 @@
 import torch
 import torch.nn.functional as F
 
-from torch_timing import dev, median_us
+from torch_timing import dev, print_table
 
 bf16, f32 = torch.bfloat16, torch.float32
 rows = []
@@ -36,9 +36,4 @@ g = torch.randn(32, 256, 28, 28, device=dev, dtype=bf16)
 gs = torch.randn(32, 256, 1, 1, device=dev, dtype=bf16)
 rows.append(("act_se_gate_bf16", "x * torch.sigmoid(s)", g, lambda: g * torch.sigmoid(gs)))
 
-print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-print("| workload | eager torch | torch us | copy us |")
-print("| --- | --- | --- | --- |")
-for name, what, inp, fn in rows:
-    fn()
-    print(f"| {name} | `{what}` | {median_us(fn):.1f} | {median_us(lambda: inp.clone()):.1f} |")
+print_table(rows)

@@ -7,7 +7,7 @@
 import torch
 import torch.nn.functional as F
 
-from torch_timing import dev, median_us
+from torch_timing import dev, print_table
 
 bf16, f32 = torch.bfloat16, torch.float32
 rows = []
@@ -40,9 +40,4 @@ lb = torch.randn(32000, device=dev, dtype=f32)
 rows.append(("log_softmax_row_bias_f32", "F.log_softmax((x + bias) / 0.7, -1)", l,
              lambda: F.log_softmax((l + lb) / 0.7, dim=-1)))
 
-print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-print("| workload | eager torch | torch us | copy us |")
-print("| --- | --- | --- | --- |")
-for name, what, inp, fn in rows:
-    fn()
-    print(f"| {name} | `{what}` | {median_us(fn):.1f} | {median_us(lambda: inp.clone()):.1f} |")
+print_table(rows)

@@ -19,3 +19,14 @@ def median_us(fn, reps=30):
         times.append(a.elapsed_time(b) * 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def print_table(rows):
+    """The device, then a Markdown row a (workload, what, input, fn): the eager op's median
+    and a device-to-device copy of its input (x.clone()) beside it."""
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| workload | eager torch | torch us | copy us |")
+    print("| --- | --- | --- | --- |")
+    for name, what, inp, fn in rows:
+        fn()
+        print(f"| {name} | `{what}` | {median_us(fn):.1f} | {median_us(lambda: inp.clone()):.1f} |")

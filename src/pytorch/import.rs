@@ -2080,6 +2080,17 @@ fn broadcast_operand(
 
 /// Shapes of an elementwise op over an output of `dims`: the given ones, then ragged and
 /// small ones of the same rank (a dim of 1 stays 1: an operand may broadcast over it).
+/// What a spec's description says of a workload over dims (`nd`): the dims, its operands
+/// broadcast over them; None for one of rows.
+fn over_dims(nd: &Option<Vec<i64>>) -> Option<String> {
+    nd.as_ref().map(|d| {
+        format!(
+            "{} (operands broadcast over its dims)",
+            d.iter().map(i64::to_string).collect::<Vec<_>>().join(" x ")
+        )
+    })
+}
+
 fn nd_shapes(dims: &[i64]) -> Vec<ShapeSpec> {
     let each = |f: &dyn Fn(i64) -> i64| ShapeSpec {
         dims: Some(
@@ -2402,13 +2413,7 @@ fn map_softmax(
                 1 => " after 1 elementwise op".into(),
                 k => format!(" after {k} elementwise ops"),
             },
-            match &nd {
-                Some(d) => format!(
-                    "{} (operands broadcast over its dims)",
-                    d.iter().map(i64::to_string).collect::<Vec<_>>().join(" x ")
-                ),
-                None => format!("{m} rows of {n}"),
-            }
+            over_dims(&nd).unwrap_or_else(|| format!("{m} rows of {n}"))
         ),
         family: if log {
             Family::LogSoftmax
@@ -2420,10 +2425,7 @@ fn map_softmax(
         acc_dtype: None,
         allow_tf32: false,
         layout: None,
-        shapes: match &nd {
-            Some(d) => nd_shapes(d),
-            None => row_shapes(m, n),
-        },
+        shapes: nd.as_deref().map_or_else(|| row_shapes(m, n), nd_shapes),
         params: ParamsSpec::default(),
         tolerance: None,
         target: None,
@@ -2565,13 +2567,7 @@ fn map_activation(
         description: format!(
             "{dtype} elementwise {} over {}; imported from {file}",
             names.join(", "),
-            match &nd {
-                Some(d) => format!(
-                    "{} (operands broadcast over its dims)",
-                    d.iter().map(i64::to_string).collect::<Vec<_>>().join(" x ")
-                ),
-                None => format!("{m} x {n}"),
-            }
+            over_dims(&nd).unwrap_or_else(|| format!("{m} x {n}"))
         ),
         family: Family::Activation,
         dtype,
@@ -2579,10 +2575,7 @@ fn map_activation(
         acc_dtype: None,
         allow_tf32: false,
         layout: None,
-        shapes: match &nd {
-            Some(d) => nd_shapes(d),
-            None => row_shapes(m, n),
-        },
+        shapes: nd.as_deref().map_or_else(|| row_shapes(m, n), nd_shapes),
         params,
         tolerance: None,
         target: None,

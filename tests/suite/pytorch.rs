@@ -65,10 +65,7 @@ fn import_to(python: &Path, file: &str, out: &Path, extra: &[&str]) -> Output {
 /// normal loader validates it.
 /// An imported spec's `[[epilogue]]` as (op, operand) pairs.
 fn chain_ops(spec: &WorkloadSpec) -> Vec<(&str, Option<&str>)> {
-    spec.epilogue
-        .iter()
-        .map(|o| (o.op.as_str(), o.operand.as_deref()))
-        .collect()
+    ops_of(&spec.epilogue)
 }
 
 fn import(file: &str) -> Option<(WorkloadSpec, Workload, String)> {
