@@ -910,7 +910,7 @@ static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
     for (int i = 0; i < cs_chain::kOperands; ++i) {
       cs_operand const& o = p.operands[i];
       if (o.kind != cs_chain_kind<cs_chain>(i)) return CS_ERR_UNSUPPORTED;
-      if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2) return CS_ERR_UNSUPPORTED;
+      if (!cs_operand_dtype_ok(o.dtype)) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX) {
         int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
         int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;

@@ -1075,7 +1075,7 @@ static int32_t cs_norm_check(const cs_problem& p, bool check_pointers)
     if (p.num_operands < cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
     for (int q = 0; q < cs_chain::kOperands; ++q) {
       cs_operand const& o = p.operands[q];
-      if (o.kind != cs_chain_kind<cs_chain>(q) || o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2)
+      if (o.kind != cs_chain_kind<cs_chain>(q) || !cs_operand_dtype_ok(o.dtype))
         return CS_ERR_UNSUPPORTED;
       if (cs_chain_dtype<cs_chain>(q) >= 0 && o.dtype != cs_chain_dtype<cs_chain>(q)) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX && outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;

@@ -12,7 +12,9 @@
 // the last dim); COL: at b * batch_stride_a + j * lda + i (a scan over a middle dim of a
 // (B, N, M) tensor: m = M rows side by side). D has A's layout (layout_cd == layout_a), with
 // ldd and batch_stride_d. Each scanned y (fp32) goes through cs_chain::apply(y, t), t[] the
-// chain's operands at (b, i, j), and is rounded once to D's type.
+// chain's operands at (b, i, j), and is rounded once to D's type. With [[before]] ops
+// (cs_before), each element x of A at (b, i, j) is first cs_before::apply(x, t), t[] their
+// operands there (slots 0.., indexed like D; the chain's follow): a masked cumsum.
 //
 // Math in fp32. The sum's carry along a row (step to step, tile to tile, part to part) is
 // compensated (Kahan), so that the adds behind any y stay a shallow tree (a lane's vector
@@ -69,6 +71,14 @@
 #include "cutesmith_abi.h"
 #include "cutesmith_chain.cuh"   // cs_chain: the workload's chain, or the identity
 #include "cutesmith_rows.cuh"    // element types and conversions, launch-planning helpers
+
+// The ops on each element before the scan ([[before]]: cs_before, generated after the chain
+// when the workload has them: `torch.cumsum(x * mask)`), or the identity. Their operands
+// take the first slots, indexed like D (which has A's shape and layout).
+#ifndef CS_BEFORE_DEFINED
+#define CS_BEFORE_DEFINED 1
+struct cs_before : cs_identity_chain {};
+#endif
 
 #ifndef CS_THREADS
 #define CS_THREADS 256
@@ -199,6 +209,24 @@ __device__ __forceinline__ void cs_load_run(TA const* row, int64_t j0, int64_t n
   }
 }
 
+// The [[before]] ops on E adjacent elements of row i of batch b from physical index j0 (those
+// inside [0, n) only: the rest hold the scan's identity and keep it): the operands of a
+// whole run as one run of loads.
+template <int E>
+__device__ __forceinline__ void cs_pre_run(const cs_problem& p, int64_t b, int64_t i, int64_t j0, int64_t n,
+                                           float (&x)[E])
+{
+  if constexpr (!cs_before::kIdentity) {
+    if (j0 >= 0 && j0 + E <= n) {
+      cs_before_run<cs_before, E, true>(p, x, b, i, j0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        if (j0 + e >= 0 && j0 + e < n) x[e] = cs_before_in<cs_before>(p, x[e], b, i, j0 + e, p.layout_cd);
+    }
+  }
+}
+
 // E adjacent results of a row from physical index j0 (only those inside [0, n)), through the
 // chain at (b, i, j), as vectors where `vec` allows.
 template <class TD, int E>
@@ -313,6 +341,7 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
         float r[V];
         if (ring_vec[slot]) cs_unpack_vec<TA>(ring[slot], r);
         else cs_load_run<TA, KIND, V>(a, first_of(mine), n, vec_a, r);
+        cs_pre_run<V>(p, b, i, first_of(mine), n, r);
 #pragma unroll
         for (int e = 0; e < V; ++e) x[e] = REV ? r[V - 1 - e] : r[e];
       }
@@ -388,6 +417,13 @@ cs_scan_row_totals(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, fl
       for (int r = 0; r < kAhead; ++r) {
         int64_t const mine = q0 + r * kStep + lane * V;
         cs_load_run<TA, KIND, V>(a, REV ? n - mine - V : mine, n, vec_a, x[r]);
+      }
+      if constexpr (!cs_before::kIdentity) {
+#pragma unroll
+        for (int r = 0; r < kAhead; ++r) {
+          int64_t const mine = q0 + r * kStep + lane * V;
+          cs_pre_run<V>(p, b, i, REV ? n - mine - V : mine, n, x[r]);
+        }
       }
 #pragma unroll
       for (int r = 0; r < kAhead; ++r) {
@@ -467,7 +503,11 @@ cs_scan_cols(cs_problem p, int64_t igroups, int64_t parts, int64_t chunk, float*
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         bool const in = live && q0 + warp * U + u < q_end;
-        float const x = in ? cs_f32(buf[u]) : cs_identity<KIND>();
+        float x = in ? cs_f32(buf[u]) : cs_identity<KIND>();
+        if constexpr (!cs_before::kIdentity) {
+          int64_t const pos = q0 + warp * U + u;
+          if (in) x = cs_before_in<cs_before>(p, x, b, i, REV ? n - 1 - pos : pos, p.layout_cd);
+        }
         s[u] = u == 0 ? x : cs_op<KIND>(s[u - 1], x);
       }
       if (q0 + 2 * kTile < q_end) load(q0 + 2 * kTile, buf);
@@ -525,7 +565,14 @@ static int32_t cs_scan_check(const cs_problem& p, bool check_pointers)
   bool const row = p.layout_a == CS_LAYOUT_ROW;
   int64_t const inner = row ? p.n : p.m, outer = row ? p.m : p.n;
   if (outer > 1 && (p.lda < inner || p.ldd < inner)) return CS_ERR_UNSUPPORTED;
-  if (cs_chain_operands_check<cs_chain>(p, check_pointers) != CS_OK) return CS_ERR_UNSUPPORTED;
+  // Operand slots: the [[before]] ops' first, then the chain's; both indexed like D.
+  constexpr int nb = cs_before::kOperands;
+  if (p.num_operands != nb + cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
+  if (cs_chain::kOperands > 0 && cs_chain_first<cs_chain>() != nb) return CS_ERR_UNSUPPORTED;
+  if (cs_operand_slots_check<cs_before>(p, 0, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)
+    return CS_ERR_UNSUPPORTED;
+  if (cs_operand_slots_check<cs_chain>(p, nb, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)
+    return CS_ERR_UNSUPPORTED;
   if (check_pointers) {
     if (p.a == nullptr || p.d == nullptr) return CS_ERR_UNSUPPORTED;
     if (reinterpret_cast<uintptr_t>(p.a) % uintptr_t(cs_dtype_bytes(p.dtype_ab)) != 0 ||

@@ -822,7 +822,11 @@ __device__ __forceinline__ void cs_row_load_run(const void* base, int64_t idx, b
 {
   constexpr int es = DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : 0;
   constexpr int per16 = es > 0 ? 16 / es : 1;
-  if constexpr (es > 0 && V % per16 == 0) {
+  if constexpr (DT == CS_DTYPE_BOOL) {
+    cs_load_bools<V>(base, idx, out);   // its own alignment check (V bytes)
+    return;
+  }
+  if constexpr (DT != CS_DTYPE_BOOL && es > 0 && V % per16 == 0) {
     if (aligned) {
       const uint4* q = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + idx * es);
 #pragma unroll
@@ -844,8 +848,10 @@ __device__ __forceinline__ void cs_row_load_run(const void* base, int64_t idx, b
       return;
     }
   }
+  if constexpr (DT != CS_DTYPE_BOOL) {
 #pragma unroll
-  for (int e = 0; e < V; ++e) out[e] = cs_load_typed<DT>(base, idx + e);
+    for (int e = 0; e < V; ++e) out[e] = cs_load_typed<DT>(base, idx + e);
+  }
 }
 
 // Operand slot I for V consecutive elements from column col0.

@@ -109,7 +109,9 @@ typedef enum cs_dtype {
   CS_DTYPE_F64 = 3,
   CS_DTYPE_E4M3 = 4, /* fp8: 4 exponent bits, 3 mantissa bits, no infinity */
   CS_DTYPE_E5M2 = 5, /* fp8: 5 exponent bits, 2 mantissa bits */
-  CS_DTYPE_I64 = 6   /* int64_t: the index an argmax / argmin writes */
+  CS_DTYPE_I64 = 6,  /* int64_t: the index an argmax / argmin writes */
+  CS_DTYPE_BOOL = 7  /* one byte, 0 false and any other value true (read as 0 or 1): a
+                        chain's tensor operand only (a mask) */
 } cs_dtype;
 
 /* Storage order of a matrix operand: ROW means the second index is contiguous. */

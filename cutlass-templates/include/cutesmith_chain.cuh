@@ -281,6 +281,38 @@ CS_HD float cs_activate(int act, float x, float p0, float p1)
 
 /* ---- element loads of any cutesmith dtype ---- */
 
+/* Whether a tensor operand may have cs_dtype d: a float type, or a boolean (a mask). */
+CS_HD constexpr bool cs_operand_dtype_ok(int32_t d)
+{
+  return (d >= CS_DTYPE_F32 && d <= CS_DTYPE_E5M2) || d == CS_DTYPE_BOOL;
+}
+
+/* V consecutive booleans from base[idx] (one byte each) as 0.0 / 1.0: one 4-, 8- or
+ * 16-byte load where V is 4, 8 or 16 and the address allows, else byte by byte. */
+template <int V>
+__device__ __forceinline__ void cs_load_bools(const void *base, int64_t idx, float (&out)[V])
+{
+  const unsigned char *p = static_cast<const unsigned char *>(base) + idx;
+  if constexpr (V == 4 || V == 8 || V == 16) {
+    if ((reinterpret_cast<uintptr_t>(p) & (V - 1)) == 0) {
+      unsigned w[V / 4];
+      if constexpr (V == 4) w[0] = __ldg(reinterpret_cast<const unsigned *>(p));
+      else if constexpr (V == 8) {
+        uint2 const r = __ldg(reinterpret_cast<const uint2 *>(p));
+        w[0] = r.x; w[1] = r.y;
+      } else {
+        uint4 const r = __ldg(reinterpret_cast<const uint4 *>(p));
+        w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) out[e] = ((w[e / 4] >> (8 * (e % 4))) & 0xffu) != 0 ? 1.0f : 0.0f;
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) out[e] = p[e] != 0 ? 1.0f : 0.0f;
+}
+
 CS_HD float cs_load_as_float(const void *base, int32_t dtype, int64_t idx)
 {
   switch (dtype) {
@@ -290,6 +322,7 @@ CS_HD float cs_load_as_float(const void *base, int32_t dtype, int64_t idx)
     case CS_DTYPE_F64: return float(static_cast<const double *>(base)[idx]);
     case CS_DTYPE_E4M3: return float(static_cast<const __nv_fp8_e4m3 *>(base)[idx]);
     case CS_DTYPE_E5M2: return float(static_cast<const __nv_fp8_e5m2 *>(base)[idx]);
+    case CS_DTYPE_BOOL: return static_cast<const unsigned char *>(base)[idx] != 0 ? 1.0f : 0.0f;
     default: return 0.0f;
   }
 }
@@ -304,6 +337,7 @@ CS_HD float cs_load_typed(const void *base, int64_t idx)
   else if constexpr (DT == CS_DTYPE_F64) return float(static_cast<const double *>(base)[idx]);
   else if constexpr (DT == CS_DTYPE_E4M3) return float(static_cast<const __nv_fp8_e4m3 *>(base)[idx]);
   else if constexpr (DT == CS_DTYPE_E5M2) return float(static_cast<const __nv_fp8_e5m2 *>(base)[idx]);
+  else if constexpr (DT == CS_DTYPE_BOOL) return static_cast<const unsigned char *>(base)[idx] != 0 ? 1.0f : 0.0f;
   else return 0.0f;
 }
 
@@ -439,14 +473,10 @@ CS_HD float cs_chain_at(const cs_problem &p, float z, int64_t b, int64_t row, in
   return Chain::apply(z, t, row, col);
 }
 
-/* V consecutive elements of type DT (cs_dtype known at compile time) from base[idx], as
- * fp32: 16-byte loads where the address allows (f32, f16, bf16), else element by element.
- * Device code only. */
-template <int DT, int V>
-__device__ __forceinline__ void cs_load_run(const void *base, int64_t idx, float (&out)[V])
+/* cs_load_run of a type of es bytes (0: element by element), per16 elements a 16-byte load. */
+template <int DT, int V, int es, int per16>
+__device__ __forceinline__ void cs_load_run_wide(const void *base, int64_t idx, float (&out)[V])
 {
-  constexpr int es = DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : 0;
-  constexpr int per16 = es > 0 ? 16 / es : 1;
   if constexpr (es > 0 && V % per16 == 0) {
     const char *p = static_cast<const char *>(base) + idx * es;
     if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
@@ -474,6 +504,21 @@ __device__ __forceinline__ void cs_load_run(const void *base, int64_t idx, float
   }
 #pragma unroll
   for (int e = 0; e < V; ++e) out[e] = cs_load_typed<DT>(base, idx + e);
+}
+
+/* V consecutive elements of type DT (cs_dtype known at compile time) from base[idx], as
+ * fp32: 16-byte loads where the address allows (f32, f16, bf16; booleans 4 to 16 a load),
+ * else element by element. Device code only. */
+template <int DT, int V>
+__device__ __forceinline__ void cs_load_run(const void *base, int64_t idx, float (&out)[V])
+{
+  constexpr int es = DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : 0;
+  constexpr int per16 = es > 0 ? 16 / es : 1;
+  if constexpr (DT == CS_DTYPE_BOOL) {
+    cs_load_bools<V>(base, idx, out);
+  } else {
+    cs_load_run_wide<DT, V, es, per16>(base, idx, out);
+  }
 }
 
 /* Operand slot I of a reduction's [[before]] ops (Before) for a run of V elements of A
@@ -574,7 +619,7 @@ inline int32_t cs_operand_slots_check(const cs_problem& p, int first, int32_t la
     cs_operand const& o = p.operands[first + i];
     if (o.kind != cs_chain_kind<Chain>(i)) return CS_ERR_UNSUPPORTED;
     if (cs_chain_dtype<Chain>(i) >= 0 && o.dtype != cs_chain_dtype<Chain>(i)) return CS_ERR_UNSUPPORTED;
-    if (o.dtype < CS_DTYPE_F32 || o.dtype > CS_DTYPE_E5M2 || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
+    if (!cs_operand_dtype_ok(o.dtype) || o.batch_stride < 0) return CS_ERR_UNSUPPORTED;
     if (o.kind == CS_OPERAND_MATRIX) {
       int64_t const inner = layout == CS_LAYOUT_ROW ? cols : rows;
       int64_t const outer = layout == CS_LAYOUT_ROW ? rows : cols;

@@ -39,6 +39,7 @@ pub mod cs_dtype {
     pub const CS_DTYPE_E4M3: Type = 4;
     pub const CS_DTYPE_E5M2: Type = 5;
     pub const CS_DTYPE_I64: Type = 6;
+    pub const CS_DTYPE_BOOL: Type = 7;
 }
 pub mod cs_layout {
     #[allow(unused_imports)]

@@ -151,7 +151,8 @@ pub fn export_torch(
     let family = w.family();
     if !w.before_chain().is_identity() {
         return Err(Error::Usage(
-            "export --torch does not take a reduction's or gemm_norm's [[before]] ops yet (its \
+            "export --torch does not take the [[before]] ops of a reduction, a scan or gemm_norm \
+             yet (its \
              operator passes the chain's operands only; a softmax's [[before]] ops are its \
              chain and are taken); `cutesmith export` without --torch writes the kernel and \
              its C ABI"
@@ -162,7 +163,9 @@ pub fn export_torch(
     // of the last two dims (cs_problem.k), which the operator's flat rows do not carry.
     if w.shapes().iter().any(|sh| w.tri_rows(sh) > 0) {
         return Err(Error::Usage(
-            "export --torch does not take triu / tril over a softmax's dims yet (its operator              takes flat rows and sets no p.k, the rows of each matrix the index ops see);              `cutesmith export` without --torch writes the kernel and its C ABI"
+            "export --torch does not take triu / tril over a softmax's dims yet (its operator \
+             takes flat rows and sets no p.k, the rows of each matrix the index ops see); \
+             `cutesmith export` without --torch writes the kernel and its C ABI"
                 .into(),
         ));
     }

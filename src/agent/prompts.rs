@@ -325,6 +325,18 @@ impl WorkloadFacts {
                         ""
                     },
                 );
+                let before = w.before_chain();
+                if !before.is_identity() {
+                    s.push_str(&format!(
+                        "; each element x of A at (b, i, j) is first before(x) = {} (struct \
+                         cs_before; cs_before_in<cs_before>(p, x, b, i, j, p.layout_cd) loads \
+                         its operands from slots 0..{}, indexed like D: matrix m x n in D's \
+                         layout, row n values, col m values; a bool operand reads 0 or 1), and \
+                         the scan runs over those",
+                        before.describe(),
+                        before.tensors.len()
+                    ));
+                }
                 if !chain.is_identity() {
                     s.push_str(&format!(", then D = chain(y): {}", chain.describe()));
                 }

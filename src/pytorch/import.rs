@@ -424,6 +424,14 @@ fn identity_reduction(nodes: &HashMap<&str, &Node>, n: &Node) -> bool {
     }
 }
 
+/// The element type of a chain's tensor operand: a float type, or a bool mask.
+fn operand_dtype_of(name: &str) -> Option<DType> {
+    match name {
+        "bool" => Some(DType::Bool),
+        _ => dtype_of(name),
+    }
+}
+
 fn dtype_of(name: &str) -> Option<DType> {
     match name {
         "float32" => Some(DType::F32),
@@ -1658,7 +1666,7 @@ fn chain_between<'g>(
                             })
                             .clone()
                     };
-                    let dt = mp.meta(&leaf).and_then(|m| dtype_of(&m.dtype));
+                    let dt = mp.meta(&leaf).and_then(|m| operand_dtype_of(&m.dtype));
                     let set = OpSpec {
                         op: "set".into(),
                         operand: Some(kind.into()),
@@ -1700,7 +1708,7 @@ fn chain_between<'g>(
                 Some(Arg::Node(o)) => {
                     let kind = classify_operand(mp, n, o)?;
                     let meta = mp.meta(o);
-                    let dt = meta.and_then(|m| dtype_of(&m.dtype));
+                    let dt = meta.and_then(|m| operand_dtype_of(&m.dtype));
                     if kind == "row" && meta.is_some_and(|m| m.shape.iter().all(|d| *d == 1)) {
                         note = Some(format!(
                             "`{o}` holds one value: pass it as a row of n copies"
@@ -1972,11 +1980,11 @@ fn operand_meta(mp: &mut Mapper<'_>, n: &Node, o: &str) -> Option<Meta> {
         );
         return None;
     }
-    if dtype_of(&meta.dtype).is_none_or(DType::is_fp8) {
+    if operand_dtype_of(&meta.dtype).is_none_or(DType::is_fp8) {
         mp.problem(
             n,
             format!(
-                "operand `{o}` is {}; tensor operands are float32, float16 or bfloat16",
+                "operand `{o}` is {}; tensor operands are float32, float16, bfloat16 or bool",
                 meta.dtype
             ),
         );
@@ -5019,8 +5027,9 @@ mod tests {
 
     /// Scans along a dim: cumsum over the last dim (rows) with an op after it; cumprod over
     /// a middle dim (rows side by side); the reverse form (flip, scan, flip back); the
-    /// exclusive form (zeros of one slice, then the scan of all but the last slice);
-    /// refused: a scan of a computed tensor (KernelBench's masked cumsum, `x * mask`).
+    /// exclusive form (zeros of one slice, then the scan of all but the last slice); a scan
+    /// of a computed tensor (KernelBench's masked cumsum, `x * mask` with a bool mask) takes
+    /// the ops as [[before]], the mask a bool matrix operand.
     #[test]
     fn scans_along_a_dim_map_to_the_scan_family() {
         let (sh, st) = (&[8, 64][..], &[64, 1][..]);
@@ -5276,11 +5285,12 @@ mod tests {
             (spec.dtype, spec.out_dtype),
             (DType::BF16, Some(DType::F32))
         );
-        // The scan of a computed tensor (a mask applied first) is refused, saying why.
+        // The scan of a computed tensor (a bool mask applied first): the mul is a [[before]]
+        // op reading a bool matrix; the scan over dim 1 of (4, 16, 8) would be side by side.
         let g = graph(
             vec![
                 input("x", sh, st),
-                input("mask", sh, st),
+                typed(input("mask", sh, st), "bool"),
                 node(
                     "xm",
                     "aten.mul.Tensor",
@@ -5298,12 +5308,50 @@ mod tests {
             ],
             "s",
         );
-        let err = map_graph(&g, "t.py").unwrap_err();
-        assert!(
-            err.iter()
-                .any(|u| u.message.contains("fuses nothing before it")),
-            "{err:?}"
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Scan);
+        assert_eq!(spec.before.len(), 1, "{:?}", spec.before);
+        let b = &spec.before[0];
+        assert_eq!(
+            (b.op.as_str(), b.operand.as_deref(), b.dtype),
+            ("mul", Some("matrix"), Some(DType::Bool))
         );
+        assert!(spec.epilogue.is_empty());
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert!(ops[0].contains("mul") && ops[1] == "cumsum", "{ops:?}");
+        let w = crate::spec::Workload::from_spec("t.toml", spec).unwrap();
+        assert_eq!(w.before_chain().tensors[0].dtype, DType::Bool);
+        // A scan of something no input of Model reaches by elementwise ops is refused,
+        // saying why.
+        let g = graph(
+            vec![
+                input("x", sh, st),
+                node("e", "aten.exp.default", serde_json::json!([r("x")]), sh, st),
+                node(
+                    "p",
+                    "aten.sum.dim_IntList",
+                    serde_json::json!([r("e"), [1], true]),
+                    &[sh[0], 1],
+                    &[1, 1],
+                ),
+                node(
+                    "d",
+                    "aten.div.Tensor",
+                    serde_json::json!([r("e"), r("p")]),
+                    sh,
+                    st,
+                ),
+                node(
+                    "s",
+                    "aten.cumsum.default",
+                    serde_json::json!([r("d"), 1]),
+                    sh,
+                    st,
+                ),
+            ],
+            "s",
+        );
+        assert!(map_graph(&g, "t.py").is_err());
     }
 
     #[test]

@@ -885,9 +885,9 @@ impl Chain {
                     })
             }
         };
-        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Bool) {
             return Err(format!(
-                "a tensor operand is f32, f16 or bf16, not {}",
+                "a tensor operand is f32, f16, bf16 or bool (a mask, read as 0 or 1), not {}",
                 dtype.name()
             ));
         }

@@ -17,7 +17,7 @@ impl Workload {
             DType::BF16 => ComputePipe::TensorBf16,
             DType::F32 if self.allow_tf32 => ComputePipe::TensorTf32,
             DType::E4M3 | DType::E5M2 => ComputePipe::TensorFp8,
-            DType::F32 | DType::F64 | DType::I64 => ComputePipe::SimtF32,
+            DType::F32 | DType::F64 | DType::I64 | DType::Bool => ComputePipe::SimtF32,
         }
     }
 
@@ -270,9 +270,9 @@ impl Workload {
             shape.batch as f64,
         );
         // A reduction's [[before]] tensors are indexed like A: k values, m values, m x k;
-        // gemm_norm's like D.
+        // gemm_norm's and a scan's like D.
         let dims = shape.dims.as_slice();
-        let before = if self.family == Family::GemmNorm {
+        let before = if self.family.before_like_d() {
             chain_tensor_bytes(&self.before, (n, m, m * n * b), dims)
         } else {
             chain_tensor_bytes(&self.before, (k, m, m * k * b), dims)
@@ -284,8 +284,8 @@ impl Workload {
     /// m values, m x k a batch).
     pub fn before_elements(&self, shape: &Shape) -> f64 {
         let (m, b) = (shape.m as f64, shape.batch as f64);
-        // gemm_norm's are indexed like D (n values a row).
-        let k = if self.family == Family::GemmNorm {
+        // gemm_norm's and a scan's are indexed like D (n values a row).
+        let k = if self.family.before_like_d() {
             shape.n as f64
         } else {
             shape.k as f64

@@ -246,8 +246,9 @@ impl Validator<'_> {
             ));
         }
         let after = self.after(family, out_dtype, &spec.after)?;
-        // A reduction's [[before]] tensors are indexed like A (its input, in A's type);
-        // gemm_norm's like D (the product, in D's type).
+        // A reduction's [[before]] tensors are indexed like A (its input, in A's type), a
+        // scan's like D (A's shape and layout; in A's type); gemm_norm's like D (the
+        // product, in D's type).
         let before_dtype = if family == Family::GemmNorm {
             chain_dtype(out_dtype)
         } else {
@@ -745,6 +746,8 @@ impl Validator<'_> {
     /// reduce's `[[before]]` ops: on each element of A before the reduction. Their tensors
     /// are indexed like A (`matrix`: m x k, `row`: k values, `col`: m values), in A's type
     /// unless an op says otherwise, and share the four operand slots with the epilogue's.
+    /// A scan's are on each element of A before the scan (`torch.cumsum(x * mask)`), indexed
+    /// like D (m x n, A's layout); gemm_norm's on the product, indexed like D.
     fn before(
         &self,
         family: Family,
@@ -756,12 +759,13 @@ impl Validator<'_> {
         if specs.is_empty() {
             return Ok(before);
         }
-        if !matches!(family, Family::Reduce | Family::GemmNorm) {
+        if !matches!(family, Family::Reduce | Family::Scan | Family::GemmNorm) {
             return Err(self.err(
                 "before",
                 format!(
-                    "only for families reduce (ops on each element before the reduction) and \
-                     gemm_norm (ops on the product before the norm), not {family}"
+                    "only for families reduce (ops on each element before the reduction), \
+                     scan (before the scan: a masked cumsum) and gemm_norm (ops on the \
+                     product before the norm), not {family}"
                 ),
             ));
         }
@@ -883,6 +887,17 @@ impl Validator<'_> {
                 "dtype",
                 "i64 is only an output (out_dtype of a reduce with reduce = \"argmax\" or \
                  \"argmin\"); operands are f32, f16, bf16, e4m3 or e5m2",
+            ));
+        }
+        if spec.dtype == DType::Bool || spec.out_dtype == Some(DType::Bool) {
+            return Err(self.err(
+                if spec.dtype == DType::Bool {
+                    "dtype"
+                } else {
+                    "out_dtype"
+                },
+                "bool is the type of a mask operand of an op (`dtype = \"bool\"` in its \
+                 [[epilogue]] or [[before]] entry), not of A or D",
             ));
         }
         match spec.out_dtype {

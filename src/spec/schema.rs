@@ -145,6 +145,13 @@ impl Family {
         )
     }
 
+    /// Whether the `[[before]]` tensors are indexed like D (m x n: gemm_norm's product, a
+    /// scan's input, which has D's shape and layout) rather than like A (a reduction's m x
+    /// k input).
+    pub fn before_like_d(self) -> bool {
+        matches!(self, Family::GemmNorm | Family::Scan)
+    }
+
     /// Whether each output row is normalized (softmax or log-softmax).
     pub fn is_row_softmax(self) -> bool {
         matches!(
@@ -200,17 +207,22 @@ pub enum DType {
     /// A signed 64-bit integer: the output of an index reduction (argmax / argmin) only.
     #[serde(rename = "i64", alias = "int64", alias = "long")]
     I64,
+    /// A boolean stored in one byte (0 false, any other value true; read as 0.0 or 1.0):
+    /// a chain's tensor operand only (a mask, `x * mask`, `masked_fill(mask, v)`).
+    #[serde(rename = "bool")]
+    Bool,
 }
 
 impl DType {
     /// The types a spec file may name.
-    pub const SPEC: [DType; 6] = [
+    pub const SPEC: [DType; 7] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::E4M3,
         DType::E5M2,
         DType::I64,
+        DType::Bool,
     ];
 
     /// Whether this is an integer type (an index output).
@@ -228,7 +240,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::E4M3 | DType::E5M2 => 1,
+            DType::E4M3 | DType::E5M2 | DType::Bool => 1,
             DType::F64 | DType::I64 => 8,
         }
     }
@@ -243,6 +255,7 @@ impl DType {
             DType::E4M3 => 4,
             DType::E5M2 => 5,
             DType::I64 => 6,
+            DType::Bool => 7,
         }
     }
 
@@ -256,6 +269,7 @@ impl DType {
             DType::E5M2 => "e5m2",
             DType::F64 => "f64",
             DType::I64 => "i64",
+            DType::Bool => "bool",
         }
     }
 
@@ -269,8 +283,8 @@ impl DType {
             DType::E4M3 => 2f64.powi(-3),
             DType::E5M2 => 2f64.powi(-2),
             DType::F64 => f64::EPSILON,
-            // An index is exact.
-            DType::I64 => 0.0,
+            // An index and a boolean are exact.
+            DType::I64 | DType::Bool => 0.0,
         }
     }
 }
@@ -811,31 +825,52 @@ impl ScanKind {
     /// form a shallow tree plus a compensated carry stays well inside it); for the product
     /// `(terms + 1) * u_acc / 2 * |y|` (each multiply rounds once, in any order).
     pub fn eval(self, row: &[f64], exclusive: bool, u_acc: f64) -> Vec<(f64, f64)> {
+        let pairs: Vec<(f64, f64)> = row.iter().map(|&x| (x, 0.0)).collect();
+        self.eval_with_errors(&pairs, exclusive, u_acc)
+    }
+
+    /// [`ScanKind::eval`] of inputs that are themselves off by up to a bound each (`(x,
+    /// e)`: `[[before]]` ops evaluated in fp32): a sum's bound adds the inputs' bounds, a
+    /// product's their relative bounds times |y| (an exact zero input, which makes y zero,
+    /// adds none).
+    pub fn eval_with_errors(
+        self,
+        row: &[(f64, f64)],
+        exclusive: bool,
+        u_acc: f64,
+    ) -> Vec<(f64, f64)> {
         let mut out = Vec::with_capacity(row.len());
-        let (mut acc, mut abs) = (self.identity(), 0.0f64);
-        for (j, &x) in row.iter().enumerate() {
+        let (mut acc, mut abs, mut carried) = (self.identity(), 0.0f64, 0.0f64);
+        for (j, &(x, e)) in row.iter().enumerate() {
             if exclusive {
-                out.push((acc, self.bound(acc, abs, j, u_acc)));
+                out.push((acc, self.bound(acc, abs, j, u_acc, carried)));
             }
             match self {
                 ScanKind::Sum => {
                     acc += x;
                     abs += x.abs();
+                    carried += e;
                 }
-                ScanKind::Prod => acc *= x,
+                ScanKind::Prod => {
+                    acc *= x;
+                    if x != 0.0 {
+                        carried += e / x.abs();
+                    }
+                }
             }
             if !exclusive {
-                out.push((acc, self.bound(acc, abs, j + 1, u_acc)));
+                out.push((acc, self.bound(acc, abs, j + 1, u_acc, carried)));
             }
         }
         out
     }
 
-    /// The error bound of an output over `terms` inputs whose |x| sum to `abs`.
-    fn bound(self, y: f64, abs: f64, terms: usize, u_acc: f64) -> f64 {
+    /// The error bound of an output over `terms` inputs whose |x| sum to `abs`, the inputs'
+    /// own bounds `carried` (a sum's absolute, a product's relative, total).
+    fn bound(self, y: f64, abs: f64, terms: usize, u_acc: f64, carried: f64) -> f64 {
         let e = match self {
-            ScanKind::Sum => u_acc * abs,
-            ScanKind::Prod => (terms as f64 + 1.0) * u_acc / 2.0 * y.abs(),
+            ScanKind::Sum => u_acc * abs + carried,
+            ScanKind::Prod => ((terms as f64 + 1.0) * u_acc / 2.0 + carried) * y.abs(),
         };
         if e.is_nan() {
             0.0

@@ -51,8 +51,8 @@ impl Tolerance {
                 DType::E4M3 => (0.25, 2f64.powi(-6)),
                 DType::E5M2 => (0.5, 2f64.powi(-10)),
                 DType::F64 => (1e-12, 1e-12),
-                // An index is right or wrong.
-                DType::I64 => (0.0, 0.0),
+                // An index (or a boolean) is right or wrong.
+                DType::I64 | DType::Bool => (0.0, 0.0),
             }
         };
         Tolerance {
@@ -72,7 +72,7 @@ impl Tolerance {
             DType::E4M3 => -10,
             DType::E5M2 => -17,
             DType::F64 => -1075,
-            DType::I64 => return 0.0,
+            DType::I64 | DType::Bool => return 0.0,
         })
     }
 

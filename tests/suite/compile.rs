@@ -332,6 +332,8 @@ fn every_template_instance_compiles_in_each_layout() {
         ("scan_sum_f32_small", "scan_rows"),
         ("scan_prod_rev_bf16_small", "scan_rows"),
         ("scan_sum_excl_col_f16_small", "scan_rows"),
+        // A masked cumsum: a bool mask multiplied in before the scan ([[before]]).
+        ("scan_masked_sum_f32_small", "scan_rows"),
         // GEMM + row reduction (gemm_softmax's GEMM, a reduction stage): bf16 with B
         // row-major, a chain and [[after]] ops; f32 on 3xF16 (KernelBench level 2, 22).
         ("gemm_reduce_lse_bf16_small", "gemm_softmax"),

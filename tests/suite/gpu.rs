@@ -327,6 +327,11 @@ fn every_template_validates_on_its_workloads() {
         "scan_prod_rev_bf16_small",
         "scan_sum_excl_col_f16_small",
         "scan_sum_rev_excl_bf16_small",
+        // Ops before the scan reading a bool mask: an f32 masked cumsum (row-major rows,
+        // split over CTAs), a bf16 reverse cumprod of rows side by side (a mask read twice,
+        // a row operand).
+        "scan_masked_sum_f32_small",
+        "scan_masked_prod_rev_col_bf16_small",
         // GEMM + row reduction: bf16 (MN-major B, a bias and clamp before a logsumexp, ops
         // after it, batched and ragged) and f32 (both fp32 mainloops, a sum).
         "gemm_reduce_lse_bf16_small",
@@ -484,6 +489,9 @@ fn device_and_host_validation_agree() {
         "softmax_ops_f32_small",
         "softmax_causal_dims_bf16_small",
         "log_softmax_ops_f16_small",
+        // Ops before a scan reading a bool mask, their bounds carried along the row.
+        "scan_masked_sum_f32_small",
+        "scan_masked_prod_rev_col_bf16_small",
     ] {
         let w = workload(name);
         let s = strategy::candidates(&w).remove(0);

@@ -99,6 +99,7 @@ fn cuda_type(d: DType) -> bsys::cudaDataType {
         DType::E4M3 => bsys::cudaDataType::CUDA_R_8F_E4M3,
         DType::E5M2 => bsys::cudaDataType::CUDA_R_8F_E5M2,
         DType::I64 => bsys::cudaDataType::CUDA_R_64I,
+        DType::Bool => bsys::cudaDataType::CUDA_R_8U,
     }
 }
 
@@ -111,6 +112,7 @@ fn lt_type(d: DType) -> ltsys::cudaDataType_t {
         DType::E4M3 => ltsys::cudaDataType_t::CUDA_R_8F_E4M3,
         DType::E5M2 => ltsys::cudaDataType_t::CUDA_R_8F_E5M2,
         DType::I64 => ltsys::cudaDataType_t::CUDA_R_64I,
+        DType::Bool => ltsys::cudaDataType_t::CUDA_R_8U,
     }
 }
 
@@ -582,10 +584,10 @@ fn tensor(dtype: DType, dims: [i32; 4]) -> Result<dnsys::cudnnTensorDescriptor_t
         DType::F16 => dnsys::cudnnDataType_t::CUDNN_DATA_HALF,
         DType::BF16 => dnsys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         DType::F64 => dnsys::cudnnDataType_t::CUDNN_DATA_DOUBLE,
-        DType::E4M3 | DType::E5M2 | DType::I64 => {
+        DType::E4M3 | DType::E5M2 | DType::I64 | DType::Bool => {
             return Err(fail(
                 "cuDNN",
-                "fp8 and index tensors are not used with cuDNN here",
+                "fp8, index and boolean tensors are not used with cuDNN here",
             ))
         }
     };

@@ -143,6 +143,7 @@ struct CheckArgs {
 const LOADS: &str = r#"
 __device__ __forceinline__ double ld_f32(const void* p, long long i) { return (double)((const float*)p)[i]; }
 __device__ __forceinline__ double ld_i64(const void* p, long long i) { return (double)((const long long*)p)[i]; }
+__device__ __forceinline__ double ld_bool(const void* p, long long i) { return ((const unsigned char*)p)[i] != 0 ? 1.0 : 0.0; }
 __device__ __forceinline__ double ld_bf16(const void* p, long long i) {
   return (double)__uint_as_float(((unsigned)((const unsigned short*)p)[i]) << 16);
 }
@@ -205,6 +206,7 @@ fn loader(d: DType) -> &'static str {
         DType::E5M2 => "ld_e5m2",
         DType::F64 => "ld_f32",
         DType::I64 => "ld_i64",
+        DType::Bool => "ld_bool",
     }
 }
 
@@ -382,6 +384,28 @@ fn before_loads(spec: &CheckSpec) -> String {
     s
 }
 
+/// Loads of a scan's `[[before]]` tensors at position lc of logical row lr of batch b (dense
+/// index ei, indexed like D: `cs_scan_x`), into `tb4[]`.
+fn scan_before_loads(spec: &CheckSpec) -> String {
+    let mut s = String::new();
+    for (i, t) in spec.before.tensors.iter().enumerate() {
+        let idx = match t.kind {
+            TensorKind::Row => format!("b * a.tb[{i}] + lc"),
+            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            TensorKind::Matrix => "ei".to_string(),
+            // Never in a scan's [[before]] (the rules); indexed as in the epilogue.
+            TensorKind::Channel(r) => format!("b * a.tb[{i}] + lr * {r}LL + lc / (a.cols / {r}LL)"),
+            TensorKind::Broadcast(_) => broadcast_index(i, "lr", "lc"),
+        };
+        let _ = writeln!(
+            s,
+            "  tb4[{i}] = {}((const void*)a.t[{i}], {idx});",
+            loader(t.dtype)
+        );
+    }
+    s
+}
+
 /// The CUDA C++ of a workload's comparison kernels.
 pub fn check_source(spec: &CheckSpec) -> String {
     let mut s = String::new();
@@ -443,7 +467,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         ),
         Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack, lr, 0);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
         Reference::Scan { kind, reverse, exclusive } => format!(
-            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 2 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    const long long jc = {rev} ? C - 1 - qq : qq;\n    const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? jc * a.cols + lr : lr * a.cols + jc));\n    if ({prod}) v *= x; else v += x;\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? (terms + 1.0) * a.ebound / 2.0 * fabs(v) : a.ebound * ab;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack, lr, lc);\n  if (isnan(*slack)) *slack = 0.0;\n",
+            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 3 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1], ce = st[2];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    double ej;\n    const double x = cs_scan_x(a, b, lr, {rev} ? C - 1 - qq : qq, &ej);\n    if ({prod}) {{ v *= x; if (x != 0.0) ce += ej / fabs(x); }} else {{ v += x; ce += ej; }}\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? ((terms + 1.0) * a.ebound / 2.0 + ce) * fabs(v) : a.ebound * ab + ce;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack, lr, lc);\n  if (isnan(*slack)) *slack = 0.0;\n",
             rev = if *reverse { "true" } else { "false" },
             incl = if *exclusive { 0 } else { 1 },
             prod = if *kind == ScanKind::Prod { "true" } else { "false" },
@@ -506,9 +530,22 @@ __device__ double cs_chain_x(const CheckArgs& a, long long i, long long b, long 
   *ex = isfinite(w) ? dev + {u} * fabs(w) : 0.0;
   return w;
 }}
+
+// A scan's input at position lc of logical row lr of batch b (A dense, shaped like D) after
+// the [[before]] ops, and the bound of their fp32 evaluation (their operands indexed like D).
+__device__ double cs_scan_x(const CheckArgs& a, long long b, long long lr, long long lc, double* ej)
+{{
+  const bool col_major = {col_major};
+  const long long ei = b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc);
+  double tb4[4] = {{0.0, 0.0, 0.0, 0.0}};
+  (void)tb4;
+{scan_load}  return csd_before({in_ld}((const void*)a.r[0], ei), tb4, ej);
+}}
 "#,
         gemm = gemm_z(0, 1, true, spec.out),
         u = lit(SOFTMAX_OPS_U),
+        col_major = if spec.col_major { "true" } else { "false" },
+        scan_load = scan_before_loads(spec),
     );
     let _ = write!(
         s,
@@ -868,33 +905,34 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
 }}
 
 // Per logical row and chunk of 32 positions in scan order ({scan_rev_word}): the fp64 scan of
-// the row before the chunk (the identity for the first) and the sum of |x| before it, into
-// stats[2 * (row * chunks + c)] (one block a row; A dense, shaped like D).
+// the row before the chunk (the identity for the first), the sum of |x| before it and the
+// [[before]] ops' bounds carried to it (a sum's absolute, a product's relative), into
+// stats[3 * (row * chunks + c)] (one block a row; A dense, shaped like D).
 extern "C" __global__ void cs_scan_stats(CheckArgs a, double* stats)
 {{
   const bool col_major = {col_major}, rev = {scan_rev}, prod = {scan_prod};
   const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;
   const long long row = blockIdx.x, b = row / R, lr = row % R, chunks = (C + 31) / 32;
-  double* st = stats + 2 * row * chunks;
+  double* st = stats + 3 * row * chunks;
   for (long long c = threadIdx.x; c < chunks; c += blockDim.x) {{
-    double v = prod ? 1.0 : 0.0, ab = 0.0;
+    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = 0.0;
     const long long end = c * 32 + 32 < C ? c * 32 + 32 : C;
     for (long long q = c * 32; q < end; ++q) {{
-      const long long lc = rev ? C - 1 - q : q;
-      const double x = {in_ld}((const void*)a.r[0], b * a.rows * a.cols + (col_major ? lc * a.cols + lr : lr * a.cols + lc));
-      if (prod) v *= x; else v += x;
+      double ej;
+      const double x = cs_scan_x(a, b, lr, rev ? C - 1 - q : q, &ej);
+      if (prod) {{ v *= x; if (x != 0.0) ce += ej / fabs(x); }} else {{ v += x; ce += ej; }}
       ab += fabs(x);
     }}
-    st[2 * c] = v; st[2 * c + 1] = ab;
+    st[3 * c] = v; st[3 * c + 1] = ab; st[3 * c + 2] = ce;
   }}
   __syncthreads();
   if (threadIdx.x == 0) {{
-    double v = prod ? 1.0 : 0.0, ab = 0.0;
+    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = 0.0;
     for (long long c = 0; c < chunks; ++c) {{
-      const double tv = st[2 * c], ta = st[2 * c + 1];
-      st[2 * c] = v; st[2 * c + 1] = ab;
+      const double tv = st[3 * c], ta = st[3 * c + 1], tc = st[3 * c + 2];
+      st[3 * c] = v; st[3 * c + 1] = ab; st[3 * c + 2] = ce;
       if (prod) v *= tv; else v += tv;
-      ab += ta;
+      ab += ta; ce += tc;
     }}
   }}
 }}
@@ -1046,6 +1084,7 @@ extern "C" __global__ void cs_fill(void* dst, long long n, unsigned long long se
       case 2: ((unsigned short*)dst)[i] = cs_to_bf16(v); break;
       case 4: ((unsigned char*)dst)[i] = cs_to_fp8(v, 3, 7, 448.0); break;
       case 5: ((unsigned char*)dst)[i] = cs_to_fp8(v, 2, 15, 57344.0); break;
+      case 7: ((unsigned char*)dst)[i] = v > 0.0 ? 1 : 0; break;
       default: break;
     }
   }
@@ -1062,6 +1101,7 @@ extern "C" __global__ void cs_widen(const void* src, float* dst, long long n, in
       case 2: v = ld_bf16(src, i); break;
       case 4: v = ld_e4m3(src, i); break;
       case 5: v = ld_e5m2(src, i); break;
+      case 7: v = ld_bool(src, i); break;
       default: v = ld_f32(src, i); break;
     }
     dst[i] = (float)(absolute ? fabs(v) : v);
@@ -1362,13 +1402,14 @@ impl Checker {
         }
     }
 
-    /// Per logical row and chunk of 32 positions, the scan before the chunk and the sum of
-    /// |x| before it, into `stats` (2 doubles per chunk, ceil(n / 32) chunks a row).
+    /// Per logical row and chunk of 32 positions, the scan before the chunk, the sum of |x|
+    /// before it and the `[[before]]` ops' bounds carried to it, into `stats` (3 doubles per
+    /// chunk, ceil(n / 32) chunks a row).
     pub fn scan_stats(&self, s: &Session, args: &CheckArgs, stats: u64) -> Result<(), CudaFailure> {
         let cfg = self.per_row(args, 256);
         let mut b = s.stream.launch_builder(&self.scan_stats);
         b.arg(args).arg(&stats);
-        // SAFETY: the arguments describe live buffers; stats holds two entries per chunk of
+        // SAFETY: the arguments describe live buffers; stats holds three entries per chunk of
         // every logical row.
         unsafe { b.launch(cfg) }.map_err(CudaFailure::from)?;
         Ok(())

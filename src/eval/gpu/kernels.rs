@@ -74,6 +74,8 @@ fn storage(d: DType) -> Result<(&'static str, &'static str, &'static str), CudaF
         DType::F32 => ("float", "cs_f32_ld", "cs_f32_st"),
         DType::BF16 => ("unsigned short", "cs_bf16_ld", "cs_bf16_st"),
         DType::F16 => ("unsigned short", "cs_f16_ld", "cs_f16_st"),
+        // A mask operand (never a pass's own type: the rules keep bool off A and D).
+        DType::Bool => ("unsigned char", "cs_bool_ld", "cs_bool_st"),
         other => {
             return Err(nvrtc_err(
                 "elementwise pass",
@@ -94,6 +96,8 @@ __device__ __forceinline__ float cs_bf16_ld(unsigned short v) { return __uint_as
 __device__ __forceinline__ unsigned short cs_bf16_st(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float cs_f16_ld(unsigned short v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
 __device__ __forceinline__ unsigned short cs_f16_st(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float cs_bool_ld(unsigned char v) { return v != 0 ? 1.0f : 0.0f; }
+__device__ __forceinline__ unsigned char cs_bool_st(float f) { return f != 0.0f ? 1 : 0; }
 "#;
 
 /// The activations' device functions, from the kernel header every kernel uses (so a
@@ -1198,7 +1202,7 @@ pub fn verify_source(dtype: DType) -> Result<String, CudaFailure> {
         DType::E5M2 => ("unsigned char", "cs_e5m2_ld(v)", "0xFF"),
         // An index (below 2^24 in every workload an index reduction accepts: exact in f32).
         DType::I64 => ("long long", "(float)v", "0x7FC000017FC00001ll"),
-        DType::F64 => return Err(nvrtc_err("verifier", "no f64 outputs")),
+        DType::F64 | DType::Bool => return Err(nvrtc_err("verifier", "no f64 or boolean outputs")),
     };
     let mut src = String::from(PRELUDE);
     src.push_str(

@@ -58,7 +58,7 @@ pub fn unit_roundoff(d: DType) -> f64 {
         DType::BF16 => 2f64.powi(-8),
         DType::E4M3 => 2f64.powi(-4),
         DType::E5M2 => 2f64.powi(-3),
-        DType::I64 => 0.0,
+        DType::I64 | DType::Bool => 0.0,
     }
 }
 

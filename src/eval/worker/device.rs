@@ -229,7 +229,7 @@ impl Ctx<'_> {
             Reference::Scan { .. } => {
                 // A logical row is n long: a storage column when D is column-major.
                 let n = if spec.col_major { dims.rows } else { dims.cols };
-                let st = self.s.zeros::<f64>(2 * rows * n.div_ceil(32))?;
+                let st = self.s.zeros::<f64>(3 * rows * n.div_ceil(32))?;
                 args.r[1] = st.ptr;
                 args.ebound = super::validate::SCAN_U;
                 dev.checker.scan_stats(self.s, &args, st.ptr)?;

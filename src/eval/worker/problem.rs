@@ -96,6 +96,7 @@ pub(super) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
             DType::E4M3 => out.push(E4M3::from_f64(v).0),
             DType::E5M2 => out.push(E5M2::from_f64(v).0),
             DType::I64 => out.extend((v as i64).to_le_bytes()),
+            DType::Bool => out.push(u8::from(v != 0.0)),
         }
     }
     out
@@ -115,6 +116,8 @@ fn rounded_values(dtype: DType, n: usize, seed: u64, stream: u64) -> Vec<f64> {
             DType::E4M3 => E4M3::from_f64(x).to_f64(),
             DType::E5M2 => E5M2::from_f64(x).to_f64(),
             DType::I64 => x.round(),
+            // About half true (the generator's values are signed, never 0).
+            DType::Bool => f64::from(u8::from(x > 0.0)),
         }
     });
     v
@@ -172,8 +175,9 @@ impl<'a> super::Ctx<'a> {
         let ldd = if w.d_col_major() { m } else { d_cols };
         let mut tensors = Vec::new();
         // A reduction's [[before]] tensors first, indexed like A (m x k); then the epilogue
-        // chain's, indexed like D. gemm_norm's [[before]] tensors are indexed like D too.
-        let before_like_a = w.family() == Family::Reduce;
+        // chain's, indexed like D. gemm_norm's and a scan's [[before]] tensors are indexed
+        // like D too.
+        let before_like_a = !w.family().before_like_d();
         let before = w.before_chain().tensors.iter().map(|t| (t, before_like_a));
         let slots = before.chain(w.chain().tensors.iter().map(|t| (t, false)));
         for (i, (t, like_a)) in slots.enumerate() {

@@ -11,7 +11,7 @@ use crate::eval::gpu::data::{self, HostElement, GUARD_ELEMENTS};
 use crate::eval::gpu::reference;
 use crate::eval::gpu::session::{CudaFailure, DevBuf};
 use crate::eval::job::{ErrorVsLibrary, Fault, FaultKind, Fp64Check, ShapeValidation};
-use crate::spec::chain::{Chain, MAX_TENSORS};
+use crate::spec::chain::{Chain, BEFORE_OP_U, MAX_TENSORS};
 pub(super) use crate::spec::{gemm_roundoff as effective_roundoff, Summation};
 use crate::spec::{DType, Family, Layout, NormKind, ReduceKind, RowStats, Shape, TotalKind};
 
@@ -494,6 +494,10 @@ impl Ctx<'_> {
                 Family::Scan => {
                     // Each logical row's scan in fp64 (in scan order) with each output's
                     // error bound, carried through the chain. A and D share their layout.
+                    // [[before]] ops (their tensors the first slots, indexed like D) give
+                    // each input's value and the bound of their fp32 evaluation.
+                    let before = w.before_chain();
+                    let nb = before.tensors.len();
                     let col = w.d_col_major();
                     let x = &p.host_a;
                     let at = |b: usize, r: usize, c: usize| {
@@ -508,12 +512,25 @@ impl Ctx<'_> {
                             } else {
                                 (0..n).collect()
                             };
-                            let row: Vec<f64> =
-                                order.iter().map(|&c| x[at(b, r, c)].to_f64()).collect();
-                            let scanned = params.scan.eval(&row, params.exclusive, SCAN_U);
+                            let row: Vec<(f64, f64)> = order
+                                .iter()
+                                .map(|&c| {
+                                    let x = x[at(b, r, c)].to_f64();
+                                    if before.is_identity() {
+                                        return (x, 0.0);
+                                    }
+                                    let mut t = [0f64; MAX_TENSORS];
+                                    for (slot, tt) in t.iter_mut().zip(&p.tensors[..nb]) {
+                                        *slot = tt.at(lay.c, b, r, c);
+                                    }
+                                    before.eval_with_error(x, &t, BEFORE_OP_U)
+                                })
+                                .collect();
+                            let scanned =
+                                params.scan.eval_with_errors(&row, params.exclusive, SCAN_U);
                             for (&c, &(v, e)) in order.iter().zip(&scanned) {
                                 let mut t = [0f64; MAX_TENSORS];
-                                for (slot, tt) in t.iter_mut().zip(&p.tensors) {
+                                for (slot, tt) in t.iter_mut().zip(&p.tensors[nb..]) {
                                     *slot = tt.at(lay.c, b, r, c);
                                 }
                                 pairs[at(b, r, c)] = chain_with_slack(chain, v, e, &t);
@@ -587,7 +604,7 @@ impl Ctx<'_> {
                                 let (v, e) = before.eval_with_error(
                                     x[b * mk + at(r, j)].to_f64(),
                                     &t,
-                                    crate::spec::chain::BEFORE_OP_U,
+                                    BEFORE_OP_U,
                                 );
                                 xs.push(v);
                                 es.push(e);
@@ -769,7 +786,7 @@ impl Ctx<'_> {
                     let (_, eop) = if before.is_identity() {
                         (x, 0.0)
                     } else {
-                        before.eval_with_error(v, &t, crate::spec::chain::BEFORE_OP_U)
+                        before.eval_with_error(v, &t, BEFORE_OP_U)
                     };
                     (x, ex + eop)
                 });

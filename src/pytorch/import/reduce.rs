@@ -470,7 +470,7 @@ pub(super) fn map_reduce(
     let (a, before, other) = match &rm.loss {
         Some((b, other)) => (rm.input.clone(), b.clone(), Some(other.clone())),
         None if mp.source(&rm.input).is_none() => {
-            let start = before_start(mp, head, &rm.input, &dims)?;
+            let start = before_start(mp, head, &rm.input, &dims, "reduce")?;
             (start, Vec::new(), None)
         }
         None => (rm.input.clone(), Vec::new(), None),
@@ -603,7 +603,13 @@ pub(super) fn map_reduce(
 
 /// The input of Model from which one elementwise chain computes `reduced` (shaped like it),
 /// or None with the problem recorded at `head`.
-fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize]) -> Option<String> {
+pub(super) fn before_start(
+    mp: &mut Mapper<'_>,
+    head: &Node,
+    reduced: &str,
+    dims: &[usize],
+    family: &str,
+) -> Option<String> {
     let shape = mp.meta(reduced).map(|m| m.shape.clone());
     let mut inputs: Vec<(usize, String)> = mp
         .nodes
@@ -625,7 +631,7 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
         }
         // A trial: its problems are kept aside, and the first input's reported if none fits.
         let kept = mp.problems.len();
-        let rows = rows_over(mp, head, &x, dims, "reduce");
+        let rows = rows_over(mp, head, &x, dims, family);
         let fits = rows.is_some_and(|r| {
             let classify = like_a(&r);
             super::chain_between(
@@ -650,7 +656,7 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
     mp.problem(
         head,
         format!(
-            "its input `{reduced}` is computed, and not by one chain of elementwise ops from an input of Model shaped like it (the ops family reduce runs before a reduction, [[before]])"
+            "its input `{reduced}` is computed, and not by one chain of elementwise ops from an input of Model shaped like it (the ops family {family} runs first, [[before]])"
         ),
     );
     None
@@ -659,7 +665,9 @@ fn before_start(mp: &mut Mapper<'_>, head: &Node, reduced: &str, dims: &[usize])
 /// Classifies a `[[before]]` operand against the reduced tensor A of `rows`: `matrix` (A's
 /// shape, contiguous), for row-major rows `row` (the reduced dims' shape: k values) or `col`
 /// (the kept dims, the reduced ones 1: m values); a problem recorded otherwise.
-fn like_a(rows: &RowsOver) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> {
+pub(super) fn like_a(
+    rows: &RowsOver,
+) -> impl Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> {
     let (a_shape, first, col, batch) = (rows.shape.clone(), rows.first, rows.col, rows.batch);
     move |mp: &mut Mapper<'_>, n: &Node, o: &str| {
         let meta = super::operand_meta(mp, n, o)?;

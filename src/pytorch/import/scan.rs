@@ -252,7 +252,25 @@ pub(super) fn map_scan(
     ops: &mut Vec<String>,
 ) -> Option<WorkloadSpec> {
     let head = mp.node(&sm.head)?;
-    let rows = rows_over(mp, head, &sm.input, &[sm.dim], "scan")?;
+    // A scan of a computed tensor: the elementwise ops from an input of Model shaped like it
+    // run first ([[before]]: `torch.cumsum(x * mask, d)`), their operands indexed like it.
+    let start = if mp.source(&sm.input).is_none() {
+        super::reduce::before_start(mp, head, &sm.input, &[sm.dim], "scan")?
+    } else {
+        sm.input.clone()
+    };
+    let rows = rows_over(mp, head, &start, &[sm.dim], "scan")?;
+    let before = if start != sm.input {
+        let classify = super::reduce::like_a(&rows);
+        let mut b_ops = Vec::new();
+        let before = super::chain_between(
+            mp, &start, &sm.input, &classify, true, None, rows.dtype, &mut b_ops,
+        )?;
+        ops.extend(b_ops);
+        before
+    } else {
+        Vec::new()
+    };
     let (dtype, col, batch, m, n) = (rows.dtype, rows.col, rows.batch, rows.m, rows.len);
     // `dtype=` on the scan: the result's type, which the family writes when it is f32.
     let out_dtype = mp
@@ -276,7 +294,8 @@ pub(super) fn map_scan(
         sm.kind.name(),
         if sm.reverse { " from the end" } else { "" }
     );
-    ops.insert(0, what.clone());
+    // The ops in order: those before the scan, the scan, those after it.
+    ops.insert(before.len().min(ops.len()), what.clone());
     let shapes = if col {
         super::side_by_side_shapes(batch, m, n)
     } else {
@@ -302,6 +321,6 @@ pub(super) fn map_scan(
         target: None,
         epilogue: chain,
         after: Vec::new(),
-        before: Vec::new(),
+        before,
     })
 }

@@ -14,6 +14,7 @@ DTYPES = {
     "e4m3": getattr(torch, "float8_e4m3fn", None),
     "e5m2": getattr(torch, "float8_e5m2", None),
     "i64": torch.int64,
+    "bool": torch.bool,
 }
 GEMM = ("gemm", "gemm_bias_act", "gemm_softmax", "gemm_glu")
 
@@ -23,10 +24,15 @@ def dims(shape):
             int(shape.get("batch", 1)))
 
 
+def _signed(size, dtype, gen, device):
+    """Uniform values in [-1, 1) of dtype; a bool mask is about half True."""
+    t = torch.rand(*size, generator=gen, device=device, dtype=torch.float32) * 2 - 1
+    return t > 0 if dtype == torch.bool else t.to(dtype)
+
+
 def _matrix(rows, cols, layout, batch, batched, dtype, gen, device):
     def rand(*s):
-        t = torch.rand(*s, generator=gen, device=device, dtype=torch.float32) * 2 - 1
-        return t.to(dtype)
+        return _signed(s, dtype, gen, device)
 
     lead = (batch,) if batched else ()
     if layout == "row":
@@ -72,14 +78,14 @@ def make_inputs(w, shape, device="cuda", seed=0):
         dt = DTYPES[t["dtype"]]
         if w["family"] == "reduce":
             # One value a row (the rules take only column operands here), shared by the batch.
-            out.append((torch.rand(m, generator=gen, device=device) * 2 - 1).to(dt))
+            out.append(_signed((m,), dt, gen, device))
         elif t["kind"] == "row":
             # One value per column j of a row: dimension -2 when the rows are side by side.
             size = (n, 1) if cols else (n,)
-            out.append((torch.rand(*size, generator=gen, device=device) * 2 - 1).to(dt))
+            out.append(_signed(size, dt, gen, device))
         elif t["kind"] == "col":
             size = (m,) if cols else (m, 1)
-            out.append((torch.rand(*size, generator=gen, device=device) * 2 - 1).to(dt))
+            out.append(_signed(size, dt, gen, device))
         else:
             out.append(_matrix(m, n, lay["c"], batch, batched, dt, gen, device))
     return out
