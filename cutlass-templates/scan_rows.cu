@@ -227,6 +227,123 @@ __device__ __forceinline__ void cs_pre_run(const cs_problem& p, int64_t b, int64
   }
 }
 
+// The raw bytes of the [[before]] operands' runs of a lane's step (E elements from physical
+// index j0 of row i), loaded beside A's vector and decoded only when the step is scanned,
+// so that no operand load is waited on where it is issued. Operand I is prefetched when it
+// is a matrix or row operand of a known type whose run is 4, 8 or 16 bytes (an f32 row's
+// bool mask: one 4-byte load) at an aligned address; `ok` says which were. Column operands
+// (one value a row) and the rest are loaded when the step is scanned.
+struct CsPreRaw {
+  uint4 w[CS_MAX_OPERANDS];
+  unsigned ok;
+};
+
+template <int DT>
+__host__ __device__ constexpr int cs_elem_bytes()
+{
+  return DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : DT == CS_DTYPE_BOOL ? 1 : 0;
+}
+
+template <int I, int E>
+__host__ __device__ constexpr bool cs_pre_prefetchable()
+{
+  if constexpr (cs_before::kOperands <= I) {
+    return false;
+  } else {
+    constexpr int kind = cs_chain_kind<cs_before>(I), dt = cs_chain_dtype<cs_before>(I);
+    constexpr int bytes = E * cs_elem_bytes<dt>();
+    return dt >= 0 && (kind == CS_OPERAND_MATRIX || kind == CS_OPERAND_ROW) &&
+           (bytes == 4 || bytes == 8 || bytes == 16);
+  }
+}
+
+template <int I, int E>
+__device__ __forceinline__ void cs_pre_fetch_one(const cs_problem& p, int64_t b, int64_t i, int64_t j0, CsPreRaw& r)
+{
+  if constexpr (cs_pre_prefetchable<I, E>()) {
+    constexpr int kind = cs_chain_kind<cs_before>(I), dt = cs_chain_dtype<cs_before>(I);
+    constexpr int bytes = E * cs_elem_bytes<dt>();
+    cs_operand const& o = p.operands[I];
+    const char* at = static_cast<const char*>(o.ptr) +
+                     cs_operand_index<kind>(o, p.layout_cd, b, i, j0) * cs_elem_bytes<dt>();
+    if ((reinterpret_cast<uintptr_t>(at) & uintptr_t(bytes - 1)) != 0) return;
+    if constexpr (bytes == 4) r.w[I].x = __ldg(reinterpret_cast<const unsigned*>(at));
+    else if constexpr (bytes == 8) {
+      uint2 const v = __ldg(reinterpret_cast<const uint2*>(at));
+      r.w[I].x = v.x; r.w[I].y = v.y;
+    } else r.w[I] = __ldg(reinterpret_cast<const uint4*>(at));
+    r.ok |= 1u << I;
+  }
+}
+
+// Issues the prefetch of every prefetchable operand's run (a whole run inside [0, n) only).
+template <int E>
+__device__ __forceinline__ void cs_pre_fetch(const cs_problem& p, int64_t b, int64_t i, int64_t j0, int64_t n,
+                                             CsPreRaw& r)
+{
+  r.ok = 0;
+  if constexpr (!cs_before::kIdentity) {
+    if (j0 < 0 || j0 + E > n) return;
+    cs_pre_fetch_one<0, E>(p, b, i, j0, r);
+    cs_pre_fetch_one<1, E>(p, b, i, j0, r);
+    cs_pre_fetch_one<2, E>(p, b, i, j0, r);
+    cs_pre_fetch_one<3, E>(p, b, i, j0, r);
+  }
+}
+
+// Operand I's E values of the step: decoded from the prefetched bytes, or loaded now.
+template <int I, int E>
+__device__ __forceinline__ void cs_pre_operand(const cs_problem& p, int64_t b, int64_t i, int64_t j0,
+                                               const CsPreRaw& r, float (&t)[E][CS_MAX_OPERANDS])
+{
+  if constexpr (cs_before::kOperands > I) {
+    constexpr int dt = cs_chain_dtype<cs_before>(I);
+    float v[E];
+    bool decoded = false;
+    if constexpr (cs_pre_prefetchable<I, E>()) {
+      if (r.ok & (1u << I)) {
+        unsigned const q[4] = {r.w[I].x, r.w[I].y, r.w[I].z, r.w[I].w};
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          if constexpr (dt == CS_DTYPE_BOOL) v[e] = ((q[e / 4] >> (8 * (e % 4))) & 0xffu) != 0 ? 1.0f : 0.0f;
+          else if constexpr (dt == CS_DTYPE_F32) v[e] = __uint_as_float(q[e]);
+          else if constexpr (dt == CS_DTYPE_BF16) v[e] = __uint_as_float((q[e / 2] >> (16 * (e % 2))) << 16);
+          else v[e] = __half2float(__ushort_as_half((unsigned short)(q[e / 2] >> (16 * (e % 2)))));
+        }
+        decoded = true;
+      }
+    }
+    if (!decoded) {
+      float x1[E][CS_MAX_OPERANDS];
+      cs_before_operand_run<cs_before, I, E, true>(p, b, i, j0, x1);
+#pragma unroll
+      for (int e = 0; e < E; ++e) v[e] = x1[e][I];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) t[e][I] = v[e];
+  }
+}
+
+// The [[before]] ops on a lane's step of E elements x from physical index j0, with the
+// operands prefetched in `r` where they were (cs_pre_run for a partial run).
+template <int E>
+__device__ __forceinline__ void cs_pre_step(const cs_problem& p, int64_t b, int64_t i, int64_t j0, int64_t n,
+                                            const CsPreRaw& r, float (&x)[E])
+{
+  if constexpr (!cs_before::kIdentity) {
+    if (j0 >= 0 && j0 + E <= n) {
+      float t[E][CS_MAX_OPERANDS];
+      cs_pre_operand<0, E>(p, b, i, j0, r, t);
+      cs_pre_operand<1, E>(p, b, i, j0, r, t);
+      cs_pre_operand<2, E>(p, b, i, j0, r, t);
+      cs_pre_operand<3, E>(p, b, i, j0, r, t);
+      cs_before_apply<cs_before, E>(x, t);
+    } else {
+      cs_pre_run<E>(p, b, i, j0, n, x);
+    }
+  }
+}
+
 // E adjacent results of a row from physical index j0 (only those inside [0, n)), through the
 // chain at (b, i, j), as vectors where `vec` allows.
 template <class TD, int E>
@@ -325,10 +442,16 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
     // the slots, so no register is moved while its load is in flight, which would wait on it).
     CsVec<TA> ring[kAhead];
     bool ring_vec[kAhead];
+    // The [[before]] operands' runs, in the same ring.
+    CsPreRaw pre[kAhead];
 #pragma unroll
     for (int r = 0; r < kAhead; ++r) {
       int64_t const q = q_begin + r * kStep;
       ring_vec[r] = q < q_end && cs_prefetch<TA>(a, first_of(q + lane * V), n, vec_a, ring[r]);
+      if constexpr (!cs_before::kIdentity) {
+        pre[r].ok = 0;
+        if (q < q_end) cs_pre_fetch<V>(p, b, i, first_of(q + lane * V), n, pre[r]);
+      }
     }
     for (int64_t q00 = q_begin; q00 < q_end; q00 += kAhead * kStep)
 #pragma unroll
@@ -341,12 +464,16 @@ cs_scan_rows(cs_problem p, int64_t tasks, int64_t parts, int64_t chunk, const fl
         float r[V];
         if (ring_vec[slot]) cs_unpack_vec<TA>(ring[slot], r);
         else cs_load_run<TA, KIND, V>(a, first_of(mine), n, vec_a, r);
-        cs_pre_run<V>(p, b, i, first_of(mine), n, r);
+        if constexpr (!cs_before::kIdentity) cs_pre_step<V>(p, b, i, first_of(mine), n, pre[slot], r);
 #pragma unroll
         for (int e = 0; e < V; ++e) x[e] = REV ? r[V - 1 - e] : r[e];
       }
       ring_vec[slot] = q0 + kAhead * kStep < q_end &&
                        cs_prefetch<TA>(a, first_of(mine + kAhead * kStep), n, vec_a, ring[slot]);
+      if constexpr (!cs_before::kIdentity) {
+        pre[slot].ok = 0;
+        if (q0 + kAhead * kStep < q_end) cs_pre_fetch<V>(p, b, i, first_of(mine + kAhead * kStep), n, pre[slot]);
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e)
         if (mine + e >= lim) x[e] = cs_identity<KIND>();

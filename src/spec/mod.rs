@@ -822,6 +822,58 @@ k = 4096
 
     const NORM: &str = "description = \"n\"\nfamily = \"norm\"\ndtype = \"bf16\"\n";
 
+    /// A scan's [[before]] ops (a masked cumsum): a bool mask operand, indexed like D,
+    /// counted at one byte an element; bool is refused as A's or D's type, and an
+    /// operand of another integer type is refused naming the entry.
+    #[test]
+    fn scans_take_ops_before_them_and_bool_masks() {
+        const S: &str =
+            "description = \"s\"\nfamily = \"scan\"\ndtype = \"f32\"\n[params]\nscan = \"sum\"\n";
+        let shapes = "[[shapes]]\nm = 4\nn = 100\n";
+        let w = parse(
+            "masked",
+            &format!("{S}[[before]]\nop = \"mul\"\noperand = \"matrix\"\ndtype = \"bool\"\n[[epilogue]]\nop = \"add\"\noperand = \"col\"\n{shapes}"),
+        )
+        .unwrap();
+        let b = w.before_chain();
+        assert_eq!(
+            (b.tensors[0].kind, b.tensors[0].dtype),
+            (chain::TensorKind::Matrix, DType::Bool)
+        );
+        assert_eq!(b.eval(-0.75, &[1.0]), -0.75);
+        assert_eq!(b.eval(-0.75, &[0.0]), 0.0);
+        // Indexed like D (4 x 100 bytes), beside A, D (f32) and the column (4 f32).
+        assert_eq!(
+            w.min_bytes(w.headline()),
+            400.0 * 4.0 + 400.0 + 4.0 * 4.0 + 400.0 * 4.0
+        );
+        assert!(
+            b.cpp_before().contains("kDtype0 = 7;"),
+            "{}",
+            b.cpp_before()
+        );
+        for (text, field) in [
+            (
+                "description = \"s\"\nfamily = \"scan\"\ndtype = \"bool\"\n[params]\nscan = \"sum\"\n",
+                "dtype",
+            ),
+            (
+                "description = \"s\"\nfamily = \"scan\"\ndtype = \"f32\"\nout_dtype = \"bool\"\n[params]\nscan = \"sum\"\n",
+                "out_dtype",
+            ),
+        ] {
+            let e = err("x", &format!("{text}{shapes}"));
+            assert!(e.contains(field) && e.contains("mask operand"), "{e}");
+        }
+        let e = err(
+            "x",
+            &format!(
+                "{S}[[before]]\nop = \"mul\"\noperand = \"matrix\"\ndtype = \"i64\"\n{shapes}"
+            ),
+        );
+        assert!(e.contains("before[0]") && e.contains("bool"), "{e}");
+    }
+
     /// reduce's [[before]] ops: on each element of A, their tensors indexed like A in the
     /// first slots (the epilogue chain's after them), only for reduce, at most four
     /// tensors in all; an earlier tensor may be read again by its name.
@@ -1868,7 +1920,7 @@ beta = 0.5
         let e = err("foo", &GEMM.replace("\"bf16\"", "\"bf17\""));
         assert_eq!(
             e,
-            "workloads/foo.toml: field \"dtype\": unknown value \"bf17\"; allowed: f32, float32, fp32, f16, float16, fp16, half, bf16, bfloat16, e4m3, float8_e4m3fn, e5m2, float8_e5m2, i64, int64, long (line 4)"
+            "workloads/foo.toml: field \"dtype\": unknown value \"bf17\"; allowed: f32, float32, fp32, f16, float16, fp16, half, bf16, bfloat16, e4m3, float8_e4m3fn, e5m2, float8_e5m2, i64, int64, long, bool (line 4)"
         );
         let e = err("foo", &format!("{GEMM}[layout]\nb = \"diag\"\n"));
         assert!(

@@ -581,30 +581,36 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 out.push(mk("reduce_rows", with(p, &[]), why));
             }
         }
+        Family::Scan if !w.before_chain().is_identity() => {
+            // [[before]] ops add their operands' loads (prefetched beside A's vector) and
+            // registers: both candidates keep a register budget that leaves the SM two
+            // CTAs of 512 threads (or three of 256) of warps to hide the loads' latency.
+            for (p, why) in [
+                (
+                    &[("CS_THREADS", 512), ("CS_AHEAD", 2), ("CS_MIN_BLOCKS", 2), ("CS_COL_UNROLL", 8)][..],
+                    "the ops on each element as it is read, their operands' runs prefetched beside A's vector; 2 steps in flight a lane within 64 registers (two CTAs of 512 an SM); rows side by side: 8 positions a warp a tile",
+                ),
+                (
+                    &[("CS_THREADS", 256), ("CS_AHEAD", 3), ("CS_MIN_BLOCKS", 3), ("CS_COL_UNROLL", 16)][..],
+                    "3 steps in flight a lane within 85 registers (three CTAs of 256 an SM); rows side by side: 16 positions a warp a tile",
+                ),
+            ] {
+                out.push(mk("scan_rows", with(p, &[]), why));
+            }
+        }
         Family::Scan => {
             // Measured on the H100 (bench/scan-variants-h100.md): KernelBench's cumsum of
             // 32768 x 32768 f32 at 0.87-0.89 of the copy with two steps in flight a lane
             // (0.79 with four: more registers, fewer warps); rows side by side in bf16 at
-            // 0.77 with 8 positions a warp a tile against 0.72 with 16. With [[before]] ops
-            // (their operands' loads and registers beside A's) three steps in 64 registers
-            // spill: the second candidate keeps three steps with the registers uncapped.
-            let capped: &[(&str, i64)] = if w.before_chain().is_identity() {
-                &[("CS_THREADS", 512), ("CS_AHEAD", 3), ("CS_MIN_BLOCKS", 2), ("CS_COL_UNROLL", 16)]
-            } else {
-                &[("CS_THREADS", 512), ("CS_AHEAD", 3), ("CS_COL_UNROLL", 16)]
-            };
+            // 0.77 with 8 positions a warp a tile against 0.72 with 16.
             for (p, why) in [
                 (
                     &[("CS_THREADS", 512), ("CS_AHEAD", 2), ("CS_COL_UNROLL", 8)][..],
                     "row-major rows: a warp a row, steps of 32 16-byte vectors (a lane scans its vector, the warp by shuffles, the carry compensated), 2 steps in flight a lane; rows side by side: 32 adjacent rows a CTA of 512 threads, 8 consecutive positions a warp a tile; rows split into parts (totals first) when too few to fill the GPU",
                 ),
                 (
-                    capped,
-                    if w.before_chain().is_identity() {
-                        "3 steps of vectors in flight a lane within 64 registers (two CTAs an SM; row-major rows); 16 positions a warp a tile (rows side by side)"
-                    } else {
-                        "3 steps of vectors in flight a lane, the registers uncapped for the [[before]] ops' operands (row-major rows); 16 positions a warp a tile (rows side by side)"
-                    },
+                    &[("CS_THREADS", 512), ("CS_AHEAD", 3), ("CS_MIN_BLOCKS", 2), ("CS_COL_UNROLL", 16)][..],
+                    "3 steps of vectors in flight a lane within 64 registers (two CTAs an SM; row-major rows); 16 positions a warp a tile (rows side by side)",
                 ),
             ] {
                 out.push(mk("scan_rows", with(p, &[]), why));

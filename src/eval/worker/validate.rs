@@ -1799,6 +1799,39 @@ mod tests {
         assert_eq!(cases, 6 * 8 * 2 * 64);
     }
 
+    /// Inputs that carry their own bound (a scan's [[before]] ops): a sum adds them, a
+    /// product adds them relative to each input (an exact zero input adds none); with no
+    /// input bound, `eval_with_errors` is `eval`.
+    #[test]
+    fn a_scans_input_bounds_are_carried_along_the_row() {
+        use crate::spec::ScanKind;
+        let u = SCAN_U;
+        let row = [(1.0, 0.0), (-2.0, 1e-6), (0.5, 3e-7)];
+        let sum = ScanKind::Sum.eval_with_errors(&row, false, u);
+        assert_eq!(sum[2].0, -0.5);
+        assert!(
+            (sum[2].1 - (u * 3.5 + 1.3e-6)).abs() < 1e-18,
+            "{:?}",
+            sum[2]
+        );
+        // Exclusive: the first output is the identity with no bound; the last leaves x_2 out.
+        let ex = ScanKind::Sum.eval_with_errors(&row, true, u);
+        assert_eq!(ex[0], (0.0, 0.0));
+        assert!((ex[2].1 - (u * 3.0 + 1e-6)).abs() < 1e-18);
+        let prod = ScanKind::Prod.eval_with_errors(&row, false, u);
+        assert_eq!(prod[2].0, -1.0);
+        let rel = 4.0 * u / 2.0 + 1e-6 / 2.0 + 3e-7 / 0.5;
+        assert!((prod[2].1 - rel).abs() < 1e-18, "{:?}", prod[2]);
+        let zero = ScanKind::Prod.eval_with_errors(&[(0.0, 1e-3), (3.0, 0.0)], false, u);
+        assert_eq!(zero[1], (0.0, 0.0));
+        let plain: Vec<f64> = row.iter().map(|r| r.0).collect();
+        let none: Vec<(f64, f64)> = plain.iter().map(|&x| (x, 0.0)).collect();
+        assert_eq!(
+            ScanKind::Prod.eval(&plain, false, u),
+            ScanKind::Prod.eval_with_errors(&none, false, u)
+        );
+    }
+
     #[test]
     fn the_scan_bound_holds_for_the_kernels_order_and_still_catches() {
         use crate::spec::ScanKind;

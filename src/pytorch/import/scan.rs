@@ -303,7 +303,15 @@ pub(super) fn map_scan(
     };
     Some(WorkloadSpec {
         name: None,
-        description: rows.describe(&what, chain.len(), file),
+        description: rows.describe(
+            &match before.len() {
+                0 => what.clone(),
+                1 => format!("{what} of 1 elementwise op's result"),
+                k => format!("{what} of {k} elementwise ops' result"),
+            },
+            chain.len(),
+            file,
+        ),
         family: Family::Scan,
         dtype,
         out_dtype: (out_dtype != dtype).then_some(out_dtype),
