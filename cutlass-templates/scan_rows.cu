@@ -36,7 +36,8 @@
 //   parts before it (A is read twice, D written once).
 //
 // Validated by the project's fp64 checker (each output against the fp64 scan, within 8 u of
-// the sum of |x| before it, or (terms + 1) 4 u of a product) on every shape and seed of the
+// the sum of |x| before it, or (terms + 1) 4 u of a product, plus the bounds of the
+// [[before]] ops' fp32 evaluation carried along the row) on every shape and seed of the
 // scan workloads and GPU test fixtures. Measured with `cutesmith bench scan` on an H100 80GB
 // HBM3 (bench/scan-h100.md, bench/scan-variants.md): KernelBench's cumsum, cumprod, reverse
 // and exclusive cumsum of 32768 x 32768 f32 at 88-89% of a device copy of the same bytes
@@ -46,7 +47,7 @@
 // shrink (CS_ERR_WORKSPACE only if P < 1). CS_ERR_UNSUPPORTED: other families, an unknown
 // cs_scan or flags (or ones unlike CS_WL_SCAN / CS_WL_SCAN_FLAGS), layout_cd unlike layout_a,
 // dtype_ab not f32 / f16 / bf16 or dtype_cd neither it nor f32, lda / ldd below a row (ROW) or
-// a column (COL), pointers not element-aligned, chain operands unlike the chain's. m, n or
+// a column (COL), pointers not element-aligned, [[before]] or chain operands unlike theirs. m, n or
 // batch 0: CS_OK, nothing done.
 //
 // Parameters (-DNAME=VALUE):
@@ -694,6 +695,7 @@ static int32_t cs_scan_check(const cs_problem& p, bool check_pointers)
   if (outer > 1 && (p.lda < inner || p.ldd < inner)) return CS_ERR_UNSUPPORTED;
   // Operand slots: the [[before]] ops' first, then the chain's; both indexed like D.
   constexpr int nb = cs_before::kOperands;
+  static_assert(nb + cs_chain::kOperands <= CS_MAX_OPERANDS, "four operand slots in all");
   if (p.num_operands != nb + cs_chain::kOperands) return CS_ERR_UNSUPPORTED;
   if (cs_chain::kOperands > 0 && cs_chain_first<cs_chain>() != nb) return CS_ERR_UNSUPPORTED;
   if (cs_operand_slots_check<cs_before>(p, 0, p.layout_cd, p.m, p.n, check_pointers) != CS_OK)

@@ -582,7 +582,7 @@ __device__ __forceinline__ void cs_before_run(const cs_problem &p, float (&x)[V]
 /* [[before]] ops (cs_before) at element (i, j) of batch b of an m x k (or m x n) matrix
  * stored in `layout`, their operands from slot 0 indexed over it (MATRIX with the operand's
  * ld, ROW: a value a column, COL: a value a row). A reduction's are indexed like A
- * (cs_before_at); gemm_norm's like D (layout_cd, m x n). */
+ * (cs_before_at); gemm_norm's and a scan's like D (layout_cd, m x n). */
 template <class Before>
 CS_HD float cs_before_in(const cs_problem &p, float x, int64_t b, int64_t i, int64_t j, int32_t layout)
 {

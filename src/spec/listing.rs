@@ -93,7 +93,11 @@ impl Workload {
                 }
             ),
             Family::Scan => format!(
-                "{s} cum{}{}{}{}{chain}",
+                "{s} {}cum{}{}{}{}{chain}",
+                match self.before.steps.len() {
+                    0 => String::new(),
+                    b => format!("{b} ops then "),
+                },
                 self.params.scan,
                 if self.params.reverse { " reverse" } else { "" },
                 if self.params.exclusive {

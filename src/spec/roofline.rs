@@ -52,8 +52,11 @@ impl Workload {
             Family::Activation => out * self.chain.flops_per_element(),
             // The ops before the softmax on each element, then the softmax.
             Family::Softmax => (5.0 + self.chain.flops_per_element()) * out,
-            // One add or multiply an element, then the chain on each result.
-            Family::Scan => (1.0 + self.chain.flops_per_element()) * out,
+            // The ops before the scan, one add or multiply an element, then the chain on
+            // each result.
+            Family::Scan => {
+                (1.0 + self.before.flops_per_element() + self.chain.flops_per_element()) * out
+            }
             Family::LogSoftmax => (6.0 + self.chain.flops_per_element()) * out,
             Family::Norm => {
                 (if matches!(self.params.norm, NormKind::Layer | NormKind::Batch) {

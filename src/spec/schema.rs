@@ -831,8 +831,8 @@ impl ScanKind {
 
     /// [`ScanKind::eval`] of inputs that are themselves off by up to a bound each (`(x,
     /// e)`: `[[before]]` ops evaluated in fp32): a sum's bound adds the inputs' bounds, a
-    /// product's their relative bounds times |y| (an exact zero input, which makes y zero,
-    /// adds none).
+    /// product's adds prod(|x_k| + e_k) - |y| (the most the inputs' errors move it, sound
+    /// where an input is zero but off by e).
     pub fn eval_with_errors(
         self,
         row: &[(f64, f64)],
@@ -840,7 +840,8 @@ impl ScanKind {
         u_acc: f64,
     ) -> Vec<(f64, f64)> {
         let mut out = Vec::with_capacity(row.len());
-        let (mut acc, mut abs, mut carried) = (self.identity(), 0.0f64, 0.0f64);
+        // carried: a sum's inputs' bounds, added; a product's prod(|x_k| + e_k).
+        let (mut acc, mut abs, mut carried) = (self.identity(), 0.0f64, self.identity());
         for (j, &(x, e)) in row.iter().enumerate() {
             if exclusive {
                 out.push((acc, self.bound(acc, abs, j, u_acc, carried)));
@@ -853,9 +854,7 @@ impl ScanKind {
                 }
                 ScanKind::Prod => {
                     acc *= x;
-                    if x != 0.0 {
-                        carried += e / x.abs();
-                    }
+                    carried *= x.abs() + e;
                 }
             }
             if !exclusive {
@@ -866,11 +865,14 @@ impl ScanKind {
     }
 
     /// The error bound of an output over `terms` inputs whose |x| sum to `abs`, the inputs'
-    /// own bounds `carried` (a sum's absolute, a product's relative, total).
+    /// own bounds `carried` (a sum's added; a product's prod(|x_k| + e_k), which is |y|
+    /// exactly when they are all 0).
     fn bound(self, y: f64, abs: f64, terms: usize, u_acc: f64, carried: f64) -> f64 {
         let e = match self {
             ScanKind::Sum => u_acc * abs + carried,
-            ScanKind::Prod => ((terms as f64 + 1.0) * u_acc / 2.0 + carried) * y.abs(),
+            ScanKind::Prod => {
+                (terms as f64 + 1.0) * u_acc / 2.0 * y.abs() + (carried - y.abs()).max(0.0)
+            }
         };
         if e.is_nan() {
             0.0

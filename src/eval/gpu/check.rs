@@ -467,7 +467,7 @@ pub fn check_source(spec: &CheckSpec) -> String {
         ),
         Reference::Reduce { .. } => "  const double* st = (const double*)a.r[1] + 2 * (b * a.rows + lr);\n  *want = csd_chain_slack(st[0], st[1], t, slack, lr, 0);\n  if (isnan(*slack)) *slack = 0.0;\n".to_string(),
         Reference::Scan { kind, reverse, exclusive } => format!(
-            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 3 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1], ce = st[2];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    double ej;\n    const double x = cs_scan_x(a, b, lr, {rev} ? C - 1 - qq : qq, &ej);\n    if ({prod}) {{ v *= x; if (x != 0.0) ce += ej / fabs(x); }} else {{ v += x; ce += ej; }}\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? ((terms + 1.0) * a.ebound / 2.0 + ce) * fabs(v) : a.ebound * ab + ce;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack, lr, lc);\n  if (isnan(*slack)) *slack = 0.0;\n",
+            "  const long long R = col_major ? a.cols : a.rows, C = col_major ? a.rows : a.cols;\n  const long long chunks = (C + 31) / 32, q = {rev} ? C - 1 - lc : lc, ch = q / 32;\n  const double* st = (const double*)a.r[1] + 3 * ((b * R + lr) * chunks + ch);\n  double v = st[0], ab = st[1], ce = st[2];\n  long long terms = ch * 32;\n  for (long long qq = ch * 32; qq < q + {incl}; ++qq) {{\n    double ej;\n    const double x = cs_scan_x(a, b, lr, {rev} ? C - 1 - qq : qq, &ej);\n    if ({prod}) {{ v *= x; ce *= fabs(x) + ej; }} else {{ v += x; ce += ej; }}\n    ab += fabs(x); ++terms;\n  }}\n  double e = {prod} ? (terms + 1.0) * a.ebound / 2.0 * fabs(v) + fmax(ce - fabs(v), 0.0) : a.ebound * ab + ce;\n  if (isnan(e)) e = 0.0;\n  *want = csd_chain_slack(v, e, t, slack, lr, lc);\n  if (isnan(*slack)) *slack = 0.0;\n",
             rev = if *reverse { "true" } else { "false" },
             incl = if *exclusive { 0 } else { 1 },
             prod = if *kind == ScanKind::Prod { "true" } else { "false" },
@@ -906,7 +906,7 @@ extern "C" __global__ void cs_reduce_stats(CheckArgs a, double* stats, long long
 
 // Per logical row and chunk of 32 positions in scan order ({scan_rev_word}): the fp64 scan of
 // the row before the chunk (the identity for the first), the sum of |x| before it and the
-// [[before]] ops' bounds carried to it (a sum's absolute, a product's relative), into
+// [[before]] ops' bounds carried to it (a sum's added; a product's prod(|x| + e)), into
 // stats[3 * (row * chunks + c)] (one block a row; A dense, shaped like D).
 extern "C" __global__ void cs_scan_stats(CheckArgs a, double* stats)
 {{
@@ -915,24 +915,24 @@ extern "C" __global__ void cs_scan_stats(CheckArgs a, double* stats)
   const long long row = blockIdx.x, b = row / R, lr = row % R, chunks = (C + 31) / 32;
   double* st = stats + 3 * row * chunks;
   for (long long c = threadIdx.x; c < chunks; c += blockDim.x) {{
-    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = 0.0;
+    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = prod ? 1.0 : 0.0;
     const long long end = c * 32 + 32 < C ? c * 32 + 32 : C;
     for (long long q = c * 32; q < end; ++q) {{
       double ej;
       const double x = cs_scan_x(a, b, lr, rev ? C - 1 - q : q, &ej);
-      if (prod) {{ v *= x; if (x != 0.0) ce += ej / fabs(x); }} else {{ v += x; ce += ej; }}
+      if (prod) {{ v *= x; ce *= fabs(x) + ej; }} else {{ v += x; ce += ej; }}
       ab += fabs(x);
     }}
     st[3 * c] = v; st[3 * c + 1] = ab; st[3 * c + 2] = ce;
   }}
   __syncthreads();
   if (threadIdx.x == 0) {{
-    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = 0.0;
+    double v = prod ? 1.0 : 0.0, ab = 0.0, ce = prod ? 1.0 : 0.0;
     for (long long c = 0; c < chunks; ++c) {{
       const double tv = st[3 * c], ta = st[3 * c + 1], tc = st[3 * c + 2];
       st[3 * c] = v; st[3 * c + 1] = ab; st[3 * c + 2] = ce;
-      if (prod) v *= tv; else v += tv;
-      ab += ta; ce += tc;
+      if (prod) {{ v *= tv; ce *= tc; }} else {{ v += tv; ce += tc; }}
+      ab += ta;
     }}
   }}
 }}

@@ -1800,8 +1800,8 @@ mod tests {
     }
 
     /// Inputs that carry their own bound (a scan's [[before]] ops): a sum adds them, a
-    /// product adds them relative to each input (an exact zero input adds none); with no
-    /// input bound, `eval_with_errors` is `eval`.
+    /// product adds prod(|x| + e) - |y| (an input that is zero but off by e leaves room for
+    /// the others' product times e); with no input bound, `eval_with_errors` is `eval`.
     #[test]
     fn a_scans_input_bounds_are_carried_along_the_row() {
         use crate::spec::ScanKind;
@@ -1820,10 +1820,11 @@ mod tests {
         assert!((ex[2].1 - (u * 3.0 + 1e-6)).abs() < 1e-18);
         let prod = ScanKind::Prod.eval_with_errors(&row, false, u);
         assert_eq!(prod[2].0, -1.0);
-        let rel = 4.0 * u / 2.0 + 1e-6 / 2.0 + 3e-7 / 0.5;
-        assert!((prod[2].1 - rel).abs() < 1e-18, "{:?}", prod[2]);
+        let want = 4.0 * u / 2.0 + (1.0 * (2.0 + 1e-6) * (0.5 + 3e-7) - 1.0);
+        assert!((prod[2].1 - want).abs() < 1e-15, "{:?}", prod[2]);
         let zero = ScanKind::Prod.eval_with_errors(&[(0.0, 1e-3), (3.0, 0.0)], false, u);
-        assert_eq!(zero[1], (0.0, 0.0));
+        assert_eq!(zero[1].0, 0.0);
+        assert!((zero[1].1 - 3e-3).abs() < 1e-15, "{:?}", zero[1]);
         let plain: Vec<f64> = row.iter().map(|r| r.0).collect();
         let none: Vec<(f64, f64)> = plain.iter().map(|&x| (x, 0.0)).collect();
         assert_eq!(

@@ -706,7 +706,7 @@ pub(super) fn like_a(
         mp.problem(
             n,
             format!(
-                "operand `{o}` of shape {:?} is neither shaped like the reduced tensor {a_shape:?}, nor (row-major rows) a vector over the reduced dims or one over the kept ones",
+                "operand `{o}` of shape {:?} is neither shaped like the reduced (or scanned) tensor {a_shape:?}, nor (row-major rows) a vector over the reduced dims or one over the kept ones",
                 meta.shape
             ),
         );

@@ -260,12 +260,15 @@ pub(super) fn map_scan(
         sm.input.clone()
     };
     let rows = rows_over(mp, head, &start, &[sm.dim], "scan")?;
+    // The ops' descriptions before the scan's own, for `ops`.
+    let mut described = 0;
     let before = if start != sm.input {
         let classify = super::reduce::like_a(&rows);
         let mut b_ops = Vec::new();
         let before = super::chain_between(
             mp, &start, &sm.input, &classify, true, None, rows.dtype, &mut b_ops,
         )?;
+        described = b_ops.len();
         ops.extend(b_ops);
         before
     } else {
@@ -295,7 +298,7 @@ pub(super) fn map_scan(
         if sm.reverse { " from the end" } else { "" }
     );
     // The ops in order: those before the scan, the scan, those after it.
-    ops.insert(before.len().min(ops.len()), what.clone());
+    ops.insert(described.min(ops.len()), what.clone());
     let shapes = if col {
         super::side_by_side_shapes(batch, m, n)
     } else {

@@ -30,6 +30,7 @@ at::ScalarType scalar_type(int cs_dtype) {
     case CS_DTYPE_E4M3: return at::ScalarType::Float8_e4m3fn;
     case CS_DTYPE_E5M2: return at::ScalarType::Float8_e5m2;
     case CS_DTYPE_I64: return at::kLong;   // argmax / argmin indices
+    case CS_DTYPE_BOOL: return at::kBool;  // a mask operand
     default: break;
   }
   TORCH_CHECK(false, CSW_NAME ": unknown cs_dtype ", cs_dtype);
