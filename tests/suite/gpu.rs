@@ -329,9 +329,11 @@ fn every_template_validates_on_its_workloads() {
         "scan_sum_rev_excl_bf16_small",
         // Ops before the scan reading a bool mask: an f32 masked cumsum (row-major rows,
         // split over CTAs), a bf16 reverse cumprod of rows side by side (a mask read twice,
-        // a row operand).
+        // a row operand), a bf16 reverse exclusive cumsum of row-major rows into f32 (the
+        // 16-bit operands' prefetch, unaligned runs, the reverse totals kernel).
         "scan_masked_sum_f32_small",
         "scan_masked_prod_rev_col_bf16_small",
+        "scan_masked_rev_excl_bf16_small",
         // GEMM + row reduction: bf16 (MN-major B, a bias and clamp before a logsumexp, ops
         // after it, batched and ragged) and f32 (both fp32 mainloops, a sum).
         "gemm_reduce_lse_bf16_small",
