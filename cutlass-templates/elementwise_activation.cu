@@ -305,9 +305,10 @@ struct CsActOp {
 
 
 // One operand element as fp32. Dtype is the operand's cs_dtype when known at compile
-// time (the load is then one LDG and at most one conversion), or -1: read at run time,
-// the three common types inline and the rest through the header's general load, kept out
-// of line so that it does not bloat the loop.
+// time (the load is then one LDG and at most one conversion), or -1: read at run time
+// (CsChainOp::dt: the chain's own type where it states it), the three common types and
+// bool inline and the rest through the header's general load, kept out of line so that it
+// does not bloat the loop.
 __device__ __noinline__ float cs_operand_value_slow(const void* ptr, int32_t dtype, int64_t idx)
 {
   return cs_load_as_float(ptr, dtype, idx);
@@ -326,6 +327,7 @@ __device__ __forceinline__ float cs_operand_value(const void* ptr, int32_t dtype
     if (dtype == CS_DTYPE_BF16) return cs_operand_value<CS_DTYPE_BF16>(ptr, dtype, idx);
     if (dtype == CS_DTYPE_F32) return cs_operand_value<CS_DTYPE_F32>(ptr, dtype, idx);
     if (dtype == CS_DTYPE_F16) return cs_operand_value<CS_DTYPE_F16>(ptr, dtype, idx);
+    if (dtype == CS_DTYPE_BOOL) return __ldg(static_cast<const unsigned char*>(ptr) + idx) != 0 ? 1.0f : 0.0f;
     return cs_operand_value_slow(ptr, dtype, idx);
   }
 }
@@ -337,6 +339,11 @@ template <int Dtype, int G>
 __device__ __forceinline__ void cs_operand_run(const void* ptr, int32_t dtype, int64_t idx,
                                                float (&out)[G])
 {
+  // A bool mask's run: one 4- to 16-byte load where aligned (dtype known once unrolled).
+  if (Dtype < 0 && dtype == CS_DTYPE_BOOL) {
+    cs_load_bools<G>(ptr, idx, out);
+    return;
+  }
   if constexpr (Dtype == CS_DTYPE_BF16 || Dtype == CS_DTYPE_F16 || Dtype == CS_DTYPE_F32) {
     constexpr int kBytes = Dtype == CS_DTYPE_F32 ? 4 : 2;
     constexpr int kPer = 16 / kBytes;             // elements per 16-byte vector
@@ -415,6 +422,14 @@ struct CsChainOp {
   CsDivmod bdiv[CS_MAX_OPERANDS][2], bmod[CS_MAX_OPERANDS][2];
   int64_t bstride[CS_MAX_OPERANDS][2];
 
+  // Operand i's cs_dtype: the chain's, known at compile time once the loops over the
+  // operands unroll (so a mixed chain's loads need no switch), else the run-time one.
+  __device__ __forceinline__ int32_t dt(int i) const
+  {
+    int const c = cs_chain_dtype<cs_chain>(i);
+    return c >= 0 ? c : dtype[i];
+  }
+
   __device__ __forceinline__ int64_t row_part(int i, uint32_t row) const
   {
     int64_t idx = 0;
@@ -439,7 +454,7 @@ struct CsChainOp {
                         : kind == CS_OPERAND_BROADCAST ? row_part(i, row) + int64_t(col) * ld[i]
                         : matrix_row_major ? int64_t(row) * ld[i] + col
                                            : int64_t(col) * ld[i] + row;
-      t[i] = cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx);
+      t[i] = cs_operand_value<OperandDtype>(ptr[i], dt(i), idx);
     }
     return cs_chain::apply(x, t, int64_t(row), int64_t(col));
   }
@@ -493,10 +508,10 @@ struct CsChainOp {
         // compile time): read once, like a COL operand's.
         int64_t const idx = rp[i];
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], idx);
-        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], idx));
+        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dt(i), idx));
       } else if (kind == CS_OPERAND_COL) {
         if constexpr (kPacked) p.w[i][0] = raw16(ptr[i], int64_t(row));
-        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], int64_t(row)));
+        else p.w[i][0] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dt(i), int64_t(row)));
       } else if (kind == CS_OPERAND_ROW || kind == CS_OPERAND_BROADCAST || matrix_row_major) {
         int64_t const idx0 = kind == CS_OPERAND_ROW ? int64_t(col)
                            : kind == CS_OPERAND_BROADCAST ? rp[i] + int64_t(col)
@@ -519,7 +534,7 @@ struct CsChainOp {
           }
         } else {
           float t[G];
-          cs_operand_run<OperandDtype, G>(ptr[i], dtype[i], idx0, t);
+          cs_operand_run<OperandDtype, G>(ptr[i], dt(i), idx0, t);
 #pragma unroll
           for (int k = 0; k < G; ++k) p.w[i][k] = __float_as_uint(t[k]);
         }
@@ -532,7 +547,7 @@ struct CsChainOp {
         } else {
 #pragma unroll
           for (int k = 0; k < G; ++k)
-            p.w[i][k] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dtype[i], base + k * ld[i]));
+            p.w[i][k] = __float_as_uint(cs_operand_value<OperandDtype>(ptr[i], dt(i), base + k * ld[i]));
         }
       }
     }

@@ -1519,6 +1519,58 @@ fn chain_between<'g>(
         // masked_fill by a triangle of a constant matrix (a causal mask), or an add of an
         // additive -inf triangle (`scores + torch.full((T, T), -inf).triu(1)`).
         let (_, m, nn) = dims.unwrap_or_default();
+        // A masked_fill by a mask tensor that is an input, parameter or buffer (not a
+        // triangle built in forward): the masked_fill op, the mask its operand (a bool one
+        // read as 0 or 1).
+        let tensor_mask = match (op.as_str(), param(n, 1, "mask").map(arg)) {
+            ("masked_fill", Some(Arg::Node(mk)))
+                if x_first && mask::triangle(mp, mk).is_none() && mp.source(mk).is_some() =>
+            {
+                Some(mk.to_string())
+            }
+            _ => None,
+        };
+        if let Some(mk) = tensor_mask {
+            let fill = match param(n, 2, "value").map(arg) {
+                Some(Arg::Num(v)) if !v.is_nan() => v,
+                _ => {
+                    mp.problem(n, "masked_fill with a value that is not a number");
+                    return None;
+                }
+            };
+            let operand = match tensor_names.get(&mk) {
+                Some(name) if reuse => name.clone(),
+                _ => {
+                    let kind = classify_operand(mp, n, &mk)?;
+                    let name = format!("{kind}{}", tensor_names.len());
+                    tensor_names.insert(mk.clone(), name);
+                    kind.to_string()
+                }
+            };
+            let meta = mp.meta(&mk);
+            let spec = OpSpec {
+                op: "masked_fill".into(),
+                value: Some(fill),
+                over: (operand == "broadcast")
+                    .then(|| mp.broadcast.get(&mk).cloned())
+                    .flatten(),
+                dtype: meta
+                    .and_then(|m| operand_dtype_of(&m.dtype))
+                    .filter(|d| *d != out_dtype),
+                operand: Some(operand),
+                ..Default::default()
+            };
+            let what = format!("masked_fill by `{mk}`");
+            end_node(
+                n,
+                vec![(spec, what)],
+                &mut specs,
+                ops,
+                &mut emitted,
+                &mut current,
+            );
+            continue;
+        }
         let masked = match op.as_str() {
             "masked_fill" => {
                 if !x_first {
@@ -4406,22 +4458,48 @@ mod tests {
             &[8, 64, 16],
             &[1024, 16, 1],
         )]);
-        // A mask from an input is refused at the masked_fill.
+        // A bool mask from an input is the masked_fill op, the mask a bool matrix operand.
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.extend([
-            input("m", &[64, 16], &[16, 1]),
+            typed(input("m", &[64, 16], &[16, 1]), "bool"),
             out_node(
                 "out",
                 "aten.masked_fill.Scalar",
                 serde_json::json!([r("mm"), r("m"), neg_inf]),
             ),
         ]);
-        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
-        assert!(
-            err.iter()
-                .any(|u| u.node == "out" && u.message.contains("triangle")),
-            "{err:?}"
+        let (spec, ops) = map_graph(&graph(nodes, "out"), "t.py").unwrap();
+        let e = &spec.epilogue;
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(
+            (e[0].op.as_str(), e[0].operand.as_deref(), e[0].dtype),
+            ("masked_fill", Some("matrix"), Some(DType::Bool))
         );
+        assert_eq!(e[0].value, Some(f64::NEG_INFINITY));
+        assert!(ops[1].contains("masked_fill by `m`"), "{ops:?}");
+        let w = crate::spec::Workload::from_spec("t.toml", spec).unwrap();
+        let c = w.chain();
+        assert_eq!(c.eval(0.25, &[0.0]), 0.25);
+        assert_eq!(c.eval(0.25, &[1.0]), f64::NEG_INFINITY);
+        assert!(c.cpp().contains("!= 0 ? -INFINITY"), "{}", c.cpp());
+        // A mask computed from an input (not a triangle) is refused at the masked_fill.
+        let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+        nodes.extend([
+            typed(input("m", &[64, 16], &[16, 1]), "bool"),
+            node(
+                "nm",
+                "aten.logical_not.default",
+                serde_json::json!([r("m")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+            out_node(
+                "out",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("mm"), r("nm"), neg_inf]),
+            ),
+        ]);
+        assert!(map_graph(&graph(nodes, "out"), "t.py").is_err());
     }
 
     /// A dropout of p = 0 is the identity in training mode too.

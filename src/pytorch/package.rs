@@ -87,6 +87,8 @@ fn binop(b: BinOp) -> &'static str {
         BinOp::Min => "min",
         BinOp::Max => "max",
         BinOp::Set => "set",
+        BinOp::Fill { when: true, .. } => "masked_fill",
+        BinOp::Fill { when: false, .. } => "where",
     }
 }
 
@@ -109,7 +111,16 @@ pub fn workload_json(input: &PackageInput<'_>) -> Value {
                         Operand::Z => json!({"kind": "z"}),
                         Operand::Saved(i) => json!({"kind": "saved", "index": i}),
                     };
-                    json!({"op": "binary", "fn": binop(b), "operand": operand})
+                    let mut step = json!({"op": "binary", "fn": binop(b), "operand": operand});
+                    // A masked_fill / where's fill: a number, or "inf" / "-inf".
+                    if let Some(f) = b.fill() {
+                        step["fill"] = if f.is_finite() {
+                            json!(f)
+                        } else {
+                            json!(format!("{f}"))
+                        };
+                    }
+                    step
                 }
                 Op::Clamp(lo, hi) => json!({"op": "clamp", "min": finite(lo), "max": finite(hi)}),
                 Op::Neg => json!({"op": "neg"}),

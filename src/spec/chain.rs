@@ -369,6 +369,14 @@ pub enum BinOp {
     Max,
     /// `x = y`: the chain continues from an earlier value (z or a saved one).
     Set,
+    /// `masked_fill` (`when` true: `x = fill` where the operand is non-zero, as
+    /// `x.masked_fill(mask, fill)`) or `where` (`when` false: x kept where the operand is
+    /// non-zero, `fill` elsewhere, as `torch.where(cond, x, fill)`); else x. The fill is
+    /// kept as its f64 bits (so that the op stays `Eq`).
+    Fill {
+        fill_bits: u64,
+        when: bool,
+    },
 }
 
 impl BinOp {
@@ -384,10 +392,22 @@ impl BinOp {
     ];
 
     fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, b)| *b == self)
-            .map_or("?", |(n, _)| n)
+        match self {
+            BinOp::Fill { when: true, .. } => "masked_fill",
+            BinOp::Fill { when: false, .. } => "where",
+            _ => Self::ALL
+                .iter()
+                .find(|(_, b)| *b == self)
+                .map_or("?", |(n, _)| n),
+        }
+    }
+
+    /// A `masked_fill` / `where` op's fill value.
+    pub fn fill(self) -> Option<f64> {
+        match self {
+            BinOp::Fill { fill_bits, .. } => Some(f64::from_bits(fill_bits)),
+            _ => None,
+        }
     }
 
     fn apply(self, x: f64, y: f64) -> f64 {
@@ -400,6 +420,13 @@ impl BinOp {
             BinOp::Min => min_nan(x, y),
             BinOp::Max => max_nan(x, y),
             BinOp::Set => y,
+            BinOp::Fill { fill_bits, when } => {
+                if (y != 0.0) == when {
+                    f64::from_bits(fill_bits)
+                } else {
+                    x
+                }
+            }
         }
     }
 
@@ -415,6 +442,9 @@ impl BinOp {
             BinOp::Min => format!("cs_minf({x}, {y})"),
             BinOp::Max => format!("cs_maxf({x}, {y})"),
             BinOp::Set => y.to_string(),
+            BinOp::Fill { fill_bits, when } => {
+                self::fill_cpp(x, y, when, &cpp_float(f64::from_bits(fill_bits)))
+            }
         }
     }
 }
@@ -478,6 +508,7 @@ pub struct ChainError {
 /// The op names a spec may use, for error messages.
 pub fn op_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = BinOp::ALL.iter().map(|(n, _)| *n).collect();
+    v.extend(["masked_fill", "where"]);
     v.extend([
         "scale", "clamp", "neg", "abs", "exp", "log", "sqrt", "pow", "triu", "tril", "swish",
     ]);
@@ -629,7 +660,41 @@ impl Chain {
                 // PyTorch's nn.GELU() without an approximation.
                 name = "gelu_erf".into();
             }
-            let binary = BinOp::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
+            // masked_fill / where: the operand is the mask, the value the fill.
+            let fill_op = match name.as_str() {
+                "masked_fill" | "where" => {
+                    let Some(v) = s.value else {
+                        return Err(err(
+                            "value",
+                            format!(
+                                "op \"{name}\" needs value = <the fill> and operand = <the mask>"
+                            ),
+                        ));
+                    };
+                    if v.is_nan() {
+                        return Err(err("value", "a fill that is not NaN".into()));
+                    }
+                    if s.operand.is_none() {
+                        return Err(err(
+                            "operand",
+                            format!(
+                                "op \"{name}\" needs operand = <the mask: a row, col, matrix, \
+                                 channel or broadcast tensor (dtype = \"bool\"), or a saved name>"
+                            ),
+                        ));
+                    }
+                    Some(BinOp::Fill {
+                        fill_bits: v.to_bits(),
+                        when: name == "masked_fill",
+                    })
+                }
+                _ => None,
+            };
+            let binary = BinOp::ALL
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, b)| *b)
+                .or(fill_op);
             let act = Activation::ALL.iter().copied().find(|a| a.name() == name);
             // A field written for an op that does not read it is an error naming it.
             let given = |f: &str| match f {
@@ -663,8 +728,10 @@ impl Chain {
             }
             let op = if let Some(b) = binary.or((name == "scale").then_some(BinOp::Mul)) {
                 unused(&ACT_PARAMS)?;
+                // A fill op's value is its fill, not its operand.
+                let value = if fill_op.is_some() { None } else { s.value };
                 let operand =
-                    match (s.value, s.operand.as_deref()) {
+                    match (value, s.operand.as_deref()) {
                         (Some(v), None) => Operand::Scalar(finite(v, "value", i)?),
                         (None, Some(o)) => {
                             if name == "scale" {
@@ -1055,6 +1122,9 @@ impl Chain {
                 let y = self.operand_text(o, cpp);
                 match b {
                     BinOp::Min | BinOp::Max if !cpp => format!("{}(x, {y})", b.name()),
+                    BinOp::Fill { fill_bits, .. } if !cpp => {
+                        format!("{}(x, {y}, {})", b.name(), num(f64::from_bits(fill_bits)))
+                    }
                     _ => b.cpp("x", &y),
                 }
             }
@@ -1566,6 +1636,13 @@ pub fn cpp_clamp(x: &str, lo: f64, hi: f64) -> String {
     e
 }
 
+/// A `masked_fill` (`when`) or `where` (`!when`) of `x` by operand `y` in C++, `fill` a
+/// literal of the code's type: the fill where `y != 0` is `when`, else x.
+pub fn fill_cpp(x: &str, y: &str, when: bool, fill: &str) -> String {
+    let cmp = if when { "!=" } else { "==" };
+    format!("(({y}) {cmp} 0 ? {fill} : ({x}))")
+}
+
 /// An fp32 literal in C++ for `v` (the value the kernel uses is `v` rounded to f32).
 pub fn cpp_float(v: f64) -> String {
     let f = v as f32;
@@ -1853,6 +1930,70 @@ mod tests {
         let mut c = Chain::default();
         c.extend_from_spec(&ops, DType::BF16).unwrap();
         c
+    }
+
+    /// masked_fill and where: the mask is the operand (bool: 0 or 1; any non-zero value is
+    /// true), the value the fill; masked_fill fills where the mask holds, where keeps x
+    /// there; both need a value and an operand, and a NaN fill is refused.
+    #[test]
+    fn masked_fill_and_where_select_by_their_mask() {
+        let c = chain(vec![
+            OpSpec {
+                operand: Some("matrix".into()),
+                dtype: Some(DType::Bool),
+                value: Some(f64::NEG_INFINITY),
+                ..spec("masked_fill")
+            },
+            OpSpec {
+                operand: Some("col".into()),
+                dtype: Some(DType::Bool),
+                value: Some(2.5),
+                ..spec("where")
+            },
+        ]);
+        assert_eq!(c.tensors[0].dtype, DType::Bool);
+        // Mask off, row kept: x. Mask on: -inf. Row not kept: 2.5 (whatever came before).
+        assert_eq!(c.eval(0.75, &[0.0, 1.0]), 0.75);
+        assert_eq!(c.eval(0.75, &[1.0, 1.0]), f64::NEG_INFINITY);
+        assert_eq!(c.eval(f64::NAN, &[1.0, 0.0]), 2.5);
+        // NaN passes where nothing is filled, as torch.where keeps it.
+        assert!(c.eval(f64::NAN, &[0.0, 1.0]).is_nan());
+        let cpp = c.cpp();
+        assert!(cpp.contains("!= 0 ? -INFINITY"), "{cpp}");
+        assert!(cpp.contains("== 0 ? 2.5f"), "{cpp}");
+        assert!(
+            c.describe().contains("masked_fill(x, matrix0, -inf)"),
+            "{}",
+            c.describe()
+        );
+        for (s, field) in [
+            (
+                OpSpec {
+                    operand: Some("matrix".into()),
+                    ..spec("masked_fill")
+                },
+                "value",
+            ),
+            (
+                OpSpec {
+                    value: Some(0.0),
+                    ..spec("where")
+                },
+                "operand",
+            ),
+            (
+                OpSpec {
+                    operand: Some("matrix".into()),
+                    value: Some(f64::NAN),
+                    ..spec("where")
+                },
+                "value",
+            ),
+        ] {
+            let mut c = Chain::default();
+            let e = c.extend_from_spec(&[s], DType::BF16).unwrap_err();
+            assert_eq!(e.field, field, "{e:?}");
+        }
     }
 
     /// min, max and clamp keep a NaN in the reference (as PyTorch does), so the C++ calls

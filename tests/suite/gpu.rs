@@ -299,6 +299,10 @@ fn every_template_validates_on_its_workloads() {
         "log_softmax_ops_f16_small",
         // A causal tril over (B, H, T, T) dims beside a broadcast padding mask.
         "softmax_causal_dims_bf16_small",
+        // masked_fill / where by bool masks: a broadcast padding mask before a softmax, a
+        // matrix and a column mask in an elementwise chain.
+        "softmax_bool_mask_bf16_small",
+        "act_where_bool_f32_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -491,6 +495,10 @@ fn device_and_host_validation_agree() {
         "softmax_ops_f32_small",
         "softmax_causal_dims_bf16_small",
         "log_softmax_ops_f16_small",
+        // masked_fill / where by bool masks: a broadcast padding mask before a softmax,
+        // a matrix and a column mask in an elementwise chain.
+        "softmax_bool_mask_bf16_small",
+        "act_where_bool_f32_small",
         // Ops before a scan reading a bool mask, their bounds carried along the row.
         "scan_masked_sum_f32_small",
         "scan_masked_prod_rev_col_bf16_small",

@@ -229,6 +229,10 @@ fn op_fp64(op: &Op, y: &str) -> String {
         // The fp64 forms of the NaN-keeping min and max.
         Op::Binary(BinOp::Min, _) => format!("csd_min(x, {y})"),
         Op::Binary(BinOp::Max, _) => format!("csd_max(x, {y})"),
+        // The fill as a double literal (the checker has no INFINITY macro).
+        Op::Binary(BinOp::Fill { fill_bits, when }, _) => {
+            crate::spec::chain::fill_cpp("x", y, *when, &lit(f64::from_bits(*fill_bits)))
+        }
         Op::Binary(b, _) => b.cpp("x", y),
         Op::Clamp(lo, hi) => format!("csd_clamp(x, {}, {})", lit(*lo), lit(*hi)),
         Op::Neg => "-x".into(),

@@ -260,6 +260,13 @@ def chain(w, z, tensors):
                 x = y / x
             elif fn == "set":
                 x = y if torch.is_tensor(y) else torch.full_like(x, y)
+            elif fn in ("masked_fill", "where"):
+                # The fill where the mask is non-zero (masked_fill) or zero (where).
+                if not torch.is_tensor(y):
+                    y = torch.full_like(x, y)
+                fill = torch.full_like(x, float(step["fill"]))
+                on = y != 0
+                x = torch.where(on, fill, x) if fn == "masked_fill" else torch.where(on, x, fill)
             elif fn in ("min", "max"):
                 if not torch.is_tensor(y):
                     y = torch.full_like(x, y)
