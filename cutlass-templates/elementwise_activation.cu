@@ -403,7 +403,7 @@ struct CsDivmod {
 
 // The workload's chain with its tensor operands (kinds fixed at compile time by cs_chain).
 // OperandDtype: the cs_dtype every operand has (f32, f16 or bf16), or -1 (mixed or other
-// types, read per operand at run time).
+// types: each read in the type the chain states, CsChainOp::dt, else the run-time one).
 template <int OperandDtype>
 struct CsChainOp {
   static constexpr int kOperands = cs_chain::kOperands;
@@ -926,6 +926,8 @@ static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
       cs_operand const& o = p.operands[i];
       if (o.kind != cs_chain_kind<cs_chain>(i)) return CS_ERR_UNSUPPORTED;
       if (!cs_operand_dtype_ok(o.dtype)) return CS_ERR_UNSUPPORTED;
+      // The loads use the chain's stated type (CsChainOp::dt): the operand must have it.
+      if (cs_chain_dtype<cs_chain>(i) >= 0 && o.dtype != cs_chain_dtype<cs_chain>(i)) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX) {
         int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
         int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;

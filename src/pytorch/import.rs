@@ -1554,9 +1554,8 @@ fn chain_between<'g>(
                 over: (operand == "broadcast")
                     .then(|| mp.broadcast.get(&mk).cloned())
                     .flatten(),
-                dtype: meta
-                    .and_then(|m| operand_dtype_of(&m.dtype))
-                    .filter(|d| *d != out_dtype),
+                // Stated always: a mask's type defaults to bool, not the chain's.
+                dtype: meta.and_then(|m| operand_dtype_of(&m.dtype)),
                 operand: Some(operand),
                 ..Default::default()
             };
@@ -4482,16 +4481,20 @@ mod tests {
         assert_eq!(c.eval(0.25, &[0.0]), 0.25);
         assert_eq!(c.eval(0.25, &[1.0]), f64::NEG_INFINITY);
         assert!(c.cpp().contains("!= 0 ? -INFINITY"), "{}", c.cpp());
-        // A mask computed from an input (not a triangle) is refused at the masked_fill.
+        // A mask computed from an input in forward (not a triangle) is refused, naming the
+        // mask's node.
         let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
         nodes.extend([
-            typed(input("m", &[64, 16], &[16, 1]), "bool"),
-            node(
-                "nm",
-                "aten.logical_not.default",
-                serde_json::json!([r("m")]),
-                &[64, 16],
-                &[16, 1],
+            input("m", &[64, 16], &[16, 1]),
+            typed(
+                node(
+                    "nm",
+                    "aten.eq.Scalar",
+                    serde_json::json!([r("m"), 0]),
+                    &[64, 16],
+                    &[16, 1],
+                ),
+                "bool",
             ),
             out_node(
                 "out",
@@ -4499,7 +4502,12 @@ mod tests {
                 serde_json::json!([r("mm"), r("nm"), neg_inf]),
             ),
         ]);
-        assert!(map_graph(&graph(nodes, "out"), "t.py").is_err());
+        let err = map_graph(&graph(nodes, "out"), "t.py").unwrap_err();
+        assert!(
+            err.iter()
+                .any(|u| u.node == "nm" || u.message.contains("masked_fill by `nm`")),
+            "{err:?}"
+        );
     }
 
     /// A dropout of p = 0 is the identity in training mode too.

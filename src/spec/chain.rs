@@ -357,7 +357,8 @@ pub enum Operand {
     Saved(usize),
 }
 
-/// A binary op `x = x (op) operand` (`rdiv`: `x = operand / x`).
+/// A binary op `x = x (op) operand` (`rdiv`: `x = operand / x`; `masked_fill` / `where`:
+/// x or a fill, chosen by the operand).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinOp {
     Add,
@@ -671,15 +672,26 @@ impl Chain {
                             ),
                         ));
                     };
-                    if v.is_nan() {
-                        return Err(err("value", "a fill that is not NaN".into()));
+                    if v.is_nan() || (v.is_finite() && v.abs() > f64::from(f32::MAX)) {
+                        return Err(err(
+                            "value",
+                            "the fill is a number an f32 holds (or +-inf), not NaN".into(),
+                        ));
                     }
-                    if s.operand.is_none() {
+                    // The mask is a tensor: a value computed in the chain (z, a saved one)
+                    // is never exactly zero on random inputs, and its rounding could flip it.
+                    let tensor_mask = s
+                        .operand
+                        .as_deref()
+                        .map(str::trim)
+                        .is_some_and(|o| o != "z" && !self.saved.iter().any(|n| n == o));
+                    if !tensor_mask {
                         return Err(err(
                             "operand",
                             format!(
                                 "op \"{name}\" needs operand = <the mask: a row, col, matrix, \
-                                 channel or broadcast tensor (dtype = \"bool\"), or a saved name>"
+                                 channel or broadcast tensor (dtype = \"bool\" by default), or \
+                                 an earlier tensor's name>, not z or a saved value"
                             ),
                         ));
                     }
@@ -762,7 +774,13 @@ impl Chain {
                                 "broadcast" => Some(TensorKind::Broadcast(over)),
                                 _ => None,
                             };
-                            self.operand(o, s.dtype.unwrap_or(out_dtype), s.dtype.is_some(), kind)
+                            // A mask is bool unless it says otherwise.
+                            let dtype = s.dtype.unwrap_or(if fill_op.is_some() {
+                                DType::Bool
+                            } else {
+                                out_dtype
+                            });
+                            self.operand(o, dtype, s.dtype.is_some(), kind)
                                 .map_err(|m| err("operand", m))?
                         }
                         (Some(_), Some(_)) => return Err(err(
@@ -1122,8 +1140,14 @@ impl Chain {
                 let y = self.operand_text(o, cpp);
                 match b {
                     BinOp::Min | BinOp::Max if !cpp => format!("{}(x, {y})", b.name()),
-                    BinOp::Fill { fill_bits, .. } if !cpp => {
-                        format!("{}(x, {y}, {})", b.name(), num(f64::from_bits(fill_bits)))
+                    // As torch writes them: x.masked_fill(mask, v), torch.where(mask, x, v).
+                    BinOp::Fill { fill_bits, when } if !cpp => {
+                        let v = num(f64::from_bits(fill_bits));
+                        if when {
+                            format!("masked_fill(x, {y}, {v})")
+                        } else {
+                            format!("where({y}, x, {v})")
+                        }
                     }
                     _ => b.cpp("x", &y),
                 }
@@ -1961,11 +1985,16 @@ mod tests {
         let cpp = c.cpp();
         assert!(cpp.contains("!= 0 ? -INFINITY"), "{cpp}");
         assert!(cpp.contains("== 0 ? 2.5f"), "{cpp}");
-        assert!(
-            c.describe().contains("masked_fill(x, matrix0, -inf)"),
-            "{}",
-            c.describe()
-        );
+        let d = c.describe();
+        assert!(d.contains("masked_fill(x, matrix0, -inf)"), "{d}");
+        assert!(d.contains("where(col1, x, 2.5)"), "{d}");
+        // A mask's type is bool unless it says otherwise.
+        let b = chain(vec![OpSpec {
+            operand: Some("row".into()),
+            value: Some(0.0),
+            ..spec("where")
+        }]);
+        assert_eq!(b.tensors[0].dtype, DType::Bool);
         for (s, field) in [
             (
                 OpSpec {
@@ -1988,6 +2017,23 @@ mod tests {
                     ..spec("where")
                 },
                 "value",
+            ),
+            (
+                OpSpec {
+                    operand: Some("matrix".into()),
+                    value: Some(1e39),
+                    ..spec("masked_fill")
+                },
+                "value",
+            ),
+            // A value computed in the chain is never exactly zero on random inputs.
+            (
+                OpSpec {
+                    operand: Some("z".into()),
+                    value: Some(0.0),
+                    ..spec("masked_fill")
+                },
+                "operand",
             ),
         ] {
             let mut c = Chain::default();

@@ -299,9 +299,10 @@ pub(super) fn masked_fill_ops(
     };
     let Some((kind, _)) = triangle(mp, mask) else {
         return Err(format!(
-            "masked_fill by `{mask}`: only a triangle of a constant matrix maps \
+            "masked_fill by `{mask}`, computed in forward: a mask maps when it is an input, \
+             parameter or buffer itself, or a triangle of a constant matrix built in forward \
              (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), or two such \
-             joined by | (a sliding window), built in forward"
+             joined by | (a sliding window)"
         ));
     };
     let dims = shape_of(mp, mask);
