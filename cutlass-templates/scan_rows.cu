@@ -315,18 +315,11 @@ __device__ __forceinline__ void cs_pre_operand(const cs_problem& p, int64_t b, i
       }
     }
     if (!decoded) {
-      constexpr int kind = cs_chain_kind<cs_before>(I);
-      cs_operand const& o = p.operands[I];
-      if constexpr (dt < 0) {
+      // Loaded now, as a reduction's are (a scan's layout_a is its layout_cd: the check).
+      float now[E][CS_MAX_OPERANDS];
+      cs_before_operand_run<cs_before, I, E, true>(p, b, i, j0, now);
 #pragma unroll
-        for (int e = 0; e < E; ++e) v[e] = cs_operand_load(o, p.layout_cd, b, i, j0 + e);
-      } else if constexpr (kind == CS_OPERAND_MATRIX || kind == CS_OPERAND_ROW) {
-        cs_load_run<dt, E>(o.ptr, cs_operand_index<kind>(o, p.layout_cd, b, i, j0), v);
-      } else {
-        float const one = cs_load_typed<dt>(o.ptr, cs_operand_index<kind>(o, p.layout_cd, b, i, j0));
-#pragma unroll
-        for (int e = 0; e < E; ++e) v[e] = one;
-      }
+      for (int e = 0; e < E; ++e) v[e] = now[e][I];
     }
 #pragma unroll
     for (int e = 0; e < E; ++e) t[e][I] = v[e];
