@@ -309,7 +309,7 @@ fn classify(target: &str) -> Class {
         | "clamp_max" | "neg" | "abs" | "exp" | "log" | "sqrt" | "rsqrt" | "pow" | "relu"
         | "relu6" | "leaky_relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "selu" | "elu"
         | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
-        | "tril" | "masked_fill" => Class::Elementwise,
+        | "tril" | "masked_fill" | "where" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
         | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
         | "detach" => Class::View,
@@ -1522,19 +1522,36 @@ fn chain_between<'g>(
         // A masked_fill by a mask tensor that is an input, parameter or buffer (not a
         // triangle built in forward): the masked_fill op, the mask its operand (a bool one
         // read as 0 or 1).
-        let tensor_mask = match (op.as_str(), param(n, 1, "mask").map(arg)) {
-            ("masked_fill", Some(Arg::Node(mk)))
+        // `torch.where(cond, x, other)` with x the running value and a number `other`: the
+        // where op, cond its mask operand.
+        let cond = match &a0 {
+            Some(Arg::Node(c)) => Some(c.to_string()),
+            _ => None,
+        };
+        let tensor_mask = match (op.as_str(), param(n, 1, "mask").map(arg), cond) {
+            ("masked_fill", Some(Arg::Node(mk)), _)
                 if x_first && mask::triangle(mp, mk).is_none() && mp.source(mk).is_some() =>
             {
-                Some(mk.to_string())
+                Some((mk.to_string(), "masked_fill", "value"))
+            }
+            ("where", _, Some(cond)) if x_second && mp.source(&cond).is_some() => {
+                Some((cond, "where", "other"))
+            }
+            ("where", ..) => {
+                mp.problem(
+                    n,
+                    "torch.where maps as where(cond, x, number) with cond an input, parameter \
+                     or buffer and x the running value",
+                );
+                return None;
             }
             _ => None,
         };
-        if let Some(mk) = tensor_mask {
-            let fill = match param(n, 2, "value").map(arg) {
+        if let Some((mk, fill_op, fill_arg)) = tensor_mask {
+            let fill = match param(n, 2, fill_arg).map(arg) {
                 Some(Arg::Num(v)) if !v.is_nan() => v,
                 _ => {
-                    mp.problem(n, "masked_fill with a value that is not a number");
+                    mp.problem(n, format!("{fill_op} with a fill that is not a number"));
                     return None;
                 }
             };
@@ -1549,7 +1566,7 @@ fn chain_between<'g>(
             };
             let meta = mp.meta(&mk);
             let spec = OpSpec {
-                op: "masked_fill".into(),
+                op: fill_op.into(),
                 value: Some(fill),
                 over: (operand == "broadcast")
                     .then(|| mp.broadcast.get(&mk).cloned())
@@ -1559,7 +1576,7 @@ fn chain_between<'g>(
                 operand: Some(operand),
                 ..Default::default()
             };
-            let what = format!("masked_fill by `{mk}`");
+            let what = format!("{fill_op} by `{mk}`");
             end_node(
                 n,
                 vec![(spec, what)],

@@ -409,6 +409,47 @@ fn ops_of(specs: &[cutesmith::spec::chain::OpSpec]) -> Vec<(&str, Option<&str>)>
         .collect()
 }
 
+/// A bool key-padding mask passed to forward: `softmax((scores * scale).masked_fill(pad,
+/// -inf))`, one softmax workload whose second [[before]] op is a masked_fill by a bool
+/// operand broadcast over dims 0 and 3; a built-in candidate takes it.
+#[test]
+fn import_a_masked_fill_by_a_bool_padding_mask_before_a_softmax() {
+    let Some((spec, w, toml_text)) = import("bool_padding_mask_softmax") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Softmax, "{toml_text}");
+    assert_eq!(
+        ops_of(&spec.before),
+        vec![("mul", None), ("masked_fill", Some("broadcast"))],
+        "{toml_text}"
+    );
+    let m = &spec.before[1];
+    assert_eq!(m.value, Some(f64::NEG_INFINITY), "{toml_text}");
+    assert_eq!(m.dtype, Some(cutesmith::spec::DType::Bool), "{toml_text}");
+    assert_eq!(m.over.as_deref(), Some(&[0, 3][..]), "{toml_text}");
+    assert_eq!(w.chain().tensors[0].dtype, cutesmith::spec::DType::Bool);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
+/// `torch.relu(torch.where(keep, x * 0.5, 0.0))` with a bool `keep`: an activation workload
+/// whose chain is the scale, a `where` by a bool matrix (fill 0) and the relu.
+#[test]
+fn import_a_where_by_a_bool_mask() {
+    let Some((spec, w, toml_text)) = import("where_bool_mask_relu") else {
+        return;
+    };
+    assert_eq!(spec.family, Family::Activation, "{toml_text}");
+    assert_eq!(
+        chain_ops(&spec),
+        vec![("mul", None), ("where", Some("matrix")), ("relu", None)],
+        "{toml_text}"
+    );
+    assert_eq!(spec.epilogue[1].value, Some(0.0), "{toml_text}");
+    assert_eq!(w.chain().eval(-2.0, &[0.0]), 0.0);
+    assert_eq!(w.chain().eval(2.0, &[1.0]), 1.0);
+    assert!(!cutesmith::strategy::candidates(&w).is_empty());
+}
+
 /// BERT's attention probabilities, `softmax(scores * scale + mask)` with a [B, 1, 1, T]
 /// padding mask: one softmax workload whose [[before]] ops are the scale and the mask, an
 /// operand broadcast over dims 0 and 3, its rows the last dim; a built-in candidate takes it.
