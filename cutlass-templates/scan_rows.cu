@@ -239,12 +239,6 @@ struct CsPreRaw {
   unsigned ok;
 };
 
-template <int DT>
-__host__ __device__ constexpr int cs_elem_bytes()
-{
-  return DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : DT == CS_DTYPE_BOOL ? 1 : 0;
-}
-
 template <int I, int E>
 __host__ __device__ constexpr bool cs_pre_prefetchable()
 {
@@ -304,13 +298,7 @@ __device__ __forceinline__ void cs_pre_operand(const cs_problem& p, int64_t b, i
     if constexpr (cs_pre_prefetchable<I, E>()) {
       if (r.ok & (1u << I)) {
         unsigned const q[4] = {r.w[I].x, r.w[I].y, r.w[I].z, r.w[I].w};
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          if constexpr (dt == CS_DTYPE_BOOL) v[e] = ((q[e / 4] >> (8 * (e % 4))) & 0xffu) != 0 ? 1.0f : 0.0f;
-          else if constexpr (dt == CS_DTYPE_F32) v[e] = __uint_as_float(q[e]);
-          else if constexpr (dt == CS_DTYPE_BF16) v[e] = __uint_as_float((q[e / 2] >> (16 * (e % 2))) << 16);
-          else v[e] = __half2float(__ushort_as_half((unsigned short)(q[e / 2] >> (16 * (e % 2)))));
-        }
+        cs_unpack_words<dt, E>(q, v);
         decoded = true;
       }
     }

@@ -287,6 +287,28 @@ CS_HD constexpr bool cs_operand_dtype_ok(int32_t d)
   return (d >= CS_DTYPE_F32 && d <= CS_DTYPE_E5M2) || d == CS_DTYPE_BOOL;
 }
 
+/* Bytes of one element of cs_dtype DT whose runs load as whole words (f32, f16, bf16,
+ * bool); 0 for the others. */
+template <int DT>
+CS_HD constexpr int cs_elem_bytes()
+{
+  return DT == CS_DTYPE_F32 ? 4 : (DT == CS_DTYPE_F16 || DT == CS_DTYPE_BF16) ? 2 : DT == CS_DTYPE_BOOL ? 1 : 0;
+}
+
+/* N elements of cs_dtype DT (cs_elem_bytes > 0) packed little-endian in the words q, as
+ * fp32: the decode every word-wide load of a run shares. */
+template <int DT, int N>
+__device__ __forceinline__ void cs_unpack_words(const unsigned *q, float *out)
+{
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if constexpr (DT == CS_DTYPE_BOOL) out[e] = ((q[e / 4] >> (8 * (e % 4))) & 0xffu) != 0 ? 1.0f : 0.0f;
+    else if constexpr (DT == CS_DTYPE_F32) out[e] = __uint_as_float(q[e]);
+    else if constexpr (DT == CS_DTYPE_BF16) out[e] = __uint_as_float((q[e / 2] >> (16 * (e % 2))) << 16);
+    else out[e] = __half2float(__ushort_as_half((unsigned short)(q[e / 2] >> (16 * (e % 2)))));
+  }
+}
+
 /* V consecutive booleans from base[idx] (one byte each) as 0.0 / 1.0: one 4-, 8- or
  * 16-byte load where V is 4, 8 or 16 and the address allows, else byte by byte. */
 template <int V>
@@ -304,8 +326,7 @@ __device__ __forceinline__ void cs_load_bools(const void *base, int64_t idx, flo
         uint4 const r = __ldg(reinterpret_cast<const uint4 *>(p));
         w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
       }
-#pragma unroll
-      for (int e = 0; e < V; ++e) out[e] = ((w[e / 4] >> (8 * (e % 4))) & 0xffu) != 0 ? 1.0f : 0.0f;
+      cs_unpack_words<CS_DTYPE_BOOL, V>(w, out);
       return;
     }
   }

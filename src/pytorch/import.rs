@@ -1294,6 +1294,27 @@ fn end_node(
 /// at the node reading it where it fits none.
 type Classify<'c> = dyn Fn(&mut Mapper<'_>, &Node, &str) -> Option<&'static str> + 'c;
 
+/// Tensor `o`, read by op `n` for the first time, as `spec`'s operand: its kind by
+/// `classify` (and a broadcast operand's dims), named in `tensor_names` as the chain names
+/// its tensors (by kind and order, `Chain::operand`); the kind and the tensor's type.
+fn new_tensor_operand(
+    mp: &mut Mapper<'_>,
+    n: &Node,
+    o: &str,
+    classify: &Classify<'_>,
+    tensor_names: &mut HashMap<String, String>,
+    spec: &mut OpSpec,
+) -> Option<(&'static str, Option<DType>)> {
+    let kind = classify(mp, n, o)?;
+    spec.operand = Some(kind.into());
+    if kind == "broadcast" {
+        spec.over = mp.broadcast.get(o).cloned();
+    }
+    let name = format!("{kind}{}", tensor_names.len());
+    tensor_names.insert(o.to_string(), name);
+    Some((kind, mp.meta(o).and_then(|m| operand_dtype_of(&m.dtype))))
+}
+
 /// [`chain_after`] with the tensor operands classified by `classify`; with `reuse`, a
 /// tensor read a second time is named again (`matrix0`) instead of becoming a new operand
 /// (a reduction's `[[before]]` ops: a loss's target read twice). `dims`: the (batch, m, n)
@@ -1555,27 +1576,26 @@ fn chain_between<'g>(
                     return None;
                 }
             };
-            let operand = match tensor_names.get(&mk) {
-                Some(name) if reuse => name.clone(),
-                _ => {
-                    let kind = classify_operand(mp, n, &mk)?;
-                    let name = format!("{kind}{}", tensor_names.len());
-                    tensor_names.insert(mk.clone(), name);
-                    kind.to_string()
-                }
-            };
-            let meta = mp.meta(&mk);
-            let spec = OpSpec {
+            let mut spec = OpSpec {
                 op: fill_op.into(),
                 value: Some(fill),
-                over: (operand == "broadcast")
-                    .then(|| mp.broadcast.get(&mk).cloned())
-                    .flatten(),
-                // Stated always: a mask's type defaults to bool, not the chain's.
-                dtype: meta.and_then(|m| operand_dtype_of(&m.dtype)),
-                operand: Some(operand),
                 ..Default::default()
             };
+            match tensor_names.get(&mk) {
+                Some(name) if reuse => spec.operand = Some(name.clone()),
+                _ => {
+                    let (_, dt) = new_tensor_operand(
+                        mp,
+                        n,
+                        &mk,
+                        classify_operand,
+                        &mut tensor_names,
+                        &mut spec,
+                    )?;
+                    // Stated always: a mask's type defaults to bool, not the chain's.
+                    spec.dtype = dt;
+                }
+            }
             let what = format!("{fill_op} by `{mk}`");
             end_node(
                 n,
@@ -1774,24 +1794,23 @@ fn chain_between<'g>(
                     spec.operand = Some(held);
                 }
                 Some(Arg::Node(o)) => {
-                    let kind = classify_operand(mp, n, o)?;
-                    let meta = mp.meta(o);
-                    let dt = meta.and_then(|m| operand_dtype_of(&m.dtype));
-                    if kind == "row" && meta.is_some_and(|m| m.shape.iter().all(|d| *d == 1)) {
+                    let (kind, dt) = new_tensor_operand(
+                        mp,
+                        n,
+                        o,
+                        classify_operand,
+                        &mut tensor_names,
+                        &mut spec,
+                    )?;
+                    if kind == "row" && mp.meta(o).is_some_and(|m| m.shape.iter().all(|d| *d == 1))
+                    {
                         note = Some(format!(
                             "`{o}` holds one value: pass it as a row of n copies"
                         ));
                     }
-                    spec.operand = Some(kind.into());
-                    if kind == "broadcast" {
-                        spec.over = mp.broadcast.get(o).cloned();
-                    }
                     if let Some(d) = dt.filter(|d| *d != out_dtype) {
                         spec.dtype = Some(d);
                     }
-                    // The chain names its tensors by kind and order (`Chain::operand`).
-                    let name = format!("{kind}{}", tensor_names.len());
-                    tensor_names.insert(o.to_string(), name);
                 }
                 _ => {
                     mp.problem(n, "its second operand is neither a number nor a tensor");

@@ -363,47 +363,32 @@ fn broadcast_index(slot: usize, row: &str, col: &str) -> String {
     )
 }
 
-/// Loads of a reduction's `[[before]]` tensors at element j of row lr of batch b of A
-/// (`lda`, `a_col` as `cs_reduce_stats` has them), into `tb4[]`.
-fn before_loads(spec: &CheckSpec) -> String {
+/// Loads of the `[[before]]` tensors into `tb4[]` (each line indented by `indent`) at the
+/// element in column `col` of row `row` of batch b, `matrix` the C++ of a matrix operand's
+/// element there (its slot given). A reduction's are indexed like A (j of row lr, `lda`,
+/// `a_col` as `cs_reduce_stats` has them), a scan's like D (`cs_scan_x`: lc of row lr,
+/// dense index ei).
+fn before_loads(
+    spec: &CheckSpec,
+    (row, col): (&str, &str),
+    matrix: impl Fn(usize) -> String,
+    indent: &str,
+) -> String {
     let mut s = String::new();
     for (i, t) in spec.before.tensors.iter().enumerate() {
         let idx = match t.kind {
-            TensorKind::Row => format!("b * a.tb[{i}] + j"),
-            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
+            TensorKind::Row => format!("b * a.tb[{i}] + {col}"),
+            TensorKind::Col => format!("b * a.tb[{i}] + {row}"),
             // Never in [[before]] (the rules); indexed as in the epilogue.
-            TensorKind::Channel(r) => format!("b * a.tb[{i}] + lr * {r}LL + j / (a.cols / {r}LL)"),
-            TensorKind::Matrix => {
-                format!("b * a.tb[{i}] + (a_col ? j * lda + lr : lr * lda + j)")
+            TensorKind::Channel(r) => {
+                format!("b * a.tb[{i}] + {row} * {r}LL + {col} / (a.cols / {r}LL)")
             }
-            // Never in [[before]] (the rules: family activation only).
-            TensorKind::Broadcast(_) => broadcast_index(i, "lr", "j"),
+            TensorKind::Matrix => matrix(i),
+            TensorKind::Broadcast(_) => broadcast_index(i, row, col),
         };
         let _ = writeln!(
             s,
-            "    tb4[{i}] = {}((const void*)a.t[{i}], {idx});",
-            loader(t.dtype)
-        );
-    }
-    s
-}
-
-/// Loads of a scan's `[[before]]` tensors at position lc of logical row lr of batch b (dense
-/// index ei, indexed like D: `cs_scan_x`), into `tb4[]`.
-fn scan_before_loads(spec: &CheckSpec) -> String {
-    let mut s = String::new();
-    for (i, t) in spec.before.tensors.iter().enumerate() {
-        let idx = match t.kind {
-            TensorKind::Row => format!("b * a.tb[{i}] + lc"),
-            TensorKind::Col => format!("b * a.tb[{i}] + lr"),
-            TensorKind::Matrix => "ei".to_string(),
-            // Never in a scan's [[before]] (the rules); indexed as in the epilogue.
-            TensorKind::Channel(r) => format!("b * a.tb[{i}] + lr * {r}LL + lc / (a.cols / {r}LL)"),
-            TensorKind::Broadcast(_) => broadcast_index(i, "lr", "lc"),
-        };
-        let _ = writeln!(
-            s,
-            "  tb4[{i}] = {}((const void*)a.t[{i}], {idx});",
+            "{indent}tb4[{i}] = {}((const void*)a.t[{i}], {idx});",
             loader(t.dtype)
         );
     }
@@ -422,7 +407,12 @@ pub fn check_source(spec: &CheckSpec) -> String {
     } else {
         s.push_str(&before_fp64(&spec.before));
     }
-    let before_load = before_loads(spec);
+    let before_load = before_loads(
+        spec,
+        ("lr", "j"),
+        |i| format!("b * a.tb[{i}] + (a_col ? j * lda + lr : lr * lda + j)"),
+        "    ",
+    );
     let out_ld = loader(spec.out);
     let in_ld = loader(spec.input);
     let (poison_ty, poison) = match spec.out {
@@ -549,7 +539,7 @@ __device__ double cs_scan_x(const CheckArgs& a, long long b, long long lr, long 
         gemm = gemm_z(0, 1, true, spec.out),
         u = lit(SOFTMAX_OPS_U),
         col_major = if spec.col_major { "true" } else { "false" },
-        scan_load = scan_before_loads(spec),
+        scan_load = before_loads(spec, ("lr", "lc"), |_| "ei".to_string(), "  "),
     );
     let _ = write!(
         s,
