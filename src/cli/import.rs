@@ -29,20 +29,127 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
             out.with_file_name(format!("{}.toml", import::workload_name(&out))).display()
         )));
     }
-    if out.exists() && !force {
-        return Err(Error::Usage(format!(
-            "{} already exists; pass --force to replace it, or --out another file",
-            out.display()
-        )));
-    }
     let py = python::python();
-    let imported = import::import(problem, &py, train)?;
-    let (text, workload) = import::render(&imported, problem, &out)?;
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+    // Whether a built-in template computes a spec: the split into stages prefers stages
+    // that have one.
+    let probe = out.with_file_name("cutesmith_stage_probe.toml");
+    let builtin = |spec: &crate::spec::WorkloadSpec| {
+        spec.to_toml()
+            .ok()
+            .and_then(|text| crate::spec::Workload::parse(&probe, &text).ok())
+            .is_some_and(|w| crate::strategy::space(&w).iter().any(|(_, v)| v.is_ok()))
+    };
+    let imported = import::import(problem, &py, train, &builtin)?;
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf);
+    if imported.stages.len() == 1 {
+        if out.exists() && !force {
+            return Err(Error::Usage(format!(
+                "{} already exists; pass --force to replace it, or --out another file",
+                out.display()
+            )));
+        }
+        let (text, workload) = import::render(&imported, 0, &[stem], problem, &out)?;
+        write(dir.as_deref(), &out, &text)?;
+        println!("wrote {}", out.display());
+        summary(&workload, &imported.stages[0].ops);
+        let export = export_hint(&workload);
+        println!(
+            "next: cutesmith run {} (on a GPU machine), then {export}",
+            out.display()
+        );
+        return Ok(EXIT_OK);
+    }
+    // Stages: `<stem>_s1.toml`, ... beside `out`, and a suite of them.
+    let n = imported.stages.len();
+    let names: Vec<String> = (1..=n).map(|k| format!("{stem}_s{k}")).collect();
+    let paths: Vec<PathBuf> = names
+        .iter()
+        .map(|nm| out.with_file_name(format!("{nm}.toml")))
+        .collect();
+    let suite_dir = dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("suites");
+    let suite_path = suite_dir.join(format!("{stem}.toml"));
+    if !force {
+        if let Some(p) = paths.iter().chain([&suite_path]).find(|p| p.exists()) {
+            return Err(Error::Usage(format!(
+                "{} already exists (the Model runs as {n} stages: {}, and the suite {}); pass \
+                 --force to replace them, or --out another file",
+                p.display(),
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                suite_path.display()
+            )));
+        }
+    }
+    // Every stage renders and loads before anything is written.
+    let rendered = (0..n)
+        .map(|k| import::render(&imported, k, &names, problem, &paths[k]))
+        .collect::<Result<Vec<_>>>()?;
+    println!(
+        "no one workload computes the Model: it runs as {n} workloads, one after another \
+         (each validated and timed by itself)"
+    );
+    for (k, (text, workload)) in rendered.iter().enumerate() {
+        write(dir.as_deref(), &paths[k], text)?;
+        println!("wrote {}", paths[k].display());
+        summary(workload, &imported.stages[k].ops);
+        for (node, st) in &imported.stages[k].reads {
+            println!("  reads `{node}`, the output of {}", names[*st]);
+        }
+    }
+    let suite = crate::spec::suite::SuiteSpec {
+        description: format!(
+            "The stages of {}'s Model, in the order they run (written by `cutesmith import`)",
+            problem.display()
+        ),
+        workloads: names.clone(),
+        max_candidates: None,
+        seeds: None,
+        provider: None,
+        rounds: None,
+        max_time_s: None,
+        max_tokens: None,
+    };
+    let text = toml::to_string(&suite).map_err(|e| Error::Format {
+        context: suite_path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    write(Some(&suite_dir), &suite_path, &text)?;
+    println!("wrote {} (the stages as a suite)", suite_path.display());
+    let workloads_dir = dir.unwrap_or_else(|| PathBuf::from("."));
+    let bench = if workloads_dir == Path::new("workloads") {
+        format!("cutesmith bench {stem}")
+    } else {
+        format!(
+            "cutesmith bench {} --workloads-dir {}",
+            suite_path.display(),
+            workloads_dir.display()
+        )
+    };
+    println!(
+        "next: {bench} (on a GPU machine: each stage's built-in kernels against the vendor \
+         library), or cutesmith run {} for one stage",
+        paths[0].display()
+    );
+    Ok(EXIT_OK)
+}
+
+fn write(dir: Option<&Path>, path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    std::fs::write(&out, &text).map_err(|e| Error::io(&out, e))?;
-    println!("wrote {}", out.display());
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+}
+
+fn summary(workload: &crate::spec::Workload, ops: &[String]) {
     println!(
         "  {}: {} {}, headline {}, {} shapes",
         workload.name(),
@@ -51,10 +158,10 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         workload.headline(),
         workload.shapes().len()
     );
-    println!("  ops: {}", imported.ops.join(" -> "));
+    println!("  ops: {}", ops.join(" -> "));
     // The format accepts some workloads no built-in template computes yet: say so now,
     // with the first template's reason, rather than at the first `run`.
-    let space = crate::strategy::space(&workload);
+    let space = crate::strategy::space(workload);
     if let Some(why) = space
         .iter()
         .all(|(_, v)| v.is_err())
@@ -66,13 +173,18 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         .flatten()
     {
         println!(
-            "note: no built-in template computes this workload yet ({why}); `cutesmith run` needs a model provider for it ([model] in cutesmith.toml), and `cutesmith strategies {}` lists every template's reason",
-            out.display()
+            "note: no built-in template computes {} yet ({why}); `cutesmith run` needs a model provider for it ([model] in cutesmith.toml), and `cutesmith strategies {}` lists every template's reason",
+            workload.name(),
+            workload.name()
         );
     }
+}
+
+/// The export command for a run of `workload`: `--torch` where the package takes it.
+fn export_hint(workload: &crate::spec::Workload) -> &'static str {
     // (export --torch does not take gemm_reduce, gemm_norm, [[before]] ops or a cross
     // entropy yet: their kernel and C ABI, then.)
-    let export = if matches!(
+    if matches!(
         workload.family(),
         crate::spec::Family::GemmReduce | crate::spec::Family::GemmNorm
     ) || !workload.before_chain().is_identity()
@@ -81,10 +193,5 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         "cutesmith export runs/<id> --out DIR"
     } else {
         "cutesmith export runs/<id> --torch DIR"
-    };
-    println!(
-        "next: cutesmith run {} (on a GPU machine), then {export}",
-        out.display()
-    );
-    Ok(EXIT_OK)
+    }
 }

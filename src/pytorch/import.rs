@@ -26,12 +26,14 @@ use crate::spec::{
 /// The tracer, shipped inside the binary and written to a temp file for each import.
 pub const TRACER: &str = include_str!("trace.py");
 
+mod attention;
 mod contraction;
 mod loss;
 mod mask;
 mod norm;
 mod reduce;
 mod scan;
+pub mod stages;
 
 /// The graph `trace.py` prints.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,14 +96,14 @@ impl fmt::Display for Unmapped {
     }
 }
 
-/// What an import made: the spec and what it came from.
+/// What an import made: one workload, or the stages the Model runs as when no one
+/// workload computes it ([`stages`]); and what they came from.
 #[derive(Debug, Clone)]
 pub struct Imported {
-    pub spec: WorkloadSpec,
+    /// At least one; each with its spec and the ops it recognized, in order.
+    pub stages: Vec<stages::Stage>,
     /// `torch.__version__` of the tracer.
     pub torch: String,
-    /// The ops recognized, in order, for the file's header comment.
-    pub ops: Vec<String>,
     /// Traced in training mode (`--train`), else in eval mode.
     pub train: bool,
 }
@@ -128,8 +130,15 @@ const SUPPORTED: &str = "matmul, mm, bmm (any number of batch dims), linear, add
     input or an earlier value (`0.5 * x * (1 + tanh(...x...))`)";
 
 /// Runs the tracer on `problem` with `python` and maps the graph: the Model in eval mode,
-/// or with `train` in training mode (a BatchNorm's batch statistics).
-pub fn import(problem: &Path, python: &Path, train: bool) -> Result<Imported> {
+/// or with `train` in training mode (a BatchNorm's batch statistics). A Model no one
+/// workload computes is split into stages; `builtin` says whether a built-in template
+/// computes a spec (the split prefers stages that have one).
+pub fn import(
+    problem: &Path,
+    python: &Path,
+    train: bool,
+    builtin: &dyn Fn(&WorkloadSpec) -> bool,
+) -> Result<Imported> {
     if !problem.is_file() {
         return Err(Error::Usage(format!(
             "{}: no such problem file (a .py with class Model, get_inputs() and \
@@ -196,33 +205,92 @@ pub fn import(problem: &Path, python: &Path, train: bool) -> Result<Imported> {
             }
         )));
     }
-    let graph: Graph = serde_json::from_value(v).map_err(|e| Error::Format {
+    let mut graph: Graph = serde_json::from_value(v).map_err(|e| Error::Format {
         context: format!("the tracer's graph for {}", problem.display()),
         message: e.to_string(),
     })?;
+    let attention_left = attention::expand_sdpa(&mut graph);
     let file = problem
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    match map_graph(&graph, &file) {
-        Ok((spec, ops)) => Ok(Imported {
-            spec,
-            torch: graph.torch,
-            ops,
-            train,
-        }),
-        Err(list) => Err(Error::Usage(format!(
-            "{}: cannot map {} node{} of Model onto a workload spec; nothing was written:\n{}\n\
-             supported: {SUPPORTED}",
-            problem.display(),
-            list.len(),
-            if list.len() == 1 { "" } else { "s" },
-            list.iter()
+    let whole = match map_graph(&graph, &file) {
+        Ok((spec, ops)) => {
+            let output = graph
+                .output
+                .first()
+                .and_then(|v| v.get("node"))
+                .and_then(Value::as_str)
+                .unwrap_or("output")
+                .to_string();
+            return Ok(Imported {
+                stages: vec![stages::Stage {
+                    spec,
+                    ops,
+                    output,
+                    reads: Vec::new(),
+                }],
+                torch: graph.torch,
+                train,
+            });
+        }
+        Err(list) => list,
+    };
+    let split = match stages::split(&graph, &file, builtin) {
+        Ok(st) => {
+            return Ok(Imported {
+                stages: st,
+                torch: graph.torch,
+                train,
+            })
+        }
+        Err(e) => e,
+    };
+    let list = whole;
+    let staged = if split.problems.is_empty() {
+        String::new()
+    } else {
+        let before = match split.mapped_before {
+            0 => String::new(),
+            k => format!(
+                " the ops before `{}` map onto {k} stage{}, and",
+                split.at,
+                if k == 1 { "" } else { "s" }
+            ),
+        };
+        format!(
+            "\nsplit into workloads run one after another,{before} no stage starting at `{}` \
+             maps:\n{}",
+            split.at,
+            split
+                .problems
+                .iter()
                 .map(|u| format!("  {u}"))
                 .collect::<Vec<_>>()
                 .join("\n")
-        ))),
-    }
+        )
+    };
+    let staged = format!(
+        "{staged}{}",
+        attention_left
+            .iter()
+            .map(|(node, why)| format!(
+                "\nnode `{node}`: scaled_dot_product_attention is written out as its ops \
+                 (two GEMMs and a softmax), but not with {why}"
+            ))
+            .collect::<String>()
+    );
+    Err(Error::Usage(format!(
+        "{}: cannot map {} node{} of Model onto a workload spec; nothing was written:\n{}{staged}\n\
+         supported: {SUPPORTED}",
+        problem.display(),
+        list.len(),
+        if list.len() == 1 { "" } else { "s" },
+        list.iter()
+            .map(|u| format!("  {u}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )))
 }
 
 fn tail(text: &str, n: usize) -> String {
@@ -253,20 +321,61 @@ pub fn workload_name(problem: &Path) -> String {
     }
 }
 
-/// The spec as the file `cutesmith import` writes: a header comment, then the TOML;
-/// validated through the normal loader as `out` before anything is written. Returns
-/// the text and the workload it loads as.
-pub fn render(imported: &Imported, problem: &Path, out: &Path) -> Result<(String, Workload)> {
-    let body = imported.spec.to_toml().map_err(|e| Error::Format {
+/// Stage `k`'s spec as the file `cutesmith import` writes: a header comment, then the
+/// TOML; validated through the normal loader as `out` before anything is written. Returns
+/// the text and the workload it loads as. `names` are the stages' workload names (for the
+/// header of a stage that reads an earlier one's output).
+pub fn render(
+    imported: &Imported,
+    k: usize,
+    names: &[String],
+    problem: &Path,
+    out: &Path,
+) -> Result<(String, Workload)> {
+    let stage = imported.stages.get(k).ok_or_else(|| {
+        Error::Usage(format!(
+            "{}: stage {} of {}",
+            problem.display(),
+            k + 1,
+            imported.stages.len()
+        ))
+    })?;
+    let body = stage.spec.to_toml().map_err(|e| Error::Format {
         context: format!("the spec for {}", out.display()),
         message: e.to_string(),
     })?;
+    let staged = if imported.stages.len() > 1 {
+        let reads: Vec<String> = stage
+            .reads
+            .iter()
+            .map(|(node, st)| {
+                format!(
+                    "input `{node}` is the output of stage {} ({})",
+                    st + 1,
+                    names.get(*st).map_or("?", String::as_str)
+                )
+            })
+            .collect();
+        format!(
+            "# Stage {} of {}: no one workload computes the Model, so it runs as workloads \
+             one after another.{}\n",
+            k + 1,
+            imported.stages.len(),
+            if reads.is_empty() {
+                String::new()
+            } else {
+                format!(" Its {}.", reads.join("; its "))
+            }
+        )
+    } else {
+        String::new()
+    };
     let text = format!(
-        "# Imported by `cutesmith import` from {} (torch {}, the Model in {} mode).\n# Ops: {}\n{body}",
+        "# Imported by `cutesmith import` from {} (torch {}, the Model in {} mode).\n{staged}# Ops: {}\n{body}",
         problem.display(),
         imported.torch,
         if imported.train { "training" } else { "eval" },
-        imported.ops.join(" -> ")
+        stage.ops.join(" -> ")
     );
     let w = Workload::parse(out, &text)?;
     Ok((text, w))
@@ -5497,5 +5606,241 @@ mod tests {
         // Tiny headlines keep distinct shapes only.
         let s = row_shapes(1, 2);
         assert_eq!(s.len(), 2, "{s:?}");
+    }
+
+    fn param_node(name: &str, shape: &[i64], stride: &[i64]) -> Value {
+        json_node(
+            name,
+            "placeholder",
+            None,
+            Some("parameter"),
+            serde_json::json!([]),
+            shape,
+            stride,
+        )
+    }
+
+    /// `x [64, 32] -> linear(w1 [48, 32], b1) -> NODE -> linear(w2 [16, 48]) -> TAIL`.
+    fn two_linears(act: &str, tail: Vec<Value>, out: &str) -> Graph {
+        let mut nodes = vec![
+            param_node("w1", &[48, 32], &[32, 1]),
+            param_node("b1", &[48], &[1]),
+            param_node("w2", &[16, 48], &[48, 1]),
+            input("x", &[64, 32], &[32, 1]),
+            node(
+                "lin",
+                "aten.linear.default",
+                serde_json::json!([r("x"), r("w1"), r("b1")]),
+                &[64, 48],
+                &[48, 1],
+            ),
+            node(
+                "act",
+                act,
+                serde_json::json!([r("lin")]),
+                &[64, 48],
+                &[48, 1],
+            ),
+            node(
+                "lin2",
+                "aten.linear.default",
+                serde_json::json!([r("act"), r("w2")]),
+                &[64, 16],
+                &[16, 1],
+            ),
+        ];
+        nodes.extend(tail);
+        graph(nodes, out)
+    }
+
+    #[test]
+    fn a_model_of_two_gemms_runs_as_stages() {
+        let lse = node(
+            "lse",
+            "aten.logsumexp.default",
+            serde_json::json!([r("lin2"), [1]]),
+            &[64],
+            &[1],
+        );
+        let g = two_linears("aten.sigmoid.default", vec![lse], "lse");
+        // No one workload computes it ...
+        let whole = map_graph(&g, "t.py").unwrap_err();
+        assert!(
+            whole
+                .iter()
+                .any(|u| u.message.contains("a second matrix product")),
+            "{whole:?}"
+        );
+        // ... two do: the first GEMM with its sigmoid, then the second with the logsumexp
+        // of its rows, reading the first's output as its input.
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(st.len(), 2, "{st:?}");
+        assert_eq!(st[0].spec.family, Family::GemmBiasAct);
+        assert_eq!(st[0].output, "act");
+        assert!(st[0].reads.is_empty());
+        assert_eq!(st[1].spec.family, Family::GemmReduce);
+        assert_eq!(st[1].output, "lse");
+        assert_eq!(st[1].reads, vec![("act".to_string(), 0)]);
+        assert!(
+            st[1].spec.description.ends_with("stage 2 of 2 of t.py"),
+            "{}",
+            st[1].spec.description
+        );
+        // The first GEMM's shape is x's; the second's m x n x k is 64 x 16 x 48.
+        let head = |k: usize| {
+            let s = &st[k].spec.shapes[0];
+            (s.m, s.n, s.k)
+        };
+        assert_eq!(head(0), (Some(64), Some(48), Some(32)));
+        assert_eq!(head(1), (Some(64), Some(16), Some(48)));
+        // Where the fewest stages have no built-in template, that split wins: with the
+        // GEMM + reduction marked as having none, the reduction runs alone.
+        let st = stages::split(&g, "t.py", &|s: &WorkloadSpec| {
+            s.family != Family::GemmReduce
+        })
+        .unwrap();
+        assert_eq!(
+            st.iter().map(|s| s.spec.family).collect::<Vec<_>>(),
+            [Family::GemmBiasAct, Family::Gemm, Family::Reduce],
+        );
+        assert_eq!(st[2].reads, vec![("lin2".to_string(), 1)]);
+    }
+
+    #[test]
+    fn a_value_read_by_two_later_stages_is_an_input_of_both() {
+        // y = x W1ᵀ + b; z = relu(y); out = z W2ᵀ, then + y[:, :16] is not expressible,
+        // so: out = relu(y) W2ᵀ + r where r = y's GEMM output read again as a residual
+        // (shapes kept square so the residual is a matrix operand).
+        let mut nodes = vec![
+            param_node("w1", &[32, 32], &[32, 1]),
+            param_node("w2", &[32, 32], &[32, 1]),
+            input("x", &[64, 32], &[32, 1]),
+            node(
+                "y",
+                "aten.linear.default",
+                serde_json::json!([r("x"), r("w1")]),
+                &[64, 32],
+                &[32, 1],
+            ),
+            node(
+                "z",
+                "aten.relu.default",
+                serde_json::json!([r("y")]),
+                &[64, 32],
+                &[32, 1],
+            ),
+            node(
+                "o",
+                "aten.linear.default",
+                serde_json::json!([r("z"), r("w2")]),
+                &[64, 32],
+                &[32, 1],
+            ),
+        ];
+        nodes.push(node(
+            "res",
+            "aten.add.Tensor",
+            serde_json::json!([r("o"), r("y")]),
+            &[64, 32],
+            &[32, 1],
+        ));
+        let g = graph(nodes, "res");
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        // y is read by z and by the residual: a stage of y and z would have two outputs,
+        // so y is a stage of its own, z another, and the last reads both.
+        assert_eq!(
+            st.iter().map(|s| s.output.as_str()).collect::<Vec<_>>(),
+            ["y", "z", "res"]
+        );
+        let mut reads = st[2].reads.clone();
+        reads.sort();
+        assert_eq!(reads, vec![("y".to_string(), 0), ("z".to_string(), 1)]);
+        assert_eq!(st[2].spec.family, Family::Gemm);
+        assert_eq!(st[2].spec.epilogue.len(), 1, "{:?}", st[2].spec.epilogue);
+    }
+
+    #[test]
+    fn a_split_names_where_no_stage_maps() {
+        // A convolution after the first GEMM: the GEMM maps, nothing from the conv on.
+        let conv = node(
+            "conv",
+            "aten.conv1d.default",
+            serde_json::json!([r("lin2"), r("w2")]),
+            &[64, 16],
+            &[16, 1],
+        );
+        let g = two_linears("aten.relu.default", vec![conv], "conv");
+        let e = stages::split(&g, "t.py", &|_| true).unwrap_err();
+        assert_eq!(e.mapped_before, 2, "{e:?}");
+        assert_eq!(e.at, "conv");
+        assert!(
+            e.problems.iter().any(|u| u.message.contains("convolution")),
+            "{e:?}"
+        );
+    }
+
+    fn sdpa_graph(kwargs: serde_json::Value) -> Graph {
+        let (sh, st) = (&[2, 4, 64, 32][..], &[8192, 2048, 32, 1][..]);
+        let mut g = graph(
+            vec![
+                input("q", sh, st),
+                input("k", sh, st),
+                input("v", sh, st),
+                node(
+                    "attn",
+                    "aten.scaled_dot_product_attention.default",
+                    serde_json::json!([r("q"), r("k"), r("v")]),
+                    sh,
+                    st,
+                ),
+            ],
+            "attn",
+        );
+        if let Value::Object(m) = kwargs {
+            g.nodes[3].kwargs = m.into_iter().collect();
+        }
+        g
+    }
+
+    #[test]
+    fn attention_is_written_out_and_runs_as_two_stages() {
+        let mut g = sdpa_graph(serde_json::json!({}));
+        assert!(attention::expand_sdpa(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(st.len(), 2, "{st:?}");
+        // softmax(Q Kᵀ / sqrt(32)) over batched 64 x 64 scores, then P V.
+        assert_eq!(st[0].spec.family, Family::GemmSoftmax);
+        assert_eq!(st[0].spec.shapes[0].batch, Some(8));
+        let chain = st[0].spec.epilogue.first().expect("the scale");
+        assert_eq!(chain.op, "mul");
+        assert!((chain.value.unwrap_or(0.0) - 1.0 / 32f64.sqrt()).abs() < 1e-12);
+        assert_eq!(
+            st[0].spec.layout.as_ref().and_then(|l| l.b),
+            Some(Layout::Col),
+            "Kᵀ read as K's rows"
+        );
+        assert_eq!(st[1].spec.family, Family::Gemm);
+        assert_eq!(st[1].output, "attn");
+        assert_eq!(st[1].reads, vec![("attn_probs".to_string(), 0)]);
+        let h = &st[1].spec.shapes[0];
+        assert_eq!((h.m, h.n, h.k), (Some(64), Some(32), Some(64)));
+
+        // Causal: the future's scores are filled with -inf before the softmax.
+        let mut g = sdpa_graph(serde_json::json!({"is_causal": true, "scale": 0.5}));
+        assert!(attention::expand_sdpa(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        let ops: Vec<&str> = st[0].spec.epilogue.iter().map(|o| o.op.as_str()).collect();
+        // (tril with a value: the lower triangle kept, the rest filled with it.)
+        assert_eq!(ops, ["mul", "tril"], "{:?}", st[0].spec.epilogue);
+        assert_eq!(st[0].spec.epilogue[1].diagonal, None);
+        assert_eq!(st[0].spec.epilogue[0].value, Some(0.5));
+        assert_eq!(st[0].spec.epilogue[1].value, Some(f64::NEG_INFINITY));
+
+        // A dropout inside is left as it is, with why.
+        let mut g = sdpa_graph(serde_json::json!({"dropout_p": 0.1}));
+        let left = attention::expand_sdpa(&mut g);
+        assert_eq!(left.len(), 1);
+        assert!(left[0].1.contains("dropout"));
+        assert!(stages::split(&g, "t.py", &|_| true).is_err());
     }
 }

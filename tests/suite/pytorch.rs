@@ -1093,3 +1093,116 @@ fn torch_operator_compiles_for_gemm_workloads() {
         }
     });
 }
+
+/// Imports a Model no one workload computes: the stages written as `<file>_s<k>.toml`
+/// beside the suite `suites/<file>.toml`; each stage as written and as loaded, and the
+/// command's output.
+fn import_stages(file: &str) -> Option<(Vec<(WorkloadSpec, Workload, String)>, String)> {
+    let py = python()?;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("{file}.toml"));
+    let o = import_to(&py, file, &out, &[]);
+    let t = output_text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    // No file of the requested name: the stages and their suite.
+    assert!(!out.exists(), "{t}");
+    let suite_path = dir.path().join("suites").join(format!("{file}.toml"));
+    let suite: toml::Table = toml::from_str(&std::fs::read_to_string(&suite_path).unwrap())
+        .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    let names: Vec<String> = suite["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let mut stages = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        assert_eq!(name, &format!("{file}_s{}", k + 1));
+        let path = dir.path().join(format!("{name}.toml"));
+        assert!(t.contains(&format!("wrote {}", path.display())), "{t}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(&format!("# Stage {} of {}", k + 1, names.len())),
+            "{text}"
+        );
+        let spec: WorkloadSpec = toml::from_str(&text).unwrap();
+        let w = Workload::load(&path).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(w.name(), name);
+        stages.push((spec, w, text));
+    }
+    // The suite loads as `bench` finds it (the stages' directory as --workloads-dir).
+    let (stem, loaded) =
+        cutesmith::spec::suite::load(dir.path(), &suite_path.display().to_string()).unwrap();
+    assert_eq!(stem, file);
+    assert_eq!(loaded.workloads, names);
+    assert!(
+        t.contains(&format!("--workloads-dir {}", dir.path().display())),
+        "{t}"
+    );
+    Some((stages, t))
+}
+
+#[test]
+fn import_a_feed_forward_block_as_two_stages() {
+    let Some((stages, t)) = import_stages("feed_forward_two_linears") else {
+        return;
+    };
+    assert_eq!(stages.len(), 2, "{t}");
+    // Linear + bias + GELU, then Linear + bias reading the first's output.
+    let (up, up_w, _) = &stages[0];
+    assert_eq!(up.family, Family::GemmBiasAct);
+    assert_eq!(up_w.params().activation, Activation::GeluErf);
+    assert_gemm_shapes(up_w, 4096, 4096, 1024, 1);
+    let (down, down_w, text) = &stages[1];
+    assert_eq!(down.family, Family::GemmBiasAct);
+    assert_eq!(down_w.params().activation, Activation::Identity);
+    assert_gemm_shapes(down_w, 4096, 1024, 4096, 1);
+    assert!(
+        text.contains("Its input `gelu` is the output of stage 1 (feed_forward_two_linears_s1)"),
+        "{text}"
+    );
+    assert_eq!(down.dtype, DType::BF16);
+    assert!(
+        t.contains("reads `gelu`, the output of feed_forward_two_linears_s1"),
+        "{t}"
+    );
+}
+
+#[test]
+fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
+    let Some((stages, t)) = import_stages("causal_sdpa") else {
+        return;
+    };
+    assert_eq!(stages.len(), 2, "{t}");
+    let (scores, scores_w, _) = &stages[0];
+    assert_eq!(scores.family, Family::GemmSoftmax);
+    // 4 x 16 heads of 1024 x 1024 scores over a head dim of 64; K read as Kᵀ.
+    let s = shapes(scores_w);
+    assert_eq!(
+        (s[0].m, s[0].n, s[0].k, s[0].batch, s.len()),
+        (1024, 1024, 64, 64, 3)
+    );
+    assert_eq!(scores.layout.as_ref().and_then(|l| l.b), Some(Layout::Col));
+    let ops: Vec<(&str, Option<f64>)> = scores
+        .epilogue
+        .iter()
+        .map(|o| (o.op.as_str(), o.value))
+        .collect();
+    assert_eq!(
+        ops,
+        [("mul", Some(0.125)), ("tril", Some(f64::NEG_INFINITY))]
+    );
+    let (pv, pv_w, text) = &stages[1];
+    assert_eq!(pv.family, Family::Gemm);
+    // P (1024 x 1024 a head) times V (1024 x 64, row-major).
+    let s = shapes(pv_w);
+    assert_eq!(
+        (s[0].m, s[0].n, s[0].k, s[0].batch, s.len()),
+        (1024, 64, 1024, 64, 3)
+    );
+    assert_eq!(pv.layout.as_ref().and_then(|l| l.b), Some(Layout::Row));
+    assert!(
+        text.contains("is the output of stage 1 (causal_sdpa_s1)"),
+        "{text}"
+    );
+}
