@@ -180,6 +180,9 @@ pub struct BenchReport {
     pub device: String,
     pub date: String,
     pub rows: Vec<BenchRow>,
+    /// The suite's `stages` (one Model's workloads in the order they run, with repeats).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<String>,
 }
 
 /// `cutesmith bench SUITE`.
@@ -282,6 +285,7 @@ pub fn cmd_bench(
             device: device.clone(),
             date: date.clone(),
             rows: all,
+            stages: spec.stages.clone(),
         }
     };
     // While the sessions measure, the next workloads' kernels compile on the idle cores,
@@ -720,6 +724,67 @@ fn summary(rows: &[BenchRow]) -> String {
     s
 }
 
+/// A stage's library time: what a PyTorch user runs for it today, the unfused library
+/// sequence where the row has one, else the vendor library (cuBLAS before cuBLASLt; not
+/// TF32's reference, which is not fp32-accurate, nor the copy).
+fn library_us(row: &BenchRow) -> Option<(String, f64)> {
+    let named = |n: &str| {
+        row.baselines
+            .iter()
+            .find(|b| b.0.split(' ').next() == Some(n) && b.0 != crate::eval::job::TF32_REFERENCE)
+            .map(|b| (n.to_string(), b.1))
+    };
+    named("unfused").or_else(|| {
+        row.baselines
+            .iter()
+            .find(|b| b.0 != "copy" && b.0 != crate::eval::job::TF32_REFERENCE)
+            .map(|b| (b.0.split(' ').next().unwrap_or("").to_string(), b.1))
+    })
+}
+
+/// For a suite of one Model's stages: their best times added up in the order they run
+/// (a workload once per stage it runs as), beside the library's.
+fn stage_total(r: &BenchReport) -> String {
+    if r.stages.is_empty() {
+        return String::new();
+    }
+    let mut ours = 0.0;
+    let mut lib = 0.0;
+    let mut libs: Vec<String> = Vec::new();
+    let mut missing: Vec<&str> = Vec::new();
+    for st in &r.stages {
+        match r.rows.iter().find(|row| &row.workload == st) {
+            Some(row) => match (row.best_us, library_us(row)) {
+                (Some(b), Some((name, l))) => {
+                    ours += b;
+                    lib += l;
+                    if !libs.contains(&name) {
+                        libs.push(name);
+                    }
+                }
+                _ => missing.push(st),
+            },
+            None => missing.push(st),
+        }
+    }
+    let n = r.stages.len();
+    if !missing.is_empty() {
+        missing.dedup();
+        return format!(
+            "\n\nThe Model as its {n} stages run one after another: no total, {} has no correct \
+             kernel or no library time beside it.\n",
+            missing.join(", ")
+        );
+    }
+    format!(
+        "\n\nThe Model as its {n} stages run one after another ({}): the best kernels take \
+         {ours:.1} us, the library sequence ({} per stage) {lib:.1} us: {:.2}x.\n",
+        r.stages.join(", "),
+        libs.join(" or "),
+        lib / ours
+    )
+}
+
 /// The Markdown table.
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = format!(
@@ -791,6 +856,7 @@ pub fn markdown(r: &BenchReport) -> String {
         ));
     }
     s.push_str(&summary(&r.rows));
+    s.push_str(&stage_total(r));
     // fp32 workloads: the best kernel's error beside cuBLAS fp32's, shape by shape.
     let accuracy: Vec<(&str, &Tried)> = r
         .rows
@@ -975,6 +1041,74 @@ mod tests {
     }
 
     #[test]
+    fn a_models_stages_add_up_against_the_library_sequence() {
+        let row =
+            |w: &str, best: Option<f64>, baselines: Vec<(String, f64, Option<f64>)>| BenchRow {
+                workload: w.into(),
+                shape: "64x64x64".into(),
+                session: String::new(),
+                best: best.map(|_| "gemm".into()),
+                best_us: best,
+                baselines,
+                roofline_fraction: None,
+                tflops: None,
+                tb_per_s: None,
+                goal: "1.00x cublas".into(),
+                goal_vs: Some("cublas".into()),
+                met: true,
+                judged: true,
+                search: SearchOutcome {
+                    workload: w.into(),
+                    tried: Vec::new(),
+                    best: None,
+                    rejected: Vec::new(),
+                },
+            };
+        let tf32 = (crate::eval::job::TF32_REFERENCE.to_string(), 1.0, Some(9.0));
+        let mut r = BenchReport {
+            suite: "m".into(),
+            description: "d".into(),
+            device: "GPU".into(),
+            date: "2026-11-29".into(),
+            // The second workload runs twice.
+            stages: vec!["m_s1".into(), "m_s2".into(), "m_s2".into()],
+            rows: vec![
+                // A fused stage: its unfused sequence is what PyTorch runs.
+                row(
+                    "m_s1",
+                    Some(10.0),
+                    vec![
+                        ("cublas".into(), 8.0, Some(0.8)),
+                        ("unfused".into(), 15.0, Some(1.5)),
+                    ],
+                ),
+                // A plain GEMM: cuBLAS, never TF32's reference.
+                row(
+                    "m_s2",
+                    Some(20.0),
+                    vec![tf32, ("cublas".into(), 30.0, Some(1.5))],
+                ),
+            ],
+        };
+        let md = markdown(&r);
+        assert!(
+            md.contains(
+                "The Model as its 3 stages run one after another (m_s1, m_s2, m_s2): the best \
+                 kernels take 50.0 us, the library sequence (unfused or cublas per stage) 75.0 \
+                 us: 1.50x."
+            ),
+            "{md}"
+        );
+        // A stage without a correct kernel leaves no total, naming it.
+        r.rows[1].best_us = None;
+        let md = markdown(&r);
+        assert!(md.contains("no total, m_s2 has no correct kernel"), "{md}");
+        // Other suites say nothing of stages.
+        r.stages.clear();
+        assert!(!markdown(&r).contains("stages run"));
+    }
+
+    #[test]
     fn the_table_shows_every_candidate_and_the_goal() {
         let t = Tried {
             strategy: Strategy {
@@ -996,6 +1130,7 @@ mod tests {
             description: "d".into(),
             device: "GPU".into(),
             date: "2026-11-23".into(),
+            stages: Vec::new(),
             rows: vec![BenchRow {
                 workload: "act".into(),
                 shape: "1024".into(),
@@ -1125,6 +1260,7 @@ mod tests {
             description: "d".into(),
             device: "GPU".into(),
             date: "2026-11-25".into(),
+            stages: Vec::new(),
             rows: vec![BenchRow {
                 workload: "fp32_4096".into(),
                 shape: big.to_string(),

@@ -62,9 +62,22 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         );
         return Ok(EXIT_OK);
     }
-    // Stages: `<stem>_s1.toml`, ... beside `out`, and a suite of them.
+    // Stages: `<stem>_s1.toml`, ... beside `out`, and a suite of them. Stages with the same
+    // spec (a deep MLP's hidden layers) are one workload, named for the first of them.
     let n = imported.stages.len();
-    let names: Vec<String> = (1..=n).map(|k| format!("{stem}_s{k}")).collect();
+    let key = |k: usize| {
+        let mut spec = imported.stages[k].spec.clone();
+        spec.description.clear();
+        spec.to_toml().unwrap_or_default()
+    };
+    let keys: Vec<String> = (0..n).map(key).collect();
+    let first: Vec<usize> = (0..n)
+        .map(|k| (0..k).find(|&j| keys[j] == keys[k]).unwrap_or(k))
+        .collect();
+    let names: Vec<String> = (0..n)
+        .map(|k| format!("{stem}_s{}", first[k] + 1))
+        .collect();
+    let unique: Vec<usize> = (0..n).filter(|&k| first[k] == k).collect();
     let paths: Vec<PathBuf> = names
         .iter()
         .map(|nm| out.with_file_name(format!("{nm}.toml")))
@@ -75,31 +88,73 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         .join("suites");
     let suite_path = suite_dir.join(format!("{stem}.toml"));
     if !force {
-        if let Some(p) = paths.iter().chain([&suite_path]).find(|p| p.exists()) {
+        if let Some(p) = unique
+            .iter()
+            .map(|&k| &paths[k])
+            .chain([&suite_path])
+            .find(|p| p.exists())
+        {
             return Err(Error::Usage(format!(
                 "{} already exists (the Model runs as {n} stages: {}, and the suite {}); pass \
                  --force to replace them, or --out another file",
                 p.display(),
-                paths
+                unique
                     .iter()
-                    .map(|p| p.display().to_string())
+                    .map(|&k| paths[k].display().to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
                 suite_path.display()
             )));
         }
     }
+    // The stages each workload runs as (1-based), where more than one.
+    let runs_as =
+        |k: usize| -> Vec<usize> { (0..n).filter(|&j| first[j] == k).map(|j| j + 1).collect() };
     // Every stage renders and loads before anything is written.
-    let rendered = (0..n)
-        .map(|k| import::render(&imported, k, &names, problem, &paths[k]))
+    let rendered = unique
+        .iter()
+        .map(|&k| {
+            let (mut text, w) = import::render(&imported, k, &names, problem, &paths[k])?;
+            let also = runs_as(k);
+            if also.len() > 1 {
+                let line = format!(
+                    "# The same workload runs as stages {} (one spec, written once).\n",
+                    also.iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let at = text.find('\n').map_or(0, |i| i + 1);
+                text.insert_str(at, &line);
+            }
+            Ok((k, text, w))
+        })
         .collect::<Result<Vec<_>>>()?;
     println!(
-        "no one workload computes the Model: it runs as {n} workloads, one after another \
-         (each validated and timed by itself)"
+        "no one workload computes the Model: it runs as {n} stages, one after another (each \
+         validated and timed by itself){}",
+        if unique.len() < n {
+            format!(", {} distinct workloads", unique.len())
+        } else {
+            String::new()
+        }
     );
-    for (k, (text, workload)) in rendered.iter().enumerate() {
+    for (k, text, workload) in &rendered {
+        let k = *k;
         write(dir.as_deref(), &paths[k], text)?;
-        println!("wrote {}", paths[k].display());
+        let also = runs_as(k);
+        if also.len() > 1 {
+            println!(
+                "wrote {} (stages {})",
+                paths[k].display(),
+                also.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        } else {
+            println!("wrote {}", paths[k].display());
+        }
         summary(workload, &imported.stages[k].ops);
         for (node, st) in &imported.stages[k].reads {
             println!("  reads `{node}`, the output of {}", names[*st]);
@@ -107,16 +162,17 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
     }
     let suite = crate::spec::suite::SuiteSpec {
         description: format!(
-            "The stages of {}'s Model, in the order they run (written by `cutesmith import`)",
+            "The stages of {}'s Model (written by `cutesmith import`)",
             problem.display()
         ),
-        workloads: names.clone(),
+        workloads: unique.iter().map(|&k| names[k].clone()).collect(),
         max_candidates: None,
         seeds: None,
         provider: None,
         rounds: None,
         max_time_s: None,
         max_tokens: None,
+        stages: names.clone(),
     };
     let text = toml::to_string(&suite).map_err(|e| Error::Format {
         context: suite_path.display().to_string(),

@@ -30,6 +30,10 @@ pub struct SuiteSpec {
     /// `cutesmith run SUITE`: model tokens per workload.
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// The stages of one Model in the order they run, a workload once per stage (`cutesmith
+    /// import` of a Model no one workload computes): `cutesmith bench` adds up their times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<String>,
 }
 
 /// Finds a suite by name (in `workloads/suites/`) or path.

@@ -1097,7 +1097,9 @@ fn torch_operator_compiles_for_gemm_workloads() {
 /// Imports a Model no one workload computes: the stages written as `<file>_s<k>.toml`
 /// beside the suite `suites/<file>.toml`; each stage as written and as loaded, and the
 /// command's output.
-fn import_stages(file: &str) -> Option<(Vec<(WorkloadSpec, Workload, String)>, String)> {
+fn import_stages(
+    file: &str,
+) -> Option<(Vec<(WorkloadSpec, Workload, String)>, Vec<String>, String)> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("{file}.toml"));
@@ -1109,20 +1111,26 @@ fn import_stages(file: &str) -> Option<(Vec<(WorkloadSpec, Workload, String)>, S
     let suite_path = dir.path().join("suites").join(format!("{file}.toml"));
     let suite: toml::Table = toml::from_str(&std::fs::read_to_string(&suite_path).unwrap())
         .unwrap_or_else(|e| panic!("{e}\n{t}"));
-    let names: Vec<String> = suite["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let list = |key: &str| -> Vec<String> {
+        suite[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    // The distinct workloads, and the stages in the order they run.
+    let names = list("workloads");
+    let order = list("stages");
     let mut stages = Vec::new();
-    for (k, name) in names.iter().enumerate() {
+    for name in &names {
+        let k = order.iter().position(|s| s == name).unwrap();
         assert_eq!(name, &format!("{file}_s{}", k + 1));
         let path = dir.path().join(format!("{name}.toml"));
         assert!(t.contains(&format!("wrote {}", path.display())), "{t}");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            text.contains(&format!("# Stage {} of {}", k + 1, names.len())),
+            text.contains(&format!("# Stage {} of {}", k + 1, order.len())),
             "{text}"
         );
         let spec: WorkloadSpec = toml::from_str(&text).unwrap();
@@ -1135,19 +1143,24 @@ fn import_stages(file: &str) -> Option<(Vec<(WorkloadSpec, Workload, String)>, S
         cutesmith::spec::suite::load(dir.path(), &suite_path.display().to_string()).unwrap();
     assert_eq!(stem, file);
     assert_eq!(loaded.workloads, names);
+    assert_eq!(loaded.stages, order);
     assert!(
         t.contains(&format!("--workloads-dir {}", dir.path().display())),
         "{t}"
     );
-    Some((stages, t))
+    Some((stages, order, t))
 }
 
 #[test]
 fn import_a_feed_forward_block_as_two_stages() {
-    let Some((stages, t)) = import_stages("feed_forward_two_linears") else {
+    let Some((stages, order, t)) = import_stages("feed_forward_two_linears") else {
         return;
     };
     assert_eq!(stages.len(), 2, "{t}");
+    assert_eq!(
+        order,
+        ["feed_forward_two_linears_s1", "feed_forward_two_linears_s2"]
+    );
     // Linear + bias + GELU, then Linear + bias reading the first's output.
     let (up, up_w, _) = &stages[0];
     assert_eq!(up.family, Family::GemmBiasAct);
@@ -1170,7 +1183,7 @@ fn import_a_feed_forward_block_as_two_stages() {
 
 #[test]
 fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
-    let Some((stages, t)) = import_stages("causal_sdpa") else {
+    let Some((stages, _, t)) = import_stages("causal_sdpa") else {
         return;
     };
     assert_eq!(stages.len(), 2, "{t}");
@@ -1205,4 +1218,40 @@ fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
         text.contains("is the output of stage 1 (causal_sdpa_s1)"),
         "{text}"
     );
+}
+
+#[test]
+fn import_repeated_layers_as_one_workload_run_at_each_stage() {
+    let Some((stages, order, t)) = import_stages("mlp_repeated_layers") else {
+        return;
+    };
+    // Five stages: in, three hidden layers alike, out; three distinct workloads.
+    assert_eq!(
+        order,
+        [
+            "mlp_repeated_layers_s1",
+            "mlp_repeated_layers_s2",
+            "mlp_repeated_layers_s2",
+            "mlp_repeated_layers_s2",
+            "mlp_repeated_layers_s5",
+        ],
+        "{t}"
+    );
+    assert_eq!(stages.len(), 3, "{t}");
+    assert!(
+        t.contains("runs as 5 stages") && t.contains("3 distinct workloads"),
+        "{t}"
+    );
+    let (hidden, hidden_w, text) = &stages[1];
+    assert_eq!(hidden.family, Family::GemmBiasAct);
+    assert_eq!(hidden_w.params().activation, Activation::Relu);
+    assert_gemm_shapes(hidden_w, 1024, 1024, 1024, 1);
+    assert!(
+        text.contains("# The same workload runs as stages 2, 3, 4 (one spec, written once)."),
+        "{text}"
+    );
+    let (out, out_w, _) = &stages[2];
+    assert_eq!(out.family, Family::GemmBiasAct);
+    assert_eq!(out_w.params().activation, Activation::Identity);
+    assert_gemm_shapes(out_w, 1024, 256, 1024, 1);
 }
