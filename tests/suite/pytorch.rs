@@ -1097,9 +1097,10 @@ fn torch_operator_compiles_for_gemm_workloads() {
 /// Imports a Model no one workload computes: the stages written as `<file>_s<k>.toml`
 /// beside the suite `suites/<file>.toml`; each stage as written and as loaded, and the
 /// command's output.
-fn import_stages(
-    file: &str,
-) -> Option<(Vec<(WorkloadSpec, Workload, String)>, Vec<String>, String)> {
+/// An imported stage: its spec as written, as loaded, and its text.
+type StageFile = (WorkloadSpec, Workload, String);
+
+fn import_stages(file: &str) -> Option<(Vec<StageFile>, Vec<String>, String)> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("{file}.toml"));
