@@ -26,7 +26,7 @@ use crate::spec::{
 /// The tracer, shipped inside the binary and written to a temp file for each import.
 pub const TRACER: &str = include_str!("trace.py");
 
-mod attention;
+mod composite;
 mod contraction;
 mod loss;
 mod mask;
@@ -209,7 +209,7 @@ pub fn import(
         context: format!("the tracer's graph for {}", problem.display()),
         message: e.to_string(),
     })?;
-    let attention_left = attention::expand_sdpa(&mut graph);
+    let composites_left = composite::expand(&mut graph);
     let file = problem
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -272,11 +272,11 @@ pub fn import(
     };
     let staged = format!(
         "{staged}{}",
-        attention_left
+        composites_left
             .iter()
             .map(|(node, why)| format!(
-                "\nnode `{node}`: scaled_dot_product_attention is written out as its ops \
-                 (two GEMMs and a softmax), but not with {why}"
+                "\nnode `{node}`: a composite op (attention, a distance) is written out as \
+                 the ops it is defined by, but not with {why}"
             ))
             .collect::<String>()
     );
@@ -5805,7 +5805,7 @@ mod tests {
     #[test]
     fn attention_is_written_out_and_runs_as_two_stages() {
         let mut g = sdpa_graph(serde_json::json!({}));
-        assert!(attention::expand_sdpa(&mut g).is_empty());
+        assert!(composite::expand(&mut g).is_empty());
         let st = stages::split(&g, "t.py", &|_| true).unwrap();
         assert_eq!(st.len(), 2, "{st:?}");
         // softmax(Q Kᵀ / sqrt(32)) over batched 64 x 64 scores, then P V.
@@ -5827,7 +5827,7 @@ mod tests {
 
         // Causal: the future's scores are filled with -inf before the softmax.
         let mut g = sdpa_graph(serde_json::json!({"is_causal": true, "scale": 0.5}));
-        assert!(attention::expand_sdpa(&mut g).is_empty());
+        assert!(composite::expand(&mut g).is_empty());
         let st = stages::split(&g, "t.py", &|_| true).unwrap();
         let ops: Vec<&str> = st[0].spec.epilogue.iter().map(|o| o.op.as_str()).collect();
         // (tril with a value: the lower triangle kept, the rest filled with it.)
@@ -5838,9 +5838,149 @@ mod tests {
 
         // A dropout inside is left as it is, with why.
         let mut g = sdpa_graph(serde_json::json!({"dropout_p": 0.1}));
-        let left = attention::expand_sdpa(&mut g);
+        let left = composite::expand(&mut g);
         assert_eq!(left.len(), 1);
         assert!(left[0].1.contains("dropout"));
         assert!(stages::split(&g, "t.py", &|_| true).is_err());
+    }
+
+    fn distance_graph(target: &str, args: Value, out_shape: &[i64], after: Vec<Value>) -> Graph {
+        let (sh, st) = (&[64, 32][..], &[32, 1][..]);
+        let out_st: Vec<i64> = if out_shape.is_empty() {
+            vec![]
+        } else {
+            vec![1]
+        };
+        let mut nodes = vec![
+            typed(input("a", sh, st), "float32"),
+            typed(input("p", sh, st), "float32"),
+            typed(input("n", sh, st), "float32"),
+            typed(node("dist", target, args, out_shape, &out_st), "float32"),
+        ];
+        let last = after
+            .last()
+            .and_then(|v| v.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("dist")
+            .to_string();
+        nodes.extend(after);
+        graph(nodes, &last)
+    }
+
+    #[test]
+    fn distances_are_written_out_as_norms_and_a_chain() {
+        // mean(pairwise_distance(a, p)): the norm of a - p + eps a row, then the mean.
+        let mean = typed(
+            node(
+                "m",
+                "aten.mean.default",
+                serde_json::json!([r("dist")]),
+                &[],
+                &[],
+            ),
+            "float32",
+        );
+        let mut g = distance_graph(
+            "aten.pairwise_distance.default",
+            serde_json::json!([r("a"), r("p")]),
+            &[64],
+            vec![mean],
+        );
+        assert!(composite::expand(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(
+            st.iter()
+                .map(|s| (s.spec.family, s.spec.params.reduce))
+                .collect::<Vec<_>>(),
+            [
+                (Family::Reduce, Some(ReduceKind::L2)),
+                (Family::Reduce, Some(ReduceKind::Mean))
+            ]
+        );
+        let before: Vec<(&str, Option<f64>)> = st[0]
+            .spec
+            .before
+            .iter()
+            .map(|o| (o.op.as_str(), o.value))
+            .collect();
+        assert_eq!(before, [("sub", None), ("add", Some(1e-6))]);
+
+        // triplet_margin_loss(a, p, n, margin 0.5, swap): three distances (two alike with
+        // a and one of p, n), then mean(max(d(a,p) - min(d(a,n), d(p,n)) + 0.5, 0)).
+        let mut g = distance_graph(
+            "aten.triplet_margin_loss.default",
+            serde_json::json!([r("a"), r("p"), r("n"), 0.5, 2, 1e-6, true]),
+            &[],
+            vec![],
+        );
+        assert!(composite::expand(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(st.len(), 4, "{st:?}");
+        assert!(st[..3]
+            .iter()
+            .all(|s| s.spec.params.reduce == Some(ReduceKind::L2)));
+        let last = &st[3];
+        assert_eq!(last.spec.params.reduce, Some(ReduceKind::Mean));
+        let ops: Vec<(&str, Option<f64>)> = last
+            .spec
+            .before
+            .iter()
+            .map(|o| (o.op.as_str(), o.value))
+            .collect();
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            // The running value is the min: d(a, p) minus it is its negation plus d(a, p).
+            ["min", "neg", "add", "add", "clamp"],
+            "{ops:?}"
+        );
+        assert_eq!(ops[3].1, Some(0.5));
+        assert_eq!(last.reads.len(), 3, "{:?}", last.reads);
+        // An order-1 distance is left, with why.
+        let mut g = distance_graph(
+            "aten.triplet_margin_loss.default",
+            serde_json::json!([r("a"), r("p"), r("n"), 1.0, 1]),
+            &[],
+            vec![],
+        );
+        let left = composite::expand(&mut g);
+        assert_eq!(left.len(), 1);
+        assert!(left[0].1.contains("order other than 2"), "{left:?}");
+
+        // cosine_similarity over dim 1: Σ a·p, the two clamped norms, then their quotient
+        // (the elementwise family reads one vector and a row operand: the product of the
+        // norms, then the quotient, each a stage).
+        let mut g = distance_graph(
+            "aten.cosine_similarity.default",
+            serde_json::json!([r("a"), r("p")]),
+            &[64],
+            vec![],
+        );
+        assert!(composite::expand(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(
+            st.iter().map(|s| s.spec.params.reduce).collect::<Vec<_>>(),
+            [
+                Some(ReduceKind::Sum),
+                Some(ReduceKind::L2),
+                Some(ReduceKind::L2),
+                None,
+                None
+            ],
+            "{st:?}"
+        );
+        // (A reduction's ops after it are its `[[epilogue]]`.)
+        let after: Vec<(&str, Option<f64>)> = st[1]
+            .spec
+            .epilogue
+            .iter()
+            .map(|o| (o.op.as_str(), o.min))
+            .collect();
+        assert_eq!(after, [("clamp", Some(1e-8))], "{:?}", st[1].spec.epilogue);
+        assert_eq!(st[4].spec.family, Family::Activation);
+        assert_eq!(st[4].output, "dist");
+        assert_eq!(
+            st[4].reads,
+            vec![("dist_dot".to_string(), 0), ("dist_den".to_string(), 3)]
+        );
     }
 }

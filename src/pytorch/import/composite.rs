@@ -1,0 +1,478 @@
+//! Composite ops written out as the ops their definition names, before the graph is
+//! mapped, so that the families compute them (as stages, [`super::stages`], where one
+//! workload cannot):
+//! - `scaled_dot_product_attention`: `softmax(Q Kᵀ · scale + mask) V`, the causal mask as
+//!   the `tril(ones) == 0` fill the importer knows; two stages: the scores' GEMM with its
+//!   scale, mask and row softmax, then the GEMM by V.
+//! - `pairwise_distance(x1, x2)`: `‖x1 - x2 + eps‖₂` over the last dim (order 2).
+//! - `triplet_margin_loss(a, p, n)`: `max(d(a, p) - d(a, n) + margin, 0)` of two such
+//!   distances (with `swap`, `d(a, n)` is `min(d(a, n), d(p, n))`), then the reduction.
+//! - `cosine_similarity(x1, x2, dim)`: `Σ x1·x2 / (max(‖x1‖₂, eps) · max(‖x2‖₂, eps))`
+//!   over `dim`, as torch documents it.
+
+use serde_json::{json, Value};
+
+use super::{arg, Arg, Graph, Meta, Node};
+
+/// Row-major strides of `shape`.
+fn contiguous(shape: &[i64]) -> Vec<i64> {
+    let mut st = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        st[i] = st[i + 1] * shape[i + 1].max(1);
+    }
+    st
+}
+
+fn call(name: String, target: &str, args: Value, shape: Vec<i64>, dtype: &str) -> Node {
+    let stride = contiguous(&shape);
+    Node {
+        name,
+        op: "call_function".into(),
+        target: Some(target.into()),
+        kind: None,
+        args: args.as_array().cloned().unwrap_or_default(),
+        kwargs: Default::default(),
+        val: Some(Meta {
+            shape,
+            stride,
+            dtype: dtype.into(),
+        }),
+        value: None,
+    }
+}
+
+/// Argument `i` (or keyword `key`) of `n`.
+fn param<'n>(n: &'n Node, i: usize, key: &str) -> Option<&'n Value> {
+    n.args.get(i).or_else(|| n.kwargs.get(key))
+}
+
+/// Why `n`, an SDPA node, is not written out (None: it can be).
+fn refusal(n: &Node) -> Option<&'static str> {
+    let dropout = param(n, 4, "dropout_p")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    if dropout != 0.0 {
+        return Some("a dropout inside the attention (dropout_p > 0)");
+    }
+    if param(n, 7, "enable_gqa").and_then(Value::as_bool) == Some(true) {
+        return Some("grouped-query attention (enable_gqa)");
+    }
+    None
+}
+
+/// Writes out every composite node of `graph` it can (see the module's comment). Returns
+/// the nodes left as they are, with why.
+pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
+    let mut left = Vec::new();
+    let metas: std::collections::HashMap<String, Meta> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| n.val.clone().map(|v| (n.name.clone(), v)))
+        .collect();
+    let mut out = Vec::with_capacity(graph.nodes.len());
+    for n in std::mem::take(&mut graph.nodes) {
+        let target = if n.op == "call_function" {
+            n.target.as_deref().unwrap_or_default()
+        } else {
+            ""
+        };
+        let distances = matches!(
+            target,
+            "aten.pairwise_distance.default"
+                | "aten.triplet_margin_loss.default"
+                | "aten.cosine_similarity.default"
+        );
+        if distances {
+            match distance(&n, &metas) {
+                Ok(nodes) => out.extend(nodes),
+                Err(why) => {
+                    left.push((n.name.clone(), why));
+                    out.push(n);
+                }
+            }
+            continue;
+        }
+        if target != "aten.scaled_dot_product_attention.default" {
+            out.push(n);
+            continue;
+        }
+        if let Some(why) = refusal(&n) {
+            left.push((n.name.clone(), why));
+            out.push(n);
+            continue;
+        }
+        let node_arg = |i: usize, key: &str| match param(&n, i, key).map(arg) {
+            Some(Arg::Node(x)) => Some(x.to_string()),
+            _ => None,
+        };
+        let (Some(q), Some(k), Some(v)) = (
+            node_arg(0, "query"),
+            node_arg(1, "key"),
+            node_arg(2, "value"),
+        ) else {
+            left.push((n.name.clone(), "Q, K or V is not a tensor"));
+            out.push(n);
+            continue;
+        };
+        let (Some(qm), Some(km)) = (metas.get(&q), metas.get(&k)) else {
+            left.push((n.name.clone(), "Q or K has no tensor metadata"));
+            out.push(n);
+            continue;
+        };
+        let nd = qm.shape.len();
+        if nd < 2 || km.shape.len() != nd {
+            left.push((n.name.clone(), "Q and K of different ranks"));
+            out.push(n);
+            continue;
+        }
+        let mask = node_arg(3, "attn_mask");
+        if let Some(m) = &mask {
+            if metas.get(m).is_some_and(|mm| mm.dtype == "bool") {
+                left.push((
+                    n.name.clone(),
+                    "a boolean attn_mask (an additive float mask, or is_causal, is written out)",
+                ));
+                out.push(n);
+                continue;
+            }
+        }
+        let causal = param(&n, 5, "is_causal").and_then(Value::as_bool) == Some(true);
+        if causal && mask.is_some() {
+            left.push((n.name.clone(), "both attn_mask and is_causal"));
+            out.push(n);
+            continue;
+        }
+        let e = qm.shape[nd - 1];
+        let scale = param(&n, 6, "scale")
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+        let dtype = qm.dtype.clone();
+        let (l, s) = (qm.shape[nd - 2], km.shape[nd - 2]);
+        let mut scores_shape = qm.shape.clone();
+        scores_shape[nd - 1] = s;
+        let base = n.name.clone();
+        let name = |suffix: &str| format!("{base}_{suffix}");
+        // Kᵀ: a view (strides swapped), as `k.transpose(-2, -1)` is.
+        let mut kt_meta = km.clone();
+        kt_meta.shape.swap(nd - 2, nd - 1);
+        kt_meta.stride.swap(nd - 2, nd - 1);
+        out.push(Node {
+            val: Some(kt_meta),
+            ..call(
+                name("kt"),
+                "aten.transpose.int",
+                json!([{ "node": k }, -2, -1]),
+                Vec::new(),
+                &dtype,
+            )
+        });
+        out.push(call(
+            name("scores"),
+            "aten.matmul.default",
+            json!([{ "node": q }, { "node": name("kt") }]),
+            scores_shape.clone(),
+            &dtype,
+        ));
+        out.push(call(
+            name("scaled"),
+            "aten.mul.Tensor",
+            json!([{ "node": name("scores") }, scale]),
+            scores_shape.clone(),
+            &dtype,
+        ));
+        let mut logits = name("scaled");
+        if let Some(m) = mask {
+            out.push(call(
+                name("masked"),
+                "aten.add.Tensor",
+                json!([{ "node": logits }, { "node": m }]),
+                scores_shape.clone(),
+                &dtype,
+            ));
+            logits = name("masked");
+        } else if causal {
+            out.push(call(
+                name("ones"),
+                "aten.ones.default",
+                json!([[l, s]]),
+                vec![l, s],
+                "bool",
+            ));
+            out.push(call(
+                name("tril"),
+                "aten.tril.default",
+                json!([{ "node": name("ones") }]),
+                vec![l, s],
+                "bool",
+            ));
+            out.push(call(
+                name("future"),
+                "aten.eq.Scalar",
+                json!([{ "node": name("tril") }, 0]),
+                vec![l, s],
+                "bool",
+            ));
+            out.push(call(
+                name("masked"),
+                "aten.masked_fill.Scalar",
+                json!([{ "node": logits }, { "node": name("future") }, { "float": "-inf" }]),
+                scores_shape.clone(),
+                &dtype,
+            ));
+            logits = name("masked");
+        }
+        out.push(call(
+            name("probs"),
+            "aten.softmax.int",
+            json!([{ "node": logits }, -1]),
+            scores_shape,
+            &dtype,
+        ));
+        // The output keeps the SDPA node's name, so what reads it reads this product.
+        let mut o = call(
+            base.clone(),
+            "aten.matmul.default",
+            json!([{ "node": name("probs") }, { "node": v }]),
+            Vec::new(),
+            &dtype,
+        );
+        o.val = n.val.clone();
+        out.push(o);
+    }
+    graph.nodes = out;
+    left
+}
+
+/// Appends nodes named `{base}_{suffix}`; the last keeps `base` (what reads the composite
+/// reads it).
+struct Builder {
+    base: String,
+    dtype: String,
+    nodes: Vec<Node>,
+}
+
+impl Builder {
+    fn name(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.base)
+    }
+
+    /// `target(args)` of `shape`, named for `suffix` (None: the composite's own name).
+    fn op(&mut self, suffix: Option<&str>, target: &str, args: Value, shape: &[i64]) -> String {
+        let name = suffix.map_or_else(|| self.base.clone(), |s| self.name(s));
+        self.nodes.push(call(
+            name.clone(),
+            target,
+            args,
+            shape.to_vec(),
+            &self.dtype,
+        ));
+        name
+    }
+
+    /// `‖x1 - x2 + eps‖₂` over the last dim of `shape`.
+    fn distance(&mut self, tag: &str, x1: &str, x2: &str, eps: f64, shape: &[i64]) -> String {
+        let d = self.op(
+            Some(&format!("{tag}_diff")),
+            "aten.sub.Tensor",
+            json!([{ "node": x1 }, { "node": x2 }]),
+            shape,
+        );
+        let e = self.op(
+            Some(&format!("{tag}_eps")),
+            "aten.add.Tensor",
+            json!([{ "node": d }, eps]),
+            shape,
+        );
+        let last = shape.len().saturating_sub(1);
+        self.op(
+            Some(tag),
+            "aten.linalg_vector_norm.default",
+            json!([{ "node": e }, 2, [last]]),
+            &shape[..last],
+        )
+    }
+}
+
+fn num(n: &Node, i: usize, key: &str, default: f64) -> Option<f64> {
+    match param(n, i, key) {
+        None | Some(Value::Null) => Some(default),
+        Some(v) => v.as_f64(),
+    }
+}
+
+/// The nodes `pairwise_distance`, `triplet_margin_loss` or `cosine_similarity` node `n`
+/// is written out as, or why not.
+fn distance(
+    n: &Node,
+    metas: &std::collections::HashMap<String, Meta>,
+) -> Result<Vec<Node>, &'static str> {
+    let target = n.target.as_deref().unwrap_or_default();
+    let tensor = |i: usize, key: &str| match param(n, i, key).map(arg) {
+        Some(Arg::Node(x)) => Ok(x.to_string()),
+        _ => Err("an operand that is not a tensor"),
+    };
+    let meta = |x: &str| metas.get(x).ok_or("an operand without tensor metadata");
+    let mut b = Builder {
+        base: n.name.clone(),
+        dtype: String::new(),
+        nodes: Vec::new(),
+    };
+    match target {
+        "aten.pairwise_distance.default" | "aten.triplet_margin_loss.default" => {
+            let triplet = target == "aten.triplet_margin_loss.default";
+            let xs: Vec<String> = if triplet {
+                vec![
+                    tensor(0, "anchor")?,
+                    tensor(1, "positive")?,
+                    tensor(2, "negative")?,
+                ]
+            } else {
+                vec![tensor(0, "x1")?, tensor(1, "x2")?]
+            };
+            let m = meta(&xs[0])?;
+            for x in &xs[1..] {
+                if meta(x)?.shape != m.shape {
+                    return Err("operands of different shapes (broadcast)");
+                }
+            }
+            if m.shape.is_empty() {
+                return Err("0-d operands");
+            }
+            b.dtype = m.dtype.clone();
+            let shape = m.shape.clone();
+            let (p_at, eps_at) = if triplet { (4, 5) } else { (2, 3) };
+            let p = num(n, p_at, "p", 2.0).ok_or("a norm order that is not a number")?;
+            if p != 2.0 {
+                return Err("a norm of order other than 2");
+            }
+            let eps = num(n, eps_at, "eps", 1e-6).ok_or("an eps that is not a number")?;
+            if !triplet {
+                let keepdim = param(n, 4, "keepdim").and_then(Value::as_bool) == Some(true);
+                if keepdim {
+                    return Err("keepdim");
+                }
+                let d = b.distance("d", &xs[0], &xs[1], eps, &shape);
+                // The composite's own name on the last node: a copy of the norm.
+                let rows = &shape[..shape.len() - 1];
+                b.op(None, "aten.clone.default", json!([{ "node": d }]), rows);
+                return Ok(b.nodes);
+            }
+            let margin = num(n, 3, "margin", 1.0).ok_or("a margin that is not a number")?;
+            let swap = param(n, 6, "swap").and_then(Value::as_bool) == Some(true);
+            let reduction =
+                num(n, 7, "reduction", 1.0).ok_or("a reduction that is not 0, 1 or 2")?;
+            let rows = shape[..shape.len() - 1].to_vec();
+            let dp = b.distance("pos", &xs[0], &xs[1], eps, &shape);
+            let mut dn = b.distance("neg", &xs[0], &xs[2], eps, &shape);
+            if swap {
+                let ds = b.distance("swap", &xs[1], &xs[2], eps, &shape);
+                dn = b.op(
+                    Some("neg_min"),
+                    "aten.minimum.default",
+                    json!([{ "node": dn }, { "node": ds }]),
+                    &rows,
+                );
+            }
+            let t = b.op(
+                Some("gap"),
+                "aten.sub.Tensor",
+                json!([{ "node": dp }, { "node": dn }]),
+                &rows,
+            );
+            let t = b.op(
+                Some("margin"),
+                "aten.add.Tensor",
+                json!([{ "node": t }, margin]),
+                &rows,
+            );
+            match reduction {
+                0.0 => {
+                    b.op(
+                        None,
+                        "aten.clamp_min.default",
+                        json!([{ "node": t }, 0]),
+                        &rows,
+                    );
+                }
+                1.0 | 2.0 => {
+                    let c = b.op(
+                        Some("hinge"),
+                        "aten.clamp_min.default",
+                        json!([{ "node": t }, 0]),
+                        &rows,
+                    );
+                    let r = if reduction == 1.0 {
+                        "aten.mean.default"
+                    } else {
+                        "aten.sum.default"
+                    };
+                    b.op(None, r, json!([{ "node": c }]), &[]);
+                }
+                _ => return Err("a reduction that is not 0, 1 or 2"),
+            }
+            Ok(b.nodes)
+        }
+        "aten.cosine_similarity.default" => {
+            let (x1, x2) = (tensor(0, "x1")?, tensor(1, "x2")?);
+            let m = meta(&x1)?;
+            if meta(&x2)?.shape != m.shape {
+                return Err("operands of different shapes (broadcast)");
+            }
+            let rank = m.shape.len() as i64;
+            if rank == 0 {
+                return Err("0-d operands");
+            }
+            b.dtype = m.dtype.clone();
+            let shape = m.shape.clone();
+            let dim = num(n, 2, "dim", 1.0).ok_or("a dim that is not a number")? as i64;
+            let dim = if dim < 0 { dim + rank } else { dim };
+            if !(0..rank).contains(&dim) {
+                return Err("a dim out of range");
+            }
+            let eps = num(n, 3, "eps", 1e-8).ok_or("an eps that is not a number")?;
+            let mut rows = shape.clone();
+            rows.remove(dim as usize);
+            let prod = b.op(
+                Some("prod"),
+                "aten.mul.Tensor",
+                json!([{ "node": x1 }, { "node": x2 }]),
+                &shape,
+            );
+            let dot = b.op(
+                Some("dot"),
+                "aten.sum.dim_IntList",
+                json!([{ "node": prod }, [dim]]),
+                &rows,
+            );
+            let mut norms = Vec::new();
+            for (tag, x) in [("n1", &x1), ("n2", &x2)] {
+                let nrm = b.op(
+                    Some(tag),
+                    "aten.linalg_vector_norm.default",
+                    json!([{ "node": x }, 2, [dim]]),
+                    &rows,
+                );
+                norms.push(b.op(
+                    Some(&format!("{tag}_eps")),
+                    "aten.clamp_min.default",
+                    json!([{ "node": nrm }, eps]),
+                    &rows,
+                ));
+            }
+            let den = b.op(
+                Some("den"),
+                "aten.mul.Tensor",
+                json!([{ "node": norms[0] }, { "node": norms[1] }]),
+                &rows,
+            );
+            b.op(
+                None,
+                "aten.div.Tensor",
+                json!([{ "node": dot }, { "node": den }]),
+                &rows,
+            );
+            Ok(b.nodes)
+        }
+        _ => Err("not a composite this importer writes out"),
+    }
+}
