@@ -768,18 +768,36 @@ fn stage_total(r: &BenchReport) -> String {
         }
     }
     let n = r.stages.len();
+    let order = r.stages.join(", ");
     if !missing.is_empty() {
         missing.dedup();
-        return format!(
-            "\n\nThe Model as its {n} stages run one after another: no total, {} has no correct \
-             kernel or no library time beside it.\n",
-            missing.join(", ")
-        );
+        // Our kernels' sum where every stage has one, without the library's.
+        let ours_all: Option<f64> = r
+            .stages
+            .iter()
+            .map(|st| r.rows.iter().find(|row| &row.workload == st)?.best_us)
+            .sum();
+        let lacking = if missing.len() == 1 { "has" } else { "have" };
+        return match ours_all {
+            Some(t) => format!(
+                "\n\nThe Model as its {n} stages run one after another ({order}): the best \
+                 kernels take {t:.1} us; no library total, {} {lacking} no library time \
+                 beside {} (time the Model in eager PyTorch: \
+                 scripts/probes/torch_model.py).\n",
+                missing.join(", "),
+                if missing.len() == 1 { "it" } else { "them" }
+            ),
+            None => format!(
+                "\n\nThe Model as its {n} stages run one after another: no total, {} {lacking} \
+                 no correct kernel or no library time beside {}.\n",
+                missing.join(", "),
+                if missing.len() == 1 { "it" } else { "them" }
+            ),
+        };
     }
     format!(
-        "\n\nThe Model as its {n} stages run one after another ({}): the best kernels take \
+        "\n\nThe Model as its {n} stages run one after another ({order}): the best kernels take \
          {ours:.1} us, the library sequence ({} per stage) {lib:.1} us: {:.2}x.\n",
-        r.stages.join(", "),
         libs.join(" or "),
         lib / ours
     )
