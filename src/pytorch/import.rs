@@ -209,6 +209,7 @@ pub fn import(
         context: format!("the tracer's graph for {}", problem.display()),
         message: e.to_string(),
     })?;
+    composite::out_of_place(&mut graph);
     let composites_left = composite::expand(&mut graph);
     let file = problem
         .file_name()
@@ -5982,5 +5983,52 @@ mod tests {
             st[4].reads,
             vec![("dist_dot".to_string(), 0), ("dist_den".to_string(), 3)]
         );
+    }
+
+    #[test]
+    fn in_place_ops_map_as_their_out_of_place_forms_unless_their_input_is_read_again() {
+        // mm -> relu_ -> mul_(2): torch.export threads each result on.
+        let chain = |later_reader: bool| {
+            let mut nodes = mm_nodes(&[32, 1], &[1, 32]);
+            nodes.push(out_node(
+                "relu_",
+                "aten.relu_.default",
+                serde_json::json!([r("mm")]),
+            ));
+            nodes.push(out_node(
+                "mul_",
+                "aten.mul_.Tensor",
+                serde_json::json!([r("relu_"), 2.0]),
+            ));
+            let mut out = "mul_";
+            if later_reader {
+                // Reads mm after relu_ mutated it: an alias that sees the mutation.
+                nodes.push(out_node(
+                    "add",
+                    "aten.add.Tensor",
+                    serde_json::json!([r("mul_"), r("mm")]),
+                ));
+                out = "add";
+            }
+            graph(nodes, out)
+        };
+        let mut g = chain(false);
+        composite::out_of_place(&mut g);
+        let targets: Vec<&str> = g.nodes[3..]
+            .iter()
+            .filter_map(|n| n.target.as_deref())
+            .collect();
+        assert_eq!(targets, ["aten.relu.default", "aten.mul.Tensor"]);
+        let (spec, ops) = map_graph(&g, "t.py").unwrap();
+        assert_eq!(spec.family, Family::Gemm);
+        assert_eq!(ops, ["mm", "relu", "mul 2"]);
+
+        let mut g = chain(true);
+        composite::out_of_place(&mut g);
+        assert_eq!(g.nodes[3].target.as_deref(), Some("aten.relu_.default"));
+        // mul_'s input (relu_) is read by nothing after it: it still becomes mul.
+        assert_eq!(g.nodes[4].target.as_deref(), Some("aten.mul.Tensor"));
+        let e = map_graph(&g, "t.py").unwrap_err();
+        assert!(e.iter().any(|u| u.node == "relu_"), "{e:?}");
     }
 }

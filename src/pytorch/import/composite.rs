@@ -243,6 +243,72 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
     left
 }
 
+/// In-place ops (`nn.ReLU(inplace=True)`, `x.mul_(2)`) as their out-of-place forms, where
+/// that keeps the Model's meaning: torch.export threads the mutated value through the
+/// in-place node's result, so an op whose input nothing reads after it computes what the
+/// out-of-place op would. One whose input is read again later (an alias seeing the
+/// mutation) is left as it is (and refused as an unknown op).
+pub(super) fn out_of_place(graph: &mut Graph) {
+    let reads: Vec<Vec<String>> = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut out = Vec::new();
+            n.args
+                .iter()
+                .chain(n.kwargs.values())
+                .for_each(|v| refs(v, &mut out));
+            out
+        })
+        .collect();
+    let output_reads = {
+        let mut out = Vec::new();
+        graph.output.iter().for_each(|v| refs(v, &mut out));
+        out
+    };
+    for i in 0..graph.nodes.len() {
+        let n = &graph.nodes[i];
+        if n.op != "call_function" {
+            continue;
+        }
+        let Some(target) = n.target.as_deref() else {
+            continue;
+        };
+        let Some(rest) = target.strip_prefix("aten.") else {
+            continue;
+        };
+        let (op, overload) = rest.split_once('.').unwrap_or((rest, "default"));
+        let Some(base) = op
+            .strip_suffix('_')
+            .filter(|b| !b.is_empty() && !b.ends_with('_'))
+        else {
+            continue;
+        };
+        let functional = format!("aten.{base}.{overload}");
+        if super::classify(&functional) == super::Class::Unknown {
+            continue;
+        }
+        let Some(x) = reads[i].first() else {
+            continue;
+        };
+        let read_later = reads[i + 1..].iter().any(|r| r.contains(x)) || output_reads.contains(x);
+        if !read_later {
+            graph.nodes[i].target = Some(functional);
+        }
+    }
+}
+
+fn refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+        _ => {
+            if let Arg::Node(x) = arg(v) {
+                out.push(x.to_string());
+            }
+        }
+    }
+}
+
 /// Appends nodes named `{base}_{suffix}`; the last keeps `base` (what reads the composite
 /// reads it).
 struct Builder {
