@@ -770,7 +770,8 @@ fn stage_total(r: &BenchReport) -> String {
     let n = r.stages.len();
     let order = r.stages.join(", ");
     if !missing.is_empty() {
-        missing.dedup();
+        let mut seen = std::collections::HashSet::new();
+        missing.retain(|m| seen.insert(*m));
         // Our kernels' sum where every stage has one, without the library's.
         let ours_all: Option<f64> = r
             .stages
@@ -797,7 +798,9 @@ fn stage_total(r: &BenchReport) -> String {
     }
     format!(
         "\n\nThe Model as its {n} stages run one after another ({order}): the best kernels take \
-         {ours:.1} us, the library sequence ({} per stage) {lib:.1} us: {:.2}x.\n",
+         {ours:.1} us, the library sequence ({} per stage) {lib:.1} us: {:.2}x. (PyTorch may \
+         run the Model otherwise, such as attention as one fused kernel: \
+         scripts/probes/torch_model.py times it in eager PyTorch.)\n",
         libs.join(" or "),
         lib / ours
     )

@@ -54,7 +54,7 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         let (text, workload) = import::render(&imported, 0, &[stem], problem, &out)?;
         write(dir.as_deref(), &out, &text)?;
         println!("wrote {}", out.display());
-        summary(&workload, &imported.stages[0].ops);
+        summary(&workload, &out, &imported.stages[0].ops);
         let export = export_hint(&workload);
         println!(
             "next: cutesmith run {} (on a GPU machine), then {export}",
@@ -155,7 +155,7 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         } else {
             println!("wrote {}", paths[k].display());
         }
-        summary(workload, &imported.stages[k].ops);
+        summary(workload, &paths[k], &imported.stages[k].ops);
         for (node, st) in &imported.stages[k].reads {
             println!("  reads `{node}`, the output of {}", names[*st]);
         }
@@ -205,7 +205,7 @@ fn write(dir: Option<&Path>, path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io(path, e))
 }
 
-fn summary(workload: &crate::spec::Workload, ops: &[String]) {
+fn summary(workload: &crate::spec::Workload, path: &Path, ops: &[String]) {
     println!(
         "  {}: {} {}, headline {}, {} shapes",
         workload.name(),
@@ -231,7 +231,7 @@ fn summary(workload: &crate::spec::Workload, ops: &[String]) {
         println!(
             "note: no built-in template computes {} yet ({why}); `cutesmith run` needs a model provider for it ([model] in cutesmith.toml), and `cutesmith strategies {}` lists every template's reason",
             workload.name(),
-            workload.name()
+            path.display()
         );
     }
 }

@@ -5842,7 +5842,20 @@ mod tests {
         let left = composite::expand(&mut g);
         assert_eq!(left.len(), 1);
         assert!(left[0].1.contains("dropout"));
-        assert!(stages::split(&g, "t.py", &|_| true).is_err());
+        assert_eq!(
+            g.nodes[3].target.as_deref(),
+            Some("aten.scaled_dot_product_attention.default")
+        );
+        let e = map_graph(&g, "t.py").unwrap_err();
+        assert!(
+            e.iter()
+                .any(|u| u.message.contains("scaled_dot_product_attention")),
+            "{e:?}"
+        );
+        // So is a scale that is not a number.
+        let mut g = sdpa_graph(serde_json::json!({"scale": "x"}));
+        let left = composite::expand(&mut g);
+        assert!(left[0].1.contains("scale"), "{left:?}");
     }
 
     fn distance_graph(target: &str, args: Value, out_shape: &[i64], after: Vec<Value>) -> Graph {
@@ -5936,6 +5949,23 @@ mod tests {
         );
         assert_eq!(ops[3].1, Some(0.5));
         assert_eq!(last.reads.len(), 3, "{:?}", last.reads);
+        // reduction = "sum" (2): the hinge's sum; without swap, two distances alike.
+        let mut g = distance_graph(
+            "aten.triplet_margin_loss.default",
+            serde_json::json!([r("a"), r("p"), r("n"), 1.0, 2, 1e-6, false, 2]),
+            &[],
+            vec![],
+        );
+        assert!(composite::expand(&mut g).is_empty());
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(
+            st.iter().map(|s| s.spec.params.reduce).collect::<Vec<_>>(),
+            [
+                Some(ReduceKind::L2),
+                Some(ReduceKind::L2),
+                Some(ReduceKind::Sum)
+            ]
+        );
         // An order-1 distance is left, with why.
         let mut g = distance_graph(
             "aten.triplet_margin_loss.default",

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use super::{arg, Arg, Graph, Meta, Node};
 
-/// Row-major strides of `shape`.
-fn contiguous(shape: &[i64]) -> Vec<i64> {
+/// Row-major strides of `shape` (as a stage writes its output).
+pub(super) fn row_major(shape: &[i64]) -> Vec<i64> {
     let mut st = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         st[i] = st[i + 1] * shape[i + 1].max(1);
@@ -24,7 +24,7 @@ fn contiguous(shape: &[i64]) -> Vec<i64> {
 }
 
 fn call(name: String, target: &str, args: Value, shape: Vec<i64>, dtype: &str) -> Node {
-    let stride = contiguous(&shape);
+    let stride = row_major(&shape);
     Node {
         name,
         op: "call_function".into(),
@@ -48,11 +48,17 @@ fn param<'n>(n: &'n Node, i: usize, key: &str) -> Option<&'n Value> {
 
 /// Why `n`, an SDPA node, is not written out (None: it can be).
 fn refusal(n: &Node) -> Option<&'static str> {
-    let dropout = param(n, 4, "dropout_p")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    if dropout != 0.0 {
-        return Some("a dropout inside the attention (dropout_p > 0)");
+    let dropout = match param(n, 4, "dropout_p") {
+        None | Some(Value::Null) => Some(0.0),
+        Some(v) => v.as_f64(),
+    };
+    if dropout != Some(0.0) {
+        return Some("a dropout inside the attention (dropout_p not 0)");
+    }
+    if !matches!(param(n, 6, "scale"), None | Some(Value::Null))
+        && param(n, 6, "scale").and_then(Value::as_f64).is_none()
+    {
+        return Some("a scale that is not a number");
     }
     if param(n, 7, "enable_gqa").and_then(Value::as_bool) == Some(true) {
         return Some("grouped-query attention (enable_gqa)");
@@ -110,23 +116,31 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
             node_arg(1, "key"),
             node_arg(2, "value"),
         ) else {
-            left.push((n.name.clone(), "Q, K or V is not a tensor"));
+            left.push((n.name.clone(), "a Q, K or V that is not a tensor"));
             out.push(n);
             continue;
         };
         let (Some(qm), Some(km)) = (metas.get(&q), metas.get(&k)) else {
-            left.push((n.name.clone(), "Q or K has no tensor metadata"));
+            left.push((n.name.clone(), "a Q or K without tensor metadata"));
             out.push(n);
             continue;
         };
         let nd = qm.shape.len();
         if nd < 2 || km.shape.len() != nd {
-            left.push((n.name.clone(), "Q and K of different ranks"));
+            left.push((
+                n.name.clone(),
+                "a Q or K of fewer than 2 dims, or the two of different ranks",
+            ));
             out.push(n);
             continue;
         }
         let mask = node_arg(3, "attn_mask");
         if let Some(m) = &mask {
+            if !metas.contains_key(m) {
+                left.push((n.name.clone(), "an attn_mask without tensor metadata"));
+                out.push(n);
+                continue;
+            }
             if metas.get(m).is_some_and(|mm| mm.dtype == "bool") {
                 left.push((
                     n.name.clone(),
@@ -229,6 +243,8 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
             &dtype,
         ));
         // The output keeps the SDPA node's name, so what reads it reads this product.
+        // (Its shape and strides the SDPA node's, as torch traced them: the views after it
+        // read it so.)
         let mut o = call(
             base.clone(),
             "aten.matmul.default",

@@ -167,10 +167,22 @@ impl<'g> Plan<'g> {
         if !model_out.iter().all(|o| !run.contains(o)) {
             return None;
         }
-        match out.len() {
-            1 => out.into_iter().next(),
-            _ => None,
-        }
+        let o = match out.len() {
+            1 => out.into_iter().next()?,
+            _ => return None,
+        };
+        // A stage writes its output row-major: a value torch holds in another layout (an
+        // op of a permuted view keeps its strides) would be read wrongly by the views
+        // after it, so no stage ends there.
+        let meta = self.graph.nodes[o].val.as_ref()?;
+        let elements: i64 = meta.shape.iter().product();
+        let dense = meta
+            .shape
+            .iter()
+            .zip(&meta.stride)
+            .zip(super::composite::row_major(&meta.shape))
+            .all(|((&d, &st), want)| d == 1 || st == want);
+        (elements <= 1 || dense).then_some(o)
     }
 
     /// The sub-graph of run `s..=e` with output node `out`: its compute nodes, the shared
@@ -268,8 +280,20 @@ pub fn split(
     type Mapped = (WorkloadSpec, Vec<String>, usize, Vec<String>);
     let mut runs: HashMap<(usize, usize), Mapped> = HashMap::new();
     let mut first_problems: HashMap<usize, Vec<Unmapped>> = HashMap::new();
+    // Ops no family computes (a convolution, a pooling): no run through one maps, so the
+    // runs from each start stop there (a model's worth of them would cost minutes).
+    let never: Vec<bool> = plan
+        .compute
+        .iter()
+        .map(|&i| {
+            let op = super::op_name(graph.nodes[i].target.as_deref().unwrap_or_default());
+            op.starts_with("conv") || op.contains("pool")
+        })
+        .collect();
     for s in 0..n {
-        for e in s..n {
+        // The first op no family computes after s (runs from s end before it).
+        let end = (s + 1..n).find(|&e| never[e]).unwrap_or(n);
+        for e in s..end {
             // The whole graph was tried before this.
             if s == 0 && e + 1 == n {
                 continue;
@@ -290,15 +314,23 @@ pub fn split(
             }
         }
     }
+    // Whether a built-in template computes each mapped run (runs of one spec asked once).
+    let mut has_builtin: HashMap<(usize, usize), bool> = HashMap::new();
+    let mut asked: HashMap<String, bool> = HashMap::new();
+    for (key, run) in &runs {
+        let text = run.0.to_toml().unwrap_or_default();
+        let yes = *asked.entry(text).or_insert_with(|| builtin(&run.0));
+        has_builtin.insert(*key, yes);
+    }
     // best[s]: (stages with no built-in template, stages, first stage's end) from s on.
     let mut best: Vec<Option<(usize, usize, usize)>> = vec![None; n + 1];
     best[n] = Some((0, 0, n));
     for s in (0..n).rev() {
         for e in (s..n).rev() {
-            let (Some(run), Some((nb, ns, _))) = (runs.get(&(s, e)), best[e + 1]) else {
+            let (Some(&yes), Some((nb, ns, _))) = (has_builtin.get(&(s, e)), best[e + 1]) else {
                 continue;
             };
-            let cost = (nb + usize::from(!builtin(&run.0)), ns + 1, e);
+            let cost = (nb + usize::from(!yes), ns + 1, e);
             if best[s].is_none_or(|b| (cost.0, cost.1) < (b.0, b.1)) {
                 best[s] = Some(cost);
             }
@@ -321,10 +353,25 @@ pub fn split(
             }
         }
         let far = (0..n).rev().find(|&s| reach[s]).unwrap_or(0);
+        let at = graph.nodes[plan.compute[far]].name.clone();
+        // No run from there was even tried: none has one value read after it alone.
+        let problems = first_problems.remove(&far).unwrap_or_else(|| {
+            vec![Unmapped {
+                node: at.clone(),
+                target: graph.nodes[plan.compute[far]]
+                    .target
+                    .clone()
+                    .unwrap_or_default(),
+                message: "no run of ops from here ends in one value that the ops after it \
+                          read (several values of it are read later, or one torch holds in \
+                          a layout other than row-major)"
+                    .into(),
+            }]
+        });
         return Err(NoSplit {
             mapped_before: stages_to[far],
-            at: graph.nodes[plan.compute[far]].name.clone(),
-            problems: first_problems.remove(&far).unwrap_or_default(),
+            at,
+            problems,
         });
     }
     let mut stages: Vec<Stage> = Vec::new();
