@@ -1182,6 +1182,13 @@ fn import_a_feed_forward_block_as_two_stages() {
     );
 }
 
+/// The headline (m, n, k, batch), and three shapes in all.
+fn assert_head(w: &Workload, head: (u64, u64, u64, u64)) {
+    let s = shapes(w);
+    assert_eq!((s[0].m, s[0].n, s[0].k, s[0].batch), head, "{s:?}");
+    assert_eq!(s.len(), 3, "{s:?}");
+}
+
 #[test]
 fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
     let Some((stages, _, t)) = import_stages("causal_sdpa") else {
@@ -1191,11 +1198,7 @@ fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
     let (scores, scores_w, _) = &stages[0];
     assert_eq!(scores.family, Family::GemmSoftmax);
     // 4 x 16 heads of 1024 x 1024 scores over a head dim of 64; K read as Kᵀ.
-    let s = shapes(scores_w);
-    assert_eq!(
-        (s[0].m, s[0].n, s[0].k, s[0].batch, s.len()),
-        (1024, 1024, 64, 64, 3)
-    );
+    assert_head(scores_w, (1024, 1024, 64, 64));
     assert_eq!(scores.layout.as_ref().and_then(|l| l.b), Some(Layout::Col));
     let ops: Vec<(&str, Option<f64>)> = scores
         .epilogue
@@ -1209,11 +1212,7 @@ fn import_causal_sdpa_as_masked_scores_then_the_product_by_v() {
     let (pv, pv_w, text) = &stages[1];
     assert_eq!(pv.family, Family::Gemm);
     // P (1024 x 1024 a head) times V (1024 x 64, row-major).
-    let s = shapes(pv_w);
-    assert_eq!(
-        (s[0].m, s[0].n, s[0].k, s[0].batch, s.len()),
-        (1024, 64, 1024, 64, 3)
-    );
+    assert_head(pv_w, (1024, 64, 1024, 64));
     assert_eq!(pv.layout.as_ref().and_then(|l| l.b), Some(Layout::Row));
     assert!(
         text.contains("is the output of stage 1 (causal_sdpa_s1)"),

@@ -265,21 +265,13 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
 /// out-of-place op would. One whose input is read again later (an alias seeing the
 /// mutation) is left as it is (and refused as an unknown op).
 pub(super) fn out_of_place(graph: &mut Graph) {
-    let reads: Vec<Vec<String>> = graph
-        .nodes
-        .iter()
-        .map(|n| {
-            let mut out = Vec::new();
-            n.args
-                .iter()
-                .chain(n.kwargs.values())
-                .for_each(|v| refs(v, &mut out));
-            out
-        })
-        .collect();
+    let reads: Vec<Vec<String>> = graph.nodes.iter().map(super::stages::node_refs).collect();
     let output_reads = {
         let mut out = Vec::new();
-        graph.output.iter().for_each(|v| refs(v, &mut out));
+        graph
+            .output
+            .iter()
+            .for_each(|v| super::stages::refs(v, &mut out));
         out
     };
     for i in 0..graph.nodes.len() {
@@ -310,17 +302,6 @@ pub(super) fn out_of_place(graph: &mut Graph) {
         let read_later = reads[i + 1..].iter().any(|r| r.contains(x)) || output_reads.contains(x);
         if !read_later {
             graph.nodes[i].target = Some(functional);
-        }
-    }
-}
-
-fn refs(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
-        _ => {
-            if let Arg::Node(x) = arg(v) {
-                out.push(x.to_string());
-            }
         }
     }
 }

@@ -39,7 +39,7 @@ pub struct NoSplit {
 }
 
 /// Every node name an argument (or a list of them) reads.
-fn refs(v: &Value, out: &mut Vec<String>) {
+pub(super) fn refs(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
         _ => {
@@ -50,7 +50,8 @@ fn refs(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-fn node_refs(n: &Node) -> Vec<String> {
+/// Every node name `n`'s arguments read.
+pub(super) fn node_refs(n: &Node) -> Vec<String> {
     let mut out = Vec::new();
     n.args
         .iter()
