@@ -1255,3 +1255,29 @@ fn import_repeated_layers_as_one_workload_run_at_each_stage() {
     assert_eq!(out_w.params().activation, Activation::Identity);
     assert_gemm_shapes(out_w, 1024, 256, 1024, 1);
 }
+
+#[test]
+fn import_a_loss_head_as_a_gemm_then_a_cross_entropy() {
+    let Some((stages, order, t)) = import_stages("linear_cross_entropy") else {
+        return;
+    };
+    assert_eq!(order.len(), 2, "{t}");
+    // The bf16 GEMM writes fp32 logits (the cast at its output) ...
+    let (gemm, gemm_w, _) = &stages[0];
+    assert_eq!(gemm.family, Family::Gemm);
+    assert_eq!(
+        (gemm.dtype, gemm.out_dtype),
+        (DType::BF16, Some(DType::F32))
+    );
+    assert_gemm_shapes(gemm_w, 4096, 32000, 2048, 1);
+    // ... which the cross entropy reads as its rows of logits, in fp32.
+    let (ce, _, text) = &stages[1];
+    assert_eq!(ce.family, Family::Reduce);
+    assert_eq!(ce.dtype, DType::F32);
+    assert_eq!(
+        ce.params.reduce,
+        Some(cutesmith::spec::ReduceKind::CrossEntropy),
+        "{text}"
+    );
+    assert!(text.contains("is the output of stage 1"), "{text}");
+}
