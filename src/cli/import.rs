@@ -130,35 +130,10 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
             Ok((k, text, w))
         })
         .collect::<Result<Vec<_>>>()?;
-    println!(
-        "no one workload computes the Model: it runs as {n} stages, one after another (each \
-         validated and timed by itself){}",
-        if unique.len() < n {
-            format!(", {} distinct workloads", unique.len())
-        } else {
-            String::new()
-        }
-    );
-    for (k, text, workload) in &rendered {
-        let k = *k;
-        write(dir.as_deref(), &paths[k], text)?;
-        let also = runs_as(k);
-        if also.len() > 1 {
-            println!(
-                "wrote {} (stages {})",
-                paths[k].display(),
-                also.iter()
-                    .map(usize::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        } else {
-            println!("wrote {}", paths[k].display());
-        }
-        summary(workload, &paths[k], &imported.stages[k].ops);
-        for (node, st) in &imported.stages[k].reads {
-            println!("  reads `{node}`, the output of {}", names[*st]);
-        }
+    // Every file is written before anything is printed: a closed stdout (`| head`) loses
+    // nothing.
+    for (k, text, _) in &rendered {
+        write(dir.as_deref(), &paths[*k], text)?;
     }
     let suite = crate::spec::suite::SuiteSpec {
         description: format!(
@@ -179,6 +154,35 @@ pub fn cmd_import(problem: &Path, out: Option<PathBuf>, force: bool, train: bool
         message: e.to_string(),
     })?;
     write(Some(&suite_dir), &suite_path, &text)?;
+    println!(
+        "no one workload computes the Model: it runs as {n} stages, one after another (each \
+         validated and timed by itself){}",
+        if unique.len() < n {
+            format!(", {} distinct workloads", unique.len())
+        } else {
+            String::new()
+        }
+    );
+    for (k, _, workload) in &rendered {
+        let k = *k;
+        let also = runs_as(k);
+        if also.len() > 1 {
+            println!(
+                "wrote {} (stages {})",
+                paths[k].display(),
+                also.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        } else {
+            println!("wrote {}", paths[k].display());
+        }
+        summary(workload, &paths[k], &imported.stages[k].ops);
+        for (node, st) in &imported.stages[k].reads {
+            println!("  reads `{node}`, the output of {}", names[*st]);
+        }
+    }
     println!("wrote {} (the stages as a suite)", suite_path.display());
     let workloads_dir = dir.unwrap_or_else(|| PathBuf::from("."));
     let bench = if workloads_dir == Path::new("workloads") {
