@@ -6060,5 +6060,23 @@ mod tests {
         assert_eq!(g.nodes[4].target.as_deref(), Some("aten.mul.Tensor"));
         let e = map_graph(&g, "t.py").unwrap_err();
         assert!(e.iter().any(|u| u.node == "relu_"), "{e:?}");
+
+        // A module's state update (BatchNorm's `num_batches_tracked.add_(1)`) stays the
+        // in-place bookkeeping the mapper knows.
+        let mut g = chain(false);
+        let as_node = |v: Value| -> Node { serde_json::from_value(v).unwrap() };
+        g.nodes.insert(0, as_node(buffer("tracked", &[], &[])));
+        g.nodes.push(as_node(node(
+            "add_",
+            "aten.add_.Tensor",
+            serde_json::json!([r("tracked"), 1]),
+            &[],
+            &[],
+        )));
+        composite::out_of_place(&mut g);
+        assert_eq!(
+            g.nodes.last().and_then(|n| n.target.as_deref()),
+            Some("aten.add_.Tensor")
+        );
     }
 }

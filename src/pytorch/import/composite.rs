@@ -263,7 +263,8 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
 /// that keeps the Model's meaning: torch.export threads the mutated value through the
 /// in-place node's result, so an op whose input nothing reads after it computes what the
 /// out-of-place op would. One whose input is read again later (an alias seeing the
-/// mutation) is left as it is (and refused as an unknown op).
+/// mutation) is left as it is (and refused as an unknown op), and so is an update of a
+/// buffer or parameter.
 pub(super) fn out_of_place(graph: &mut Graph) {
     let reads: Vec<Vec<String>> = graph.nodes.iter().map(super::stages::node_refs).collect();
     let output_reads = {
@@ -299,6 +300,16 @@ pub(super) fn out_of_place(graph: &mut Graph) {
         let Some(x) = reads[i].first() else {
             continue;
         };
+        // An update of a module's state (a BatchNorm's `num_batches_tracked.add_(1)` in
+        // training mode) is bookkeeping the mapper knows as such: left as it is.
+        let state = graph.nodes.iter().any(|m| {
+            &m.name == x
+                && m.op == "placeholder"
+                && matches!(m.kind.as_deref(), Some("buffer" | "parameter"))
+        });
+        if state {
+            continue;
+        }
         let read_later = reads[i + 1..].iter().any(|r| r.contains(x)) || output_reads.contains(x);
         if !read_later {
             graph.nodes[i].target = Some(functional);
