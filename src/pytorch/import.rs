@@ -1106,7 +1106,20 @@ pub fn map_graph(
             ) && !absorbed.contains(n.name.as_str())
         })
         .collect();
-    for extra in gemms.iter().skip(1) {
+    // Two GEMMs of one A, one through a gate, multiplied: gemm_glu (SwiGLU, GEGLU).
+    let glu = match (gemms.as_slice(), Some(&out_name)) {
+        ([g1, g2], Some(o))
+            if softmaxes.is_empty()
+                && norms.is_empty()
+                && reductions.is_empty()
+                && scans.is_empty()
+                && losses.is_empty() =>
+        {
+            glu_pair(&mp, g1, g2, o)
+        }
+        _ => None,
+    };
+    for extra in gemms.iter().skip(1).filter(|_| glu.is_none()) {
         mp.problem(
             extra,
             "a second matrix product: a workload is one GEMM (with its epilogue)",
@@ -1194,6 +1207,9 @@ pub fn map_graph(
     }
     let mut ops: Vec<String> = Vec::new();
     let spec = match (gemms.first(), softmaxes.first()) {
+        _ if glu.is_some() => {
+            glu.and_then(|(gate, g, u)| map_glu(&mut mp, gate, g, u, file, &mut ops))
+        }
         (None, None) if !losses.is_empty() => {
             loss::map_cross_entropy(&mut mp, &losses[0], &out_name, file, &mut ops)
         }
@@ -2489,6 +2505,135 @@ fn map_gemm<'g>(
 }
 
 /// The `[layout]` of a GEMM the importer found.
+/// `gate(A B) * (A B2)` ending at `out`: the gate, the gated GEMM and the other, where
+/// `g1` and `g2` read one A (the same node through copies) and the output is the product
+/// of one through a gate activation (silu, gelu, relu, sigmoid) and the other as it is.
+fn glu_pair<'g>(
+    mp: &Mapper<'g>,
+    g1: &'g Node,
+    g2: &'g Node,
+    out: &str,
+) -> Option<(Activation, &'g Node, &'g Node)> {
+    let o = mp.nodes.get(through_copies(&mp.nodes, out)).copied()?;
+    if op_name(o.target.as_deref().unwrap_or_default()) != "mul" {
+        return None;
+    }
+    let (Some(Arg::Node(p)), Some(Arg::Node(q))) = (
+        mp.resolve(o.args.first().map(arg)),
+        mp.resolve(o.args.get(1).map(arg)),
+    ) else {
+        return None;
+    };
+    let a_of = |g: &'g Node| match mp.resolve(g.args.first().map(arg)) {
+        Some(Arg::Node(a)) => Some(a),
+        _ => None,
+    };
+    if a_of(g1)? != a_of(g2)? || op_name(g1.target.as_deref()?) != op_name(g2.target.as_deref()?) {
+        return None;
+    }
+    // (gate node, the GEMM it reads) of `x`, if `x` is an activation of a GEMM.
+    let gate_of = |x: &str| -> Option<(Activation, &'g Node)> {
+        let n = mp.nodes.get(x).copied()?;
+        let act = match op_name(n.target.as_deref().unwrap_or_default()) {
+            "silu" => Activation::Silu,
+            "relu" => Activation::Relu,
+            "sigmoid" => Activation::Sigmoid,
+            "gelu" => match n.kwargs.get("approximate").and_then(Value::as_str) {
+                Some("tanh") => Activation::GeluTanh,
+                _ => Activation::GeluErf,
+            },
+            _ => return None,
+        };
+        let Some(Arg::Node(inner)) = mp.resolve(n.args.first().map(arg)) else {
+            return None;
+        };
+        [g1, g2]
+            .into_iter()
+            .find(|g| g.name == inner)
+            .map(|g| (act, g))
+    };
+    let other = |g: &Node| if g.name == g1.name { g2 } else { g1 };
+    match (gate_of(p), gate_of(q)) {
+        (Some((act, g)), None) if other(g).name == q => Some((act, g, other(g))),
+        (None, Some((act, g))) if other(g).name == p => Some((act, g, other(g))),
+        _ => None,
+    }
+}
+
+/// The gemm_glu spec of [`glu_pair`]'s match: both GEMMs alike (shapes, layouts, type), no
+/// bias or scale on either.
+fn map_glu<'g>(
+    mp: &mut Mapper<'g>,
+    gate: Activation,
+    gated: &'g Node,
+    up: &'g Node,
+    file: &str,
+    ops: &mut Vec<String>,
+) -> Option<WorkloadSpec> {
+    let g = mp.gemm(gated)?;
+    let u = mp.gemm(up)?;
+    let same = (
+        g.m, g.n, g.k, g.batch, g.a, g.b, g.dtype, g.shared_a, g.shared_b,
+    ) == (
+        u.m, u.n, u.k, u.batch, u.a, u.b, u.dtype, u.shared_a, u.shared_b,
+    );
+    if !same || g.bias.is_some() || u.bias.is_some() || g.alpha.is_some() || u.alpha.is_some() {
+        mp.problem(
+            up,
+            "a gated pair of GEMMs (gemm_glu) takes two products of one A alike in shape, \
+             layout and type, without a bias or a scale",
+        );
+        return None;
+    }
+    let t = op_name(gated.target.as_deref().unwrap_or_default()).to_string();
+    ops.extend([
+        format!("{t} (gated)"),
+        format!("{t} (up)"),
+        format!("{} gate", gate.name()),
+        "mul".into(),
+    ]);
+    let params = ParamsSpec {
+        gate: Some(gate),
+        ..ParamsSpec::default()
+    };
+    Some(WorkloadSpec {
+        name: None,
+        description: format!(
+            "{} {}(x W1) * (x W3), two GEMMs of one A; imported from {file}",
+            g.dtype,
+            gate.name()
+        ),
+        family: Family::GemmGlu,
+        dtype: g.dtype,
+        out_dtype: None,
+        acc_dtype: None,
+        allow_tf32: false,
+        layout: Some(gemm_layout(&g)),
+        shapes: glu_shapes(g.m, g.n, g.k, g.batch, g.dtype),
+        params,
+        tolerance: None,
+        target: None,
+        epilogue: Vec::new(),
+        after: Vec::new(),
+        before: Vec::new(),
+    })
+}
+
+/// [`gemm_shapes`] for gemm_glu, whose template reads and writes every row by TMA (16-byte
+/// aligned rows, no fallback): the validation shapes keep m odd, and round n and k up to
+/// 16 bytes (still off every tile).
+fn glu_shapes(m: i64, n: i64, k: i64, batch: i64, dtype: DType) -> Vec<ShapeSpec> {
+    let per = (16 / dtype.bytes().max(1)) as i64;
+    let up = |x: Option<i64>| x.map(|x| (x + per - 1) / per * per);
+    let mut v = gemm_shapes(m, n, k, batch);
+    for s in v.iter_mut().skip(1) {
+        s.n = up(s.n);
+        s.k = up(s.k);
+    }
+    dedup(&mut v);
+    v
+}
+
 fn gemm_layout(g: &GemmDims) -> LayoutSpec {
     LayoutSpec {
         a: Some(g.a),
@@ -6077,6 +6222,80 @@ mod tests {
         assert_eq!(
             g.nodes.last().and_then(|n| n.target.as_deref()),
             Some("aten.add_.Tensor")
+        );
+    }
+
+    /// `x [64, 32]`, `w1`, `w3` [48, 32]: `gate(x w1ᵀ [+ b]) * (x w3ᵀ)`, or the product
+    /// written the other way round.
+    fn glu_graph(gate: Value, swapped: bool, bias: bool) -> Graph {
+        let mut nodes = vec![
+            param_node("w1", &[48, 32], &[32, 1]),
+            param_node("w3", &[48, 32], &[32, 1]),
+            param_node("b1", &[48], &[1]),
+            input("x", &[64, 32], &[32, 1]),
+        ];
+        let first = if bias {
+            serde_json::json!([r("x"), r("w1"), r("b1")])
+        } else {
+            serde_json::json!([r("x"), r("w1")])
+        };
+        nodes.push(node("g", "aten.linear.default", first, &[64, 48], &[48, 1]));
+        nodes.push(gate);
+        nodes.push(node(
+            "u",
+            "aten.linear.default",
+            serde_json::json!([r("x"), r("w3")]),
+            &[64, 48],
+            &[48, 1],
+        ));
+        let args = if swapped {
+            serde_json::json!([r("u"), r("act")])
+        } else {
+            serde_json::json!([r("act"), r("u")])
+        };
+        nodes.push(node("mul", "aten.mul.Tensor", args, &[64, 48], &[48, 1]));
+        graph(nodes, "mul")
+    }
+
+    #[test]
+    fn a_gated_pair_of_gemms_of_one_input_is_gemm_glu() {
+        let silu = node(
+            "act",
+            "aten.silu.default",
+            serde_json::json!([r("g")]),
+            &[64, 48],
+            &[48, 1],
+        );
+        let (spec, ops) = map_graph(&glu_graph(silu.clone(), false, false), "t.py").unwrap();
+        assert_eq!(spec.family, Family::GemmGlu);
+        assert_eq!(spec.params.gate, Some(Activation::Silu));
+        assert_eq!(ops, ["linear (gated)", "linear (up)", "silu gate", "mul"]);
+        // The validation shapes keep 16-byte rows (the template reads every row by TMA).
+        for sh in &spec.shapes[1..] {
+            assert_eq!(sh.n.unwrap_or(0) % 8, 0, "{sh:?}");
+            assert_eq!(sh.k.unwrap_or(0) % 8, 0, "{sh:?}");
+        }
+        assert_eq!(spec.shapes[1].m.map(|m| m % 2), Some(1));
+        // GEGLU written up * gelu(gate, tanh).
+        let mut tanh = node(
+            "act",
+            "aten.gelu.default",
+            serde_json::json!([r("g")]),
+            &[64, 48],
+            &[48, 1],
+        );
+        tanh["kwargs"] = serde_json::json!({"approximate": "tanh"});
+        let (spec, _) = map_graph(&glu_graph(tanh, true, false), "t.py").unwrap();
+        assert_eq!(spec.params.gate, Some(Activation::GeluTanh));
+        // A bias on the gated product is no gemm_glu: two GEMMs, refused as one workload,
+        // two stages.
+        let g = glu_graph(silu, false, true);
+        let e = map_graph(&g, "t.py").unwrap_err();
+        assert!(e.iter().any(|u| u.message.contains("gemm_glu")), "{e:?}");
+        let st = stages::split(&g, "t.py", &|_| true).unwrap();
+        assert_eq!(
+            st.iter().map(|s| s.spec.family).collect::<Vec<_>>(),
+            [Family::GemmBiasAct, Family::Gemm]
         );
     }
 }

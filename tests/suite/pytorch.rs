@@ -1281,3 +1281,31 @@ fn import_a_loss_head_as_a_gemm_then_a_cross_entropy() {
     );
     assert!(text.contains("is the output of stage 1"), "{text}");
 }
+
+#[test]
+fn import_a_llama_feed_forward_as_swiglu_then_the_down_projection() {
+    let Some((stages, order, t)) = import_stages("llama_mlp") else {
+        return;
+    };
+    assert_eq!(order.len(), 2, "{t}");
+    let (glu, glu_w, _) = &stages[0];
+    assert_eq!(glu.family, Family::GemmGlu);
+    assert_eq!(glu.params.gate, Some(Activation::Silu));
+    assert_eq!(glu.layout.as_ref().and_then(|l| l.b), Some(Layout::Col));
+    let s = shapes(glu_w);
+    assert_eq!((s[0].m, s[0].n, s[0].k), (256, 14336, 4096));
+    // Its validation shapes keep 16-byte rows for the template's TMA, m odd.
+    assert!(
+        s[1..]
+            .iter()
+            .all(|x| x.n % 8 == 0 && x.k % 8 == 0 && x.m % 2 == 1),
+        "{s:?}"
+    );
+    let (down, down_w, text) = &stages[1];
+    assert_eq!(down.family, Family::Gemm);
+    assert_gemm_shapes(down_w, 256, 4096, 14336, 1);
+    assert!(
+        text.contains("is the output of stage 1 (llama_mlp_s1)"),
+        "{text}"
+    );
+}
