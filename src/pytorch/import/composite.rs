@@ -82,178 +82,23 @@ pub(super) fn expand(graph: &mut Graph) -> Vec<(String, &'static str)> {
         } else {
             ""
         };
-        let distances = matches!(
-            target,
+        let written = match target {
+            "aten.scaled_dot_product_attention.default" => attention(&n, &metas),
             "aten.pairwise_distance.default"
-                | "aten.triplet_margin_loss.default"
-                | "aten.cosine_similarity.default"
-        );
-        if distances {
-            match distance(&n, &metas) {
-                Ok(nodes) => out.extend(nodes),
-                Err(why) => {
-                    left.push((n.name.clone(), why));
-                    out.push(n);
-                }
-            }
-            continue;
-        }
-        if target != "aten.scaled_dot_product_attention.default" {
-            out.push(n);
-            continue;
-        }
-        if let Some(why) = refusal(&n) {
-            left.push((n.name.clone(), why));
-            out.push(n);
-            continue;
-        }
-        let node_arg = |i: usize, key: &str| match param(&n, i, key).map(arg) {
-            Some(Arg::Node(x)) => Some(x.to_string()),
-            _ => None,
-        };
-        let (Some(q), Some(k), Some(v)) = (
-            node_arg(0, "query"),
-            node_arg(1, "key"),
-            node_arg(2, "value"),
-        ) else {
-            left.push((n.name.clone(), "a Q, K or V that is not a tensor"));
-            out.push(n);
-            continue;
-        };
-        let (Some(qm), Some(km)) = (metas.get(&q), metas.get(&k)) else {
-            left.push((n.name.clone(), "a Q or K without tensor metadata"));
-            out.push(n);
-            continue;
-        };
-        let nd = qm.shape.len();
-        if nd < 2 || km.shape.len() != nd {
-            left.push((
-                n.name.clone(),
-                "a Q or K of fewer than 2 dims, or the two of different ranks",
-            ));
-            out.push(n);
-            continue;
-        }
-        let mask = node_arg(3, "attn_mask");
-        if let Some(m) = &mask {
-            if !metas.contains_key(m) {
-                left.push((n.name.clone(), "an attn_mask without tensor metadata"));
+            | "aten.triplet_margin_loss.default"
+            | "aten.cosine_similarity.default" => distance(&n, &metas),
+            _ => {
                 out.push(n);
                 continue;
             }
-            if metas.get(m).is_some_and(|mm| mm.dtype == "bool") {
-                left.push((
-                    n.name.clone(),
-                    "a boolean attn_mask (an additive float mask, or is_causal, is written out)",
-                ));
+        };
+        match written {
+            Ok(nodes) => out.extend(nodes),
+            Err(why) => {
+                left.push((n.name.clone(), why));
                 out.push(n);
-                continue;
             }
         }
-        let causal = param(&n, 5, "is_causal").and_then(Value::as_bool) == Some(true);
-        if causal && mask.is_some() {
-            left.push((n.name.clone(), "both attn_mask and is_causal"));
-            out.push(n);
-            continue;
-        }
-        let e = qm.shape[nd - 1];
-        let scale = param(&n, 6, "scale")
-            .and_then(Value::as_f64)
-            .unwrap_or(1.0 / (e.max(1) as f64).sqrt());
-        let dtype = qm.dtype.clone();
-        let (l, s) = (qm.shape[nd - 2], km.shape[nd - 2]);
-        let mut scores_shape = qm.shape.clone();
-        scores_shape[nd - 1] = s;
-        let base = n.name.clone();
-        let name = |suffix: &str| format!("{base}_{suffix}");
-        // Kᵀ: a view (strides swapped), as `k.transpose(-2, -1)` is.
-        let mut kt_meta = km.clone();
-        kt_meta.shape.swap(nd - 2, nd - 1);
-        kt_meta.stride.swap(nd - 2, nd - 1);
-        out.push(Node {
-            val: Some(kt_meta),
-            ..call(
-                name("kt"),
-                "aten.transpose.int",
-                json!([{ "node": k }, -2, -1]),
-                Vec::new(),
-                &dtype,
-            )
-        });
-        out.push(call(
-            name("scores"),
-            "aten.matmul.default",
-            json!([{ "node": q }, { "node": name("kt") }]),
-            scores_shape.clone(),
-            &dtype,
-        ));
-        out.push(call(
-            name("scaled"),
-            "aten.mul.Tensor",
-            json!([{ "node": name("scores") }, scale]),
-            scores_shape.clone(),
-            &dtype,
-        ));
-        let mut logits = name("scaled");
-        if let Some(m) = mask {
-            out.push(call(
-                name("masked"),
-                "aten.add.Tensor",
-                json!([{ "node": logits }, { "node": m }]),
-                scores_shape.clone(),
-                &dtype,
-            ));
-            logits = name("masked");
-        } else if causal {
-            out.push(call(
-                name("ones"),
-                "aten.ones.default",
-                json!([[l, s]]),
-                vec![l, s],
-                "bool",
-            ));
-            out.push(call(
-                name("tril"),
-                "aten.tril.default",
-                json!([{ "node": name("ones") }]),
-                vec![l, s],
-                "bool",
-            ));
-            out.push(call(
-                name("future"),
-                "aten.eq.Scalar",
-                json!([{ "node": name("tril") }, 0]),
-                vec![l, s],
-                "bool",
-            ));
-            out.push(call(
-                name("masked"),
-                "aten.masked_fill.Scalar",
-                json!([{ "node": logits }, { "node": name("future") }, { "float": "-inf" }]),
-                scores_shape.clone(),
-                &dtype,
-            ));
-            logits = name("masked");
-        }
-        out.push(call(
-            name("probs"),
-            "aten.softmax.int",
-            json!([{ "node": logits }, -1]),
-            scores_shape,
-            &dtype,
-        ));
-        // The output keeps the SDPA node's name, so what reads it reads this product.
-        // (Its shape and strides the SDPA node's, as torch traced them: the views after it
-        // read it so.)
-        let mut o = call(
-            base.clone(),
-            "aten.matmul.default",
-            json!([{ "node": name("probs") }, { "node": v }]),
-            Vec::new(),
-            &dtype,
-        );
-        o.val = n.val.clone();
-        out.push(o);
     }
     graph.nodes = out;
     left
@@ -317,6 +162,141 @@ pub(super) fn out_of_place(graph: &mut Graph) {
     }
 }
 
+/// The nodes `scaled_dot_product_attention` node `n` is written out as, or why not.
+fn attention(
+    n: &Node,
+    metas: &std::collections::HashMap<String, Meta>,
+) -> Result<Vec<Node>, &'static str> {
+    if let Some(why) = refusal(n) {
+        return Err(why);
+    }
+    let node_arg = |i: usize, key: &str| match param(n, i, key).map(arg) {
+        Some(Arg::Node(x)) => Some(x.to_string()),
+        _ => None,
+    };
+    let (Some(q), Some(k), Some(v)) = (
+        node_arg(0, "query"),
+        node_arg(1, "key"),
+        node_arg(2, "value"),
+    ) else {
+        return Err("a Q, K or V that is not a tensor");
+    };
+    let (Some(qm), Some(km)) = (metas.get(&q), metas.get(&k)) else {
+        return Err("a Q or K without tensor metadata");
+    };
+    let nd = qm.shape.len();
+    if nd < 2 || km.shape.len() != nd {
+        return Err("a Q or K of fewer than 2 dims, or the two of different ranks");
+    }
+    let mask = node_arg(3, "attn_mask");
+    if let Some(m) = &mask {
+        match metas.get(m) {
+            None => return Err("an attn_mask without tensor metadata"),
+            Some(mm) if mm.dtype == "bool" => {
+                return Err(
+                    "a boolean attn_mask (an additive float mask, or is_causal, is written out)",
+                )
+            }
+            Some(_) => {}
+        }
+    }
+    let causal = param(n, 5, "is_causal").and_then(Value::as_bool) == Some(true);
+    if causal && mask.is_some() {
+        return Err("both attn_mask and is_causal");
+    }
+    let e = qm.shape[nd - 1];
+    let scale = param(n, 6, "scale")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+    let (l, s) = (qm.shape[nd - 2], km.shape[nd - 2]);
+    let mut scores = qm.shape.clone();
+    scores[nd - 1] = s;
+    let mut b = Builder {
+        base: n.name.clone(),
+        dtype: qm.dtype.clone(),
+        nodes: Vec::new(),
+    };
+    // Kᵀ: a view (strides swapped), as `k.transpose(-2, -1)` is.
+    let kt = b.op(
+        Some("kt"),
+        "aten.transpose.int",
+        json!([{ "node": k }, -2, -1]),
+        &[],
+    );
+    let mut kt_meta = km.clone();
+    kt_meta.shape.swap(nd - 2, nd - 1);
+    kt_meta.stride.swap(nd - 2, nd - 1);
+    b.retype(kt_meta);
+    let prod = b.op(
+        Some("scores"),
+        "aten.matmul.default",
+        json!([{ "node": q }, { "node": kt }]),
+        &scores,
+    );
+    let mut logits = b.op(
+        Some("scaled"),
+        "aten.mul.Tensor",
+        json!([{ "node": prod }, scale]),
+        &scores,
+    );
+    if let Some(m) = mask {
+        logits = b.op(
+            Some("masked"),
+            "aten.add.Tensor",
+            json!([{ "node": logits }, { "node": m }]),
+            &scores,
+        );
+    } else if causal {
+        let bools = |b: &mut Builder, suffix: &str, target: &str, args: Value| {
+            let name = b.op(Some(suffix), target, args, &[l, s]);
+            let shape = vec![l, s];
+            b.retype(Meta {
+                stride: row_major(&shape),
+                shape,
+                dtype: "bool".into(),
+            });
+            name
+        };
+        let ones = bools(&mut b, "ones", "aten.ones.default", json!([[l, s]]));
+        let tril = bools(
+            &mut b,
+            "tril",
+            "aten.tril.default",
+            json!([{ "node": ones }]),
+        );
+        let future = bools(
+            &mut b,
+            "future",
+            "aten.eq.Scalar",
+            json!([{ "node": tril }, 0]),
+        );
+        logits = b.op(
+            Some("masked"),
+            "aten.masked_fill.Scalar",
+            json!([{ "node": logits }, { "node": future }, { "float": "-inf" }]),
+            &scores,
+        );
+    }
+    let probs = b.op(
+        Some("probs"),
+        "aten.softmax.int",
+        json!([{ "node": logits }, -1]),
+        &scores,
+    );
+    // The output keeps the SDPA node's name, so what reads it reads this product, and its
+    // shape and strides as torch traced them: the views after it read it so.
+    b.op(
+        None,
+        "aten.matmul.default",
+        json!([{ "node": probs }, { "node": v }]),
+        &[],
+    );
+    if let Some(last) = b.nodes.last_mut() {
+        last.val = n.val.clone();
+    }
+    Ok(b.nodes)
+}
+
 /// Appends nodes named `{base}_{suffix}`; the last keeps `base` (what reads the composite
 /// reads it).
 struct Builder {
@@ -341,6 +321,13 @@ impl Builder {
             &self.dtype,
         ));
         name
+    }
+
+    /// The last node's tensor metadata replaced (a view's strides, a mask's bool type).
+    fn retype(&mut self, meta: Meta) {
+        if let Some(last) = self.nodes.last_mut() {
+            last.val = Some(meta);
+        }
     }
 
     /// `‖x1 - x2 + eps‖₂` over the last dim of `shape`.
