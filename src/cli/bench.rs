@@ -1061,30 +1061,38 @@ mod tests {
         );
     }
 
+    /// A row judged against cuBLAS (met), its candidates not listed.
+    fn test_row(
+        workload: &str,
+        best_us: Option<f64>,
+        baselines: Vec<(String, f64, Option<f64>)>,
+    ) -> BenchRow {
+        BenchRow {
+            workload: workload.into(),
+            shape: "64x64x64".into(),
+            session: String::new(),
+            best: best_us.map(|_| "gemm".into()),
+            best_us,
+            baselines,
+            roofline_fraction: None,
+            tflops: None,
+            tb_per_s: None,
+            goal: "1.00x cublas".into(),
+            goal_vs: Some("cublas".into()),
+            met: true,
+            judged: true,
+            search: SearchOutcome {
+                workload: workload.into(),
+                tried: Vec::new(),
+                best: None,
+                rejected: Vec::new(),
+            },
+        }
+    }
+
     #[test]
     fn a_models_stages_add_up_against_the_library_sequence() {
-        let row =
-            |w: &str, best: Option<f64>, baselines: Vec<(String, f64, Option<f64>)>| BenchRow {
-                workload: w.into(),
-                shape: "64x64x64".into(),
-                session: String::new(),
-                best: best.map(|_| "gemm".into()),
-                best_us: best,
-                baselines,
-                roofline_fraction: None,
-                tflops: None,
-                tb_per_s: None,
-                goal: "1.00x cublas".into(),
-                goal_vs: Some("cublas".into()),
-                met: true,
-                judged: true,
-                search: SearchOutcome {
-                    workload: w.into(),
-                    tried: Vec::new(),
-                    best: None,
-                    rejected: Vec::new(),
-                },
-            };
+        let row = test_row;
         let tf32 = (crate::eval::job::TF32_REFERENCE.to_string(), 1.0, Some(9.0));
         let mut r = BenchReport {
             suite: "m".into(),
@@ -1283,28 +1291,23 @@ mod tests {
             date: "2026-11-25".into(),
             stages: Vec::new(),
             rows: vec![BenchRow {
-                workload: "fp32_4096".into(),
                 shape: big.to_string(),
                 session: "runs/x".into(),
                 best: Some("gemm_sm90_cutlass3_ws".into()),
-                best_us: Some(1366.7),
-                baselines: vec![
-                    ("cublas".into(), 2700.5, Some(1.98)),
-                    (crate::eval::job::TF32_REFERENCE.into(), 339.2, Some(0.25)),
-                ],
-                roofline_fraction: None,
-                tflops: None,
-                tb_per_s: None,
-                goal: "1.00x cublas".into(),
-                goal_vs: Some("cublas".into()),
-                met: true,
-                judged: true,
                 search: SearchOutcome {
                     workload: "fp32_4096".into(),
                     tried: vec![t],
                     best: Some(0),
                     rejected: Vec::new(),
                 },
+                ..test_row(
+                    "fp32_4096",
+                    Some(1366.7),
+                    vec![
+                        ("cublas".into(), 2700.5, Some(1.98)),
+                        (crate::eval::job::TF32_REFERENCE.into(), 339.2, Some(0.25)),
+                    ],
+                )
             }],
         };
         let md = markdown(&r);
