@@ -62,17 +62,6 @@
 // row's (mL_t, s_t) into the row's (mL, s) and writes D = e * 2^(mL_t - mL) / s. That
 // writes and reads 2 instead of 4 bytes an element; the per-tile statistics are 8 bytes
 // per row and column tile.
-// Recomputing the product (CS_RECOMPUTE=1; softmax or log_softmax with 16-bit A and B, no
-// C term, a GEMM covering every output, D's leading dimension and batch stride 16-byte
-// multiples and D 16-byte aligned): nothing of m x n is written but D, and the GEMM runs
-// twice with the same tiles (the same sums, bit for bit). Pass 1, the exponentiating
-// epilogue with its store left out, writes each tile row's (mL_t, s_t); a warp a row
-// combines a row's tiles into (mL, 1 / s) (log_softmax: (mL, log2 s)); pass 2 computes the
-// product again and its epilogue writes D = 2^(x log2e - mL) / s (log_softmax
-// (x log2e - mL - log2 s) ln 2) by TMA. A second product against the intermediate's write
-// and read (4 bytes an element in f16, 8 in fp32): the attention-score shapes (K of
-// 64-256), where the product is cheap and the bytes are the time. Where it does not apply
-// (a misaligned D found at launch included) the fp32 path runs.
 // The fp32 intermediate costs one fp32 write and read of m x n: a row fits one CTA's tile only
 // when n <= CS_TILE_N, and a fused single-kernel version for that case (the softmax in
 // the epilogue: max and sum across the consumer warpgroups of one tile) is future work.
@@ -92,9 +81,6 @@
 //                      idle); its partials use the workspace
 //   CS_EXP16      1    1: the exponentiated f16 intermediate below where it applies; 0: the
 //                      fp32 workspace always
-//   CS_RECOMPUTE  0    1: softmax and log_softmax computed without any intermediate of m x n
-//                      (below) where it applies, else the fp32 workspace; implies
-//                      CS_EXP16=0
 
 // Device code is built without assert(): a call to __assertfail inside the consumer loop
 // makes ptxas serialize every WGMMA (see gemm_sm90_cutlass3_ws.cu). Host asserts stay;
@@ -103,7 +89,6 @@
 #define NDEBUG
 #endif
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -196,14 +181,9 @@ using namespace cute;
 #ifndef CS_STREAMK
 #define CS_STREAMK 0
 #endif
-#ifndef CS_RECOMPUTE
-#define CS_RECOMPUTE 0
-#endif
 #ifndef CS_EXP16
-#define CS_EXP16 ((CS_F32 || CS_RECOMPUTE) ? 0 : 1)
+#define CS_EXP16 (CS_F32 ? 0 : 1)
 #endif
-// The epilogue that exponentiates the tile (CS_EXP16's, and the recomputing path's passes).
-#define CS_EXP_EPI (CS_EXP16 || CS_RECOMPUTE)
 // f32: the 3xTF32 mainloop's promotion interval by K: CS_F32_PROMOTE_MIN_K, _LARGE_K and
 // _MAX (defaults in cutesmith_sm90_3xtf32.cuh).
 
@@ -245,9 +225,6 @@ using ElementAB = std::conditional_t<CS_F32, float,
                   std::conditional_t<kDtypeAB == CS_DTYPE_F16, cutlass::half_t, cutlass::bfloat16_t>>;
 using ElementCD = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
                   std::conditional_t<kDtypeCD == CS_DTYPE_F16, __half, __nv_bfloat16>>;
-// D in CUTLASS's types (the recomputing path's second pass writes it by TMA).
-using ElementCDc = std::conditional_t<kDtypeCD == CS_DTYPE_F32, float,
-                   std::conditional_t<kDtypeCD == CS_DTYPE_F16, cutlass::half_t, cutlass::bfloat16_t>>;
 using ElementAcc = float;
 using ElementWs  = float;   // the GEMM's output: Z without beta * C
 
@@ -277,9 +254,6 @@ static_assert(!(CS_F32 && CS_EXP16), "f32: CS_EXP16 is the 16-bit GEMM's path");
 static_assert(kClusterM * kClusterN <= 8 && kClusterM >= 1 && kClusterN >= 1, "portable cluster sizes only");
 static_assert(CS_RASTER >= 0 && CS_RASTER <= 2, "CS_RASTER: 0 heuristic, 1 along M, 2 along N");
 static_assert(CS_EXP16 == 0 || CS_EXP16 == 1, "CS_EXP16: 0 or 1");
-static_assert(CS_RECOMPUTE == 0 || CS_RECOMPUTE == 1, "CS_RECOMPUTE: 0 or 1");
-static_assert(!(CS_F32 && CS_RECOMPUTE), "f32: CS_RECOMPUTE is the 16-bit GEMM's path");
-static_assert(!(CS_EXP16 && CS_RECOMPUTE), "CS_EXP16 and CS_RECOMPUTE: one or the other");
 
 using TileShape    = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
 using ClusterShape = Shape<Int<kClusterM>, Int<kClusterN>, _1>;
@@ -366,14 +340,12 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 static constexpr float kLog2e = 1.4426950408889634f;
 static constexpr float kLn2   = 0.69314718055994531f;
 
-#if CS_EXP_EPI
+#if CS_EXP16
 // ---------------------------------------------------------------------------------------
 // Stage 1, exponentiated: e = 2^(alpha z log2e - mL_t) in f16, and each tile row's (mL_t, s_t)
-// (CS_RECOMPUTE: the same epilogue, storing nothing in pass 1 and D in pass 2)
 // ---------------------------------------------------------------------------------------
 
-// What the epilogue writes: e in f16, or (recomputing) D.
-using ElementE = std::conditional_t<CS_RECOMPUTE != 0, ElementCDc, cutlass::half_t>;
+using ElementE = cutlass::half_t;
 static constexpr int kAlignE = 128 / cutlass::sizeof_bits<ElementE>::value;   // 8
 
 __device__ __forceinline__ float cs_ex2_e(float x)
@@ -383,15 +355,8 @@ __device__ __forceinline__ float cs_ex2_e(float x)
   return y;
 }
 
-// What the epilogue does with a tile: CS_EXP16's e and statistics, the recomputing path's
-// first pass (the statistics alone) and its second (D from the rows' statistics).
-enum CsExpMode : int { kExpTile = 0, kExpStatsOnly = 1, kExpFinal = 2 };
-
 // What the epilogue needs beside CUTLASS's own arguments.
 struct CsExpArgs {
-  int mode = kExpTile;       // CsExpMode
-  int log_softmax = 0;       // kExpFinal: log_softmax instead of softmax
-  const float2* rows = nullptr;   // kExpFinal: [l * m + row]: (mL, 1 / s) or (mL, log2 s)
   float2* stats = nullptr;   // [(l * m + row) * tiles_n + tile]: (mL_t, s_t)
   int64_t tiles_n = 0;       // column tiles per row: ceil(n / TILE_N)
   float alpha_log2e = 0.0f;  // alpha * log2(e) (the identity chain)
@@ -468,35 +433,6 @@ struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
         }
       }
     }
-    if (this->extra_.mode == kExpFinal) {
-      // The recomputing path's second pass: each row's (mL, 1 / s) or (mL, log2 s) from
-      // the first pass's tiles, D from the same x. A row all -inf has mL = -inf and s = 0:
-      // softmax gives 0 * inf = NaN as torch does, log_softmax -inf.
-      float ml[kSlots], kk[kSlots];
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kSlots; ++i) {
-        int const row = cute::min(row0 + row_of[i], int(M) - 1);   // rows past m are not stored
-        float2 const r = this->extra_.rows[int64_t(l_coord) * int64_t(M) + row];
-        ml[i] = r.x == __int_as_float(0xff800000) ? 0.0f : r.x;
-        kk[i] = r.y;
-      }
-      bool const log = this->extra_.log_softmax != 0;
-      CUTLASS_PRAGMA_UNROLL
-      for (int mm = 0; mm < kMmaM; ++mm) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int nn = 0; nn < size<2>(accumulators); ++nn) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int v = 0; v < size<0>(accumulators); ++v) {
-            int const sl = slot(v, mm, nn);
-            float const x = accumulators(v, mm, nn) - ml[sl];
-            accumulators(v, mm, nn) = log ? (x - kk[sl]) * kLn2 : cs_ex2_e(x) * kk[sl];
-          }
-        }
-      }
-      return Inner::store(load_pipeline, load_pipe_consumer_state, store_pipeline, store_pipe_producer_state,
-                          problem_shape_mnkl, tile_shape_MNK, tile_coord_mnkl, accumulators, tiled_mma, thread_idx,
-                          shared_tensors, subtile_idx);
-    }
     // A tile row whose every value is -inf (past n, or masked by the chain: a causal
     // mask's tiles right of the diagonal) exponentiates against 0, not its own max, so
     // its values are 2^-inf = 0 and not 2^(-inf + inf) = NaN; its stats are (-inf, 0).
@@ -534,9 +470,6 @@ struct CsExpEpilogue : cs_sm90::EpilogueWith<Inner, CsExpArgs> {
               make_float2(mx[i], sum[i]);
       }
     }
-    // The recomputing path's first pass stores nothing: the store pipeline is left as it
-    // was (no TMA store issued, so the kernel's store_tail has nothing to wait for).
-    if (this->extra_.mode == kExpStatsOnly) return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
     return Inner::store(load_pipeline, load_pipe_consumer_state, store_pipeline, store_pipe_producer_state,
                         problem_shape_mnkl, tile_shape_MNK, tile_coord_mnkl, accumulators, tiled_mma, thread_idx,
                         shared_tensors, subtile_idx);
@@ -1575,27 +1508,6 @@ cs_softmax_exp_warp_kernel(CsExpRowArgs a)
 }
 #endif
 
-#if CS_RECOMPUTE
-// The recomputing path between its passes: a warp a row combines the row's tiles'
-// (mL_t, s_t) into (mL, 1 / s), or (mL, log2 s) for log_softmax; rows grid-strided.
-__global__ void __launch_bounds__(256)
-cs_softmax_row_stats_kernel(const float2* stats, int64_t tiles_n, int64_t rows, float2* out, int log_softmax)
-{
-  int const lane = int(threadIdx.x & 31);
-  int64_t const step = int64_t(gridDim.x) * 8;
-  for (int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5); row < rows; row += step) {
-    const float2* st = stats + row * tiles_n;
-    float mL = cs_neg_inf(), s = 0.0f;
-    for (int64_t t = lane; t < tiles_n; t += 32) {
-      float2 const v = st[t];
-      cs_combine(mL, s, v.x, v.y);
-    }
-    cs_warp_reduce(mL, s);
-    if (lane == 0) out[row] = make_float2(mL, log_softmax != 0 ? log2f(s) : 1.0f / s);
-  }
-}
-#endif
-
 // ---------------------------------------------------------------------------------------
 // Host side: problem checks and geometry
 // ---------------------------------------------------------------------------------------
@@ -1617,8 +1529,6 @@ struct CsGeometry {
   uint64_t stats_at;            // exp16: byte offset of the statistics
   uint64_t split_at;            // 3xF16: byte offset of the split parts (after the rows)
   uint64_t colnorm_at;          // gemm_norm BATCH: byte offset of the column statistics
-  bool recompute;               // the recomputing path (CS_RECOMPUTE) where D's pointer allows
-  uint64_t rows_at;             // recompute: byte offset of the rows' (mL, 1 / s or log2 s)
 };
 
 // The batch (L) stride handed to CUTLASS: the ABI's, or for a single batch a never-stepped
@@ -1691,27 +1601,6 @@ static CsGeometry cs_geometry(const cs_problem& p)
     g.stats_at = (rows * uint64_t(p.n) * 2 + 255) / 256 * 256;
     g.ws_bytes = g.stats_at + (rows * uint64_t(g.tiles_n) * 8 + 255) / 256 * 256;
   }
-  // The recomputing path: softmax or log_softmax, no C, the GEMM covering every output, and
-  // D's rows and batch stride 16-byte multiples (TMA stores D). Its workspace is the tiles'
-  // and the rows' statistics; the fp32 rows stay reserved for a D whose pointer turns out
-  // misaligned at launch, which takes the fp32 path.
-  g.recompute = false;
-  g.rows_at = 0;
-#if CS_RECOMPUTE
-  {
-    constexpr int64_t kAlignD = 16 / int64_t(sizeof(ElementCD));
-    int64_t const sd = cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m);
-    g.recompute = p.family == CS_FAMILY_GEMM_SOFTMAX && p.beta == 0.0f && g.m_gemm == p.m && g.n_gemm == p.n &&
-                  p.ldd >= p.n && p.ldd % kAlignD == 0 && sd > 0 && sd % kAlignD == 0;
-  }
-  if (g.recompute) {
-    uint64_t const rows = uint64_t(p.batch) * uint64_t(p.m);
-    g.stats_at = 0;
-    g.rows_at = (rows * uint64_t(g.tiles_n) * 8 + 255) / 256 * 256;
-    uint64_t const need = g.rows_at + (rows * 8 + 255) / 256 * 256;
-    if (need > g.ws_bytes) g.ws_bytes = need;
-  }
-#endif
   return g;
 }
 
@@ -1901,44 +1790,11 @@ static typename GemmE::Arguments cs_make_arguments_e(const cs_problem& p, const 
 }
 #endif
 
-#if CS_RECOMPUTE
-// The recomputing path's GEMM: pass kExpStatsOnly (the tiles' statistics) or kExpFinal (D).
-static typename GemmE::Arguments cs_make_arguments_r(const cs_problem& p, const CsGeometry& g, void* ws, int mode)
-{
-  StrideE const dD = cs_stride<StrideE>(p.ldd, cs_batch_stride(p, p.batch_stride_d, p.ldd, p.m));
-  ElementE* d = static_cast<ElementE*>(p.d);   // pass 1 stores nothing through it
-  typename GemmE::Arguments args = cs_arguments<GemmE>(p, g, {{{}, nullptr, dD, d, dD}, CsExpArgs{}});
-  args.epilogue.thread.alpha = 1.0f;   // the epilogue has applied alpha and the softmax
-  args.epilogue.thread.beta = 0.0f;
-  char* base = static_cast<char*>(ws);
-  args.epilogue.extra.mode = mode;
-  args.epilogue.extra.log_softmax = p.log_softmax;
-  args.epilogue.extra.stats = ws == nullptr ? nullptr : reinterpret_cast<float2*>(base + g.stats_at);
-  args.epilogue.extra.rows = ws == nullptr ? nullptr : reinterpret_cast<const float2*>(base + g.rows_at);
-  args.epilogue.extra.tiles_n = g.tiles_n;
-  args.epilogue.extra.alpha_log2e = p.alpha * kLog2e;
-  args.epilogue.extra.alpha = p.alpha;
-  args.epilogue.extra.prob = p;
-  return args;
-}
-#endif
-
 // Total workspace: the fp32 rows (or e and the statistics), then CUTLASS's own (tile
 // scheduler) workspace.
 static int32_t cs_workspace(const cs_problem& p, const CsGeometry& g, uint64_t* bytes)
 {
   *bytes = g.ws_bytes;
-#if CS_RECOMPUTE
-  if (g.recompute) {
-    // The recomputing GEMM's, or the fp32 path's for a misaligned D: the larger.
-    typename GemmE::Arguments ra = cs_make_arguments_r(p, g, nullptr, kExpFinal);
-    if (GemmE::can_implement(ra) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
-    typename Gemm::Arguments fa = cs_make_arguments(p, g, nullptr);
-    if (Gemm::can_implement(fa) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
-    *bytes += std::max(uint64_t(GemmE::get_workspace_size(ra)), uint64_t(Gemm::get_workspace_size(fa)));
-    return CS_OK;
-  }
-#endif
 #if CS_EXP16
   if (g.exp16) {
     typename GemmE::Arguments args = cs_make_arguments_e(p, g, nullptr);   // pointers may be NULL
@@ -2016,32 +1872,6 @@ CS_EXPORT int32_t cutesmith_launch(const cs_problem* problem, cs_stream_t stream
       cs_softmax_exp_kernel<<<unsigned(a.rows), kExpThreads, 0, stream>>>(a);
     }
     return int32_t(cudaGetLastError());
-  }
-#endif
-
-#if CS_RECOMPUTE
-  if (g.recompute && cs_aligned16(p.d)) {
-    void* gemm_ws = static_cast<char*>(p.workspace) + g.ws_bytes;
-    for (int mode : {int(kExpStatsOnly), int(kExpFinal)}) {
-      typename GemmE::Arguments args = cs_make_arguments_r(p, g, p.workspace, mode);
-      GemmE gemm;
-      if (gemm.can_implement(args) != cutlass::Status::kSuccess) return CS_ERR_UNSUPPORTED;
-      cutlass::Status s = gemm.initialize(args, gemm_ws, stream);
-      if (s != cutlass::Status::kSuccess) return cs_status_of(s);
-      s = gemm.run(stream);
-      if (s != cutlass::Status::kSuccess) return cs_status_of(s);
-      if (mode == kExpStatsOnly) {
-        int64_t const rows = p.batch * p.m;
-        int64_t const need = (rows + 7) / 8;
-        int64_t const cap = int64_t(p.sm_count > 0 ? p.sm_count : 132) * 32;
-        cs_softmax_row_stats_kernel<<<unsigned(need < cap ? need : cap), 256, 0, stream>>>(
-            reinterpret_cast<const float2*>(static_cast<const char*>(p.workspace) + g.stats_at), g.tiles_n, rows,
-            reinterpret_cast<float2*>(static_cast<char*>(p.workspace) + g.rows_at), p.log_softmax);
-        cudaError_t const err = cudaGetLastError();
-        if (err != cudaSuccess) return int32_t(err);
-      }
-    }
-    return CS_OK;
   }
 #endif
 
