@@ -957,23 +957,19 @@ pub fn map_graph(
     file: &str,
 ) -> std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>> {
     let mut used: HashSet<&str> = HashSet::new();
-    fn note<'v>(v: &'v Value, used: &mut HashSet<&'v str>) {
-        match v {
-            Value::Array(a) => a.iter().for_each(|x| note(x, used)),
-            _ => {
-                if let Arg::Node(x) = arg(v) {
-                    used.insert(x);
-                }
-            }
-        }
-    }
+    let mut note = |x| {
+        used.insert(x);
+    };
     for n in &graph.nodes {
         n.args
             .iter()
             .chain(n.kwargs.values())
-            .for_each(|v| note(v, &mut used));
+            .for_each(|v| stages::each_ref(v, &mut note));
     }
-    graph.output.iter().for_each(|v| note(v, &mut used));
+    graph
+        .output
+        .iter()
+        .for_each(|v| stages::each_ref(v, &mut note));
     let mut mp = Mapper {
         used,
         nodes: graph.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),

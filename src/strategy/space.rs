@@ -505,15 +505,36 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                 tf32.push(mk("gemm_softmax", with(&p, &fp16), &why));
             }
             // Fewer 128-row tiles than two waves of SMs (few rows against a long K): each
-            // mainloop's first tile on the stream-K scheduler first, so that every SM works.
+            // mainloop's first tile on the stream-K scheduler first, so that every SM works;
+            // but where that tile leaves between half and all of the SMs a tile, stream-K
+            // would cut each K loop into two unequal parts whose tiles finish in a chain
+            // (`tuner::STREAMK_CHAIN`): then the narrower tile that fills one wave as it is
+            // runs first (H200, 128 x 16384 x 16384 f32: 128 x 128 in 675.7-689.9 us,
+            // stream-K 128 x 192 in 926.7; `bench/f32-small-m-h200.md`).
+            let h = w.headline();
+            let tiles_of = |s: &Strategy| {
+                let tn = s.params.get("CS_TILE_N").copied().unwrap_or(192).max(1) as u64;
+                h.m.div_ceil(128) * h.n.div_ceil(tn) * h.batch.max(1)
+            };
+            let sms = super::tuner::SMS;
             for list in [&mut f16, &mut tf32] {
                 let Some(first) = list.first().cloned() else {
                     continue;
                 };
-                let h = w.headline();
-                let tn = first.params.get("CS_TILE_N").copied().unwrap_or(192).max(1) as u64;
-                let tiles = h.m.div_ceil(128) * h.n.div_ceil(tn) * h.batch.max(1);
-                if tiles < 2 * super::tuner::SMS {
+                let tiles = tiles_of(&first);
+                if 2 * tiles > sms && tiles < sms {
+                    if let Some(i) = list.iter().position(|s| (tiles + 1..=sms).contains(&tiles_of(s))) {
+                        let mut one_wave = list.remove(i);
+                        one_wave.rationale = format!(
+                            "{} ({} tiles: one wave, where the wider tile's {tiles} would leave stream-K two unequal parts a tile)",
+                            one_wave.rationale,
+                            tiles_of(&one_wave)
+                        );
+                        list.insert(0, one_wave);
+                        continue;
+                    }
+                }
+                if tiles < 2 * sms {
                     let mut sk = first;
                     sk.params.insert("CS_STREAMK".into(), 1);
                     sk.rationale = format!(
@@ -1045,11 +1066,17 @@ mod tests {
         // K of 32: 3xTF32 first whatever the estimate.
         let c = candidates(&gemm(32768, 32768, 32, "gemm"));
         assert_eq!(c[0].get("CS_F32_MODE", 0), 0, "{}", c[0].label());
-        // GEMM + reduction over 85 tiles of 128 x 192: stream-K first; 1024 x 8192 does not
-        // need it.
+        // GEMM + reduction over 86 tiles of 128 x 192: stream-K would split each K loop in
+        // two unequal parts (measured slower on the H200), so the 128 x 128 tile, 128 tiles
+        // in one wave, leads without it; over 171 tiles (128 x 32768 x 32768) stream-K of
+        // the wide tile leads; 1024 x 8192 needs neither.
         let c = candidates(&gemm(128, 16384, 16384, "gemm_reduce"));
         assert_eq!(c[0].template, "gemm_softmax");
+        assert_eq!(c[0].get("CS_STREAMK", 0), 0, "{}", c[0].label());
+        assert_eq!(c[0].get("CS_TILE_N", 0), 128, "{}", c[0].label());
+        let c = candidates(&gemm(128, 32768, 32768, "gemm_reduce"));
         assert_eq!(c[0].get("CS_STREAMK", 0), 1, "{}", c[0].label());
+        assert_eq!(c[0].get("CS_TILE_N", 0), 192, "{}", c[0].label());
         // One row of 128-row tiles: no cluster along M (its second CTA would have no rows).
         assert!(
             c.iter().all(|s| s.get("CS_CLUSTER_M", 1) == 1),

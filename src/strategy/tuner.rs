@@ -57,6 +57,16 @@ const STREAMK_FIXUP: f64 = 1.10;
 /// The same for fp32 (3xTF32): a K loop three times as long hides more of the fix-up
 /// (H100, 4096^3: stream-K 128x128 at 1.05x the time of the cooperative one, not 1.10x).
 const STREAMK_FIXUP_F32: f64 = 1.05;
+/// Stream-K with fewer tiles than SMs but more than half as many (86 tiles of 128 x 192 on
+/// 132 SMs): each tile's K loop is cut into two unequal parts on two SMs, and the SM with
+/// a tile's last part waits for the partial of the SM before it, which is itself busy
+/// with the last part of the tile before: the tiles finish in a chain. The kernel then
+/// takes `w + STREAMK_CHAIN (1 - w)` of one tile's time, w = tiles / SMs, instead of w.
+/// Measured on the H200 with fp32 (3xTF32) at 128 x 16384 x 16384 and 256 x 8192 x 8192
+/// (86 tiles of 128 x 192): 926.7 and 460.9 us, where 128 x 128 tiles (128 tiles, one
+/// wave) ran 675.7 and 335.8; about 0.94 of a tile against w = 0.65
+/// (`bench/f32-small-m-h200.md`).
+const STREAMK_CHAIN: f64 = 0.7;
 /// One SM's rate for writing and reading back its partial tiles (bytes/s).
 const SM_PARTIAL_BYTES_PER_S: f64 = 100.0e9;
 /// What one SM streams from DRAM with the template's persistent TMA mainloop (bytes/s).
@@ -511,9 +521,14 @@ pub fn estimate(c: &Config, h: &Shape, ab: DType, cd: DType) -> Estimate {
         Schedule::StreamK => {
             let splits = (SMS as f64 / tiles as f64).max(1.0);
             let fixup_s = splits * (tm * tn * 4 * 2) as f64 / SM_PARTIAL_BYTES_PER_S;
+            let share = tiles as f64 / SMS as f64;
+            let share = if splits > 1.0 && splits < 2.0 {
+                share + STREAMK_CHAIN * (1.0 - share)
+            } else {
+                share
+            };
             (
-                (tiles as f64 * tile_s / SMS as f64).max(tile_s / h.k.max(1) as f64) * fixup
-                    + fixup_s,
+                (share * tile_s).max(tile_s / h.k.max(1) as f64) * fixup + fixup_s,
                 1,
             )
         }
@@ -662,6 +677,45 @@ mod tests {
             .all(|(c, _, _)| c.tile_m * c.tile_n <= 128 * 192 && c.schedule != Schedule::PingPong));
         // The 16-bit space has no 192-wide tile.
         assert!(space_for(DType::BF16).iter().all(|c| c.tile_n != 192));
+    }
+
+    #[test]
+    fn stream_k_of_between_half_and_one_tile_an_sm_chains() {
+        // Measured on the H200 (bench/f32-small-m-h200.md), fp32: 128 x 16384 x 16384 and
+        // 256 x 8192 x 8192 as 86 tiles of 128 x 192 on stream-K 926.7 and 460.9 us,
+        // cooperative 128 x 128 tiles (one wave) 675.7-689.9 and 335.8-341.3; at
+        // 128 x 32768 x 32768 (171 tiles) stream-K 128 x 192 led, 2496.9 against 2682.7.
+        for (m, n, k) in [(128, 16384, 16384), (256, 8192, 8192)] {
+            let r = ranked(&Shape::gemm(m, n, k), DType::F32, DType::F32);
+            let (c, e, _) = &r[0];
+            assert_eq!(
+                (c.tile_n, c.schedule),
+                (128, Schedule::Cooperative),
+                "{m} x {n} x {k}"
+            );
+            let sk = r
+                .iter()
+                .find(|(c, _, _)| c.tile_n == 192 && c.schedule == Schedule::StreamK)
+                .map(|(_, e, _)| e.us)
+                .unwrap();
+            // The chain puts stream-K 128 x 192 about 1.3x behind, as measured (1.37x).
+            assert!(sk > 1.25 * e.us, "{m} x {n} x {k}: {sk} against {}", e.us);
+        }
+        let r = ranked(&Shape::gemm(128, 32768, 32768), DType::F32, DType::F32);
+        assert_eq!((r[0].0.tile_n, r[0].0.schedule), (192, Schedule::StreamK));
+        // Stream-K with several tiles an SM's share, or nearly one, is not chained.
+        let c = Config {
+            schedule: Schedule::StreamK,
+            ..Config::cooperative(128, 128, 1, 1)
+        };
+        let even = estimate(&c, &Shape::gemm(128, 16384, 16384), DType::F32, DType::F32);
+        let coop = estimate(
+            &Config::cooperative(128, 128, 1, 1),
+            &Shape::gemm(128, 16384, 16384),
+            DType::F32,
+            DType::F32,
+        );
+        assert!(even.us < 1.1 * coop.us, "{} {}", even.us, coop.us);
     }
 
     #[test]

@@ -40,11 +40,16 @@ pub struct NoSplit {
 
 /// Every node name an argument (or a list of them) reads.
 pub(super) fn refs(v: &Value, out: &mut Vec<String>) {
+    each_ref(v, &mut |x| out.push(x.to_string()));
+}
+
+/// Calls `f` with every node name argument `v` holds (through lists), borrowed from `v`.
+pub(super) fn each_ref<'v>(v: &'v Value, f: &mut impl FnMut(&'v str)) {
     match v {
-        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+        Value::Array(a) => a.iter().for_each(|x| each_ref(x, f)),
         _ => {
             if let Arg::Node(x) = arg(v) {
-                out.push(x.to_string());
+                f(x);
             }
         }
     }
