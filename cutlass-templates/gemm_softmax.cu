@@ -161,7 +161,11 @@ using namespace cute;
 #if CS_F16SPLIT
 #define CS_TILE_K 32       // 32 halves: one 64-byte swizzle row (four tiles a stage)
 #elif CS_F32
-#define CS_TILE_K 32       // 32 floats: one 128-byte swizzle row
+#define CS_TILE_K 16       // 16 floats: one 64-byte swizzle row, as the GEMM family's 3xTF32.
+                           // 32 left room for two stages of a 128 x 128 tile beside the
+                           // epilogue, 16 for five: at 128 x 16384 x 16384 (KernelBench 2/66) the
+                           // GEMM ran 990 us at 2 stages against 695 for the GEMM family's
+                           // (H200, ncu; bench/f32-small-m-h200.md)
 #else
 #define CS_TILE_K 64
 #endif
@@ -247,7 +251,8 @@ static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative,
 static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
 static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
 static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
-static_assert(kTileK * int(sizeof(ElementAB)) % 128 == 0, "TILE_K must span whole 128B swizzle rows");
+static_assert(kTileK * int(sizeof(ElementAB)) % (CS_F32 ? 64 : 128) == 0,
+              "TILE_K must span whole swizzle rows (128 bytes; 64 for fp32)");
 static_assert(!CS_F32 || (CS_SCHEDULE == 0 && kTileM == 128 && kTileN <= 192),
               "f32 (3xTF32): cooperative 128-row tiles of at most 192 columns (two accumulator sets a thread)");
 static_assert(!(CS_F32 && CS_EXP16), "f32: CS_EXP16 is the 16-bit GEMM's path");

@@ -382,14 +382,14 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
 /// rest for the epilogue's buffers and the pipeline's barriers).
 pub(super) const F32_SOFTMAX_STAGES_BUDGET: i64 = 190_000;
 
-/// One stage of the f32 gemm_softmax's 3xTF32 mainloop with a 128 x `tile_n` tile (32 of K):
-/// the TMA stage and lo buffer of each operand, and a hi buffer for an MN-major one (as
-/// the template counts it).
+/// One stage of the f32 gemm_softmax's 3xTF32 mainloop with a 128 x `tile_n` tile (16 of K,
+/// the template's TILE_K): the TMA stage and lo buffer of each operand, and a hi buffer for
+/// an MN-major one (as the template counts it).
 pub(super) fn f32_softmax_stage_bytes(w: &Workload, tile_n: i64) -> i64 {
     let lay = w.layouts();
     let a = 2 + i64::from(lay.a != Layout::Row);
     let b = 2 + i64::from(lay.b != Layout::Col);
-    (128 * a + tile_n * b) * 32 * 4
+    (128 * a + tile_n * b) * 16 * 4
 }
 
 /// gemm_glu has no fallback GEMM: TMA reads every row of A and B and writes every row of
