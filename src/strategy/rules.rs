@@ -340,7 +340,13 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                 let stage = if mode == 1 {
                     f16_split_stage_bytes(tm, tn, 32)
                 } else {
-                    f32_softmax_stage_bytes(w, tn)
+                    let k = s.get("CS_TILE_K", 16);
+                    if k <= 0 || k % 16 != 0 {
+                        return Err(format!(
+                            "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
+                        ));
+                    }
+                    f32_softmax_stage_bytes(w, tn, k)
                 };
                 if 2 * stage > F32_SOFTMAX_STAGES_BUDGET {
                     return Err(format!(
@@ -382,14 +388,14 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
 /// rest for the epilogue's buffers and the pipeline's barriers).
 pub(super) const F32_SOFTMAX_STAGES_BUDGET: i64 = 190_000;
 
-/// One stage of the f32 gemm_softmax's 3xTF32 mainloop with a 128 x `tile_n` tile (16 of K,
-/// the template's TILE_K): the TMA stage and lo buffer of each operand, and a hi buffer for
-/// an MN-major one (as the template counts it).
-pub(super) fn f32_softmax_stage_bytes(w: &Workload, tile_n: i64) -> i64 {
+/// One stage of the f32 gemm_softmax's 3xTF32 mainloop with a 128 x `tile_n` x `tile_k`
+/// tile (the template's TILE_K is 16): the TMA stage and lo buffer of each operand, and a
+/// hi buffer for an MN-major one (as the template counts it).
+pub(super) fn f32_softmax_stage_bytes(w: &Workload, tile_n: i64, tile_k: i64) -> i64 {
     let lay = w.layouts();
     let a = 2 + i64::from(lay.a != Layout::Row);
     let b = 2 + i64::from(lay.b != Layout::Col);
-    (128 * a + tile_n * b) * 16 * 4
+    (128 * a + tile_n * b) * tile_k * 4
 }
 
 /// gemm_glu has no fallback GEMM: TMA reads every row of A and B and writes every row of

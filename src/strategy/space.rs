@@ -476,7 +476,7 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             let fits: Vec<i64> = [192, 128, 64]
                 .into_iter()
                 .filter(|&tn| {
-                    2 * super::rules::f32_softmax_stage_bytes(w, tn)
+                    2 * super::rules::f32_softmax_stage_bytes(w, tn, 16)
                         <= super::rules::F32_SOFTMAX_STAGES_BUDGET
                 })
                 .take(2)
@@ -1285,24 +1285,30 @@ mod tests {
         let w = Workload::parse(fixture, &text).unwrap();
         assert_eq!(tiles(&w), [192, 128]);
         assert!(candidates(&w).iter().all(|s| s.template == "gemm_softmax"));
-        // B row-major: its split writes hi and lo, and 128x192 no longer fits twice.
+        // B row-major: its split writes hi and lo; at 16 floats of K a stage 128x192 still
+        // fits twice (at 32 it did not: such a strategy is refused).
         let rr_fixture = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/workloads/gemm_softmax_f32_rr_small.toml"
         );
         let rr_text = std::fs::read_to_string(rr_fixture).unwrap();
         let rr = Workload::parse(rr_fixture, &rr_text).unwrap();
-        assert_eq!(tiles(&rr), [128, 64]);
-        let wide = candidates(&w)
+        assert_eq!(tiles(&rr), [192, 128]);
+        let mut wide = candidates(&w)
             .into_iter()
-            .find(|s| s.get("CS_F32_MODE", 0) == 0)
+            .find(|s| s.get("CS_F32_MODE", 0) == 0 && s.get("CS_TILE_N", 0) == 192)
             .unwrap();
+        assert!(check(&wide, &rr).is_ok());
+        wide.params.insert("CS_TILE_K".into(), 32);
         let why = check(&wide, &rr).unwrap_err();
         assert!(why.contains("two do not fit"), "{why}");
-        // Both MN-major: 128x64 only.
+        wide.params.insert("CS_TILE_K".into(), 24);
+        let why = check(&wide, &w).unwrap_err();
+        assert!(why.contains("64-byte swizzle rows"), "{why}");
+        // Both MN-major: the same two tiles.
         let cr =
             Workload::parse(rr_fixture, &rr_text.replace("a = \"row\"", "a = \"col\"")).unwrap();
-        assert_eq!(tiles(&cr), [64]);
+        assert_eq!(tiles(&cr), [192, 128]);
     }
 
     fn space_first_error(w: &Workload) -> String {
