@@ -23,7 +23,7 @@
 //
 // A and B are bf16, f16 or f32 (CS_WL_DTYPE_AB; default bf16, or f16 with -DCS_GEMM_FP16;
 // f32 runs the GEMM on the 3xTF32 mainloop of cutesmith_sm90_3xtf32.cuh, fp32-accurate,
-// cooperative schedule, TILE_K 32 and tiles of at most 192 columns), each
+// cooperative schedule, TILE_K 16 and tiles of at most 192 columns), each
 // stored row- or column-major (CS_WL_LAYOUT_A / CS_WL_LAYOUT_B: all four combinations;
 // default A row, B column). C and D are row-major, of type CS_WL_DTYPE_CD (bf16, f16 or
 // f32; default: the type of A and B). Column-major D returns CS_ERR_UNSUPPORTED.
@@ -70,7 +70,8 @@
 //   CS_SCHEDULE   0    0: KernelTmaWarpSpecializedCooperative, 1: ...Pingpong
 //   CS_TILE_M     128  CTA tile rows (cooperative: a multiple of 128; ping-pong: of 64)
 //   CS_TILE_N     256  CTA tile columns (128 for ping-pong): a multiple of 8, <= 256
-//   CS_TILE_K     64   K per pipeline stage (64 16-bit values: one 128-byte swizzle row)
+//   CS_TILE_K     64   K per pipeline stage (64 16-bit values: one 128-byte swizzle row;
+//                      f32: 16 floats on 3xTF32, one 64-byte row; 32 halves on 3xF16)
 //   CS_CLUSTER_M  2    cluster size along M (B tiles multicast across it)
 //   CS_CLUSTER_N  1    cluster size along N (A tiles multicast across it)
 //   CS_SWIZZLE    1    tile scheduler max_swizzle_size (1, 2, 4, 8)
