@@ -78,8 +78,9 @@
 //   CS_RASTER     0    tile raster order: 0 heuristic, 1 along M, 2 along N
 //   CS_STREAMK    0    1: the stage-1 GEMM on CUTLASS's stream-K tile scheduler (cooperative
 //                      only), for problems of fewer tiles than a few waves of SMs (M = 128
-//                      rows against long K: 85 tiles of 128 x 192 leave a third of an H100
-//                      idle); its partials use the workspace
+//                      rows against a long K: 171 tiles of 128 x 192 at 128 x 32768 x 32768;
+//                      between half and all of the SMs' count of tiles it chains, see
+//                      tuner::STREAMK_CHAIN); its partials use the workspace
 //   CS_EXP16      1    1: the exponentiated f16 intermediate below where it applies; 0: the
 //                      fp32 workspace always
 
@@ -252,8 +253,8 @@ static_assert(CS_SCHEDULE == 0 || CS_SCHEDULE == 1, "CS_SCHEDULE: 0 cooperative,
 static_assert(CS_SCHEDULE == 1 || kTileM % 128 == 0, "cooperative: TILE_M must be a multiple of 128");
 static_assert(kTileM % 64 == 0, "TILE_M must be a multiple of 64");
 static_assert(kTileN % 8 == 0 && kTileN <= 256, "TILE_N must be a multiple of 8, at most 256");
-static_assert(kTileK * int(sizeof(ElementAB)) % (CS_F32 ? 64 : 128) == 0,
-              "TILE_K must span whole swizzle rows (128 bytes; 64 for fp32)");
+static_assert(CS_F16SPLIT ? kTileK % 32 == 0 : kTileK * int(sizeof(ElementAB)) % (CS_F32 ? 64 : 128) == 0,
+              "TILE_K must span whole swizzle rows (128 bytes; 64 for fp32: 16 floats, or 32 halves on 3xF16)");
 static_assert(!CS_F32 || (CS_SCHEDULE == 0 && kTileM == 128 && kTileN <= 192),
               "f32 (3xTF32): cooperative 128-row tiles of at most 192 columns (two accumulator sets a thread)");
 static_assert(!(CS_F32 && CS_EXP16), "f32: CS_EXP16 is the 16-bit GEMM's path");

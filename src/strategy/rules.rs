@@ -337,20 +337,15 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
                 }
                 // 3xF16: four fp16 tiles of 32 halves a stage, whatever the layouts (the
                 // split pass makes both operands K-major).
+                let k = f32_tile_k(s, mode)?;
                 let stage = if mode == 1 {
-                    f16_split_stage_bytes(tm, tn, 32)
+                    f16_split_stage_bytes(tm, tn, k)
                 } else {
-                    let k = s.get("CS_TILE_K", 16);
-                    if k <= 0 || k % 16 != 0 {
-                        return Err(format!(
-                            "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
-                        ));
-                    }
                     f32_softmax_stage_bytes(w, tn, k)
                 };
                 if 2 * stage > F32_SOFTMAX_STAGES_BUDGET {
                     return Err(format!(
-                        "f32 with a 128x{tn} tile and layouts a = {}, b = {}: a stage of the 3xTF32 GEMM takes {stage} B of shared memory (the split's buffers; an MN-major operand's hi and lo transposed), and two do not fit beside the epilogue; take a narrower tile",
+                        "f32 with a 128x{tn}x{k} tile and layouts a = {}, b = {}: a stage of the GEMM takes {stage} B of shared memory (the split's buffers; an MN-major operand's hi and lo transposed), and two do not fit beside the epilogue; take a narrower tile or less of K a stage (CS_TILE_K)",
                         w.layouts().a.name(),
                         w.layouts().b.name()
                     ));
@@ -382,6 +377,27 @@ pub fn check(s: &Strategy, w: &Workload) -> Result<(), String> {
         }
         other => Err(format!("unknown template {other}")),
     }
+}
+
+/// The K a stage of an fp32 Hopper mainloop takes (`CS_TILE_K`): whole 64-byte swizzle rows,
+/// 16 floats on 3xTF32 (mode 0, the default 16) and 32 halves on 3xF16 (mode 1, default 32).
+fn f32_tile_k(s: &Strategy, mode: i64) -> Result<i64, String> {
+    let (unit, what) = if mode == 1 {
+        (
+            32,
+            "3xF16 TILE_K {k}: must span whole 64-byte swizzle rows (32 halves)",
+        )
+    } else {
+        (
+            16,
+            "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)",
+        )
+    };
+    let k = s.get("CS_TILE_K", unit);
+    if k <= 0 || k % unit != 0 {
+        return Err(what.replace("{k}", &k.to_string()));
+    }
+    Ok(k)
 }
 
 /// Shared memory the f32 gemm_softmax's stages may take (of the 227 KiB an SM has, the
@@ -514,12 +530,7 @@ fn f32_mainloop(s: &Strategy, w: &Workload, m: i64, n: i64) -> Result<(), String
             if terms == 1 && !w.allow_tf32() {
                 return Err("CS_F32_TERMS=1 rounds fp32 operands to TF32: a precision downgrade for a workload without allow_tf32".into());
             }
-            let k = s.get("CS_TILE_K", 16);
-            if k % 16 != 0 {
-                return Err(format!(
-                    "fp32 TILE_K {k}: must span whole 64-byte swizzle rows (16 floats)"
-                ));
-            }
+            let k = f32_tile_k(s, 0)?;
             let lay = w.layouts();
             let extra = i64::from(terms == 3);
             // An MN-major operand is copied K-major first (CS_F32_KMAJOR_COPY, the
@@ -529,15 +540,7 @@ fn f32_mainloop(s: &Strategy, w: &Workload, m: i64, n: i64) -> Result<(), String
             let hi_b = i64::from(!copy && lay.b == Layout::Row);
             m * k * 4 * (1 + extra + hi_a) + n * k * 4 * (1 + extra + hi_b)
         }
-        1 => {
-            let k = s.get("CS_TILE_K", 32);
-            if k % 32 != 0 {
-                return Err(format!(
-                    "3xF16 TILE_K {k}: must span whole 64-byte swizzle rows (32 halves)"
-                ));
-            }
-            f16_split_stage_bytes(m, n, k)
-        }
+        1 => f16_split_stage_bytes(m, n, f32_tile_k(s, 1)?),
         _ => return Err(format!("CS_F32_MODE {mode}: 0 (3xTF32) or 1 (3xF16)")),
     };
     // Beside the epilogue's staging (about 32 KiB of fp32 subtiles).

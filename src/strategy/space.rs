@@ -472,7 +472,8 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
         }
         Family::GemmSoftmax | Family::GemmReduce | Family::GemmNorm if w.dtype() == DType::F32 => {
             // The two widest tiles whose two stages fit (an MN-major operand's split
-            // buffers take more shared memory).
+            // buffers take more shared memory; at the template's 16 floats of K a stage,
+            // 128x192 fits twice in every layout).
             let fits: Vec<i64> = [192, 128, 64]
                 .into_iter()
                 .filter(|&tn| {
@@ -509,8 +510,9 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
             // but where that tile leaves between half and all of the SMs a tile, stream-K
             // would cut each K loop into two unequal parts whose tiles finish in a chain
             // (`tuner::STREAMK_CHAIN`): then the narrower tile that fills one wave as it is
-            // runs first (H200, 128 x 16384 x 16384 f32: 128 x 128 in 675.7-689.9 us,
-            // stream-K 128 x 192 in 926.7; `bench/f32-small-m-h200.md`).
+            // runs first, and the wide tile's stream-K comes last (H200, 128 x 16384 x 16384
+            // f32: 128 x 128 in 675.7-689.9 us, stream-K 128 x 192 in 926.7;
+            // `bench/f32-small-m-h200.md`).
             let h = w.headline();
             let tiles_of = |s: &Strategy| {
                 let tn = s.params.get("CS_TILE_N").copied().unwrap_or(192).max(1) as u64;
@@ -531,6 +533,13 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                             tiles_of(&one_wave)
                         );
                         list.insert(0, one_wave);
+                        let mut sk = first;
+                        sk.params.insert("CS_STREAMK".into(), 1);
+                        sk.rationale = format!(
+                            "{}; stream-K ({tiles} tiles: two unequal parts a tile, measured slower)",
+                            sk.rationale
+                        );
+                        list.push(sk);
                         continue;
                     }
                 }
@@ -1074,6 +1083,23 @@ mod tests {
         assert_eq!(c[0].template, "gemm_softmax");
         assert_eq!(c[0].get("CS_STREAMK", 0), 0, "{}", c[0].label());
         assert_eq!(c[0].get("CS_TILE_N", 0), 128, "{}", c[0].label());
+        // The moved tile has no cluster along M (one row of tiles), and the wide tile's
+        // stream-K is still offered, last of its mainloop's list.
+        assert_eq!(c[0].get("CS_CLUSTER_M", 1), 1, "{}", c[0].label());
+        let last_tf32 = c
+            .iter()
+            .rev()
+            .find(|s| s.get("CS_F32_MODE", 0) == 0)
+            .unwrap();
+        assert_eq!(
+            (
+                last_tf32.get("CS_STREAMK", 0),
+                last_tf32.get("CS_TILE_N", 0)
+            ),
+            (1, 192),
+            "{}",
+            last_tf32.label()
+        );
         let c = candidates(&gemm(128, 32768, 32768, "gemm_reduce"));
         assert_eq!(c[0].get("CS_STREAMK", 0), 1, "{}", c[0].label());
         assert_eq!(c[0].get("CS_TILE_N", 0), 192, "{}", c[0].label());

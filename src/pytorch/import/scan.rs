@@ -55,10 +55,9 @@ impl<'g> Mapper<'g> {
     /// The calls that read `name` (as an argument or inside a list argument).
     fn readers(&self, name: &str, calls: &[&'g Node]) -> Vec<&'g Node> {
         fn reads(v: &Value, name: &str) -> bool {
-            match v {
-                Value::Array(a) => a.iter().any(|x| reads(x, name)),
-                _ => matches!(arg(v), Arg::Node(x) if x == name),
-            }
+            let mut found = false;
+            super::stages::each_ref(v, &mut |x| found |= x == name);
+            found
         }
         calls
             .iter()
