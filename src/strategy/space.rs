@@ -1331,6 +1331,15 @@ mod tests {
         wide.params.insert("CS_TILE_K".into(), 24);
         let why = check(&wide, &w).unwrap_err();
         assert!(why.contains("64-byte swizzle rows"), "{why}");
+        // 3xF16 keeps whole rows of 32 halves: 16 (a 3xTF32 row) is refused there.
+        let mut f16 = candidates(&w)
+            .into_iter()
+            .find(|s| s.get("CS_F32_MODE", 0) == 1)
+            .unwrap();
+        assert!(check(&f16, &w).is_ok());
+        f16.params.insert("CS_TILE_K".into(), 16);
+        let why = check(&f16, &w).unwrap_err();
+        assert!(why.contains("32 halves"), "{why}");
         // Both MN-major: the same two tiles.
         let cr =
             Workload::parse(rr_fixture, &rr_text.replace("a = \"row\"", "a = \"col\"")).unwrap();
