@@ -66,6 +66,11 @@ pub struct Node {
     /// or `{"float": "inf"}` and the like).
     #[serde(default)]
     pub value: Option<Value>,
+    /// A buffer the module built as the `tril` / `triu` of a constant tensor (a registered
+    /// causal mask): `["tril" | "triu", diagonal, the constant]`, as the tracer marked it
+    /// (its values are not read: the module is built on the meta device).
+    #[serde(default)]
+    pub triangle: Option<Value>,
 }
 
 /// A tensor's shape, strides (in elements) and dtype.
@@ -4628,6 +4633,75 @@ mod tests {
     /// `ones(T, T).triu(1)`, or `tril(ones) == 0`) is the tril / triu op of the side it
     /// leaves, with the fill; the mask's nodes are known; a mask computed from an input
     /// is refused at the masked_fill, saying why.
+    /// minGPT's registered causal mask: a buffer the tracer marked as tril(ones), cut to
+    /// the product's shape by slices from 0 (`bias[:, :, :T, :T]`) and compared with 0.
+    #[test]
+    fn a_registered_triangle_buffer_cut_to_the_product_is_an_index_op() {
+        let with_buffer = |triangle: Value, start: i64| {
+            let mut bias = buffer("bias", &[1, 1, 128, 128], &[16384, 16384, 128, 1]);
+            bias["triangle"] = triangle;
+            let mut nodes = mm_nodes(&[32, 1], &[16, 1]);
+            nodes.push(bias);
+            nodes.push(node(
+                "s0",
+                "aten.slice.Tensor",
+                serde_json::json!([r("bias"), 2, start, 64 + start]),
+                &[1, 1, 64, 128],
+                &[16384, 16384, 128, 1],
+            ));
+            nodes.push(node(
+                "s1",
+                "aten.slice.Tensor",
+                serde_json::json!([r("s0"), 3, 0, 16]),
+                &[1, 1, 64, 16],
+                &[16384, 16384, 128, 1],
+            ));
+            nodes.push(node(
+                "mask",
+                "aten.eq.Scalar",
+                serde_json::json!([r("s1"), 0]),
+                &[1, 1, 64, 16],
+                &[1024, 1024, 16, 1],
+            ));
+            nodes.push(out_node(
+                "out",
+                "aten.masked_fill.Scalar",
+                serde_json::json!([r("mm"), r("mask"), {"float": "-inf"}]),
+            ));
+            map_graph(&graph(nodes, "out"), "t.py")
+        };
+        // tril(ones) == 0 is the future: keep tril(0), -inf elsewhere.
+        let (spec, ops) = with_buffer(serde_json::json!(["tril", 0, 1.0]), 0).unwrap();
+        assert_eq!(ops, ["mm", "tril -inf (masked_fill)"]);
+        let e = &spec.epilogue[0];
+        assert_eq!(
+            (e.op.as_str(), e.diagonal, e.value),
+            ("tril", None, Some(f64::NEG_INFINITY))
+        );
+        // triu(ones, 1) == 0 hides the present and the past: triu(1) is kept.
+        let (spec, _) = with_buffer(serde_json::json!(["triu", 1, 1.0]), 0).unwrap();
+        assert_eq!(
+            (spec.epilogue[0].op.as_str(), spec.epilogue[0].diagonal),
+            ("triu", Some(1))
+        );
+        // Refused: a slice of the rows that does not start at 0 (the corner moves), an
+        // unmarked buffer, a triangle of another constant.
+        for (triangle, start) in [
+            (serde_json::json!(["tril", 0, 1.0]), 1),
+            (Value::Null, 0),
+            (serde_json::json!(["tril", 0, 0.5]), 0),
+        ] {
+            // Refused at the masked_fill, or at the mask's nodes, then unknown ops.
+            let err = with_buffer(triangle.clone(), start).unwrap_err();
+            assert!(
+                err.iter()
+                    .any(|u| (u.node == "out" && u.message.contains("mask"))
+                        || (u.node == "mask" && u.message.contains("aten.eq"))),
+                "{triangle} {start}: {err:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_masked_fill_by_a_triangle_is_an_index_op() {
         let neg_inf = serde_json::json!({"float": "-inf"});

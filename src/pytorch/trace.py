@@ -57,10 +57,45 @@ def scalar_value(t):
     return None
 
 
+# What a tensor made on the meta device holds, where the problem file built it from a
+# constant (its values are not there to read): `_cs_fill`, the one value of a tensor of
+# ones or of full(v); `_cs_triangle`, ("tril" | "triu", diagonal, value) for the tril / triu
+# of such a tensor (a registered causal mask: torch.tril(torch.ones(T, T)).view(1, 1, T, T)).
+# Views and casts that keep the last two dims keep the mark.
+_KEEPS_LAST2 = {"view", "reshape", "unsqueeze", "to", "float", "bool", "half", "bfloat16",
+                "int", "long", "contiguous", "clone", "detach", "expand", "type"}
+
+
+def _mark(func, name, args, kwargs, out):
+    if not isinstance(out, torch.Tensor):
+        return
+    first = args[0] if args else None
+    try:
+        if name in ("ones", "ones_like", "new_ones"):
+            out._cs_fill = 1.0
+        elif name in ("full", "full_like", "new_full"):
+            v = kwargs.get("fill_value", args[2] if name == "new_full" and len(args) > 2
+                           else args[1] if len(args) > 1 else None)
+            if _is_number(v):
+                out._cs_fill = float(v)
+        elif name in ("tril", "triu") and isinstance(first, torch.Tensor):
+            fill = getattr(first, "_cs_fill", None)
+            d = kwargs.get("diagonal", args[1] if len(args) > 1 else 0)
+            if fill is not None and isinstance(d, int) and not isinstance(d, bool):
+                out._cs_triangle = (name, d, fill)
+        elif name in _KEEPS_LAST2 and isinstance(first, torch.Tensor) and first.dim() >= 2 \
+                and out.dim() >= 2 and tuple(first.shape[-2:]) == tuple(out.shape[-2:]):
+            for attr in ("_cs_fill", "_cs_triangle"):
+                if hasattr(first, attr):
+                    setattr(out, attr, getattr(first, attr))
+    except Exception:  # noqa: BLE001 (a mark is a hint; never fail the trace for it)
+        pass
+
+
 class ToMeta(TorchFunctionMode):
     """Sends every tensor the problem file makes to the meta device, whatever device it
     names: factories get device="meta", and .cuda() / .to(device) keep the tensor where it
-    is (on meta)."""
+    is (on meta). Marks tensors built from constants (see `_mark`)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -77,7 +112,9 @@ class ToMeta(TorchFunctionMode):
         if name == "to":
             meta = torch.device("meta")
             args = tuple(meta if i > 0 and _is_device_arg(a) else a for i, a in enumerate(args))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        _mark(func, name, args, kwargs, out)
+        return out
 
 
 def load_problem(path):
@@ -167,6 +204,8 @@ def main():
     # The values of 0-d parameters, buffers and constants made from Python numbers.
     held = dict(ep.state_dict)
     held.update(getattr(ep, "constants", {}) or {})
+    # The module's own buffers (the tensors __init__ marked, by their attribute path).
+    own = dict(model.named_buffers())
     nodes = []
     output = []
     for n in ep.graph.nodes:
@@ -177,6 +216,7 @@ def main():
             continue
         kind, target = kinds.get(n.name, (None, None))
         value = scalar_value(held.get(target)) if n.op == "placeholder" and target else None
+        tri = getattr(own.get(target), "_cs_triangle", None) if n.op == "placeholder" and target else None
         nodes.append({
             "name": n.name,
             "op": n.op,
@@ -186,6 +226,7 @@ def main():
             "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
             "val": meta_of(n.meta.get("val")),
             "value": value,
+            "triangle": encode(list(tri)) if tri else None,
         })
     print(json.dumps({
         "torch": torch.__version__,

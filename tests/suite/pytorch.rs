@@ -507,6 +507,17 @@ fn import_causal_attention_scores_as_a_masked_gemm_softmax() {
     assert!(w.chain().positional());
 }
 
+/// minGPT's form: the causal mask a registered `tril(ones)` buffer, cut to the sequence
+/// (`bias[:, :, :T, :T] == 0`) in forward. The tracer marks the buffer as a triangle (its
+/// values are on the meta device), and the mask is the same tril filled with -inf.
+#[test]
+fn import_causal_scores_with_a_registered_mask_buffer() {
+    let Some(w) = causal_scores("causal_scores_registered_mask", "mul") else {
+        return;
+    };
+    assert!(w.chain().positional());
+}
+
 /// Imports an example of causal attention scores and checks what both forms share: a
 /// gemm_softmax over 16 heads of 1024 x 1024 x 128 whose chain is the scale (`scale_op`)
 /// then a tril filled with -inf, with a built-in candidate.

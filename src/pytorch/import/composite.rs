@@ -38,6 +38,7 @@ fn call(name: String, target: &str, args: Value, shape: Vec<i64>, dtype: &str) -
             dtype: dtype.into(),
         }),
         value: None,
+        triangle: None,
     }
 }
 

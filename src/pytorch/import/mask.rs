@@ -1,6 +1,7 @@
 //! Triangular masks built in `forward`: `torch.ones(T, T, dtype=torch.bool).triu(1)` (the
 //! future a causal attention hides), its negation (`tril(...) == 0`), through dtype
-//! copies and unit views. A `masked_fill` by such a mask keeps one side of a diagonal,
+//! copies and unit views; and buffers the tracer marked as such a triangle (minGPT's
+//! registered `tril(ones)`), cut by slices that keep the corner. A `masked_fill` by such a mask keeps one side of a diagonal,
 //! which the chain's `triu` / `tril` ops state (see [`masked_fill_ops`]); so does adding
 //! an additive one, `torch.full((T, T), -inf).triu(1)` (see [`additive_op`]).
 
@@ -176,6 +177,9 @@ fn triangle_at<'g>(
     }
     let boolean = value == 1.0;
     let n = mp.nodes.get(name).copied()?;
+    if n.op == "placeholder" {
+        return buffer_triangle(n, value).map(|t| (Mask::One(t), vec![n.name.as_str()]));
+    }
     let t = n.target.as_deref().unwrap_or_default();
     let first = match n.args.first().map(arg) {
         Some(Arg::Node(x)) => x,
@@ -243,6 +247,24 @@ fn triangle_at<'g>(
         {
             triangle_at(mp, first, value, depth + 1)?
         }
+        // A slice that keeps the triangle's corner: any slice of a leading dim, and of the
+        // last two only from 0 in steps of 1 (a registered T x T mask cut to the sequence:
+        // `bias[:, :, :T, :T]`).
+        "slice" => {
+            let rank = shape_of(mp, first).len() as i64;
+            let dim = match param(n, 1, "dim").map(arg) {
+                None => 0,
+                Some(Arg::Num(d)) if d.fract() == 0.0 => d as i64,
+                _ => return None,
+            };
+            let dim = if dim < 0 { dim + rank } else { dim };
+            let from_zero = matches!(param(n, 2, "start").map(arg), None | Some(Arg::Num(0.0)));
+            let unit_step = matches!(param(n, 4, "step").map(arg), None | Some(Arg::Num(1.0)));
+            if !(0..rank).contains(&dim) || (dim >= rank - 2 && !(from_zero && unit_step)) {
+                return None;
+            }
+            triangle_at(mp, first, value, depth + 1)?
+        }
         // Copies, and views that keep the last two dims (leading unit dims added).
         "_to_copy" | "to" | "clone" | "contiguous" | "alias" | "detach" | "unsqueeze" | "view"
         | "reshape" | "_unsafe_view" | "expand" => {
@@ -256,6 +278,30 @@ fn triangle_at<'g>(
     };
     nodes.push(n.name.as_str());
     Some((tri, nodes))
+}
+
+/// A buffer the tracer marked as the `tril` / `triu` of a tensor of `value` (see the
+/// Node's `triangle`): where it holds `value`.
+fn buffer_triangle(n: &Node, value: f64) -> Option<Tri> {
+    if !matches!(n.kind.as_deref(), Some("buffer" | "constant_tensor")) {
+        return None;
+    }
+    let t = n.triangle.as_ref()?.as_array()?;
+    let (Some(op), Some(Arg::Num(d)), Some(Arg::Num(fill))) = (
+        t.first().and_then(|v| v.as_str()),
+        t.get(1).map(arg),
+        t.get(2).map(arg),
+    ) else {
+        return None;
+    };
+    if fill != value || d.fract() != 0.0 || d.abs() > 2f64.powi(62) {
+        return None;
+    }
+    match op {
+        "triu" => Some(Tri::Upper(d as i64)),
+        "tril" => Some(Tri::Lower(d as i64)),
+        _ => None,
+    }
 }
 
 /// The nodes that build the triangular masks of the graph's `masked_fill`s (`calls`):
@@ -300,9 +346,10 @@ pub(super) fn masked_fill_ops(
     let Some((kind, _)) = triangle(mp, mask) else {
         return Err(format!(
             "masked_fill by `{mask}`, computed in forward: a mask maps when it is an input, \
-             parameter or buffer itself, or a triangle of a constant matrix built in forward \
-             (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), or two such \
-             joined by | (a sliding window)"
+             parameter or buffer itself, a triangle of a constant matrix built in forward \
+             (torch.ones(T, T, dtype=torch.bool).triu(1), or tril(...) == 0), a buffer built \
+             in __init__ as such a triangle (cut from 0 on its last two dims: bias[:, :, :T, \
+             :T] == 0), or two triangles joined by | (a sliding window)"
         ));
     };
     let dims = shape_of(mp, mask);

@@ -240,6 +240,7 @@ impl<'g> Plan<'g> {
                     kwargs: Default::default(),
                     val: n.val.clone(),
                     value: None,
+                    triangle: None,
                 });
             } else if keep.contains(&i) {
                 nodes.push(n.clone());
