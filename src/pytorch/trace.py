@@ -67,9 +67,17 @@ _KEEPS_LAST2 = {"view", "reshape", "unsqueeze", "to", "float", "bool", "half", "
 
 
 def _mark(func, name, args, kwargs, out):
+    first = args[0] if args else None
+    if (name.endswith("_") and not name.endswith("__")) or name == "__setitem__":
+        # Written in place (mul_, fill_, masked_fill_, x[i] = v): its values are no longer
+        # the ones the mark says.
+        for t in (first, out):
+            for attr in ("_cs_fill", "_cs_triangle"):
+                if isinstance(t, torch.Tensor) and hasattr(t, attr):
+                    delattr(t, attr)
+        return
     if not isinstance(out, torch.Tensor):
         return
-    first = args[0] if args else None
     try:
         if name in ("ones", "ones_like", "new_ones"):
             out._cs_fill = 1.0

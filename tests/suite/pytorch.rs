@@ -518,6 +518,40 @@ fn import_causal_scores_with_a_registered_mask_buffer() {
     assert!(w.chain().positional());
 }
 
+/// A mask buffer written in place after its tril (here one corner zeroed) no longer holds
+/// the triangle the tracer saw built: the mark is dropped and the import refuses the mask,
+/// writing nothing.
+#[test]
+fn import_refuses_a_triangle_buffer_written_in_place() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let problem = dir.path().join("inplace_mask.py");
+    let text = std::fs::read_to_string(root().join("examples/pytorch/causal_scores_registered_mask.py"))
+        .unwrap()
+        .replace(
+            "        self.register_buffer(\n            \"bias\", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        )",
+            "        b = torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        b[:, :, 0, 0] = 0.0\n        self.register_buffer(\"bias\", b)",
+        );
+    assert!(text.contains("b[:, :, 0, 0] = 0.0"), "{text}");
+    std::fs::write(&problem, text).unwrap();
+    let out = dir.path().join("inplace_mask.toml");
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            problem.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = output_text(&o);
+    assert_ne!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("aten.slice"), "{t}");
+    assert!(!out.exists());
+}
+
 /// Imports an example of causal attention scores and checks what both forms share: a
 /// gemm_softmax over 16 heads of 1024 x 1024 x 128 whose chain is the scale (`scale_op`)
 /// then a tril filled with -inf, with a built-in candidate.
