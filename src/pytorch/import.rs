@@ -4629,10 +4629,6 @@ mod tests {
         refused_at(&graph(nodes, "mf"), "mf", "own shape");
     }
 
-    /// `masked_fill` by a triangle of a constant matrix built in forward (a causal mask:
-    /// `ones(T, T).triu(1)`, or `tril(ones) == 0`) is the tril / triu op of the side it
-    /// leaves, with the fill; the mask's nodes are known; a mask computed from an input
-    /// is refused at the masked_fill, saying why.
     /// minGPT's registered causal mask: a buffer the tracer marked as tril(ones), cut to
     /// the product's shape by slices from 0 (`bias[:, :, :T, :T]`) and compared with 0.
     #[test]
@@ -4702,6 +4698,10 @@ mod tests {
         }
     }
 
+    /// `masked_fill` by a triangle of a constant matrix built in forward (a causal mask:
+    /// `ones(T, T).triu(1)`, or `tril(ones) == 0`) is the tril / triu op of the side it
+    /// leaves, with the fill; the mask's nodes are known; a mask computed from an input
+    /// is refused at the masked_fill, saying why.
     #[test]
     fn a_masked_fill_by_a_triangle_is_an_index_op() {
         let neg_inf = serde_json::json!({"float": "-inf"});

@@ -61,41 +61,95 @@ def scalar_value(t):
 # constant (its values are not there to read): `_cs_fill`, the one value of a tensor of
 # ones or of full(v); `_cs_triangle`, ("tril" | "triu", diagonal, value) for the tril / triu
 # of such a tensor (a registered causal mask: torch.tril(torch.ones(T, T)).view(1, 1, T, T)).
-# Views and casts that keep the last two dims keep the mark.
-_KEEPS_LAST2 = {"view", "reshape", "unsqueeze", "to", "float", "bool", "half", "bfloat16",
-                "int", "long", "contiguous", "clone", "detach", "expand", "type"}
+# Views that keep the last two dims keep the mark (a view remembers the tensor it views in
+# `_cs_root`); casts keep it only for the value 1 (a 0/1 triangle stays one; -inf does
+# not survive an integer or bool cast). Any write in place (an op whose name ends in `_`,
+# x[i] = v, x &= y and the other in-place operators, an `out=`), to the tensor or to any view
+# or base of it, or a read of its `.data`, drops the mark of the whole storage.
+_VIEWS = {"view", "reshape", "unsqueeze", "expand", "contiguous", "clone", "detach"}
+_CASTS = {"to", "float", "bool", "half", "bfloat16", "int", "long", "type", "double"}
+_IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+             "__ifloordiv__", "__imod__", "__ipow__", "__imatmul__", "__iand__", "__ior__",
+             "__ixor__", "__ilshift__", "__irshift__", "__get__", "__set__"}
+_MARKS = ("_cs_fill", "_cs_triangle")
+
+
+def _root(t):
+    """The tensor whose storage `t` views (itself when it views none)."""
+    seen = 0
+    while seen < 64:
+        up = getattr(t, "_cs_root", None)
+        if up is None:
+            up = t._base if isinstance(t, torch.Tensor) else None
+        if up is None or up is t:
+            return t
+        t, seen = up, seen + 1
+    return t
+
+
+def _unmark(t):
+    if not isinstance(t, torch.Tensor):
+        return
+    for x in (t, _root(t)):
+        for attr in _MARKS:
+            if hasattr(x, attr):
+                delattr(x, attr)
+        x._cs_written = True
+
+
+def _written(t):
+    return isinstance(t, torch.Tensor) and (getattr(t, "_cs_written", False)
+                                            or getattr(_root(t), "_cs_written", False))
 
 
 def _mark(func, name, args, kwargs, out):
     first = args[0] if args else None
-    if (name.endswith("_") and not name.endswith("__")) or name == "__setitem__":
-        # Written in place (mul_, fill_, masked_fill_, x[i] = v): its values are no longer
-        # the ones the mark says.
-        for t in (first, out):
-            for attr in ("_cs_fill", "_cs_triangle"):
-                if isinstance(t, torch.Tensor) and hasattr(t, attr):
-                    delattr(t, attr)
+    outs = kwargs.get("out")
+    if outs is not None:
+        for t in outs if isinstance(outs, (list, tuple)) else [outs]:
+            _unmark(t)
+    if (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE:
+        _unmark(first)
+        if name != "__get__":
+            _unmark(out)
         return
     if not isinstance(out, torch.Tensor):
         return
     try:
+        fill = None
         if name in ("ones", "ones_like", "new_ones"):
-            out._cs_fill = 1.0
+            fill = 1.0
         elif name in ("full", "full_like", "new_full"):
             v = kwargs.get("fill_value", args[2] if name == "new_full" and len(args) > 2
                            else args[1] if len(args) > 1 else None)
-            if _is_number(v):
-                out._cs_fill = float(v)
-        elif name in ("tril", "triu") and isinstance(first, torch.Tensor):
+            fill = float(v) if _is_number(v) else None
+        if fill is not None:
+            # An integer or bool tensor holds 1 exactly, not -inf or a fraction.
+            if out.is_floating_point() or fill == 1.0:
+                out._cs_fill = fill
+            return
+        if not isinstance(first, torch.Tensor) or _written(first):
+            return
+        if name in ("tril", "triu"):
             fill = getattr(first, "_cs_fill", None)
             d = kwargs.get("diagonal", args[1] if len(args) > 1 else 0)
             if fill is not None and isinstance(d, int) and not isinstance(d, bool):
                 out._cs_triangle = (name, d, fill)
-        elif name in _KEEPS_LAST2 and isinstance(first, torch.Tensor) and first.dim() >= 2 \
-                and out.dim() >= 2 and tuple(first.shape[-2:]) == tuple(out.shape[-2:]):
-            for attr in ("_cs_fill", "_cs_triangle"):
-                if hasattr(first, attr):
-                    setattr(out, attr, getattr(first, attr))
+            return
+        dtype_view = name == "view" and any(isinstance(a, torch.dtype) for a in args[1:])
+        cast = name in _CASTS or dtype_view
+        if (name in _VIEWS or cast) and first.dim() >= 2 and out.dim() >= 2 \
+                and tuple(first.shape[-2:]) == tuple(out.shape[-2:]):
+            for attr in _MARKS:
+                if not hasattr(first, attr):
+                    continue
+                value = getattr(first, attr)
+                held = value if attr == "_cs_fill" else value[2]
+                if cast and held != 1.0:
+                    continue
+                setattr(out, attr, value)
+            if name in ("view", "reshape", "unsqueeze", "expand") and not dtype_view:
+                out._cs_root = _root(first)
     except Exception:  # noqa: BLE001 (a mark is a hint; never fail the trace for it)
         pass
 
@@ -224,7 +278,8 @@ def main():
             continue
         kind, target = kinds.get(n.name, (None, None))
         value = scalar_value(held.get(target)) if n.op == "placeholder" and target else None
-        tri = getattr(own.get(target), "_cs_triangle", None) if n.op == "placeholder" and target else None
+        buf = own.get(target) if n.op == "placeholder" and target else None
+        tri = getattr(buf, "_cs_triangle", None) if buf is not None and not _written(buf) else None
         nodes.append({
             "name": n.name,
             "op": n.op,

@@ -518,38 +518,45 @@ fn import_causal_scores_with_a_registered_mask_buffer() {
     assert!(w.chain().positional());
 }
 
-/// A mask buffer written in place after its tril (here one corner zeroed) no longer holds
-/// the triangle the tracer saw built: the mark is dropped and the import refuses the mask,
-/// writing nothing.
+/// A mask buffer written after its tril, directly or through a view of it (one corner
+/// zeroed, the diagonal zeroed), no longer holds the triangle the tracer saw built: the
+/// mark is dropped and the import refuses the mask, writing nothing.
 #[test]
 fn import_refuses_a_triangle_buffer_written_in_place() {
     let Some(py) = python() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let problem = dir.path().join("inplace_mask.py");
-    let text = std::fs::read_to_string(root().join("examples/pytorch/causal_scores_registered_mask.py"))
-        .unwrap()
-        .replace(
-            "        self.register_buffer(\n            \"bias\", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        )",
-            "        b = torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        b[:, :, 0, 0] = 0.0\n        self.register_buffer(\"bias\", b)",
+    let example =
+        std::fs::read_to_string(root().join("examples/pytorch/causal_scores_registered_mask.py"))
+            .unwrap();
+    let registered = "        self.register_buffer(\n            \"bias\", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        )";
+    assert!(example.contains(registered));
+    for write in [
+        "b[:, :, 0, 0] = 0.0",
+        "b.view(max_seqlen, max_seqlen).diagonal().zero_()",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let problem = dir.path().join("written_mask.py");
+        let text = example.replace(
+            registered,
+            &format!("        b = torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)\n        {write}\n        self.register_buffer(\"bias\", b)"),
         );
-    assert!(text.contains("b[:, :, 0, 0] = 0.0"), "{text}");
-    std::fs::write(&problem, text).unwrap();
-    let out = dir.path().join("inplace_mask.toml");
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            problem.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let t = output_text(&o);
-    assert_ne!(o.status.code(), Some(0), "{t}");
-    assert!(t.contains("aten.slice"), "{t}");
-    assert!(!out.exists());
+        std::fs::write(&problem, text).unwrap();
+        let out = dir.path().join("written_mask.toml");
+        let o = cutesmith(
+            &py,
+            &[
+                "import",
+                problem.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        let t = output_text(&o);
+        assert_ne!(o.status.code(), Some(0), "{write}: {t}");
+        assert!(t.contains("aten.slice"), "{write}: {t}");
+        assert!(!out.exists(), "{write}");
+    }
 }
 
 /// Imports an example of causal attention scores and checks what both forms share: a

@@ -283,7 +283,7 @@ fn triangle_at<'g>(
 /// A buffer the tracer marked as the `tril` / `triu` of a tensor of `value` (see the
 /// Node's `triangle`): where it holds `value`.
 fn buffer_triangle(n: &Node, value: f64) -> Option<Tri> {
-    if !matches!(n.kind.as_deref(), Some("buffer" | "constant_tensor")) {
+    if n.kind.as_deref() != Some("buffer") {
         return None;
     }
     let t = n.triangle.as_ref()?.as_array()?;
