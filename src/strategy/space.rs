@@ -524,33 +524,33 @@ pub fn space(w: &Workload) -> Vec<(Strategy, Result<(), String>)> {
                     continue;
                 };
                 let tiles = tiles_of(&first);
-                if 2 * tiles > sms && tiles < sms {
-                    if let Some(i) = list.iter().position(|s| (tiles + 1..=sms).contains(&tiles_of(s))) {
-                        let mut one_wave = list.remove(i);
-                        one_wave.rationale = format!(
-                            "{} ({} tiles: one wave, where the wider tile's {tiles} would leave stream-K two unequal parts a tile)",
-                            one_wave.rationale,
-                            tiles_of(&one_wave)
-                        );
-                        list.insert(0, one_wave);
-                        let mut sk = first;
-                        sk.params.insert("CS_STREAMK".into(), 1);
-                        sk.rationale = format!(
-                            "{}; stream-K ({tiles} tiles: two unequal parts a tile, measured slower)",
-                            sk.rationale
-                        );
-                        list.push(sk);
-                        continue;
-                    }
+                if tiles >= 2 * sms {
+                    continue;
                 }
-                if tiles < 2 * sms {
-                    let mut sk = first;
-                    sk.params.insert("CS_STREAMK".into(), 1);
-                    sk.rationale = format!(
-                        "{}; stream-K ({tiles} tiles: the K loops split over every SM)",
-                        sk.rationale
-                    );
-                    list.insert(0, sk);
+                // Where stream-K would chain, the narrower one-wave tile leads instead.
+                let one_wave = (2 * tiles > sms && tiles < sms)
+                    .then(|| list.iter().position(|s| (tiles + 1..=sms).contains(&tiles_of(s))))
+                    .flatten();
+                let mut sk = first;
+                sk.params.insert("CS_STREAMK".into(), 1);
+                let why = if one_wave.is_some() {
+                    "two unequal parts a tile, measured slower"
+                } else {
+                    "the K loops split over every SM"
+                };
+                sk.rationale = format!("{}; stream-K ({tiles} tiles: {why})", sk.rationale);
+                match one_wave {
+                    Some(i) => {
+                        let mut lead = list.remove(i);
+                        lead.rationale = format!(
+                            "{} ({} tiles: one wave, where the wider tile's {tiles} would leave stream-K two unequal parts a tile)",
+                            lead.rationale,
+                            tiles_of(&lead)
+                        );
+                        list.insert(0, lead);
+                        list.push(sk);
+                    }
+                    None => list.insert(0, sk),
                 }
             }
             let mut ordered = f32_order(f16, tf32, w);
