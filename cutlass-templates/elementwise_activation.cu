@@ -2,6 +2,7 @@
 // streaming kernel.
 //
 //   D (m x n, row-major, ldd) = chain(A (m x n, row-major, lda))     (CS_FAMILY_ACTIVATION)
+//   D (m x n, packed)         = chain(A through a strided view)       (view_rank > 0)
 //
 // With an epilogue chain in the source (the workload block defines `cs_chain`, see
 // cutesmith_chain.cuh) every element is D[i, j] = cs_chain::apply(A[i, j], t, i, j), where the
@@ -60,6 +61,19 @@
 // - 2-D path: rows that are not contiguous, A and D misaligned differently, or more than
 //   2^31 elements with chain operands go through a scalar 2-D grid-stride kernel (correct,
 //   not tuned).
+// - View path (view_rank > 0: a permute, transpose, split or select of a packed A, read
+//   as torch's as_strided): D is packed, its elements in row-major order over the view's
+//   dims, each read from A at offset + sum c_t * stride_t. The host drops the dims of
+//   extent 1 and merges the dims that are contiguous in A (stride_t == extent_t+1 *
+//   stride_t+1: a transpose made contiguous again collapses to one dim), so each element
+//   costs one division per merged dim but the outermost. When the innermost merged dim
+//   has stride 1 and a multiple of G elements, the other strides and a + offset are
+//   multiples of G elements, D is vector-aligned and there are fewer than 2^31 elements,
+//   every group of D reads one vector of A: the flat path's chunks and grid, each group's
+//   source found by 32-bit multiply-high divisions (CsDivmod) of its first element's
+//   index. Otherwise (the last dim transposed, odd strides or alignment) a scalar
+//   grid-stride kernel, one element at a time (64-bit divisions from 2^31 elements):
+//   correct, not tuned.
 //
 // No workspace, no allocation, no synchronization: one kernel launch on the given stream.
 //
@@ -793,6 +807,120 @@ cs_apply_group(typename CsGroup<TA, TD>::VecA const& va, Op const& op, uint32_t 
 
 
 // ---------------------------------------------------------------------------------------
+// A view of A (view_rank > 0): the source offset of each element of D
+// ---------------------------------------------------------------------------------------
+
+// The view's dims with those of extent 1 dropped and every run of dims that is contiguous
+// in A (stride[t] == extent[t + 1] * stride[t + 1]) merged into one: the same elements in
+// the same order, with fewer divisions per element (a split of a packed tensor keeps its
+// dims; a transpose made contiguous again collapses to one). At least one dim.
+struct CsViewDims {
+  int rank;
+  int64_t offset;
+  int64_t extent[CS_MAX_VIEW_DIMS];   // outermost first
+  int64_t stride[CS_MAX_VIEW_DIMS];
+};
+
+static CsViewDims cs_view_merge(int rank, int64_t offset, const int64_t* extent, const int64_t* stride)
+{
+  CsViewDims v;
+  v.rank = 0;
+  v.offset = offset;
+  for (int t = 0; t < rank; ++t) {
+    if (extent[t] == 1) continue;             // its coordinate is always 0
+    // the last kept dim's stride == extent[t] * stride[t] (no product: it may overflow)
+    bool const contiguous = v.rank > 0 && (stride[t] == 0 ? v.stride[v.rank - 1] == 0
+                                           : v.stride[v.rank - 1] % stride[t] == 0 &&
+                                             v.stride[v.rank - 1] / stride[t] == extent[t]);
+    if (contiguous) {
+      v.extent[v.rank - 1] *= extent[t];
+      v.stride[v.rank - 1] = stride[t];
+    } else {
+      v.extent[v.rank] = extent[t];
+      v.stride[v.rank] = stride[t];
+      ++v.rank;
+    }
+  }
+  if (v.rank == 0) {                          // one element
+    v.extent[0] = 1;
+    v.stride[0] = 1;
+    v.rank = 1;
+  }
+  return v;
+}
+
+// What the kernels read: the (merged) dims below the outermost one, innermost first, as
+// divisors (32-bit multiply-high ones when every index is below 2^31, else 64-bit
+// extents), and each dim's stride. Element i of D reads A[src(i)]: i's coordinates are
+// its remainders by the extents from the innermost dim out; the quotient left is the
+// outermost coordinate.
+struct CsViewIndex {
+  int32_t ndiv;                                  // merged rank - 1
+  int32_t wide;                                  // 1: indices reach 2^31, 64-bit divisions
+  int64_t offset;
+  int64_t outer_stride;
+  int64_t stride[CS_MAX_VIEW_DIMS - 1];
+  int64_t extent[CS_MAX_VIEW_DIMS - 1];          // wide only
+  CsDivmod div[CS_MAX_VIEW_DIMS - 1];            // !wide only
+
+  CS_HD int64_t src32(uint32_t i) const
+  {
+    int64_t off = offset;
+#pragma unroll
+    for (int k = 0; k < CS_MAX_VIEW_DIMS - 1; ++k) {
+      if (k < ndiv) {
+        uint32_t q, r;
+        div[k].divmod(i, q, r);
+        off += int64_t(r) * stride[k];
+        i = q;
+      }
+    }
+    return off + int64_t(i) * outer_stride;
+  }
+  CS_HD int64_t src64(int64_t i) const
+  {
+    int64_t off = offset;
+#pragma unroll
+    for (int k = 0; k < CS_MAX_VIEW_DIMS - 1; ++k) {
+      if (k < ndiv) {
+        int64_t const q = i / extent[k];
+        off += (i - q * extent[k]) * stride[k];
+        i = q;
+      }
+    }
+    return off + i * outer_stride;
+  }
+};
+
+// Whether every group of G elements of D (from a multiple of G) reads G contiguous
+// elements of A from offset + a multiple of G: the innermost merged dim has stride 1 and a
+// multiple of G elements, and the other strides are multiples of G.
+static bool cs_view_grouped(CsViewDims const& v, int64_t G)
+{
+  if (v.stride[v.rank - 1] != 1 || v.extent[v.rank - 1] % G != 0) return false;
+  for (int t = 0; t + 1 < v.rank; ++t)
+    if (v.stride[t] % G != 0) return false;
+  return true;
+}
+
+// wide: some index (the element count) reaches 2^31.
+static CsViewIndex cs_view_index(CsViewDims const& v, bool wide)
+{
+  CsViewIndex x;
+  x.ndiv = v.rank - 1;
+  x.wide = wide ? 1 : 0;
+  x.offset = v.offset;
+  x.outer_stride = v.stride[0];
+  for (int k = 0; k < CS_MAX_VIEW_DIMS - 1; ++k) {
+    int const t = v.rank - 1 - k;             // innermost first
+    x.stride[k] = k < x.ndiv ? v.stride[t] : 0;
+    x.extent[k] = k < x.ndiv ? v.extent[t] : 1;
+    x.div[k] = CsDivmod(k < x.ndiv && !wide ? uint32_t(v.extent[t]) : 1u);
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------
 
@@ -883,6 +1011,96 @@ cs_act_strided_kernel(TA const* a, int64_t lda, TD* d, int64_t ldd, int64_t m, i
   }
 }
 
+// View path, vectorized: D is `ngroups` groups of G elements (total below 2^31, d
+// vector-aligned), and each group reads G contiguous elements of A, vector-aligned, at
+// src32 of its first element (the view's innermost merged dim has stride 1 and a multiple
+// of G elements; the other strides and a + offset are multiples of G elements). Chunks of
+// kThreads * kVecs groups, as in the flat kernel; a group may wrap to the next row of D
+// (n % G != 0 when dims merged), which cs_apply_group handles.
+template <class TA, class TD, class Op>
+__global__ void __launch_bounds__(kThreads, CsMinBlocks<Op>::value)
+cs_act_view_kernel(TA const* a, TD* d, CsViewIndex const view, int64_t ngroups, CsDivmod div_n,
+                   Op op, uint32_t zero)
+{
+  using Grp  = CsGroup<TA, TD>;
+  using VecA = typename Grp::VecA;
+  using VecD = typename Grp::VecD;
+  constexpr int G = Grp::G;
+  int const tid = int(threadIdx.x);
+  uint32_t const n = div_n.d;
+
+  constexpr int64_t kChunk = int64_t(kThreads) * kVecs;
+  int64_t const full_chunks = ngroups / kChunk;
+
+  int64_t c = blockIdx.x;
+  for (; c < full_chunks; c += gridDim.x) {
+    uint32_t const i0 = uint32_t((c * kChunk + tid) * G);   // the first group's first element
+    // Sources, positions and chain operands first, then A (see cs_act_flat_kernel).
+    int64_t src[kVecs];
+    uint32_t row[kVecs], col[kVecs];
+    CsPre<Op, G> pre[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      uint32_t const i = i0 + uint32_t(j * kThreads * G);
+      src[j] = view.src32(i);
+      row[j] = 0;
+      col[j] = 0;
+      if constexpr (Op::kRowCol) {
+        div_n.divmod(i, row[j], col[j]);
+        pre[j] = CsPre<Op, G>::load(op, row[j], col[j], n);
+      }
+    }
+    VecA v[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) v[j] = VecA::load(a + src[j]);
+    if constexpr (Op::kLong) cs_tie_loads(v, zero);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      cs_apply_group<TA, TD>(v[j], op, pre[j], row[j], col[j], n).store(d + (i0 + uint32_t(j * kThreads * G)));
+  }
+
+  // The one partial chunk (if any), one group at a time.
+  if (c == full_chunks) {
+#pragma unroll 1
+    for (int64_t g = c * kChunk + tid; g < ngroups; g += kThreads) {
+      uint32_t const i = uint32_t(g * G);
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) div_n.divmod(i, row, col);
+      VecD const vd = cs_apply_group<TA, TD>(VecA::load(a + view.src32(i)), op, row, col, n);
+      vd.store(d + i);
+    }
+  }
+}
+
+// View path, any strides and alignment: one element of D per thread and iteration
+// (grid-stride), read from A at its source offset (32-bit divisions when the `total`
+// elements are below 2^31, 64-bit ones otherwise). Correct, not tuned: writes to D are
+// coalesced, reads from A as the strides allow.
+template <class TA, class TD, class Op>
+__global__ void __launch_bounds__(kThreads)
+cs_act_view_scalar_kernel(TA const* a, TD* d, CsViewIndex const view, int64_t total,
+                          CsDivmod div_n, int64_t n, Op op)
+{
+  int64_t const step = int64_t(gridDim.x) * kThreads;
+  int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (view.wide) {
+    for (; i < total; i += step) {
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) {
+        row = uint32_t(i / n);
+        col = uint32_t(i - int64_t(row) * n);
+      }
+      d[i] = CsElem<TD>::from_f32(op(CsElem<TA>::to_f32(a[view.src64(i)]), row, col));
+    }
+  } else {
+    for (; i < total; i += step) {
+      uint32_t row = 0, col = 0;
+      if constexpr (Op::kRowCol) div_n.divmod(uint32_t(i), row, col);
+      d[i] = CsElem<TD>::from_f32(op(CsElem<TA>::to_f32(a[view.src32(uint32_t(i))]), row, col));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Host side: checks
 // ---------------------------------------------------------------------------------------
@@ -895,6 +1113,34 @@ static inline int64_t cs_dtype_bytes(int32_t dtype)
     case CS_DTYPE_BF16: return 2;
     default:            return 0;   // f64, fp8 and anything else: unsupported
   }
+}
+
+// CS_OK when p's view of A (view_rank != 0) is one the view path takes: 1 to
+// CS_MAX_VIEW_DIMS dims, extents >= 0 multiplying to m * n (D's rows may span several of
+// the view's trailing dims, as broadcast operands see them), strides
+// and offset >= 0, and the furthest element it reaches (offset + sum (extent - 1) *
+// stride) representable.
+static int32_t cs_view_check(const cs_problem& p)
+{
+  if (p.view_rank < 1 || p.view_rank > CS_MAX_VIEW_DIMS) return CS_ERR_UNSUPPORTED;
+  if (p.view_offset < 0) return CS_ERR_UNSUPPORTED;
+  if (p.n > 0 && p.m > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
+  int const rank = p.view_rank;
+  bool empty = false;
+  for (int t = 0; t < rank; ++t) {
+    if (p.view_extent[t] < 0 || p.view_stride[t] < 0) return CS_ERR_UNSUPPORTED;
+    empty = empty || p.view_extent[t] == 0;
+  }
+  if (empty) return p.m * p.n == 0 ? CS_OK : CS_ERR_UNSUPPORTED;
+  int64_t count = 1, reach = p.view_offset;
+  for (int t = 0; t < rank; ++t) {
+    int64_t const e = p.view_extent[t], s = p.view_stride[t];
+    if (count > INT64_MAX / e) return CS_ERR_UNSUPPORTED;
+    count *= e;
+    if (s > 0 && e - 1 > (INT64_MAX - reach) / s) return CS_ERR_UNSUPPORTED;
+    reach += (e - 1) * s;
+  }
+  return count == p.m * p.n ? CS_OK : CS_ERR_UNSUPPORTED;
 }
 
 // CS_OK when this kernel handles `p` (pointers checked only when asked).
@@ -914,9 +1160,15 @@ static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
   }
   if (p.batch > 1) return CS_ERR_UNSUPPORTED;   // the family has one matrix
   if (p.m < 0 || p.n < 0) return CS_ERR_UNSUPPORTED;
+  if (p.view_rank != 0 && cs_view_check(p) != CS_OK) return CS_ERR_UNSUPPORTED;
   if (p.m == 0 || p.n == 0) return CS_OK;       // nothing to compute
   if (p.m > INT64_MAX / p.n) return CS_ERR_UNSUPPORTED;
-  if (p.m > 1 && (p.lda < p.n || p.ldd < p.n)) return CS_ERR_UNSUPPORTED;
+  if (p.view_rank != 0) {
+    // D is packed row-major (lda is unused: A is read through the view).
+    if (p.m > 1 && p.ldd != p.n) return CS_ERR_UNSUPPORTED;
+  } else {
+    if (p.m > 1 && (p.lda < p.n || p.ldd < p.n)) return CS_ERR_UNSUPPORTED;
+  }
 
   if constexpr (cs_chain::kOperands > 0) {
     // (row, col) are 32-bit in the kernels.
@@ -929,6 +1181,7 @@ static int32_t cs_act_check(const cs_problem& p, bool check_pointers)
       // The loads use the chain's stated type (CsChainOp::dt): the operand must have it.
       if (cs_chain_dtype<cs_chain>(i) >= 0 && o.dtype != cs_chain_dtype<cs_chain>(i)) return CS_ERR_UNSUPPORTED;
       if (o.kind == CS_OPERAND_MATRIX) {
+        if (p.view_rank != 0 && p.layout_cd != CS_LAYOUT_ROW) return CS_ERR_UNSUPPORTED;   // D is row-major
         int64_t const inner = p.layout_cd == CS_LAYOUT_ROW ? p.n : p.m;
         int64_t const outer = p.layout_cd == CS_LAYOUT_ROW ? p.m : p.n;
         if (outer > 1 && o.ld < inner) return CS_ERR_UNSUPPORTED;
@@ -961,9 +1214,48 @@ static int32_t cs_sm_count(const cs_problem& p, int* sm_count)
 // Host side: launch
 // ---------------------------------------------------------------------------------------
 
+// View path (view_rank > 0): D packed row-major, A read through the merged view.
+template <class TA, class TD, class Op>
+static int32_t cs_act_run_view(const cs_problem& p, int sm_count, Op const& op, cudaStream_t stream)
+{
+  constexpr int64_t G = CsGroup<TA, TD>::G;
+  int64_t const max_blocks = kBlocksPerSm > 0 ? int64_t(sm_count) * kBlocksPerSm : 0x7fffffffLL;
+  int64_t const resident = int64_t(sm_count) * CsMinBlocks<Op>::value;
+
+  TA const* a = static_cast<TA const*>(p.a);
+  TD*       d = static_cast<TD*>(p.d);
+  int64_t const total = p.m * p.n;
+  bool const wide = total > 0x7fffffffLL;
+  CsViewDims const v = cs_view_merge(p.view_rank, p.view_offset, p.view_extent, p.view_stride);
+  CsViewIndex const view = cs_view_index(v, wide);
+  CsDivmod const div_n(Op::kRowCol && !wide ? uint32_t(p.n) : 1u);
+
+  // Groups: G contiguous elements of A at a vector-aligned source for every group of D.
+  bool const vec = !wide && cs_view_grouped(v, G) &&
+                   (reinterpret_cast<uintptr_t>(a + v.offset) % uintptr_t(G * sizeof(TA))) == 0 &&
+                   (reinterpret_cast<uintptr_t>(d) % uintptr_t(G * sizeof(TD))) == 0;
+
+  if (vec) {
+    int64_t const ngroups = total / G;
+    int64_t const chunks = (ngroups + int64_t(kThreads) * kVecs - 1) / (int64_t(kThreads) * kVecs);
+    int64_t blocks = chunks < max_blocks ? chunks : max_blocks;
+    if (blocks < 1) blocks = 1;
+    cs_act_view_kernel<TA, TD, Op><<<unsigned(blocks), kThreads, 0, stream>>>(
+        a, d, view, ngroups, div_n, op, /*zero=*/0u);
+  } else {
+    int64_t blocks = (total + kThreads - 1) / kThreads;
+    if (blocks > resident * 4) blocks = resident * 4;
+    if (blocks < 1) blocks = 1;
+    cs_act_view_scalar_kernel<TA, TD, Op><<<unsigned(blocks), kThreads, 0, stream>>>(
+        a, d, view, total, div_n, p.n, op);
+  }
+  return int32_t(cudaGetLastError());
+}
+
 template <class TA, class TD, class Op>
 static int32_t cs_act_run(const cs_problem& p, int sm_count, Op const& op, cudaStream_t stream)
 {
+  if (p.view_rank > 0) return cs_act_run_view<TA, TD>(p, sm_count, op, stream);
   using Grp = CsGroup<TA, TD>;
   constexpr int64_t G = Grp::G;
   // A persistent grid's size; a one-shot grid takes a block per chunk (at most 2^31 - 1

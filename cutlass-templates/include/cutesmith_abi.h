@@ -19,7 +19,8 @@
  *   CS_FAMILY_GEMM_BIAS_ACT: D[b] = act(alpha * A[b] * B[b] + beta * C[b] + bias (n)),
  *                            then the rest of the chain
  *   CS_FAMILY_ACTIVATION:    D = chain(A), elementwise over m rows of n elements
- *                            (lda, ldd); the activation is the chain's first op
+ *                            (lda, ldd); the activation is the chain's first op; with
+ *                            view_rank > 0, A is read through a strided view (below)
  *   CS_FAMILY_SOFTMAX:       D = softmax over each of the m rows of A (n elements each)
  *   CS_FAMILY_LOG_SOFTMAX:   D = log_softmax over each row of A
  *   CS_FAMILY_GEMM_SOFTMAX:  D[b] = softmax (log_softmax when log_softmax != 0) over
@@ -220,6 +221,9 @@ typedef enum cs_operand_kind {
 
 #define CS_MAX_OPERANDS 4
 
+/* The most dims a view of A has (CS_FAMILY_ACTIVATION's view_rank). */
+#define CS_MAX_VIEW_DIMS 6
+
 /* One tensor operand of the epilogue chain. */
 typedef struct cs_operand {
   const void *ptr;
@@ -353,6 +357,22 @@ typedef struct cs_problem {
   int64_t ignore_index;
   int32_t total;
   int32_t reserved2;
+
+  /* CS_FAMILY_ACTIVATION: A read through a view (torch's as_strided: a permute, a
+   * transpose, a split or select of a packed tensor). With view_rank > 0, D is m x n
+   * row-major with ldd == n, and its elements in row-major order are those of the view's
+   * dims view_extent[0 .. view_rank) (outermost first; their product is m * n): the
+   * element at coordinates (c_0, ..., c_{rank-1}) is
+   *   chain(A[view_offset + c_0 * view_stride[0] + ... + c_{rank-1} * view_stride[rank-1]])
+   * at row i, column j of D (its row-major position i * n + j), so the chain's operands
+   * are indexed as D's; lda and batch_stride_a are unused. A holds every element the
+   * view reaches (the harness's view never leaves A). view_rank 0: A is shaped like D.
+   * Appended to version 3 likewise: a kernel of another family never reads them. */
+  int32_t view_rank;
+  int32_t reserved3;
+  int64_t view_offset;
+  int64_t view_extent[CS_MAX_VIEW_DIMS];
+  int64_t view_stride[CS_MAX_VIEW_DIMS];
 } cs_problem;
 
 /* The ABI version this shared object was compiled against (CS_ABI_VERSION). */

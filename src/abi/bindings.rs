@@ -5,6 +5,7 @@
 
 pub const CS_ABI_VERSION: u32 = 3;
 pub const CS_MAX_OPERANDS: u32 = 4;
+pub const CS_MAX_VIEW_DIMS: u32 = 6;
 #[repr(C)]
 #[derive(Debug)]
 pub struct CUstream_st {
@@ -229,10 +230,15 @@ pub struct cs_problem {
     pub ignore_index: i64,
     pub total: i32,
     pub reserved2: i32,
+    pub view_rank: i32,
+    pub reserved3: i32,
+    pub view_offset: i64,
+    pub view_extent: [i64; 6usize],
+    pub view_stride: [i64; 6usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 632usize];
+    ["Size of cs_problem"][::std::mem::size_of::<cs_problem>() - 744usize];
     ["Alignment of cs_problem"][::std::mem::align_of::<cs_problem>() - 8usize];
     ["Offset of field: cs_problem::abi_version"]
         [::std::mem::offset_of!(cs_problem, abi_version) - 0usize];
@@ -321,6 +327,16 @@ const _: () = {
     ["Offset of field: cs_problem::total"][::std::mem::offset_of!(cs_problem, total) - 624usize];
     ["Offset of field: cs_problem::reserved2"]
         [::std::mem::offset_of!(cs_problem, reserved2) - 628usize];
+    ["Offset of field: cs_problem::view_rank"]
+        [::std::mem::offset_of!(cs_problem, view_rank) - 632usize];
+    ["Offset of field: cs_problem::reserved3"]
+        [::std::mem::offset_of!(cs_problem, reserved3) - 636usize];
+    ["Offset of field: cs_problem::view_offset"]
+        [::std::mem::offset_of!(cs_problem, view_offset) - 640usize];
+    ["Offset of field: cs_problem::view_extent"]
+        [::std::mem::offset_of!(cs_problem, view_extent) - 648usize];
+    ["Offset of field: cs_problem::view_stride"]
+        [::std::mem::offset_of!(cs_problem, view_stride) - 696usize];
 };
 impl Default for cs_problem {
     fn default() -> Self {

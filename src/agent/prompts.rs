@@ -154,6 +154,17 @@ impl WorkloadFacts {
                         h.n
                     ));
                 }
+                if let (Some(v), Some(st)) = (w.view(), w.view_on(&h)) {
+                    s.push_str(&format!(
+                        "; A is read through a view: {}. cs_problem gives it as view_rank, \
+                         view_extent (D's dims), view_stride and view_offset: D's element at \
+                         coordinates c reads A[view_offset + sum_t c_t * view_stride[t]] \
+                         (on the headline shape: strides {:?}, offset {}); lda is unused",
+                        v.describe(h.dims.as_slice()),
+                        st.strides,
+                        st.offset
+                    ));
+                }
                 s
             }
             Family::GemmBiasAct | Family::Gemm => {
@@ -504,7 +515,10 @@ pub fn class_advice(w: &Workload) -> &'static str {
         Family::Activation => {
             "This is memory bound: aim at the copy bandwidth. 16-byte vectorized loads and stores, \
              several vectors in flight per thread, a grid sized to the SM count, a scalar tail for \
-             sizes that are not a multiple of the vector width, fp32 math."
+             sizes that are not a multiple of the vector width, fp32 math. An input read through \
+             a view (view_rank > 0): merge the view's dims that are contiguous in A first; when \
+             its last dim has stride 1, vectors along it; otherwise a tile through shared memory \
+             so that both the reads and the writes are coalesced."
         }
         Family::Softmax | Family::LogSoftmax => {
             "This is memory bound: read each row once (online max and sum), a row per warp for short \

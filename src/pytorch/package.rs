@@ -457,6 +457,14 @@ fn write(path: &Path, text: &str, written: &mut Vec<PathBuf>) -> Result<()> {
 /// [`csrc_dir`]); returns the files written.
 pub fn write_package(input: &PackageInput<'_>, out: &Path) -> Result<Vec<PathBuf>> {
     let w = input.workload;
+    if w.view().is_some() {
+        return Err(Error::Usage(format!(
+            "workload {}: an activation read through a view ([view]) is not exported as a \
+             torch op yet (the op takes its input shaped like its output); export the \
+             session without --torch",
+            w.name()
+        )));
+    }
     let pkg = package_name(w);
     let root = out.join(&pkg);
     let mut written = Vec::new();

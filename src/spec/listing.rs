@@ -76,7 +76,12 @@ impl Workload {
                     Some(_) => "chain".to_string(),
                     None => self.params.activation.to_string(),
                 };
-                format!("{s} {act}{chain}")
+                let view = if self.view.is_some() {
+                    " of a view"
+                } else {
+                    ""
+                };
+                format!("{s} {act}{chain}{view}")
             }
             // The ops before the softmax (its chain, written [[before]]).
             Family::Softmax | Family::LogSoftmax => match self.chain.steps.len() {

@@ -48,6 +48,7 @@ mod rules;
 mod schema;
 pub mod suite;
 mod tolerance;
+pub mod view;
 
 use std::path::{Path, PathBuf};
 
@@ -84,6 +85,8 @@ pub struct Workload {
     before: Chain,
     tolerance: Tolerance,
     target: Target,
+    /// activation: A read through a view of a packed input; None elsewhere.
+    view: Option<view::View>,
 }
 
 impl Workload {
@@ -257,6 +260,25 @@ impl Workload {
     /// the epilogue chain's.
     pub fn before_chain(&self) -> &Chain {
         &self.before
+    }
+
+    /// activation: the view A is read through (a permute, a split's part), if any.
+    pub fn view(&self) -> Option<&view::View> {
+        self.view.as_ref()
+    }
+
+    /// The strided read of A on `shape` when A is read through a view (its dims are the
+    /// output's).
+    pub fn view_on(&self, shape: &Shape) -> Option<view::Strided> {
+        self.view
+            .as_ref()
+            .map(|v| v.strided(shape.dims.as_slice()))
+    }
+
+    /// Elements of A on `shape` for a family whose A is shaped like D: the view's input
+    /// when there is one, else `elements`.
+    pub fn a_elements(&self, shape: &Shape, elements: u64) -> u64 {
+        self.view_on(shape).map_or(elements, |s| s.input_len)
     }
 
     /// The rows of each matrix an index op (triu, tril) sees on `shape`: a softmax's shape

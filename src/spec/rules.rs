@@ -11,6 +11,7 @@ use super::error::{Result, WorkloadError};
 use super::location::line_of;
 use super::schema::*;
 use super::tolerance::Tolerance;
+use super::view::{View, ViewSpec};
 use super::Workload;
 
 // ---------------------------------------------------------------------------------
@@ -299,6 +300,10 @@ impl Validator<'_> {
             Family::Norm | Family::Scan => false,
         };
         let target = self.target(family, fused, spec.target)?;
+        let view = match &spec.view {
+            None => None,
+            Some(v) => Some(self.view(family, &shapes, v)?),
+        };
 
         let w = Workload {
             name,
@@ -317,6 +322,7 @@ impl Validator<'_> {
             before,
             tolerance,
             target,
+            view,
         };
         // Admission: a shape no GPU could hold is refused here, before anything allocates.
         for (i, sh) in w.shapes.iter().enumerate() {
@@ -335,6 +341,43 @@ impl Validator<'_> {
             }
         }
         Ok(w)
+    }
+
+    /// `[view]`: the activation family only, shapes given as dims (the output's), and an
+    /// input that a launch can address.
+    fn view(&self, family: Family, shapes: &[Shape], v: &ViewSpec) -> Result<View> {
+        if family != Family::Activation {
+            return Err(self.err(
+                "view",
+                format!(
+                    "only family activation reads its input through a view, not {family}; \
+                     remove [view]"
+                ),
+            ));
+        }
+        if shapes[0].dims.is_empty() {
+            return Err(self.err(
+                "shapes[0].dims",
+                "missing: with [view] every shape gives dims = [the output's dims] (the \
+                 view's, outermost first) instead of m and n",
+            ));
+        }
+        let view = View::new(v, shapes[0].dims.as_slice().len())
+            .map_err(|(field, message)| self.err(field, message))?;
+        for (i, sh) in shapes.iter().enumerate() {
+            let input: u64 = view
+                .input_dims(sh.dims.as_slice())
+                .iter()
+                .try_fold(1u64, |a, &d| a.checked_mul(d))
+                .unwrap_or(u64::MAX);
+            if input > i64::MAX as u64 / 8 {
+                return Err(self.err(
+                    format!("shapes[{i}].dims"),
+                    format!("the view's input of {input} elements cannot be addressed"),
+                ));
+            }
+        }
+        Ok(view)
     }
 
     /// The epilogue chain: for gemm_bias_act the bias add and the activation first, for

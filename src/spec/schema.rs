@@ -1062,6 +1062,10 @@ pub struct WorkloadSpec {
     /// Baselines and goals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetSpec>,
+    /// activation: A read through a view (a permute, a split's part) of a packed input;
+    /// see [`super::view`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<super::view::ViewSpec>,
     /// The epilogue chain: elementwise ops applied in order to the GEMM's result (or, for
     /// the activation family, after the activation). See [`super::chain`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

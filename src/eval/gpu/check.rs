@@ -1113,6 +1113,29 @@ extern "C" __global__ void cs_abs_bits(const void* src, void* dst, long long n, 
   }
 }
 
+// dst[i] = src[offset + sum_t c_t * stride_t] for the n elements of a row-major view of
+// up to 6 dims (extents e, strides s in elements; c the coordinates of i), elem_bytes each:
+// an input read through a view, packed for the reference.
+extern "C" __global__ void cs_gather_bits(const void* src, void* dst, long long n, int elem_bytes,
+    int rank, long long offset, long long e0, long long e1, long long e2, long long e3,
+    long long e4, long long e5, long long s0, long long s1, long long s2, long long s3,
+    long long s4, long long s5)
+{
+  const long long e[6] = {e0, e1, e2, e3, e4, e5};
+  const long long st[6] = {s0, s1, s2, s3, s4, s5};
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long r = i, at = offset;
+    for (int t = rank - 1; t >= 0; --t) {
+      at += (r % e[t]) * st[t];
+      r /= e[t];
+    }
+    if (elem_bytes == 4) ((unsigned*)dst)[i] = ((const unsigned*)src)[at];
+    else if (elem_bytes == 2) ((unsigned short*)dst)[i] = ((const unsigned short*)src)[at];
+    else ((unsigned char*)dst)[i] = ((const unsigned char*)src)[at];
+  }
+}
+
 // How many of n elements (elem_bytes each) differ bitwise between x and y, into *count.
 extern "C" __global__ void cs_count_diff(const void* x, const void* y, long long n, int elem_bytes, unsigned long long* count)
 {
@@ -1194,6 +1217,7 @@ pub struct DeviceOps {
     widen: CudaFunction,
     abs_bits: CudaFunction,
     count_diff: CudaFunction,
+    gather: CudaFunction,
 }
 
 impl DeviceOps {
@@ -1202,8 +1226,15 @@ impl DeviceOps {
             s,
             &fill_source(),
             "cutesmith_ops.cu",
-            &["cs_fill", "cs_widen", "cs_abs_bits", "cs_count_diff"],
+            &[
+                "cs_fill",
+                "cs_widen",
+                "cs_abs_bits",
+                "cs_count_diff",
+                "cs_gather_bits",
+            ],
         )?;
+        let gather = f.remove(4);
         let count_diff = f.remove(3);
         let abs_bits = f.remove(2);
         let widen = f.remove(1);
@@ -1214,6 +1245,7 @@ impl DeviceOps {
             widen,
             abs_bits,
             count_diff,
+            gather,
         })
     }
 
@@ -1274,6 +1306,39 @@ impl DeviceOps {
     ) -> Result<(), CudaFailure> {
         let (n_i, e) = (n as i64, elem_bytes as i32);
         self.go(s, &self.abs_bits, n, &[&src, &dst, &n_i, &e])
+    }
+
+    /// `dst` = the elements of `src` that view `v` reads, packed row-major (`elem_bytes`
+    /// each; at most [`crate::spec::chain::MAX_DIMS`] dims).
+    pub fn gather(
+        &self,
+        s: &Session,
+        src: u64,
+        dst: u64,
+        v: &crate::spec::view::Strided,
+        elem_bytes: usize,
+    ) -> Result<(), CudaFailure> {
+        let n: u64 = v.extents.iter().product();
+        let (mut e, mut st) = ([1i64; 6], [0i64; 6]);
+        for (t, (&x, &y)) in v.extents.iter().zip(&v.strides).take(6).enumerate() {
+            e[t] = x.max(1) as i64;
+            st[t] = y as i64;
+        }
+        let (n_i, eb, rank, off) = (
+            n as i64,
+            elem_bytes as i32,
+            v.extents.len().min(6) as i32,
+            v.offset as i64,
+        );
+        self.go(
+            s,
+            &self.gather,
+            n as usize,
+            &[
+                &src, &dst, &n_i, &eb, &rank, &off, &e[0], &e[1], &e[2], &e[3], &e[4], &e[5],
+                &st[0], &st[1], &st[2], &st[3], &st[4], &st[5],
+            ],
+        )
     }
 
     /// How many of n elements differ bitwise between `x` and `y` (waits for the answer).

@@ -174,7 +174,8 @@ impl Ctx<'_> {
                 args.r[2] = p.c.as_ref().map_or(0, |c| c.ptr);
             }
         } else {
-            args.r[0] = p.a.ptr;
+            // A read through a view: the elements it reads, packed like D.
+            args.r[0] = p.a_view.as_ref().map_or(p.a.ptr, |v| v.ptr);
         }
         let rows = dims.batch * if spec.col_major { dims.cols } else { dims.rows };
         match spec.reference {

@@ -65,6 +65,9 @@ impl ChainTensor {
 pub(super) struct Problem<A, D> {
     pub shape: Shape,
     pub a: DevBuf<A>,
+    /// An activation read through a view: the elements it reads, packed like D (device
+    /// validation's reference reads them; `host_a` holds them under host validation).
+    pub a_view: Option<DevBuf<A>>,
     pub b: Option<DevBuf<A>>,
     pub b2: Option<DevBuf<A>>,
     pub c: Option<DevBuf<D>>,
@@ -242,12 +245,29 @@ impl<'a> super::Ctx<'a> {
         if !w.family().is_gemm() {
             // A reduction's A holds k elements for each output; every other family's A
             // is shaped like D.
+            // An activation read through a view holds the view's whole input.
+            let view = w.view_on(shape);
             let a_len = if w.family() == Family::Reduce {
                 batch * m * k
             } else {
-                out_len
+                w.a_elements(shape, out_len as u64) as usize
             };
-            let (a, host_a) = self.input::<A>(a_len, seed, STREAM_A)?;
+            let (a, mut host_a) = self.input::<A>(a_len, seed, STREAM_A)?;
+            // The references read the elements the view names, packed like D: gathered
+            // here (on the host from the host image, else on the device).
+            let mut a_view = None;
+            if let Some(v) = &view {
+                if let Some(dev) = &self.dev {
+                    let buf = self.s.zeros::<A>(out_len)?;
+                    dev.ops
+                        .gather(self.s, a.ptr, buf.ptr, v, std::mem::size_of::<A>())?;
+                    a_view = Some(buf);
+                } else {
+                    host_a = (0..out_len as u64)
+                        .map(|i| host_a[v.source(i) as usize])
+                        .collect();
+                }
+            }
             // A cross entropy's targets: classes of the row, some the ignore index. Always
             // generated on the host (m values), so the reference sees them either way.
             let (targets, host_targets) = if params.reduce.reads_targets() {
@@ -275,6 +295,7 @@ impl<'a> super::Ctx<'a> {
             return Ok(Problem {
                 shape: *shape,
                 a,
+                a_view,
                 b: None,
                 b2: None,
                 c: None,
@@ -313,6 +334,7 @@ impl<'a> super::Ctx<'a> {
         Ok(Problem {
             shape: *shape,
             a,
+            a_view: None,
             b,
             b2,
             c,
@@ -438,6 +460,11 @@ impl<'a> super::Ctx<'a> {
             ignore_index: params.ignore_index,
             total: params.total.abi_value(),
             reserved2: 0,
+            view_rank: 0,
+            reserved3: 0,
+            view_offset: 0,
+            view_extent: [0; abi::CS_MAX_VIEW_DIMS as usize],
+            view_stride: [0; abi::CS_MAX_VIEW_DIMS as usize],
         };
         // A norm's or a scan's A is batched like D (A and D share their layout and leading
         // dimension).
@@ -457,6 +484,17 @@ impl<'a> super::Ctx<'a> {
             cp.ldd = 1;
             cp.ldc = 1;
             cp.batch_stride_d = w.d_rows(&sh) as i64;
+        }
+        // A view of A: its dims (the output's), strides and offset.
+        if let Some(v) = w.view_on(&sh) {
+            cp.view_rank = v.extents.len() as i32;
+            cp.view_offset = v.offset as i64;
+            for (t, (&e, &st)) in v.extents.iter().zip(&v.strides).enumerate() {
+                if let (Some(x), Some(y)) = (cp.view_extent.get_mut(t), cp.view_stride.get_mut(t)) {
+                    *x = e as i64;
+                    *y = st as i64;
+                }
+            }
         }
         // An activation workload that is one activation (an [[epilogue]] one included)
         // states it, with its parameters, in the problem.

@@ -148,7 +148,8 @@ impl Ctx<'_> {
         // output-sized buffers and ran out of an 80 GB GPU. `Workload::timing_buffers` says
         // which, and `Workload::device_bytes` counts the same for admission.
         let need = w.timing_buffers();
-        let in_bytes = p.a.len * std::mem::size_of::<A>();
+        // (A read through a view reads the view's elements, packed like D, not its input.)
+        let in_bytes = p.a_view.as_ref().map_or(p.a.len, |v| v.len) * std::mem::size_of::<A>();
         let sized = |used: bool, len: usize| if used { len } else { 1 };
         let base_out = self.s.zeros::<D>(sized(need.library_out, lib_len))?;
         // The copy baseline moves what a memory-bound op moves, reading and writing half of

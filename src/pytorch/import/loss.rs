@@ -323,6 +323,7 @@ pub(super) fn map_cross_entropy(
         },
         tolerance: None,
         target: None,
+        view: None,
         epilogue: Vec::new(),
         after: Vec::new(),
         before: Vec::new(),

@@ -329,6 +329,7 @@ pub(super) fn map_scan(
         },
         tolerance: None,
         target: None,
+        view: None,
         epilogue: chain,
         after: Vec::new(),
         before,
