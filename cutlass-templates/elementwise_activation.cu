@@ -920,6 +920,104 @@ static CsViewIndex cs_view_index(CsViewDims const& v, bool wide)
   return x;
 }
 
+// The tiled view path (a transpose, batched): the innermost merged dim q is strided in A
+// (stride != 1) and exactly one other merged dim p has stride 1. A tile is kTile elements
+// along p (read coalesced from A) by kTile along q (written coalesced to D) at one
+// coordinate of the other merged dims (the batch: together one index, innermost dim
+// fastest). Fewer than 2^31 elements (so tiles, extents, D indices and the batch index are
+// 32-bit; A offsets stay 64-bit).
+static constexpr int kTile = 32;       // tile side (elements)
+static constexpr int kTileRows = 8;    // block: kTile x kTileRows threads, kTile / kTileRows rows each
+
+struct CsViewTile {
+  uint32_t ep, eq;                               // extents of p and q
+  uint32_t pitch_p;                              // D elements from one p coordinate to the next
+  uint32_t ntiles;                               // batch * tiles along p * tiles along q
+  int64_t sq;                                    // A stride of q
+  int64_t offset;
+  int32_t nbatch;                                // batch dims, innermost first
+  int64_t bstride[CS_MAX_VIEW_DIMS - 2];         // their A strides
+  uint32_t bpitch[CS_MAX_VIEW_DIMS - 2];         // their D pitches
+  CsDivmod bdiv[CS_MAX_VIEW_DIMS - 2];           // their extents (the outermost's unused)
+  CsDivmod div_tq, div_tp;                       // tiles along q, along p
+
+  // Tile t (blockIdx.x): its first elements' A offset (src0) and D index (dst0) at its batch
+  // coordinate, and its first p and q coordinates. t = (batch * tiles_p + tp) * tiles_q + tq.
+  CS_HD void tile(uint32_t t, int64_t& src0, uint32_t& dst0, uint32_t& p0, uint32_t& q0) const
+  {
+    uint32_t r, tq, tp;
+    div_tq.divmod(t, r, tq);
+    div_tp.divmod(r, t, tp);                     // t: the batch index now
+    src0 = offset;
+    dst0 = 0;
+#pragma unroll
+    for (int k = 0; k < CS_MAX_VIEW_DIMS - 2; ++k) {
+      if (k < nbatch) {
+        uint32_t c = t;                          // the outermost batch dim: the quotient left
+        if (k + 1 < nbatch) bdiv[k].divmod(t, t, c);
+        src0 += int64_t(c) * bstride[k];
+        dst0 += c * bpitch[k];
+      }
+    }
+    p0 = tp * uint32_t(kTile);
+    q0 = tq * uint32_t(kTile);
+  }
+  // The element at (cp, cq) of a tile's batch coordinate (cp < ep, cq < eq).
+  CS_HD int64_t src(int64_t src0, uint32_t cp, uint32_t cq) const
+  {
+    return src0 + int64_t(cp) + int64_t(cq) * sq;
+  }
+  CS_HD uint32_t dst(uint32_t dst0, uint32_t cp, uint32_t cq) const
+  {
+    return dst0 + cp * pitch_p + cq;
+  }
+};
+
+// Whether v takes the tiled path (q = the innermost merged dim has stride != 1 and
+// exactly one other merged dim p has stride 1), and its descriptor. The caller checks that
+// there are fewer than 2^31 elements.
+static bool cs_view_tiled(CsViewDims const& v, CsViewTile& tv)
+{
+  int const q = v.rank - 1;
+  if (v.rank < 2 || v.stride[q] == 1) return false;
+  int p = -1;
+  for (int t = 0; t < q; ++t) {
+    if (v.stride[t] != 1) continue;
+    if (p >= 0) return false;                    // two dims of stride 1 (an overlapping view)
+    p = t;
+  }
+  if (p < 0) return false;
+  int64_t pitch[CS_MAX_VIEW_DIMS];
+  pitch[q] = 1;
+  for (int t = q - 1; t >= 0; --t) pitch[t] = pitch[t + 1] * v.extent[t + 1];
+  tv.ep = uint32_t(v.extent[p]);
+  tv.eq = uint32_t(v.extent[q]);
+  tv.pitch_p = uint32_t(pitch[p]);
+  tv.sq = v.stride[q];
+  tv.offset = v.offset;
+  tv.nbatch = 0;
+  int64_t batch = 1;
+  for (int k = 0; k < CS_MAX_VIEW_DIMS - 2; ++k) {
+    tv.bstride[k] = 0;
+    tv.bpitch[k] = 0;
+    tv.bdiv[k] = CsDivmod(1u);
+  }
+  for (int t = q - 1; t >= 0; --t) {
+    if (t == p) continue;
+    int const k = tv.nbatch++;
+    tv.bstride[k] = v.stride[t];
+    tv.bpitch[k] = uint32_t(pitch[t]);
+    tv.bdiv[k] = CsDivmod(uint32_t(v.extent[t]));
+    batch *= v.extent[t];
+  }
+  int64_t const tiles_q = (v.extent[q] + kTile - 1) / kTile;
+  int64_t const tiles_p = (v.extent[p] + kTile - 1) / kTile;
+  tv.div_tq = CsDivmod(uint32_t(tiles_q));
+  tv.div_tp = CsDivmod(uint32_t(tiles_p));
+  tv.ntiles = uint32_t(batch * tiles_p * tiles_q);   // <= the element count < 2^31
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------

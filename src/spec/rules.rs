@@ -299,7 +299,7 @@ impl Validator<'_> {
             Family::Softmax | Family::LogSoftmax => !chain.is_identity(),
             Family::Norm | Family::Scan => false,
         };
-        let target = self.target(family, fused, spec.target)?;
+        let target = self.target(family, fused, spec.view.is_some(), spec.target)?;
         let view = match &spec.view {
             None => None,
             Some(v) => Some(self.view(family, &shapes, v)?),
@@ -1541,10 +1541,20 @@ impl Validator<'_> {
         Ok(t)
     }
 
-    fn target(&self, family: Family, fused: bool, spec: Option<TargetSpec>) -> Result<Target> {
+    fn target(
+        &self,
+        family: Family,
+        fused: bool,
+        viewed: bool,
+        spec: Option<TargetSpec>,
+    ) -> Result<Target> {
         let spec = spec.unwrap_or_default();
         let defaults = || {
             let mut d = family.default_baselines();
+            // cuDNN's activation reads its input packed, not through a view.
+            if viewed {
+                d.retain(|b| *b != Baseline::Cudnn);
+            }
             if fused {
                 d.insert(0, Baseline::Unfused);
                 // cuDNN's op alone computes something else (no ops before the softmax,
