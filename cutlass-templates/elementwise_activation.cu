@@ -71,7 +71,13 @@
 //   multiples of G elements, D is vector-aligned and there are fewer than 2^31 elements,
 //   every group of D reads one vector of A: the flat path's chunks and grid, each group's
 //   source found by 32-bit multiply-high divisions (CsDivmod) of its first element's
-//   index. Otherwise (the last dim transposed, odd strides or alignment) a scalar
+//   index. When instead the innermost merged dim q is strided in A and exactly one other
+//   merged dim p has stride 1 (a transpose, batched over the other merged dims), with
+//   fewer than 2^31 elements: tiled, 32 (p) x 32 (q) elements per block of 32 x 8 threads
+//   through shared memory (fp32, rows padded to 33 words), read coalesced along p and
+//   written coalesced along q, the op applied on the write side at each element's
+//   (row, col); one tile per block, its batch coordinate decoded once, edge tiles
+//   predicated. Otherwise (odd strides or alignment, 2^31 elements or more) a scalar
 //   grid-stride kernel, one element at a time (64-bit divisions from 2^31 elements):
 //   correct, not tuned.
 //
@@ -1199,6 +1205,63 @@ cs_act_view_scalar_kernel(TA const* a, TD* d, CsViewIndex const view, int64_t to
   }
 }
 
+// View path, tiled (a batched transpose, see CsViewTile): one block of kTile x kTileRows
+// threads per tile. Lanes run along p to read A (kTile contiguous elements per warp and
+// row, kTile / kTileRows rows of q per thread) into shared memory as fp32 (the raw bits
+// for a copy of one type), then along q to write D (kTile consecutive elements per warp
+// and row), each element through the op at its (row, col) of D: one 32-bit division by n
+// of its index. The tile is padded to kTile + 1 words a row: both phases are free of bank
+// conflicts. Elements past the extents (edge tiles) are predicated off.
+template <class TA, class TD, class Op>
+__global__ void __launch_bounds__(kTile * kTileRows, Op::kManyRegs ? 1024 / (kTile * kTileRows)
+                                                                   : 2048 / (kTile * kTileRows))
+cs_act_view_tiled_kernel(TA const* a, TD* d, CsViewTile const tv, CsDivmod div_n, Op op)
+{
+  // A copy between one type moves the bits (no round trip through fp32).
+  constexpr bool kRaw = std::is_same_v<TA, TD> && Op::kCopy;
+  using Raw = std::conditional_t<sizeof(TA) == 4, uint32_t, unsigned short>;
+  __shared__ uint32_t tile[kTile][kTile + 1];     // [q][p]
+
+  uint32_t const tx = threadIdx.x, ty = threadIdx.y;
+  int64_t src0;
+  uint32_t dst0, p0, q0;
+  tv.tile(blockIdx.x, src0, dst0, p0, q0);
+
+  // Read: lane tx at p0 + tx, rows ty, ty + kTileRows, ... of q.
+  uint32_t const rp = p0 + tx;
+#pragma unroll
+  for (int r = 0; r < kTile / kTileRows; ++r) {
+    uint32_t const lq = ty + uint32_t(r * kTileRows);
+    uint32_t const cq = q0 + lq;
+    if (rp < tv.ep && cq < tv.eq) {
+      int64_t const s = tv.src(src0, rp, cq);
+      if constexpr (kRaw) tile[lq][tx] = uint32_t(reinterpret_cast<Raw const*>(a)[s]);
+      else tile[lq][tx] = __float_as_uint(CsElem<TA>::to_f32(a[s]));
+    }
+  }
+  __syncthreads();
+
+  // Write: lane tx at q0 + tx, rows ty, ty + kTileRows, ... of p.
+  uint32_t const wq = q0 + tx;
+  if (wq >= tv.eq) return;
+#pragma unroll
+  for (int r = 0; r < kTile / kTileRows; ++r) {
+    uint32_t const lp = ty + uint32_t(r * kTileRows);
+    uint32_t const cp = p0 + lp;
+    if (cp < tv.ep) {
+      uint32_t const i = tv.dst(dst0, cp, wq);
+      uint32_t const w = tile[tx][lp];
+      if constexpr (kRaw) {
+        reinterpret_cast<Raw*>(d)[i] = Raw(w);
+      } else {
+        uint32_t row = 0, col = 0;
+        if constexpr (Op::kRowCol) div_n.divmod(i, row, col);
+        d[i] = CsElem<TD>::from_f32(op(__uint_as_float(w), row, col));
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Host side: checks
 // ---------------------------------------------------------------------------------------
@@ -1340,6 +1403,14 @@ static int32_t cs_act_run_view(const cs_problem& p, int sm_count, Op const& op, 
     if (blocks < 1) blocks = 1;
     cs_act_view_kernel<TA, TD, Op><<<unsigned(blocks), kThreads, 0, stream>>>(
         a, d, view, ngroups, div_n, op, /*zero=*/0u);
+    return int32_t(cudaGetLastError());
+  }
+  // Tiles through shared memory: the innermost merged dim strided in A, another one of
+  // stride 1 (a transpose, batched over the other dims).
+  CsViewTile tv;
+  if (!wide && cs_view_tiled(v, tv)) {
+    cs_act_view_tiled_kernel<TA, TD, Op><<<tv.ntiles, dim3(kTile, kTileRows), 0, stream>>>(
+        a, d, tv, div_n, op);
   } else {
     int64_t blocks = (total + kThreads - 1) / kThreads;
     if (blocks > resident * 4) blocks = resident * 4;

@@ -31,6 +31,7 @@ mod contraction;
 mod loss;
 mod mask;
 mod norm;
+mod pack;
 mod reduce;
 mod scan;
 pub mod stages;
@@ -79,6 +80,9 @@ pub struct Meta {
     pub shape: Vec<i64>,
     pub stride: Vec<i64>,
     pub dtype: String,
+    /// Elements from the start of its storage (a split's later parts, a slice).
+    #[serde(default)]
+    pub offset: i64,
 }
 
 /// A node the importer cannot map, and why.
@@ -216,6 +220,9 @@ pub fn import(
     })?;
     composite::out_of_place(&mut graph);
     let composites_left = composite::expand(&mut graph);
+    // Strided views a product or a copy reads (an attention's heads): packed by stages
+    // of their own.
+    pack::materialize(&mut graph);
     let file = problem
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -426,13 +433,18 @@ fn classify(target: &str) -> Class {
         | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
         | "tril" | "masked_fill" | "where" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
-        | "flatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
+        | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
         | "detach" => Class::View,
         _ => Class::Unknown,
     }
 }
 
 fn unknown_message(target: &str) -> String {
+    if target == pack::PACK {
+        return "a copy of a strided view (an attention's heads, a transpose made \
+                contiguous) runs as a workload of its own, not inside another"
+            .into();
+    }
     if !target.starts_with("aten.") {
         // A Python-level call left in the graph (getitem of a tuple-returning op, ...).
         return format!("no cutesmith workload family computes `{target}` (not an ATen op)");
@@ -961,6 +973,10 @@ pub fn map_graph(
     graph: &Graph,
     file: &str,
 ) -> std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>> {
+    // A copy of a strided view is a workload of its own.
+    if let Some(r) = pack::map(graph, file) {
+        return r;
+    }
     let mut used: HashSet<&str> = HashSet::new();
     let mut note = |x| {
         used.insert(x);

@@ -207,6 +207,7 @@ def meta_of(v):
         return {
             "shape": [int(s) for s in v.shape],
             "stride": [int(s) for s in v.stride()],
+            "offset": int(v.storage_offset()),
             "dtype": str(v.dtype).replace("torch.", ""),
         }
     return None

@@ -36,6 +36,7 @@ fn call(name: String, target: &str, args: Value, shape: Vec<i64>, dtype: &str) -
             shape,
             stride,
             dtype: dtype.into(),
+            offset: 0,
         }),
         value: None,
         triangle: None,
@@ -255,6 +256,7 @@ fn attention(
                 stride: row_major(&shape),
                 shape,
                 dtype: "bool".into(),
+                offset: 0,
             });
             name
         };

@@ -1,0 +1,541 @@
+//! Copies of strided views: where a Model hands a matrix product (or `.contiguous()`) a
+//! view that no workload reads in place (the heads of a fused QKV projection after
+//! `split`, `view` and `transpose(1, 2)`; an attention output transposed back), the graph
+//! gets a node that packs the view, as eager PyTorch itself copies it inside `matmul` and
+//! `contiguous`. Each such node is a stage of its own: an activation-family workload that
+//! reads its input through a `[view]` (a permutation of the input's dims, some held at one
+//! index) and writes it packed.
+//!
+//! The view is found from the tensors' metadata, not from the ops that made it: the
+//! packed value the view's chain of view ops starts from, and the view's shape, strides
+//! and storage offset. A view with a dim that is sliced, strided by a step, or broadcast
+//! (stride 0) is not a permutation of a split and is left as it was.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::composite::row_major;
+use super::{arg, classify, contiguous, op_name, Arg, Class, Graph, Meta, Node, Unmapped};
+use crate::spec::view::{SelectSpec, View, ViewSpec};
+use crate::spec::{DType, Family, WorkloadSpec};
+
+/// The target of a node that packs a view (its input is the packed value the view reads;
+/// `kwargs.view` is the `[view]`).
+pub(super) const PACK: &str = "cutesmith.pack";
+
+/// Ops whose result is a view of their first argument's storage (besides [`Class::View`]).
+fn views_storage(target: &str) -> bool {
+    matches!(
+        op_name(target),
+        "split" | "split_with_sizes" | "chunk" | "unbind" | "select" | "narrow" | "slice"
+    ) || target == "<built-in function getitem>"
+}
+
+/// The node whose packed value `name` is a view of: back through views and a split's
+/// parts to a computed value or an input of Model, packed row-major from the start of its
+/// storage. None when the chain passes anything else or ends at a parameter.
+fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
+    let mut cur = *nodes.get(name)?;
+    loop {
+        let t = cur.target.as_deref().unwrap_or_default();
+        let through = cur.op == "call_function"
+            && (views_storage(t) || classify(t) == Class::View && op_name(t) != "clone");
+        if !through {
+            break;
+        }
+        let Some(Arg::Node(prev)) = cur.args.first().map(arg) else {
+            return None;
+        };
+        cur = *nodes.get(prev)?;
+    }
+    let computed = cur.op == "call_function" && cur.target.as_deref() != Some(PACK);
+    let input = cur.op == "placeholder" && cur.kind.as_deref() == Some("user_input");
+    let m = cur.val.as_ref()?;
+    ((computed || input) && m.offset == 0 && contiguous(m)).then_some(cur)
+}
+
+/// The `[view]` by which a packed tensor of `base_len` elements is read as `view`, or None
+/// when the view is not a permutation of some of the dims of a reshape of it with the
+/// others held at one index.
+pub(super) fn derive(base_len: i64, view: &Meta) -> Option<ViewSpec> {
+    if view.shape.len() != view.stride.len() || base_len < 1 {
+        return None;
+    }
+    // The output dims of more than one element, innermost in the storage first.
+    let mut kept: Vec<(usize, i64, i64)> = view
+        .shape
+        .iter()
+        .zip(&view.stride)
+        .enumerate()
+        .filter(|(_, (&e, _))| e != 1)
+        .map(|(t, (&e, &s))| (t, e, s))
+        .collect();
+    if kept.iter().any(|&(_, e, s)| e < 1 || s < 1) {
+        return None;
+    }
+    kept.sort_by_key(|&(_, _, s)| s);
+    // The input's dims, innermost first: an output dim, or one held at an index.
+    enum Dim {
+        Out(usize),
+        Held { size: i64, index: i64 },
+    }
+    let mut dims: Vec<Dim> = Vec::new();
+    let mut cur = 1i64;
+    let mut offset = 0i64;
+    let mut held = |dims: &mut Vec<Dim>, size: i64, cur: i64| {
+        let index = (view.offset / cur) % size;
+        offset += index * cur;
+        dims.push(Dim::Held { size, index });
+    };
+    for &(t, e, s) in &kept {
+        if s % cur != 0 || s < cur {
+            return None;
+        }
+        let gap = s / cur;
+        if gap > 1 {
+            held(&mut dims, gap, cur);
+        }
+        dims.push(Dim::Out(t));
+        cur = s.checked_mul(e)?;
+    }
+    if cur > base_len || base_len % cur != 0 {
+        return None;
+    }
+    if base_len / cur > 1 {
+        held(&mut dims, base_len / cur, cur);
+    }
+    // Every element of the offset is accounted for by the held dims' indices (a slice
+    // that starts inside an output dim is not a split's part).
+    if offset != view.offset {
+        return None;
+    }
+    dims.reverse();
+    // Output dims of one element lead the input's dims, in their order.
+    let ones: Vec<usize> = (0..view.shape.len())
+        .filter(|&t| view.shape[t] == 1)
+        .collect();
+    let mut order: Vec<usize> = ones.clone();
+    let mut select = Vec::new();
+    for (i, d) in dims.iter().enumerate() {
+        match d {
+            Dim::Out(t) => order.push(*t),
+            Dim::Held { size, index } => select.push(SelectSpec {
+                dim: (ones.len() + i) as u32,
+                size: *size as u64,
+                index: *index as u64,
+            }),
+        }
+    }
+    // Output dim t reads the kept input dim at its position in `order`.
+    let mut permute = vec![0u32; view.shape.len()];
+    for (k, &t) in order.iter().enumerate() {
+        permute[t] = k as u32;
+    }
+    let spec = ViewSpec {
+        permute: if permute.iter().enumerate().all(|(t, &p)| t as u32 == p) {
+            Vec::new()
+        } else {
+            permute
+        },
+        select,
+    };
+    // The view's own strides and offset, as the workload will read them.
+    let v = View::new(&spec, view.shape.len()).ok()?;
+    let out: Vec<u64> = view.shape.iter().map(|&d| d as u64).collect();
+    let s = v.strided(&out);
+    let same = s.offset == view.offset as u64
+        && s.input_len == base_len as u64
+        && view
+            .shape
+            .iter()
+            .zip(&view.stride)
+            .zip(&s.strides)
+            .all(|((&e, &want), &got)| e == 1 || want as u64 == got);
+    same.then_some(spec)
+}
+
+/// The workload type of a torch float dtype an activation takes (f32, f16, bf16).
+fn float(name: &str) -> Option<DType> {
+    super::dtype_of(name).filter(|d| matches!(d, DType::F32 | DType::F16 | DType::BF16))
+}
+
+/// A node that packs `input`'s view `spec` into a tensor of `shape`.
+fn pack_node(name: String, input: &str, spec: &ViewSpec, shape: &[i64], dtype: &str) -> Node {
+    let mut kwargs = std::collections::BTreeMap::new();
+    kwargs.insert(
+        "view".to_string(),
+        serde_json::to_value(spec).unwrap_or(Value::Null),
+    );
+    Node {
+        name,
+        op: "call_function".into(),
+        target: Some(PACK.into()),
+        kind: None,
+        args: vec![json!({ "node": input })],
+        kwargs,
+        val: Some(Meta {
+            shape: shape.to_vec(),
+            stride: row_major(shape),
+            dtype: dtype.into(),
+            offset: 0,
+        }),
+        value: None,
+        triangle: None,
+    }
+}
+
+/// Whether a matrix product takes `m` as an operand in place: a packed row- or
+/// column-major matrix of its last two dims, its batch dims folding into one stride that
+/// is packed or 0.
+fn gemm_ready(m: &Meta) -> bool {
+    let r = m.shape.len();
+    if r < 2 {
+        return true;
+    }
+    if super::layout_2d(m.shape[r - 2], m.shape[r - 1], m.stride[r - 2], m.stride[r - 1])
+        .is_none()
+    {
+        return false;
+    }
+    let batch: Vec<(i64, i64)> = (0..r - 2)
+        .filter(|&t| m.shape[t] != 1)
+        .map(|t| (m.shape[t], m.stride[t]))
+        .collect();
+    let folds = batch
+        .windows(2)
+        .all(|w| w[0].1 == w[1].1 * w[1].0 || w[0].1 == 0 && w[1].1 == 0);
+    let packed = m.shape[r - 2] * m.shape[r - 1];
+    folds && batch.last().is_none_or(|&(_, s)| s == packed || s == 0)
+}
+
+/// `name`'s transpose of its last two dims: the value it transposes.
+fn last_two_transposed<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g str> {
+    let n = *nodes.get(name)?;
+    let t = n.target.as_deref()?;
+    let r = n.val.as_ref()?.shape.len() as i64;
+    let dim = |i: usize| match n.args.get(i) {
+        Some(Value::Number(x)) => x.as_i64().map(|d| if d < 0 { d + r } else { d }),
+        _ => None,
+    };
+    let swaps_last = match op_name(t) {
+        "t" | "mT" | "numpy_T" => r == 2 || op_name(t) == "mT",
+        "transpose" => {
+            let (a, b) = (dim(1)?, dim(2)?);
+            a.min(b) == r - 2 && a.max(b) == r - 1
+        }
+        _ => false,
+    };
+    match (swaps_last, n.args.first().map(arg)) {
+        (true, Some(Arg::Node(x))) => Some(x),
+        _ => None,
+    }
+}
+
+/// Packs the strided views that matrix products and `.contiguous()` / `.clone()` read
+/// (see the module's comment); returns how many. Views left unread are removed.
+pub(super) fn materialize(graph: &mut Graph) -> usize {
+    let originals = graph.nodes.clone();
+    let nodes: HashMap<&str, &Node> = originals.iter().map(|n| (n.name.as_str(), n)).collect();
+    let mut names: HashSet<String> = originals.iter().map(|n| n.name.clone()).collect();
+    let mut fresh = |base: &str| {
+        let mut k = 0;
+        loop {
+            let name = if k == 0 {
+                format!("{base}_packed")
+            } else {
+                format!("{base}_packed_{k}")
+            };
+            if names.insert(name.clone()) {
+                return name;
+            }
+            k += 1;
+        }
+    };
+    // The view `name` of a packed value, if a pack of it would be a workload.
+    let viewed = |name: &str| -> Option<(String, ViewSpec, Meta)> {
+        let m = nodes.get(name)?.val.clone()?;
+        if contiguous(&m) && m.offset == 0 {
+            return None;
+        }
+        let r = root(&nodes, name)?;
+        let base = r.val.as_ref()?;
+        float(&m.dtype)?;
+        let spec = derive(base.shape.iter().product(), &m)?;
+        Some((r.name.clone(), spec, m))
+    };
+    let mut packs = 0;
+    let mut out = Vec::with_capacity(originals.len());
+    for n in &originals {
+        let mut n = n.clone();
+        let t = n.target.clone().unwrap_or_default();
+        if n.op != "call_function" {
+            out.push(n);
+            continue;
+        }
+        // x.contiguous() / x.clone() of a strided view: the copy itself.
+        if matches!(op_name(&t), "contiguous" | "clone") {
+            let x = match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => Some(x.to_string()),
+                _ => None,
+            };
+            if let Some((root, spec, m)) = x.as_deref().and_then(viewed) {
+                let name = n.name.clone();
+                out.push(pack_node(name, &root, &spec, &m.shape, &m.dtype));
+                packs += 1;
+                continue;
+            }
+        }
+        // A matrix product's operands that are strided views: packed before it (a
+        // transpose of the last two dims stays a view of the packed value).
+        if classify(&t) == Class::Gemm {
+            let operands: &[usize] = match op_name(&t) {
+                "mm" | "bmm" | "matmul" => &[0, 1],
+                "addmm" => &[1, 2],
+                "linear" => &[0],
+                _ => &[],
+            };
+            for &i in operands {
+                let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
+                    continue;
+                };
+                let x = x.to_string();
+                if nodes
+                    .get(x.as_str())
+                    .and_then(|v| v.val.as_ref())
+                    .is_none_or(gemm_ready)
+                {
+                    continue;
+                }
+                let (y, transposed) = match last_two_transposed(&nodes, &x) {
+                    Some(y) => (y.to_string(), true),
+                    None => (x.clone(), false),
+                };
+                let Some((root, spec, m)) = viewed(&y) else {
+                    continue;
+                };
+                let p = fresh(&y);
+                out.push(pack_node(p.clone(), &root, &spec, &m.shape, &m.dtype));
+                packs += 1;
+                let mut read = p.clone();
+                if transposed {
+                    let r = m.shape.len();
+                    let mut shape = m.shape.clone();
+                    shape.swap(r - 2, r - 1);
+                    let mut stride = row_major(&m.shape);
+                    stride.swap(r - 2, r - 1);
+                    read = fresh(&format!("{p}_t"));
+                    out.push(Node {
+                        name: read.clone(),
+                        op: "call_function".into(),
+                        target: Some("aten.transpose.int".into()),
+                        kind: None,
+                        args: vec![json!({ "node": p }), json!(-2), json!(-1)],
+                        kwargs: Default::default(),
+                        val: Some(Meta {
+                            shape,
+                            stride,
+                            dtype: m.dtype.clone(),
+                            offset: 0,
+                        }),
+                        value: None,
+                        triangle: None,
+                    });
+                }
+                n.args[i] = json!({ "node": read });
+            }
+        }
+        out.push(n);
+    }
+    if packs == 0 {
+        return 0;
+    }
+    // The views and splits nothing reads any more.
+    loop {
+        let mut read: HashSet<String> = HashSet::new();
+        for n in &out {
+            n.args
+                .iter()
+                .chain(n.kwargs.values())
+                .for_each(|v| super::stages::each_ref(v, &mut |x| {
+                    read.insert(x.to_string());
+                }));
+        }
+        graph
+            .output
+            .iter()
+            .for_each(|v| super::stages::each_ref(v, &mut |x| {
+                read.insert(x.to_string());
+            }));
+        let before = out.len();
+        out.retain(|n| {
+            let t = n.target.as_deref().unwrap_or_default();
+            let view = classify(t) == Class::View || views_storage(t);
+            !(n.op == "call_function" && view && !read.contains(&n.name))
+        });
+        if out.len() == before {
+            break;
+        }
+    }
+    graph.nodes = out;
+    packs
+}
+
+/// A graph (or stage) that is one pack of an input, and the views of it: the activation
+/// workload that reads the input through the view; None for any other graph.
+pub(super) fn map(
+    graph: &Graph,
+    file: &str,
+) -> Option<std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>>> {
+    let calls: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "call_function")
+        .collect();
+    let packs: Vec<&&Node> = calls
+        .iter()
+        .filter(|n| n.target.as_deref() == Some(PACK))
+        .collect();
+    let [p] = packs.as_slice() else {
+        return None;
+    };
+    // Everything else is a view of the pack, and the output is one of them (or it).
+    let others_are_views = calls.iter().all(|n| {
+        n.target.as_deref() == Some(PACK)
+            || classify(n.target.as_deref().unwrap_or_default()) == Class::View
+    });
+    let out = match graph.output.as_slice() {
+        [v] => match arg(v) {
+            Arg::Node(o) => Some(o),
+            _ => None,
+        },
+        _ => None,
+    }?;
+    let meta = p.val.as_ref()?;
+    let elements: i64 = meta.shape.iter().product();
+    let out_ok = graph
+        .nodes
+        .iter()
+        .find(|n| n.name == out)
+        .and_then(|n| n.val.as_ref())
+        .is_some_and(|m| contiguous(m) && m.shape.iter().product::<i64>() == elements);
+    if !others_are_views || !out_ok {
+        return None;
+    }
+    let problem = |message: String| {
+        Some(Err(vec![Unmapped {
+            node: p.name.clone(),
+            target: PACK.into(),
+            message,
+        }]))
+    };
+    let spec: ViewSpec = match p.kwargs.get("view").map(|v| serde_json::from_value(v.clone())) {
+        Some(Ok(s)) => s,
+        _ => return problem("a pack without its view".into()),
+    };
+    let Some(dtype) = float(&meta.dtype) else {
+        return problem(format!("a copy of a {} view: activations take floats", meta.dtype));
+    };
+    if meta.shape.len() < 2 || meta.shape.len() > crate::spec::chain::MAX_DIMS {
+        return problem(format!(
+            "a copy of a view of {} dims: 2 to {} are taken",
+            meta.shape.len(),
+            crate::spec::chain::MAX_DIMS
+        ));
+    }
+    let dims: Vec<i64> = meta.shape.clone();
+    let mut shapes = vec![crate::spec::ShapeSpec {
+        dims: Some(dims.clone()),
+        ..Default::default()
+    }];
+    // A ragged shape of the same view: the output dims that the selected dims do not
+    // size, cut to odd sizes (the held dims keep theirs).
+    let small: Vec<i64> = dims
+        .iter()
+        .map(|&d| if d > 7 { (d % 7) + 3 } else { d })
+        .collect();
+    if small != dims {
+        shapes.push(crate::spec::ShapeSpec {
+            dims: Some(small),
+            ..Default::default()
+        });
+    }
+    let what = if spec.select.is_empty() {
+        "a permuted view"
+    } else {
+        "a part of a split"
+    };
+    Some(Ok((
+        WorkloadSpec {
+            name: None,
+            description: format!(
+                "{dtype} copy of {what} ({:?} packed); imported from {file}",
+                dims
+            ),
+            family: Family::Activation,
+            dtype,
+            out_dtype: None,
+            acc_dtype: None,
+            allow_tf32: false,
+            layout: None,
+            shapes,
+            params: Default::default(),
+            tolerance: None,
+            target: None,
+            view: Some(spec),
+            epilogue: Vec::new(),
+            after: Vec::new(),
+            before: Vec::new(),
+        },
+        vec![format!("{} (a copy of a strided view)", p.name)],
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(shape: &[i64], stride: &[i64], offset: i64) -> Meta {
+        Meta {
+            shape: shape.to_vec(),
+            stride: stride.to_vec(),
+            dtype: "bfloat16".into(),
+            offset,
+        }
+    }
+
+    #[test]
+    fn the_heads_of_a_split_qkv_are_a_held_part_and_a_permute() {
+        // qkv [B, T, 3C], k = qkv.split(C, 2)[1].view(B, T, nh, hs).transpose(1, 2).
+        let (b, t, nh, hs) = (8i64, 512, 12, 64);
+        let c = nh * hs;
+        let k = meta(&[b, nh, t, hs], &[t * 3 * c, hs, 3 * c, 1], c);
+        let spec = derive(b * t * 3 * c, &k).unwrap();
+        assert_eq!(spec.permute, vec![0, 2, 1, 3]);
+        assert_eq!(
+            spec.select,
+            vec![SelectSpec {
+                dim: 2,
+                size: 3,
+                index: 1
+            }]
+        );
+        // y.transpose(1, 2) of a packed [B, nh, T, hs].
+        let y = meta(&[b, t, nh, hs], &[nh * t * hs, hs, t * hs, 1], 0);
+        let spec = derive(b * t * c, &y).unwrap();
+        assert_eq!(spec.permute, vec![0, 2, 1, 3]);
+        assert!(spec.select.is_empty());
+    }
+
+    #[test]
+    fn slices_steps_and_broadcasts_are_not_views_of_a_split() {
+        // x[:, 10:20] of [4, 64]: the offset starts inside a kept dim.
+        assert!(derive(256, &meta(&[4, 10], &[64, 1], 10)).is_none());
+        // x[:, ::2]: a step.
+        assert!(derive(256, &meta(&[4, 32], &[64, 2], 0)).is_some_and(|s| !s.select.is_empty()));
+        // expand: stride 0.
+        assert!(derive(64, &meta(&[4, 64], &[0, 1], 0)).is_none());
+        // overlapping strides.
+        assert!(derive(64, &meta(&[8, 16], &[4, 1], 0)).is_none());
+    }
+}
