@@ -39,8 +39,17 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
     let mut cur = *nodes.get(name)?;
     loop {
         let t = cur.target.as_deref().unwrap_or_default();
+        // A copy (contiguous, clone; a reshape of a strided tensor) starts a new storage,
+        // which the metadata of the views after it describe.
+        let copy = matches!(op_name(t), "contiguous" | "clone")
+            || matches!(op_name(t), "reshape" | "flatten")
+                && !cur.args.first().and_then(|a| match arg(a) {
+                    Arg::Node(x) => nodes.get(x).and_then(|p| p.val.as_ref()),
+                    _ => None,
+                }).is_some_and(contiguous);
         let through = cur.op == "call_function"
-            && (views_storage(t) || classify(t) == Class::View && op_name(t) != "clone");
+            && !copy
+            && (views_storage(t) || classify(t) == Class::View);
         if !through {
             break;
         }
@@ -49,10 +58,31 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
         };
         cur = *nodes.get(prev)?;
     }
-    let computed = cur.op == "call_function" && cur.target.as_deref() != Some(PACK);
+    let computed = cur.op == "call_function";
     let input = cur.op == "placeholder" && cur.kind.as_deref() == Some("user_input");
     let m = cur.val.as_ref()?;
     ((computed || input) && m.offset == 0 && contiguous(m)).then_some(cur)
+}
+
+/// Whether `name`'s chain of views back to its packed value passes an op that reads part
+/// of the storage (a split's part, a select, a slice): the mappers read views from the
+/// start of their value, so such a view is packed wherever it is read.
+fn reads_part(nodes: &HashMap<&str, &Node>, name: &str) -> bool {
+    let mut cur = name;
+    while let Some(n) = nodes.get(cur) {
+        let t = n.target.as_deref().unwrap_or_default();
+        if n.op != "call_function" || !(views_storage(t) || classify(t) == Class::View) {
+            return false;
+        }
+        if views_storage(t) {
+            return true;
+        }
+        match n.args.first().map(arg) {
+            Some(Arg::Node(prev)) => cur = prev,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The `[view]` by which a packed tensor of `base_len` elements is read as `view`, or None
@@ -237,20 +267,10 @@ fn last_two_transposed<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Optio
 pub(super) fn materialize(graph: &mut Graph) -> usize {
     let originals = graph.nodes.clone();
     let nodes: HashMap<&str, &Node> = originals.iter().map(|n| (n.name.as_str(), n)).collect();
-    let mut names: HashSet<String> = originals.iter().map(|n| n.name.clone()).collect();
-    let mut fresh = |base: &str| {
-        let mut k = 0;
-        loop {
-            let name = if k == 0 {
-                format!("{base}_packed")
-            } else {
-                format!("{base}_packed_{k}")
-            };
-            if names.insert(name.clone()) {
-                return name;
-            }
-            k += 1;
-        }
+    let mut packer = Packer {
+        names: originals.iter().map(|n| n.name.clone()).collect(),
+        made: HashMap::new(),
+        packs: 0,
     };
     // The view `name` of a packed value, if a pack of it would be a workload.
     let viewed = |name: &str| -> Option<(String, ViewSpec, Meta)> {
@@ -264,7 +284,6 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
         let spec = derive(base.shape.iter().product(), &m)?;
         Some((r.name.clone(), spec, m))
     };
-    let mut packs = 0;
     let mut out = Vec::with_capacity(originals.len());
     for n in &originals {
         let mut n = n.clone();
@@ -280,10 +299,69 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
                 _ => None,
             };
             if let Some((root, spec, m)) = x.as_deref().and_then(viewed) {
-                let name = n.name.clone();
-                out.push(pack_node(name, &root, &spec, &m.shape, &m.dtype));
-                packs += 1;
+                packer.made.insert(key(&root, &spec, &m), n.name.clone());
+                out.push(pack_node(n.name.clone(), &root, &spec, &m.shape, &m.dtype));
+                packer.packs += 1;
                 continue;
+            }
+        }
+        // A reshape that copies (of a strided view into a packed shape: torch's
+        // `y.transpose(1, 2).reshape(B, T, C)`): the pack of the view, then a view of it.
+        if matches!(op_name(&t), "reshape" | "flatten") {
+            let x = match n.args.first().map(arg) {
+                Some(Arg::Node(x)) => Some(x.to_string()),
+                _ => None,
+            };
+            let copies = n
+                .val
+                .as_ref()
+                .is_some_and(|m| contiguous(m) && m.offset == 0);
+            if let Some((root, spec, m)) = x.as_deref().filter(|_| copies).and_then(viewed) {
+                let p = packer.pack(&mut out, &n.name, &root, &spec, &m);
+                let shape = n.val.as_ref().map(|m| m.shape.clone()).unwrap_or_default();
+                n.args = vec![json!({ "node": p }), json!(shape)];
+                n.kwargs.clear();
+                n.target = Some("aten.view.default".into());
+                out.push(n);
+                continue;
+            }
+        }
+        // Any other op reading a part of a value (a select, a split's part): the part
+        // packed before it.
+        let other = classify(&t) != Class::Gemm
+            && classify(&t) != Class::View
+            && !views_storage(&t)
+            && t != PACK;
+        if other {
+            for i in 0..n.args.len() {
+                let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
+                    continue;
+                };
+                let x = x.to_string();
+                // A part, or (for an elementwise op) a strided view shaped like its output.
+                let same_shape = nodes.get(x.as_str()).and_then(|v| v.val.as_ref()).map(|v| &v.shape)
+                    == n.val.as_ref().map(|v| &v.shape);
+                let strided_operand = classify(&t) == Class::Elementwise && same_shape;
+                if !reads_part(&nodes, &x) && !strided_operand {
+                    continue;
+                }
+                if let Some((root, spec, m)) = viewed(&x) {
+                    let p = packer.pack(&mut out, &x, &root, &spec, &m);
+                    n.args[i] = json!({ "node": p });
+                    // An elementwise op of the packed part makes a packed value (torch kept
+                    // the view's strides): where only computing ops read it, say so.
+                    let read_by_views = originals.iter().any(|r| {
+                        let rt = r.target.as_deref().unwrap_or_default();
+                        (classify(rt) == Class::View || views_storage(rt))
+                            && matches!(r.args.first().map(arg), Some(Arg::Node(a)) if a == n.name)
+                    });
+                    if classify(&t) == Class::Elementwise && !read_by_views {
+                        if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
+                            v.stride = row_major(&v.shape);
+                            v.offset = 0;
+                        }
+                    }
+                }
             }
         }
         // A matrix product's operands that are strided views: packed before it (a
@@ -300,11 +378,11 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
                     continue;
                 };
                 let x = x.to_string();
-                if nodes
+                let ready = nodes
                     .get(x.as_str())
                     .and_then(|v| v.val.as_ref())
-                    .is_none_or(gemm_ready)
-                {
+                    .is_none_or(gemm_ready);
+                if ready && !reads_part(&nodes, &x) {
                     continue;
                 }
                 let (y, transposed) = match last_two_transposed(&nodes, &x) {
@@ -314,9 +392,7 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
                 let Some((root, spec, m)) = viewed(&y) else {
                     continue;
                 };
-                let p = fresh(&y);
-                out.push(pack_node(p.clone(), &root, &spec, &m.shape, &m.dtype));
-                packs += 1;
+                let p = packer.pack(&mut out, &y, &root, &spec, &m);
                 let mut read = p.clone();
                 if transposed {
                     let r = m.shape.len();
@@ -324,7 +400,7 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
                     shape.swap(r - 2, r - 1);
                     let mut stride = row_major(&m.shape);
                     stride.swap(r - 2, r - 1);
-                    read = fresh(&format!("{p}_t"));
+                    read = packer.fresh(&format!("{p}_t"));
                     out.push(Node {
                         name: read.clone(),
                         op: "call_function".into(),
@@ -347,10 +423,80 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
         }
         out.push(n);
     }
-    if packs == 0 {
-        return 0;
+    // A Model that returns a strided view (`x.permute(1, 2, 0).view(B, C, H, W)`): the
+    // view packed last (a workload writes its output packed; the values are the same).
+    let mut outputs = graph.output.clone();
+    for o in &mut outputs {
+        let Arg::Node(x) = arg(o) else { continue };
+        let x = x.to_string();
+        if let Some((root, spec, m)) = viewed(&x) {
+            let p = packer.pack(&mut out, &x, &root, &spec, &m);
+            *o = json!({ "node": p });
+        }
     }
-    // The views and splits nothing reads any more.
+    graph.output = outputs;
+    graph.nodes = out;
+    dead_code(graph);
+    packer.packs
+}
+
+/// Names the packs a graph gains, and makes each view's pack once.
+struct Packer {
+    names: HashSet<String>,
+    /// (root, view, shape) -> the pack's name.
+    made: HashMap<String, String>,
+    packs: usize,
+}
+
+fn key(root: &str, spec: &ViewSpec, m: &Meta) -> String {
+    format!("{root} {spec:?} {:?}", m.shape)
+}
+
+impl Packer {
+    /// A node name not in the graph, from `base`.
+    fn fresh(&mut self, base: &str) -> String {
+        let mut k = 0;
+        loop {
+            let name = if k == 0 {
+                format!("{base}_packed")
+            } else {
+                format!("{base}_packed_{k}")
+            };
+            if self.names.insert(name.clone()) {
+                return name;
+            }
+            k += 1;
+        }
+    }
+
+    /// The pack of `root`'s view `spec` (shaped as `m`): the one made before, else a new
+    /// node appended to `out`, named after `base`.
+    fn pack(
+        &mut self,
+        out: &mut Vec<Node>,
+        base: &str,
+        root: &str,
+        spec: &ViewSpec,
+        m: &Meta,
+    ) -> String {
+        let k = key(root, spec, m);
+        if let Some(p) = self.made.get(&k) {
+            return p.clone();
+        }
+        let p = self.fresh(base);
+        out.push(pack_node(p.clone(), root, spec, &m.shape, &m.dtype));
+        self.packs += 1;
+        self.made.insert(k, p.clone());
+        p
+    }
+}
+
+/// Removes the calls whose values nothing reads, directly or through other calls, and
+/// the Model does not return (the attention weights nn.MultiheadAttention averages when
+/// the caller drops them; the views a pack left unread). The graph is functional (in-place
+/// ops were made out of place before), so they change nothing the Model returns.
+pub(super) fn dead_code(graph: &mut Graph) {
+    let mut out = std::mem::take(&mut graph.nodes);
     loop {
         let mut read: HashSet<String> = HashSet::new();
         for n in &out {
@@ -368,17 +514,12 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
                 read.insert(x.to_string());
             }));
         let before = out.len();
-        out.retain(|n| {
-            let t = n.target.as_deref().unwrap_or_default();
-            let view = classify(t) == Class::View || views_storage(t);
-            !(n.op == "call_function" && view && !read.contains(&n.name))
-        });
+        out.retain(|n| n.op != "call_function" || read.contains(&n.name));
         if out.len() == before {
             break;
         }
     }
     graph.nodes = out;
-    packs
 }
 
 /// A graph (or stage) that is one pack of an input, and the views of it: the activation
