@@ -154,7 +154,7 @@ impl WorkloadFacts {
                         h.n
                     ));
                 }
-                if let (Some(v), Some(st)) = (w.view(), w.view_on(&h)) {
+                if let (Some(v), Some(st)) = (w.view(), w.view_on(h)) {
                     s.push_str(&format!(
                         "; A is read through a view: {}. cs_problem gives it as view_rank, \
                          view_extent (D's dims), view_stride and view_offset: D's element at \

@@ -220,36 +220,38 @@ pub fn import(
     })?;
     composite::out_of_place(&mut graph);
     let composites_left = composite::expand(&mut graph);
-    // Strided views a product or a copy reads (an attention's heads): packed by stages
-    // of their own.
-    pack::materialize(&mut graph);
+    // The copies of strided views torch makes (`.contiguous()`, a reshape that copies):
+    // stages of their own. Should the graph map no other way, the views that products and
+    // other ops read (an attention's heads) are packed too, and mapped again below.
+    let plain = graph.clone();
+    pack::materialize(&mut graph, false);
     let file = problem
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let whole = match map_graph(&graph, &file) {
-        Ok((spec, ops)) => {
-            let output = graph
-                .output
-                .first()
-                .and_then(|v| v.get("node"))
-                .and_then(Value::as_str)
-                .unwrap_or("output")
-                .to_string();
-            return Ok(Imported {
-                stages: vec![stages::Stage {
+    // The Model as one workload, else as stages.
+    let attempt = |graph: &Graph| -> std::result::Result<Vec<stages::Stage>, (Vec<Unmapped>, stages::NoSplit)> {
+        let whole = match map_graph(graph, &file) {
+            Ok((spec, ops)) => {
+                let output = graph
+                    .output
+                    .first()
+                    .and_then(|v| v.get("node"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("output")
+                    .to_string();
+                return Ok(vec![stages::Stage {
                     spec,
                     ops,
                     output,
                     reads: Vec::new(),
-                }],
-                torch: graph.torch,
-                train,
-            });
-        }
-        Err(list) => list,
+                }]);
+            }
+            Err(list) => list,
+        };
+        stages::split(graph, &file, builtin).map_err(|e| (whole, e))
     };
-    let split = match stages::split(&graph, &file, builtin) {
+    let (whole, split) = match attempt(&graph) {
         Ok(st) => {
             return Ok(Imported {
                 stages: st,
@@ -259,6 +261,16 @@ pub fn import(
         }
         Err(e) => e,
     };
+    let mut packed = plain;
+    if pack::materialize(&mut packed, true) > 0 {
+        if let Ok(st) = attempt(&packed) {
+            return Ok(Imported {
+                stages: st,
+                torch: packed.torch,
+                train,
+            });
+        }
+    }
     let list = whole;
     let staged = if split.problems.is_empty() {
         String::new()
@@ -433,8 +445,8 @@ fn classify(target: &str) -> Class {
         | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
         | "tril" | "masked_fill" | "where" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
-        | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone" | "alias"
-        | "detach" => Class::View,
+        | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone"
+        | "alias" | "detach" => Class::View,
         _ => Class::Unknown,
     }
 }

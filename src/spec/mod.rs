@@ -270,9 +270,7 @@ impl Workload {
     /// The strided read of A on `shape` when A is read through a view (its dims are the
     /// output's).
     pub fn view_on(&self, shape: &Shape) -> Option<view::Strided> {
-        self.view
-            .as_ref()
-            .map(|v| v.strided(shape.dims.as_slice()))
+        self.view.as_ref().map(|v| v.strided(shape.dims.as_slice()))
     }
 
     /// Elements of A on `shape` for a family whose A is shaped like D: the view's input
@@ -466,6 +464,50 @@ mod tests {
             assert!(e.contains(field), "{field}: {e}");
             assert!(e.contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn a_view_is_an_activation_of_dims_and_holds_its_whole_input() {
+        let base = "description = \"x\"\nfamily = \"activation\"\ndtype = \"bf16\"\n\n\
+                    [[shapes]]\ndims = [2, 12, 64, 32]\n\n\
+                    [view]\npermute = [0, 2, 1, 3]\nselect = [{ dim = 2, size = 3, index = 1 }]\n";
+        let w = parse("heads", base).unwrap();
+        let sh = w.shapes()[0];
+        let v = w.view_on(&sh).unwrap();
+        // [2, 64, 3, 12, 32] packed; the heads' part 1, T and the heads swapped.
+        assert_eq!(v.input_len, 2 * 64 * 3 * 12 * 32);
+        assert_eq!(v.strides, vec![64 * 3 * 12 * 32, 32, 3 * 12 * 32, 1]);
+        assert_eq!(v.offset, 12 * 32);
+        assert_eq!(w.a_elements(&sh, 1), v.input_len);
+        // The output is the view's elements: a copy's bytes, not the input's; the device
+        // holds the input too.
+        assert_eq!(w.min_bytes(&sh), (2 * 12 * 64 * 32 * 4) as f64);
+        assert!(w.device_bytes(&sh) > 2.0 * (v.input_len * 2) as f64);
+        // Not timed against cuDNN's activation (it reads a packed input).
+        assert_eq!(w.target().baselines, vec![Baseline::Copy]);
+        // Another family, shapes as m and n, a bad permutation or index: refused by field.
+        let gemm = base
+            .replace("\"activation\"", "\"gemm\"")
+            .replace("dims = [2, 12, 64, 32]", "m = 64\nn = 64\nk = 64");
+        assert!(
+            err("heads", &gemm).contains("view"),
+            "{}",
+            err("heads", &gemm)
+        );
+        let mn = base.replace("dims = [2, 12, 64, 32]", "m = 64\nn = 64");
+        assert!(
+            err("heads", &mn).contains("shapes[0].dims"),
+            "{}",
+            err("heads", &mn)
+        );
+        let perm = base.replace("permute = [0, 2, 1, 3]", "permute = [0, 2, 2, 3]");
+        assert!(err("heads", &perm).contains("view.permute"));
+        let index = base.replace("index = 1", "index = 3");
+        assert!(err("heads", &index).contains("view.select[0].index"));
+        // It round-trips through the TOML writer.
+        let spec: WorkloadSpec = toml::from_str(base).unwrap();
+        let again: WorkloadSpec = toml::from_str(&spec.to_toml().unwrap()).unwrap();
+        assert_eq!(again.view, spec.view);
     }
 
     #[test]

@@ -305,6 +305,14 @@ fn every_template_instance_compiles_in_each_layout() {
         ("norm_group_affine_bf16_small", "norm_rows"),
         // Broadcast operands (four, of four masks) over 4-D dims.
         ("act_broadcast_bf16_small", "elementwise_activation"),
+        // Inputs read through a view: an attention's heads out of a split (bf16), heads put
+        // back with GELU and a broadcast operand (f32), a 2-D transpose (f16, the tiled path).
+        ("act_view_attention_heads_bf16", "elementwise_activation"),
+        (
+            "act_view_transpose_gelu_f32_small",
+            "elementwise_activation",
+        ),
+        ("act_view_transpose2d_f16_small", "elementwise_activation"),
         // Ops before a softmax: broadcast operands over 4-D dims; a causal tril with matrix,
         // row and column operands.
         ("softmax_ops_bf16_small", "softmax_rows"),

@@ -1361,3 +1361,83 @@ fn import_a_llama_feed_forward_as_swiglu_then_the_down_projection() {
         "{text}"
     );
 }
+
+/// The view a pack stage reads its input through.
+fn view_of(spec: &WorkloadSpec) -> (Vec<u32>, Vec<(u32, u64, u64)>) {
+    let v = spec.view.as_ref().expect("a [view]");
+    (
+        v.permute.clone(),
+        v.select.iter().map(|s| (s.dim, s.size, s.index)).collect(),
+    )
+}
+
+/// minGPT's attention as module code (KernelBench 3/43): the heads of the fused
+/// projection, split, viewed and transposed, are copied out by stages of their own (views
+/// of the projection's output, each its part of three), as is the output put back with
+/// `.transpose(1, 2).contiguous()`; the scores run as one gemm_softmax with the mask.
+#[test]
+fn import_mingpt_attention_packs_its_heads() {
+    let Some((stages, _, t)) = import_stages("mingpt_attention") else {
+        return;
+    };
+    let families: Vec<Family> = stages.iter().map(|s| s.0.family).collect();
+    assert_eq!(
+        families,
+        vec![
+            Family::GemmBiasAct,
+            Family::Activation,
+            Family::Activation,
+            Family::GemmSoftmax,
+            Family::Activation,
+            Family::Gemm,
+            Family::Activation,
+            Family::GemmBiasAct
+        ],
+        "{t}"
+    );
+    // q, k and v: parts 0, 1 and 2 of the projection's [B, T, 3, nh, hs], T and the heads
+    // swapped.
+    for (k, part) in [(1, 0), (2, 1), (4, 2)] {
+        let (spec, w, text) = &stages[k];
+        assert_eq!(
+            view_of(spec),
+            (vec![0, 2, 1, 3], vec![(2, 3, part)]),
+            "{text}"
+        );
+        assert_eq!(w.headline().dims.as_slice(), &[8, 12, 512, 64], "{text}");
+        assert!(t.contains("reads `linear`"), "{t}");
+        assert!(!cutesmith::strategy::candidates(w).is_empty());
+    }
+    // The output heads back in order: a permute of the product's value, nothing held.
+    let (spec, w, text) = &stages[6];
+    assert_eq!(view_of(spec), (vec![0, 2, 1, 3], Vec::new()), "{text}");
+    assert_eq!(w.headline().dims.as_slice(), &[8, 512, 12, 64], "{text}");
+    // The scores read the packed q and k (k transposed: a column-major B).
+    let (scores, sw, text) = &stages[3];
+    assert_eq!(
+        chain_ops(scores),
+        vec![("mul", None), ("tril", None)],
+        "{text}"
+    );
+    let h = sw.headline();
+    assert_eq!((h.m, h.n, h.k, h.batch), (512, 512, 64, 96), "{text}");
+}
+
+/// `chunk` into q, k and v, and the heads put back with `.transpose(1, 2).reshape(B, T, C)`:
+/// torch's reshape of the transposed heads copies them, and so does the import (it had
+/// read the product's value as if it were the reshape's, the heads not put back).
+#[test]
+fn import_a_transposed_reshape_copies_the_heads_back() {
+    let Some((stages, _, t)) = import_stages("attention_chunk_reshape") else {
+        return;
+    };
+    assert_eq!(stages.len(), 8, "{t}");
+    let (spec, w, text) = &stages[1];
+    assert_eq!(view_of(spec), (vec![0, 2, 1, 3], vec![(2, 3, 0)]), "{text}");
+    assert_eq!(w.headline().dims.as_slice(), &[4, 8, 256, 64], "{text}");
+    let (spec, w, text) = &stages[6];
+    assert_eq!(view_of(spec), (vec![0, 2, 1, 3], Vec::new()), "{text}");
+    assert_eq!(w.headline().dims.as_slice(), &[4, 256, 8, 64], "{text}");
+    assert!(t.contains("reads `reshape_packed`"), "{t}");
+    assert_eq!(stages[7].0.family, Family::GemmBiasAct, "{t}");
+}

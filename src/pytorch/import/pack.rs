@@ -43,13 +43,16 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
         // which the metadata of the views after it describe.
         let copy = matches!(op_name(t), "contiguous" | "clone")
             || matches!(op_name(t), "reshape" | "flatten")
-                && !cur.args.first().and_then(|a| match arg(a) {
-                    Arg::Node(x) => nodes.get(x).and_then(|p| p.val.as_ref()),
-                    _ => None,
-                }).is_some_and(contiguous);
-        let through = cur.op == "call_function"
-            && !copy
-            && (views_storage(t) || classify(t) == Class::View);
+                && !cur
+                    .args
+                    .first()
+                    .and_then(|a| match arg(a) {
+                        Arg::Node(x) => nodes.get(x).and_then(|p| p.val.as_ref()),
+                        _ => None,
+                    })
+                    .is_some_and(contiguous);
+        let through =
+            cur.op == "call_function" && !copy && (views_storage(t) || classify(t) == Class::View);
         if !through {
             break;
         }
@@ -223,8 +226,13 @@ fn gemm_ready(m: &Meta) -> bool {
     if r < 2 {
         return true;
     }
-    if super::layout_2d(m.shape[r - 2], m.shape[r - 1], m.stride[r - 2], m.stride[r - 1])
-        .is_none()
+    if super::layout_2d(
+        m.shape[r - 2],
+        m.shape[r - 1],
+        m.stride[r - 2],
+        m.stride[r - 1],
+    )
+    .is_none()
     {
         return false;
     }
@@ -262,9 +270,14 @@ fn last_two_transposed<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Optio
     }
 }
 
-/// Packs the strided views that matrix products and `.contiguous()` / `.clone()` read
-/// (see the module's comment); returns how many. Views left unread are removed.
-pub(super) fn materialize(graph: &mut Graph) -> usize {
+/// Packs strided views (see the module's comment); returns how many. The copies torch
+/// makes (`.contiguous()`, `.clone()`, a reshape that cannot view) always: the views after
+/// them describe the copy, which no mapper may read as the value before it. With `reads`,
+/// also the views that matrix products, ops reading a part of a value (or an elementwise
+/// op a strided operand of its shape) and the Model's output read, and the calls whose
+/// values nothing reads are dropped: the second attempt of an import whose graph maps no
+/// other way (the other mappers read some parts themselves: an exclusive scan's slice).
+pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
     let originals = graph.nodes.clone();
     let nodes: HashMap<&str, &Node> = originals.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut packer = Packer {
@@ -332,14 +345,17 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
             && classify(&t) != Class::View
             && !views_storage(&t)
             && t != PACK;
-        if other {
+        if reads && other {
             for i in 0..n.args.len() {
                 let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
                     continue;
                 };
                 let x = x.to_string();
                 // A part, or (for an elementwise op) a strided view shaped like its output.
-                let same_shape = nodes.get(x.as_str()).and_then(|v| v.val.as_ref()).map(|v| &v.shape)
+                let same_shape = nodes
+                    .get(x.as_str())
+                    .and_then(|v| v.val.as_ref())
+                    .map(|v| &v.shape)
                     == n.val.as_ref().map(|v| &v.shape);
                 let strided_operand = classify(&t) == Class::Elementwise && same_shape;
                 if !reads_part(&nodes, &x) && !strided_operand {
@@ -366,7 +382,7 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
         }
         // A matrix product's operands that are strided views: packed before it (a
         // transpose of the last two dims stays a view of the packed value).
-        if classify(&t) == Class::Gemm {
+        if reads && classify(&t) == Class::Gemm {
             let operands: &[usize] = match op_name(&t) {
                 "mm" | "bmm" | "matmul" => &[0, 1],
                 "addmm" => &[1, 2],
@@ -426,7 +442,7 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
     // A Model that returns a strided view (`x.permute(1, 2, 0).view(B, C, H, W)`): the
     // view packed last (a workload writes its output packed; the values are the same).
     let mut outputs = graph.output.clone();
-    for o in &mut outputs {
+    for o in outputs.iter_mut().filter(|_| reads) {
         let Arg::Node(x) = arg(o) else { continue };
         let x = x.to_string();
         if let Some((root, spec, m)) = viewed(&x) {
@@ -436,7 +452,9 @@ pub(super) fn materialize(graph: &mut Graph) -> usize {
     }
     graph.output = outputs;
     graph.nodes = out;
-    dead_code(graph);
+    if reads {
+        dead_code(graph);
+    }
     packer.packs
 }
 
@@ -500,19 +518,17 @@ pub(super) fn dead_code(graph: &mut Graph) {
     loop {
         let mut read: HashSet<String> = HashSet::new();
         for n in &out {
-            n.args
-                .iter()
-                .chain(n.kwargs.values())
-                .for_each(|v| super::stages::each_ref(v, &mut |x| {
+            n.args.iter().chain(n.kwargs.values()).for_each(|v| {
+                super::stages::each_ref(v, &mut |x| {
                     read.insert(x.to_string());
-                }));
+                })
+            });
         }
-        graph
-            .output
-            .iter()
-            .for_each(|v| super::stages::each_ref(v, &mut |x| {
+        graph.output.iter().for_each(|v| {
+            super::stages::each_ref(v, &mut |x| {
                 read.insert(x.to_string());
-            }));
+            })
+        });
         let before = out.len();
         out.retain(|n| n.op != "call_function" || read.contains(&n.name));
         if out.len() == before {
@@ -522,12 +538,12 @@ pub(super) fn dead_code(graph: &mut Graph) {
     graph.nodes = out;
 }
 
+/// What [`super::map_graph`] answers: the spec and the ops it recognized, or why not.
+type Mapped = std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>>;
+
 /// A graph (or stage) that is one pack of an input, and the views of it: the activation
 /// workload that reads the input through the view; None for any other graph.
-pub(super) fn map(
-    graph: &Graph,
-    file: &str,
-) -> Option<std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>>> {
+pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
     let calls: Vec<&Node> = graph
         .nodes
         .iter()
@@ -570,12 +586,19 @@ pub(super) fn map(
             message,
         }]))
     };
-    let spec: ViewSpec = match p.kwargs.get("view").map(|v| serde_json::from_value(v.clone())) {
+    let spec: ViewSpec = match p
+        .kwargs
+        .get("view")
+        .map(|v| serde_json::from_value(v.clone()))
+    {
         Some(Ok(s)) => s,
         _ => return problem("a pack without its view".into()),
     };
     let Some(dtype) = float(&meta.dtype) else {
-        return problem(format!("a copy of a {} view: activations take floats", meta.dtype));
+        return problem(format!(
+            "a copy of a {} view: activations take floats",
+            meta.dtype
+        ));
     };
     if meta.shape.len() < 2 || meta.shape.len() > crate::spec::chain::MAX_DIMS {
         return problem(format!(
