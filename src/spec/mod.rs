@@ -504,6 +504,15 @@ mod tests {
         assert!(err("heads", &perm).contains("view.permute"));
         let index = base.replace("index = 1", "index = 3");
         assert!(err("heads", &index).contains("view.select[0].index"));
+        // cuDNN and the unfused passes read the input packed: refused as its baselines.
+        for b in ["cudnn", "unfused"] {
+            let t = format!("{base}\n[target]\nbaselines = [\"{b}\"]\n");
+            assert!(
+                err("heads", &t).contains("target.baselines"),
+                "{}",
+                err("heads", &t)
+            );
+        }
         // It round-trips through the TOML writer.
         let spec: WorkloadSpec = toml::from_str(base).unwrap();
         let again: WorkloadSpec = toml::from_str(&spec.to_toml().unwrap()).unwrap();

@@ -1551,9 +1551,10 @@ impl Validator<'_> {
         let spec = spec.unwrap_or_default();
         let defaults = || {
             let mut d = family.default_baselines();
-            // cuDNN's activation reads its input packed, not through a view.
+            // cuDNN's activation and the unfused passes read the input packed, not through
+            // the view: a view is timed against the copy of its bytes.
             if viewed {
-                d.retain(|b| *b != Baseline::Cudnn);
+                d.retain(|b| !matches!(b, Baseline::Cudnn | Baseline::Unfused));
             }
             if fused {
                 d.insert(0, Baseline::Unfused);
@@ -1579,6 +1580,15 @@ impl Validator<'_> {
         for b in &baselines {
             if !seen.insert(*b) {
                 return Err(self.err("target.baselines", format!("\"{b}\" is listed twice")));
+            }
+            if viewed && matches!(b, Baseline::Cudnn | Baseline::Unfused) {
+                return Err(self.err(
+                    "target.baselines",
+                    format!(
+                        "\"{b}\" reads the input packed, not through [view]; a view is timed \
+                         against \"copy\""
+                    ),
+                ));
             }
             // A fused reduction (a cross entropy) has its unfused sequence too.
             if !(b.supports(family) || *b == Baseline::Unfused && fused) {

@@ -227,18 +227,18 @@ impl View {
 mod tests {
     use super::*;
 
+    fn spec(permute: &[u32], select: &[(u32, u64, u64)]) -> ViewSpec {
+        ViewSpec {
+            permute: permute.to_vec(),
+            select: select
+                .iter()
+                .map(|&(dim, size, index)| SelectSpec { dim, size, index })
+                .collect(),
+        }
+    }
+
     fn view(permute: &[u32], select: &[(u32, u64, u64)]) -> View {
-        View::new(
-            &ViewSpec {
-                permute: permute.to_vec(),
-                select: select
-                    .iter()
-                    .map(|&(dim, size, index)| SelectSpec { dim, size, index })
-                    .collect(),
-            },
-            permute.len(),
-        )
-        .unwrap()
+        View::new(&spec(permute, select), permute.len()).unwrap()
     }
 
     /// Each output element, by brute force over the input's coordinates: the element the
@@ -308,18 +308,7 @@ mod tests {
     #[test]
     fn bad_views_name_their_field() {
         let bad = |permute: &[u32], select: &[(u32, u64, u64)], rank: usize| {
-            View::new(
-                &ViewSpec {
-                    permute: permute.to_vec(),
-                    select: select
-                        .iter()
-                        .map(|&(dim, size, index)| SelectSpec { dim, size, index })
-                        .collect(),
-                },
-                rank,
-            )
-            .unwrap_err()
-            .0
+            View::new(&spec(permute, select), rank).unwrap_err().0
         };
         assert_eq!(bad(&[0, 0], &[], 2), "view.permute");
         assert_eq!(bad(&[0, 2], &[], 2), "view.permute");
@@ -328,17 +317,6 @@ mod tests {
         assert_eq!(bad(&[1, 0], &[(0, 2, 2)], 2), "view.select[0].index");
         assert_eq!(bad(&[0, 1], &[], 2), "view");
         // The identity permutation with a select is a view (a split's part).
-        assert!(View::new(
-            &ViewSpec {
-                permute: Vec::new(),
-                select: vec![SelectSpec {
-                    dim: 0,
-                    size: 2,
-                    index: 1
-                }],
-            },
-            2
-        )
-        .is_ok());
+        assert!(View::new(&spec(&[], &[(0, 2, 1)]), 2).is_ok());
     }
 }

@@ -1405,7 +1405,10 @@ fn import_mingpt_attention_packs_its_heads() {
             "{text}"
         );
         assert_eq!(w.headline().dims.as_slice(), &[8, 12, 512, 64], "{text}");
-        assert!(t.contains("reads `linear`"), "{t}");
+        assert!(
+            text.contains("Its input `linear` is the output of stage 1"),
+            "{text}"
+        );
         assert!(!cutesmith::strategy::candidates(w).is_empty());
     }
     // The output heads back in order: a permute of the product's value, nothing held.
@@ -1440,4 +1443,75 @@ fn import_a_transposed_reshape_copies_the_heads_back() {
     assert_eq!(w.headline().dims.as_slice(), &[4, 256, 8, 64], "{text}");
     assert!(t.contains("reads `reshape_packed`"), "{t}");
     assert_eq!(stages[7].0.family, Family::GemmBiasAct, "{t}");
+}
+
+/// A clone keeps a dense permuted view's strides (torch's `x.transpose(1, 2).clone()`), and
+/// the views after it describe those: it stays what it was (one GEMM reading x
+/// column-major), not a packed copy read as if row-major. A view as another dtype
+/// (`x.view(torch.float32)`) is no permutation of elements and is not packed.
+#[test]
+fn import_keeps_a_strided_clone_and_does_not_pack_a_dtype_view() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, forward: &str, inputs: &str| {
+        let p = dir.path().join(format!("{name}.py"));
+        std::fs::write(
+            &p,
+            format!(
+                "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    \
+                 def forward(self, x, w):\n        {forward}\n\n\ndef get_inputs():\n    \
+                 return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let clone = write(
+        "clone_t",
+        "y = x.transpose(1, 2).clone()\n        return torch.matmul(y.transpose(1, 2), w)",
+        "torch.randn(8, 16, 32), torch.randn(32, 24)",
+    );
+    let out = dir.path().join("clone_t.toml");
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            clone.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = output_text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}: {t}"));
+    let spec: WorkloadSpec = toml::from_str(&text).unwrap();
+    assert_eq!(spec.family, Family::Gemm, "{text}");
+    assert!(spec.view.is_none(), "{text}");
+    let dtype = write(
+        "view_dtype",
+        "return x.view(torch.float32).t().contiguous() * w",
+        "torch.randn(64, 32, dtype=torch.float16), torch.randn(16, 64)",
+    );
+    let out = dir.path().join("view_dtype.toml");
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            dtype.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = output_text(&o);
+    // Refused, or imported without a view of the f16 storage.
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|e| e == "toml") && p.to_string_lossy().contains("view_dtype")
+        {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(!text.contains("[view]"), "{t}\n{text}");
+        }
+    }
 }

@@ -308,7 +308,12 @@ fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
     } else {
         0.0
     };
-    2.0 * w.min_bytes(sh) + 16.0 * out + before + rows_at_once + gemm_norm
+    // A view's whole input is generated on the host before the elements it reads are
+    // gathered.
+    let view = w
+        .view_on(sh)
+        .map_or(0.0, |v| v.input_len as f64 * w.dtype().bytes() as f64);
+    2.0 * w.min_bytes(sh) + 16.0 * out + before + rows_at_once + gemm_norm + view
 }
 
 fn load_kernel(path: &Path) -> Result<KernelLibrary, Fault> {

@@ -149,7 +149,12 @@ impl Ctx<'_> {
         // which, and `Workload::device_bytes` counts the same for admission.
         let need = w.timing_buffers();
         // (A read through a view reads the view's elements, packed like D, not its input.)
-        let in_bytes = p.a_view.as_ref().map_or(p.a.len, |v| v.len) * std::mem::size_of::<A>();
+        let a_len = if w.view().is_some() {
+            p.out_len
+        } else {
+            p.a.len
+        };
+        let in_bytes = a_len * std::mem::size_of::<A>();
         let sized = |used: bool, len: usize| if used { len } else { 1 };
         let base_out = self.s.zeros::<D>(sized(need.library_out, lib_len))?;
         // The copy baseline moves what a memory-bound op moves, reading and writing half of

@@ -59,7 +59,16 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
         let Some(Arg::Node(prev)) = cur.args.first().map(arg) else {
             return None;
         };
-        cur = *nodes.get(prev)?;
+        let prev = *nodes.get(prev)?;
+        // A view that reads the bytes as another type (`x.view(torch.float32)`) is no
+        // permutation of the elements.
+        // (A split's tuple has no metadata: its parts' and its input's are compared.)
+        if let (Some(a), Some(b)) = (&prev.val, &cur.val) {
+            if a.dtype != b.dtype {
+                return None;
+            }
+        }
+        cur = prev;
     }
     let computed = cur.op == "call_function";
     let input = cur.op == "placeholder" && cur.kind.as_deref() == Some("user_input");
@@ -305,8 +314,14 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
             out.push(n);
             continue;
         }
-        // x.contiguous() / x.clone() of a strided view: the copy itself.
-        if matches!(op_name(&t), "contiguous" | "clone") {
+        // x.contiguous() / x.clone() of a strided view: the copy itself, where torch makes
+        // it packed (a clone of a dense permuted view keeps its strides, and the views
+        // after it describe those).
+        let packed_copy = n
+            .val
+            .as_ref()
+            .is_some_and(|m| contiguous(m) && m.offset == 0);
+        if packed_copy && matches!(op_name(&t), "contiguous" | "clone") {
             let x = match n.args.first().map(arg) {
                 Some(Arg::Node(x)) => Some(x.to_string()),
                 _ => None,
