@@ -1455,7 +1455,8 @@ fn import_keeps_a_strided_clone_and_does_not_pack_a_dtype_view() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, forward: &str, inputs: &str| {
+    // A Model of `forward(x, w)` imported to NAME.toml: the exit code and the output.
+    let import_model = |name: &str, forward: &str, inputs: &str| {
         let p = dir.path().join(format!("{name}.py"));
         std::fs::write(
             &p,
@@ -1466,45 +1467,33 @@ fn import_keeps_a_strided_clone_and_does_not_pack_a_dtype_view() {
             ),
         )
         .unwrap();
-        p
+        let out = dir.path().join(format!("{name}.toml"));
+        let o = cutesmith(
+            &py,
+            &[
+                "import",
+                p.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        (o.status.code(), output_text(&o), out)
     };
-    let clone = write(
+    let (code, t, out) = import_model(
         "clone_t",
         "y = x.transpose(1, 2).clone()\n        return torch.matmul(y.transpose(1, 2), w)",
         "torch.randn(8, 16, 32), torch.randn(32, 24)",
     );
-    let out = dir.path().join("clone_t.toml");
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            clone.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let t = output_text(&o);
-    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert_eq!(code, Some(0), "{t}");
     let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}: {t}"));
     let spec: WorkloadSpec = toml::from_str(&text).unwrap();
     assert_eq!(spec.family, Family::Gemm, "{text}");
     assert!(spec.view.is_none(), "{text}");
-    let dtype = write(
+    let (_, t, _) = import_model(
         "view_dtype",
         "return x.view(torch.float32).t().contiguous() * w",
         "torch.randn(64, 32, dtype=torch.float16), torch.randn(16, 64)",
     );
-    let out = dir.path().join("view_dtype.toml");
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            dtype.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let t = output_text(&o);
     // Refused, or imported without a view of the f16 storage.
     for f in std::fs::read_dir(dir.path()).unwrap() {
         let p = f.unwrap().path();

@@ -354,102 +354,62 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
                 continue;
             }
         }
-        // Any other op reading a part of a value (a select, a split's part): the part
-        // packed before it.
-        let other = classify(&t) != Class::Gemm
-            && classify(&t) != Class::View
-            && !views_storage(&t)
-            && t != PACK;
-        if reads && other {
-            for i in 0..n.args.len() {
-                let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
-                    continue;
-                };
-                let x = x.to_string();
-                // A part, or (for an elementwise op) a strided view shaped like its output.
-                let same_shape = nodes
-                    .get(x.as_str())
-                    .and_then(|v| v.val.as_ref())
-                    .map(|v| &v.shape)
-                    == n.val.as_ref().map(|v| &v.shape);
-                let strided_operand = classify(&t) == Class::Elementwise && same_shape;
-                if !reads_part(&nodes, &x) && !strided_operand {
-                    continue;
-                }
-                if let Some((root, spec, m)) = viewed(&x) {
-                    let p = packer.pack(&mut out, &x, &root, &spec, &m);
-                    n.args[i] = json!({ "node": p });
-                    // An elementwise op of the packed part makes a packed value (torch kept
-                    // the view's strides): where only computing ops read it, say so.
-                    let read_by_views = originals.iter().any(|r| {
-                        let rt = r.target.as_deref().unwrap_or_default();
-                        (classify(rt) == Class::View || views_storage(rt))
-                            && matches!(r.args.first().map(arg), Some(Arg::Node(a)) if a == n.name)
-                    });
-                    if classify(&t) == Class::Elementwise && !read_by_views {
-                        if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
-                            v.stride = row_major(&v.shape);
-                            v.offset = 0;
-                        }
-                    }
-                }
-            }
-        }
-        // A matrix product's operands that are strided views: packed before it (a
-        // transpose of the last two dims stays a view of the packed value).
-        if reads && classify(&t) == Class::Gemm {
-            let operands: &[usize] = match op_name(&t) {
-                "mm" | "bmm" | "matmul" => &[0, 1],
-                "addmm" => &[1, 2],
-                "linear" => &[0],
-                _ => &[],
+        // The operands packed before the op: a matrix product's strided views (a transpose
+        // of the last two dims stays a view of the copy), and for any other op a part of a
+        // value (a select, a split's part) or, for an elementwise op, a strided view shaped
+        // like its output.
+        let gemm = classify(&t) == Class::Gemm;
+        let elementwise = classify(&t) == Class::Elementwise;
+        let other = !gemm && classify(&t) != Class::View && !views_storage(&t) && t != PACK;
+        let operands: Vec<usize> = match op_name(&t) {
+            _ if !reads => Vec::new(),
+            "mm" | "bmm" | "matmul" if gemm => vec![0, 1],
+            "addmm" if gemm => vec![1, 2],
+            "linear" if gemm => vec![0],
+            _ if other => (0..n.args.len()).collect(),
+            _ => Vec::new(),
+        };
+        for i in operands {
+            let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
+                continue;
             };
-            for &i in operands {
-                let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
-                    continue;
-                };
-                let x = x.to_string();
-                let ready = nodes
-                    .get(x.as_str())
-                    .and_then(|v| v.val.as_ref())
-                    .is_none_or(gemm_ready);
-                if ready && !reads_part(&nodes, &x) {
-                    continue;
+            let x = x.to_string();
+            let meta = nodes.get(x.as_str()).and_then(|v| v.val.as_ref());
+            let strided = if gemm {
+                !meta.is_none_or(gemm_ready)
+            } else {
+                elementwise && meta.map(|v| &v.shape) == n.val.as_ref().map(|v| &v.shape)
+            };
+            if !strided && !reads_part(&nodes, &x) {
+                continue;
+            }
+            let transposed = if gemm {
+                last_two_transposed(&nodes, &x)
+            } else {
+                None
+            };
+            let y = transposed.unwrap_or(&x).to_string();
+            let Some((root, spec, m)) = viewed(&y) else {
+                continue;
+            };
+            let p = packer.pack(&mut out, &y, &root, &spec, &m);
+            let read = match transposed {
+                Some(_) => packer.transpose(&mut out, &p, &m),
+                None => p,
+            };
+            n.args[i] = json!({ "node": read });
+            // An elementwise op of the packed part makes a packed value (torch kept the
+            // view's strides): where only computing ops read it, say so.
+            let read_by_views = originals.iter().any(|r| {
+                let rt = r.target.as_deref().unwrap_or_default();
+                (classify(rt) == Class::View || views_storage(rt))
+                    && matches!(r.args.first().map(arg), Some(Arg::Node(a)) if a == n.name)
+            });
+            if elementwise && !read_by_views {
+                if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
+                    v.stride = row_major(&v.shape);
+                    v.offset = 0;
                 }
-                let (y, transposed) = match last_two_transposed(&nodes, &x) {
-                    Some(y) => (y.to_string(), true),
-                    None => (x.clone(), false),
-                };
-                let Some((root, spec, m)) = viewed(&y) else {
-                    continue;
-                };
-                let p = packer.pack(&mut out, &y, &root, &spec, &m);
-                let mut read = p.clone();
-                if transposed {
-                    let r = m.shape.len();
-                    let mut shape = m.shape.clone();
-                    shape.swap(r - 2, r - 1);
-                    let mut stride = row_major(&m.shape);
-                    stride.swap(r - 2, r - 1);
-                    read = packer.fresh(&format!("{p}_t"));
-                    out.push(Node {
-                        name: read.clone(),
-                        op: "call_function".into(),
-                        target: Some("aten.transpose.int".into()),
-                        kind: None,
-                        args: vec![json!({ "node": p }), json!(-2), json!(-1)],
-                        kwargs: Default::default(),
-                        val: Some(Meta {
-                            shape,
-                            stride,
-                            dtype: m.dtype.clone(),
-                            offset: 0,
-                        }),
-                        value: None,
-                        triangle: None,
-                    });
-                }
-                n.args[i] = json!({ "node": read });
             }
         }
         out.push(n);
@@ -500,6 +460,33 @@ impl Packer {
             }
             k += 1;
         }
+    }
+
+    /// A transpose of the last two dims of pack `p` (of `m`'s shape), appended to `out`.
+    fn transpose(&mut self, out: &mut Vec<Node>, p: &str, m: &Meta) -> String {
+        let r = m.shape.len();
+        let mut shape = m.shape.clone();
+        shape.swap(r - 2, r - 1);
+        let mut stride = row_major(&m.shape);
+        stride.swap(r - 2, r - 1);
+        let name = self.fresh(&format!("{p}_t"));
+        out.push(Node {
+            name: name.clone(),
+            op: "call_function".into(),
+            target: Some("aten.transpose.int".into()),
+            kind: None,
+            args: vec![json!({ "node": p }), json!(-2), json!(-1)],
+            kwargs: Default::default(),
+            val: Some(Meta {
+                shape,
+                stride,
+                dtype: m.dtype.clone(),
+                offset: 0,
+            }),
+            value: None,
+            triangle: None,
+        });
+        name
     }
 
     /// The pack of `root`'s view `spec` (shaped as `m`): the one made before, else a new
