@@ -513,6 +513,11 @@ mod tests {
                 err("heads", &t)
             );
         }
+        // A chain on a view is timed against the copy too: the unfused passes the chain
+        // would add read the input packed.
+        let chained = format!("{base}\n[[epilogue]]\nop = \"gelu_erf\"\n");
+        let w = parse("heads", &chained).unwrap();
+        assert_eq!(w.target().baselines, vec![Baseline::Copy]);
         // It round-trips through the TOML writer.
         let spec: WorkloadSpec = toml::from_str(base).unwrap();
         let again: WorkloadSpec = toml::from_str(&spec.to_toml().unwrap()).unwrap();

@@ -1551,11 +1551,6 @@ impl Validator<'_> {
         let spec = spec.unwrap_or_default();
         let defaults = || {
             let mut d = family.default_baselines();
-            // cuDNN's activation and the unfused passes read the input packed, not through
-            // the view: a view is timed against the copy of its bytes.
-            if viewed {
-                d.retain(|b| !matches!(b, Baseline::Cudnn | Baseline::Unfused));
-            }
             if fused {
                 d.insert(0, Baseline::Unfused);
                 // cuDNN's op alone computes something else (no ops before the softmax,
@@ -1566,6 +1561,11 @@ impl Validator<'_> {
                 ) {
                     d.retain(|b| *b != Baseline::Cudnn);
                 }
+            }
+            // cuDNN's activation and the unfused passes read the input packed, not through
+            // the view: a view is timed against the copy of its bytes.
+            if viewed {
+                d.retain(|b| !matches!(b, Baseline::Cudnn | Baseline::Unfused));
             }
             d
         };

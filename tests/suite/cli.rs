@@ -117,6 +117,23 @@ fn workloads_lists_every_spec() {
     assert!(t.contains("gemm_bf16_4096"), "{t}");
 }
 
+/// Every test fixture loads: the compile and GPU tests read them, and a fixture the rules
+/// refuse would fail only there.
+#[test]
+fn workloads_lists_every_test_fixture() {
+    let dir = root().join("tests/fixtures/workloads");
+    let o = cutesmith(&["workloads", "--dir", dir.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    let specs = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
+        .count();
+    assert!(specs >= 10, "only {specs} fixtures");
+    assert!(t.contains(&format!("{specs} workloads")), "{t}");
+}
+
 #[test]
 fn a_malformed_workload_names_file_field_and_allowed_values() {
     let dir = tempfile::tempdir().unwrap();
