@@ -251,7 +251,7 @@ pub fn import(
         };
         stages::split(graph, &file, builtin).map_err(|e| (whole, e))
     };
-    let (whole, split) = match attempt(&graph) {
+    let (mut whole, mut split) = match attempt(&graph) {
         Ok(st) => {
             return Ok(Imported {
                 stages: st,
@@ -263,12 +263,20 @@ pub fn import(
     };
     let mut packed = plain;
     if pack::materialize(&mut packed, true) > 0 {
-        if let Ok(st) = attempt(&packed) {
-            return Ok(Imported {
-                stages: st,
-                torch: packed.torch,
-                train,
-            });
+        match attempt(&packed) {
+            Ok(st) => {
+                return Ok(Imported {
+                    stages: st,
+                    torch: packed.torch,
+                    train,
+                });
+            }
+            // What stopped the attempt that mapped more stages is what to report.
+            Err((w, s)) if s.mapped_before > split.mapped_before => {
+                whole = w;
+                split = s;
+            }
+            Err(_) => {}
         }
     }
     let list = whole;
@@ -445,8 +453,8 @@ fn classify(target: &str) -> Class {
         | "hardsigmoid" | "hardswish" | "hardtanh" | "softplus" | "mish" | "dropout" | "triu"
         | "tril" | "masked_fill" | "where" => Class::Elementwise,
         "t" | "numpy_T" | "transpose" | "permute" | "mT" | "view" | "reshape" | "_unsafe_view"
-        | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "contiguous" | "clone"
-        | "alias" | "detach" => Class::View,
+        | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "expand_as"
+        | "contiguous" | "clone" | "alias" | "detach" => Class::View,
         _ => Class::Unknown,
     }
 }

@@ -244,11 +244,14 @@ impl Workload {
             ),
             Family::GemmGlu => ((m * k * ba + 2.0 * k * n * bb) * inb, 0.0),
             Family::GemmReduce => ((m * k * ba + k * n * bb) * inb, self.tensor_bytes(shape)),
-            Family::Activation
-            | Family::Softmax
-            | Family::LogSoftmax
-            | Family::Norm
-            | Family::Scan => (elements * inb, self.tensor_bytes(shape)),
+            // (A broadcast view reads each input element once.)
+            Family::Activation => (
+                self.view_on(shape).map_or(elements, |v| v.reads as f64) * inb,
+                self.tensor_bytes(shape),
+            ),
+            Family::Softmax | Family::LogSoftmax | Family::Norm | Family::Scan => {
+                (elements * inb, self.tensor_bytes(shape))
+            }
             // m rows of k elements in (and a cross entropy's int64 target a row), one
             // value a row out (or one a batch).
             Family::Reduce => {

@@ -365,6 +365,13 @@ impl Validator<'_> {
         let view = View::new(v, shapes[0].dims.as_slice().len())
             .map_err(|(field, message)| self.err(field, message))?;
         for (i, sh) in shapes.iter().enumerate() {
+            view.check_dims(sh.dims.as_slice())
+                .map_err(|(field, message)| {
+                    self.err(
+                        field,
+                        format!("shapes[{i}].dims {:?}: {message}", sh.dims.as_slice()),
+                    )
+                })?;
             let input: u64 = view
                 .input_dims(sh.dims.as_slice())
                 .iter()

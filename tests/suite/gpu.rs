@@ -305,10 +305,13 @@ fn every_template_validates_on_its_workloads() {
         "act_where_bool_f32_small",
         // Inputs read through a view: a split's part with its heads transposed (vector
         // and scalar paths), heads put back in order with a chain and a broadcast operand,
-        // a 2-D transpose (the last dim strided).
+        // a 2-D transpose (the last dim strided), a slice inside the last dim, a broadcast
+        // dim (stride 0) with a broadcast operand.
         "act_view_heads_bf16_small",
         "act_view_transpose_gelu_f32_small",
         "act_view_transpose2d_f16_small",
+        "act_view_slice_bf16_small",
+        "act_view_expand_f32_small",
         // The reductions: row-major rows (short, ragged, split over CTAs), rows side by
         // side (vectors, elements, split), logsumexp with a chain after, mean into f32.
         "reduce_sum_f32_small",
@@ -508,6 +511,8 @@ fn device_and_host_validation_agree() {
         // The input a view reads, gathered for the device reference.
         "act_view_heads_bf16_small",
         "act_view_transpose_gelu_f32_small",
+        "act_view_slice_bf16_small",
+        "act_view_expand_f32_small",
         // Ops before a scan reading a bool mask, their bounds carried along the row.
         "scan_masked_sum_f32_small",
         "scan_masked_prod_rev_col_bf16_small",

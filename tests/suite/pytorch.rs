@@ -1445,6 +1445,58 @@ fn import_a_transposed_reshape_copies_the_heads_back() {
     assert_eq!(stages[7].0.family, Family::GemmBiasAct, "{t}");
 }
 
+/// NetVLAD's cluster mass (KernelBench 3/46's first half): the ghost clusters dropped by
+/// a slice inside a dim become a copy with `narrow`, read through a reshape that torch
+/// makes a view, and the computed [B, 1, K] times a [1, D, K] parameter, larger than
+/// either, becomes the mass broadcast by `expand` then an activation with a broadcast
+/// operand.
+#[test]
+fn import_a_slice_and_a_broadcast_running_value_as_views() {
+    let Some((stages, _, t)) = import_stages("netvlad_cluster_mass") else {
+        return;
+    };
+    let families: Vec<Family> = stages.iter().map(|s| s.0.family).collect();
+    assert_eq!(
+        families,
+        vec![
+            Family::GemmSoftmax,
+            Family::Activation,
+            Family::Reduce,
+            Family::Activation,
+            Family::Activation
+        ],
+        "{t}"
+    );
+    let (spec, w, text) = &stages[1];
+    let v = spec.view.as_ref().expect("a [view]");
+    let narrow: Vec<(u32, u64, u64)> = v.narrow.iter().map(|n| (n.dim, n.size, n.start)).collect();
+    assert_eq!(narrow, vec![(2, 48, 0)], "{text}");
+    assert!(
+        v.permute.is_empty() && v.select.is_empty() && v.expand.is_empty(),
+        "{text}"
+    );
+    assert_eq!(w.headline().dims.as_slice(), &[64, 100, 32], "{text}");
+    // The sum reads the packed clusters.
+    assert!(t.contains("reads `reshape_1_packed`"), "{t}");
+    let (spec, w, text) = &stages[3];
+    let v = spec.view.as_ref().expect("a [view]");
+    assert_eq!(v.expand, vec![1], "{text}");
+    assert_eq!(w.headline().dims.as_slice(), &[64, 512, 32], "{text}");
+    // Its input is the sum's [64, 1, 32], read once an element.
+    let s = w.view_on(w.headline()).unwrap();
+    assert_eq!((s.input_len, s.reads), (64 * 32, 64 * 32), "{text}");
+    assert_eq!(s.strides, vec![32, 0, 1], "{text}");
+    let (spec, _, text) = &stages[4];
+    assert!(spec.view.is_none(), "{text}");
+    assert_eq!(spec.epilogue.len(), 1, "{text}");
+    assert_eq!(spec.epilogue[0].op, "mul", "{text}");
+    assert_eq!(
+        spec.epilogue[0].operand.as_deref(),
+        Some("broadcast"),
+        "{text}"
+    );
+}
+
 /// A clone keeps a dense permuted view's strides (torch's `x.transpose(1, 2).clone()`), and
 /// the views after it describe those: it stays what it was (one GEMM reading x
 /// column-major), not a packed copy read as if row-major. A view as another dtype

@@ -148,12 +148,9 @@ impl Ctx<'_> {
         // output-sized buffers and ran out of an 80 GB GPU. `Workload::timing_buffers` says
         // which, and `Workload::device_bytes` counts the same for admission.
         let need = w.timing_buffers();
-        // (A read through a view reads the view's elements, packed like D, not its input.)
-        let a_len = if w.view().is_some() {
-            p.out_len
-        } else {
-            p.a.len
-        };
+        // (A read through a view reads the view's elements, packed like D, not its input;
+        // a broadcast dim's once.)
+        let a_len = w.view_on(shape).map_or(p.a.len, |v| v.reads as usize);
         let in_bytes = a_len * std::mem::size_of::<A>();
         let sized = |used: bool, len: usize| if used { len } else { 1 };
         let base_out = self.s.zeros::<D>(sized(need.library_out, lib_len))?;

@@ -8,8 +8,8 @@
 //!
 //! The view is found from the tensors' metadata, not from the ops that made it: the
 //! packed value the view's chain of view ops starts from, and the view's shape, strides
-//! and storage offset. A view with a dim that is sliced, strided by a step, or broadcast
-//! (stride 0) is not a permutation of a split and is left as it was.
+//! and storage offset. A slice inside a dim and a broadcast (stride 0) are parts of the
+//! `[view]` too; a dim strided by a step is not, and such a view is left as it was.
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::composite::row_major;
 use super::{arg, classify, contiguous, op_name, Arg, Class, Graph, Meta, Node, Unmapped};
-use crate::spec::view::{SelectSpec, View, ViewSpec};
+use crate::spec::view::{NarrowSpec, SelectSpec, View, ViewSpec};
 use crate::spec::{DType, Family, WorkloadSpec};
 
 /// The target of a node that packs a view (its input is the packed value the view reads;
@@ -39,8 +39,9 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
     let mut cur = *nodes.get(name)?;
     loop {
         let t = cur.target.as_deref().unwrap_or_default();
-        // A copy (contiguous, clone; a reshape of a strided tensor) starts a new storage,
-        // which the metadata of the views after it describe.
+        // A copy (contiguous, clone; a reshape of a strided tensor into a packed one)
+        // starts a new storage, which the metadata of the views after it describe. (A
+        // reshape whose result is strided is a view: torch copies into a packed tensor.)
         let copy = matches!(op_name(t), "contiguous" | "clone")
             || matches!(op_name(t), "reshape" | "flatten")
                 && !cur
@@ -50,7 +51,11 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
                         Arg::Node(x) => nodes.get(x).and_then(|p| p.val.as_ref()),
                         _ => None,
                     })
-                    .is_some_and(contiguous);
+                    .is_some_and(contiguous)
+                && cur
+                    .val
+                    .as_ref()
+                    .is_none_or(|m| contiguous(m) && m.offset == 0);
         let through =
             cur.op == "call_function" && !copy && (views_storage(t) || classify(t) == Class::View);
         if !through {
@@ -98,70 +103,108 @@ fn reads_part(nodes: &HashMap<&str, &Node>, name: &str) -> bool {
 }
 
 /// The `[view]` by which a packed tensor of `base_len` elements is read as `view`, or None
-/// when the view is not a permutation of some of the dims of a reshape of it with the
-/// others held at one index.
+/// when the view is not a permutation of some of the dims of a reshape of it, with the
+/// others held at one index, some read in part (a slice inside a dim) and some broadcast
+/// (stride 0). A gap between two dims' strides is read first as a dim held at an index
+/// (a split's part), then as the lower dim's slice (`x[:, :k]`).
 pub(super) fn derive(base_len: i64, view: &Meta) -> Option<ViewSpec> {
-    if view.shape.len() != view.stride.len() || base_len < 1 {
+    derive_as(base_len, view, false).or_else(|| derive_as(base_len, view, true))
+}
+
+/// [`derive`], a stride gap read as a slice of the dim below it (`slices`) or as a dim
+/// held at an index.
+fn derive_as(base_len: i64, view: &Meta, slices: bool) -> Option<ViewSpec> {
+    if view.shape.len() != view.stride.len() || base_len < 1 || view.offset < 0 {
         return None;
     }
-    // The output dims of more than one element, innermost in the storage first.
-    let mut kept: Vec<(usize, i64, i64)> = view
-        .shape
-        .iter()
-        .zip(&view.stride)
-        .enumerate()
-        .filter(|(_, (&e, _))| e != 1)
-        .map(|(t, (&e, &s))| (t, e, s))
-        .collect();
-    if kept.iter().any(|&(_, e, s)| e < 1 || s < 1) {
-        return None;
+    // The output dims of more than one element, innermost in the storage first; those of
+    // stride 0 are broadcast.
+    let mut kept: Vec<(usize, i64, i64)> = Vec::new();
+    let mut expand: Vec<u32> = Vec::new();
+    for (t, (&e, &s)) in view.shape.iter().zip(&view.stride).enumerate() {
+        if e == 1 {
+            continue;
+        }
+        if e < 1 || s < 0 {
+            return None;
+        }
+        if s == 0 {
+            expand.push(t as u32);
+        } else {
+            kept.push((t, e, s));
+        }
     }
     kept.sort_by_key(|&(_, _, s)| s);
-    // The input's dims, innermost first: an output dim, or one held at an index.
+    // The input's dims, innermost first: an output dim (its input size and the start of
+    // its slice), or one held at an index.
     enum Dim {
-        Out(usize),
+        Out { t: usize, size: i64, start: i64 },
         Held { size: i64, index: i64 },
     }
     let mut dims: Vec<Dim> = Vec::new();
     let mut cur = 1i64;
     let mut offset = 0i64;
-    let mut held = |dims: &mut Vec<Dim>, size: i64, cur: i64| {
+    let held = |dims: &mut Vec<Dim>, offset: &mut i64, size: i64, cur: i64| {
         let index = (view.offset / cur) % size;
-        offset += index * cur;
+        *offset += index * cur;
         dims.push(Dim::Held { size, index });
     };
-    for &(t, e, s) in &kept {
+    for (i, &(t, e, s)) in kept.iter().enumerate() {
         if s % cur != 0 || s < cur {
             return None;
         }
         let gap = s / cur;
         if gap > 1 {
-            held(&mut dims, gap, cur);
+            held(&mut dims, &mut offset, gap, cur);
         }
-        dims.push(Dim::Out(t));
-        cur = s.checked_mul(e)?;
+        // The dim's input size: its own extent, or with `slices` all up to the next
+        // dim's stride (the storage's end after the last).
+        let above = kept.get(i + 1).map_or(base_len, |&(_, _, s2)| s2);
+        let size = if slices && above % s == 0 && above / s > e {
+            above / s
+        } else {
+            e
+        };
+        let start = (view.offset / s) % size;
+        if start + e > size {
+            return None;
+        }
+        offset += start * s;
+        dims.push(Dim::Out { t, size, start });
+        cur = s.checked_mul(size)?;
     }
     if cur > base_len || base_len % cur != 0 {
         return None;
     }
     if base_len / cur > 1 {
-        held(&mut dims, base_len / cur, cur);
+        held(&mut dims, &mut offset, base_len / cur, cur);
     }
-    // Every element of the offset is accounted for by the held dims' indices (a slice
-    // that starts inside an output dim is not a split's part).
+    // Every element of the offset is accounted for by the held dims' indices and the
+    // slices' starts.
     if offset != view.offset {
         return None;
     }
     dims.reverse();
-    // Output dims of one element lead the input's dims, in their order.
+    // Output dims of one element, and the broadcast ones, lead the input's dims (of size
+    // 1 there), in their order.
     let ones: Vec<usize> = (0..view.shape.len())
-        .filter(|&t| view.shape[t] == 1)
+        .filter(|&t| view.shape[t] == 1 || view.shape[t] > 1 && view.stride[t] == 0)
         .collect();
     let mut order: Vec<usize> = ones.clone();
     let mut select = Vec::new();
+    let mut narrow = Vec::new();
     for (i, d) in dims.iter().enumerate() {
         match d {
-            Dim::Out(t) => order.push(*t),
+            Dim::Out { t, size, start } => {
+                order.push(*t);
+                if *size > view.shape[*t] {
+                    narrow.push(NarrowSpec {
+                        dim: *t as u32,
+                        size: *size as u64,
+                        start: *start as u64,
+                    });
+                }
+            }
             Dim::Held { size, index } => select.push(SelectSpec {
                 dim: (ones.len() + i) as u32,
                 size: *size as u64,
@@ -169,6 +212,7 @@ pub(super) fn derive(base_len: i64, view: &Meta) -> Option<ViewSpec> {
             }),
         }
     }
+    narrow.sort_by_key(|n| n.dim);
     // Output dim t reads the kept input dim at its position in `order`.
     let mut permute = vec![0u32; view.shape.len()];
     for (k, &t) in order.iter().enumerate() {
@@ -181,10 +225,13 @@ pub(super) fn derive(base_len: i64, view: &Meta) -> Option<ViewSpec> {
             permute
         },
         select,
+        narrow,
+        expand,
     };
     // The view's own strides and offset, as the workload will read them.
     let v = View::new(&spec, view.shape.len()).ok()?;
     let out: Vec<u64> = view.shape.iter().map(|&d| d as u64).collect();
+    v.check_dims(&out).ok()?;
     let s = v.strided(&out);
     let same = s.offset == view.offset as u64
         && s.input_len == base_len as u64
@@ -195,6 +242,52 @@ pub(super) fn derive(base_len: i64, view: &Meta) -> Option<ViewSpec> {
             .zip(&s.strides)
             .all(|((&e, &want), &got)| e == 1 || want as u64 == got);
     same.then_some(spec)
+}
+
+/// An elementwise node's first computed operand (its position, name and metadata as
+/// broadcast to the node's output: stride 0 along the dims it broadcasts) when no operand
+/// has the output's shape.
+fn broadcast_operand(nodes: &HashMap<&str, &Node>, n: &Node) -> Option<(usize, String, Meta)> {
+    let out = n.val.as_ref()?;
+    let operands: Vec<(usize, &str, &Meta)> = n
+        .args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match arg(a) {
+            Arg::Node(x) => Some((i, x, nodes.get(x)?.val.as_ref()?)),
+            _ => None,
+        })
+        .collect();
+    if operands.iter().any(|(_, _, m)| m.shape == out.shape) {
+        return None;
+    }
+    let (i, x, m) = operands
+        .into_iter()
+        .find(|(_, x, _)| nodes.get(x).is_some_and(|v| v.op == "call_function"))?;
+    let (ro, rx) = (out.shape.len(), m.shape.len());
+    if rx > ro || m.stride.len() != rx {
+        return None;
+    }
+    let mut stride = Vec::with_capacity(ro);
+    for (t, &e) in out.shape.iter().enumerate() {
+        if t < ro - rx {
+            stride.push(0);
+            continue;
+        }
+        let d = t - (ro - rx);
+        match m.shape[d] {
+            s if s == e => stride.push(m.stride[d]),
+            1 => stride.push(0),
+            _ => return None,
+        }
+    }
+    let meta = Meta {
+        shape: out.shape.clone(),
+        stride,
+        dtype: m.dtype.clone(),
+        offset: m.offset,
+    };
+    Some((i, x.to_string(), meta))
 }
 
 /// The workload type of a torch float dtype an activation takes (f32, f16, bf16).
@@ -295,8 +388,8 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
         packs: 0,
     };
     // The view `name` of a packed value, if a pack of it would be a workload.
-    let viewed = |name: &str| -> Option<(String, ViewSpec, Meta)> {
-        let m = nodes.get(name)?.val.clone()?;
+    // `name` read as `m` (its own metadata, or its broadcast to a larger shape).
+    let view_as = |name: &str, m: Meta| -> Option<(String, ViewSpec, Meta)> {
         if contiguous(&m) && m.offset == 0 {
             return None;
         }
@@ -305,6 +398,20 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
         float(&m.dtype)?;
         let spec = derive(base.shape.iter().product(), &m)?;
         Some((r.name.clone(), spec, m))
+    };
+    // A broadcast (stride 0) is packed only as an elementwise op's running value (below):
+    // the mappers read broadcast operands themselves (a norm's `expand_as`).
+    let viewed = |name: &str| {
+        let m = nodes.get(name)?.val.clone()?;
+        let broadcast = m
+            .shape
+            .iter()
+            .zip(&m.stride)
+            .any(|(&e, &s)| e > 1 && s == 0);
+        if broadcast {
+            return None;
+        }
+        view_as(name, m)
     };
     let mut out = Vec::with_capacity(originals.len());
     for n in &originals {
@@ -369,6 +476,18 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
             _ if other => (0..n.args.len()).collect(),
             _ => Vec::new(),
         };
+        // An elementwise op whose output is larger than each of its operands (`a_sum * w`
+        // of [B, 1, K] and [1, D, K] is [B, D, K]): its first computed operand broadcast to
+        // the output and packed, so that the op's running value is shaped like its output
+        // (the others stay operands the chain broadcasts).
+        if reads && elementwise {
+            if let Some((i, x, m)) = broadcast_operand(&nodes, &n) {
+                if let Some((root, spec, m)) = view_as(&x, m) {
+                    let p = packer.pack(&mut out, &x, &root, &spec, &m);
+                    n.args[i] = json!({ "node": p });
+                }
+            }
+        }
         for i in operands {
             let Some(Arg::Node(x)) = n.args.get(i).map(arg) else {
                 continue;
@@ -626,11 +745,20 @@ pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
             ..Default::default()
         });
     }
-    let what = if spec.select.is_empty() {
-        "a permuted view"
-    } else {
-        "a part of a split"
-    };
+    let mut parts = Vec::new();
+    if !spec.permute.is_empty() {
+        parts.push("permuted");
+    }
+    if !spec.select.is_empty() {
+        parts.push("a part of a split");
+    }
+    if !spec.narrow.is_empty() {
+        parts.push("sliced");
+    }
+    if !spec.expand.is_empty() {
+        parts.push("broadcast");
+    }
+    let what = format!("a view ({})", parts.join(", "));
     Some(Ok((
         WorkloadSpec {
             name: None,
@@ -693,15 +821,52 @@ mod tests {
         assert!(spec.select.is_empty());
     }
 
+    /// The view derived for `m` over a packed base of `base` elements, checked against
+    /// the metadata: the same strides where an extent is over 1, and the same offset.
+    fn derived(base: i64, m: &Meta) -> ViewSpec {
+        let spec = derive(base, m).unwrap_or_else(|| panic!("no view for {m:?}"));
+        let v = View::new(&spec, m.shape.len()).unwrap();
+        let s = v.strided(&m.shape.iter().map(|&d| d as u64).collect::<Vec<_>>());
+        assert_eq!(s.offset, m.offset as u64, "{spec:?}");
+        assert_eq!(s.input_len, base as u64, "{spec:?}");
+        for ((&e, &want), &got) in m.shape.iter().zip(&m.stride).zip(&s.strides) {
+            assert!(e == 1 || want as u64 == got, "{spec:?}: {:?}", s.strides);
+        }
+        spec
+    }
+
     #[test]
-    fn slices_steps_and_broadcasts_are_not_views_of_a_split() {
+    fn slices_and_broadcasts_are_views_and_a_step_is_a_split() {
+        let narrow = |dim, size, start| NarrowSpec { dim, size, start };
         // x[:, 10:20] of [4, 64]: the offset starts inside a kept dim.
-        assert!(derive(256, &meta(&[4, 10], &[64, 1], 10)).is_none());
-        // x[:, ::2]: a step.
-        assert!(derive(256, &meta(&[4, 32], &[64, 2], 0)).is_some_and(|s| !s.select.is_empty()));
-        // expand: stride 0.
-        assert!(derive(64, &meta(&[4, 64], &[0, 1], 0)).is_none());
-        // overlapping strides.
+        let s = derived(256, &meta(&[4, 10], &[64, 1], 10));
+        assert_eq!(s.narrow, vec![narrow(1, 64, 10)]);
+        assert!(s.select.is_empty() && s.permute.is_empty());
+        // NetVLAD's assignment[:, :K] of [N, K + G]: a split would do for K = G only.
+        let s = derived(100 * 48, &meta(&[100, 32], &[48, 1], 0));
+        assert_eq!(s.narrow, vec![narrow(1, 48, 0)]);
+        let s = derived(100 * 64, &meta(&[100, 32], &[64, 1], 32));
+        assert_eq!(s.select.len(), 1);
+        assert!(s.narrow.is_empty());
+        // x.transpose(0, 1)[1:3] of [8, 5]: a slice of a permuted dim.
+        let s = derived(40, &meta(&[2, 8], &[1, 5], 1));
+        assert_eq!(s.permute, vec![1, 0]);
+        assert_eq!(s.narrow, vec![narrow(0, 5, 1)]);
+        // x[:, ::2]: a step, a part of a split of the last dim.
+        assert!(!derived(256, &meta(&[4, 32], &[64, 2], 0)).select.is_empty());
+        // [B, 1, K] broadcast to [B, D, K], and [D, K] to [B, D, K].
+        let s = derived(2 * 7, &meta(&[2, 5, 7], &[7, 0, 1], 0));
+        assert_eq!(s.expand, vec![1]);
+        let s = derived(5 * 7, &meta(&[2, 5, 7], &[0, 7, 1], 0));
+        assert_eq!(s.expand, vec![0]);
+        // A broadcast of a slice.
+        let s = derived(4 * 9, &meta(&[4, 3, 6], &[9, 0, 1], 2));
+        assert_eq!(
+            (s.expand.clone(), s.narrow.clone()),
+            (vec![1], vec![narrow(2, 9, 2)])
+        );
+        // Overlapping strides, and a slice past the storage.
         assert!(derive(64, &meta(&[8, 16], &[4, 1], 0)).is_none());
+        assert!(derive(64, &meta(&[4, 10], &[16, 1], 10)).is_none());
     }
 }
