@@ -167,10 +167,11 @@ impl Workload {
                 * shape.batch as f64
                 * self.dtype.bytes() as f64;
         // A read through a view holds the view's whole input, and the elements it reads
-        // packed for the reference.
-        let view = self
-            .view_on(shape)
-            .map_or(0.0, |v| v.input_len as f64 * self.dtype.bytes() as f64);
+        // packed for the reference (as many as the output's: `inputs` counts a broadcast
+        // dim's elements once).
+        let view = self.view_on(shape).map_or(0.0, |v| {
+            (v.input_len as f64 + t.elements - v.reads as f64) * self.dtype.bytes() as f64
+        });
         // Two problem sets, each with its own chain tensors (a loss's target is as large
         // as A).
         2.0 * (t.inputs + t.output + t.chain + view) + buffers + reference_planes * t.elements

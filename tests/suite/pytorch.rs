@@ -1445,14 +1445,16 @@ fn import_a_transposed_reshape_copies_the_heads_back() {
     assert_eq!(stages[7].0.family, Family::GemmBiasAct, "{t}");
 }
 
-/// NetVLAD's cluster mass (KernelBench 3/46's first half): the ghost clusters dropped by
-/// a slice inside a dim become a copy with `narrow`, read through a reshape that torch
-/// makes a view, and the computed [B, 1, K] times a [1, D, K] parameter, larger than
-/// either, becomes the mass broadcast by `expand` then an activation with a broadcast
-/// operand.
+/// NetVLAD (KernelBench 3/46 and 3/47): the ghost clusters dropped by a slice inside a dim
+/// become a copy with `narrow`, read through a reshape that torch makes a view; the
+/// computed [B, 1, K] times a [1, D, K] parameter, larger than either, becomes the mass
+/// broadcast by `expand` then an activation with a broadcast operand; and the difference
+/// of a transposed product, which torch leaves transposed in memory (so that its reshape
+/// copies), is read as the stages write it, packed: a norm over the middle dim, then a
+/// norm of the whole.
 #[test]
-fn import_a_slice_and_a_broadcast_running_value_as_views() {
-    let Some((stages, _, t)) = import_stages("netvlad_cluster_mass") else {
+fn import_netvlad_with_a_slice_a_broadcast_running_value_and_packed_layouts() {
+    let Some((stages, _, t)) = import_stages("netvlad") else {
         return;
     };
     let families: Vec<Family> = stages.iter().map(|s| s.0.family).collect();
@@ -1463,7 +1465,12 @@ fn import_a_slice_and_a_broadcast_running_value_as_views() {
             Family::Activation,
             Family::Reduce,
             Family::Activation,
-            Family::Activation
+            Family::Activation,
+            Family::Gemm,
+            Family::Activation,
+            Family::Activation,
+            Family::Norm,
+            Family::Norm
         ],
         "{t}"
     );
@@ -1475,26 +1482,39 @@ fn import_a_slice_and_a_broadcast_running_value_as_views() {
         v.permute.is_empty() && v.select.is_empty() && v.expand.is_empty(),
         "{text}"
     );
-    assert_eq!(w.headline().dims.as_slice(), &[64, 100, 32], "{text}");
-    // The sum reads the packed clusters.
-    assert!(t.contains("reads `reshape_1_packed`"), "{t}");
+    assert_eq!(w.headline().dims.as_slice(), &[32, 100, 32], "{text}");
+    // The sum and the product by the features read the packed clusters.
+    assert!(
+        t.contains("reads `reshape_1_packed`, the output of netvlad_s2"),
+        "{t}"
+    );
     let (spec, w, text) = &stages[3];
     let v = spec.view.as_ref().expect("a [view]");
     assert_eq!(v.expand, vec![1], "{text}");
-    assert_eq!(w.headline().dims.as_slice(), &[64, 512, 32], "{text}");
-    // Its input is the sum's [64, 1, 32], read once an element.
+    assert_eq!(w.headline().dims.as_slice(), &[32, 512, 32], "{text}");
+    // Its input is the sum's [32, 1, 32], read once an element.
     let s = w.view_on(w.headline()).unwrap();
-    assert_eq!((s.input_len, s.reads), (64 * 32, 64 * 32), "{text}");
+    assert_eq!((s.input_len, s.reads), (32 * 32, 32 * 32), "{text}");
     assert_eq!(s.strides, vec![32, 0, 1], "{text}");
     let (spec, _, text) = &stages[4];
     assert!(spec.view.is_none(), "{text}");
-    assert_eq!(spec.epilogue.len(), 1, "{text}");
-    assert_eq!(spec.epilogue[0].op, "mul", "{text}");
-    assert_eq!(
-        spec.epilogue[0].operand.as_deref(),
-        Some("broadcast"),
-        "{text}"
-    );
+    assert_eq!(chain_ops(spec), vec![("mul", Some("broadcast"))], "{text}");
+    // The product's transpose copied, the difference of two packed values, then the norms
+    // over D (rows side by side) and over each item's 16384 values.
+    let (spec, _, text) = &stages[6];
+    assert_eq!(view_of(spec), (vec![0, 2, 1], Vec::new()), "{text}");
+    let (_, w, text) = &stages[8];
+    assert_eq!(w.layouts().a, Layout::Col, "{text}");
+    assert_gemm_like(w, 32, 512, 32, text);
+    let (_, w, text) = &stages[9];
+    assert_eq!(w.layouts().a, Layout::Row, "{text}");
+    assert_gemm_like(w, 32, 16384, 1, text);
+}
+
+/// A norm stage's headline m x n, batch.
+fn assert_gemm_like(w: &Workload, m: u64, n: u64, batch: u64, text: &str) {
+    let h = w.headline();
+    assert_eq!((h.m, h.n, h.batch.max(1)), (m, n, batch), "{text}");
 }
 
 /// A clone keeps a dense permuted view's strides (torch's `x.transpose(1, 2).clone()`), and

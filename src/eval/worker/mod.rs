@@ -310,9 +310,11 @@ fn host_validation_bytes(w: &Workload, sh: &Shape) -> f64 {
     };
     // A view's whole input is generated on the host before the elements it reads are
     // gathered.
-    let view = w
-        .view_on(sh)
-        .map_or(0.0, |v| v.input_len as f64 * w.dtype().bytes() as f64);
+    // (min_bytes counts a broadcast dim's elements once; the packed copy holds them all.)
+    let view = w.view_on(sh).map_or(0.0, |v| {
+        let packed: u64 = v.extents.iter().product();
+        (v.input_len + packed - v.reads) as f64 * w.dtype().bytes() as f64
+    });
     2.0 * w.min_bytes(sh) + 16.0 * out + before + rows_at_once + gemm_norm + view
 }
 

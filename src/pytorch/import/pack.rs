@@ -166,7 +166,7 @@ fn derive_as(base_len: i64, view: &Meta, slices: bool) -> Option<ViewSpec> {
             e
         };
         let start = (view.offset / s) % size;
-        if start + e > size {
+        if start.checked_add(e)? > size {
             return None;
         }
         offset += start * s;
@@ -244,11 +244,13 @@ fn derive_as(base_len: i64, view: &Meta, slices: bool) -> Option<ViewSpec> {
     same.then_some(spec)
 }
 
-/// An elementwise node's first computed operand (its position, name and metadata as
-/// broadcast to the node's output: stride 0 along the dims it broadcasts) when no operand
-/// has the output's shape.
-fn broadcast_operand(nodes: &HashMap<&str, &Node>, n: &Node) -> Option<(usize, String, Meta)> {
-    let out = n.val.as_ref()?;
+/// An elementwise node's computed operands, in order (each's position, name and metadata
+/// as broadcast to the node's output: stride 0 along the dims it broadcasts), when no
+/// operand has the output's shape.
+fn broadcast_operands(nodes: &HashMap<&str, &Node>, n: &Node) -> Vec<(usize, String, Meta)> {
+    let Some(out) = n.val.as_ref() else {
+        return Vec::new();
+    };
     let operands: Vec<(usize, &str, &Meta)> = n
         .args
         .iter()
@@ -259,35 +261,38 @@ fn broadcast_operand(nodes: &HashMap<&str, &Node>, n: &Node) -> Option<(usize, S
         })
         .collect();
     if operands.iter().any(|(_, _, m)| m.shape == out.shape) {
-        return None;
+        return Vec::new();
     }
-    let (i, x, m) = operands
-        .into_iter()
-        .find(|(_, x, _)| nodes.get(x).is_some_and(|v| v.op == "call_function"))?;
-    let (ro, rx) = (out.shape.len(), m.shape.len());
-    if rx > ro || m.stride.len() != rx {
-        return None;
-    }
-    let mut stride = Vec::with_capacity(ro);
-    for (t, &e) in out.shape.iter().enumerate() {
-        if t < ro - rx {
-            stride.push(0);
-            continue;
+    let broadcast = |m: &Meta| -> Option<Meta> {
+        let (ro, rx) = (out.shape.len(), m.shape.len());
+        if rx > ro || m.stride.len() != rx {
+            return None;
         }
-        let d = t - (ro - rx);
-        match m.shape[d] {
-            s if s == e => stride.push(m.stride[d]),
-            1 => stride.push(0),
-            _ => return None,
+        let mut stride = Vec::with_capacity(ro);
+        for (t, &e) in out.shape.iter().enumerate() {
+            if t < ro - rx {
+                stride.push(0);
+                continue;
+            }
+            let d = t - (ro - rx);
+            match m.shape[d] {
+                s if s == e => stride.push(m.stride[d]),
+                1 => stride.push(0),
+                _ => return None,
+            }
         }
-    }
-    let meta = Meta {
-        shape: out.shape.clone(),
-        stride,
-        dtype: m.dtype.clone(),
-        offset: m.offset,
+        Some(Meta {
+            shape: out.shape.clone(),
+            stride,
+            dtype: m.dtype.clone(),
+            offset: m.offset,
+        })
     };
-    Some((i, x.to_string(), meta))
+    operands
+        .into_iter()
+        .filter(|(_, x, _)| nodes.get(x).is_some_and(|v| v.op == "call_function"))
+        .filter_map(|(i, x, m)| Some((i, x.to_string(), broadcast(m)?)))
+        .collect()
 }
 
 /// The workload type of a torch float dtype an activation takes (f32, f16, bf16).
@@ -481,10 +486,17 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
         // the output and packed, so that the op's running value is shaped like its output
         // (the others stay operands the chain broadcasts).
         if reads && elementwise {
-            if let Some((i, x, m)) = broadcast_operand(&nodes, &n) {
-                if let Some((root, spec, m)) = view_as(&x, m) {
-                    let p = packer.pack(&mut out, &x, &root, &spec, &m);
-                    n.args[i] = json!({ "node": p });
+            let viewable = broadcast_operands(&nodes, &n)
+                .into_iter()
+                .find_map(|(i, x, m)| Some((i, x.clone(), view_as(&x, m)?)));
+            if let Some((i, x, (root, spec, m))) = viewable {
+                let p = packer.pack(&mut out, &x, &root, &spec, &m);
+                n.args[i] = json!({ "node": p });
+                // Its result is packed like the copy (torch's broadcast result may keep
+                // another operand's strides).
+                if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
+                    v.stride = row_major(&v.shape);
+                    v.offset = 0;
                 }
             }
         }
@@ -511,6 +523,10 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
             let Some((root, spec, m)) = viewed(&y) else {
                 continue;
             };
+            // A scan reads the slice of its exclusive form itself (`cumsum(x[..., :-1])`).
+            if !spec.narrow.is_empty() && matches!(op_name(&t), "cumsum" | "cumprod") {
+                continue;
+            }
             let p = packer.pack(&mut out, &y, &root, &spec, &m);
             let read = match transposed {
                 Some(_) => packer.transpose(&mut out, &p, &m),
@@ -548,8 +564,139 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
     graph.nodes = out;
     if reads {
         dead_code(graph);
+        relayout(graph);
     }
     packer.packs
+}
+
+/// The layouts the stages make, in place of eager torch's: a stage writes its output
+/// packed, whatever strides torch's kernel gave it (an elementwise op of a transposed
+/// operand keeps the transpose's strides in torch; here the operand was packed first), so
+/// every computed value is packed, and the views of such values get the strides their
+/// op makes of the packed value. Where a view cannot be recomputed (a split, select or
+/// slice of a value whose layout changed, or a reshape of one left strided), the graph is
+/// left as it was. Returns whether it changed.
+fn relayout(graph: &mut Graph) -> bool {
+    let originals: HashMap<String, Meta> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.name.clone(), n.val.clone()?)))
+        .collect();
+    let mut metas: HashMap<String, Meta> = HashMap::new();
+    for n in &graph.nodes {
+        let Some(old) = n.val.as_ref() else { continue };
+        if n.op != "call_function" {
+            metas.insert(n.name.clone(), old.clone());
+            continue;
+        }
+        let t = n.target.as_deref().unwrap_or_default();
+        let input = match n.args.first().map(arg) {
+            Some(Arg::Node(x)) => metas.get(x).map(|m| (x, m)),
+            _ => None,
+        };
+        let changed = input.is_some_and(|(x, m)| originals.get(x) != Some(m));
+        let packed = |shape: &[i64], offset: i64| Meta {
+            shape: shape.to_vec(),
+            stride: row_major(shape),
+            dtype: old.dtype.clone(),
+            offset,
+        };
+        let view = classify(t) == Class::View;
+        let new = if t == PACK {
+            old.clone()
+        } else if views_storage(t) || (view && !changed && input.is_some()) {
+            if changed {
+                return false;
+            }
+            old.clone()
+        } else if view {
+            let Some((_, m)) = input else {
+                return false;
+            };
+            let rank = m.shape.len() as i64;
+            let dim = |i: usize| match n.args.get(i) {
+                Some(Value::Number(x)) => x
+                    .as_i64()
+                    .map(|d| if d < 0 { d + rank } else { d } as usize),
+                _ => None,
+            };
+            let mut stride = m.stride.clone();
+            let strided = match op_name(t) {
+                "transpose" => match (dim(1), dim(2)) {
+                    (Some(a), Some(b)) if a < stride.len() && b < stride.len() => {
+                        stride.swap(a, b);
+                        Some(stride)
+                    }
+                    _ => None,
+                },
+                "t" | "numpy_T" => {
+                    stride.reverse();
+                    Some(stride)
+                }
+                "mT" if stride.len() >= 2 => {
+                    let r = stride.len();
+                    stride.swap(r - 2, r - 1);
+                    Some(stride)
+                }
+                "permute" => match n.args.get(1) {
+                    Some(Value::Array(ds)) => ds
+                        .iter()
+                        .map(|d| {
+                            let d = d.as_i64()?;
+                            let d = if d < 0 { d + rank } else { d } as usize;
+                            m.stride.get(d).copied()
+                        })
+                        .collect::<Option<Vec<i64>>>(),
+                    _ => None,
+                },
+                "alias" | "detach" | "clone" => Some(stride),
+                "expand" | "expand_as" => {
+                    let (ro, rx) = (old.shape.len(), m.shape.len());
+                    (rx <= ro)
+                        .then(|| {
+                            (0..ro)
+                                .map(|d| {
+                                    let x = d.checked_sub(ro - rx)?;
+                                    match m.shape[x] {
+                                        s if s == old.shape[d] => Some(m.stride[x]),
+                                        1 => Some(0),
+                                        _ => None,
+                                    }
+                                })
+                                .collect::<Option<Vec<i64>>>()
+                        })
+                        .flatten()
+                }
+                // view, reshape, flatten, unflatten, squeeze, unsqueeze, contiguous: a
+                // packed value stays packed.
+                _ if contiguous(m) => Some(row_major(&old.shape)),
+                _ => None,
+            };
+            match strided {
+                Some(stride) if stride.len() == old.shape.len() => Meta {
+                    shape: old.shape.clone(),
+                    stride,
+                    dtype: old.dtype.clone(),
+                    offset: m.offset,
+                },
+                _ => return false,
+            }
+        } else {
+            // A computed value: packed, as its stage writes it.
+            packed(&old.shape, 0)
+        };
+        metas.insert(n.name.clone(), new);
+    }
+    let mut changed = false;
+    for n in &mut graph.nodes {
+        if let (Some(v), Some(m)) = (n.val.as_mut(), metas.remove(&n.name)) {
+            if *v != m {
+                *v = m;
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 /// Names the packs a graph gains, and makes each view's pack once.
@@ -745,25 +892,30 @@ pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
             ..Default::default()
         });
     }
-    let mut parts = Vec::new();
-    if !spec.permute.is_empty() {
-        parts.push("permuted");
-    }
-    if !spec.select.is_empty() {
-        parts.push("a part of a split");
-    }
-    if !spec.narrow.is_empty() {
-        parts.push("sliced");
-    }
-    if !spec.expand.is_empty() {
-        parts.push("broadcast");
-    }
-    let what = format!("a view ({})", parts.join(", "));
+    // "a permuted part of a split", "a sliced, broadcast view".
+    let adjectives: Vec<&str> = [
+        (!spec.permute.is_empty(), "permuted"),
+        (!spec.narrow.is_empty(), "sliced"),
+        (!spec.expand.is_empty(), "broadcast"),
+    ]
+    .into_iter()
+    .filter_map(|(on, a)| on.then_some(a))
+    .collect();
+    let noun = if spec.select.is_empty() {
+        "view"
+    } else {
+        "part of a split"
+    };
+    let what = if adjectives.is_empty() {
+        format!("a {noun}")
+    } else {
+        format!("a {} {noun}", adjectives.join(", "))
+    };
     Some(Ok((
         WorkloadSpec {
             name: None,
             description: format!(
-                "{dtype} copy of {what} ({:?} packed); imported from {file}",
+                "{dtype} copy of {what}, packed as {:?}; imported from {file}",
                 dims
             ),
             family: Family::Activation,
