@@ -1511,6 +1511,41 @@ fn import_netvlad_with_a_slice_a_broadcast_running_value_and_packed_layouts() {
     assert_gemm_like(w, 32, 16384, 1, text);
 }
 
+/// KernelBench 2/75's pattern: a row minimum ([B, 1], the values of `torch.min(x, dim=1,
+/// keepdim=True)`, a getitem of the op's two results) plus a [1, C, 1, 1] bias is the
+/// larger [1, C, B, 1]: the minimum is copied broadcast (the getitem is the value the view
+/// starts from, not a view itself), then the bias added as a broadcast operand.
+#[test]
+fn import_a_row_minimum_broadcast_against_a_channel_bias() {
+    let Some((stages, _, t)) = import_stages("groupnorm_min_bias") else {
+        return;
+    };
+    let families: Vec<Family> = stages.iter().map(|s| s.0.family).collect();
+    assert_eq!(
+        families,
+        vec![
+            Family::GemmNorm,
+            Family::Reduce,
+            Family::Activation,
+            Family::Activation
+        ],
+        "{t}"
+    );
+    let (spec, w, text) = &stages[2];
+    let v = spec.view.as_ref().expect("a [view]");
+    assert_eq!(v.expand, vec![1], "{text}");
+    assert!(
+        v.permute.is_empty() && v.select.is_empty() && v.narrow.is_empty(),
+        "{text}"
+    );
+    assert_eq!(w.headline().dims.as_slice(), &[1, 512, 256, 1], "{text}");
+    let s = w.view_on(w.headline()).unwrap();
+    assert_eq!((s.input_len, s.reads), (256, 256), "{text}");
+    let (spec, _, text) = &stages[3];
+    assert_eq!(chain_ops(spec), vec![("add", Some("broadcast"))], "{text}");
+    assert_eq!(spec.epilogue[0].over.as_deref(), Some(&[1][..]), "{text}");
+}
+
 /// A norm stage's headline m x n, batch.
 fn assert_gemm_like(w: &Workload, m: u64, n: u64, batch: u64, text: &str) {
     let h = w.headline();

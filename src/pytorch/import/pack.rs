@@ -65,6 +65,15 @@ fn root<'g>(nodes: &HashMap<&str, &'g Node>, name: &str) -> Option<&'g Node> {
             return None;
         };
         let prev = *nodes.get(prev)?;
+        // A getitem of what an op returns beside other values (max / min over a dim: the
+        // values and the indices) is that op's value, not a view: the walk ends there.
+        let parts = matches!(
+            op_name(prev.target.as_deref().unwrap_or_default()),
+            "split" | "split_with_sizes" | "chunk" | "unbind"
+        );
+        if t == "<built-in function getitem>" && !parts {
+            break;
+        }
         // A view that reads the bytes as another type (`x.view(torch.float32)`) is no
         // permutation of the elements.
         // (A split's tuple has no metadata: its parts' and its input's are compared.)
@@ -213,7 +222,16 @@ fn derive_as(base_len: i64, view: &Meta, slices: bool) -> Option<ViewSpec> {
         }
     }
     narrow.sort_by_key(|n| n.dim);
-    // Output dim t reads the kept input dim at its position in `order`.
+    // Output dim t reads the kept input dim at its position in `order`; where that moves
+    // only dims of size 1 in the input (no select counting positions), none.
+    let moved: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&t| view.shape[t] > 1 && view.stride[t] != 0)
+        .collect();
+    if select.is_empty() && moved.windows(2).all(|w| w[0] < w[1]) {
+        order.sort_unstable();
+    }
     let mut permute = vec![0u32; view.shape.len()];
     for (k, &t) in order.iter().enumerate() {
         permute[t] = k as u32;
@@ -1011,6 +1029,9 @@ mod tests {
         assert_eq!(s.expand, vec![1]);
         let s = derived(5 * 7, &meta(&[2, 5, 7], &[0, 7, 1], 0));
         assert_eq!(s.expand, vec![0]);
+        // A [B, 1] column broadcast into [1, C, B, 1]: unit dims moved are no permute.
+        let s = derived(16, &meta(&[1, 5, 16, 1], &[0, 0, 1, 1], 0));
+        assert_eq!((s.permute.clone(), s.expand.clone()), (Vec::new(), vec![1]));
         // A broadcast of a slice.
         let s = derived(4 * 9, &meta(&[4, 3, 6], &[9, 0, 1], 2));
         assert_eq!(
