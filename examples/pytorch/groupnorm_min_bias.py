@@ -4,9 +4,9 @@ broadcasts it against the [1, C, 1, 1] bias into a [1, C, B, 1] result, larger t
 
     cutesmith import examples/pytorch/groupnorm_min_bias.py --out workloads/groupnorm_min_bias.toml
 
-imports as 4 stages: the Linear with its GroupNorm (`gemm_norm`), the minimum (`reduce`),
-the minimum broadcast to the result's shape (an activation reading it through a `[view]`
-with `expand`), and the bias added (a broadcast operand).
+imports as 3 stages: the Linear with its GroupNorm (`gemm_norm`), the minimum (`reduce`),
+and one activation that reads the minimum through a `[view]` with `expand` (broadcast to
+the result's shape, not written out) and adds the bias (a broadcast operand).
 """
 import torch
 import torch.nn as nn

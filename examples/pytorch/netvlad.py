@@ -8,16 +8,16 @@ What it exercises in the importer (`src/pytorch/import/pack.rs`):
 - `assignment[:, :K]` is a slice inside a dim: a copy with a `[view]` `narrow`, read
   through a reshape that torch leaves a view;
 - `a_sum * centres` multiplies the computed [B, 1, K] by a [1, D, K] parameter into a
-  larger [B, D, K]: the mass broadcast by a copy with `expand`, then an activation with the
-  centres as a broadcast operand;
+  larger [B, D, K]: one activation that reads the mass through a `[view]` with `expand`
+  (the broadcast is not written out) and multiplies by the centres, a broadcast operand;
 - `vlad.transpose(1, 2) - a` leaves torch's result (and the normalized values after it)
   transposed in memory, so that torch's reshape copies; the stages write every value
   packed, and the graph is read with the layouts they make.
 
-It imports as 10 stages: the assignment product with its softmax, the kept clusters'
-copy, the sum over the features, the mass broadcast, its product by the centres, the
-product of the assignment and the features, the transpose's copy, the difference, the
-L2 norm over D (a middle dim) and the L2 norm of the whole.
+It imports as 9 stages: the assignment product with its softmax, the kept clusters'
+copy, the sum over the features, the mass broadcast times the centres, the product of the
+assignment and the features, the transpose's copy, the difference, the L2 norm over D (a
+middle dim) and the L2 norm of the whole.
 """
 import math
 

@@ -993,9 +993,13 @@ pub fn map_graph(
     graph: &Graph,
     file: &str,
 ) -> std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>> {
-    // A copy of a strided view is a workload of its own.
+    // A copy of a strided view is a workload of its own, or with the elementwise ops after
+    // it, one activation reading through the view.
     if let Some(r) = pack::map(graph, file) {
         return r;
+    }
+    if let Some(r) = pack::fused(graph, file, map_graph) {
+        return Ok(r);
     }
     let mut used: HashSet<&str> = HashSet::new();
     let mut note = |x| {

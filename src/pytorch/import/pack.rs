@@ -910,25 +910,7 @@ pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
             ..Default::default()
         });
     }
-    // "a permuted part of a split", "a sliced, broadcast view".
-    let adjectives: Vec<&str> = [
-        (!spec.permute.is_empty(), "permuted"),
-        (!spec.narrow.is_empty(), "sliced"),
-        (!spec.expand.is_empty(), "broadcast"),
-    ]
-    .into_iter()
-    .filter_map(|(on, a)| on.then_some(a))
-    .collect();
-    let noun = if spec.select.is_empty() {
-        "view"
-    } else {
-        "part of a split"
-    };
-    let what = if adjectives.is_empty() {
-        format!("a {noun}")
-    } else {
-        format!("a {} {noun}", adjectives.join(", "))
-    };
+    let what = what(&spec);
     Some(Ok((
         WorkloadSpec {
             name: None,
@@ -953,6 +935,122 @@ pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
         },
         vec![format!("{} (a copy of a strided view)", p.name)],
     )))
+}
+
+/// What a view is, for descriptions: "a permuted part of a split", "a sliced, broadcast
+/// view".
+fn what(spec: &ViewSpec) -> String {
+    let adjectives: Vec<&str> = [
+        (!spec.permute.is_empty(), "permuted"),
+        (!spec.narrow.is_empty(), "sliced"),
+        (!spec.expand.is_empty(), "broadcast"),
+    ]
+    .into_iter()
+    .filter_map(|(on, a)| on.then_some(a))
+    .collect();
+    let noun = if spec.select.is_empty() {
+        "view"
+    } else {
+        "part of a split"
+    };
+    if adjectives.is_empty() {
+        format!("a {noun}")
+    } else {
+        format!("a {} {noun}", adjectives.join(", "))
+    }
+}
+
+/// A graph (or stage) of one pack of an input and elementwise ops after it: one activation
+/// that reads the input through the pack's view and runs the ops as its chain (the copy
+/// is not written out). Mapped by `map` (the importer's `map_graph`) with the pack taken
+/// out and the input shaped as its result. Only where that input is the one value of the
+/// graph that is no parameter (so that it is the activation's A, not an operand), the
+/// mapping is an activation with its shapes given as the pack's dims, and the view holds
+/// for every shape; None otherwise (the pack is then a stage of its own).
+pub(super) fn fused(
+    graph: &Graph,
+    file: &str,
+    map: fn(&Graph, &str) -> Mapped,
+) -> Option<(WorkloadSpec, Vec<String>)> {
+    let calls: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "call_function")
+        .collect();
+    let packs: Vec<&&Node> = calls
+        .iter()
+        .filter(|n| n.target.as_deref() == Some(PACK))
+        .collect();
+    let [p] = packs.as_slice() else {
+        return None;
+    };
+    let Some(Arg::Node(x)) = p.args.first().map(arg) else {
+        return None;
+    };
+    // The pack's input: an input of the graph that only the pack reads, and the graph's
+    // only user input.
+    let users: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "placeholder" && n.kind.as_deref() == Some("user_input"))
+        .collect();
+    if users.len() != 1 || users[0].name != x {
+        return None;
+    }
+    let readers = graph
+        .nodes
+        .iter()
+        .filter(|n| super::stages::node_refs(n).iter().any(|r| r == x))
+        .count();
+    if readers != 1 || calls.len() < 2 {
+        return None;
+    }
+    let spec: ViewSpec = serde_json::from_value(p.kwargs.get("view")?.clone()).ok()?;
+    let meta = p.val.clone()?;
+    // The input shaped as the pack's result, and read where the pack's result was.
+    let rename = |v: &Value| -> Value {
+        fn walk(v: &Value, from: &str, to: &str) -> Value {
+            match v {
+                Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, from, to)).collect()),
+                _ => match arg(v) {
+                    Arg::Node(n) if n == from => json!({ "node": to }),
+                    _ => v.clone(),
+                },
+            }
+        }
+        walk(v, &p.name, x)
+    };
+    let mut g = graph.clone();
+    g.nodes.retain(|n| n.name != p.name);
+    for n in &mut g.nodes {
+        if n.name == x {
+            n.val = Some(meta.clone());
+        }
+        n.args = n.args.iter().map(rename).collect();
+        for v in n.kwargs.values_mut() {
+            *v = rename(v);
+        }
+    }
+    g.output = g.output.iter().map(rename).collect();
+    let (mut w, mut ops) = map(&g, file).ok()?;
+    let dims = |sh: &crate::spec::ShapeSpec| sh.dims.clone();
+    if w.family != Family::Activation
+        || w.view.is_some()
+        || !w.before.is_empty()
+        || w.shapes.first().and_then(dims).as_deref() != Some(meta.shape.as_slice())
+    {
+        return None;
+    }
+    w.description = format!(
+        "{} (its input read through a {})",
+        w.description,
+        what(&spec)
+    );
+    w.view = Some(spec);
+    // The rules hold for it (the view on every shape); the name is the importer's to give.
+    crate::spec::Workload::from_spec("fused.toml", w.clone()).ok()?;
+    ops.insert(0, format!("{} (a strided view, read in place)", p.name));
+    Some((w, ops))
 }
 
 #[cfg(test)]
