@@ -511,10 +511,14 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
                 let p = packer.pack(&mut out, &x, &root, &spec, &m);
                 n.args[i] = json!({ "node": p });
                 // Its result is packed like the copy (torch's broadcast result may keep
-                // another operand's strides).
-                if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
-                    v.stride = row_major(&v.shape);
-                    v.offset = 0;
+                // another operand's strides), where only computing ops read it: views of
+                // it describe torch's strides (the second attempt's relayout recomputes
+                // them).
+                if !read_by_views(&originals, &n.name) {
+                    if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
+                        v.stride = row_major(&v.shape);
+                        v.offset = 0;
+                    }
                 }
             }
         }
@@ -553,12 +557,7 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
             n.args[i] = json!({ "node": read });
             // An elementwise op of the packed part makes a packed value (torch kept the
             // view's strides): where only computing ops read it, say so.
-            let read_by_views = originals.iter().any(|r| {
-                let rt = r.target.as_deref().unwrap_or_default();
-                (classify(rt) == Class::View || views_storage(rt))
-                    && matches!(r.args.first().map(arg), Some(Arg::Node(a)) if a == n.name)
-            });
-            if elementwise && !read_by_views {
+            if elementwise && !read_by_views(&originals, &n.name) {
                 if let Some(v) = n.val.as_mut().filter(|v| v.shape == m.shape) {
                     v.stride = row_major(&v.shape);
                     v.offset = 0;
@@ -582,9 +581,22 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
     graph.nodes = out;
     if reads {
         dead_code(graph);
-        relayout(graph);
+        let before: HashMap<String, Meta> = originals
+            .iter()
+            .filter_map(|n| Some((n.name.clone(), n.val.clone()?)))
+            .collect();
+        relayout(graph, &before);
     }
     packer.packs
+}
+
+/// Whether a view op (a view of storage or a split's part) reads `name`.
+fn read_by_views(nodes: &[Node], name: &str) -> bool {
+    nodes.iter().any(|r| {
+        let rt = r.target.as_deref().unwrap_or_default();
+        (classify(rt) == Class::View || views_storage(rt))
+            && matches!(r.args.first().map(arg), Some(Arg::Node(a)) if a == name)
+    })
 }
 
 /// The layouts the stages make, in place of eager torch's: a stage writes its output
@@ -594,11 +606,14 @@ pub(super) fn materialize(graph: &mut Graph, reads: bool) -> usize {
 /// op makes of the packed value. Where a view cannot be recomputed (a split, select or
 /// slice of a value whose layout changed, or a reshape of one left strided), the graph is
 /// left as it was. Returns whether it changed.
-fn relayout(graph: &mut Graph) -> bool {
-    let originals: HashMap<String, Meta> = graph
+/// `originals` holds torch's metadata (from before the packs): a value whose layout the
+/// packs or this pass changed has its views recomputed.
+fn relayout(graph: &mut Graph, originals: &HashMap<String, Meta>) -> bool {
+    let index: HashMap<String, usize> = graph
         .nodes
         .iter()
-        .filter_map(|n| Some((n.name.clone(), n.val.clone()?)))
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
         .collect();
     let mut metas: HashMap<String, Meta> = HashMap::new();
     for n in &graph.nodes {
@@ -612,7 +627,32 @@ fn relayout(graph: &mut Graph) -> bool {
             Some(Arg::Node(x)) => metas.get(x).map(|m| (x, m)),
             _ => None,
         };
-        let changed = input.is_some_and(|(x, m)| originals.get(x) != Some(m));
+        // Whether the layout `input` reads changed: its own, or for a part of a split (a
+        // tuple, no metadata of its own) the split's input's.
+        let changed = match n.args.first().map(arg) {
+            Some(Arg::Node(x)) => {
+                let mut at = x.to_string();
+                loop {
+                    if let Some(m) = metas.get(&at) {
+                        break originals.get(&at) != Some(m);
+                    }
+                    let next = index
+                        .get(&at)
+                        .and_then(|&i| match graph.nodes[i].args.first() {
+                            Some(a) => match arg(a) {
+                                Arg::Node(y) => Some(y.to_string()),
+                                _ => None,
+                            },
+                            None => None,
+                        });
+                    match next {
+                        Some(y) => at = y,
+                        None => break false,
+                    }
+                }
+            }
+            _ => false,
+        };
         let packed = |shape: &[i64], offset: i64| Meta {
             shape: shape.to_vec(),
             stride: row_major(shape),
@@ -674,7 +714,10 @@ fn relayout(graph: &mut Graph) -> bool {
                         .then(|| {
                             (0..ro)
                                 .map(|d| {
-                                    let x = d.checked_sub(ro - rx)?;
+                                    // Leading dims the input lacks: broadcast.
+                                    let Some(x) = d.checked_sub(ro - rx) else {
+                                        return Some(0);
+                                    };
                                     match m.shape[x] {
                                         s if s == old.shape[d] => Some(m.stride[x]),
                                         1 => Some(0),
