@@ -1543,6 +1543,46 @@ fn import_a_row_minimum_broadcast_against_a_channel_bias() {
     );
 }
 
+/// A product transposed and broadcast against a parameter into a larger result, whose
+/// transpose a Linear reads: torch's result keeps permuted strides, and the Linear's input
+/// is a view of them. The broadcast's copy makes the product's stage write it packed; the
+/// view's strides must follow (or the import give up). Before, the Linear's A was read as
+/// if it were row-major over the packed values: a wrong Model that no stage's validation
+/// could catch. Refused now, naming the Linear.
+#[test]
+fn import_does_not_read_a_relaid_value_through_torchs_strides() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("permuted_broadcast.py");
+    std::fs::write(
+        &p,
+        "import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n        \
+         super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(1, 6, 1, 1))\n        \
+         self.lin = torch.nn.Linear(32, 64, bias=False)\n\n    def forward(self, a, b):\n        \
+         y = torch.bmm(a, b)\n        out = y.transpose(1, 2).unsqueeze(1) * self.w\n        \
+         return self.lin(out.transpose(2, 3))\n\n\ndef get_inputs():\n    \
+         return [torch.randn(4, 8, 16), torch.randn(4, 16, 32)]\n\n\n\
+         def get_init_inputs():\n    return []\n",
+    )
+    .unwrap();
+    let out = dir.path().join("permuted_broadcast.toml");
+    let o = cutesmith(
+        &py,
+        &[
+            "import",
+            p.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let t = output_text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("node `linear`"), "{t}");
+    assert!(!dir.path().join("suites").exists(), "{t}");
+}
+
 /// A norm stage's headline m x n, batch.
 fn assert_gemm_like(w: &Workload, m: u64, n: u64, batch: u64, text: &str) {
     let h = w.headline();
