@@ -870,21 +870,22 @@ pub(super) fn dead_code(graph: &mut Graph) {
 /// What [`super::map_graph`] answers: the spec and the ops it recognized, or why not.
 type Mapped = std::result::Result<(WorkloadSpec, Vec<String>), Vec<Unmapped>>;
 
-/// A graph (or stage) that is one pack of an input, and the views of it: the activation
-/// workload that reads the input through the view; None for any other graph.
-pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
+/// A graph's calls, and its pack when it has exactly one.
+fn lone_pack(graph: &Graph) -> Option<(Vec<&Node>, &Node)> {
     let calls: Vec<&Node> = graph
         .nodes
         .iter()
         .filter(|n| n.op == "call_function")
         .collect();
-    let packs: Vec<&&Node> = calls
-        .iter()
-        .filter(|n| n.target.as_deref() == Some(PACK))
-        .collect();
-    let [p] = packs.as_slice() else {
-        return None;
-    };
+    let mut packs = calls.iter().filter(|n| n.target.as_deref() == Some(PACK));
+    let p = *packs.next()?;
+    packs.next().is_none().then_some((calls, p))
+}
+
+/// A graph (or stage) that is one pack of an input, and the views of it: the activation
+/// workload that reads the input through the view; None for any other graph.
+pub(super) fn map(graph: &Graph, file: &str) -> Option<Mapped> {
+    let (calls, p) = lone_pack(graph)?;
     // Everything else is a view of the pack, and the output is one of them (or it).
     let others_are_views = calls.iter().all(|n| {
         n.target.as_deref() == Some(PACK)
@@ -1015,18 +1016,7 @@ pub(super) fn fused(
     file: &str,
     map: fn(&Graph, &str) -> Mapped,
 ) -> Option<(WorkloadSpec, Vec<String>)> {
-    let calls: Vec<&Node> = graph
-        .nodes
-        .iter()
-        .filter(|n| n.op == "call_function")
-        .collect();
-    let packs: Vec<&&Node> = calls
-        .iter()
-        .filter(|n| n.target.as_deref() == Some(PACK))
-        .collect();
-    let [p] = packs.as_slice() else {
-        return None;
-    };
+    let (calls, p) = lone_pack(graph)?;
     let Some(Arg::Node(x)) = p.args.first().map(arg) else {
         return None;
     };
