@@ -425,21 +425,25 @@ mod tests {
         (0..total).map(|i| s.source(i)).collect()
     }
 
+    /// A view of `rank` output dims permuted, with (dim, size, start) slices and broadcast
+    /// dims.
+    fn sliced(permute: &[u32], narrow: &[(u32, u64, u64)], expand: &[u32], rank: usize) -> View {
+        let spec = ViewSpec {
+            permute: permute.to_vec(),
+            narrow: narrow
+                .iter()
+                .map(|&(dim, size, start)| NarrowSpec { dim, size, start })
+                .collect(),
+            expand: expand.to_vec(),
+            ..Default::default()
+        };
+        View::new(&spec, rank).unwrap()
+    }
+
     #[test]
     fn a_slice_and_a_broadcast_read_what_torch_names() {
         // NetVLAD without its ghost clusters: x[:, :32] of [N, 48].
-        let v = View::new(
-            &ViewSpec {
-                narrow: vec![NarrowSpec {
-                    dim: 1,
-                    size: 48,
-                    start: 0,
-                }],
-                ..Default::default()
-            },
-            2,
-        )
-        .unwrap();
+        let v = sliced(&[], &[(1, 48, 0)], &[], 2);
         let s = v.strided(&[5, 32]);
         assert_eq!(v.input_dims(&[5, 32]), vec![5, 48]);
         assert_eq!(
@@ -448,19 +452,7 @@ mod tests {
         );
         assert_eq!(sources(&s), brute(&v, &[5, 32]));
         // A window inside the last dim of a transposed input: x.transpose(0, 1)[:, 3:10].
-        let v = View::new(
-            &ViewSpec {
-                permute: vec![1, 0],
-                narrow: vec![NarrowSpec {
-                    dim: 1,
-                    size: 12,
-                    start: 3,
-                }],
-                ..Default::default()
-            },
-            2,
-        )
-        .unwrap();
+        let v = sliced(&[1, 0], &[(1, 12, 3)], &[], 2);
         let s = v.strided(&[4, 7]);
         assert_eq!(v.input_dims(&[4, 7]), vec![12, 4]);
         assert_eq!(s.offset, 3 * 4);
@@ -469,14 +461,7 @@ mod tests {
         assert_eq!(v.check_dims(&[4, 10]).unwrap_err().0, "view.narrow[0]");
         // [B, 1, K] broadcast to [B, D, K] (a_sum * clusters2), and a split's part
         // broadcast too.
-        let v = View::new(
-            &ViewSpec {
-                expand: vec![1],
-                ..Default::default()
-            },
-            3,
-        )
-        .unwrap();
+        let v = sliced(&[], &[], &[1], 3);
         let s = v.strided(&[2, 3, 4]);
         assert_eq!(v.input_dims(&[2, 3, 4]), vec![2, 1, 4]);
         assert_eq!(s.strides, vec![4, 0, 1]);

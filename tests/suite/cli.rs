@@ -102,16 +102,21 @@ fn compile_prints_resources_and_sass_then_hits_the_cache() {
     assert!(start.elapsed().as_secs_f64() < 1.0, "{:?}", start.elapsed());
 }
 
+/// How many `.toml` files `dir` holds.
+fn toml_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
+        .count()
+}
+
 #[test]
 fn workloads_lists_every_spec() {
     let o = cutesmith(&["workloads"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    let specs = std::fs::read_dir(root().join("workloads"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
-        .count();
+    let specs = toml_files(&root().join("workloads"));
     assert!(specs >= 20, "only {specs} specs");
     assert!(t.contains(&format!("{specs} workloads")), "{t}");
     assert!(t.contains("gemm_bf16_4096"), "{t}");
@@ -125,11 +130,7 @@ fn workloads_lists_every_test_fixture() {
     let o = cutesmith(&["workloads", "--dir", dir.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    let specs = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
-        .count();
+    let specs = toml_files(&dir);
     assert!(specs >= 10, "only {specs} fixtures");
     assert!(t.contains(&format!("{specs} workloads")), "{t}");
 }

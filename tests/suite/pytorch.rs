@@ -51,6 +51,11 @@ fn cutesmith(python: &Path, args: &[&str]) -> Output {
 /// `cutesmith import examples/pytorch/<file>.py --out OUT [extra]`.
 fn import_to(python: &Path, file: &str, out: &Path, extra: &[&str]) -> Output {
     let problem = root().join(format!("examples/pytorch/{file}.py"));
+    import_path(python, &problem, out, extra)
+}
+
+/// `cutesmith import PROBLEM --out OUT [extra]`.
+fn import_path(python: &Path, problem: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "import",
         problem.to_str().unwrap(),
@@ -543,15 +548,7 @@ fn import_refuses_a_triangle_buffer_written_in_place() {
         );
         std::fs::write(&problem, text).unwrap();
         let out = dir.path().join("written_mask.toml");
-        let o = cutesmith(
-            &py,
-            &[
-                "import",
-                problem.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-            ],
-        );
+        let o = import_path(&py, &problem, &out, &[]);
         let t = output_text(&o);
         assert_ne!(o.status.code(), Some(0), "{write}: {t}");
         assert!(t.contains("aten.slice"), "{write}: {t}");
@@ -1568,15 +1565,7 @@ fn import_does_not_read_a_relaid_value_through_torchs_strides() {
     )
     .unwrap();
     let out = dir.path().join("permuted_broadcast.toml");
-    let o = cutesmith(
-        &py,
-        &[
-            "import",
-            p.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = import_path(&py, &p, &out, &[]);
     let t = output_text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("node `linear`"), "{t}");
@@ -1612,15 +1601,7 @@ fn import_keeps_a_strided_clone_and_does_not_pack_a_dtype_view() {
         )
         .unwrap();
         let out = dir.path().join(format!("{name}.toml"));
-        let o = cutesmith(
-            &py,
-            &[
-                "import",
-                p.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-            ],
-        );
+        let o = import_path(&py, &p, &out, &[]);
         (o.status.code(), output_text(&o), out)
     };
     let (code, t, out) = import_model(

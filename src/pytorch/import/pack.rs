@@ -282,26 +282,9 @@ fn broadcast_operands(nodes: &HashMap<&str, &Node>, n: &Node) -> Vec<(usize, Str
         return Vec::new();
     }
     let broadcast = |m: &Meta| -> Option<Meta> {
-        let (ro, rx) = (out.shape.len(), m.shape.len());
-        if rx > ro || m.stride.len() != rx {
-            return None;
-        }
-        let mut stride = Vec::with_capacity(ro);
-        for (t, &e) in out.shape.iter().enumerate() {
-            if t < ro - rx {
-                stride.push(0);
-                continue;
-            }
-            let d = t - (ro - rx);
-            match m.shape[d] {
-                s if s == e => stride.push(m.stride[d]),
-                1 => stride.push(0),
-                _ => return None,
-            }
-        }
         Some(Meta {
             shape: out.shape.clone(),
-            stride,
+            stride: broadcast_strides(m, &out.shape)?,
             dtype: m.dtype.clone(),
             offset: m.offset,
         })
@@ -310,6 +293,27 @@ fn broadcast_operands(nodes: &HashMap<&str, &Node>, n: &Node) -> Vec<(usize, Str
         .into_iter()
         .filter(|(_, x, _)| nodes.get(x).is_some_and(|v| v.op == "call_function"))
         .filter_map(|(i, x, m)| Some((i, x.to_string(), broadcast(m)?)))
+        .collect()
+}
+
+/// The strides of `m` broadcast to `shape` as torch broadcasts (trailing dims aligned):
+/// 0 along the dims it lacks or has of size 1; None where it does not broadcast.
+fn broadcast_strides(m: &Meta, shape: &[i64]) -> Option<Vec<i64>> {
+    let (ro, rx) = (shape.len(), m.shape.len());
+    if rx > ro || m.stride.len() != rx {
+        return None;
+    }
+    (0..ro)
+        .map(|t| {
+            let Some(d) = t.checked_sub(ro - rx) else {
+                return Some(0);
+            };
+            match m.shape[d] {
+                s if s == shape[t] => Some(m.stride[d]),
+                1 => Some(0),
+                _ => None,
+            }
+        })
         .collect()
 }
 
@@ -708,26 +712,7 @@ fn relayout(graph: &mut Graph, originals: &HashMap<String, Meta>) -> bool {
                     _ => None,
                 },
                 "alias" | "detach" | "clone" => Some(stride),
-                "expand" | "expand_as" => {
-                    let (ro, rx) = (old.shape.len(), m.shape.len());
-                    (rx <= ro)
-                        .then(|| {
-                            (0..ro)
-                                .map(|d| {
-                                    // Leading dims the input lacks: broadcast.
-                                    let Some(x) = d.checked_sub(ro - rx) else {
-                                        return Some(0);
-                                    };
-                                    match m.shape[x] {
-                                        s if s == old.shape[d] => Some(m.stride[x]),
-                                        1 => Some(0),
-                                        _ => None,
-                                    }
-                                })
-                                .collect::<Option<Vec<i64>>>()
-                        })
-                        .flatten()
-                }
+                "expand" | "expand_as" => broadcast_strides(m, &old.shape),
                 // view, reshape, flatten, unflatten, squeeze, unsqueeze, contiguous: a
                 // packed value stays packed.
                 _ if contiguous(m) => Some(row_major(&old.shape)),
